@@ -1,0 +1,3 @@
+from runlane_sqs.cli import main
+
+main()

@@ -1,0 +1,270 @@
+"""The app: task registry, triggers, workers and provisioning over one backend."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import boto3
+from botocore.config import Config
+
+from runlane_sqs.clock import Clock, SystemClock
+from runlane_sqs.config import RunlaneConfig
+from runlane_sqs.core.durations import Duration, to_timedelta
+from runlane_sqs.core.model import JSON, Run, RunStatus
+from runlane_sqs.core.payload import encode_json
+from runlane_sqs.core.retry import RetryPolicy
+from runlane_sqs.core.wakeup import Wakeup
+from runlane_sqs.limits import MAX_DELAY_SECONDS
+from runlane_sqs.ports import KeyKind, RunStore, WakeupTransport
+from runlane_sqs.runs import RunsApi
+from runlane_sqs.storage.dynamodb import DynamoRunStore
+from runlane_sqs.tasks import Handler, Task, TaskRegistry
+from runlane_sqs.transport.sqs import SqsTransport
+from runlane_sqs.triggering import TriggerRequest, create, validate_keys
+from runlane_sqs.worker import Worker
+
+log = logging.getLogger("runlane_sqs")
+F = TypeVar("F", bound=Handler)
+DEFAULT_BOTOCORE_CONFIG = Config(
+    retries={"mode": "standard", "max_attempts": 5},
+    connect_timeout=5,
+    read_timeout=30,
+    max_pool_connections=50,
+)
+
+
+class Runlane:
+    """A runlane-sqs app: one table, one environment, a set of queues.
+
+    Pass ``store``/``transport`` to use other adapters (for example the in-memory ones
+    from :mod:`runlane_sqs.testing`); otherwise DynamoDB and SQS clients are built from
+    ``session`` (or a default boto3 session), ``region`` and ``endpoint_url``.
+    """
+
+    def __init__(
+        self,
+        table: str = "runlane",
+        environment: str = "dev",
+        *,
+        queue_prefix: str = "runlane-",
+        queue_urls: Mapping[str, str] | None = None,
+        region: str | None = None,
+        endpoint_url: str | None = None,
+        session: boto3.Session | None = None,
+        botocore_config: Config | None = None,
+        clock: Clock | None = None,
+        lease_duration: Duration = 60,
+        payload_limit: int | None = None,
+        idempotency_retention: Duration = timedelta(days=30),
+        config: RunlaneConfig | None = None,
+        store: RunStore | None = None,
+        transport: WakeupTransport | None = None,
+    ) -> None:
+        if config is None:
+            extra: dict[str, Any] = {}
+            if payload_limit is not None:
+                extra["payload_limit"] = payload_limit
+            config = RunlaneConfig.build(
+                table=table,
+                environment=environment,
+                queue_prefix=queue_prefix,
+                queue_urls=dict(queue_urls or {}),
+                region=region,
+                endpoint_url=endpoint_url,
+                lease_duration=lease_duration,
+                idempotency_retention=idempotency_retention,
+                **extra,
+            )
+        self.config = config
+        self.clock: Clock = clock or SystemClock()
+        self.tasks = TaskRegistry()
+        self._session = session
+        self._botocore_config = botocore_config or DEFAULT_BOTOCORE_CONFIG
+        self._clients: dict[str, Any] = {}
+        self.store: RunStore = store or DynamoRunStore(
+            self.client("dynamodb"), config.table, config.environment
+        )
+        self.transport: WakeupTransport = transport or SqsTransport(
+            self.client("sqs"), queue_prefix=config.queue_prefix, queue_urls=config.queue_urls
+        )
+        self.runs = RunsApi(self.store)
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> Runlane:
+        """An app configured by ``RUNLANE_TABLE``, ``RUNLANE_ENVIRONMENT``,
+        ``RUNLANE_QUEUE_PREFIX``, ``RUNLANE_QUEUE_URLS`` and boto3's own variables
+        (``AWS_ENDPOINT_URL``, ``AWS_ENDPOINT_URL_DYNAMODB``, ``AWS_ENDPOINT_URL_SQS``,
+        ``AWS_DEFAULT_REGION``, credentials)."""
+        adapters = {k: overrides.pop(k) for k in ("session", "botocore_config", "clock", "store",
+                                                   "transport") if k in overrides}
+        return cls(config=RunlaneConfig.from_env(**overrides), **adapters)
+
+    def client(self, service: str) -> Any:
+        """The boto3 client this app uses for ``service`` (built once)."""
+        if service not in self._clients:
+            session = self._session or boto3.session.Session()
+            self._clients[service] = session.client(
+                service,  # type: ignore[call-overload]
+                region_name=self.config.region,
+                endpoint_url=self.config.endpoint_url,
+                config=self._botocore_config,
+            )
+        return self._clients[service]
+
+    # tasks --------------------------------------------------------------------------
+
+    def task(
+        self,
+        fn: F | None = None,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        retry: RetryPolicy | None = None,
+        timeout: Duration | None = None,
+    ) -> Any:
+        """Register a handler ``def handler(ctx, payload)``; usable bare or with options."""
+
+        def register(handler: F) -> Task:
+            return self.tasks.register(handler, name=name, queue=queue, retry=retry, timeout=timeout)
+
+        return register(fn) if fn is not None else register
+
+    # triggering ---------------------------------------------------------------------
+
+    def trigger(
+        self,
+        task: Task | str,
+        payload: JSON = None,
+        *,
+        idempotency_key: str | None = None,
+        singleton_key: str | None = None,
+        delay: Duration | None = None,
+    ) -> Run:
+        """Create a run and publish its wakeup.
+
+        Returns the new run (``run.created`` is True), or the existing run that holds
+        ``idempotency_key`` / ``singleton_key`` (``run.created`` is False). If the wakeup
+        cannot be published the run stays queued and maintenance publishes it later.
+        """
+        request = self._request(task, payload, idempotency_key, singleton_key, delay)
+        run = self._create(request)
+        if run.created:
+            self._publish_new([run])
+        return run
+
+    def trigger_many(
+        self, task: Task | str, payloads: Iterable[JSON], *, delay: Duration | None = None
+    ) -> list[Run]:
+        """Create one run per payload and publish their wakeups in batches of ten."""
+        requests = [self._request(task, p, None, None, delay) for p in payloads]
+        runs = [self._create(r) for r in requests]
+        self._publish_new(runs)
+        return runs
+
+    def _request(
+        self,
+        task: Task | str,
+        payload: JSON,
+        idempotency_key: str | None,
+        singleton_key: str | None,
+        delay: Duration | None,
+    ) -> TriggerRequest:
+        resolved = self.tasks.resolve(task)
+        idem, single = validate_keys(idempotency_key, singleton_key)
+        payload_json = encode_json(payload, what="payload", limit_bytes=self.config.payload_limit)
+        wait = to_timedelta(delay, "delay") if delay is not None else None
+        self.transport_check(resolved.queue)
+        return TriggerRequest(
+            task=resolved.name,
+            queue=resolved.queue,
+            payload=payload,
+            payload_json=payload_json,
+            due_at=self.clock.now() + wait if wait else None,
+            idempotency_key=idem,
+            singleton_key=single,
+        )
+
+    def transport_check(self, queue: str) -> None:
+        """Fail before any write if the queue does not exist (SQS adapter only)."""
+        if isinstance(self.transport, SqsTransport):
+            self.transport.queue_url(queue)
+
+    def _create(self, request: TriggerRequest) -> Run:
+        run = create(
+            self.store,
+            request,
+            environment=self.config.environment,
+            now=self.clock.now(),
+            idempotency_retention=self.config.idempotency_retention,
+        )
+        log.info(
+            "triggered run %s of %s" if run.created else "trigger returned existing run %s of %s",
+            run.id,
+            run.task,
+            extra={"run_id": run.id, "task": run.task},
+        )
+        return run
+
+    def _publish_new(self, runs: Sequence[Run]) -> None:
+        now = self.clock.now()
+        by_delay: dict[int, list[Run]] = {}
+        for run in runs:
+            delay = (run.due_at - now) if run.due_at and run.due_at > now else timedelta(0)
+            if delay <= timedelta(seconds=MAX_DELAY_SECONDS):
+                by_delay.setdefault(int(delay.total_seconds() * 1000), []).append(run)
+        for delay_ms, group in by_delay.items():
+            self._publish(group, timedelta(milliseconds=delay_ms))
+
+    def publish(self, run: Run, *, delay: timedelta | None = None) -> bool:
+        """Publish one wakeup for ``run``; False if SQS refused (maintenance repairs it)."""
+        return self._publish([run], delay)
+
+    def _publish(self, runs: Sequence[Run], delay: timedelta | None) -> bool:
+        now = self.clock.now()
+        wakeups = [
+            Wakeup(environment=r.environment, run_id=r.id, queue=r.queue, requested_at=now)
+            for r in runs
+        ]
+        failed = self.transport.publish(wakeups, delay)
+        for wakeup in failed:
+            log.warning(
+                "wakeup for run %s not published; it stays queued for maintenance",
+                wakeup.run_id,
+                extra={"run_id": wakeup.run_id},
+            )
+        return not failed
+
+    def release_keys(self, run: Run) -> None:
+        """Free the keys a finished run no longer holds (idempotency: only on failure)."""
+        if run.idempotency_key is not None and run.status is RunStatus.FAILED:
+            self.store.release_key(KeyKind.IDEMPOTENCY, run.task, run.idempotency_key, run.id)
+        if run.singleton_key is not None and run.status.is_terminal:
+            self.store.release_key(KeyKind.SINGLETON, run.task, run.singleton_key, run.id)
+
+    # workers and resources ----------------------------------------------------------
+
+    def worker(
+        self,
+        queues: Sequence[str] | None = None,
+        *,
+        concurrency: int = 1,
+        **options: Any,
+    ) -> Worker:
+        """A worker for ``queues`` (default: every queue a registered task uses)."""
+        return Worker(self, queues, concurrency=concurrency, **options)
+
+    def provision(self, queues: Sequence[str] | None = None) -> None:
+        """Create the table and the queues (with dead-letter queues) if they are absent."""
+        from runlane_sqs.provision import provision_queues, provision_table
+
+        provision_table(self.client("dynamodb"), self.config.table)
+        names = list(queues) if queues else (self.tasks.queues() or ["default"])
+        if isinstance(self.transport, SqsTransport):
+            transport = self.transport
+            provision_queues(self.client("sqs"), [transport.queue_name(q) for q in names])
+
+
+TaskDecorator = Callable[[Handler], Task]

@@ -1,0 +1,151 @@
+"""The run record and its history: plain values, no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+JSON = Any
+"""A value that round-trips through ``json.dumps``/``json.loads``."""
+
+
+class RunStatus(StrEnum):
+    """Where a run is in its life. Terminal statuses never change again."""
+
+    QUEUED = "queued"
+    """Created and waiting for its first attempt (runnable once ``due_at`` has passed)."""
+    RUNNING = "running"
+    """An attempt holds the lease."""
+    RETRYING = "retrying"
+    """An attempt failed; the retry policy scheduled another one at ``due_at``."""
+    RELEASED = "released"
+    """An attempt ended without failure and waits (a time, a signal, a token, a run)."""
+    CANCEL_REQUESTED = "cancel_requested"
+    """Cancellation was asked for while an attempt held the lease."""
+    SUCCEEDED = "succeeded"
+    """The handler returned a result. Terminal."""
+    FAILED = "failed"
+    """The last allowed attempt failed, or the failure was not retryable. Terminal."""
+    CANCELLED = "cancelled"
+    """Cancelled by an operator. Terminal."""
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL_STATUSES
+
+    @property
+    def is_runnable(self) -> bool:
+        """True when a worker may claim the run once it is due."""
+        return self in RUNNABLE_STATUSES
+
+
+TERMINAL_STATUSES = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED})
+RUNNABLE_STATUSES = frozenset({RunStatus.QUEUED, RunStatus.RETRYING, RunStatus.RELEASED})
+LEASED_STATUSES = frozenset({RunStatus.RUNNING, RunStatus.CANCEL_REQUESTED})
+
+
+class EventType(StrEnum):
+    """What one history record says happened."""
+
+    TRIGGERED = "triggered"
+    """The run was created by a trigger."""
+    STARTED = "started"
+    """A worker claimed the lease and began an attempt."""
+    SUCCEEDED = "succeeded"
+    """The attempt returned; the run is finished."""
+    ATTEMPT_FAILED = "attempt_failed"
+    """The attempt raised; ``data`` holds the failure and the retry time, if any."""
+    FAILED = "failed"
+    """No attempt is left (or the failure is not retryable); the run is finished."""
+    LEASE_EXPIRED = "lease_expired"
+    """Maintenance found the lease expired and made the same run runnable again."""
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """Why an attempt failed, as recorded in storage."""
+
+    type: str
+    message: str
+    traceback: str = ""
+    retryable: bool = True
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "type": self.type,
+            "message": self.message,
+            "traceback": self.traceback,
+            "retryable": self.retryable,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, JSON]) -> Failure:
+        return cls(
+            type=str(data.get("type", "")),
+            message=str(data.get("message", "")),
+            traceback=str(data.get("traceback", "")),
+            retryable=bool(data.get("retryable", True)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """Temporary ownership of a run by one worker for one attempt."""
+
+    owner: str
+    token: str
+    """A fresh random value per attempt: the fencing token every attempt write carries."""
+    expires_at: datetime
+
+    def is_live(self, now: datetime) -> bool:
+        return now < self.expires_at
+
+
+@dataclass(frozen=True, slots=True)
+class RunEvent:
+    """One append-only history record. ``seq`` starts at 1 and has no gaps."""
+
+    seq: int
+    type: EventType
+    at: datetime
+    attempt: int
+    data: dict[str, JSON] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """The authoritative record of one durable invocation of a task."""
+
+    id: str
+    environment: str
+    task: str
+    queue: str
+    status: RunStatus
+    payload: JSON
+    created_at: datetime
+    updated_at: datetime
+    seq: int
+    """Sequence number of the last event; every state change advances it."""
+    attempt: int = 0
+    """How many attempts have started (the first attempt is 1)."""
+    due_at: datetime | None = None
+    """When a runnable run may next be claimed."""
+    lease: Lease | None = None
+    result: JSON = None
+    failure: Failure | None = None
+    idempotency_key: str | None = None
+    singleton_key: str | None = None
+    created: bool = False
+    """True only on the ``Run`` returned by the trigger that created it."""
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status.is_terminal
+
+    def is_due(self, now: datetime) -> bool:
+        return self.due_at is None or self.due_at <= now
+
+    def with_changes(self, **changes: Any) -> Run:
+        return replace(self, **changes)

@@ -1,0 +1,105 @@
+"""Wakeup messages: small JSON hints naming a run. Never payload, never state.
+
+Parsing is strict: anything that is not exactly a wakeup of a known version is
+rejected with :class:`MalformedWakeup`, which the worker logs and deletes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from runlane_sqs.core.names import ENVIRONMENT_PATTERN, QUEUE_PATTERN, is_run_id
+from runlane_sqs.errors import RunlaneError
+
+WAKEUP_VERSION = 1
+MAX_WAKEUP_BYTES = 4096
+"""A wakeup body longer than this is rejected unread."""
+MAX_TRACE_CHARS = 1024
+"""Longest trace context (e.g. a W3C ``traceparent`` or X-Ray header) carried along."""
+
+_FIELDS = frozenset({"version", "environment", "run_id", "queue", "requested_at", "trace"})
+_REQUIRED = _FIELDS - {"trace"}
+
+
+class MalformedWakeup(RunlaneError):
+    """A message body that is not a valid wakeup."""
+
+
+@dataclass(frozen=True, slots=True)
+class Wakeup:
+    """Tells a worker which run to look at; the worker re-reads storage before acting."""
+
+    environment: str
+    run_id: str
+    queue: str
+    requested_at: datetime
+    trace: str | None = None
+
+    def to_json(self) -> str:
+        body: dict[str, Any] = {
+            "version": WAKEUP_VERSION,
+            "environment": self.environment,
+            "run_id": self.run_id,
+            "queue": self.queue,
+            "requested_at": self.requested_at.astimezone(UTC).isoformat(),
+        }
+        if self.trace is not None:
+            body["trace"] = self.trace
+        return json.dumps(body, separators=(",", ":"))
+
+
+def parse_wakeup(body: str | bytes) -> Wakeup:
+    """Parse a message body, or raise :class:`MalformedWakeup` saying what is wrong."""
+    raw = body.encode("utf-8", "surrogatepass") if isinstance(body, str) else body
+    if len(raw) > MAX_WAKEUP_BYTES:
+        raise MalformedWakeup(f"body is {len(raw)} bytes; a wakeup is at most {MAX_WAKEUP_BYTES}")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise MalformedWakeup(f"body is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise MalformedWakeup("body is not a JSON object")
+    keys = set(data)
+    if missing := _REQUIRED - keys:
+        raise MalformedWakeup(f"missing fields: {sorted(missing)}")
+    if extra := keys - _FIELDS:
+        raise MalformedWakeup(f"unknown fields: {sorted(extra)}")
+    return _build(data)
+
+
+def _build(data: dict[str, Any]) -> Wakeup:
+    version = data["version"]
+    if type(version) is not int or version != WAKEUP_VERSION:
+        raise MalformedWakeup(f"unsupported version {version!r}")
+    environment, run_id, queue = data["environment"], data["run_id"], data["queue"]
+    if not isinstance(environment, str) or not ENVIRONMENT_PATTERN.fullmatch(environment):
+        raise MalformedWakeup(f"bad environment {environment!r}")
+    if not is_run_id(run_id):
+        raise MalformedWakeup(f"bad run_id {run_id!r}")
+    if not isinstance(queue, str) or not QUEUE_PATTERN.fullmatch(queue):
+        raise MalformedWakeup(f"bad queue {queue!r}")
+    trace = data.get("trace")
+    if trace is not None and (not isinstance(trace, str) or len(trace) > MAX_TRACE_CHARS):
+        raise MalformedWakeup("trace must be a string of at most 1024 characters")
+    return Wakeup(
+        environment=environment,
+        run_id=run_id,
+        queue=queue,
+        requested_at=_parse_time(data["requested_at"]),
+        trace=trace,
+    )
+
+
+def _parse_time(value: object) -> datetime:
+    if not isinstance(value, str) or len(value) > 40:
+        raise MalformedWakeup(f"bad requested_at {value!r}")
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise MalformedWakeup(f"bad requested_at {value!r}") from None
+    if parsed.tzinfo is None:
+        raise MalformedWakeup("requested_at must carry a UTC offset")
+    return parsed

@@ -1,0 +1,32 @@
+"""AWS service limits and the library's defaults, with units in their names."""
+
+from __future__ import annotations
+
+# SQS
+MAX_DELAY_SECONDS = 900
+"""Longest ``DelaySeconds`` SQS accepts; longer waits live in DynamoDB."""
+MAX_RECEIVE_BATCH = 10
+"""Most messages one ``ReceiveMessage`` returns."""
+MAX_SEND_BATCH = 10
+"""Most entries in one ``SendMessageBatch`` / ``DeleteMessageBatch``."""
+MAX_WAIT_TIME_SECONDS = 20
+"""Longest long poll."""
+MAX_VISIBILITY_TIMEOUT_SECONDS = 12 * 60 * 60
+
+# DynamoDB
+MAX_ITEM_BYTES = 400 * 1024
+"""Largest DynamoDB item; a run's payload, result and inline history share it."""
+MAX_TRANSACT_ITEMS = 100
+
+# Defaults
+DEFAULT_PAYLOAD_LIMIT_BYTES = 64 * 1024
+"""Largest payload (and result) as compact JSON unless the app sets ``payload_limit``."""
+MAX_PAYLOAD_LIMIT_BYTES = 256 * 1024
+"""The highest ``payload_limit`` an app may set, leaving room for history in the item."""
+DEFAULT_LEASE_SECONDS = 60
+DEFAULT_VISIBILITY_TIMEOUT_SECONDS = 60
+DEFAULT_IDEMPOTENCY_RETENTION_DAYS = 30
+DEFAULT_MAX_RECEIVE_COUNT = 5
+"""Deliveries before SQS moves a wakeup to the dead-letter queue."""
+MAX_TRACEBACK_CHARS = 4000
+"""A failure's recorded traceback is cut to its last characters."""

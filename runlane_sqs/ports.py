@@ -1,0 +1,106 @@
+"""The two ports: where runs are stored and how wakeups travel.
+
+Adapters: :mod:`runlane_sqs.storage.dynamodb` and :mod:`runlane_sqs.transport.sqs`
+for AWS, :mod:`runlane_sqs.testing` for in-memory use in tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Protocol
+
+from runlane_sqs.core.machine import Transition
+from runlane_sqs.core.model import Lease, Run, RunEvent
+from runlane_sqs.core.wakeup import Wakeup
+from runlane_sqs.errors import RunlaneError
+
+
+class KeyKind(StrEnum):
+    """The two kinds of key a trigger may hold."""
+
+    IDEMPOTENCY = "idempotency"
+    """Duplicate triggers return the existing run; released when the run fails."""
+    SINGLETON = "singleton"
+    """At most one active run per key; released when the run finishes."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeyClaim:
+    """A key the new run must take atomically with its creation."""
+
+    kind: KeyKind
+    task: str
+    key: str
+    expires_at: datetime | None = None
+    previous_owner: str | None = None
+    """A finished run still named by the key item, which the claim may replace."""
+
+
+class KeyConflict(RunlaneError):
+    """A key is held by another run (``owner``) or by nothing readable (``owner=None``)."""
+
+    def __init__(self, claim: KeyClaim, owner: str | None) -> None:
+        super().__init__(f"{claim.kind} key {claim.key!r} of task {claim.task!r} is held by {owner}")
+        self.claim = claim
+        self.owner = owner
+
+
+class RunStore(Protocol):
+    """Authoritative storage of runs. Every state change is one conditional write."""
+
+    def create_run(
+        self, run: Run, event: RunEvent, payload_json: str, claims: Sequence[KeyClaim] = ()
+    ) -> None:
+        """Store a new run (and its key claims, atomically); raises :class:`KeyConflict`."""
+        ...
+
+    def get_run(self, run_id: str) -> Run | None: ...
+
+    def get_events(self, run_id: str) -> list[RunEvent]: ...
+
+    def apply(self, transition: Transition) -> Run:
+        """Write ``transition`` if the run is still as it was read.
+
+        Raises :class:`~runlane_sqs.errors.ConflictError` carrying the stored run otherwise.
+        """
+        ...
+
+    def renew_lease(self, run: Run, lease: Lease) -> Run:
+        """Extend a lease; raises :class:`~runlane_sqs.errors.LeaseLost` if it is not current."""
+        ...
+
+    def release_key(self, kind: KeyKind, task: str, key: str, run_id: str) -> None:
+        """Free a key if ``run_id`` still holds it (a no-op otherwise)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedWakeup:
+    """A message taken from a queue: its body and the handle that deletes it."""
+
+    queue: str
+    body: str
+    receipt: str
+    message_id: str
+    receive_count: int = 1
+
+
+class WakeupTransport(Protocol):
+    """Delivery of wakeup hints."""
+
+    def publish(self, wakeups: Sequence[Wakeup], delay: timedelta | None = None) -> list[Wakeup]:
+        """Send wakeups (batched); returns those that could not be sent."""
+        ...
+
+    def receive(self, queue: str, max_messages: int, wait_seconds: float) -> list[ReceivedWakeup]: ...
+
+    def ack(self, messages: Sequence[ReceivedWakeup]) -> None:
+        """Delete handled messages (batched)."""
+        ...
+
+    def release(self, messages: Sequence[ReceivedWakeup]) -> None:
+        """Make received but unstarted messages visible again at once."""
+        ...

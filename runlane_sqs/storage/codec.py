@@ -1,0 +1,150 @@
+"""Runs to DynamoDB items and back.
+
+Times are stored as whole epoch milliseconds; payload, result, failure and event data
+as compact JSON text. Index attributes are derived from the run's state here, so
+every write keeps the indexes consistent with the state it writes.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from runlane_sqs.core.durations import from_epoch_ms, to_epoch_ms
+from runlane_sqs.core.model import (
+    LEASED_STATUSES,
+    EventType,
+    Failure,
+    Lease,
+    Run,
+    RunEvent,
+    RunStatus,
+)
+from runlane_sqs.core.payload import decode_json
+from runlane_sqs.storage import keys
+from runlane_sqs.storage.items import EventMap, RunItem
+
+AttributeMap = dict[str, Any]
+"""An item in the low-level DynamoDB wire format (``{"name": {"S": ...}}``)."""
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def agenda_ms(run: Run) -> int | None:
+    """When maintenance should next look at this run; ``None`` for terminal runs."""
+    if run.status.is_terminal:
+        return None
+    if run.status in LEASED_STATUSES and run.lease is not None:
+        return to_epoch_ms(run.lease.expires_at)
+    if run.due_at is not None:
+        return to_epoch_ms(run.due_at)
+    return None
+
+
+def event_to_map(event: RunEvent) -> EventMap:
+    return EventMap(
+        seq=event.seq,
+        type=event.type.value,
+        at=to_epoch_ms(event.at),
+        attempt=event.attempt,
+        data=_compact(event.data) if event.data else None,
+    )
+
+
+def event_from_map(entry: EventMap) -> RunEvent:
+    return RunEvent(
+        seq=int(entry.seq),
+        type=EventType(entry.type),
+        at=from_epoch_ms(int(entry.at)),
+        attempt=int(entry.attempt),
+        data=json.loads(entry.data) if entry.data else {},
+    )
+
+
+def run_state_attributes(run: Run, payload_json: str | None = None) -> dict[str, Any]:
+    """The python values of every state attribute (``None`` means absent)."""
+    lease = run.lease
+    agenda = agenda_ms(run)
+    return {
+        "status": run.status.value,
+        "seq": run.seq,
+        "attempt": run.attempt,
+        "updated_at": to_epoch_ms(run.updated_at),
+        "due_at": to_epoch_ms(run.due_at) if run.due_at is not None else None,
+        "lease_owner": lease.owner if lease else None,
+        "lease_token": lease.token if lease else None,
+        "lease_expires_at": to_epoch_ms(lease.expires_at) if lease else None,
+        "result": _compact(run.result) if run.result is not None else None,
+        "failure": _compact(run.failure.to_json()) if run.failure else None,
+        "status_pk": keys.status_pk(run.environment, run.status.value),
+        "agenda_pk": keys.agenda_pk(run.environment, run.id) if agenda is not None else None,
+        "agenda_at": agenda,
+    }
+
+
+def run_to_item(run: Run, events: list[RunEvent], payload_json: str) -> RunItem:
+    created_ms = to_epoch_ms(run.created_at)
+    item = RunItem(
+        pk=keys.run_pk(run.environment, run.id),
+        sk=keys.RUN_SK,
+        run_id=run.id,
+        environment=run.environment,
+        task=run.task,
+        queue=run.queue,
+        payload=payload_json,
+        created_at=created_ms,
+        idempotency_key=run.idempotency_key,
+        singleton_key=run.singleton_key,
+        events=[event_to_map(e) for e in events],
+        created_sk=keys.created_sk(created_ms, run.id),
+        **run_state_attributes(run),
+    )
+    return item
+
+
+def run_to_wire(run: Run, events: list[RunEvent], payload_json: str) -> AttributeMap:
+    wire: AttributeMap = run_to_item(run, events, payload_json).serialize()
+    return wire
+
+
+def item_from_wire(wire: AttributeMap) -> RunItem:
+    item: RunItem = RunItem.from_raw_data(wire)
+    return item
+
+
+def run_from_item(item: RunItem) -> Run:
+    lease = None
+    if item.lease_token is not None:
+        lease = Lease(
+            owner=item.lease_owner or "",
+            token=item.lease_token,
+            expires_at=from_epoch_ms(int(item.lease_expires_at)),
+        )
+    return Run(
+        id=item.run_id,
+        environment=item.environment,
+        task=item.task,
+        queue=item.queue,
+        status=RunStatus(item.status),
+        payload=decode_json(item.payload),
+        created_at=from_epoch_ms(int(item.created_at)),
+        updated_at=from_epoch_ms(int(item.updated_at)),
+        seq=int(item.seq),
+        attempt=int(item.attempt),
+        due_at=from_epoch_ms(int(item.due_at)) if item.due_at is not None else None,
+        lease=lease,
+        result=decode_json(item.result),
+        failure=Failure.from_json(json.loads(item.failure)) if item.failure else None,
+        idempotency_key=item.idempotency_key,
+        singleton_key=item.singleton_key,
+    )
+
+
+def run_from_wire(wire: AttributeMap) -> Run:
+    return run_from_item(item_from_wire(wire))
+
+
+def events_from_item(item: RunItem) -> list[RunEvent]:
+    return [event_from_map(entry) for entry in item.events or []]

@@ -1,0 +1,113 @@
+"""The DynamoDB run store (sync, boto3)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from runlane_sqs.core.durations import to_epoch_ms
+from runlane_sqs.core.machine import Transition
+from runlane_sqs.core.model import Lease, Run, RunEvent
+from runlane_sqs.errors import ConflictError, LeaseLost
+from runlane_sqs.ports import KeyClaim, KeyConflict, KeyKind
+from runlane_sqs.storage import keys, requests
+from runlane_sqs.storage.codec import (
+    events_from_item,
+    item_from_wire,
+    run_from_wire,
+    run_to_wire,
+)
+from runlane_sqs.storage.errors import call, error_code
+
+
+def key_pk(environment: str, kind: KeyKind, task: str, key: str) -> str:
+    if kind is KeyKind.IDEMPOTENCY:
+        return keys.idempotency_pk(environment, task, key)
+    return keys.singleton_pk(environment, task, key)
+
+
+class DynamoRunStore:
+    """Runs in one DynamoDB table, namespaced by environment."""
+
+    def __init__(self, client: Any, table: str, environment: str) -> None:
+        self._client = client
+        self.table = table
+        self.environment = environment
+        self._endpoint: str | None = getattr(getattr(client, "meta", None), "endpoint_url", None)
+
+    def _send(self, operation: str, request: dict[str, Any]) -> Any:
+        return call(getattr(self._client, operation), request, table=self.table, endpoint=self._endpoint)
+
+    def create_run(
+        self, run: Run, event: RunEvent, payload_json: str, claims: Sequence[KeyClaim] = ()
+    ) -> None:
+        item = run_to_wire(run, [event], payload_json)
+        put = requests.put_run(self.table, item)
+        if not claims:
+            self._send("put_item", put)
+            return
+        now_ms = to_epoch_ms(run.created_at)
+        claim_requests = [
+            requests.claim_key(
+                self.table,
+                key_pk(self.environment, c.kind, c.task, c.key),
+                run.id,
+                now_ms=now_ms,
+                expires_s=to_epoch_ms(c.expires_at) // 1000 if c.expires_at else None,
+                previous_owner=c.previous_owner,
+            )
+            for c in claims
+        ]
+        items = [{"Put": r} for r in claim_requests] + [{"Put": put}]
+        try:
+            self._send("transact_write_items", {"TransactItems": items})
+        except ClientError as exc:
+            self._raise_key_conflict(exc, claims)
+
+    def _raise_key_conflict(self, exc: ClientError, claims: Sequence[KeyClaim]) -> None:
+        reasons = exc.response.get("CancellationReasons") or []
+        for claim, reason in zip(claims, reasons, strict=False):
+            if reason.get("Code") == "ConditionalCheckFailed":
+                owner = reason.get("Item", {}).get("run_id", {}).get("S")
+                raise KeyConflict(claim, owner) from exc
+        raise exc
+
+    def get_run(self, run_id: str) -> Run | None:
+        response = self._send("get_item", requests.get_run(self.table, self.environment, run_id))
+        wire = response.get("Item")
+        return run_from_wire(wire) if wire else None
+
+    def get_events(self, run_id: str) -> list[RunEvent]:
+        response = self._send("get_item", requests.get_run(self.table, self.environment, run_id))
+        wire = response.get("Item")
+        return events_from_item(item_from_wire(wire)) if wire else []
+
+    def apply(self, transition: Transition) -> Run:
+        try:
+            self._send("update_item", requests.apply_transition(self.table, transition))
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            wire = exc.response.get("Item")
+            current = run_from_wire(wire) if wire else None
+            raise ConflictError(transition.run_id, current) from None
+        return transition.after
+
+    def renew_lease(self, run: Run, lease: Lease) -> Run:
+        try:
+            response = self._send("update_item", requests.renew_lease(self.table, run, lease))
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            raise LeaseLost(run.id) from None
+        return run_from_wire(response["Attributes"])
+
+    def release_key(self, kind: KeyKind, task: str, key: str, run_id: str) -> None:
+        pk = key_pk(self.environment, kind, task, key)
+        try:
+            self._send("delete_item", requests.release_key(self.table, pk, run_id))
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise

@@ -1,0 +1,56 @@
+"""Translation of botocore errors into runlane errors, at the adapter edge."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from runlane_sqs.errors import MissingResourceError, StorageError, StorageUnavailable
+
+TRANSIENT_CODES = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "InternalServerError",
+        "ServiceUnavailable",
+        "TransactionConflictException",
+        "TransactionInProgressException",
+    }
+)
+
+
+def error_code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def translate(exc: Exception, *, table: str, endpoint: str | None) -> NoReturn:
+    """Raise the runlane error for a botocore error not handled by the caller."""
+    where = endpoint or "the default AWS endpoint"
+    if isinstance(exc, ClientError):
+        code = error_code(exc)
+        if code == "ResourceNotFoundException":
+            raise MissingResourceError(
+                f"DynamoDB table {table!r} does not exist at {where}; create it with "
+                "app.provision() (local use) or deploy infra/ (AWS)"
+            ) from exc
+        if code in TRANSIENT_CODES:
+            raise StorageUnavailable(f"DynamoDB at {where} is unavailable: {code}") from exc
+        raise StorageError(f"DynamoDB request failed: {exc}") from exc
+    if isinstance(exc, BotoCoreError):
+        raise StorageUnavailable(f"cannot reach DynamoDB at {where}: {exc}") from exc
+    raise exc
+
+
+def call(fn: Callable[..., Any], request: dict[str, Any], *, table: str, endpoint: str | None) -> Any:
+    """Send one request, translating errors other than a failed condition."""
+    try:
+        return fn(**request)
+    except ClientError as exc:
+        if error_code(exc) in {"ConditionalCheckFailedException", "TransactionCanceledException"}:
+            raise
+        translate(exc, table=table, endpoint=endpoint)
+    except BotoCoreError as exc:
+        translate(exc, table=table, endpoint=endpoint)

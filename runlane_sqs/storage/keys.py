@@ -1,0 +1,52 @@
+"""Every DynamoDB key format, in one place.
+
+Environment names, task names and run ids cannot contain ``#`` (see
+:mod:`runlane_sqs.core.names`), so each key below splits unambiguously even though
+idempotency and singleton keys may contain any printable character.
+"""
+
+from __future__ import annotations
+
+RUN_PREFIX = "RUN#"
+RUN_SK = "RUN"
+IDEMPOTENCY_PREFIX = "IDEM#"
+SINGLETON_PREFIX = "SINGLETON#"
+KEY_SK = "KEY"
+AGENDA_SHARDS = 4
+"""Agenda index partitions per environment, so no single partition takes every write."""
+
+
+def run_pk(environment: str, run_id: str) -> str:
+    return f"{RUN_PREFIX}{environment}#{run_id}"
+
+
+def run_key(environment: str, run_id: str) -> dict[str, dict[str, str]]:
+    return {"pk": {"S": run_pk(environment, run_id)}, "sk": {"S": RUN_SK}}
+
+
+def idempotency_pk(environment: str, task: str, key: str) -> str:
+    return f"{IDEMPOTENCY_PREFIX}{environment}#{task}#{key}"
+
+
+def singleton_pk(environment: str, task: str, key: str) -> str:
+    return f"{SINGLETON_PREFIX}{environment}#{task}#{key}"
+
+
+def key_item_key(pk: str) -> dict[str, dict[str, str]]:
+    return {"pk": {"S": pk}, "sk": {"S": KEY_SK}}
+
+
+def status_pk(environment: str, status: str) -> str:
+    return f"{environment}#{status}"
+
+
+def created_sk(created_at_ms: int, run_id: str) -> str:
+    return f"{created_at_ms:013d}#{run_id}"
+
+
+def agenda_pk(environment: str, run_id: str) -> str:
+    return f"{environment}#{int(run_id[:4], 16) % AGENDA_SHARDS}"
+
+
+def agenda_partitions(environment: str) -> list[str]:
+    return [f"{environment}#{shard}" for shard in range(AGENDA_SHARDS)]

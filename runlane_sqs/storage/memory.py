@@ -1,0 +1,110 @@
+"""An in-memory run store with the same conditional semantics as DynamoDB.
+
+Public API for users' unit tests (see :mod:`runlane_sqs.testing`); the contract tests
+run the same bodies against this store and the DynamoDB one.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from runlane_sqs.core.machine import Transition
+from runlane_sqs.core.model import LEASED_STATUSES, Lease, Run, RunEvent
+from runlane_sqs.errors import ConflictError, LeaseLost
+from runlane_sqs.ports import KeyClaim, KeyConflict, KeyKind
+
+
+@dataclass
+class _Stored:
+    run: Run
+    payload_json: str
+    events: list[RunEvent] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Key:
+    run_id: str
+    expires_at_s: int | None
+
+
+class InMemoryRunStore:
+    """Runs in a dict, guarded by a lock; every write checks what DynamoDB would check."""
+
+    def __init__(self, environment: str = "dev") -> None:
+        self.environment = environment
+        self._runs: dict[str, _Stored] = {}
+        self._keys: dict[tuple[KeyKind, str, str], _Key] = {}
+        self._lock = threading.Lock()
+
+    def create_run(
+        self, run: Run, event: RunEvent, payload_json: str, claims: Sequence[KeyClaim] = ()
+    ) -> None:
+        now_s = int(run.created_at.timestamp())
+        with self._lock:
+            for claim in claims:
+                held = self._keys.get((claim.kind, claim.task, claim.key))
+                free = (
+                    held is None
+                    or (held.expires_at_s is not None and held.expires_at_s < now_s)
+                    or held.run_id == claim.previous_owner
+                )
+                if not free:
+                    raise KeyConflict(claim, held.run_id if held else None)
+            if run.id in self._runs:
+                raise ConflictError(run.id, self._runs[run.id].run)
+            for claim in claims:
+                expires = int(claim.expires_at.timestamp()) if claim.expires_at else None
+                self._keys[(claim.kind, claim.task, claim.key)] = _Key(run.id, expires)
+            stored = replace(run, created=False)
+            self._runs[run.id] = _Stored(stored, payload_json, [event])
+
+    def get_run(self, run_id: str) -> Run | None:
+        with self._lock:
+            stored = self._runs.get(run_id)
+            return stored.run if stored else None
+
+    def get_events(self, run_id: str) -> list[RunEvent]:
+        with self._lock:
+            stored = self._runs.get(run_id)
+            return list(stored.events) if stored else []
+
+    def apply(self, transition: Transition) -> Run:
+        with self._lock:
+            stored = self._runs.get(transition.run_id)
+            current = stored.run if stored else None
+            if stored is None or current is None or current.seq != transition.before.seq:
+                raise ConflictError(transition.run_id, current)
+            fence = transition.fence
+            if fence is not None and (current.lease is None or current.lease.token != fence):
+                raise ConflictError(transition.run_id, current)
+            stored.run = replace(transition.after, created=False)
+            stored.events.extend(transition.events)
+            return stored.run
+
+    def renew_lease(self, run: Run, lease: Lease) -> Run:
+        with self._lock:
+            stored = self._runs.get(run.id)
+            current = stored.run if stored else None
+            if (
+                stored is None
+                or current is None
+                or current.status not in LEASED_STATUSES
+                or current.lease is None
+                or current.lease.token != lease.token
+            ):
+                raise LeaseLost(run.id)
+            stored.run = replace(current, lease=lease)
+            return stored.run
+
+    def release_key(self, kind: KeyKind, task: str, key: str, run_id: str) -> None:
+        with self._lock:
+            held = self._keys.get((kind, task, key))
+            if held is not None and held.run_id == run_id:
+                del self._keys[(kind, task, key)]
+
+    # inspection helpers for tests
+    def all_runs(self) -> list[Run]:
+        with self._lock:
+            return [s.run for s in self._runs.values()]

@@ -1,0 +1,138 @@
+"""Every DynamoDB request the run store sends, one named builder per operation.
+
+Builders return the keyword arguments of the low-level client call, so the sync
+(boto3) and async (aioboto3) adapters send exactly the same requests. Conditions and
+updates are written with PynamoDB's expression language over :mod:`.items`.
+
+Timeline of a plain run (three writes, no transaction):
+
+    trigger   PutItem     if the run item does not exist
+    claim     UpdateItem  if seq = seen seq                       (status -> running)
+    outcome   UpdateItem  if seq = seen seq and lease_token = own (-> succeeded/retrying/failed)
+
+Heartbeats are ``UpdateItem if lease_token = own and status is leased`` and append
+no event. Triggers with idempotency or singleton keys write the key items and the
+run in one ``TransactWriteItems``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pynamodb.expressions.condition import Condition
+from pynamodb.expressions.update import Action, Update
+
+from runlane_sqs.core.durations import to_epoch_ms
+from runlane_sqs.core.machine import Transition
+from runlane_sqs.core.model import LEASED_STATUSES, Lease, Run
+from runlane_sqs.storage import keys
+from runlane_sqs.storage.codec import AttributeMap, event_to_map, run_state_attributes
+from runlane_sqs.storage.items import KeyItem, RunItem
+
+Request = dict[str, Any]
+
+
+def _expressions(
+    request: Request, *, condition: Condition | None = None, actions: list[Action] | None = None
+) -> Request:
+    names: dict[str, str] = {}
+    values: dict[str, Any] = {}
+    if actions:
+        request["UpdateExpression"] = Update(*actions).serialize(names, values)
+    if condition is not None:
+        request["ConditionExpression"] = condition.serialize(names, values)
+    if names:
+        request["ExpressionAttributeNames"] = {ph: name for name, ph in names.items()}
+    if values:
+        request["ExpressionAttributeValues"] = values
+    return request
+
+
+def get_run(table: str, environment: str, run_id: str) -> Request:
+    """Strongly consistent read of one run item."""
+    return {"TableName": table, "Key": keys.run_key(environment, run_id), "ConsistentRead": True}
+
+
+def put_run(table: str, item: AttributeMap) -> Request:
+    """Create a run; run ids are random, the condition guards against reuse."""
+    return _expressions(
+        {"TableName": table, "Item": item, "ReturnValuesOnConditionCheckFailure": "ALL_OLD"},
+        condition=RunItem.pk.does_not_exist(),
+    )
+
+
+def apply_transition(table: str, transition: Transition) -> Request:
+    """Write one state change and append its events, if nothing changed since it was read.
+
+    Only attributes whose value changes are written. The condition is the sequence
+    the decision was made on, plus the attempt's lease token for attempt writes.
+    """
+    before, after = transition.before, transition.after
+    old, new = run_state_attributes(before), run_state_attributes(after)
+    actions: list[Action] = []
+    for name, value in new.items():
+        if value == old[name]:
+            continue
+        attribute = getattr(RunItem, name)
+        actions.append(attribute.remove() if value is None else attribute.set(value))
+    actions.append(RunItem.events.set(RunItem.events.append([event_to_map(e) for e in transition.events])))
+    condition = RunItem.seq == before.seq
+    if transition.fence is not None:
+        condition &= RunItem.lease_token == transition.fence
+    return _expressions(
+        {
+            "TableName": table,
+            "Key": keys.run_key(after.environment, after.id),
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        },
+        condition=condition,
+        actions=actions,
+    )
+
+
+def renew_lease(table: str, run: Run, lease: Lease) -> Request:
+    """Extend the attempt's lease (no event); refused once the token is no longer current."""
+    expires = to_epoch_ms(lease.expires_at)
+    condition = (RunItem.lease_token == lease.token) & RunItem.status.is_in(
+        *(s.value for s in LEASED_STATUSES)
+    )
+    return _expressions(
+        {
+            "TableName": table,
+            "Key": keys.run_key(run.environment, run.id),
+            "ReturnValues": "ALL_NEW",
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        },
+        condition=condition,
+        actions=[RunItem.lease_expires_at.set(expires), RunItem.agenda_at.set(expires)],
+    )
+
+
+def claim_key(
+    table: str, pk: str, run_id: str, *, now_ms: int, expires_s: int | None, previous_owner: str | None
+) -> Request:
+    """Take an idempotency/singleton key for ``run_id``.
+
+    Succeeds if the key is free, expired (TTL deletion can lag by days), or still held by
+    ``previous_owner``, a run the caller saw finished and so no longer owning it.
+    """
+    item = KeyItem(pk=pk, sk=keys.KEY_SK, run_id=run_id, created_at=now_ms, expires_at=expires_s)
+    free = KeyItem.pk.does_not_exist() | (KeyItem.expires_at < now_ms // 1000)
+    if previous_owner is not None:
+        free |= KeyItem.run_id == previous_owner
+    return _expressions(
+        {"TableName": table, "Item": item.serialize(), "ReturnValuesOnConditionCheckFailure": "ALL_OLD"},
+        condition=free,
+    )
+
+
+def release_key(table: str, pk: str, run_id: str) -> Request:
+    """Give a key back, only if ``run_id`` still holds it."""
+    return _expressions(
+        {"TableName": table, "Key": keys.key_item_key(pk)},
+        condition=KeyItem.run_id == run_id,
+    )
+
+
+def get_key(table: str, pk: str) -> Request:
+    return {"TableName": table, "Key": keys.key_item_key(pk), "ConsistentRead": True}
