@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, overload
 
 import boto3
 from botocore.config import Config
@@ -19,6 +19,7 @@ from runlane_sqs.core.retry import RetryPolicy
 from runlane_sqs.core.wakeup import Wakeup
 from runlane_sqs.limits import MAX_DELAY_SECONDS
 from runlane_sqs.ports import KeyKind, RunStore, WakeupTransport
+from runlane_sqs.provision import provision_queues, provision_table
 from runlane_sqs.runs import RunsApi
 from runlane_sqs.storage.dynamodb import DynamoRunStore
 from runlane_sqs.tasks import Handler, Task, TaskRegistry
@@ -27,7 +28,6 @@ from runlane_sqs.triggering import TriggerRequest, create, validate_keys
 from runlane_sqs.worker import Worker
 
 log = logging.getLogger("runlane_sqs")
-F = TypeVar("F", bound=Handler)
 DEFAULT_BOTOCORE_CONFIG = Config(
     retries={"mode": "standard", "max_attempts": 5},
     connect_timeout=5,
@@ -98,8 +98,11 @@ class Runlane:
         ``RUNLANE_QUEUE_PREFIX``, ``RUNLANE_QUEUE_URLS`` and boto3's own variables
         (``AWS_ENDPOINT_URL``, ``AWS_ENDPOINT_URL_DYNAMODB``, ``AWS_ENDPOINT_URL_SQS``,
         ``AWS_DEFAULT_REGION``, credentials)."""
-        adapters = {k: overrides.pop(k) for k in ("session", "botocore_config", "clock", "store",
-                                                   "transport") if k in overrides}
+        adapters = {
+            k: overrides.pop(k)
+            for k in ("session", "botocore_config", "clock", "store", "transport")
+            if k in overrides
+        }
         return cls(config=RunlaneConfig.from_env(**overrides), **adapters)
 
     def client(self, service: str) -> Any:
@@ -116,19 +119,40 @@ class Runlane:
 
     # tasks --------------------------------------------------------------------------
 
+    @overload
+    def task(self, fn: Handler, /) -> Task: ...
+
+    @overload
     def task(
         self,
-        fn: F | None = None,
+        fn: None = None,
+        /,
         *,
         name: str | None = None,
         queue: str = "default",
         retry: RetryPolicy | None = None,
         timeout: Duration | None = None,
-    ) -> Any:
-        """Register a handler ``def handler(ctx, payload)``; usable bare or with options."""
+    ) -> Callable[[Handler], Task]: ...
 
-        def register(handler: F) -> Task:
-            return self.tasks.register(handler, name=name, queue=queue, retry=retry, timeout=timeout)
+    def task(
+        self,
+        fn: Handler | None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        retry: RetryPolicy | None = None,
+        timeout: Duration | None = None,
+    ) -> Task | Callable[[Handler], Task]:
+        """Register ``def handler(ctx, payload)`` as a task; usable bare or with options.
+
+        ``name`` defaults to ``module.function``; ``timeout`` is a fixed attempt deadline.
+        """
+
+        def register(handler: Handler) -> Task:
+            return self.tasks.register(
+                handler, name=name, queue=queue, retry=retry, timeout=timeout
+            )
 
         return register(fn) if fn is not None else register
 
@@ -258,13 +282,8 @@ class Runlane:
 
     def provision(self, queues: Sequence[str] | None = None) -> None:
         """Create the table and the queues (with dead-letter queues) if they are absent."""
-        from runlane_sqs.provision import provision_queues, provision_table
-
         provision_table(self.client("dynamodb"), self.config.table)
         names = list(queues) if queues else (self.tasks.queues() or ["default"])
         if isinstance(self.transport, SqsTransport):
             transport = self.transport
             provision_queues(self.client("sqs"), [transport.queue_name(q) for q in names])
-
-
-TaskDecorator = Callable[[Handler], Task]

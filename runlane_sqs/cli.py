@@ -58,7 +58,9 @@ def main(log_level: str) -> None:
 @click.option("--concurrency", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--drain", is_flag=True, help="Process available work, then exit.")
 @click.option("--max-runs", type=click.IntRange(min=1), help="With --drain: stop after N runs.")
-@click.option("--grace-period", default=25.0, show_default=True, help="Seconds to let attempts finish.")
+@click.option(
+    "--grace-period", default=25.0, show_default=True, help="Seconds to let attempts finish."
+)
 def worker(
     app_spec: str | None,
     queues: tuple[str, ...],

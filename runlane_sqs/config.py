@@ -69,7 +69,9 @@ class RunlaneConfig:
         )
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> RunlaneConfig:
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, **overrides: object
+    ) -> RunlaneConfig:
         """Read ``RUNLANE_*`` variables; endpoints and region come from boto3's own."""
         env = os.environ if environ is None else environ
         values: dict[str, object] = {}

@@ -14,7 +14,9 @@ from runlane_sqs.core.model import Run
 class RunLogger(logging.LoggerAdapter[logging.Logger]):
     """A logger whose every line carries the run id, task, attempt and worker id."""
 
-    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
+    def process(
+        self, msg: Any, kwargs: MutableMapping[str, Any]
+    ) -> tuple[Any, MutableMapping[str, Any]]:
         extra = dict(self.extra or {})
         extra.update(kwargs.get("extra") or {})
         kwargs["extra"] = extra

@@ -22,7 +22,7 @@ from runlane_sqs.core.machine import Skip, SkipReason, Transition
 from runlane_sqs.core.model import Failure, Run, RunStatus
 from runlane_sqs.core.names import new_lease_token
 from runlane_sqs.core.payload import encode_json
-from runlane_sqs.core.retry import qualified_name
+from runlane_sqs.core.retry import RetryDecision, qualified_name
 from runlane_sqs.core.wakeup import MalformedWakeup, Wakeup, parse_wakeup
 from runlane_sqs.errors import ConflictError, InvalidPayloadError, LeaseLost, StorageUnavailable
 from runlane_sqs.leases import LeaseKeeper
@@ -89,8 +89,11 @@ class Executor:
         try:
             return self._handle(wakeup)
         except StorageUnavailable as exc:
-            log.warning("storage unavailable, leaving wakeup for redelivery: %s", exc,
-                        extra={"run_id": wakeup.run_id})
+            log.warning(
+                "storage unavailable, leaving wakeup for redelivery: %s",
+                exc,
+                extra={"run_id": wakeup.run_id},
+            )
             return Disposition.DEFERRED
 
     def _skip(self, wakeup: Wakeup, reason: SkipReason) -> Disposition:
@@ -158,8 +161,9 @@ class Executor:
             tracked = self.leases.untrack(run.id)
         latest, lost = tracked if tracked else (run, False)
         if lost:
-            ctx.log.warning("attempt %d finished after its lease was lost; outcome discarded",
-                            run.attempt)
+            ctx.log.warning(
+                "attempt %d finished after its lease was lost; outcome discarded", run.attempt
+            )
             return None
         stored = self._record(latest, decide, ctx)
         if stored is not None:
@@ -176,7 +180,7 @@ class Executor:
                 run,
                 token=token,
                 failure=failure,
-                decision=machine.RetryDecision(retry_at=None),
+                decision=RetryDecision(retry_at=None),
                 now=app.clock.now(),
             )
         return lambda run: machine.record_success(
@@ -197,7 +201,9 @@ class Executor:
 
         return decide
 
-    def _record(self, run: Run, decide: Callable[[Run], Transition], ctx: TaskContext) -> Run | None:
+    def _record(
+        self, run: Run, decide: Callable[[Run], Transition], ctx: TaskContext
+    ) -> Run | None:
         token = _token(run)
         current: Run | None = run
         for _ in range(MAX_CONFLICTS):
@@ -221,11 +227,17 @@ class Executor:
         if run.status is RunStatus.SUCCEEDED:
             ctx.log.info("attempt %d succeeded", run.attempt)
         elif run.status is RunStatus.FAILED:
-            ctx.log.warning("attempt %d failed; run failed: %s", run.attempt,
-                            run.failure.message if run.failure else "")
+            ctx.log.warning(
+                "attempt %d failed; run failed: %s",
+                run.attempt,
+                run.failure.message if run.failure else "",
+            )
         elif run.status is RunStatus.RETRYING:
-            ctx.log.info("attempt %d failed; retry due at %s", run.attempt,
-                         run.due_at.isoformat() if run.due_at else "now")
+            ctx.log.info(
+                "attempt %d failed; retry due at %s",
+                run.attempt,
+                run.due_at.isoformat() if run.due_at else "now",
+            )
         app.release_keys(run)
         if run.status.is_runnable and run.due_at is not None:
             delay = run.due_at - app.clock.now()

@@ -49,7 +49,7 @@ class MotoServer:
 
     def start(self) -> MotoServer:
         try:
-            import moto.server  # noqa: F401
+            import moto.server  # noqa: F401, PLC0415 (optional extra)
         except ImportError:
             raise ConfigurationError(
                 "the embedded backend needs moto: pip install 'runlane-sqs[local]'"

@@ -43,7 +43,9 @@ class KeyConflict(RunlaneError):
     """A key is held by another run (``owner``) or by nothing readable (``owner=None``)."""
 
     def __init__(self, claim: KeyClaim, owner: str | None) -> None:
-        super().__init__(f"{claim.kind} key {claim.key!r} of task {claim.task!r} is held by {owner}")
+        super().__init__(
+            f"{claim.kind} key {claim.key!r} of task {claim.task!r} is held by {owner}"
+        )
         self.claim = claim
         self.owner = owner
 
@@ -95,7 +97,9 @@ class WakeupTransport(Protocol):
         """Send wakeups (batched); returns those that could not be sent."""
         ...
 
-    def receive(self, queue: str, max_messages: int, wait_seconds: float) -> list[ReceivedWakeup]: ...
+    def receive(
+        self, queue: str, max_messages: int, wait_seconds: float
+    ) -> list[ReceivedWakeup]: ...
 
     def ack(self, messages: Sequence[ReceivedWakeup]) -> None:
         """Delete handled messages (batched)."""

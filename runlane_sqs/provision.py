@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -23,8 +23,8 @@ DLQ_SUFFIX = "-dlq"
 DLQ_RETENTION_SECONDS = 14 * 24 * 3600
 
 
-def _hash_first(key_schema: list[dict[str, str]]) -> list[dict[str, str]]:
-    return sorted(key_schema, key=lambda k: k["KeyType"] != "HASH")
+def _hash_first(key_schema: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [dict(k) for k in sorted(key_schema, key=lambda k: k["KeyType"] != "HASH")]
 
 
 def table_definition(table: str) -> dict[str, Any]:

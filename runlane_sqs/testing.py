@@ -1,13 +1,13 @@
 """Helpers for users' tests: in-memory adapters and a clock that only moves when told.
 
-    from runlane_sqs import Runlane
-    from runlane_sqs.testing import in_memory_app
+from runlane_sqs import Runlane
+from runlane_sqs.testing import in_memory_app
 
-    app = in_memory_app()
-    @app.task(name="send")
-    def send(ctx, payload): ...
-    app.trigger("send", {"to": "a@example.com"})
-    assert app.worker().drain() == 1
+app = in_memory_app()
+@app.task(name="send")
+def send(ctx, payload): ...
+app.trigger("send", {"to": "a@example.com"})
+assert app.worker().drain() == 1
 """
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ from runlane_sqs.transport.memory import InMemoryTransport
 __all__ = ["InMemoryRunStore", "InMemoryTransport", "ManualClock", "in_memory_app"]
 
 
-def in_memory_app(environment: str = "test", clock: ManualClock | None = None, **options: Any) -> Runlane:
+def in_memory_app(
+    environment: str = "test", clock: ManualClock | None = None, **options: Any
+) -> Runlane:
     """A :class:`Runlane` app backed by in-memory storage and transport."""
     clock = clock or ManualClock()
     return Runlane(

@@ -78,7 +78,9 @@ def _claims(request: TriggerRequest, idempotency_expires_at: datetime) -> Sequen
     claims: list[KeyClaim] = []
     if request.idempotency_key is not None:
         claims.append(
-            KeyClaim(KeyKind.IDEMPOTENCY, request.task, request.idempotency_key, idempotency_expires_at)
+            KeyClaim(
+                KeyKind.IDEMPOTENCY, request.task, request.idempotency_key, idempotency_expires_at
+            )
         )
     if request.singleton_key is not None:
         claims.append(KeyClaim(KeyKind.SINGLETON, request.task, request.singleton_key))

@@ -69,7 +69,9 @@ class Transition:
         return self.after.id
 
 
-def _events(run: Run, now: datetime, *specs: tuple[EventType, dict[str, JSON]]) -> tuple[RunEvent, ...]:
+def _events(
+    run: Run, now: datetime, *specs: tuple[EventType, dict[str, JSON]]
+) -> tuple[RunEvent, ...]:
     return tuple(
         RunEvent(seq=run.seq + i, type=kind, at=now, attempt=run.attempt, data=data)
         for i, (kind, data) in enumerate(specs, start=1)
@@ -83,8 +85,12 @@ def _advance(
     fence: str | None,
     **changes: object,
 ) -> Transition:
-    events = _events(before.with_changes(attempt=changes.get("attempt", before.attempt)), now, *specs)
-    after = before.with_changes(seq=before.seq + len(events), updated_at=now, created=False, **changes)
+    events = _events(
+        before.with_changes(attempt=changes.get("attempt", before.attempt)), now, *specs
+    )
+    after = before.with_changes(
+        seq=before.seq + len(events), updated_at=now, created=False, **changes
+    )
     return Transition(before=before, after=after, events=events, fence=fence)
 
 

@@ -44,7 +44,7 @@ def agenda_ms(run: Run) -> int | None:
 
 
 def event_to_map(event: RunEvent) -> EventMap:
-    return EventMap(
+    return EventMap(  # type: ignore[no-untyped-call]
         seq=event.seq,
         type=event.type.value,
         at=to_epoch_ms(event.at),

@@ -38,7 +38,9 @@ class DynamoRunStore:
         self._endpoint: str | None = getattr(getattr(client, "meta", None), "endpoint_url", None)
 
     def _send(self, operation: str, request: dict[str, Any]) -> Any:
-        return call(getattr(self._client, operation), request, table=self.table, endpoint=self._endpoint)
+        return call(
+            getattr(self._client, operation), request, table=self.table, endpoint=self._endpoint
+        )
 
     def create_run(
         self, run: Run, event: RunEvent, payload_json: str, claims: Sequence[KeyClaim] = ()
@@ -67,7 +69,7 @@ class DynamoRunStore:
             self._raise_key_conflict(exc, claims)
 
     def _raise_key_conflict(self, exc: ClientError, claims: Sequence[KeyClaim]) -> None:
-        reasons = exc.response.get("CancellationReasons") or []
+        reasons: list[dict[str, Any]] = exc.response.get("CancellationReasons") or []  # type: ignore[assignment]
         for claim, reason in zip(claims, reasons, strict=False):
             if reason.get("Code") == "ConditionalCheckFailed":
                 owner = reason.get("Item", {}).get("run_id", {}).get("S")
@@ -90,7 +92,7 @@ class DynamoRunStore:
         except ClientError as exc:
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise
-            wire = exc.response.get("Item")
+            wire: dict[str, Any] | None = exc.response.get("Item")  # type: ignore[assignment]
             current = run_from_wire(wire) if wire else None
             raise ConflictError(transition.run_id, current) from None
         return transition.after

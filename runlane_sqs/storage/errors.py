@@ -44,7 +44,9 @@ def translate(exc: Exception, *, table: str, endpoint: str | None) -> NoReturn:
     raise exc
 
 
-def call(fn: Callable[..., Any], request: dict[str, Any], *, table: str, endpoint: str | None) -> Any:
+def call(
+    fn: Callable[..., Any], request: dict[str, Any], *, table: str, endpoint: str | None
+) -> Any:
     """Send one request, translating errors other than a failed condition."""
     try:
         return fn(**request)

@@ -38,7 +38,7 @@ _SUMMARY = [
 ]
 
 
-class AgendaIndex(GlobalSecondaryIndex[Any]):
+class AgendaIndex(GlobalSecondaryIndex[Any]):  # type: ignore[no-untyped-call]
     """Non-terminal runs by the time maintenance should next look at them (sparse)."""
 
     class Meta:
@@ -49,7 +49,7 @@ class AgendaIndex(GlobalSecondaryIndex[Any]):
     agenda_at = NumberAttribute(range_key=True)
 
 
-class StatusIndex(GlobalSecondaryIndex[Any]):
+class StatusIndex(GlobalSecondaryIndex[Any]):  # type: ignore[no-untyped-call]
     """Runs by environment and status, newest last: for listing."""
 
     class Meta:

@@ -75,7 +75,9 @@ def apply_transition(table: str, transition: Transition) -> Request:
             continue
         attribute = getattr(RunItem, name)
         actions.append(attribute.remove() if value is None else attribute.set(value))
-    actions.append(RunItem.events.set(RunItem.events.append([event_to_map(e) for e in transition.events])))
+    actions.append(
+        RunItem.events.set(RunItem.events.append([event_to_map(e) for e in transition.events]))
+    )
     condition = RunItem.seq == before.seq
     if transition.fence is not None:
         condition &= RunItem.lease_token == transition.fence
@@ -109,7 +111,13 @@ def renew_lease(table: str, run: Run, lease: Lease) -> Request:
 
 
 def claim_key(
-    table: str, pk: str, run_id: str, *, now_ms: int, expires_s: int | None, previous_owner: str | None
+    table: str,
+    pk: str,
+    run_id: str,
+    *,
+    now_ms: int,
+    expires_s: int | None,
+    previous_owner: str | None,
 ) -> Request:
     """Take an idempotency/singleton key for ``run_id``.
 
@@ -121,7 +129,11 @@ def claim_key(
     if previous_owner is not None:
         free |= KeyItem.run_id == previous_owner
     return _expressions(
-        {"TableName": table, "Item": item.serialize(), "ReturnValuesOnConditionCheckFailure": "ALL_OLD"},
+        {
+            "TableName": table,
+            "Item": item.serialize(),
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        },
         condition=free,
     )
 

@@ -63,7 +63,11 @@ class InMemoryTransport:
                 message.visible_at = now + self._visibility
                 out.append(
                     ReceivedWakeup(
-                        queue, message.body, message.receipt, message.message_id, message.receive_count
+                        queue,
+                        message.body,
+                        message.receipt,
+                        message.message_id,
+                        message.receive_count,
                     )
                 )
         return out

@@ -145,7 +145,9 @@ class SqsTransport:
     def release(self, messages: Sequence[ReceivedWakeup]) -> None:
         self._batch("change_message_visibility_batch", messages, {"VisibilityTimeout": 0})
 
-    def _batch(self, operation: str, messages: Sequence[ReceivedWakeup], extra: dict[str, Any]) -> None:
+    def _batch(
+        self, operation: str, messages: Sequence[ReceivedWakeup], extra: dict[str, Any]
+    ) -> None:
         by_queue: dict[str, list[ReceivedWakeup]] = defaultdict(list)
         for message in messages:
             by_queue[message.queue].append(message)
