@@ -29,31 +29,25 @@ def is_run_id(value: object) -> bool:
     return isinstance(value, str) and RUN_ID_PATTERN.fullmatch(value) is not None
 
 
-def check_environment(name: object) -> str:
-    if not isinstance(name, str) or not ENVIRONMENT_PATTERN.fullmatch(name):
-        raise ConfigurationError(
-            f"environment {name!r} must match {ENVIRONMENT_PATTERN.pattern} "
-            "(lowercase letters, digits, '-' and '_', at most 32 characters)"
-        )
+def _check(pattern: re.Pattern[str], what: str, name: object, rule: str) -> str:
+    if not isinstance(name, str) or not pattern.fullmatch(name):
+        raise ConfigurationError(f"{what} {name!r} must match {pattern.pattern} ({rule})")
     return name
+
+
+def check_environment(name: object) -> str:
+    rule = "lowercase letters, digits, '-' and '_', at most 32 characters"
+    return _check(ENVIRONMENT_PATTERN, "environment", name, rule)
 
 
 def check_queue(name: object) -> str:
-    if not isinstance(name, str) or not QUEUE_PATTERN.fullmatch(name):
-        raise ConfigurationError(
-            f"queue name {name!r} must match {QUEUE_PATTERN.pattern} "
-            "(letters, digits, '-' and '_', at most 64 characters)"
-        )
-    return name
+    rule = "letters, digits, '-' and '_', at most 64 characters"
+    return _check(QUEUE_PATTERN, "queue name", name, rule)
 
 
 def check_task_name(name: object) -> str:
-    if not isinstance(name, str) or not TASK_PATTERN.fullmatch(name):
-        raise ConfigurationError(
-            f"task name {name!r} must match {TASK_PATTERN.pattern} "
-            "(letters, digits, '.', ':', '-' and '_', at most 128 characters)"
-        )
-    return name
+    rule = "letters, digits, '.', ':', '-' and '_', at most 128 characters"
+    return _check(TASK_PATTERN, "task name", name, rule)
 
 
 def check_key(kind: str, key: object) -> str:
