@@ -17,7 +17,7 @@ from runlane_sqs.core.model import JSON, Run, RunStatus
 from runlane_sqs.core.payload import encode_json
 from runlane_sqs.core.retry import RetryPolicy
 from runlane_sqs.core.wakeup import Wakeup
-from runlane_sqs.limits import MAX_DELAY_SECONDS
+from runlane_sqs.maintenance import Maintenance
 from runlane_sqs.ports import KeyKind, RunStore, WakeupTransport
 from runlane_sqs.provision import provision_queues, provision_table
 from runlane_sqs.runs import RunsApi
@@ -90,7 +90,8 @@ class Runlane:
         self.transport: WakeupTransport = transport or SqsTransport(
             self.client("sqs"), queue_prefix=config.queue_prefix, queue_urls=config.queue_urls
         )
-        self.runs = RunsApi(self.store)
+        self.runs = RunsApi(self)
+        self.maintenance = Maintenance(self)
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Runlane:
@@ -223,6 +224,7 @@ class Runlane:
             environment=self.config.environment,
             now=self.clock.now(),
             idempotency_retention=self.config.idempotency_retention,
+            republish=self.config.republish,
         )
         log.info(
             "triggered run %s of %s" if run.created else "trigger returned existing run %s of %s",
@@ -233,12 +235,15 @@ class Runlane:
         return run
 
     def _publish_new(self, runs: Sequence[Run]) -> None:
+        """Publish wakeups of new runs due within SQS's delay limit (``wake_at`` set);
+        later ones are published by maintenance when due."""
         now = self.clock.now()
         by_delay: dict[int, list[Run]] = {}
         for run in runs:
-            delay = (run.due_at - now) if run.due_at and run.due_at > now else timedelta(0)
-            if delay <= timedelta(seconds=MAX_DELAY_SECONDS):
-                by_delay.setdefault(int(delay.total_seconds() * 1000), []).append(run)
+            if run.wake_at is None or run.due_at is None:
+                continue
+            delay_ms = max(0, int((run.due_at - now).total_seconds() * 1000))
+            by_delay.setdefault(delay_ms, []).append(run)
         for delay_ms, group in by_delay.items():
             self._publish(group, timedelta(milliseconds=delay_ms))
 

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from runlane_sqs.core.agenda import RepublishPolicy
 from runlane_sqs.core.durations import Duration, to_timedelta
 from runlane_sqs.core.names import check_environment, check_queue
 from runlane_sqs.errors import ConfigurationError
@@ -40,6 +41,14 @@ class RunlaneConfig:
     payload_limit: int = DEFAULT_PAYLOAD_LIMIT_BYTES
     """Largest payload and result, in bytes of compact JSON."""
     idempotency_retention: timedelta = timedelta(days=DEFAULT_IDEMPOTENCY_RETENTION_DAYS)
+    republish_after: timedelta = timedelta(minutes=5)
+    """How long a published wakeup is trusted before maintenance publishes another
+    (doubling on each republish of the same due run, up to ``republish_max``)."""
+    republish_max: timedelta = timedelta(hours=1)
+
+    @property
+    def republish(self) -> RepublishPolicy:
+        return RepublishPolicy(after=self.republish_after, max_after=self.republish_max)
 
     def __post_init__(self) -> None:
         check_environment(self.environment)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import traceback
 from collections.abc import Callable
-from datetime import timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
@@ -26,7 +25,7 @@ from runlane_sqs.core.retry import RetryDecision, qualified_name
 from runlane_sqs.core.wakeup import MalformedWakeup, Wakeup, parse_wakeup
 from runlane_sqs.errors import ConflictError, InvalidPayloadError, LeaseLost, StorageUnavailable
 from runlane_sqs.leases import LeaseKeeper
-from runlane_sqs.limits import MAX_DELAY_SECONDS, MAX_TRACEBACK_CHARS
+from runlane_sqs.limits import MAX_TRACEBACK_CHARS
 from runlane_sqs.ports import KeyKind, ReceivedWakeup
 from runlane_sqs.tasks import Task
 
@@ -128,6 +127,7 @@ class Executor:
             owner=self.worker_id,
             token=new_lease_token(),
             duration=app.config.lease_duration,
+            timeout=task.timeout,
         )
         if isinstance(decision, Skip):
             return self._skip(wakeup, decision.reason)
@@ -196,7 +196,12 @@ class Executor:
             now = app.clock.now()
             decision = task.retry.decide(run.attempt, now, retryable=retryable)
             return machine.record_failure(
-                run, token=token, failure=failure, decision=decision, now=now
+                run,
+                token=token,
+                failure=failure,
+                decision=decision,
+                now=now,
+                republish=app.config.republish,
             )
 
         return decide
@@ -239,10 +244,8 @@ class Executor:
                 run.due_at.isoformat() if run.due_at else "now",
             )
         app.release_keys(run)
-        if run.status.is_runnable and run.due_at is not None:
-            delay = run.due_at - app.clock.now()
-            if delay <= timedelta(seconds=MAX_DELAY_SECONDS):
-                app.publish(run, delay=delay)
+        if run.status.is_runnable and run.due_at is not None and run.wake_at is not None:
+            app.publish(run, delay=run.due_at - app.clock.now())
 
 
 def _token(run: Run) -> str:

@@ -80,8 +80,13 @@ class LeaseKeeper:
             attempt.ctx.log.warning("lease renewal failed, will retry: %s", exc)
             return
         attempt.run = current
-        if current.status is RunStatus.CANCEL_REQUESTED and not attempt.ctx.cancelled:
+        if attempt.ctx.cancelled:
+            return
+        if current.status is RunStatus.CANCEL_REQUESTED:
             attempt.ctx.log.info("cancellation requested")
+            attempt.ctx.cancellation.set()
+        elif current.deadline_at is not None and current.deadline_at <= self._clock.now():
+            attempt.ctx.log.warning("attempt passed its deadline; asking the handler to stop")
             attempt.ctx.cancellation.set()
 
     def start(self) -> None:

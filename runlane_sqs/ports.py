@@ -78,6 +78,22 @@ class RunStore(Protocol):
         """Free a key if ``run_id`` still holds it (a no-op otherwise)."""
         ...
 
+    def agenda_page(
+        self, partition: str, until: datetime, limit: int, cursor: str | None
+    ) -> tuple[list[Run], str | None]:
+        """Up to ``limit`` runs listed in an agenda ``partition`` at or before ``until``,
+        in time order, after ``cursor``; returns them and the next cursor (``None`` at the
+        end). Runs read from the index carry no payload, result or history."""
+        ...
+
+    def load_cursors(self) -> dict[str, str]:
+        """Maintenance's saved cursors, by agenda partition."""
+        ...
+
+    def save_cursor(self, partition: str, cursor: str | None) -> None:
+        """Remember (or, with ``None``, forget) where maintenance stopped in a partition."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class ReceivedWakeup:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from runlane_sqs.core import machine
+from runlane_sqs.core.agenda import RepublishPolicy
 from runlane_sqs.core.model import JSON, Run, RunStatus
 from runlane_sqs.core.names import check_key, new_run_id
 from runlane_sqs.errors import RunlaneError
@@ -48,6 +49,7 @@ def create(
     environment: str,
     now: datetime,
     idempotency_retention: timedelta,
+    republish: RepublishPolicy,
 ) -> Run:
     """Write the run (with its keys) and return it, or the run that already holds a key."""
     run, event = machine.new_run(
@@ -60,6 +62,7 @@ def create(
         due_at=request.due_at,
         idempotency_key=request.idempotency_key,
         singleton_key=request.singleton_key,
+        republish=republish,
     )
     claims = _claims(request, now + idempotency_retention)
     for _ in range(MAX_KEY_TAKEOVERS):

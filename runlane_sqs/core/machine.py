@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from runlane_sqs.core.agenda import RepublishPolicy, eager_wake_at
 from runlane_sqs.core.durations import truncate_ms
 from runlane_sqs.core.model import (
     JSON,
@@ -63,6 +64,9 @@ class Transition:
     after: Run
     events: tuple[RunEvent, ...]
     fence: str | None = None
+    guard: tuple[str, ...] = ()
+    """Further state attributes (by storage name) that must still hold ``before``'s value:
+    for writes that append no event and so do not advance ``seq``."""
 
     @property
     def run_id(self) -> str:
@@ -78,7 +82,7 @@ def _events(
     )
 
 
-def _advance(
+def advance(
     before: Run,
     now: datetime,
     specs: list[tuple[EventType, dict[str, JSON]]],
@@ -105,9 +109,16 @@ def new_run(
     due_at: datetime | None = None,
     idempotency_key: str | None = None,
     singleton_key: str | None = None,
+    republish: RepublishPolicy | None = None,
 ) -> tuple[Run, RunEvent]:
-    """A freshly triggered run and its first event."""
+    """A freshly triggered run and its first event.
+
+    With ``republish`` the caller publishes the wakeup at once; maintenance looks again
+    only if the run is still runnable ``republish.after`` past its due time.
+    """
     now = truncate_ms(now)
+    due = truncate_ms(due_at) if due_at is not None else now
+    wake_at = eager_wake_at(due, now, republish) if republish else None
     run = Run(
         id=run_id,
         environment=environment,
@@ -118,7 +129,8 @@ def new_run(
         created_at=now,
         updated_at=now,
         seq=1,
-        due_at=truncate_ms(due_at) if due_at is not None else now,
+        due_at=due,
+        wake_at=truncate_ms(wake_at) if wake_at else None,
         idempotency_key=idempotency_key,
         singleton_key=singleton_key,
         created=True,
@@ -130,9 +142,18 @@ def new_run(
 
 
 def claim_lease(
-    run: Run, *, now: datetime, owner: str, token: str, duration: timedelta
+    run: Run,
+    *,
+    now: datetime,
+    owner: str,
+    token: str,
+    duration: timedelta,
+    timeout: timedelta | None = None,
 ) -> Transition | Skip:
-    """Start the next attempt if the run is runnable and due."""
+    """Start the next attempt if the run is runnable and due.
+
+    ``timeout`` (the task's fixed attempt timeout) sets the attempt's deadline.
+    """
     if run.status.is_terminal:
         return Skip(SkipReason.TERMINAL)
     if run.status in LEASED_STATUSES:
@@ -142,7 +163,7 @@ def claim_lease(
     now = truncate_ms(now)
     attempt = run.attempt + 1
     lease = Lease(owner=owner, token=token, expires_at=truncate_ms(now + duration))
-    return _advance(
+    return advance(
         run,
         now,
         [(EventType.STARTED, {"worker": owner})],
@@ -151,6 +172,9 @@ def claim_lease(
         attempt=attempt,
         lease=lease,
         due_at=None,
+        wake_at=None,
+        publishes=0,
+        deadline_at=truncate_ms(now + timeout) if timeout is not None else None,
     )
 
 
@@ -166,70 +190,118 @@ def renew_lease(run: Run, *, token: str, now: datetime, duration: timedelta) -> 
     return Lease(owner=run.lease.owner, token=token, expires_at=truncate_ms(now + duration))
 
 
-def record_success(run: Run, *, token: str, result: JSON, now: datetime) -> Transition:
-    """The attempt returned ``result``."""
-    _require_lease(run, token)
-    if run.status is not RunStatus.RUNNING:
-        raise IllegalTransition(f"run {run.id} is {run.status}; success needs running")
-    return _advance(
+_ENDED_ATTEMPT: dict[str, object] = {"lease": None, "deadline_at": None, "lease_losses": 0}
+
+
+def _cancelled_after_attempt(run: Run, now: datetime, token: str, outcome: str) -> Transition:
+    """A cancel request was pending when the attempt ended: the run is cancelled."""
+    return advance(
         run,
-        truncate_ms(now),
+        now,
+        [(EventType.CANCELLED, {"after": outcome})],
+        fence=token,
+        status=RunStatus.CANCELLED,
+        due_at=None,
+        **_ENDED_ATTEMPT,
+    )
+
+
+def record_success(run: Run, *, token: str, result: JSON, now: datetime) -> Transition:
+    """The attempt returned ``result`` (a pending cancel request turns it into cancelled)."""
+    _require_lease(run, token)
+    now = truncate_ms(now)
+    if run.status is RunStatus.CANCEL_REQUESTED:
+        return _cancelled_after_attempt(run, now, token, "succeeded")
+    return advance(
+        run,
+        now,
         [(EventType.SUCCEEDED, {})],
         fence=token,
         status=RunStatus.SUCCEEDED,
         result=result,
-        lease=None,
         due_at=None,
+        **_ENDED_ATTEMPT,
+    )
+
+
+def fail_attempt(
+    run: Run,
+    now: datetime,
+    first: tuple[EventType, dict[str, JSON]],
+    failure: Failure,
+    decision: RetryDecision,
+    fence: str | None,
+    republish: RepublishPolicy | None,
+) -> Transition:
+    """The attempt ended in failure (raised or timed out): retry or fail the run."""
+    if decision.retry_at is not None:
+        retry_at = truncate_ms(decision.retry_at)
+        first[1]["retry_at"] = retry_at.isoformat()
+        wake_at = eager_wake_at(retry_at, now, republish) if republish else None
+        return advance(
+            run,
+            now,
+            [first],
+            fence=fence,
+            status=RunStatus.RETRYING,
+            failure=failure,
+            due_at=retry_at,
+            wake_at=truncate_ms(wake_at) if wake_at else None,
+            **_ENDED_ATTEMPT,
+        )
+    return advance(
+        run,
+        now,
+        [first, (EventType.FAILED, {"attempts": run.attempt})],
+        fence=fence,
+        status=RunStatus.FAILED,
+        failure=failure,
+        due_at=None,
+        **_ENDED_ATTEMPT,
     )
 
 
 def record_failure(
-    run: Run, *, token: str, failure: Failure, decision: RetryDecision, now: datetime
+    run: Run,
+    *,
+    token: str,
+    failure: Failure,
+    decision: RetryDecision,
+    now: datetime,
+    republish: RepublishPolicy | None = None,
 ) -> Transition:
-    """The attempt raised; ``decision`` (from the retry policy) says what follows."""
+    """The attempt raised; ``decision`` (from the retry policy) says what follows.
+
+    With ``republish`` the caller publishes the retry's wakeup itself when it is due
+    within SQS's delay limit (see :func:`~runlane_sqs.core.agenda.eager_wake_at`).
+    """
     _require_lease(run, token)
-    if run.status is not RunStatus.RUNNING:
-        raise IllegalTransition(f"run {run.id} is {run.status}; failure needs running")
     now = truncate_ms(now)
-    data: dict[str, JSON] = {"failure": failure.to_json()}
-    if decision.retry_at is not None:
-        retry_at = truncate_ms(decision.retry_at)
-        data["retry_at"] = retry_at.isoformat()
-        return _advance(
-            run,
-            now,
-            [(EventType.ATTEMPT_FAILED, data)],
-            fence=token,
-            status=RunStatus.RETRYING,
-            failure=failure,
-            lease=None,
-            due_at=retry_at,
-        )
-    return _advance(
-        run,
-        now,
-        [(EventType.ATTEMPT_FAILED, data), (EventType.FAILED, {"attempts": run.attempt})],
-        fence=token,
-        status=RunStatus.FAILED,
-        failure=failure,
-        lease=None,
-        due_at=None,
-    )
+    if run.status is RunStatus.CANCEL_REQUESTED:
+        return _cancelled_after_attempt(run, now, token, "failed")
+    first = (EventType.ATTEMPT_FAILED, {"failure": failure.to_json()})
+    return fail_attempt(run, now, first, failure, decision, token, republish)
 
 
-def expire_lease(run: Run, *, now: datetime) -> Transition | Skip:
-    """Make a run whose lease expired runnable again as the same run."""
+def request_cancel(run: Run, *, now: datetime, actor: str, reason: str) -> Transition:
+    """Cancel a waiting run at once; ask a running one to stop (its worker learns at
+    the next heartbeat). Raises :class:`IllegalTransition` for finished runs."""
     if run.status.is_terminal:
-        return Skip(SkipReason.TERMINAL)
-    if run.status is not RunStatus.RUNNING or run.lease is None or run.lease.is_live(now):
-        return Skip(SkipReason.LEASED if run.lease else SkipReason.NOT_DUE)
+        raise IllegalTransition(f"run {run.id} is already {run.status.value}; nothing to cancel")
+    if run.status is RunStatus.CANCEL_REQUESTED:
+        raise IllegalTransition(f"run {run.id} already has a cancel request")
     now = truncate_ms(now)
-    return _advance(
+    data: dict[str, JSON] = {"actor": actor, "reason": reason}
+    if run.status is RunStatus.RUNNING:
+        return advance(
+            run, now, [(EventType.CANCEL_REQUESTED, data)], None, status=RunStatus.CANCEL_REQUESTED
+        )
+    return advance(
         run,
         now,
-        [(EventType.LEASE_EXPIRED, {"worker": run.lease.owner})],
-        fence=run.lease.token,
-        status=RunStatus.QUEUED,
-        lease=None,
-        due_at=now,
+        [(EventType.CANCELLED, data)],
+        None,
+        status=RunStatus.CANCELLED,
+        due_at=None,
+        wake_at=None,
     )

@@ -61,6 +61,12 @@ class EventType(StrEnum):
     """No attempt is left (or the failure is not retryable); the run is finished."""
     LEASE_EXPIRED = "lease_expired"
     """Maintenance found the lease expired and made the same run runnable again."""
+    ATTEMPT_TIMED_OUT = "attempt_timed_out"
+    """The attempt passed the task's fixed deadline; the retry policy decides what follows."""
+    CANCEL_REQUESTED = "cancel_requested"
+    """An operator asked to cancel a running run; its worker learns at the next heartbeat."""
+    CANCELLED = "cancelled"
+    """The run was cancelled; ``data`` holds the actor and the reason."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +143,15 @@ class Run:
     failure: Failure | None = None
     idempotency_key: str | None = None
     singleton_key: str | None = None
+    deadline_at: datetime | None = None
+    """The current attempt's fixed deadline (tasks with a ``timeout`` only)."""
+    lease_losses: int = 0
+    """Leases that expired in a row; reset by any outcome an attempt records."""
+    wake_at: datetime | None = None
+    """When maintenance should next publish a wakeup for this runnable run
+    (``None``: at ``due_at``). Moves forward each time a wakeup is published."""
+    publishes: int = 0
+    """Wakeups published by maintenance since the run last became runnable."""
     created: bool = False
     """True only on the ``Run`` returned by the trigger that created it."""
 

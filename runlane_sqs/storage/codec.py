@@ -8,11 +8,12 @@ every write keeps the indexes consistent with the state it writes.
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
+from runlane_sqs.core.agenda import agenda_entry
 from runlane_sqs.core.durations import from_epoch_ms, to_epoch_ms
 from runlane_sqs.core.model import (
-    LEASED_STATUSES,
     EventType,
     Failure,
     Lease,
@@ -32,15 +33,12 @@ def _compact(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def agenda_ms(run: Run) -> int | None:
-    """When maintenance should next look at this run; ``None`` for terminal runs."""
-    if run.status.is_terminal:
-        return None
-    if run.status in LEASED_STATUSES and run.lease is not None:
-        return to_epoch_ms(run.lease.expires_at)
-    if run.due_at is not None:
-        return to_epoch_ms(run.due_at)
-    return None
+def _ms(at: datetime | None) -> int | None:
+    return to_epoch_ms(at) if at is not None else None
+
+
+def _at(ms: Any) -> datetime | None:
+    return from_epoch_ms(int(ms)) if ms is not None else None
 
 
 def event_to_map(event: RunEvent) -> EventMap:
@@ -63,25 +61,33 @@ def event_from_map(entry: EventMap) -> RunEvent:
     )
 
 
-def run_state_attributes(run: Run, payload_json: str | None = None) -> dict[str, Any]:
+def run_state_attributes(run: Run) -> dict[str, Any]:
     """The python values of every state attribute (``None`` means absent)."""
     lease = run.lease
-    agenda = agenda_ms(run)
+    entry = agenda_entry(run)
     return {
         "status": run.status.value,
         "seq": run.seq,
         "attempt": run.attempt,
         "updated_at": to_epoch_ms(run.updated_at),
-        "due_at": to_epoch_ms(run.due_at) if run.due_at is not None else None,
+        "due_at": _ms(run.due_at),
         "lease_owner": lease.owner if lease else None,
         "lease_token": lease.token if lease else None,
         "lease_expires_at": to_epoch_ms(lease.expires_at) if lease else None,
         "result": _compact(run.result) if run.result is not None else None,
         "failure": _compact(run.failure.to_json()) if run.failure else None,
+        "deadline_at": _ms(run.deadline_at),
+        "lease_losses": run.lease_losses or None,
+        "wake_at": _ms(run.wake_at),
+        "publishes": run.publishes or None,
         "status_pk": keys.status_pk(run.environment, run.status.value),
-        "agenda_pk": keys.agenda_pk(run.environment, run.id) if agenda is not None else None,
-        "agenda_at": agenda,
+        "agenda_pk": keys.agenda_pk(run.environment, entry[0], run.id) if entry else None,
+        "agenda_at": to_epoch_ms(entry[1]) if entry else None,
     }
+
+
+INDEX_ATTRIBUTES = ("status_pk", "agenda_pk", "agenda_at")
+"""Written on every transition, whatever the diff says, so indexes never go stale."""
 
 
 def run_to_item(run: Run, events: list[RunEvent], payload_json: str) -> RunItem:
@@ -129,11 +135,15 @@ def run_from_item(item: RunItem) -> Run:
         queue=item.queue,
         status=RunStatus(item.status),
         payload=decode_json(item.payload),
+        deadline_at=_at(item.deadline_at),
+        lease_losses=int(item.lease_losses or 0),
+        wake_at=_at(item.wake_at),
+        publishes=int(item.publishes or 0),
         created_at=from_epoch_ms(int(item.created_at)),
         updated_at=from_epoch_ms(int(item.updated_at)),
         seq=int(item.seq),
         attempt=int(item.attempt),
-        due_at=from_epoch_ms(int(item.due_at)) if item.due_at is not None else None,
+        due_at=_at(item.due_at),
         lease=lease,
         result=decode_json(item.result),
         failure=Failure.from_json(json.loads(item.failure)) if item.failure else None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -19,6 +20,7 @@ from runlane_sqs.storage.codec import (
     run_from_wire,
     run_to_wire,
 )
+from runlane_sqs.storage.cursors import decode_cursor, encode_cursor
 from runlane_sqs.storage.errors import call, error_code
 
 
@@ -113,3 +115,30 @@ class DynamoRunStore:
         except ClientError as exc:
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise
+
+    def agenda_page(
+        self, partition: str, until: datetime, limit: int, cursor: str | None
+    ) -> tuple[list[Run], str | None]:
+        start = decode_cursor(cursor)
+        request = requests.query_agenda(self.table, partition, to_epoch_ms(until), limit, start)
+        response = self._send("query", request)
+        runs = [run_from_wire(item) for item in response.get("Items", [])]
+        return runs, encode_cursor(response.get("LastEvaluatedKey"))
+
+    def load_cursors(self) -> dict[str, str]:
+        response = self._send("query", requests.query_cursors(self.table, self.environment))
+        prefix = keys.CURSOR_SK_PREFIX
+        return {
+            item["sk"]["S"][len(prefix) :]: item["cursor"]["S"]
+            for item in response.get("Items", [])
+            if item["sk"]["S"].startswith(prefix)
+        }
+
+    def save_cursor(self, partition: str, cursor: str | None) -> None:
+        if cursor is None:
+            self._send(
+                "delete_item", requests.delete_cursor(self.table, self.environment, partition)
+            )
+        else:
+            request = requests.put_cursor(self.table, self.environment, partition, cursor)
+            self._send("put_item", request)

@@ -24,6 +24,7 @@ TTL_ATTRIBUTE = "expires_at"
 
 _SUMMARY = [
     "run_id",
+    "environment",
     "task",
     "queue",
     "status",
@@ -35,7 +36,15 @@ _SUMMARY = [
     "lease_owner",
     "lease_token",
     "lease_expires_at",
+    "deadline_at",
+    "lease_losses",
+    "wake_at",
+    "publishes",
+    "idempotency_key",
+    "singleton_key",
 ]
+"""Attributes the indexes carry: enough for maintenance to decide and write a transition
+without reading the item (payload, result and history stay in the table only)."""
 
 
 class AgendaIndex(GlobalSecondaryIndex[Any]):  # type: ignore[no-untyped-call]
@@ -81,7 +90,8 @@ class RunItem(Model):
     task = UnicodeAttribute()
     queue = UnicodeAttribute()
     status = UnicodeAttribute()
-    payload = UnicodeAttribute()
+    payload = UnicodeAttribute(null=True)
+    """Absent on items read from an index projection."""
     created_at = NumberAttribute()
     updated_at = NumberAttribute()
     seq = NumberAttribute()
@@ -94,7 +104,11 @@ class RunItem(Model):
     failure = UnicodeAttribute(null=True)
     idempotency_key = UnicodeAttribute(null=True)
     singleton_key = UnicodeAttribute(null=True)
-    events = ListAttribute(of=EventMap)
+    deadline_at = NumberAttribute(null=True)
+    lease_losses = NumberAttribute(null=True)
+    wake_at = NumberAttribute(null=True)
+    publishes = NumberAttribute(null=True)
+    events = ListAttribute(of=EventMap, null=True)
     # index attributes, derived from the state above on every write
     status_pk = UnicodeAttribute(null=True)
     created_sk = UnicodeAttribute(null=True)

@@ -44,9 +44,21 @@ def created_sk(created_at_ms: int, run_id: str) -> str:
     return f"{created_at_ms:013d}#{run_id}"
 
 
-def agenda_pk(environment: str, run_id: str) -> str:
-    return f"{environment}#{int(run_id[:4], 16) % AGENDA_SHARDS}"
+def agenda_pk(environment: str, kind: str, run_id: str) -> str:
+    return f"{environment}#{kind}#{int(run_id[:4], 16) % AGENDA_SHARDS}"
 
 
-def agenda_partitions(environment: str) -> list[str]:
-    return [f"{environment}#{shard}" for shard in range(AGENDA_SHARDS)]
+def agenda_partitions(environment: str, kind: str) -> list[str]:
+    return [f"{environment}#{kind}#{shard}" for shard in range(AGENDA_SHARDS)]
+
+
+MAINTENANCE_PREFIX = "MAINT#"
+CURSOR_SK_PREFIX = "CURSOR#"
+
+
+def maintenance_pk(environment: str) -> str:
+    return f"{MAINTENANCE_PREFIX}{environment}"
+
+
+def cursor_sk(partition: str) -> str:
+    return f"{CURSOR_SK_PREFIX}{partition}"

@@ -9,11 +9,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 
+from runlane_sqs.core.durations import to_epoch_ms
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import LEASED_STATUSES, Lease, Run, RunEvent
 from runlane_sqs.errors import ConflictError, LeaseLost
 from runlane_sqs.ports import KeyClaim, KeyConflict, KeyKind
+from runlane_sqs.storage.codec import run_state_attributes
+from runlane_sqs.storage.cursors import decode_cursor, encode_cursor
 
 
 @dataclass
@@ -36,6 +40,7 @@ class InMemoryRunStore:
         self.environment = environment
         self._runs: dict[str, _Stored] = {}
         self._keys: dict[tuple[KeyKind, str, str], _Key] = {}
+        self._cursors: dict[str, str] = {}
         self._lock = threading.Lock()
 
     def create_run(
@@ -79,6 +84,10 @@ class InMemoryRunStore:
             fence = transition.fence
             if fence is not None and (current.lease is None or current.lease.token != fence):
                 raise ConflictError(transition.run_id, current)
+            stored_state = run_state_attributes(current)
+            seen_state = run_state_attributes(transition.before)
+            if any(stored_state[name] != seen_state[name] for name in transition.guard):
+                raise ConflictError(transition.run_id, current)
             stored.run = replace(transition.after, created=False)
             stored.events.extend(transition.events)
             return stored.run
@@ -103,6 +112,39 @@ class InMemoryRunStore:
             held = self._keys.get((kind, task, key))
             if held is not None and held.run_id == run_id:
                 del self._keys[(kind, task, key)]
+
+    def agenda_page(
+        self, partition: str, until: datetime, limit: int, cursor: str | None
+    ) -> tuple[list[Run], str | None]:
+        after = decode_cursor(cursor)
+        start = (after["at"], after["id"]) if after else None
+        until_ms = to_epoch_ms(until)
+        with self._lock:
+            listed = []
+            for stored in self._runs.values():
+                state = run_state_attributes(stored.run)
+                if state["agenda_pk"] != partition or state["agenda_at"] > until_ms:
+                    continue
+                position = (state["agenda_at"], stored.run.id)
+                if start is None or position > start:
+                    listed.append((position, stored.run))
+        listed.sort(key=lambda pair: pair[0])
+        page = listed[:limit]
+        more = len(listed) > limit
+        last = page[-1][0] if page and more else None
+        next_cursor = encode_cursor({"at": last[0], "id": last[1]}) if last else None
+        return [run for _, run in page], next_cursor
+
+    def load_cursors(self) -> dict[str, str]:
+        with self._lock:
+            return dict(self._cursors)
+
+    def save_cursor(self, partition: str, cursor: str | None) -> None:
+        with self._lock:
+            if cursor is None:
+                self._cursors.pop(partition, None)
+            else:
+                self._cursors[partition] = cursor
 
     # inspection helpers for tests
     def all_runs(self) -> list[Run]:

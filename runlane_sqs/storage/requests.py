@@ -22,12 +22,16 @@ from typing import Any
 from pynamodb.expressions.condition import Condition
 from pynamodb.expressions.update import Action, Update
 
-from runlane_sqs.core.durations import to_epoch_ms
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import LEASED_STATUSES, Lease, Run
 from runlane_sqs.storage import keys
-from runlane_sqs.storage.codec import AttributeMap, event_to_map, run_state_attributes
-from runlane_sqs.storage.items import KeyItem, RunItem
+from runlane_sqs.storage.codec import (
+    INDEX_ATTRIBUTES,
+    AttributeMap,
+    event_to_map,
+    run_state_attributes,
+)
+from runlane_sqs.storage.items import AGENDA_INDEX, KeyItem, RunItem
 
 Request = dict[str, Any]
 
@@ -71,7 +75,7 @@ def apply_transition(table: str, transition: Transition) -> Request:
     old, new = run_state_attributes(before), run_state_attributes(after)
     actions: list[Action] = []
     for name, value in new.items():
-        if value == old[name]:
+        if value == old[name] and name not in INDEX_ATTRIBUTES:
             continue
         attribute = getattr(RunItem, name)
         actions.append(attribute.remove() if value is None else attribute.set(value))
@@ -81,6 +85,10 @@ def apply_transition(table: str, transition: Transition) -> Request:
     condition = RunItem.seq == before.seq
     if transition.fence is not None:
         condition &= RunItem.lease_token == transition.fence
+    for name in transition.guard:
+        attribute = getattr(RunItem, name)
+        value = old[name]
+        condition &= attribute.does_not_exist() if value is None else attribute == value
     return _expressions(
         {
             "TableName": table,
@@ -94,7 +102,7 @@ def apply_transition(table: str, transition: Transition) -> Request:
 
 def renew_lease(table: str, run: Run, lease: Lease) -> Request:
     """Extend the attempt's lease (no event); refused once the token is no longer current."""
-    expires = to_epoch_ms(lease.expires_at)
+    renewed = run_state_attributes(run.with_changes(lease=lease))
     condition = (RunItem.lease_token == lease.token) & RunItem.status.is_in(
         *(s.value for s in LEASED_STATUSES)
     )
@@ -106,7 +114,10 @@ def renew_lease(table: str, run: Run, lease: Lease) -> Request:
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         },
         condition=condition,
-        actions=[RunItem.lease_expires_at.set(expires), RunItem.agenda_at.set(expires)],
+        actions=[
+            RunItem.lease_expires_at.set(renewed["lease_expires_at"]),
+            RunItem.agenda_at.set(renewed["agenda_at"]),
+        ],
     )
 
 
@@ -148,3 +159,52 @@ def release_key(table: str, pk: str, run_id: str) -> Request:
 
 def get_key(table: str, pk: str) -> Request:
     return {"TableName": table, "Key": keys.key_item_key(pk), "ConsistentRead": True}
+
+
+def query_agenda(
+    table: str, partition: str, until_ms: int, limit: int, start: AttributeMap | None
+) -> Request:
+    """One page of the agenda index: runs in ``partition`` due for a look by ``until_ms``."""
+    request: Request = {
+        "TableName": table,
+        "IndexName": AGENDA_INDEX,
+        "KeyConditionExpression": "#pk = :pk AND #at <= :until",
+        "ExpressionAttributeNames": {"#pk": "agenda_pk", "#at": "agenda_at"},
+        "ExpressionAttributeValues": {":pk": {"S": partition}, ":until": {"N": str(until_ms)}},
+        "Limit": limit,
+    }
+    if start:
+        request["ExclusiveStartKey"] = start
+    return request
+
+
+def query_cursors(table: str, environment: str) -> Request:
+    """Every maintenance cursor of the environment (one small partition)."""
+    return {
+        "TableName": table,
+        "KeyConditionExpression": "#pk = :pk",
+        "ExpressionAttributeNames": {"#pk": "pk"},
+        "ExpressionAttributeValues": {":pk": {"S": keys.maintenance_pk(environment)}},
+        "ConsistentRead": True,
+    }
+
+
+def put_cursor(table: str, environment: str, partition: str, cursor: str) -> Request:
+    return {
+        "TableName": table,
+        "Item": {
+            "pk": {"S": keys.maintenance_pk(environment)},
+            "sk": {"S": keys.cursor_sk(partition)},
+            "cursor": {"S": cursor},
+        },
+    }
+
+
+def delete_cursor(table: str, environment: str, partition: str) -> Request:
+    return {
+        "TableName": table,
+        "Key": {
+            "pk": {"S": keys.maintenance_pk(environment)},
+            "sk": {"S": keys.cursor_sk(partition)},
+        },
+    }

@@ -1,0 +1,147 @@
+"""Maintenance's decisions: repairs of the *same* run when delivery or ownership stopped.
+
+Pure functions of (run, now, settings). A lifecycle change that won the race first is
+never overwritten: every transition here is written conditioned on the sequence it was
+decided on, and terminal runs are always skipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from runlane_sqs.core.agenda import RepublishPolicy
+from runlane_sqs.core.durations import truncate_ms
+from runlane_sqs.core.machine import Skip, SkipReason, Transition, advance, fail_attempt
+from runlane_sqs.core.model import EventType, Failure, Run, RunStatus
+from runlane_sqs.core.retry import RetryPolicy
+
+LEASE_LOST = "runlane.lease_lost"
+"""Failure type of a run whose leases expired too many times in a row."""
+ATTEMPT_TIMEOUT = "runlane.attempt_timeout"
+"""Failure type of an attempt that passed its fixed deadline."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecoverySettings:
+    max_lease_losses: int = 3
+    """Consecutive lease expiries after which the run fails with ``lease_lost``."""
+    republish: RepublishPolicy = field(default_factory=RepublishPolicy)
+
+
+def plan_publish(run: Run, *, now: datetime, policy: RepublishPolicy) -> Transition | Skip:
+    """A due runnable run gets a fresh wakeup; the write (no event) moves ``wake_at``
+    forward so the next pass does not publish it again while this one is in flight."""
+    if run.status.is_terminal:
+        return Skip(SkipReason.TERMINAL)
+    if not run.status.is_runnable:
+        return Skip(SkipReason.LEASED)
+    if run.due_at is None or (run.wake_at or run.due_at) > now:
+        return Skip(SkipReason.NOT_DUE)
+    now = truncate_ms(now)
+    return Transition(
+        before=run,
+        after=run.with_changes(
+            wake_at=truncate_ms(policy.next_wake(now, run.publishes)),
+            publishes=run.publishes + 1,
+            created=False,
+        ),
+        events=(),
+        guard=("publishes",),
+    )
+
+
+def recover_lease(
+    run: Run, *, now: datetime, retry: RetryPolicy | None, settings: RecoverySettings
+) -> Transition | Skip:
+    """What maintenance does with a leased run whose lease or deadline has passed.
+
+    Order matters: a passed deadline is finalized as a timeout even when the lease has
+    also expired (reacquiring first would lose the durable timeout); a pending cancel
+    request is finalized once the lease is gone; otherwise an expired lease makes the
+    same run runnable again, or fails it after too many losses in a row.
+    ``retry`` is the task's policy (``None`` when this process does not know the task:
+    the deadline then waits for a process that does).
+    """
+    if run.status.is_terminal:
+        return Skip(SkipReason.TERMINAL)
+    lease = run.lease
+    if run.status not in (RunStatus.RUNNING, RunStatus.CANCEL_REQUESTED) or lease is None:
+        return Skip(SkipReason.NOT_DUE)
+    now = truncate_ms(now)
+    deadline_passed = run.deadline_at is not None and run.deadline_at <= now
+    if run.status is RunStatus.RUNNING and deadline_passed and retry is not None:
+        return time_out_attempt(run, now=now, retry=retry, settings=settings)
+    if lease.is_live(now):
+        return Skip(SkipReason.LEASED)
+    if run.status is RunStatus.CANCEL_REQUESTED:
+        return advance(
+            run,
+            now,
+            [(EventType.CANCELLED, {"after": "lease_expired", "worker": lease.owner})],
+            lease.token,
+            status=RunStatus.CANCELLED,
+            lease=None,
+            deadline_at=None,
+        )
+    return expire_lease(run, now=now, settings=settings)
+
+
+def expire_lease(
+    run: Run, *, now: datetime, settings: RecoverySettings | None = None
+) -> Transition | Skip:
+    """The lease expired: the same run becomes runnable (``lease_expired``), or fails
+    with ``lease_lost`` when that has happened ``max_lease_losses`` times in a row."""
+    lease = run.lease
+    if run.status is not RunStatus.RUNNING or lease is None:
+        return Skip(SkipReason.TERMINAL if run.is_terminal else SkipReason.NOT_DUE)
+    if lease.is_live(now):
+        return Skip(SkipReason.LEASED)
+    settings = settings or RecoverySettings()
+    now = truncate_ms(now)
+    losses = run.lease_losses + 1
+    expired = (EventType.LEASE_EXPIRED, {"worker": lease.owner, "losses": losses})
+    ended = {"lease": None, "deadline_at": None, "lease_losses": losses}
+    if losses >= settings.max_lease_losses:
+        failure = Failure(
+            type=LEASE_LOST,
+            message=f"the lease expired {losses} times in a row; the worker probably died "
+            "running this run (out of memory, killed)",
+            retryable=False,
+        )
+        return advance(
+            run,
+            now,
+            [expired, (EventType.FAILED, {"attempts": run.attempt})],
+            lease.token,
+            status=RunStatus.FAILED,
+            failure=failure,
+            due_at=None,
+            **ended,
+        )
+    return advance(
+        run,
+        now,
+        [expired],
+        lease.token,
+        status=RunStatus.QUEUED,
+        due_at=now,
+        wake_at=truncate_ms(settings.republish.next_wake(now, 0)),
+        publishes=0,
+        **ended,
+    )
+
+
+def time_out_attempt(
+    run: Run, *, now: datetime, retry: RetryPolicy, settings: RecoverySettings
+) -> Transition:
+    """Record the attempt as timed out (fenced on its lease); the retry policy decides."""
+    assert run.lease is not None and run.deadline_at is not None
+    failure = Failure(
+        type=ATTEMPT_TIMEOUT,
+        message=f"attempt {run.attempt} passed its deadline {run.deadline_at.isoformat()}",
+        retryable=True,
+    )
+    first = (EventType.ATTEMPT_TIMED_OUT, {"failure": failure.to_json()})
+    decision = retry.decide(run.attempt, now)
+    return fail_attempt(run, now, first, failure, decision, run.lease.token, settings.republish)

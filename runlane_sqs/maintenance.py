@@ -1,0 +1,223 @@
+"""Maintenance: connects due work back to delivery and repairs the same run when
+delivery or ownership stopped making progress.
+
+One pass runs two bounded scans of the agenda index (never a table Scan):
+
+- ``due``: runnable runs whose wakeup time has come (retry backoff over, release time
+  reached, a queued run whose eager publish failed or was lost) get a fresh wakeup;
+- ``lease``: leased runs whose lease or attempt deadline has passed are finalized as
+  timed out, cancelled (abandoned cancellation), made runnable again (expired lease)
+  or failed with ``lease_lost``.
+
+Each candidate is re-checked by a conditional write; one that changed meanwhile is
+skipped. Scans resume from opaque cursors kept in DynamoDB, so two passes can overlap
+(EventBridge may deliver a schedule twice) without double effects.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from runlane_sqs.core.agenda import AgendaKind
+from runlane_sqs.core.machine import Skip, Transition
+from runlane_sqs.core.model import EventType, Run
+from runlane_sqs.core.recovery import RecoverySettings, plan_publish, recover_lease
+from runlane_sqs.errors import ConflictError, RunlaneError
+from runlane_sqs.storage import keys
+from runlane_sqs.storage.cursors import InvalidCursor
+
+if TYPE_CHECKING:
+    from runlane_sqs.app import Runlane
+
+log = logging.getLogger("runlane_sqs.maintenance")
+PAGE_SIZE = 25
+
+
+@dataclass(frozen=True)
+class MaintenanceConfig:
+    """Bounds and thresholds of one maintenance pass."""
+
+    limit_per_job: int = 200
+    """Most candidates each scan (due, lease) examines per pass."""
+    max_lease_losses: int = 3
+    """Consecutive lease expiries after which a run fails with ``lease_lost``."""
+
+
+@dataclass
+class JobReport:
+    """What one job did in one pass."""
+
+    examined: int = 0
+    """Candidates read from the index."""
+    acted: int = 0
+    """Conditional writes that succeeded."""
+    published: int = 0
+    """Wakeups sent."""
+    skipped: int = 0
+    """Candidates no longer eligible (changed since they were listed, or not yet due)."""
+    conflicts: int = 0
+    """Writes lost to a concurrent change (another pass, a worker, an operator)."""
+
+
+@dataclass
+class PassReport:
+    """The typed result of :meth:`Maintenance.run_pass` (also logged as JSON)."""
+
+    started_at: str
+    duration_ms: int = 0
+    jobs: dict[str, JobReport] = field(default_factory=dict)
+    cursors: dict[str, str] = field(default_factory=dict)
+    """Where each partition's scan stopped; absent when it reached the end."""
+    out_of_time: bool = False
+
+    def job(self, name: str) -> JobReport:
+        return self.jobs.setdefault(name, JobReport())
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+JOB_DUE = "due_wakeups"
+JOB_EXPIRED = "expired_leases"
+JOB_DEADLINES = "attempt_deadlines"
+JOB_CANCELLATIONS = "abandoned_cancellations"
+
+
+def job_of(transition: Transition) -> str:
+    """Which job a lease-scan transition belongs to, by the first event it appends."""
+    kinds = {event.type for event in transition.events}
+    if EventType.ATTEMPT_TIMED_OUT in kinds:
+        return JOB_DEADLINES
+    if EventType.CANCELLED in kinds:
+        return JOB_CANCELLATIONS
+    return JOB_EXPIRED
+
+
+class Maintenance:
+    """``app.maintenance``: run passes from a schedule, a loop or a test."""
+
+    def __init__(self, app: Runlane, config: MaintenanceConfig | None = None) -> None:
+        self.app = app
+        self.config = config or MaintenanceConfig()
+        self.settings = RecoverySettings(
+            max_lease_losses=self.config.max_lease_losses, republish=app.config.republish
+        )
+
+    def run_pass(self, *, time_budget_seconds: float | None = None) -> PassReport:
+        """One bounded pass over both scans; stops starting pages when out of time."""
+        started = time.monotonic()
+        now = self.app.clock.now()
+        report = PassReport(started_at=now.isoformat())
+        for name in (JOB_DUE, JOB_EXPIRED, JOB_DEADLINES, JOB_CANCELLATIONS):
+            report.job(name)
+        cursors = self.app.store.load_cursors()
+
+        def out_of_time() -> bool:
+            if time_budget_seconds is None:
+                return False
+            return time.monotonic() - started > time_budget_seconds
+
+        for kind in (AgendaKind.DUE, AgendaKind.LEASE):
+            self._scan(kind, now, cursors, report, out_of_time)
+        report.cursors = {p: c for p, c in cursors.items() if c}
+        report.out_of_time = out_of_time()
+        report.duration_ms = int((time.monotonic() - started) * 1000)
+        log.info("maintenance pass", extra={"report": report.to_json()})
+        return report
+
+    def _scan(
+        self,
+        kind: AgendaKind,
+        now: datetime,
+        cursors: dict[str, str],
+        report: PassReport,
+        out_of_time: Callable[[], bool],
+    ) -> None:
+        partitions = keys.agenda_partitions(self.app.config.environment, kind.value)
+        per_partition = max(1, self.config.limit_per_job // len(partitions))
+        for partition in partitions:
+            if out_of_time():
+                return
+            start = cursors.get(partition)
+            cursor = self._scan_partition(kind, partition, now, start, per_partition, report)
+            if cursor != start:
+                self.app.store.save_cursor(partition, cursor)
+            if cursor:
+                cursors[partition] = cursor
+            else:
+                cursors.pop(partition, None)
+
+    def _scan_partition(
+        self,
+        kind: AgendaKind,
+        partition: str,
+        now: datetime,
+        cursor: str | None,
+        budget: int,
+        report: PassReport,
+    ) -> str | None:
+        while budget > 0:
+            try:
+                runs, cursor = self.app.store.agenda_page(
+                    partition, now, min(budget, PAGE_SIZE), cursor
+                )
+            except InvalidCursor:
+                log.warning("discarding an unreadable cursor for %s", partition)
+                runs, cursor = self.app.store.agenda_page(partition, now, budget, None)
+            budget -= len(runs)
+            for run in runs:
+                self._candidate(kind, run, now, report)
+            if cursor is None or not runs:
+                return None
+        return cursor
+
+    def _candidate(self, kind: AgendaKind, run: Run, now: datetime, report: PassReport) -> None:
+        if kind is AgendaKind.DUE:
+            decision = plan_publish(run, now=now, policy=self.settings.republish)
+            job = report.job(JOB_DUE)
+        else:
+            task = self.app.tasks.get(run.task)
+            decision = recover_lease(
+                run, now=now, retry=task.retry if task else None, settings=self.settings
+            )
+            job = report.job(job_of(decision) if isinstance(decision, Transition) else JOB_EXPIRED)
+        job.examined += 1
+        if isinstance(decision, Skip):
+            job.skipped += 1
+            return
+        try:
+            stored = self.app.store.apply(decision)
+        except ConflictError:
+            job.conflicts += 1
+            return
+        except RunlaneError as exc:
+            log.warning(
+                "maintenance write for run %s failed: %s",
+                run.id,
+                exc,
+                extra={"run_id": run.id, "task": run.task},
+            )
+            return
+        job.acted += 1
+        self._follow_up(stored, kind, job, now)
+
+    def _follow_up(self, run: Run, kind: AgendaKind, job: JobReport, now: datetime) -> None:
+        """Publish the wakeup a written decision calls for; free keys of finished runs."""
+        extra = {"run_id": run.id, "task": run.task, "attempt": run.attempt}
+        if run.is_terminal:
+            log.info("run %s is now %s", run.id, run.status.value, extra=extra)
+            self.app.release_keys(run)
+            return
+        if kind is AgendaKind.DUE:
+            publish, delay = True, None
+        else:
+            publish = run.status.is_runnable and run.wake_at is not None
+            delay = (run.due_at - now) if run.due_at and run.due_at > now else None
+            log.info("run %s is %s again after recovery", run.id, run.status.value, extra=extra)
+        if publish and self.app.publish(run, delay=delay):
+            job.published += 1
