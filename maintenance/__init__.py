@@ -1,0 +1,1 @@
+"""Deployable maintenance entry points: the Lambda handler and the container command."""

@@ -13,10 +13,13 @@ from botocore.config import Config
 from runlane_sqs.clock import Clock, SystemClock
 from runlane_sqs.config import RunlaneConfig
 from runlane_sqs.core.durations import Duration, to_timedelta
+from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import JSON, Run, RunStatus
 from runlane_sqs.core.payload import encode_json
+from runlane_sqs.core.recovery import publish_failed
 from runlane_sqs.core.retry import RetryPolicy
 from runlane_sqs.core.wakeup import Wakeup
+from runlane_sqs.errors import RunlaneError
 from runlane_sqs.maintenance import Maintenance
 from runlane_sqs.ports import KeyKind, RunStore, WakeupTransport
 from runlane_sqs.provision import provision_queues, provision_table
@@ -257,14 +260,28 @@ class Runlane:
             Wakeup(environment=r.environment, run_id=r.id, queue=r.queue, requested_at=now)
             for r in runs
         ]
-        failed = self.transport.publish(wakeups, delay)
-        for wakeup in failed:
-            log.warning(
-                "wakeup for run %s not published; it stays queued for maintenance",
-                wakeup.run_id,
-                extra={"run_id": wakeup.run_id},
-            )
+        failed = {w.run_id for w in self.transport.publish(wakeups, delay)}
+        for run in runs:
+            if run.id in failed:
+                self._mark_unpublished(run)
         return not failed
+
+    def _mark_unpublished(self, run: Run) -> None:
+        """Best effort: list the run as due now so the next maintenance pass publishes it."""
+        log.warning(
+            "wakeup for run %s not published; it stays %s and maintenance publishes it",
+            run.id,
+            run.status.value,
+            extra={"run_id": run.id, "task": run.task},
+        )
+        decision = publish_failed(run)
+        if isinstance(decision, Transition):
+            try:
+                self.store.apply(decision)
+            except RunlaneError as exc:
+                log.info(
+                    "run %s keeps its republish time: %s", run.id, exc, extra={"run_id": run.id}
+                )
 
     def release_keys(self, run: Run) -> None:
         """Free the keys a finished run no longer holds (idempotency: only on failure)."""

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-import importlib
+import json
 import logging
-import os
 import sys
+import time
 from typing import Any
 
 import click
 
+from runlane_sqs import loading
 from runlane_sqs.app import Runlane
 from runlane_sqs.errors import RunlaneError
+from runlane_sqs.loading import AppNotImportable
+from runlane_sqs.maintenance import MaintenanceConfig
 
 EXIT_USAGE = 2
 EXIT_APP_NOT_IMPORTABLE = 3
@@ -19,25 +22,12 @@ EXIT_BACKEND = 4
 
 
 def load_app(spec: str | None) -> Runlane:
-    """Import ``module:attribute`` and return the :class:`Runlane` app it names."""
-    spec = spec or os.environ.get("RUNLANE_APP")
-    if not spec:
-        raise click.UsageError("name the app with --app module:attribute or RUNLANE_APP")
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise click.UsageError(f"--app {spec!r} must look like module:attribute")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    """The app named by ``--app`` or ``RUNLANE_APP``; exits 3 when it cannot be loaded."""
     try:
-        module = importlib.import_module(module_name)
-        app = getattr(module, attribute)
-    except (ImportError, AttributeError) as exc:
-        click.echo(f"error: cannot load app {spec!r}: {exc}", err=True)
+        return loading.load_app(spec)
+    except AppNotImportable as exc:
+        click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_APP_NOT_IMPORTABLE)
-    if not isinstance(app, Runlane):
-        click.echo(f"error: {spec!r} is a {type(app).__name__}, not a Runlane app", err=True)
-        sys.exit(EXIT_APP_NOT_IMPORTABLE)
-    return app
 
 
 @click.group()
@@ -96,6 +86,39 @@ def provision(app_spec: str | None, queues: tuple[str, ...]) -> None:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_BACKEND)
     click.echo(f"table {app.config.table} and queues ready")
+
+
+@main.group()
+def maintenance() -> None:
+    """Maintenance: publish due wakeups and recover expired leases."""
+
+
+@maintenance.command("run")
+@click.option("--app", "app_spec", help="module:attribute of the Runlane app (or RUNLANE_APP).")
+@click.option("--once", "mode", flag_value="once", default=True, help="One pass, then exit.")
+@click.option("--every", type=click.FloatRange(min=1), help="A pass every N seconds until stopped.")
+@click.option("--limit", type=click.IntRange(min=1), help="Candidates per job per pass.")
+def maintenance_run(
+    app_spec: str | None, mode: str, every: float | None, limit: int | None
+) -> None:
+    """Run maintenance passes and print each report as one JSON line."""
+    app = load_app(app_spec)
+    if limit is not None:
+        app.maintenance.config = MaintenanceConfig(
+            limit_per_job=limit, max_lease_losses=app.maintenance.config.max_lease_losses
+        )
+    try:
+        while True:
+            report = app.maintenance.run_pass()
+            click.echo(json.dumps(report.to_json()))
+            if every is None:
+                return
+            time.sleep(every)
+    except RunlaneError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_BACKEND)
+    except KeyboardInterrupt:
+        return
 
 
 if __name__ == "__main__":

@@ -51,6 +51,19 @@ def plan_publish(run: Run, *, now: datetime, policy: RepublishPolicy) -> Transit
     )
 
 
+def publish_failed(run: Run) -> Transition | Skip:
+    """An eager publish failed: list the run as due now, so the next pass publishes it
+    instead of waiting out the republish delay (a write with no event)."""
+    if not run.status.is_runnable or run.wake_at is None:
+        return Skip(SkipReason.NOT_DUE)
+    return Transition(
+        before=run,
+        after=run.with_changes(wake_at=None, created=False),
+        events=(),
+        guard=("wake_at",),
+    )
+
+
 def recover_lease(
     run: Run, *, now: datetime, retry: RetryPolicy | None, settings: RecoverySettings
 ) -> Transition | Skip:
