@@ -9,6 +9,7 @@ from typing import Any, overload
 
 import boto3
 from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
 
 from runlane_sqs.clock import Clock, SystemClock
 from runlane_sqs.config import RunlaneConfig
@@ -19,7 +20,7 @@ from runlane_sqs.core.payload import encode_json
 from runlane_sqs.core.recovery import publish_failed
 from runlane_sqs.core.retry import RetryPolicy
 from runlane_sqs.core.wakeup import Wakeup
-from runlane_sqs.errors import RunlaneError
+from runlane_sqs.errors import RunlaneError, StorageUnavailable
 from runlane_sqs.maintenance import Maintenance
 from runlane_sqs.ports import KeyKind, RunStore, WakeupTransport
 from runlane_sqs.provision import provision_queues, provision_table
@@ -284,11 +285,26 @@ class Runlane:
                 )
 
     def release_keys(self, run: Run) -> None:
-        """Free the keys a finished run no longer holds (idempotency: only on failure)."""
+        """Free the keys a finished run no longer holds (idempotency: only on failure).
+
+        Best effort: a key left behind is taken over by the next trigger that finds its
+        owner finished, so a failure here is logged, not raised."""
+        releases = []
         if run.idempotency_key is not None and run.status is RunStatus.FAILED:
-            self.store.release_key(KeyKind.IDEMPOTENCY, run.task, run.idempotency_key, run.id)
+            releases.append((KeyKind.IDEMPOTENCY, run.idempotency_key))
         if run.singleton_key is not None and run.status.is_terminal:
-            self.store.release_key(KeyKind.SINGLETON, run.task, run.singleton_key, run.id)
+            releases.append((KeyKind.SINGLETON, run.singleton_key))
+        for kind, key in releases:
+            try:
+                self.store.release_key(kind, run.task, key, run.id)
+            except RunlaneError as exc:
+                log.warning(
+                    "could not release %s key of run %s: %s",
+                    kind.value,
+                    run.id,
+                    exc,
+                    extra={"run_id": run.id, "task": run.task},
+                )
 
     # workers and resources ----------------------------------------------------------
 
@@ -304,8 +320,12 @@ class Runlane:
 
     def provision(self, queues: Sequence[str] | None = None) -> None:
         """Create the table and the queues (with dead-letter queues) if they are absent."""
-        provision_table(self.client("dynamodb"), self.config.table)
         names = list(queues) if queues else (self.tasks.queues() or ["default"])
-        if isinstance(self.transport, SqsTransport):
-            transport = self.transport
-            provision_queues(self.client("sqs"), [transport.queue_name(q) for q in names])
+        try:
+            provision_table(self.client("dynamodb"), self.config.table)
+            if isinstance(self.transport, SqsTransport):
+                transport = self.transport
+                provision_queues(self.client("sqs"), [transport.queue_name(q) for q in names])
+        except (BotoCoreError, ClientError) as exc:
+            endpoint = self.client("dynamodb").meta.endpoint_url
+            raise StorageUnavailable(f"provisioning at {endpoint} failed: {exc}") from exc

@@ -7,6 +7,7 @@ of this environment is acknowledged and ignored.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import traceback
 from collections.abc import Callable
@@ -153,9 +154,9 @@ class Executor:
         self.leases.track(run, ctx)
         decide: Callable[[Run], Transition]
         try:
-            result = task.fn(ctx, run.payload)
+            result = call_handler(task, ctx, run.payload)
             decide = self._success(result, token)
-        except Exception as exc:
+        except BaseException as exc:  # SystemExit/KeyboardInterrupt from a handler too
             decide = self._failure(task, exc, token)
         finally:
             tracked = self.leases.untrack(run.id)
@@ -187,7 +188,7 @@ class Executor:
             run, token=token, result=result, now=app.clock.now()
         )
 
-    def _failure(self, task: Task, exc: Exception, token: str) -> Callable[[Run], Transition]:
+    def _failure(self, task: Task, exc: BaseException, token: str) -> Callable[[Run], Transition]:
         app = self.app
         retryable = task.retry.is_retryable(exc)
         failure = failure_from(exc, retryable=retryable)
@@ -246,6 +247,13 @@ class Executor:
         app.release_keys(run)
         if run.status.is_runnable and run.due_at is not None and run.wake_at is not None:
             app.publish(run, delay=run.due_at - app.clock.now())
+
+
+def call_handler(task: Task, ctx: TaskContext, payload: object) -> object:
+    """Call the handler; an ``async def`` handler runs to completion on a fresh event loop."""
+    if task.is_async:
+        return asyncio.run(task.fn(ctx, payload))
+    return task.fn(ctx, payload)
 
 
 def _token(run: Run) -> str:

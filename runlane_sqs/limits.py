@@ -21,12 +21,13 @@ MAX_TRANSACT_ITEMS = 100
 # Defaults
 DEFAULT_PAYLOAD_LIMIT_BYTES = 64 * 1024
 """Largest payload (and result) as compact JSON unless the app sets ``payload_limit``."""
-MAX_PAYLOAD_LIMIT_BYTES = 256 * 1024
-"""The highest ``payload_limit`` an app may set, leaving room for history in the item."""
+MAX_PAYLOAD_LIMIT_BYTES = 128 * 1024
+"""The highest ``payload_limit`` an app may set: payload and result together stay well
+inside the 400 KB item, leaving room for history."""
 DEFAULT_LEASE_SECONDS = 60
 DEFAULT_VISIBILITY_TIMEOUT_SECONDS = 60
 DEFAULT_IDEMPOTENCY_RETENTION_DAYS = 30
 DEFAULT_MAX_RECEIVE_COUNT = 5
 """Deliveries before SQS moves a wakeup to the dead-letter queue."""
-MAX_TRACEBACK_CHARS = 4000
+MAX_TRACEBACK_CHARS = 2000
 """A failure's recorded traceback is cut to its last characters."""

@@ -28,7 +28,7 @@ def load_app(spec: str | None = None) -> Runlane:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
+    except Exception as exc:  # whatever the user's module raised while importing
         raise AppNotImportable(f"cannot import {module_name!r} for app {spec!r}: {exc}") from exc
     app = getattr(module, attribute, None)
     if not isinstance(app, Runlane):

@@ -12,6 +12,7 @@ import logging
 import queue
 import signal
 import threading
+import time
 import uuid
 from collections import deque
 from collections.abc import Sequence
@@ -21,7 +22,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from runlane_sqs.core.durations import Duration, to_timedelta
-from runlane_sqs.errors import ConfigurationError, RunlaneError
+from runlane_sqs.errors import ConfigurationError, MissingResourceError, RunlaneError
 from runlane_sqs.executor import Disposition, Executor
 from runlane_sqs.leases import LeaseKeeper
 from runlane_sqs.limits import MAX_RECEIVE_BATCH, MAX_SEND_BATCH, MAX_WAIT_TIME_SECONDS
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
     from runlane_sqs.app import Runlane
 
 log = logging.getLogger("runlane_sqs.worker")
+ACK_LINGER_SECONDS = 2.0
+"""Longest a handled message waits for its batch delete while other attempts run."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,8 @@ class Worker:
         self._executed = 0
         self._pool: _Pool | None = None
         self._next_queue = 0
+        self._oldest_ack = 0.0
+        self._fatal: MissingResourceError | None = None
 
     @property
     def worker_id(self) -> str:
@@ -122,6 +127,7 @@ class Worker:
         if max_runs is not None and max_runs < 1:
             raise ConfigurationError("max_runs must be at least 1")
         self._stopping.clear()
+        self._fatal = None
         try:
             self._loop(max_runs=max_runs, drain=True)
         finally:
@@ -147,23 +153,33 @@ class Worker:
         self._start()
         self._executed = 0
         while not self._stopping.is_set():
-            self._flush_acks(force=not self._buffer)
+            self._flush_acks()
+            if self._fatal is not None:
+                break
             if max_runs is not None and self._executed + self._busy >= max_runs:
                 if self._busy == 0:
                     break
                 self._wait_for_completion()
-                continue
-            if self._busy >= self.config.concurrency:
+            elif self._buffer and self._busy < self.config.concurrency:
+                self._dispatch(self._buffer.popleft())
+            elif not self._ready_to_receive():
                 self._wait_for_completion()
-                continue
-            if not self._buffer and not self._fill(drain):
-                if self._busy == 0:
-                    if drain:
-                        break
-                    continue
+            elif not self._fill(drain):
+                if self._busy == 0 and drain:
+                    break
                 self._wait_for_completion()
-                continue
-            self._dispatch(self._buffer.popleft())
+        if self._fatal is not None:
+            raise self._fatal
+
+    def _ready_to_receive(self) -> bool:
+        """Receive when idle, or when at least half the slots are free: a receive asks
+        for ten messages anyway, so under a backlog receives stay one per ten runs."""
+        if self._buffer:
+            return False
+        free = self.config.concurrency - self._busy
+        return self._busy == 0 or free >= max(
+            1, min(MAX_RECEIVE_BATCH, self.config.concurrency) // 2
+        )
 
     def _fill(self, drain: bool) -> bool:
         """Receive into the local buffer; False when nothing was available."""
@@ -178,6 +194,8 @@ class Worker:
             self._next_queue += 1
             try:
                 messages = self.app.transport.receive(name, MAX_RECEIVE_BATCH, wait)
+            except MissingResourceError:
+                raise
             except RunlaneError as exc:
                 log.warning("receive from %r failed: %s", name, exc)
                 self._stopping.wait(1.0)
@@ -208,19 +226,39 @@ class Worker:
             disposition = Disposition.DEFERRED
             try:
                 disposition = self.executor.handle(message)
+            except MissingResourceError as exc:
+                log.error("stopping: %s", exc)
+                self._fatal = exc
+                self.stop()
             except Exception:
                 log.exception("unexpected error handling message %s", message.message_id)
-            with self._done:
-                self._busy -= 1
-                if disposition is Disposition.EXECUTED:
-                    self._executed += 1
-                if disposition is not Disposition.DEFERRED:
-                    self._acks.append(message)
-                self._done.notify_all()
+            finally:
+                self._finished(message, disposition)
 
-    def _flush_acks(self, *, force: bool) -> None:
+    def _finished(self, message: ReceivedWakeup, disposition: Disposition) -> None:
         with self._done:
-            if not self._acks or (len(self._acks) < MAX_SEND_BATCH and not force):
+            self._busy -= 1
+            if disposition is Disposition.EXECUTED:
+                self._executed += 1
+            if disposition is not Disposition.DEFERRED:
+                if not self._acks:
+                    self._oldest_ack = time.monotonic()
+                self._acks.append(message)
+            self._done.notify_all()
+
+    def _flush_acks(self, *, force: bool = False) -> None:
+        """Delete handled messages in batches of ten; sooner when idle or when the oldest
+        has waited ``ACK_LINGER_SECONDS``."""
+        with self._done:
+            if not self._acks:
+                return
+            due = (
+                force
+                or self._busy == 0
+                or len(self._acks) >= MAX_SEND_BATCH
+                or time.monotonic() - self._oldest_ack >= ACK_LINGER_SECONDS
+            )
+            if not due:
                 return
             acks, self._acks = self._acks, []
         self.app.transport.ack(acks)
@@ -242,12 +280,11 @@ class Worker:
                     self._busy,
                 )
         self._flush_acks(force=True)
-        if self._busy == 0:
-            self.leases.stop()
-            if self._pool is not None:
-                for _ in self._pool.threads:
-                    self._work.put(None)
-                self._pool = None
+        self.leases.stop()
+        if self._pool is not None:
+            for _ in self._pool.threads:
+                self._work.put(None)
+            self._pool = None
 
     # signals ----------------------------------------------------------------------
 

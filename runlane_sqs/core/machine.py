@@ -45,6 +45,8 @@ class SkipReason(StrEnum):
     """The run is waiting for a later time; maintenance republishes it when due."""
     CLAIM_LOST = "claim_lost"
     """Another worker claimed the run first."""
+    UNKNOWN_TASK = "unknown_task"
+    """This process does not register the run's task, so it cannot apply its policy."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 import uuid
 
 from runlane_sqs.errors import ConfigurationError, InvalidKeyError
@@ -60,6 +61,6 @@ def check_key(kind: str, key: object) -> str:
         raise InvalidKeyError(f"{kind} key {key!r} must not start or end with whitespace")
     if len(key) > MAX_KEY_CHARS:
         raise InvalidKeyError(f"{kind} key is {len(key)} characters; the limit is {MAX_KEY_CHARS}")
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in key):
+    if any(unicodedata.category(ch) == "Cc" for ch in key):
         raise InvalidKeyError(f"{kind} key {key!r} must not contain control characters")
     return key

@@ -76,14 +76,13 @@ def recover_lease(
     ``retry`` is the task's policy (``None`` when this process does not know the task:
     the deadline then waits for a process that does).
     """
-    if run.status.is_terminal:
-        return Skip(SkipReason.TERMINAL)
     lease = run.lease
-    if run.status not in (RunStatus.RUNNING, RunStatus.CANCEL_REQUESTED) or lease is None:
-        return Skip(SkipReason.NOT_DUE)
+    if run.status.is_terminal or lease is None:
+        return Skip(SkipReason.TERMINAL if run.status.is_terminal else SkipReason.NOT_DUE)
     now = truncate_ms(now)
-    deadline_passed = run.deadline_at is not None and run.deadline_at <= now
-    if run.status is RunStatus.RUNNING and deadline_passed and retry is not None:
+    if run.status is RunStatus.RUNNING and run.deadline_at is not None and run.deadline_at <= now:
+        if retry is None:
+            return Skip(SkipReason.UNKNOWN_TASK)
         return time_out_attempt(run, now=now, retry=retry, settings=settings)
     if lease.is_live(now):
         return Skip(SkipReason.LEASED)

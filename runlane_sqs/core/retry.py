@@ -87,7 +87,7 @@ class RetryPolicy:
         else:
             exponent = min(attempt - 1, 64)
             seconds = self.delay.total_seconds() * (2**exponent)
-            base = min(timedelta(seconds=min(seconds, 10**9)), self.max_delay)
+            base = timedelta(seconds=min(seconds, self.max_delay.total_seconds()))
         base = min(base, self.max_delay)
         return base - base * (self.jitter * rand)
 

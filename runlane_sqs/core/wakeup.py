@@ -17,7 +17,7 @@ from runlane_sqs.errors import RunlaneError
 WAKEUP_VERSION = 1
 MAX_WAKEUP_BYTES = 4096
 """A wakeup body longer than this is rejected unread."""
-MAX_TRACE_CHARS = 1024
+MAX_TRACE_CHARS = 512
 """Longest trace context (e.g. a W3C ``traceparent`` or X-Ray header) carried along."""
 
 _FIELDS = frozenset({"version", "environment", "run_id", "queue", "requested_at", "trace"})
@@ -48,7 +48,7 @@ class Wakeup:
         }
         if self.trace is not None:
             body["trace"] = self.trace
-        return json.dumps(body, separators=(",", ":"))
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
 
 
 def parse_wakeup(body: str | bytes) -> Wakeup:
@@ -60,6 +60,8 @@ def parse_wakeup(body: str | bytes) -> Wakeup:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise MalformedWakeup(f"body is not JSON: {exc}") from None
+    except RecursionError:
+        raise MalformedWakeup("body nests too deeply to be a wakeup") from None
     if not isinstance(data, dict):
         raise MalformedWakeup("body is not a JSON object")
     keys = set(data)
@@ -83,7 +85,7 @@ def _build(data: dict[str, Any]) -> Wakeup:
         raise MalformedWakeup(f"bad queue {queue!r}")
     trace = data.get("trace")
     if trace is not None and (not isinstance(trace, str) or len(trace) > MAX_TRACE_CHARS):
-        raise MalformedWakeup("trace must be a string of at most 1024 characters")
+        raise MalformedWakeup(f"trace must be a string of at most {MAX_TRACE_CHARS} characters")
     return Wakeup(
         environment=environment,
         run_id=run_id,

@@ -34,7 +34,7 @@ def translate(exc: Exception, *, table: str, endpoint: str | None) -> NoReturn:
         if code == "ResourceNotFoundException":
             raise MissingResourceError(
                 f"DynamoDB table {table!r} does not exist at {where}; create it with "
-                "app.provision() (local use) or deploy infra/ (AWS)"
+                "app.provision() (local use) or your CloudFormation stack (AWS)"
             ) from exc
         if code in TRANSIENT_CODES:
             raise StorageUnavailable(f"DynamoDB at {where} is unavailable: {code}") from exc

@@ -59,11 +59,14 @@ class AgendaIndex(GlobalSecondaryIndex[Any]):  # type: ignore[no-untyped-call]
 
 
 class StatusIndex(GlobalSecondaryIndex[Any]):  # type: ignore[no-untyped-call]
-    """Runs by environment and status, newest last: for listing."""
+    """Runs by environment and status, oldest first: for listing.
+
+    Projects only attributes that never change, so heartbeats and other writes that keep
+    the status do not write to this index."""
 
     class Meta:
         index_name = STATUS_INDEX
-        projection = IncludeProjection(_SUMMARY)
+        projection = IncludeProjection(["run_id", "task", "queue", "created_at"])
 
     status_pk = UnicodeAttribute(hash_key=True)
     created_sk = UnicodeAttribute(range_key=True)

@@ -6,6 +6,7 @@ run the same bodies against this store and the DynamoDB one.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -18,6 +19,11 @@ from runlane_sqs.errors import ConflictError, LeaseLost
 from runlane_sqs.ports import KeyClaim, KeyConflict, KeyKind
 from runlane_sqs.storage.codec import run_state_attributes
 from runlane_sqs.storage.cursors import decode_cursor, encode_cursor
+
+
+def _as_stored(run: Run) -> object:
+    """The result as DynamoDB would give it back (JSON text decoded again)."""
+    return None if run.result is None else json.loads(json.dumps(run.result))
 
 
 @dataclass
@@ -62,7 +68,7 @@ class InMemoryRunStore:
             for claim in claims:
                 expires = int(claim.expires_at.timestamp()) if claim.expires_at else None
                 self._keys[(claim.kind, claim.task, claim.key)] = _Key(run.id, expires)
-            stored = replace(run, created=False)
+            stored = replace(run, created=False, payload=json.loads(payload_json))
             self._runs[run.id] = _Stored(stored, payload_json, [event])
 
     def get_run(self, run_id: str) -> Run | None:
@@ -88,7 +94,9 @@ class InMemoryRunStore:
             seen_state = run_state_attributes(transition.before)
             if any(stored_state[name] != seen_state[name] for name in transition.guard):
                 raise ConflictError(transition.run_id, current)
-            stored.run = replace(transition.after, created=False)
+            stored.run = replace(
+                transition.after, created=False, result=_as_stored(transition.after)
+            )
             stored.events.extend(transition.events)
             return stored.run
 

@@ -73,7 +73,7 @@ class SqsTransport:
                 where = self._endpoint or "the default AWS endpoint"
                 raise MissingResourceError(
                     f"SQS queue {name!r} does not exist at {where}; create it with "
-                    "app.provision() (local use) or deploy infra/ (AWS)"
+                    "app.provision() (local use) or your CloudFormation stack (AWS)"
                 ) from exc
             raise TransportError(f"cannot look up SQS queue {name!r}: {exc}") from exc
         except BotoCoreError as exc:
