@@ -63,6 +63,8 @@ class Runlane:
         lease_duration: Duration = 60,
         payload_limit: int | None = None,
         idempotency_retention: Duration = timedelta(days=30),
+        republish_after: Duration = timedelta(minutes=5),
+        republish_max: Duration = timedelta(hours=1),
         config: RunlaneConfig | None = None,
         store: RunStore | None = None,
         transport: WakeupTransport | None = None,
@@ -80,6 +82,8 @@ class Runlane:
                 endpoint_url=endpoint_url,
                 lease_duration=lease_duration,
                 idempotency_retention=idempotency_retention,
+                republish_after=republish_after,
+                republish_max=republish_max,
                 **extra,
             )
         self.config = config
@@ -249,13 +253,14 @@ class Runlane:
             delay_ms = max(0, int((run.due_at - now).total_seconds() * 1000))
             by_delay.setdefault(delay_ms, []).append(run)
         for delay_ms, group in by_delay.items():
-            self._publish(group, timedelta(milliseconds=delay_ms))
+            self.publish_many(group, delay=timedelta(milliseconds=delay_ms))
 
     def publish(self, run: Run, *, delay: timedelta | None = None) -> bool:
         """Publish one wakeup for ``run``; False if SQS refused (maintenance repairs it)."""
-        return self._publish([run], delay)
+        return self.publish_many([run], delay=delay) == 1
 
-    def _publish(self, runs: Sequence[Run], delay: timedelta | None) -> bool:
+    def publish_many(self, runs: Sequence[Run], *, delay: timedelta | None = None) -> int:
+        """Publish wakeups in batches of ten; returns how many were sent."""
         now = self.clock.now()
         wakeups = [
             Wakeup(environment=r.environment, run_id=r.id, queue=r.queue, requested_at=now)
@@ -265,7 +270,7 @@ class Runlane:
         for run in runs:
             if run.id in failed:
                 self._mark_unpublished(run)
-        return not failed
+        return len(runs) - len(failed)
 
     def _mark_unpublished(self, run: Run) -> None:
         """Best effort: list the run as due now so the next maintenance pass publishes it."""

@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import sys
-import time
+import threading
 from typing import Any
 
 import click
 
 from runlane_sqs import loading
 from runlane_sqs.app import Runlane
-from runlane_sqs.errors import RunlaneError
-from runlane_sqs.loading import AppNotImportable
+from runlane_sqs.errors import MissingResourceError, RunlaneError
+from runlane_sqs.loading import AppNotImportable, InvalidAppSpec
 from runlane_sqs.maintenance import MaintenanceConfig
 
 EXIT_USAGE = 2
+"""click's own exit code for usage errors (missing --app, bad options)."""
 EXIT_APP_NOT_IMPORTABLE = 3
 EXIT_BACKEND = 4
 
@@ -25,6 +27,8 @@ def load_app(spec: str | None) -> Runlane:
     """The app named by ``--app`` or ``RUNLANE_APP``; exits 3 when it cannot be loaded."""
     try:
         return loading.load_app(spec)
+    except InvalidAppSpec as exc:
+        raise click.UsageError(str(exc)) from None
     except AppNotImportable as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_APP_NOT_IMPORTABLE)
@@ -107,18 +111,25 @@ def maintenance_run(
         app.maintenance.config = MaintenanceConfig(
             limit_per_job=limit, max_lease_losses=app.maintenance.config.max_lease_losses
         )
-    try:
-        while True:
+    stop = threading.Event()
+    if every is not None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+    while True:
+        try:
             report = app.maintenance.run_pass()
-            click.echo(json.dumps(report.to_json()))
+        except MissingResourceError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(EXIT_BACKEND)
+        except RunlaneError as exc:
             if every is None:
-                return
-            time.sleep(every)
-    except RunlaneError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_BACKEND)
-    except KeyboardInterrupt:
-        return
+                click.echo(f"error: {exc}", err=True)
+                sys.exit(EXIT_BACKEND)
+            logging.getLogger("runlane_sqs.maintenance").warning("pass failed: %s", exc)
+        else:
+            click.echo(json.dumps(report.to_json()))
+        if every is None or stop.wait(every):
+            return
 
 
 if __name__ == "__main__":

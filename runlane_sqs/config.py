@@ -62,6 +62,10 @@ class RunlaneConfig:
             )
         if self.lease_duration < timedelta(seconds=3):
             raise ConfigurationError("lease_duration must be at least 3 seconds")
+        if not timedelta(seconds=1) <= self.republish_after <= self.republish_max:
+            raise ConfigurationError(
+                "republish_after must be at least 1 s and at most republish_max"
+            )
 
     @classmethod
     def build(
@@ -69,11 +73,16 @@ class RunlaneConfig:
         *,
         lease_duration: Duration = DEFAULT_LEASE_SECONDS,
         idempotency_retention: Duration = timedelta(days=DEFAULT_IDEMPOTENCY_RETENTION_DAYS),
+        republish_after: Duration = timedelta(minutes=5),
+        republish_max: Duration = timedelta(hours=1),
         **values: object,
     ) -> RunlaneConfig:
+        """Like the constructor, but durations may be given as seconds."""
         return cls(
             lease_duration=to_timedelta(lease_duration, "lease_duration"),
             idempotency_retention=to_timedelta(idempotency_retention, "idempotency_retention"),
+            republish_after=to_timedelta(republish_after, "republish_after"),
+            republish_max=to_timedelta(republish_max, "republish_max"),
             **values,  # type: ignore[arg-type]
         )
 

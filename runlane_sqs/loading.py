@@ -16,14 +16,18 @@ class AppNotImportable(ConfigurationError):
     """``module:attribute`` does not name an importable :class:`Runlane` app."""
 
 
+class InvalidAppSpec(AppNotImportable):
+    """No app was named, or the name is not ``module:attribute``."""
+
+
 def load_app(spec: str | None = None) -> Runlane:
     """Import ``spec`` (or ``$RUNLANE_APP``), e.g. ``myproject.jobs:app``."""
     spec = spec or os.environ.get(ENV_APP)
     if not spec:
-        raise AppNotImportable(f"name the app as module:attribute (--app or {ENV_APP})")
+        raise InvalidAppSpec(f"name the app as module:attribute (--app or {ENV_APP})")
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
-        raise AppNotImportable(f"app {spec!r} must look like module:attribute")
+        raise InvalidAppSpec(f"app {spec!r} must look like module:attribute")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:

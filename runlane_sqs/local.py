@@ -28,7 +28,10 @@ def free_port() -> int:
 
 
 class MotoServer:
-    """Starts ``moto.server`` in a child process; use as a context manager."""
+    """Starts moto's server in a child process; use as a context manager.
+
+    DynamoDB requests are applied one at a time (see :mod:`runlane_sqs.local_server`),
+    so conditional writes are as atomic as on DynamoDB."""
 
     def __init__(self, port: int | None = None, startup_timeout: float = 30.0) -> None:
         self.port = port or free_port()
@@ -56,7 +59,7 @@ class MotoServer:
             ) from None
         env = {**os.environ, **LOCAL_CREDENTIALS}
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            [sys.executable, "-m", "runlane_sqs.local_server", "--port", str(self.port)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             env=env,

@@ -16,11 +16,12 @@ skipped. Scans resume from opaque cursors kept in DynamoDB, so two passes can ov
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from runlane_sqs.core.agenda import AgendaKind
@@ -104,8 +105,12 @@ class Maintenance:
     def __init__(self, app: Runlane, config: MaintenanceConfig | None = None) -> None:
         self.app = app
         self.config = config or MaintenanceConfig()
-        self.settings = RecoverySettings(
-            max_lease_losses=self.config.max_lease_losses, republish=app.config.republish
+        self._out_of_time: Callable[[], bool] = lambda: False
+
+    @property
+    def settings(self) -> RecoverySettings:
+        return RecoverySettings(
+            max_lease_losses=self.config.max_lease_losses, republish=self.app.config.republish
         )
 
     def run_pass(self, *, time_budget_seconds: float | None = None) -> PassReport:
@@ -122,12 +127,13 @@ class Maintenance:
                 return False
             return time.monotonic() - started > time_budget_seconds
 
+        self._out_of_time = out_of_time
         for kind in (AgendaKind.DUE, AgendaKind.LEASE):
             self._scan(kind, now, cursors, report, out_of_time)
         report.cursors = {p: c for p, c in cursors.items() if c}
         report.out_of_time = out_of_time()
         report.duration_ms = int((time.monotonic() - started) * 1000)
-        log.info("maintenance pass", extra={"report": report.to_json()})
+        log.info("maintenance pass %s", json.dumps(report.to_json()), extra={"pass": "done"})
         return report
 
     def _scan(
@@ -161,22 +167,30 @@ class Maintenance:
         budget: int,
         report: PassReport,
     ) -> str | None:
-        while budget > 0:
+        while budget > 0 and not self._out_of_time():
             try:
                 runs, cursor = self.app.store.agenda_page(
                     partition, now, min(budget, PAGE_SIZE), cursor
                 )
             except InvalidCursor:
                 log.warning("discarding an unreadable cursor for %s", partition)
-                runs, cursor = self.app.store.agenda_page(partition, now, budget, None)
+                page = min(budget, PAGE_SIZE)
+                runs, cursor = self.app.store.agenda_page(partition, now, page, None)
             budget -= len(runs)
+            wakeups: list[tuple[Run, JobReport, timedelta | None]] = []
             for run in runs:
-                self._candidate(kind, run, now, report)
+                wakeup = self._candidate(kind, run, now, report)
+                if wakeup is not None:
+                    wakeups.append(wakeup)
+            self._publish(wakeups)
             if cursor is None or not runs:
                 return None
         return cursor
 
-    def _candidate(self, kind: AgendaKind, run: Run, now: datetime, report: PassReport) -> None:
+    def _candidate(
+        self, kind: AgendaKind, run: Run, now: datetime, report: PassReport
+    ) -> tuple[Run, JobReport, timedelta | None] | None:
+        """Decide and write one candidate; returns the wakeup it calls for, if any."""
         if kind is AgendaKind.DUE:
             decision = plan_publish(run, now=now, policy=self.settings.republish)
             job = report.job(JOB_DUE)
@@ -189,12 +203,12 @@ class Maintenance:
         job.examined += 1
         if isinstance(decision, Skip):
             job.skipped += 1
-            return
+            return None
         try:
             stored = self.app.store.apply(decision)
         except ConflictError:
             job.conflicts += 1
-            return
+            return None
         except RunlaneError as exc:
             log.warning(
                 "maintenance write for run %s failed: %s",
@@ -202,22 +216,32 @@ class Maintenance:
                 exc,
                 extra={"run_id": run.id, "task": run.task},
             )
-            return
+            return None
         job.acted += 1
-        self._follow_up(stored, kind, job, now)
+        return self._follow_up(stored, kind, job, now)
 
-    def _follow_up(self, run: Run, kind: AgendaKind, job: JobReport, now: datetime) -> None:
-        """Publish the wakeup a written decision calls for; free keys of finished runs."""
+    def _follow_up(
+        self, run: Run, kind: AgendaKind, job: JobReport, now: datetime
+    ) -> tuple[Run, JobReport, timedelta | None] | None:
+        """Free keys of finished runs; say which wakeup a written decision calls for."""
         extra = {"run_id": run.id, "task": run.task, "attempt": run.attempt}
         if run.is_terminal:
             log.info("run %s is now %s", run.id, run.status.value, extra=extra)
             self.app.release_keys(run)
-            return
+            return None
         if kind is AgendaKind.DUE:
-            publish, delay = True, None
-        else:
-            publish = run.status.is_runnable and run.wake_at is not None
-            delay = (run.due_at - now) if run.due_at and run.due_at > now else None
-            log.info("run %s is %s again after recovery", run.id, run.status.value, extra=extra)
-        if publish and self.app.publish(run, delay=delay):
-            job.published += 1
+            return run, job, None
+        log.info("run %s is %s again after recovery", run.id, run.status.value, extra=extra)
+        if not (run.status.is_runnable and run.wake_at is not None):
+            return None
+        delay = (run.due_at - now) if run.due_at and run.due_at > now else None
+        return run, job, delay
+
+    def _publish(self, wakeups: list[tuple[Run, JobReport, timedelta | None]]) -> None:
+        """Send a page's wakeups in batches (one request per ten due runs)."""
+        groups: dict[tuple[int, timedelta | None], list[tuple[Run, JobReport]]] = {}
+        for run, job, delay in wakeups:
+            groups.setdefault((id(job), delay), []).append((run, job))
+        for (_, delay), members in groups.items():
+            sent = self.app.publish_many([run for run, _ in members], delay=delay)
+            members[0][1].published += sent

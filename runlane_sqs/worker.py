@@ -101,6 +101,9 @@ class Worker:
         self._next_queue = 0
         self._oldest_ack = 0.0
         self._fatal: MissingResourceError | None = None
+        self._prefetch = min(MAX_RECEIVE_BATCH, 2 * concurrency)
+        """Messages asked for per receive: ten, or fewer for small pools, which would
+        otherwise hold messages they cannot start before the visibility timeout."""
 
     @property
     def worker_id(self) -> str:
@@ -193,7 +196,7 @@ class Worker:
             name = queues[self._next_queue % len(queues)]
             self._next_queue += 1
             try:
-                messages = self.app.transport.receive(name, MAX_RECEIVE_BATCH, wait)
+                messages = self.app.transport.receive(name, self._prefetch, wait)
             except MissingResourceError:
                 raise
             except RunlaneError as exc:

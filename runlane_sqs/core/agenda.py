@@ -32,7 +32,8 @@ class AgendaKind(StrEnum):
 class RepublishPolicy:
     """How long a published wakeup is trusted before maintenance publishes another.
 
-    The n-th republish of the same due run waits ``after * 2**n``, at most ``max_after``,
+    After maintenance's n-th publish for the same due run (counting from 0), the next
+    one waits ``after * 2**n``, at most ``max_after``: 5, 10, 20, ... minutes by default,
     so a backlog that is merely slow is not flooded with duplicates.
     """
 
