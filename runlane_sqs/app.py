@@ -24,9 +24,12 @@ from runlane_sqs.errors import RunlaneError, StorageUnavailable
 from runlane_sqs.maintenance import Maintenance
 from runlane_sqs.ports import KeyKind, RunStore, WakeupTransport
 from runlane_sqs.provision import provision_queues, provision_table
+from runlane_sqs.resuming import RESUME_BATCH, resume_waiters, run_finished
 from runlane_sqs.runs import RunsApi
+from runlane_sqs.signals import SignalsApi
 from runlane_sqs.storage.dynamodb import DynamoRunStore
 from runlane_sqs.tasks import Handler, Task, TaskRegistry
+from runlane_sqs.tokens import TokensApi
 from runlane_sqs.transport.sqs import SqsTransport
 from runlane_sqs.triggering import TriggerRequest, create, validate_keys
 from runlane_sqs.worker import Worker
@@ -100,6 +103,8 @@ class Runlane:
         )
         self.runs = RunsApi(self)
         self.maintenance = Maintenance(self)
+        self.signals = SignalsApi(self)
+        self.tokens = TokensApi(self)
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Runlane:
@@ -287,6 +292,21 @@ class Runlane:
             except RunlaneError as exc:
                 log.info(
                     "run %s keeps its republish time: %s", run.id, exc, extra={"run_id": run.id}
+                )
+
+    def after_finished(self, run: Run) -> None:
+        """What follows a run reaching a terminal status: free its keys and resume a first
+        batch of runs waiting for it (maintenance polls for the rest)."""
+        self.release_keys(run)
+        if run.watched:
+            try:
+                resume_waiters(self, run_finished(run), limit=RESUME_BATCH)
+            except RunlaneError as exc:
+                log.warning(
+                    "resuming runs waiting for %s failed: %s",
+                    run.id,
+                    exc,
+                    extra={"run_id": run.id, "task": run.task},
                 )
 
     def release_keys(self, run: Run) -> None:

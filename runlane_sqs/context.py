@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import logging
+import sys
 import threading
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime
+from typing import Any, NoReturn, Protocol, TypeVar, cast
 
-from runlane_sqs.core.model import Run
+from runlane_sqs.core.durations import Duration, to_timedelta
+from runlane_sqs.core.model import JSON, Failure, Run, RunStatus, Wait, WaitKind
+from runlane_sqs.core.names import check_key
+from runlane_sqs.core.payload import encode_json
+from runlane_sqs.core.tokens import Token, TokenNotFound, TokenResult, TokenStatus
+from runlane_sqs.core.waits import wait_name
+from runlane_sqs.errors import ConfigurationError, RunlaneError, RunNotFound
+
+T = TypeVar("T")
 
 
 class RunLogger(logging.LoggerAdapter[logging.Logger]):
@@ -30,13 +40,94 @@ def run_logger(name: str, run: Run, worker_id: str | None = None) -> RunLogger:
     return RunLogger(logging.getLogger(name), extra)
 
 
+class WaitRequested(BaseException):
+    """Raised by ``ctx.release`` and the ``ctx.wait_for_*`` methods to end the attempt.
+
+    It derives from ``BaseException`` so that ``except Exception:`` in a handler does not
+    swallow it. Code after a wait does not run in this attempt: the next attempt starts
+    the handler from the beginning (use ``ctx.step`` for side effects that must not repeat).
+    """
+
+    def __init__(self, wait: Wait) -> None:
+        super().__init__(f"waiting for {wait.kind.value} {wait.target or ''}".strip())
+        self.wait = wait
+
+
+class StepError(RunlaneError):
+    """A step name used twice in one attempt, or from another place in the code."""
+
+
+@dataclass(frozen=True, slots=True)
+class SignalResult:
+    """What ``ctx.wait_for_signal`` returns."""
+
+    status: str
+    """``received`` or ``timed_out``."""
+    payload: JSON = None
+
+    @property
+    def received(self) -> bool:
+        return self.status == "received"
+
+
+@dataclass(frozen=True, slots=True)
+class RunOutcome:
+    """What ``ctx.wait_for_run`` returns: how the other run finished."""
+
+    run_id: str
+    status: RunStatus
+    result: JSON = None
+    failure: Failure | None = None
+
+    @classmethod
+    def of(cls, run: Run) -> RunOutcome:
+        return cls(run.id, run.status, run.result, run.failure)
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "run_id": self.run_id,
+            "status": self.status.value,
+            "result": self.result,
+            "failure": self.failure.to_json() if self.failure else None,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, JSON]) -> RunOutcome:
+        failure = data.get("failure")
+        return cls(
+            run_id=str(data["run_id"]),
+            status=RunStatus(data["status"]),
+            result=data.get("result"),
+            failure=Failure.from_json(failure) if isinstance(failure, dict) else None,
+        )
+
+
+class AttemptServices(Protocol):
+    """What the worker gives a context for steps and waits (storage access, the clock)."""
+
+    payload_limit: int
+
+    def now(self) -> datetime: ...
+
+    def run(self) -> Run:
+        """The latest stored state of the attempt's run."""
+        ...
+
+    def record_step(self, name: str, value: JSON, site: str) -> None: ...
+
+    def get_token(self, token_id: str) -> Token | None: ...
+
+    def watch_run(self, run_id: str) -> Run | None: ...
+
+
 @dataclass
 class TaskContext:
     """Passed as the first argument to every handler.
 
-    ``cancellation`` is set when the worker shuts down, when the lease is lost, or when
-    the run is cancelled: long handlers should check :attr:`cancelled` (or wait on the
-    event) and return early. Setting it never stops a handler by force.
+    ``cancellation`` is set when the worker shuts down, when the lease is lost, when the
+    run is cancelled or when the attempt passes its deadline: long handlers should check
+    :attr:`cancelled` (or wait on the event) and return early. Setting it never stops a
+    handler by force.
     """
 
     run_id: str
@@ -46,7 +137,117 @@ class TaskContext:
     worker_id: str
     log: RunLogger
     cancellation: threading.Event = field(default_factory=threading.Event)
+    services: AttemptServices | None = field(default=None, repr=False)
+    _waits: dict[tuple[WaitKind, str | None], int] = field(default_factory=dict, repr=False)
+    _steps: set[str] = field(default_factory=set, repr=False)
 
     @property
     def cancelled(self) -> bool:
         return self.cancellation.is_set()
+
+    def _services(self) -> AttemptServices:
+        if self.services is None:
+            raise RunlaneError("steps and waits need a context created by a worker")
+        return self.services
+
+    def _next_wait(self, kind: WaitKind, target: str | None) -> tuple[str, JSON]:
+        """The name of this wait in the attempt, and its recorded result if any."""
+        count = self._waits.get((kind, target), 0) + 1
+        self._waits[(kind, target)] = count
+        name = wait_name(kind, target, count)
+        return name, self._services().run().wait_results.get(name)
+
+    # waits -----------------------------------------------------------------------
+
+    def release(self, *, delay: Duration | None = None, until: datetime | None = None) -> NoReturn:
+        """End this attempt without failure; the run is due again after ``delay`` or at
+        ``until`` (any length: the due time lives in DynamoDB). Costs no retry.
+
+        Write ``return ctx.release(...)``; it raises :class:`WaitRequested`.
+        """
+        if (delay is None) == (until is None):
+            raise ConfigurationError("ctx.release takes exactly one of delay= or until=")
+        now = self._services().now()
+        if until is None:
+            assert delay is not None
+            until = now + to_timedelta(delay, "delay")
+        elif until.tzinfo is None:
+            raise ConfigurationError("ctx.release(until=...) needs a timezone-aware datetime")
+        count = self._waits.get((WaitKind.TIME, None), 0) + 1
+        self._waits[(WaitKind.TIME, None)] = count
+        raise WaitRequested(Wait(WaitKind.TIME, wait_name(WaitKind.TIME, None, count), None, until))
+
+    def wait_for_signal(self, key: str, timeout: Duration | None = None) -> SignalResult:
+        """Wait until ``app.signals.send(key, ...)`` is sent after this wait began.
+
+        Returns the signal's payload at this same wait in the next attempt, or a
+        ``timed_out`` result once ``timeout`` passes first.
+        """
+        key = check_key("signal", key)
+        name, result = self._next_wait(WaitKind.SIGNAL, key)
+        if isinstance(result, dict):
+            return SignalResult(str(result.get("status")), result.get("payload"))
+        until = None
+        if timeout is not None:
+            until = self._services().now() + to_timedelta(timeout, "timeout")
+        raise WaitRequested(Wait(WaitKind.SIGNAL, name, key, until))
+
+    def wait_for_token(self, token_id: str) -> TokenResult:
+        """The token's decision; waits (releasing the lease) while it is pending."""
+        name, result = self._next_wait(WaitKind.TOKEN, token_id)
+        if isinstance(result, dict):
+            return TokenResult(TokenStatus(result["status"]), result.get("value"))
+        token = self._services().get_token(token_id)
+        if token is None:
+            raise TokenNotFound(token_id)
+        if token.is_decided:
+            return token.result
+        raise WaitRequested(Wait(WaitKind.TOKEN, name, token_id))
+
+    def wait_for_run(self, run_id: str) -> RunOutcome:
+        """How run ``run_id`` finished; waits (releasing the lease) until it has."""
+        if run_id == self.run_id:
+            raise ConfigurationError("a run cannot wait for itself")
+        name, result = self._next_wait(WaitKind.RUN, run_id)
+        if isinstance(result, dict):
+            return RunOutcome.from_json(result)
+        other = self._services().watch_run(run_id)
+        if other is None:
+            raise RunNotFound(run_id)
+        if other.is_terminal:
+            return RunOutcome.of(other)
+        raise WaitRequested(Wait(WaitKind.RUN, name, run_id))
+
+    # durable steps ---------------------------------------------------------------
+
+    def step(self, name: str, fn: Callable[[], T]) -> T:
+        """Call ``fn`` once per run: its JSON result is recorded under this attempt's lease,
+        and later attempts get the recorded result without calling ``fn`` again."""
+        if not isinstance(name, str) or not 0 < len(name) <= MAX_STEP_NAME_CHARS:
+            raise StepError(f"step name must be 1 to {MAX_STEP_NAME_CHARS} characters")
+        if name in self._steps:
+            raise StepError(f"step {name!r} is used twice in one attempt; names must be unique")
+        self._steps.add(name)
+        site = _call_site()
+        services = self._services()
+        recorded = services.run().steps.get(name)
+        if isinstance(recorded, dict):
+            if recorded.get("site") != site:
+                raise StepError(
+                    f"step {name!r} was recorded from {recorded.get('site')}, not {site}; "
+                    "give each step its own name"
+                )
+            return cast(T, recorded.get("value"))
+        value = fn()
+        encode_json(value, what=f"result of step {name!r}", limit_bytes=services.payload_limit)
+        services.record_step(name, value, site)
+        return value
+
+
+MAX_STEP_NAME_CHARS = 128
+
+
+def _call_site() -> str:
+    """``module.function`` that called ``ctx.step`` (stable across line edits)."""
+    frame = sys._getframe(2)
+    return f"{frame.f_globals.get('__name__', '?')}.{frame.f_code.co_name}"

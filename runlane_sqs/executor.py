@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING
 
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from runlane_sqs.context import TaskContext, run_logger
-from runlane_sqs.core import machine
+from runlane_sqs.attempt import AttemptRuntime
+from runlane_sqs.context import TaskContext, WaitRequested, run_logger
+from runlane_sqs.core import machine, waits
 from runlane_sqs.core.machine import Skip, SkipReason, Transition
-from runlane_sqs.core.model import Failure, Run, RunStatus
+from runlane_sqs.core.model import Failure, Run, RunStatus, Wait
 from runlane_sqs.core.names import new_lease_token
 from runlane_sqs.core.payload import encode_json
 from runlane_sqs.core.retry import RetryDecision, qualified_name
@@ -28,6 +29,7 @@ from runlane_sqs.errors import ConflictError, InvalidPayloadError, LeaseLost, St
 from runlane_sqs.leases import LeaseKeeper
 from runlane_sqs.limits import MAX_TRACEBACK_CHARS
 from runlane_sqs.ports import KeyKind, ReceivedWakeup
+from runlane_sqs.resuming import resume_one, target_resumption
 from runlane_sqs.tasks import Task
 
 if TYPE_CHECKING:
@@ -141,6 +143,7 @@ class Executor:
 
     def execute(self, task: Task, run: Run) -> Run | None:
         """Run one attempt of a claimed run and record its outcome. Returns the stored run."""
+        token = _token(run)
         ctx = TaskContext(
             run_id=run.id,
             task=run.task,
@@ -148,14 +151,16 @@ class Executor:
             environment=run.environment,
             worker_id=self.worker_id,
             log=run_logger("runlane_sqs.task", run, self.worker_id),
+            services=AttemptRuntime(self.app, self.leases, run, token),
         )
         ctx.log.info("attempt %d started", run.attempt)
-        token = _token(run)
         self.leases.track(run, ctx)
         decide: Callable[[Run], Transition]
         try:
             result = call_handler(task, ctx, run.payload)
             decide = self._success(result, token)
+        except WaitRequested as wait:
+            decide = self._release(wait.wait, token)
         except BaseException as exc:  # SystemExit/KeyboardInterrupt from a handler too
             decide = self._failure(task, exc, token)
         finally:
@@ -188,6 +193,12 @@ class Executor:
             run, token=token, result=result, now=app.clock.now()
         )
 
+    def _release(self, wait: Wait, token: str) -> Callable[[Run], Transition]:
+        app = self.app
+        return lambda run: waits.release(
+            run, token=token, wait=wait, now=app.clock.now(), republish=app.config.republish
+        )
+
     def _failure(self, task: Task, exc: BaseException, token: str) -> Callable[[Run], Transition]:
         app = self.app
         retryable = task.retry.is_retryable(exc)
@@ -195,7 +206,7 @@ class Executor:
 
         def decide(run: Run) -> Transition:
             now = app.clock.now()
-            decision = task.retry.decide(run.attempt, now, retryable=retryable)
+            decision = task.retry.decide(run.failures + 1, now, retryable=retryable)
             return machine.record_failure(
                 run,
                 token=token,
@@ -228,25 +239,40 @@ class Executor:
         return None
 
     def _after(self, run: Run, task: Task, ctx: TaskContext) -> None:
-        """Log the outcome, free keys of finished runs, schedule the next wakeup."""
+        """Log the outcome, schedule the next wakeup, resume what waits for a finished run."""
         app = self.app
-        if run.status is RunStatus.SUCCEEDED:
-            ctx.log.info("attempt %d succeeded", run.attempt)
-        elif run.status is RunStatus.FAILED:
-            ctx.log.warning(
-                "attempt %d failed; run failed: %s",
-                run.attempt,
-                run.failure.message if run.failure else "",
-            )
-        elif run.status is RunStatus.RETRYING:
-            ctx.log.info(
-                "attempt %d failed; retry due at %s",
-                run.attempt,
-                run.due_at.isoformat() if run.due_at else "now",
-            )
-        app.release_keys(run)
-        if run.status.is_runnable and run.due_at is not None and run.wake_at is not None:
+        _log_outcome(run, ctx)
+        if run.is_terminal:
+            app.after_finished(run)
+        elif run.status.is_runnable and run.due_at is not None and run.wake_at is not None:
             app.publish(run, delay=run.due_at - app.clock.now())
+        elif run.status is RunStatus.RELEASED and run.waiting is not None:
+            recheck_target(app, run)
+
+
+def _log_outcome(run: Run, ctx: TaskContext) -> None:
+    if run.status is RunStatus.SUCCEEDED:
+        ctx.log.info("attempt %d succeeded", run.attempt)
+    elif run.status is RunStatus.FAILED:
+        reason = run.failure.message if run.failure else ""
+        ctx.log.warning("attempt %d failed; run failed: %s", run.attempt, reason)
+    elif run.status is RunStatus.RETRYING:
+        due = run.due_at.isoformat() if run.due_at else "now"
+        ctx.log.info("attempt %d failed; retry due at %s", run.attempt, due)
+    elif run.status is RunStatus.RELEASED and run.waiting is not None:
+        ctx.log.info("attempt %d released; waiting for %s", run.attempt, run.waiting.kind.value)
+
+
+def recheck_target(app: Runlane, run: Run) -> None:
+    """A token decided (or a run finished) just before this run's release was written may
+    have resumed waiters without seeing this one: look once more, resume it if so."""
+    if run.waiting is None:
+        return
+    resumption = target_resumption(app, run.waiting)
+    if resumption is not None:
+        resumed = resume_one(app, run, resumption)
+        if resumed is not None:
+            app.publish(resumed)
 
 
 def call_handler(task: Task, ctx: TaskContext, payload: object) -> object:

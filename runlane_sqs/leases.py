@@ -52,6 +52,19 @@ class LeaseKeeper:
             attempt = self._attempts.pop(run_id, None)
         return (attempt.run, attempt.lost) if attempt else None
 
+    def current(self, run_id: str) -> Run | None:
+        """The latest known state of a tracked attempt's run."""
+        with self._lock:
+            attempt = self._attempts.get(run_id)
+            return attempt.run if attempt else None
+
+    def update(self, run: Run) -> None:
+        """Remember a state the attempt itself wrote (a recorded step)."""
+        with self._lock:
+            attempt = self._attempts.get(run.id)
+            if attempt is not None:
+                attempt.run = run
+
     def contexts(self) -> list[TaskContext]:
         with self._lock:
             return [a.ctx for a in self._attempts.values()]

@@ -26,9 +26,13 @@ from typing import TYPE_CHECKING, Any
 
 from runlane_sqs.core.agenda import AgendaKind
 from runlane_sqs.core.machine import Skip, Transition
-from runlane_sqs.core.model import EventType, Run
+from runlane_sqs.core.model import EventType, Run, RunStatus, WaitKind
 from runlane_sqs.core.recovery import RecoverySettings, plan_publish, recover_lease
+from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenStatus
+from runlane_sqs.core.tokens import decide as decide_token
+from runlane_sqs.core.waits import poll_later
 from runlane_sqs.errors import ConflictError, RunlaneError
+from runlane_sqs.resuming import resume_one, target_resumption
 from runlane_sqs.storage import keys
 from runlane_sqs.storage.cursors import InvalidCursor
 
@@ -37,6 +41,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("runlane_sqs.maintenance")
 PAGE_SIZE = 25
+MAINTENANCE_RESUME_BATCH = 100
+"""Waiters of one decided token resumed per pass."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,20 @@ JOB_DUE = "due_wakeups"
 JOB_EXPIRED = "expired_leases"
 JOB_DEADLINES = "attempt_deadlines"
 JOB_CANCELLATIONS = "abandoned_cancellations"
+JOB_WAITS = "wait_checks"
+JOB_TOKENS = "tokens"
+JOBS = (JOB_DUE, JOB_EXPIRED, JOB_DEADLINES, JOB_CANCELLATIONS, JOB_WAITS, JOB_TOKENS)
+
+
+def _polls_target(run: Run) -> bool:
+    """A released run waiting on a token or a run is listed to have its target checked."""
+    waiting = run.waiting
+    return (
+        run.status is RunStatus.RELEASED
+        and waiting is not None
+        and waiting.kind in (WaitKind.TOKEN, WaitKind.RUN)
+        and run.due_at is None
+    )
 
 
 def job_of(transition: Transition) -> str:
@@ -118,7 +138,7 @@ class Maintenance:
         started = time.monotonic()
         now = self.app.clock.now()
         report = PassReport(started_at=now.isoformat())
-        for name in (JOB_DUE, JOB_EXPIRED, JOB_DEADLINES, JOB_CANCELLATIONS):
+        for name in JOBS:
             report.job(name)
         cursors = self.app.store.load_cursors()
 
@@ -128,7 +148,7 @@ class Maintenance:
             return time.monotonic() - started > time_budget_seconds
 
         self._out_of_time = out_of_time
-        for kind in (AgendaKind.DUE, AgendaKind.LEASE):
+        for kind in (AgendaKind.DUE, AgendaKind.LEASE, AgendaKind.TOKEN):
             self._scan(kind, now, cursors, report, out_of_time)
         report.cursors = {p: c for p, c in cursors.items() if c}
         report.out_of_time = out_of_time()
@@ -168,29 +188,96 @@ class Maintenance:
         report: PassReport,
     ) -> str | None:
         while budget > 0 and not self._out_of_time():
+            page = min(budget, PAGE_SIZE)
             try:
-                runs, cursor = self.app.store.agenda_page(
-                    partition, now, min(budget, PAGE_SIZE), cursor
-                )
+                listed, cursor = self._page(kind, partition, now, page, cursor, report)
             except InvalidCursor:
                 log.warning("discarding an unreadable cursor for %s", partition)
-                page = min(budget, PAGE_SIZE)
-                runs, cursor = self.app.store.agenda_page(partition, now, page, None)
-            budget -= len(runs)
-            wakeups: list[tuple[Run, JobReport, timedelta | None]] = []
-            for run in runs:
-                wakeup = self._candidate(kind, run, now, report)
-                if wakeup is not None:
-                    wakeups.append(wakeup)
-            self._publish(wakeups)
-            if cursor is None or not runs:
+                listed, cursor = self._page(kind, partition, now, page, None, report)
+            budget -= listed
+            if cursor is None or not listed:
                 return None
         return cursor
+
+    def _page(
+        self,
+        kind: AgendaKind,
+        partition: str,
+        now: datetime,
+        limit: int,
+        cursor: str | None,
+        report: PassReport,
+    ) -> tuple[int, str | None]:
+        """Handle one page of a partition; returns how many items it listed."""
+        store = self.app.store
+        if kind is AgendaKind.TOKEN:
+            tokens, cursor = store.token_agenda_page(partition, now, limit, cursor)
+            for token in tokens:
+                self._token(token, now, report.job(JOB_TOKENS))
+            return len(tokens), cursor
+        runs, cursor = store.agenda_page(partition, now, limit, cursor)
+        wakeups: list[tuple[Run, JobReport, timedelta | None]] = []
+        for run in runs:
+            wakeup = self._candidate(kind, run, now, report)
+            if wakeup is not None:
+                wakeups.append(wakeup)
+        self._publish(wakeups)
+        return len(runs), cursor
+
+    def _token(self, listed: Token, now: datetime, job: JobReport) -> None:
+        """Time out a pending token past its timeout; resume a batch of a decided one."""
+        job.examined += 1
+        token = self.app.store.get_token(listed.id)
+        if token is None:
+            job.skipped += 1
+            return
+        if not token.is_decided:
+            if token.timeout_at is None or token.timeout_at > now:
+                job.skipped += 1
+                return
+            try:
+                token = self.app.store.decide_token(
+                    decide_token(token, TokenStatus.TIMED_OUT, None, now)
+                )
+            except TokenAlreadyDecided as lost:
+                job.conflicts += 1
+                token = lost.token
+            else:
+                job.acted += 1
+        resumed = self.app.tokens.resume(token, limit=MAINTENANCE_RESUME_BATCH)
+        job.published += resumed.resumed
+
+    def _waiting(self, run: Run, now: datetime, job: JobReport) -> Run | None:
+        """A run waiting on a token or a run: resume it if the target has decided (a resume
+        the decider missed), otherwise look again later."""
+        job.examined += 1
+        assert run.waiting is not None
+        resumption = target_resumption(self.app, run.waiting)
+        if resumption is not None:
+            resumed = resume_one(self.app, run, resumption)
+            if resumed is None:
+                job.conflicts += 1
+            else:
+                job.acted += 1
+            return resumed
+        decision = poll_later(run, now=now, policy=self.settings.republish)
+        if isinstance(decision, Transition):
+            try:
+                self.app.store.apply(decision)
+            except ConflictError:
+                job.conflicts += 1
+                return None
+        job.skipped += 1
+        return None
 
     def _candidate(
         self, kind: AgendaKind, run: Run, now: datetime, report: PassReport
     ) -> tuple[Run, JobReport, timedelta | None] | None:
         """Decide and write one candidate; returns the wakeup it calls for, if any."""
+        if kind is AgendaKind.DUE and _polls_target(run):
+            job = report.job(JOB_WAITS)
+            resumed = self._waiting(run, now, job)
+            return (resumed, job, None) if resumed is not None else None
         if kind is AgendaKind.DUE:
             decision = plan_publish(run, now=now, policy=self.settings.republish)
             job = report.job(JOB_DUE)
@@ -227,7 +314,7 @@ class Maintenance:
         extra = {"run_id": run.id, "task": run.task, "attempt": run.attempt}
         if run.is_terminal:
             log.info("run %s is now %s", run.id, run.status.value, extra=extra)
-            self.app.release_keys(run)
+            self.app.after_finished(run)
             return None
         if kind is AgendaKind.DUE:
             return run, job, None

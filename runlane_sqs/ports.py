@@ -13,7 +13,8 @@ from enum import StrEnum
 from typing import Protocol
 
 from runlane_sqs.core.machine import Transition
-from runlane_sqs.core.model import Lease, Run, RunEvent
+from runlane_sqs.core.model import Lease, Run, RunEvent, WaitKind
+from runlane_sqs.core.tokens import Token
 from runlane_sqs.core.wakeup import Wakeup
 from runlane_sqs.errors import RunlaneError
 
@@ -84,6 +85,35 @@ class RunStore(Protocol):
         """Up to ``limit`` runs listed in an agenda ``partition`` at or before ``until``,
         in time order, after ``cursor``; returns them and the next cursor (``None`` at the
         end). Runs read from the index carry no payload, result or history."""
+        ...
+
+    def watch_run(self, run_id: str) -> Run | None:
+        """Mark a run as awaited by another and return it (``None`` if unknown)."""
+        ...
+
+    def waiting_runs(
+        self, kind: WaitKind, target: str, limit: int, cursor: str | None
+    ) -> tuple[list[str], str | None]:
+        """Ids of runs released to wait for ``target``, a page at a time."""
+        ...
+
+    def create_token(self, token: Token) -> None: ...
+
+    def get_token(self, token_id: str) -> Token | None: ...
+
+    def decide_token(self, decided: Token) -> Token:
+        """Store a decision if the token is still pending; raises
+        :class:`~runlane_sqs.core.tokens.TokenAlreadyDecided` carrying the stored token."""
+        ...
+
+    def finish_token_resume(self, token_id: str) -> None:
+        """Take a decided token off the agenda: no waiter is left."""
+        ...
+
+    def token_agenda_page(
+        self, partition: str, until: datetime, limit: int, cursor: str | None
+    ) -> tuple[list[Token], str | None]:
+        """Like :meth:`agenda_page`, for tokens."""
         ...
 
     def load_cursors(self) -> dict[str, str]:

@@ -60,6 +60,6 @@ class RunsApi:
                 actor,
                 extra={"run_id": run_id, "task": stored.task},
             )
-            self._app.release_keys(stored)
+            self._app.after_finished(stored)
             return stored
         raise RunlaneError(f"run {run_id} kept changing; cancel it again")

@@ -23,9 +23,12 @@ class AgendaKind(StrEnum):
     """The partitions of the agenda index."""
 
     DUE = "due"
-    """Runnable runs, by when a wakeup should be published."""
+    """Runnable runs, by when a wakeup should be published (or, for runs waiting on a
+    token or a run, when to check that target again)."""
     LEASE = "lease"
     """Leased runs, by when the lease or the attempt deadline expires."""
+    TOKEN = "token"
+    """Tokens: pending ones by their timeout, decided ones while waiters remain."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +69,7 @@ def agenda_entry(run: Run) -> tuple[AgendaKind, datetime] | None:
         if run.deadline_at is not None:
             at = min(at, run.deadline_at)
         return AgendaKind.LEASE, at
-    if run.status.is_runnable and run.due_at is not None:
-        return AgendaKind.DUE, run.wake_at or run.due_at
+    if run.status.is_runnable:
+        wake = run.wake_at or run.due_at
+        return (AgendaKind.DUE, wake) if wake is not None else None
     return None

@@ -23,9 +23,13 @@ from runlane_sqs.core.model import (
     Run,
     RunEvent,
     RunStatus,
+    WaitKind,
 )
 from runlane_sqs.core.retry import RetryDecision
 from runlane_sqs.errors import IllegalTransition, LeaseLost
+
+WAIT_TIMED_OUT_RESULT: dict[str, JSON] = {"status": "timed_out"}
+"""The result a wait records when its timeout passes first."""
 
 
 class SkipReason(StrEnum):
@@ -165,10 +169,18 @@ def claim_lease(
     now = truncate_ms(now)
     attempt = run.attempt + 1
     lease = Lease(owner=owner, token=token, expires_at=truncate_ms(now + duration))
+    events: list[tuple[EventType, dict[str, JSON]]] = []
+    results = run.wait_results
+    waiting = run.waiting
+    if waiting is not None and waiting.kind is not WaitKind.TIME:
+        # a signal wait reached its timeout: the wait's result says so
+        results = {**results, waiting.name: dict(WAIT_TIMED_OUT_RESULT)}
+        events.append((EventType.WAIT_TIMED_OUT, {"wait": waiting.to_json()}))
+    events.append((EventType.STARTED, {"worker": owner}))
     return advance(
         run,
         now,
-        [(EventType.STARTED, {"worker": owner})],
+        events,
         fence=None,
         status=RunStatus.RUNNING,
         attempt=attempt,
@@ -176,18 +188,20 @@ def claim_lease(
         due_at=None,
         wake_at=None,
         publishes=0,
+        waiting=None,
+        wait_results=results,
         deadline_at=truncate_ms(now + timeout) if timeout is not None else None,
     )
 
 
-def _require_lease(run: Run, token: str) -> None:
+def require_lease(run: Run, token: str) -> None:
     if run.status not in LEASED_STATUSES or run.lease is None or run.lease.token != token:
         raise LeaseLost(run.id)
 
 
 def renew_lease(run: Run, *, token: str, now: datetime, duration: timedelta) -> Lease:
     """The extended lease a heartbeat writes (heartbeats append no event)."""
-    _require_lease(run, token)
+    require_lease(run, token)
     assert run.lease is not None
     return Lease(owner=run.lease.owner, token=token, expires_at=truncate_ms(now + duration))
 
@@ -195,7 +209,7 @@ def renew_lease(run: Run, *, token: str, now: datetime, duration: timedelta) -> 
 _ENDED_ATTEMPT: dict[str, object] = {"lease": None, "deadline_at": None, "lease_losses": 0}
 
 
-def _cancelled_after_attempt(run: Run, now: datetime, token: str, outcome: str) -> Transition:
+def cancelled_after_attempt(run: Run, now: datetime, token: str, outcome: str) -> Transition:
     """A cancel request was pending when the attempt ended: the run is cancelled."""
     return advance(
         run,
@@ -210,10 +224,10 @@ def _cancelled_after_attempt(run: Run, now: datetime, token: str, outcome: str) 
 
 def record_success(run: Run, *, token: str, result: JSON, now: datetime) -> Transition:
     """The attempt returned ``result`` (a pending cancel request turns it into cancelled)."""
-    _require_lease(run, token)
+    require_lease(run, token)
     now = truncate_ms(now)
     if run.status is RunStatus.CANCEL_REQUESTED:
-        return _cancelled_after_attempt(run, now, token, "succeeded")
+        return cancelled_after_attempt(run, now, token, "succeeded")
     return advance(
         run,
         now,
@@ -247,6 +261,7 @@ def fail_attempt(
             fence=fence,
             status=RunStatus.RETRYING,
             failure=failure,
+            failures=run.failures + 1,
             due_at=retry_at,
             wake_at=truncate_ms(wake_at) if wake_at else None,
             **_ENDED_ATTEMPT,
@@ -258,6 +273,7 @@ def fail_attempt(
         fence=fence,
         status=RunStatus.FAILED,
         failure=failure,
+        failures=run.failures + 1,
         due_at=None,
         **_ENDED_ATTEMPT,
     )
@@ -277,10 +293,10 @@ def record_failure(
     With ``republish`` the caller publishes the retry's wakeup itself when it is due
     within SQS's delay limit (see :func:`~runlane_sqs.core.agenda.eager_wake_at`).
     """
-    _require_lease(run, token)
+    require_lease(run, token)
     now = truncate_ms(now)
     if run.status is RunStatus.CANCEL_REQUESTED:
-        return _cancelled_after_attempt(run, now, token, "failed")
+        return cancelled_after_attempt(run, now, token, "failed")
     first = (EventType.ATTEMPT_FAILED, {"failure": failure.to_json()})
     return fail_attempt(run, now, first, failure, decision, token, republish)
 
@@ -306,4 +322,5 @@ def request_cancel(run: Run, *, now: datetime, actor: str, reason: str) -> Trans
         status=RunStatus.CANCELLED,
         due_at=None,
         wake_at=None,
+        waiting=None,
     )

@@ -67,6 +67,20 @@ class EventType(StrEnum):
     """An operator asked to cancel a running run; its worker learns at the next heartbeat."""
     CANCELLED = "cancelled"
     """The run was cancelled; ``data`` holds the actor and the reason."""
+    RELEASED = "released"
+    """The attempt ended without failure to wait; ``data["wait"]`` says for what."""
+    STEP_RECORDED = "step_recorded"
+    """A durable step's result was recorded; later attempts reuse it."""
+    SIGNAL_RECEIVED = "signal_received"
+    """A signal woke the run at its wait."""
+    TOKEN_COMPLETED = "token_completed"
+    """The token the run waited on was completed."""
+    TOKEN_TIMED_OUT = "token_timed_out"
+    """The token the run waited on timed out."""
+    WAIT_TIMED_OUT = "wait_timed_out"
+    """A signal wait reached its timeout before any signal."""
+    RESUMED = "resumed"
+    """The run the run waited on finished."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +121,53 @@ class Lease:
 
     def is_live(self, now: datetime) -> bool:
         return now < self.expires_at
+
+
+class WaitKind(StrEnum):
+    """What a released run waits for."""
+
+    TIME = "time"
+    """A point in time (``ctx.release``)."""
+    SIGNAL = "signal"
+    """A signal sent to a key (``ctx.wait_for_signal``)."""
+    TOKEN = "token"
+    """A token's decision (``ctx.wait_for_token``)."""
+    RUN = "run"
+    """Another run to finish (``ctx.wait_for_run``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """One wait of a run: its kind, its target and the handler call site it belongs to.
+
+    ``name`` identifies the wait within the run (kind, target and the order of the call in
+    the attempt), so the next attempt finds the result at the same wait.
+    """
+
+    kind: WaitKind
+    name: str
+    target: str | None = None
+    """The signal key, token id or run id."""
+    until: datetime | None = None
+    """Release time (``time``) or timeout (``signal``); ``None`` waits without limit."""
+
+    def to_json(self) -> dict[str, JSON]:
+        data: dict[str, JSON] = {"kind": self.kind.value, "name": self.name}
+        if self.target is not None:
+            data["target"] = self.target
+        if self.until is not None:
+            data["until"] = self.until.isoformat()
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, JSON]) -> Wait:
+        until = data.get("until")
+        return cls(
+            kind=WaitKind(data["kind"]),
+            name=str(data["name"]),
+            target=data.get("target"),
+            until=datetime.fromisoformat(until) if isinstance(until, str) else None,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +213,16 @@ class Run:
     (``None``: at ``due_at``). Moves forward each time a wakeup is published."""
     publishes: int = 0
     """Wakeups published by maintenance since the run last became runnable."""
+    failures: int = 0
+    """Attempts that failed or timed out: what the retry policy counts (releases do not)."""
+    waiting: Wait | None = None
+    """What a released run waits for (``None`` otherwise)."""
+    wait_results: dict[str, JSON] = field(default_factory=dict)
+    """Results of satisfied waits by wait name: the next attempt reads them at its waits."""
+    steps: dict[str, JSON] = field(default_factory=dict)
+    """Recorded durable step results by step name."""
+    watched: bool = False
+    """Another run waits for this one; finishing it resumes the waiters."""
     created: bool = False
     """True only on the ``Run`` returned by the trigger that created it."""
 
@@ -160,7 +231,8 @@ class Run:
         return self.status.is_terminal
 
     def is_due(self, now: datetime) -> bool:
-        return self.due_at is None or self.due_at <= now
+        """A runnable run with no due time waits for something else (a signal, a token)."""
+        return self.due_at is not None and self.due_at <= now
 
     def with_changes(self, **changes: Any) -> Run:
         return replace(self, **changes)

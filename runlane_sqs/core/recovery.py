@@ -155,5 +155,5 @@ def time_out_attempt(
         retryable=True,
     )
     first = (EventType.ATTEMPT_TIMED_OUT, {"failure": failure.to_json()})
-    decision = retry.decide(run.attempt, now)
+    decision = retry.decide(run.failures + 1, now)
     return fail_attempt(run, now, first, failure, decision, run.lease.token, settings.republish)

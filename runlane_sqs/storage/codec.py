@@ -20,10 +20,14 @@ from runlane_sqs.core.model import (
     Run,
     RunEvent,
     RunStatus,
+    Wait,
+    WaitKind,
 )
 from runlane_sqs.core.payload import decode_json
+from runlane_sqs.core.tokens import Token, TokenStatus
+from runlane_sqs.core.tokens import agenda_entry as token_agenda_entry
 from runlane_sqs.storage import keys
-from runlane_sqs.storage.items import EventMap, RunItem
+from runlane_sqs.storage.items import EventMap, RunItem, TokenItem
 
 AttributeMap = dict[str, Any]
 """An item in the low-level DynamoDB wire format (``{"name": {"S": ...}}``)."""
@@ -65,6 +69,7 @@ def run_state_attributes(run: Run) -> dict[str, Any]:
     """The python values of every state attribute (``None`` means absent)."""
     lease = run.lease
     entry = agenda_entry(run)
+    waiting = run.waiting if run.status is RunStatus.RELEASED else None
     return {
         "status": run.status.value,
         "seq": run.seq,
@@ -80,13 +85,43 @@ def run_state_attributes(run: Run) -> dict[str, Any]:
         "lease_losses": run.lease_losses or None,
         "wake_at": _ms(run.wake_at),
         "publishes": run.publishes or None,
+        "failures": run.failures or None,
+        "waiting": _compact(waiting.to_json()) if waiting else None,
+        "wait_pk": wait_partition(run),
+        "wait_sk": run.id if waiting else None,
         "status_pk": keys.status_pk(run.environment, run.status.value),
         "agenda_pk": keys.agenda_pk(run.environment, entry[0], run.id) if entry else None,
         "agenda_at": to_epoch_ms(entry[1]) if entry else None,
     }
 
 
-INDEX_ATTRIBUTES = ("status_pk", "agenda_pk", "agenda_at")
+INDEX_ATTRIBUTES = ("status_pk", "agenda_pk", "agenda_at", "wait_pk", "wait_sk")
+MAP_ATTRIBUTES = ("wait_results", "steps")
+"""Maps whose entries are only ever added: a write sets the new entries by path, so it
+needs no knowledge of the others (index items do not carry these maps)."""
+
+
+def wait_partition(run: Run) -> str | None:
+    """Where a released run is listed on the waits index (time waits are not)."""
+    waiting = run.waiting
+    if run.status is not RunStatus.RELEASED or waiting is None or waiting.target is None:
+        return None
+    if waiting.kind is WaitKind.TIME:
+        return None
+    return keys.wait_pk(run.environment, waiting.kind.value, waiting.target)
+
+
+def map_additions(before: Run, after: Run) -> dict[str, dict[str, str]]:
+    """New entries of each only-added map, as JSON text by key."""
+    additions: dict[str, dict[str, str]] = {}
+    for name in MAP_ATTRIBUTES:
+        old, new = getattr(before, name), getattr(after, name)
+        added = {k: _compact(v) for k, v in new.items() if k not in old}
+        if added:
+            additions[name] = added
+    return additions
+
+
 """Written on every transition, whatever the diff says, so indexes never go stale."""
 
 
@@ -104,6 +139,8 @@ def run_to_item(run: Run, events: list[RunEvent], payload_json: str) -> RunItem:
         idempotency_key=run.idempotency_key,
         singleton_key=run.singleton_key,
         events=[event_to_map(e) for e in events],
+        steps={k: _compact(v) for k, v in run.steps.items()},
+        wait_results={k: _compact(v) for k, v in run.wait_results.items()},
         created_sk=keys.created_sk(created_ms, run.id),
         **run_state_attributes(run),
     )
@@ -139,6 +176,11 @@ def run_from_item(item: RunItem) -> Run:
         lease_losses=int(item.lease_losses or 0),
         wake_at=_at(item.wake_at),
         publishes=int(item.publishes or 0),
+        failures=int(item.failures or 0),
+        waiting=Wait.from_json(json.loads(item.waiting)) if item.waiting else None,
+        wait_results=_json_map(item.wait_results),
+        steps=_json_map(item.steps),
+        watched=bool(item.watched),
         created_at=from_epoch_ms(int(item.created_at)),
         updated_at=from_epoch_ms(int(item.updated_at)),
         seq=int(item.seq),
@@ -152,9 +194,51 @@ def run_from_item(item: RunItem) -> Run:
     )
 
 
+def _json_map(attribute: Any) -> dict[str, Any]:
+    if attribute is None:
+        return {}
+    raw = attribute.as_dict() if hasattr(attribute, "as_dict") else dict(attribute)
+    return {k: json.loads(v) for k, v in raw.items()}
+
+
 def run_from_wire(wire: AttributeMap) -> Run:
     return run_from_item(item_from_wire(wire))
 
 
 def events_from_item(item: RunItem) -> list[RunEvent]:
     return [event_from_map(entry) for entry in item.events or []]
+
+
+def token_to_wire(token: Token) -> AttributeMap:
+    entry = token_agenda_entry(token)
+    item = TokenItem(
+        pk=keys.token_pk(token.environment, token.id),
+        sk=keys.TOKEN_SK,
+        token_id=token.id,
+        environment=token.environment,
+        token_status=token.status.value,
+        value=_compact(token.value) if token.value is not None else None,
+        metadata=_compact(token.metadata) if token.metadata is not None else None,
+        created_at=to_epoch_ms(token.created_at),
+        timeout_at=_ms(token.timeout_at),
+        decided_at=_ms(token.decided_at),
+        agenda_pk=keys.agenda_pk(token.environment, entry[0], token.id) if entry else None,
+        agenda_at=to_epoch_ms(entry[1]) if entry else None,
+    )
+    wire: AttributeMap = item.serialize()
+    return wire
+
+
+def token_from_wire(wire: AttributeMap) -> Token:
+    item: TokenItem = TokenItem.from_raw_data(wire)
+    return Token(
+        id=item.token_id,
+        environment=item.environment,
+        status=TokenStatus(item.token_status),
+        created_at=from_epoch_ms(int(item.created_at)),
+        timeout_at=_at(item.timeout_at),
+        value=decode_json(item.value),
+        metadata=decode_json(item.metadata),
+        decided_at=_at(item.decided_at),
+        resuming=item.agenda_pk is not None and item.token_status != TokenStatus.PENDING.value,
+    )

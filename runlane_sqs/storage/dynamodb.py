@@ -10,7 +10,8 @@ from botocore.exceptions import ClientError
 
 from runlane_sqs.core.durations import to_epoch_ms
 from runlane_sqs.core.machine import Transition
-from runlane_sqs.core.model import Lease, Run, RunEvent
+from runlane_sqs.core.model import Lease, Run, RunEvent, WaitKind
+from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenNotFound
 from runlane_sqs.errors import ConflictError, LeaseLost
 from runlane_sqs.ports import KeyClaim, KeyConflict, KeyKind
 from runlane_sqs.storage import keys, requests
@@ -19,6 +20,8 @@ from runlane_sqs.storage.codec import (
     item_from_wire,
     run_from_wire,
     run_to_wire,
+    token_from_wire,
+    token_to_wire,
 )
 from runlane_sqs.storage.cursors import decode_cursor, encode_cursor
 from runlane_sqs.storage.errors import call, error_code
@@ -50,7 +53,10 @@ class DynamoRunStore:
         item = run_to_wire(run, [event], payload_json)
         put = requests.put_run(self.table, item)
         if not claims:
-            self._send("put_item", put)
+            try:
+                self._send("put_item", put)
+            except ClientError as exc:
+                self._raise_conflict(run.id, exc.response.get("Item"), exc)  # type: ignore[arg-type]
             return
         now_ms = to_epoch_ms(run.created_at)
         claim_requests = [
@@ -68,15 +74,31 @@ class DynamoRunStore:
         try:
             self._send("transact_write_items", {"TransactItems": items})
         except ClientError as exc:
-            self._raise_key_conflict(exc, claims)
+            self._raise_key_conflict(exc, run.id, claims)
 
-    def _raise_key_conflict(self, exc: ClientError, claims: Sequence[KeyClaim]) -> None:
+    def _raise_key_conflict(
+        self, exc: ClientError, run_id: str, claims: Sequence[KeyClaim]
+    ) -> None:
         reasons: list[dict[str, Any]] = exc.response.get("CancellationReasons") or []  # type: ignore[assignment]
         for claim, reason in zip(claims, reasons, strict=False):
             if reason.get("Code") == "ConditionalCheckFailed":
                 owner = reason.get("Item", {}).get("run_id", {}).get("S")
                 raise KeyConflict(claim, owner) from exc
+        run_reason = reasons[len(claims)] if len(reasons) > len(claims) else {}
+        if run_reason.get("Code") == "ConditionalCheckFailed":
+            self._raise_conflict(run_id, run_reason.get("Item"), exc)
         raise exc
+
+    @staticmethod
+    def _raise_conflict(run_id: str, wire: dict[str, Any] | None, exc: ClientError) -> None:
+        """A refused run write: :class:`ConflictError` with the stored run, else re-raise."""
+        if error_code(exc) not in {
+            "ConditionalCheckFailedException",
+            "TransactionCanceledException",
+        }:
+            raise exc
+        current = run_from_wire(wire) if wire else None
+        raise ConflictError(current.id if current else run_id, current) from None
 
     def get_run(self, run_id: str) -> Run | None:
         response = self._send("get_item", requests.get_run(self.table, self.environment, run_id))
@@ -90,14 +112,15 @@ class DynamoRunStore:
 
     def apply(self, transition: Transition) -> Run:
         try:
-            self._send("update_item", requests.apply_transition(self.table, transition))
+            response = self._send("update_item", requests.apply_transition(self.table, transition))
         except ClientError as exc:
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise
             wire: dict[str, Any] | None = exc.response.get("Item")  # type: ignore[assignment]
             current = run_from_wire(wire) if wire else None
             raise ConflictError(transition.run_id, current) from None
-        return transition.after
+        stored = response.get("Attributes")
+        return run_from_wire(stored) if stored else transition.after
 
     def renew_lease(self, run: Run, lease: Lease) -> Run:
         try:
@@ -142,3 +165,60 @@ class DynamoRunStore:
         else:
             request = requests.put_cursor(self.table, self.environment, partition, cursor)
             self._send("put_item", request)
+
+    def watch_run(self, run_id: str) -> Run | None:
+        request = requests.watch_run(self.table, self.environment, run_id)
+        try:
+            response = self._send("update_item", request)
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            return None
+        return run_from_wire(response["Attributes"])
+
+    def waiting_runs(
+        self, kind: WaitKind, target: str, limit: int, cursor: str | None
+    ) -> tuple[list[str], str | None]:
+        partition = keys.wait_pk(self.environment, kind.value, target)
+        request = requests.query_waiters(self.table, partition, limit, decode_cursor(cursor))
+        response = self._send("query", request)
+        prefix = keys.run_pk(self.environment, "")
+        ids = [item["pk"]["S"][len(prefix) :] for item in response.get("Items", [])]
+        return ids, encode_cursor(response.get("LastEvaluatedKey"))
+
+    def create_token(self, token: Token) -> None:
+        self._send("put_item", requests.put_token(self.table, token_to_wire(token)))
+
+    def get_token(self, token_id: str) -> Token | None:
+        request = requests.get_token(self.table, self.environment, token_id)
+        wire = self._send("get_item", request).get("Item")
+        return token_from_wire(wire) if wire else None
+
+    def decide_token(self, decided: Token) -> Token:
+        try:
+            self._send("put_item", requests.decide_token(self.table, token_to_wire(decided)))
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            wire: dict[str, Any] | None = exc.response.get("Item")  # type: ignore[assignment]
+            if not wire:
+                raise TokenNotFound(decided.id) from None
+            raise TokenAlreadyDecided(token_from_wire(wire)) from None
+        return decided
+
+    def finish_token_resume(self, token_id: str) -> None:
+        request = requests.finish_token_resume(self.table, self.environment, token_id)
+        try:
+            self._send("update_item", request)
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+
+    def token_agenda_page(
+        self, partition: str, until: datetime, limit: int, cursor: str | None
+    ) -> tuple[list[Token], str | None]:
+        start = decode_cursor(cursor)
+        request = requests.query_agenda(self.table, partition, to_epoch_ms(until), limit, start)
+        response = self._send("query", request)
+        tokens = [token_from_wire(item) for item in response.get("Items", [])]
+        return tokens, encode_cursor(response.get("LastEvaluatedKey"))

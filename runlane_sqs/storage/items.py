@@ -15,11 +15,12 @@ from pynamodb.attributes import (
     NumberAttribute,
     UnicodeAttribute,
 )
-from pynamodb.indexes import GlobalSecondaryIndex, IncludeProjection
+from pynamodb.indexes import GlobalSecondaryIndex, IncludeProjection, KeysOnlyProjection
 from pynamodb.models import Model
 
 AGENDA_INDEX = "agenda"
 STATUS_INDEX = "by_status"
+WAITS_INDEX = "waits"
 TTL_ATTRIBUTE = "expires_at"
 
 _SUMMARY = [
@@ -42,6 +43,12 @@ _SUMMARY = [
     "publishes",
     "idempotency_key",
     "singleton_key",
+    "failures",
+    "waiting",
+    "token_id",
+    "token_status",
+    "timeout_at",
+    "decided_at",
 ]
 """Attributes the indexes carry: enough for maintenance to decide and write a transition
 without reading the item (payload, result and history stay in the table only)."""
@@ -70,6 +77,19 @@ class StatusIndex(GlobalSecondaryIndex[Any]):  # type: ignore[no-untyped-call]
 
     status_pk = UnicodeAttribute(hash_key=True)
     created_sk = UnicodeAttribute(range_key=True)
+
+
+class WaitsIndex(GlobalSecondaryIndex[Any]):  # type: ignore[no-untyped-call]
+    """Released runs by what they wait for (``{env}#{kind}#{target}``): signal senders,
+    token deciders and finishing runs find their waiters here. Keys only: a resume reads
+    the run itself before its conditional write."""
+
+    class Meta:
+        index_name = WAITS_INDEX
+        projection = KeysOnlyProjection()
+
+    wait_pk = UnicodeAttribute(hash_key=True)
+    wait_sk = UnicodeAttribute(range_key=True)
 
 
 class EventMap(MapAttribute[str, Any]):
@@ -111,15 +131,47 @@ class RunItem(Model):
     lease_losses = NumberAttribute(null=True)
     wake_at = NumberAttribute(null=True)
     publishes = NumberAttribute(null=True)
+    failures = NumberAttribute(null=True)
+    waiting = UnicodeAttribute(null=True)
+    """JSON of the wait a released run is in."""
+    wait_results = MapAttribute[str, Any](null=True)  # type: ignore[no-untyped-call]
+    """Wait name -> JSON of its result; entries are only ever added."""
+    steps = MapAttribute[str, Any](null=True)  # type: ignore[no-untyped-call]
+    """Step name -> JSON of ``{"value", "site"}``; entries are only ever added."""
+    watched = NumberAttribute(null=True)
+    """1 once another run waits for this one."""
     events = ListAttribute(of=EventMap, null=True)
     # index attributes, derived from the state above on every write
     status_pk = UnicodeAttribute(null=True)
     created_sk = UnicodeAttribute(null=True)
     agenda_pk = UnicodeAttribute(null=True)
     agenda_at = NumberAttribute(null=True)
+    wait_pk = UnicodeAttribute(null=True)
+    wait_sk = UnicodeAttribute(null=True)
 
     agenda_index = AgendaIndex()
     status_index = StatusIndex()
+    waits_index = WaitsIndex()
+
+
+class TokenItem(Model):
+    """A token: one durable external decision, listed on the agenda while it has work."""
+
+    class Meta:
+        table_name = "runlane"
+
+    pk = UnicodeAttribute(hash_key=True)
+    sk = UnicodeAttribute(range_key=True)
+    token_id = UnicodeAttribute()
+    environment = UnicodeAttribute()
+    token_status = UnicodeAttribute()
+    value = UnicodeAttribute(null=True)
+    metadata = UnicodeAttribute(null=True)
+    created_at = NumberAttribute()
+    timeout_at = NumberAttribute(null=True)
+    decided_at = NumberAttribute(null=True)
+    agenda_pk = UnicodeAttribute(null=True)
+    agenda_at = NumberAttribute(null=True)
 
 
 class KeyItem(Model):

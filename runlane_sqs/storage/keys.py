@@ -36,6 +36,23 @@ def key_item_key(pk: str) -> dict[str, dict[str, str]]:
     return {"pk": {"S": pk}, "sk": {"S": KEY_SK}}
 
 
+TOKEN_PREFIX = "TOKEN#"
+TOKEN_SK = "TOKEN"
+
+
+def token_key(environment: str, token_id: str) -> dict[str, dict[str, str]]:
+    return {"pk": {"S": f"{TOKEN_PREFIX}{environment}#{token_id}"}, "sk": {"S": TOKEN_SK}}
+
+
+def token_pk(environment: str, token_id: str) -> str:
+    return f"{TOKEN_PREFIX}{environment}#{token_id}"
+
+
+def wait_pk(environment: str, kind: str, target: str) -> str:
+    """The waits-index partition of runs waiting for ``target`` (a key, token or run id)."""
+    return f"{environment}#{kind}#{target}"
+
+
 def status_pk(environment: str, status: str) -> str:
     return f"{environment}#{status}"
 
@@ -44,8 +61,9 @@ def created_sk(created_at_ms: int, run_id: str) -> str:
     return f"{created_at_ms:013d}#{run_id}"
 
 
-def agenda_pk(environment: str, kind: str, run_id: str) -> str:
-    return f"{environment}#{kind}#{int(run_id[:4], 16) % AGENDA_SHARDS}"
+def agenda_pk(environment: str, kind: str, item_id: str) -> str:
+    """Run and token ids are random hex, so their first digits spread the shards."""
+    return f"{environment}#{kind}#{int(item_id[:4], 16) % AGENDA_SHARDS}"
 
 
 def agenda_partitions(environment: str, kind: str) -> list[str]:

@@ -14,16 +14,35 @@ from datetime import datetime
 
 from runlane_sqs.core.durations import to_epoch_ms
 from runlane_sqs.core.machine import Transition
-from runlane_sqs.core.model import LEASED_STATUSES, Lease, Run, RunEvent
+from runlane_sqs.core.model import LEASED_STATUSES, Lease, Run, RunEvent, WaitKind
+from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenNotFound
+from runlane_sqs.core.tokens import agenda_entry as token_agenda_entry
 from runlane_sqs.errors import ConflictError, LeaseLost
 from runlane_sqs.ports import KeyClaim, KeyConflict, KeyKind
-from runlane_sqs.storage.codec import run_state_attributes
+from runlane_sqs.storage import keys
+from runlane_sqs.storage.codec import (
+    event_from_map,
+    event_to_map,
+    run_from_wire,
+    run_state_attributes,
+    run_to_wire,
+    wait_partition,
+)
 from runlane_sqs.storage.cursors import decode_cursor, encode_cursor
 
 
-def _as_stored(run: Run) -> object:
-    """The result as DynamoDB would give it back (JSON text decoded again)."""
-    return None if run.result is None else json.loads(json.dumps(run.result))
+def _json_copy(value: object) -> object:
+    """``value`` as DynamoDB would give it back (JSON text decoded again)."""
+    return None if value is None else json.loads(json.dumps(value))
+
+
+def _as_stored(run: Run, payload_json: str) -> Run:
+    """``run`` as DynamoDB would give it back: through the same codec."""
+    return replace(run_from_wire(run_to_wire(run, [], payload_json)), watched=run.watched)
+
+
+def _event_as_stored(event: RunEvent) -> RunEvent:
+    return event_from_map(event_to_map(event))
 
 
 @dataclass
@@ -47,6 +66,7 @@ class InMemoryRunStore:
         self._runs: dict[str, _Stored] = {}
         self._keys: dict[tuple[KeyKind, str, str], _Key] = {}
         self._cursors: dict[str, str] = {}
+        self._tokens: dict[str, Token] = {}
         self._lock = threading.Lock()
 
     def create_run(
@@ -68,8 +88,8 @@ class InMemoryRunStore:
             for claim in claims:
                 expires = int(claim.expires_at.timestamp()) if claim.expires_at else None
                 self._keys[(claim.kind, claim.task, claim.key)] = _Key(run.id, expires)
-            stored = replace(run, created=False, payload=json.loads(payload_json))
-            self._runs[run.id] = _Stored(stored, payload_json, [event])
+            stored = _as_stored(run, payload_json)
+            self._runs[run.id] = _Stored(stored, payload_json, [_event_as_stored(event)])
 
     def get_run(self, run_id: str) -> Run | None:
         with self._lock:
@@ -94,10 +114,9 @@ class InMemoryRunStore:
             seen_state = run_state_attributes(transition.before)
             if any(stored_state[name] != seen_state[name] for name in transition.guard):
                 raise ConflictError(transition.run_id, current)
-            stored.run = replace(
-                transition.after, created=False, result=_as_stored(transition.after)
-            )
-            stored.events.extend(transition.events)
+            after = replace(transition.after, watched=current.watched)
+            stored.run = _as_stored(after, stored.payload_json)
+            stored.events.extend(_event_as_stored(e) for e in transition.events)
             return stored.run
 
     def renew_lease(self, run: Run, lease: Lease) -> Run:
@@ -142,6 +161,78 @@ class InMemoryRunStore:
         last = page[-1][0] if page and more else None
         next_cursor = encode_cursor({"at": last[0], "id": last[1]}) if last else None
         return [run for _, run in page], next_cursor
+
+    def watch_run(self, run_id: str) -> Run | None:
+        with self._lock:
+            stored = self._runs.get(run_id)
+            if stored is None:
+                return None
+            stored.run = replace(stored.run, watched=True)
+            return stored.run
+
+    def waiting_runs(
+        self, kind: WaitKind, target: str, limit: int, cursor: str | None
+    ) -> tuple[list[str], str | None]:
+        partition = keys.wait_pk(self.environment, kind.value, target)
+        after = decode_cursor(cursor)
+        with self._lock:
+            ids = sorted(
+                s.run.id for s in self._runs.values() if wait_partition(s.run) == partition
+            )
+        if after:
+            ids = [i for i in ids if i > after["id"]]
+        page = ids[:limit]
+        more = len(ids) > limit
+        return page, encode_cursor({"id": page[-1]}) if more and page else None
+
+    def create_token(self, token: Token) -> None:
+        with self._lock:
+            if token.id in self._tokens:
+                raise ConflictError(token.id, None)
+            self._tokens[token.id] = token
+
+    def get_token(self, token_id: str) -> Token | None:
+        with self._lock:
+            return self._tokens.get(token_id)
+
+    def decide_token(self, decided: Token) -> Token:
+        with self._lock:
+            current = self._tokens.get(decided.id)
+            if current is None:
+                raise TokenNotFound(decided.id)
+            if current.is_decided:
+                raise TokenAlreadyDecided(current)
+            stored = replace(decided, value=_json_copy(decided.value))
+            self._tokens[decided.id] = stored
+            return stored
+
+    def finish_token_resume(self, token_id: str) -> None:
+        with self._lock:
+            current = self._tokens.get(token_id)
+            if current is not None and current.is_decided:
+                self._tokens[token_id] = replace(current, resuming=False)
+
+    def token_agenda_page(
+        self, partition: str, until: datetime, limit: int, cursor: str | None
+    ) -> tuple[list[Token], str | None]:
+        after = decode_cursor(cursor)
+        start = (after["at"], after["id"]) if after else None
+        with self._lock:
+            listed = []
+            for token in self._tokens.values():
+                entry = token_agenda_entry(token)
+                if entry is None or entry[1] > until:
+                    continue
+                if keys.agenda_pk(self.environment, entry[0], token.id) != partition:
+                    continue
+                position = (to_epoch_ms(entry[1]), token.id)
+                if start is None or position > start:
+                    listed.append((position, token))
+        listed.sort(key=lambda pair: pair[0])
+        page = listed[:limit]
+        last = page[-1][0] if page and len(listed) > limit else None
+        next_cursor = encode_cursor({"at": last[0], "id": last[1]}) if last else None
+        return [token for _, token in page], next_cursor
 
     def load_cursors(self) -> dict[str, str]:
         with self._lock:

@@ -29,9 +29,10 @@ from runlane_sqs.storage.codec import (
     INDEX_ATTRIBUTES,
     AttributeMap,
     event_to_map,
+    map_additions,
     run_state_attributes,
 )
-from runlane_sqs.storage.items import AGENDA_INDEX, KeyItem, RunItem
+from runlane_sqs.storage.items import AGENDA_INDEX, WAITS_INDEX, KeyItem, RunItem, TokenItem
 
 Request = dict[str, Any]
 
@@ -79,9 +80,12 @@ def apply_transition(table: str, transition: Transition) -> Request:
             continue
         attribute = getattr(RunItem, name)
         actions.append(attribute.remove() if value is None else attribute.set(value))
-    actions.append(
-        RunItem.events.set(RunItem.events.append([event_to_map(e) for e in transition.events]))
-    )
+    for name, added in map_additions(before, after).items():
+        attribute = getattr(RunItem, name)
+        actions.extend(attribute[key].set(value) for key, value in added.items())
+    if transition.events:
+        appended = RunItem.events.append([event_to_map(e) for e in transition.events])
+        actions.append(RunItem.events.set(appended))
     condition = RunItem.seq == before.seq
     if transition.fence is not None:
         condition &= RunItem.lease_token == transition.fence
@@ -89,15 +93,42 @@ def apply_transition(table: str, transition: Transition) -> Request:
         attribute = getattr(RunItem, name)
         value = old[name]
         condition &= attribute.does_not_exist() if value is None else attribute == value
+    request: Request = {
+        "TableName": table,
+        "Key": keys.run_key(after.environment, after.id),
+        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+    }
+    if after.is_terminal:
+        request["ReturnValues"] = "ALL_NEW"  # says whether another run waits for this one
+    return _expressions(request, condition=condition, actions=actions)
+
+
+def watch_run(table: str, environment: str, run_id: str) -> Request:
+    """Mark a run as awaited by another; returns it (no event, no sequence change)."""
     return _expressions(
         {
             "TableName": table,
-            "Key": keys.run_key(after.environment, after.id),
-            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            "Key": keys.run_key(environment, run_id),
+            "ReturnValues": "ALL_NEW",
         },
-        condition=condition,
-        actions=actions,
+        condition=RunItem.pk.exists(),
+        actions=[RunItem.watched.set(1)],
     )
+
+
+def query_waiters(table: str, partition: str, limit: int, start: AttributeMap | None) -> Request:
+    """One page of the runs waiting for one signal key, token or run."""
+    request: Request = {
+        "TableName": table,
+        "IndexName": WAITS_INDEX,
+        "KeyConditionExpression": "#pk = :pk",
+        "ExpressionAttributeNames": {"#pk": "wait_pk"},
+        "ExpressionAttributeValues": {":pk": {"S": partition}},
+        "Limit": limit,
+    }
+    if start:
+        request["ExclusiveStartKey"] = start
+    return request
 
 
 def renew_lease(table: str, run: Run, lease: Lease) -> Request:
@@ -208,3 +239,32 @@ def delete_cursor(table: str, environment: str, partition: str) -> Request:
             "sk": {"S": keys.cursor_sk(partition)},
         },
     }
+
+
+def put_token(table: str, item: AttributeMap) -> Request:
+    return _expressions({"TableName": table, "Item": item}, condition=TokenItem.pk.does_not_exist())
+
+
+def get_token(table: str, environment: str, token_id: str) -> Request:
+    return {
+        "TableName": table,
+        "Key": keys.token_key(environment, token_id),
+        "ConsistentRead": True,
+    }
+
+
+def decide_token(table: str, item: AttributeMap) -> Request:
+    """Store a token's one decision: only while it is still pending (first one wins)."""
+    return _expressions(
+        {"TableName": table, "Item": item, "ReturnValuesOnConditionCheckFailure": "ALL_OLD"},
+        condition=TokenItem.token_status == "pending",
+    )
+
+
+def finish_token_resume(table: str, environment: str, token_id: str) -> Request:
+    """Take a decided token off the agenda once no waiter is left to resume."""
+    return _expressions(
+        {"TableName": table, "Key": keys.token_key(environment, token_id)},
+        condition=TokenItem.token_status != "pending",
+        actions=[TokenItem.agenda_pk.remove(), TokenItem.agenda_at.remove()],
+    )

@@ -36,6 +36,7 @@ from runlane_sqs.maintenance import (
     MaintenanceConfig,
     PassReport,
 )
+from runlane_sqs.core.agenda import AgendaKind
 from runlane_sqs.storage import keys
 from runlane_sqs.storage.codec import run_to_wire
 from tests.integration.apps.recovery_tasks import (
@@ -402,7 +403,8 @@ def test_a_pass_reads_only_due_items_however_large_the_table(
     )
     assert "Scan" not in requests
     assert sum(items_read) <= 2 * DUE_RUNS
-    assert requests["Query"] <= 1 + 2 * keys.AGENDA_SHARDS
+    # one for the cursors, one per shard of each agenda kind (due, lease, token)
+    assert requests["Query"] <= 1 + len(AgendaKind) * keys.AGENDA_SHARDS
     assert requests["UpdateItem"] == DUE_RUNS
     assert total <= 10 + 3 * DUE_RUNS
     assert take_wakeups(sqs, url) == Counter({r.id: 1 for r in runs})

@@ -13,7 +13,6 @@ manual clock instead.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -32,8 +31,14 @@ from runlane_sqs.core.payload import encode_json
 from runlane_sqs.core.recovery import plan_publish
 from runlane_sqs.core.wakeup import Wakeup, parse_wakeup
 from runlane_sqs.limits import MAX_PAYLOAD_LIMIT_BYTES
-from runlane_sqs.ports import KeyClaim, KeyConflict, KeyKind, ReceivedWakeup, RunStore
-from runlane_sqs.ports import WakeupTransport
+from runlane_sqs.ports import (
+    KeyClaim,
+    KeyConflict,
+    KeyKind,
+    ReceivedWakeup,
+    RunStore,
+    WakeupTransport,
+)
 from runlane_sqs.provision import provision_queues
 from runlane_sqs.storage import keys
 from runlane_sqs.testing import in_memory_app
@@ -219,6 +224,20 @@ def test_create_run_then_get_run_gives_back_json_payload_and_millisecond_times(
     assert backend.store.get_events(run.id) == [replace(event, at=truncate_ms(now))]
 
 
+def test_create_run_with_a_stored_id_is_refused_and_keeps_the_stored_run(
+    backend: Backend,
+) -> None:
+    stored = _create(backend, payload={"n": 1})
+    again, event = _new(backend, run_id=stored.id, payload={"n": 2})
+
+    with pytest.raises(ConflictError) as caught:
+        backend.store.create_run(again, event, _payload_json({"n": 2}))
+
+    assert caught.value.current == stored
+    assert backend.store.get_run(stored.id) == stored
+    assert len(backend.store.get_events(stored.id)) == 1
+
+
 def test_an_unknown_run_has_no_record_and_no_history(backend: Backend) -> None:
     _create(backend)
     assert backend.store.get_run(new_run_id()) is None
@@ -235,7 +254,9 @@ def test_get_events_lists_the_history_in_order_without_gaps(backend: Backend) ->
     )
     backend.clock.advance(1)
     done = backend.store.apply(
-        machine.record_success(asked, token=_token(claimed), result={"ok": 1}, now=backend.clock.now())
+        machine.record_success(
+            asked, token=_token(claimed), result={"ok": 1}, now=backend.clock.now()
+        )
     )
 
     events = backend.store.get_events(run.id)
@@ -518,7 +539,7 @@ def test_agenda_page_lists_due_runs_of_one_partition_in_time_order_page_by_page(
     seen = [run for page in pages for run in page]
     assert len({run.id for run in seen}) == len(seen)
     assert {run.id for run in seen} == {run.id for run in listed}
-    assert [run.due_at for run in seen] == sorted(run.due_at for run in listed)  # type: ignore[type-var]
+    assert [run.due_at for run in seen] == [now + timedelta(seconds=s) for s in sorted(offsets)]
     assert {run.status for run in seen} == {RunStatus.QUEUED}
 
 
