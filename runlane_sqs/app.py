@@ -134,7 +134,16 @@ class Runlane:
     # tasks --------------------------------------------------------------------------
 
     @overload
-    def task(self, fn: Handler, /) -> Task: ...
+    def task(
+        self,
+        fn: Handler,
+        /,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        retry: RetryPolicy | None = None,
+        timeout: Duration | None = None,
+    ) -> Task: ...
 
     @overload
     def task(

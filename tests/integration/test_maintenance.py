@@ -24,6 +24,7 @@ from botocore.exceptions import EndpointConnectionError
 from runlane_sqs import EventType, Runlane, RunStatus
 from runlane_sqs.clock import ManualClock
 from runlane_sqs.core import machine
+from runlane_sqs.core.agenda import AgendaKind
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Run
 from runlane_sqs.core.recovery import ATTEMPT_TIMEOUT
@@ -36,7 +37,6 @@ from runlane_sqs.maintenance import (
     MaintenanceConfig,
     PassReport,
 )
-from runlane_sqs.core.agenda import AgendaKind
 from runlane_sqs.storage import keys
 from runlane_sqs.storage.codec import run_to_wire
 from tests.integration.apps.recovery_tasks import (
