@@ -13,9 +13,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from runlane_sqs.clock import Clock, SystemClock
 from runlane_sqs.config import RunlaneConfig
+from runlane_sqs.core import machine
 from runlane_sqs.core.durations import Duration, to_timedelta
 from runlane_sqs.core.machine import Transition
-from runlane_sqs.core.model import JSON, Run, RunStatus
+from runlane_sqs.core.model import JSON, LinkKind, Run, RunStatus
 from runlane_sqs.core.payload import encode_json
 from runlane_sqs.core.recovery import publish_failed
 from runlane_sqs.core.retry import RetryPolicy
@@ -25,7 +26,7 @@ from runlane_sqs.maintenance import Maintenance
 from runlane_sqs.ports import KeyKind, RunStore, WakeupTransport
 from runlane_sqs.provision import provision_queues, provision_table
 from runlane_sqs.resuming import RESUME_BATCH, resume_waiters, run_finished
-from runlane_sqs.runs import RunsApi
+from runlane_sqs.runs import IdempotencyApi, RunsApi
 from runlane_sqs.signals import SignalsApi
 from runlane_sqs.storage.dynamodb import DynamoRunStore
 from runlane_sqs.tasks import Handler, Task, TaskRegistry
@@ -102,6 +103,7 @@ class Runlane:
             self.client("sqs"), queue_prefix=config.queue_prefix, queue_urls=config.queue_urls
         )
         self.runs = RunsApi(self)
+        self.idempotency = IdempotencyApi(self)
         self.maintenance = Maintenance(self)
         self.signals = SignalsApi(self)
         self.tokens = TokensApi(self)
@@ -302,6 +304,27 @@ class Runlane:
                 log.info(
                     "run %s keeps its republish time: %s", run.id, exc, extra={"run_id": run.id}
                 )
+
+    def relaunch(
+        self, task: Task, source: Run, run_id: str, link: tuple[str, LinkKind, str, str]
+    ) -> Run:
+        """Create a run of ``task`` with ``source``'s payload, linked to ``source``."""
+        run, event = machine.new_run(
+            run_id=run_id,
+            environment=self.config.environment,
+            task=task.name,
+            queue=task.queue,
+            payload=source.payload,
+            now=self.clock.now(),
+            republish=self.config.republish,
+            source=link,
+        )
+        payload_json = encode_json(
+            source.payload, what="payload", limit_bytes=self.config.payload_limit
+        )
+        self.store.create_run(run, event, payload_json)
+        self._publish_new([run])
+        return run
 
     def after_finished(self, run: Run) -> None:
         """What follows a run reaching a terminal status: free its keys and resume a first

@@ -13,7 +13,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from runlane_sqs.core.machine import Transition
-from runlane_sqs.core.model import Lease, Run, RunEvent, WaitKind
+from runlane_sqs.core.model import Lease, Run, RunEvent, RunStatus, WaitKind
 from runlane_sqs.core.tokens import Token
 from runlane_sqs.core.wakeup import Wakeup
 from runlane_sqs.errors import RunlaneError
@@ -49,6 +49,17 @@ class KeyConflict(RunlaneError):
         )
         self.claim = claim
         self.owner = owner
+
+
+@dataclass(frozen=True, slots=True)
+class RunQuery:
+    """Which runs ``app.runs.list`` and ``prune`` look at (newest first)."""
+
+    statuses: tuple[RunStatus, ...] = tuple(RunStatus)
+    task: str | None = None
+    queue: str | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
 
 
 class RunStore(Protocol):
@@ -115,6 +126,22 @@ class RunStore(Protocol):
     ) -> tuple[list[Token], str | None]:
         """Like :meth:`agenda_page`, for tokens."""
         ...
+
+    def list_runs(
+        self, query: RunQuery, limit: int, cursor: str | None
+    ) -> tuple[list[Run], str | None]:
+        """A page of runs matching ``query``, newest first, from the status index."""
+        ...
+
+    def delete_run(self, run: Run) -> bool:
+        """Remove a finished run that has not changed since read; False if it had."""
+        ...
+
+    def get_key_owner(self, kind: KeyKind, task: str, key: str) -> str | None:
+        """The run id an idempotency or singleton key points to, if any."""
+        ...
+
+    def delete_key(self, kind: KeyKind, task: str, key: str) -> None: ...
 
     def load_cursors(self) -> dict[str, str]:
         """Maintenance's saved cursors, by agenda partition."""

@@ -20,6 +20,7 @@ from runlane_sqs.core.model import (
     EventType,
     Failure,
     Lease,
+    LinkKind,
     Run,
     RunEvent,
     RunStatus,
@@ -116,6 +117,7 @@ def new_run(
     idempotency_key: str | None = None,
     singleton_key: str | None = None,
     republish: RepublishPolicy | None = None,
+    source: tuple[str, LinkKind, str, str] | None = None,
 ) -> tuple[Run, RunEvent]:
     """A freshly triggered run and its first event.
 
@@ -139,9 +141,14 @@ def new_run(
         wake_at=truncate_ms(wake_at) if wake_at else None,
         idempotency_key=idempotency_key,
         singleton_key=singleton_key,
+        source_run_id=source[0] if source else None,
+        source_kind=source[1].value if source else None,
         created=True,
     )
     data: dict[str, JSON] = {}
+    if source is not None:
+        source_id, kind, actor, reason = source
+        data.update({"source": source_id, "kind": kind.value, "actor": actor, "reason": reason})
     if due_at is not None and due_at > now:
         data["due_at"] = truncate_ms(due_at).isoformat()
     return run, RunEvent(seq=1, type=EventType.TRIGGERED, at=now, attempt=0, data=data)
@@ -299,6 +306,19 @@ def record_failure(
         return cancelled_after_attempt(run, now, token, "failed")
     first = (EventType.ATTEMPT_FAILED, {"failure": failure.to_json()})
     return fail_attempt(run, now, first, failure, decision, token, republish)
+
+
+def link_run(
+    run: Run, *, kind: LinkKind, new_run_id: str, actor: str, reason: str, now: datetime
+) -> Transition:
+    """Record on a finished run that a retry or rerun of it was created (history only)."""
+    if kind is LinkKind.RETRY and run.status is not RunStatus.FAILED:
+        raise IllegalTransition(f"run {run.id} is {run.status.value}; only failed runs are retried")
+    if not run.status.is_terminal:
+        raise IllegalTransition(f"run {run.id} is {run.status.value}; only finished runs are rerun")
+    data: dict[str, JSON] = {"run": new_run_id, "kind": kind.value}
+    data.update({"actor": actor, "reason": reason})
+    return advance(run, truncate_ms(now), [(EventType.LINKED_RUN, data)], None)
 
 
 def request_cancel(run: Run, *, now: datetime, actor: str, reason: str) -> Transition:

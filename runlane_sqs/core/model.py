@@ -81,6 +81,8 @@ class EventType(StrEnum):
     """A signal wait reached its timeout before any signal."""
     RESUMED = "resumed"
     """The run the run waited on finished."""
+    LINKED_RUN = "linked_run"
+    """An operator created a retry or rerun of this finished run; ``data`` names it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +123,15 @@ class Lease:
 
     def is_live(self, now: datetime) -> bool:
         return now < self.expires_at
+
+
+class LinkKind(StrEnum):
+    """How an operator made a new run from a finished one (the audit link)."""
+
+    RETRY = "retry"
+    """From a failed run: try the same work again."""
+    RERUN = "rerun"
+    """From any finished run: run the same work again."""
 
 
 class WaitKind(StrEnum):
@@ -223,6 +234,10 @@ class Run:
     """Recorded durable step results by step name."""
     watched: bool = False
     """Another run waits for this one; finishing it resumes the waiters."""
+    source_run_id: str | None = None
+    """The finished run this one retries or reruns (the audit link)."""
+    source_kind: str | None = None
+    """``retry`` or ``rerun`` when ``source_run_id`` is set."""
     created: bool = False
     """True only on the ``Run`` returned by the trigger that created it."""
 

@@ -13,7 +13,7 @@ from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Lease, Run, RunEvent, WaitKind
 from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenNotFound
 from runlane_sqs.errors import ConflictError, LeaseLost
-from runlane_sqs.ports import KeyClaim, KeyConflict, KeyKind
+from runlane_sqs.ports import KeyClaim, KeyConflict, KeyKind, RunQuery
 from runlane_sqs.storage import keys, requests
 from runlane_sqs.storage.codec import (
     events_from_item,
@@ -25,6 +25,7 @@ from runlane_sqs.storage.codec import (
 )
 from runlane_sqs.storage.cursors import decode_cursor, encode_cursor
 from runlane_sqs.storage.errors import call, error_code
+from runlane_sqs.storage.listing import list_run_keys
 
 
 def key_pk(environment: str, kind: KeyKind, task: str, key: str) -> str:
@@ -222,3 +223,47 @@ class DynamoRunStore:
         response = self._send("query", request)
         tokens = [token_from_wire(item) for item in response.get("Items", [])]
         return tokens, encode_cursor(response.get("LastEvaluatedKey"))
+
+    def list_runs(
+        self, query: RunQuery, limit: int, cursor: str | None
+    ) -> tuple[list[Run], str | None]:
+        run_keys, next_cursor = list_run_keys(
+            self._send, self.table, self.environment, query, limit, cursor
+        )
+        return self._batch_get(run_keys), next_cursor
+
+    def _batch_get(self, run_keys: list[dict[str, Any]]) -> list[Run]:
+        """Full runs for index keys, in the keys' order (unprocessed keys are retried)."""
+        found: dict[str, Run] = {}
+        pending = list(run_keys)
+        for _ in range(10):
+            if not pending:
+                break
+            response = self._send("batch_get_item", requests.batch_get_runs(self.table, pending))
+            for item in response.get("Responses", {}).get(self.table, []):
+                run = run_from_wire(item)
+                found[run.id] = run
+            pending = response.get("UnprocessedKeys", {}).get(self.table, {}).get("Keys", [])
+        prefix = keys.run_pk(self.environment, "")
+        ids = [key["pk"]["S"][len(prefix) :] for key in run_keys]
+        return [found[i] for i in ids if i in found]
+
+    def delete_run(self, run: Run) -> bool:
+        try:
+            self._send("delete_item", requests.delete_run(self.table, run))
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            return False
+        return True
+
+    def get_key_owner(self, kind: KeyKind, task: str, key: str) -> str | None:
+        pk = key_pk(self.environment, kind, task, key)
+        item = self._send("get_item", requests.get_key(self.table, pk)).get("Item")
+        return str(item["run_id"]["S"]) if item else None
+
+    def delete_key(self, kind: KeyKind, task: str, key: str) -> None:
+        self._send(
+            "delete_item",
+            requests.delete_key(self.table, key_pk(self.environment, kind, task, key)),
+        )

@@ -140,6 +140,8 @@ class RunItem(Model):
     """Step name -> JSON of ``{"value", "site"}``; entries are only ever added."""
     watched = NumberAttribute(null=True)
     """1 once another run waits for this one."""
+    source_run_id = UnicodeAttribute(null=True)
+    source_kind = UnicodeAttribute(null=True)
     events = ListAttribute(of=EventMap, null=True)
     # index attributes, derived from the state above on every write
     status_pk = UnicodeAttribute(null=True)

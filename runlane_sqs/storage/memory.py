@@ -18,7 +18,7 @@ from runlane_sqs.core.model import LEASED_STATUSES, Lease, Run, RunEvent, WaitKi
 from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenNotFound
 from runlane_sqs.core.tokens import agenda_entry as token_agenda_entry
 from runlane_sqs.errors import ConflictError, LeaseLost
-from runlane_sqs.ports import KeyClaim, KeyConflict, KeyKind
+from runlane_sqs.ports import KeyClaim, KeyConflict, KeyKind, RunQuery
 from runlane_sqs.storage import keys
 from runlane_sqs.storage.codec import (
     event_from_map,
@@ -233,6 +233,47 @@ class InMemoryRunStore:
         last = page[-1][0] if page and len(listed) > limit else None
         next_cursor = encode_cursor({"at": last[0], "id": last[1]}) if last else None
         return [token for _, token in page], next_cursor
+
+    def list_runs(
+        self, query: RunQuery, limit: int, cursor: str | None
+    ) -> tuple[list[Run], str | None]:
+        after = decode_cursor(cursor)
+        with self._lock:
+            matching = [
+                s.run
+                for s in self._runs.values()
+                if s.run.status in query.statuses
+                and query.task in (None, s.run.task)
+                and query.queue in (None, s.run.queue)
+                and (query.created_after is None or s.run.created_at >= query.created_after)
+                and (query.created_before is None or s.run.created_at <= query.created_before)
+            ]
+        matching.sort(key=lambda r: (r.created_at, r.id), reverse=True)
+        if after:
+            position = (after["at"], after["id"])
+            matching = [r for r in matching if (to_epoch_ms(r.created_at), r.id) < position]
+        page = matching[:limit]
+        if len(matching) <= limit or not page:
+            return page, None
+        last = page[-1]
+        return page, encode_cursor({"at": to_epoch_ms(last.created_at), "id": last.id})
+
+    def delete_run(self, run: Run) -> bool:
+        with self._lock:
+            stored = self._runs.get(run.id)
+            if stored is None or stored.run.seq != run.seq or not stored.run.is_terminal:
+                return False
+            del self._runs[run.id]
+            return True
+
+    def get_key_owner(self, kind: KeyKind, task: str, key: str) -> str | None:
+        with self._lock:
+            held = self._keys.get((kind, task, key))
+            return held.run_id if held else None
+
+    def delete_key(self, kind: KeyKind, task: str, key: str) -> None:
+        with self._lock:
+            self._keys.pop((kind, task, key), None)
 
     def load_cursors(self) -> dict[str, str]:
         with self._lock:

@@ -23,7 +23,7 @@ from pynamodb.expressions.condition import Condition
 from pynamodb.expressions.update import Action, Update
 
 from runlane_sqs.core.machine import Transition
-from runlane_sqs.core.model import LEASED_STATUSES, Lease, Run
+from runlane_sqs.core.model import LEASED_STATUSES, TERMINAL_STATUSES, Lease, Run
 from runlane_sqs.storage import keys
 from runlane_sqs.storage.codec import (
     INDEX_ATTRIBUTES,
@@ -32,7 +32,14 @@ from runlane_sqs.storage.codec import (
     map_additions,
     run_state_attributes,
 )
-from runlane_sqs.storage.items import AGENDA_INDEX, WAITS_INDEX, KeyItem, RunItem, TokenItem
+from runlane_sqs.storage.items import (
+    AGENDA_INDEX,
+    STATUS_INDEX,
+    WAITS_INDEX,
+    KeyItem,
+    RunItem,
+    TokenItem,
+)
 
 Request = dict[str, Any]
 
@@ -268,3 +275,69 @@ def finish_token_resume(table: str, environment: str, token_id: str) -> Request:
         condition=TokenItem.token_status != "pending",
         actions=[TokenItem.agenda_pk.remove(), TokenItem.agenda_at.remove()],
     )
+
+
+def query_status(
+    table: str,
+    partition: str,
+    *,
+    after_sk: str | None,
+    before_sk: str | None,
+    task: str | None,
+    queue: str | None,
+    limit: int,
+    start: AttributeMap | None,
+) -> Request:
+    """Runs of one environment and status, newest first, optionally within a creation
+    window and filtered by task and queue (attributes the index carries)."""
+    names = {"#pk": "status_pk", "#sk": "created_sk"}
+    values: dict[str, Any] = {":pk": {"S": partition}}
+    condition = "#pk = :pk"
+    if after_sk is not None and before_sk is not None:
+        condition += " AND #sk BETWEEN :after AND :before"
+        values.update({":after": {"S": after_sk}, ":before": {"S": before_sk}})
+    elif after_sk is not None:
+        condition += " AND #sk >= :after"
+        values[":after"] = {"S": after_sk}
+    elif before_sk is not None:
+        condition += " AND #sk <= :before"
+        values[":before"] = {"S": before_sk}
+    filters = []
+    for name, value in (("task", task), ("queue", queue)):
+        if value is not None:
+            names[f"#{name}"] = name
+            values[f":{name}"] = {"S": value}
+            filters.append(f"#{name} = :{name}")
+    request: Request = {
+        "TableName": table,
+        "IndexName": STATUS_INDEX,
+        "KeyConditionExpression": condition,
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": values,
+        "ScanIndexForward": False,
+        "Limit": limit,
+    }
+    if filters:
+        request["FilterExpression"] = " AND ".join(filters)
+    if start:
+        request["ExclusiveStartKey"] = start
+    return request
+
+
+def batch_get_runs(table: str, run_keys: list[dict[str, Any]]) -> Request:
+    """Read up to 100 run items at once (strongly consistent)."""
+    return {"RequestItems": {table: {"Keys": run_keys, "ConsistentRead": True}}}
+
+
+def delete_run(table: str, run: Run) -> Request:
+    """Remove a finished run (with its inline history and steps) if it did not change."""
+    condition = (RunItem.seq == run.seq) & RunItem.status.is_in(
+        *(s.value for s in TERMINAL_STATUSES)
+    )
+    return _expressions(
+        {"TableName": table, "Key": keys.run_key(run.environment, run.id)}, condition=condition
+    )
+
+
+def delete_key(table: str, pk: str) -> Request:
+    return {"TableName": table, "Key": keys.key_item_key(pk)}
