@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-unit test-integration lint format clean
+.PHONY: install demo test test-unit test-integration test-acceptance lint format clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -27,10 +27,15 @@ test-unit: $(STAMP)
 test-integration: $(STAMP)
 	$(BIN)/python -m pytest tests/integration
 
+test-acceptance: $(STAMP)
+	$(BIN)/python -m pytest tests/acceptance
+
 lint: $(STAMP)
 	$(BIN)/ruff check runlane_sqs maintenance tests
 	$(BIN)/ruff format --check runlane_sqs maintenance tests
 	$(BIN)/mypy
+	$(BIN)/cfn-lint infra/*.yaml
+	$(BIN)/hadolint Dockerfile
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix runlane_sqs maintenance tests
@@ -38,3 +43,11 @@ format: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+# The integration suite against Amazon DynamoDB Local + LocalStack SQS instead of moto
+# (no Docker): installs both into .tools/ once, starts them, runs, stops them.
+# See docs/local-localstack.md.
+.PHONY: test-aws-local
+test-aws-local: $(STAMP)
+	bash localstack/install-emulators.sh
+	$(BIN)/python -m tests.aws_local run -- $(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)

@@ -1,3 +1,3 @@
 from runlane_sqs.cli import main
 
-main()
+main(prog_name="runlane-sqs")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import threading
@@ -16,7 +17,7 @@ from runlane_sqs.core.names import check_key
 from runlane_sqs.core.payload import encode_json
 from runlane_sqs.core.tokens import Token, TokenNotFound, TokenResult, TokenStatus
 from runlane_sqs.core.waits import wait_name
-from runlane_sqs.errors import ConfigurationError, RunlaneError, RunNotFound
+from runlane_sqs.errors import ConfigurationError, PayloadTooLarge, RunlaneError, RunNotFound
 
 T = TypeVar("T")
 
@@ -238,13 +239,33 @@ class TaskContext:
                     "give each step its own name"
                 )
             return cast(T, recorded.get("value"))
-        value = fn()
-        encode_json(value, what=f"result of step {name!r}", limit_bytes=services.payload_limit)
+        text = encode_json(
+            fn(), what=f"result of step {name!r}", limit_bytes=services.payload_limit
+        )
+        check_item_budget(services.run(), len(text.encode()), f"step {name!r}")
+        value = json.loads(text)  # the same value later attempts get back from storage
         services.record_step(name, value, site)
-        return value
+        return cast(T, value)
 
 
 MAX_STEP_NAME_CHARS = 128
+RUN_DATA_BUDGET_BYTES = 256 * 1024
+"""Payload, result, step results and wait results of one run together stay under this,
+leaving the rest of DynamoDB's 400 KB item for history and state."""
+
+
+def run_data_bytes(run: Run) -> int:
+    """Roughly what a run's data occupies in its item (compact JSON)."""
+    parts = (run.payload, run.result, run.steps, run.wait_results)
+    return sum(len(json.dumps(p, separators=(",", ":"), default=str).encode()) for p in parts)
+
+
+def check_item_budget(run: Run, adding: int, what: str) -> None:
+    """Refuse data that would overfill the run's item (the attempt then fails for good,
+    while there is still room to record why)."""
+    total = run_data_bytes(run) + adding
+    if total > RUN_DATA_BUDGET_BYTES:
+        raise PayloadTooLarge(f"{what} with this run's other data", total, RUN_DATA_BUDGET_BYTES)
 
 
 def _call_site() -> str:

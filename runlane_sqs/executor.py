@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from runlane_sqs.attempt import AttemptRuntime
-from runlane_sqs.context import TaskContext, WaitRequested, run_logger
+from runlane_sqs.context import StepError, TaskContext, WaitRequested, run_logger
 from runlane_sqs.core import machine, waits
 from runlane_sqs.core.machine import Skip, SkipReason, Transition
 from runlane_sqs.core.model import Failure, Run, RunStatus, Wait
@@ -25,7 +25,13 @@ from runlane_sqs.core.names import new_lease_token
 from runlane_sqs.core.payload import encode_json
 from runlane_sqs.core.retry import RetryDecision, qualified_name
 from runlane_sqs.core.wakeup import MalformedWakeup, Wakeup, parse_wakeup
-from runlane_sqs.errors import ConflictError, InvalidPayloadError, LeaseLost, StorageUnavailable
+from runlane_sqs.errors import (
+    ConflictError,
+    InvalidPayloadError,
+    LeaseLost,
+    StorageError,
+    StorageUnavailable,
+)
 from runlane_sqs.leases import LeaseKeeper
 from runlane_sqs.limits import MAX_TRACEBACK_CHARS
 from runlane_sqs.ports import KeyKind, ReceivedWakeup
@@ -85,7 +91,7 @@ class Executor:
                 message.message_id,
                 message.queue,
                 exc,
-                extra={"message_id": message.message_id},
+                extra={"message_id": message.message_id, "worker_id": self.worker_id},
             )
             return Disposition.SKIPPED
         try:
@@ -94,17 +100,19 @@ class Executor:
             log.warning(
                 "storage unavailable, leaving wakeup for redelivery: %s",
                 exc,
-                extra={"run_id": wakeup.run_id},
+                extra={"run_id": wakeup.run_id, "worker_id": self.worker_id},
             )
             return Disposition.DEFERRED
 
-    def _skip(self, wakeup: Wakeup, reason: SkipReason) -> Disposition:
-        log.info(
-            "ignoring wakeup for run %s: %s",
-            wakeup.run_id,
-            reason.value,
-            extra={"run_id": wakeup.run_id, "reason": reason.value},
-        )
+    def _skip(self, wakeup: Wakeup, reason: SkipReason, run: Run | None = None) -> Disposition:
+        extra: dict[str, object] = {
+            "run_id": wakeup.run_id,
+            "reason": reason.value,
+            "worker_id": self.worker_id,
+        }
+        if run is not None:
+            extra.update(task=run.task, attempt=run.attempt)
+        log.info("ignoring wakeup for run %s: %s", wakeup.run_id, reason.value, extra=extra)
         return Disposition.SKIPPED
 
     def _handle(self, wakeup: Wakeup) -> Disposition:
@@ -121,7 +129,7 @@ class Executor:
                 "wakeup for a worker that does (or the dead-letter queue)",
                 run.id,
                 run.task,
-                extra={"run_id": run.id, "task": run.task},
+                extra={"run_id": run.id, "task": run.task, "worker_id": self.worker_id},
             )
             return Disposition.DEFERRED
         decision = machine.claim_lease(
@@ -133,11 +141,11 @@ class Executor:
             timeout=task.timeout,
         )
         if isinstance(decision, Skip):
-            return self._skip(wakeup, decision.reason)
+            return self._skip(wakeup, decision.reason, run)
         try:
             claimed = _storage_retry(app.store.apply)(decision)
         except ConflictError:
-            return self._skip(wakeup, SkipReason.CLAIM_LOST)
+            return self._skip(wakeup, SkipReason.CLAIM_LOST, run)
         self.execute(task, claimed)
         return Disposition.EXECUTED
 
@@ -162,7 +170,11 @@ class Executor:
         except WaitRequested as wait:
             decide = self._release(wait.wait, token)
         except BaseException as exc:  # SystemExit/KeyboardInterrupt from a handler too
-            decide = self._failure(task, exc, token)
+            wait_request = _wait_in(exc)
+            if wait_request is not None:
+                decide = self._release(wait_request.wait, token)
+            else:
+                decide = self._failure(task, exc, token)
         finally:
             tracked = self.leases.untrack(run.id)
         latest, lost = tracked if tracked else (run, False)
@@ -201,7 +213,9 @@ class Executor:
 
     def _failure(self, task: Task, exc: BaseException, token: str) -> Callable[[Run], Transition]:
         app = self.app
-        retryable = task.retry.is_retryable(exc)
+        retryable = task.retry.is_retryable(exc) and not isinstance(
+            exc, StepError | InvalidPayloadError
+        )
         failure = failure_from(exc, retryable=retryable)
 
         def decide(run: Run) -> Transition:
@@ -235,8 +249,31 @@ class Executor:
                 current = conflict.current
                 if current is None or current.lease is None or current.lease.token != token:
                     break
+            except StorageError as exc:
+                if isinstance(exc, StorageUnavailable):
+                    raise
+                # e.g. the item would outgrow 400 KB: record a small failure instead
+                return self._record_refused_outcome(current, token, exc, ctx)
         ctx.log.warning("the lease was lost before the outcome was written; outcome discarded")
         return None
+
+    def _record_refused_outcome(
+        self, run: Run, token: str, exc: StorageError, ctx: TaskContext
+    ) -> Run | None:
+        ctx.log.error("storage refused the outcome: %s; failing the run", exc)
+        failure = Failure(type=qualified_name(exc), message=str(exc)[:500], retryable=False)
+        transition = machine.record_failure(
+            run,
+            token=token,
+            failure=failure,
+            decision=RetryDecision(retry_at=None),
+            now=self.app.clock.now(),
+        )
+        try:
+            return self.app.store.apply(transition)
+        except (ConflictError, StorageError) as again:
+            ctx.log.error("could not record the failure either: %s", again)
+            return None
 
     def _after(self, run: Run, task: Task, ctx: TaskContext) -> None:
         """Log the outcome, schedule the next wakeup, resume what waits for a finished run."""
@@ -273,6 +310,18 @@ def recheck_target(app: Runlane, run: Run) -> None:
         resumed = resume_one(app, run, resumption)
         if resumed is not None:
             app.publish(resumed)
+
+
+def _wait_in(exc: BaseException) -> WaitRequested | None:
+    """A wait raised inside an exception group (``asyncio.TaskGroup``) is still a wait."""
+    if isinstance(exc, BaseExceptionGroup):
+        waits_only = exc.subgroup(WaitRequested)
+        if waits_only is not None and exc.split(WaitRequested)[1] is None:
+            first = waits_only.exceptions[0]
+            while isinstance(first, BaseExceptionGroup):
+                first = first.exceptions[0]
+            return first if isinstance(first, WaitRequested) else None
+    return None
 
 
 def call_handler(task: Task, ctx: TaskContext, payload: object) -> object:

@@ -42,6 +42,11 @@ class MotoServer:
     def endpoint_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def running(self) -> bool:
+        """True while the server process is alive."""
+        return self._process is not None and self._process.poll() is None
+
     def environment(self) -> dict[str, str]:
         """Variables that point boto3 (and ``Runlane.from_env``) at this server."""
         return {

@@ -1,13 +1,18 @@
 """Maintenance: connects due work back to delivery and repairs the same run when
 delivery or ownership stopped making progress.
 
-One pass runs two bounded scans of the agenda index (never a table Scan):
+One pass runs three bounded scans of the agenda index (never a table Scan):
 
 - ``due``: runnable runs whose wakeup time has come (retry backoff over, release time
   reached, a queued run whose eager publish failed or was lost) get a fresh wakeup;
 - ``lease``: leased runs whose lease or attempt deadline has passed are finalized as
   timed out, cancelled (abandoned cancellation), made runnable again (expired lease)
-  or failed with ``lease_lost``.
+  or failed with ``lease_lost``;
+- ``token``: pending tokens past their timeout are timed out, and decided tokens resume
+  their remaining waiters in batches.
+
+The ``due`` scan also checks runs waiting on a token or a run whose resume may have been
+missed (``wait_checks``).
 
 Each candidate is re-checked by a conditional write; one that changed meanwhile is
 skipped. Scans resume from opaque cursors kept in DynamoDB, so two passes can overlap
@@ -50,7 +55,7 @@ class MaintenanceConfig:
     """Bounds and thresholds of one maintenance pass."""
 
     limit_per_job: int = 200
-    """Most candidates each scan (due, lease) examines per pass."""
+    """Most candidates each scan (due, lease, token) examines per pass."""
     max_lease_losses: int = 3
     """Consecutive lease expiries after which a run fails with ``lease_lost``."""
 
@@ -301,7 +306,7 @@ class Maintenance:
                 "maintenance write for run %s failed: %s",
                 run.id,
                 exc,
-                extra={"run_id": run.id, "task": run.task},
+                extra={"run_id": run.id, "task": run.task, "attempt": run.attempt},
             )
             return None
         job.acted += 1

@@ -137,8 +137,8 @@ class RunStore(Protocol):
         """Remove a finished run that has not changed since read; False if it had."""
         ...
 
-    def get_key_owner(self, kind: KeyKind, task: str, key: str) -> str | None:
-        """The run id an idempotency or singleton key points to, if any."""
+    def get_key_owner(self, kind: KeyKind, task: str, key: str, now: datetime) -> str | None:
+        """The run id an idempotency or singleton key points to, unless it expired."""
         ...
 
     def delete_key(self, kind: KeyKind, task: str, key: str) -> None: ...

@@ -100,7 +100,10 @@ class RunsApi:
     def find_current(self, task: str, idempotency_key: str) -> Run | None:
         """The run holding an idempotency key (None if the key is free)."""
         owner = self._app.store.get_key_owner(
-            KeyKind.IDEMPOTENCY, task, check_key("idempotency", idempotency_key)
+            KeyKind.IDEMPOTENCY,
+            task,
+            check_key("idempotency", idempotency_key),
+            self._app.clock.now(),
         )
         run = self._app.store.get_run(owner) if owner else None
         return run if run is not None and run.status is not RunStatus.FAILED else None
@@ -108,7 +111,7 @@ class RunsApi:
     def find_active(self, task: str, singleton_key: str) -> Run | None:
         """The unfinished run holding a singleton key (None if none)."""
         owner = self._app.store.get_key_owner(
-            KeyKind.SINGLETON, task, check_key("singleton", singleton_key)
+            KeyKind.SINGLETON, task, check_key("singleton", singleton_key), self._app.clock.now()
         )
         run = self._app.store.get_run(owner) if owner else None
         return run if run is not None and not run.is_terminal else None
@@ -189,21 +192,25 @@ class RunsApi:
         raise RunlaneError(f"run {run_id} kept changing; try again")
 
     def _link(self, run_id: str, kind: LinkKind, actor: str, reason: str) -> Run:
+        """Create the new run first (its first event names the source), then record the
+        link on the source, so a refused create leaves no dangling link."""
         source = self.get(run_id)
         task = self._app.tasks.resolve(source.task)  # UnknownTaskError if no longer registered
-        new_id = new_run_id()
+        machine.link_run(  # refuse early: retry needs failed, rerun needs finished
+            source, kind=kind, new_run_id="", actor=actor, reason=reason, now=self._app.clock.now()
+        )
+        run = self._app.relaunch(task, source, new_run_id(), (source.id, kind, actor, reason))
         self._transition(
             run_id,
-            lambda run: machine.link_run(
-                run,
+            lambda current: machine.link_run(
+                current,
                 kind=kind,
-                new_run_id=new_id,
+                new_run_id=run.id,
                 actor=actor,
                 reason=reason,
                 now=self._app.clock.now(),
             ),
         )
-        run = self._app.relaunch(task, source, new_id, (source.id, kind, actor, reason))
         log.info(
             "run %s: %s as %s by %s",
             source.id,

@@ -109,13 +109,23 @@ class Worker:
     def worker_id(self) -> str:
         return self.config.worker_id
 
+    @property
+    def _extra(self) -> dict[str, str]:
+        """Log context of this worker's own lines."""
+        return {"worker_id": self.config.worker_id}
+
     # public API -------------------------------------------------------------------
 
     def run(self) -> None:
         """Work until :meth:`stop` is called or the process gets SIGTERM/SIGINT."""
         previous = self._install_signal_handlers()
         try:
-            log.info("worker %s consuming %s", self.worker_id, ", ".join(self.config.queues))
+            log.info(
+                "worker %s consuming %s",
+                self.worker_id,
+                ", ".join(self.config.queues),
+                extra=self._extra,
+            )
             self._loop(max_runs=None, drain=False)
         finally:
             self._shutdown()
@@ -140,7 +150,7 @@ class Worker:
     def stop(self) -> None:
         """Stop receiving and ask in-flight attempts to finish (safe from any thread)."""
         if not self._stopping.is_set():
-            log.info("worker %s stopping", self.worker_id)
+            log.info("worker %s stopping", self.worker_id, extra=self._extra)
         self._stopping.set()
         for ctx in self.leases.contexts():
             ctx.cancellation.set()
@@ -200,7 +210,7 @@ class Worker:
             except MissingResourceError:
                 raise
             except RunlaneError as exc:
-                log.warning("receive from %r failed: %s", name, exc)
+                log.warning("receive from %r failed: %s", name, exc, extra=self._extra)
                 self._stopping.wait(1.0)
                 continue
             if self._stopping.is_set():
@@ -230,11 +240,13 @@ class Worker:
             try:
                 disposition = self.executor.handle(message)
             except MissingResourceError as exc:
-                log.error("stopping: %s", exc)
+                log.error("stopping: %s", exc, extra=self._extra)
                 self._fatal = exc
                 self.stop()
             except Exception:
-                log.exception("unexpected error handling message %s", message.message_id)
+                log.exception(
+                    "unexpected error handling message %s", message.message_id, extra=self._extra
+                )
             finally:
                 self._finished(message, disposition)
 
@@ -281,6 +293,7 @@ class Worker:
                     "%d attempt(s) still running after the grace period; their leases will "
                     "expire and maintenance will make the runs runnable again",
                     self._busy,
+                    extra=self._extra,
                 )
         self._flush_acks(force=True)
         self.leases.stop()
@@ -300,7 +313,7 @@ class Worker:
         return previous
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        log.info("received %s", signal.Signals(signum).name)
+        log.info("received %s", signal.Signals(signum).name, extra=self._extra)
         self.stop()
 
     @staticmethod

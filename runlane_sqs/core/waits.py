@@ -48,6 +48,8 @@ def release(
         wake_at = eager_wake_at(until, now, republish)
     elif wait.kind in (WaitKind.TOKEN, WaitKind.RUN):
         wake_at = republish.next_wake(now, 0)
+    elif until is not None:  # a signal wait with a timeout: wake up at the timeout
+        wake_at = eager_wake_at(until, now, republish)
     else:
         wake_at = None
     return advance(

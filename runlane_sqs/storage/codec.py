@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from typing import Any
+from urllib.parse import quote, unquote
 
 from runlane_sqs.core.agenda import agenda_entry
 from runlane_sqs.core.durations import from_epoch_ms, to_epoch_ms
@@ -101,6 +102,12 @@ MAP_ATTRIBUTES = ("wait_results", "steps")
 needs no knowledge of the others (index items do not carry these maps)."""
 
 
+def map_key(name: str) -> str:
+    """Step and wait names percent-encoded: a document path must not see ``.``, ``[``
+    or ``]`` in a map key (they would read as nesting or a list index)."""
+    return quote(name, safe="")
+
+
 def wait_partition(run: Run) -> str | None:
     """Where a released run is listed on the waits index (time waits are not)."""
     waiting = run.waiting
@@ -116,7 +123,7 @@ def map_additions(before: Run, after: Run) -> dict[str, dict[str, str]]:
     additions: dict[str, dict[str, str]] = {}
     for name in MAP_ATTRIBUTES:
         old, new = getattr(before, name), getattr(after, name)
-        added = {k: _compact(v) for k, v in new.items() if k not in old}
+        added = {map_key(k): _compact(v) for k, v in new.items() if k not in old}
         if added:
             additions[name] = added
     return additions
@@ -141,8 +148,8 @@ def run_to_item(run: Run, events: list[RunEvent], payload_json: str) -> RunItem:
         source_run_id=run.source_run_id,
         source_kind=run.source_kind,
         events=[event_to_map(e) for e in events],
-        steps={k: _compact(v) for k, v in run.steps.items()},
-        wait_results={k: _compact(v) for k, v in run.wait_results.items()},
+        steps={map_key(k): _compact(v) for k, v in run.steps.items()},
+        wait_results={map_key(k): _compact(v) for k, v in run.wait_results.items()},
         created_sk=keys.created_sk(created_ms, run.id),
         **run_state_attributes(run),
     )
@@ -202,7 +209,7 @@ def _json_map(attribute: Any) -> dict[str, Any]:
     if attribute is None:
         return {}
     raw = attribute.as_dict() if hasattr(attribute, "as_dict") else dict(attribute)
-    return {k: json.loads(v) for k, v in raw.items()}
+    return {unquote(k): json.loads(v) for k, v in raw.items()}
 
 
 def run_from_wire(wire: AttributeMap) -> Run:

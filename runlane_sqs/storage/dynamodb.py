@@ -257,10 +257,15 @@ class DynamoRunStore:
             return False
         return True
 
-    def get_key_owner(self, kind: KeyKind, task: str, key: str) -> str | None:
+    def get_key_owner(self, kind: KeyKind, task: str, key: str, now: datetime) -> str | None:
         pk = key_pk(self.environment, kind, task, key)
         item = self._send("get_item", requests.get_key(self.table, pk)).get("Item")
-        return str(item["run_id"]["S"]) if item else None
+        if not item:
+            return None
+        expires = item.get("expires_at", {}).get("N")
+        if expires is not None and int(expires) < to_epoch_ms(now) // 1000:
+            return None  # past retention: TTL deletion can lag, the key is free
+        return str(item["run_id"]["S"])
 
     def delete_key(self, kind: KeyKind, task: str, key: str) -> None:
         self._send(

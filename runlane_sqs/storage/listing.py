@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from runlane_sqs.core.durations import to_epoch_ms
+from runlane_sqs.core.durations import from_epoch_ms, to_epoch_ms
 from runlane_sqs.ports import RunQuery
 from runlane_sqs.storage import keys, requests
 from runlane_sqs.storage.cursors import decode_cursor, encode_cursor
@@ -19,7 +19,12 @@ DONE = "done"
 
 
 def _bounds(query: RunQuery) -> tuple[str | None, str | None]:
-    after = f"{to_epoch_ms(query.created_after):013d}" if query.created_after else None
+    after = None
+    if query.created_after is not None:
+        ms = to_epoch_ms(query.created_after)
+        if from_epoch_ms(ms) < query.created_after:  # a bound inside a millisecond
+            ms += 1
+        after = f"{ms:013d}"
     # "~" sorts after "#": every id created in that millisecond is included
     before = f"{to_epoch_ms(query.created_before):013d}~" if query.created_before else None
     return after, before
@@ -59,12 +64,18 @@ def list_run_keys(
         if not items:
             positions[status.value] = ends[status.value] or DONE
     found.sort(key=lambda entry: entry[0], reverse=True)
-    page = found[:limit]
-    for status_value in {s for _, s, _ in found}:
+    # A status with more to read may hold unread runs just older than its last key (the
+    # last item it read): only runs at or above every such key can be placed now. With a
+    # filter, pages can be short; every call still moves at least one position forward.
+    horizon = max((end["created_sk"]["S"] for end in ends.values() if end), default="")
+    page = [entry for entry in found if entry[0] >= horizon][:limit]
+    for status_value, end in ends.items():
+        returned = [item for _, s, item in found if s == status_value]
         taken = [item for _, s, item in page if s == status_value]
-        returned = sum(1 for _, s, _ in found if s == status_value)
-        if len(taken) == returned and ends.get(status_value) is None:
-            positions[status_value] = DONE
+        if not returned:
+            continue
+        if len(taken) == len(returned):
+            positions[status_value] = end or DONE
         elif taken:
             positions[status_value] = _position(taken[-1])
     done = all(positions.get(s.value) == DONE for s in query.statuses)

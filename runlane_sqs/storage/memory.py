@@ -266,10 +266,14 @@ class InMemoryRunStore:
             del self._runs[run.id]
             return True
 
-    def get_key_owner(self, kind: KeyKind, task: str, key: str) -> str | None:
+    def get_key_owner(self, kind: KeyKind, task: str, key: str, now: datetime) -> str | None:
         with self._lock:
             held = self._keys.get((kind, task, key))
-            return held.run_id if held else None
+        if held is None:
+            return None
+        if held.expires_at_s is not None and held.expires_at_s < int(now.timestamp()):
+            return None
+        return held.run_id
 
     def delete_key(self, kind: KeyKind, task: str, key: str) -> None:
         with self._lock:

@@ -290,9 +290,11 @@ def query_status(
 ) -> Request:
     """Runs of one environment and status, newest first, optionally within a creation
     window and filtered by task and queue (attributes the index carries)."""
-    names = {"#pk": "status_pk", "#sk": "created_sk"}
+    names = {"#pk": "status_pk"}
     values: dict[str, Any] = {":pk": {"S": partition}}
     condition = "#pk = :pk"
+    if after_sk is not None or before_sk is not None:
+        names["#sk"] = "created_sk"  # DynamoDB rejects names an expression does not use
     if after_sk is not None and before_sk is not None:
         condition += " AND #sk BETWEEN :after AND :before"
         values.update({":after": {"S": after_sk}, ":before": {"S": before_sk}})

@@ -1,4 +1,9 @@
-"""Integration fixtures: one moto server process per session, reset before each test."""
+"""Integration fixtures: one backend per session, reset before each test.
+
+The backend is the embedded moto server, or with ``RUNLANE_TEST_BACKEND=aws-local``
+Amazon DynamoDB Local plus LocalStack's SQS (see ``tests/aws_local.py`` and
+``make test-aws-local``).
+"""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import boto3
 import pytest
@@ -19,26 +24,60 @@ import pytest
 from runlane_sqs import Runlane
 from runlane_sqs.clock import Clock
 from runlane_sqs.local import MotoServer
+from tests.aws_local import AWS_LOCAL, BACKEND_VARIABLE, AwsLocal, AwsLocalBackend
 
 pytestmark = pytest.mark.integration
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+TEST_BACKEND = os.environ.get(BACKEND_VARIABLE, "moto")
+if TEST_BACKEND not in ("moto", AWS_LOCAL):
+    raise pytest.UsageError(f"{BACKEND_VARIABLE} must be 'moto' or '{AWS_LOCAL}'")
+
+
+class Backend(Protocol):
+    def environment(self) -> dict[str, str]: ...
+
+    def reset(self) -> None: ...
+
+
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[MotoServer]:
+    """The embedded moto server. Request it directly only in tests of moto itself:
+    they are skipped on the other backend."""
+    if TEST_BACKEND != "moto":
+        pytest.skip(f"tests the embedded moto server, not used with {BACKEND_VARIABLE}=aws-local")
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     with MotoServer() as server:
         yield server
 
 
+@pytest.fixture(scope="session")
+def session_backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    """The session's backend: moto, or DynamoDB Local + LocalStack (started here unless
+    ``RUNLANE_TEST_DYNAMODB_ENDPOINT`` and ``RUNLANE_TEST_SQS_ENDPOINT`` name running ones)."""
+    if TEST_BACKEND == "moto":
+        yield request.getfixturevalue("moto_server")
+        return
+    external = AwsLocalBackend.from_env()
+    if external is not None:
+        yield external
+        return
+    with AwsLocal() as emulators:
+        yield emulators
+
+
 @pytest.fixture
-def backend_env(moto_server: MotoServer, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    """Environment variables that point boto3 at a freshly reset moto server."""
-    moto_server.reset()
-    env = moto_server.environment()
+def backend_env(session_backend: Backend, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """Environment variables that point boto3 at a freshly reset backend."""
+    session_backend.reset()
+    env = session_backend.environment()
     env["RUNLANE_TABLE"] = f"runlane-{uuid.uuid4().hex[:8]}"
     env["RUNLANE_ENVIRONMENT"] = "test"
+    if TEST_BACKEND != "moto":
+        # SQS refuses to recreate a queue name deleted in the last 60 s: fresh names.
+        env["RUNLANE_QUEUE_PREFIX"] = f"runlane-{uuid.uuid4().hex[:8]}-"
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     return env
@@ -46,7 +85,7 @@ def backend_env(moto_server: MotoServer, monkeypatch: pytest.MonkeyPatch) -> dic
 
 @pytest.fixture
 def make_app(backend_env: dict[str, str]):  # type: ignore[no-untyped-def]
-    """Build a Runlane app against the moto server; ``provision=True`` creates resources."""
+    """Build a Runlane app against the test backend; ``provision=True`` creates resources."""
 
     def build(*, clock: Clock | None = None, **options: object) -> Runlane:
         return Runlane.from_env(clock=clock, **options) if clock else Runlane.from_env(**options)

@@ -1,0 +1,60 @@
+"""The ``runlane-sqs`` command line (click).
+
+Commands: ``dev``, ``provision``, ``worker``, ``maintenance run``, ``trigger``,
+``runs list|get|events|attempts|cancel|retry|rerun|prune``,
+``tokens create|get|complete|time-out`` and ``signals send``. Exit codes are in
+:mod:`runlane_sqs.cli.exits`; docs/operations.md (section "CLI") documents them.
+"""
+
+from __future__ import annotations
+
+import click
+
+from runlane_sqs.cli.backend import dev, maintenance, provision, worker
+from runlane_sqs.cli.decisions import signals, tokens
+from runlane_sqs.cli.exits import (
+    EXIT_ABORTED,
+    EXIT_APP_NOT_IMPORTABLE,
+    EXIT_BACKEND,
+    EXIT_ILLEGAL,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_USAGE,
+    RunlaneGroup,
+)
+from runlane_sqs.cli.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
+from runlane_sqs.cli.runs import runs, trigger
+
+
+@click.group(cls=RunlaneGroup)
+@click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    help="Python logging level.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(LOG_FORMATS),
+    help="Log lines on stderr: json or text (default: text on a terminal, else json).",
+)
+@click.version_option(package_name="runlane-sqs")
+def main(log_level: str, log_format: str | None) -> None:
+    """runlane-sqs: durable background work on DynamoDB and SQS."""
+    configure_logging(log_format, log_level)
+
+
+for command in (dev, provision, worker, maintenance, trigger, runs, tokens, signals):
+    main.add_command(command)
+
+__all__ = [
+    "EXIT_ABORTED",
+    "EXIT_APP_NOT_IMPORTABLE",
+    "EXIT_BACKEND",
+    "EXIT_ILLEGAL",
+    "EXIT_NOT_FOUND",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "main",
+]

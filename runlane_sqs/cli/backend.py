@@ -1,0 +1,148 @@
+"""Backend and process commands: ``dev``, ``provision``, ``worker``, ``maintenance run``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shlex
+import signal
+import threading
+from typing import Any
+
+import click
+
+from runlane_sqs.app import Runlane
+from runlane_sqs.cli.exits import EXIT_BACKEND, fail
+from runlane_sqs.cli.options import app_option, load_app
+from runlane_sqs.config import ENV_ENVIRONMENT, ENV_TABLE
+from runlane_sqs.errors import MissingResourceError, RunlaneError
+from runlane_sqs.loading import ENV_APP
+from runlane_sqs.local import MotoServer
+from runlane_sqs.maintenance import MaintenanceConfig
+
+log = logging.getLogger("runlane_sqs.maintenance")
+DEV_POLL_SECONDS = 0.5
+"""How often ``dev`` checks that its server is still alive."""
+
+
+def stop_on_signals() -> threading.Event:
+    """An event set by SIGTERM or SIGINT (installed on the main thread)."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
+@click.command()
+@app_option
+@click.option("--port", type=click.IntRange(1, 65535), help="Port on 127.0.0.1 (default: free).")
+@click.option("--queue", "queues", multiple=True, help="Queue to create (repeatable).")
+def dev(app_spec: str | None, port: int | None, queues: tuple[str, ...]) -> None:
+    """Start a local backend (an embedded moto server), provision it, print the variables
+    to export, and keep it running until Ctrl-C or SIGTERM.
+
+    Without --app (or RUNLANE_APP) it provisions the table from RUNLANE_TABLE (default
+    "runlane") and the queue "default"."""
+    stop = stop_on_signals()
+    server = MotoServer(port).start()
+    try:
+        os.environ.update(server.environment())
+        named = app_spec or os.environ.get(ENV_APP)
+        app = load_app(named) if named else Runlane.from_env()
+        app.provision(list(queues) or None)
+        exports = {
+            **server.environment(),
+            ENV_TABLE: app.config.table,
+            ENV_ENVIRONMENT: app.config.environment,
+        }
+        if named:
+            exports[ENV_APP] = named
+        click.echo(f"# runlane-sqs dev: moto server on {server.endpoint_url}, table ready")
+        click.echo("# export these in another shell; Ctrl-C here stops the server")
+        for name, value in exports.items():
+            click.echo(f"export {name}={shlex.quote(value)}")
+        _serve(server, stop)
+    finally:
+        server.stop()
+    click.echo("# moto server stopped", err=True)
+
+
+def _serve(server: MotoServer, stop: threading.Event) -> None:
+    while not stop.wait(DEV_POLL_SECONDS):
+        # a terminal's Ctrl-C reaches the server process too; give our handler a moment
+        if not server.running and not stop.wait(1.0):
+            fail(f"the moto server on port {server.port} stopped", EXIT_BACKEND)
+
+
+@click.command()
+@app_option
+@click.option("--queue", "queues", multiple=True, help="Queue to create (repeatable).")
+def provision(app_spec: str | None, queues: tuple[str, ...]) -> None:
+    """Create the table and queues if they do not exist (local use and tests)."""
+    app = load_app(app_spec)
+    app.provision(list(queues) or None)
+    click.echo(f"table {app.config.table} and queues ready")
+
+
+@click.command()
+@app_option
+@click.option("--queue", "queues", multiple=True, help="Queue to consume (repeatable).")
+@click.option("--concurrency", default=1, show_default=True, type=click.IntRange(min=1))
+@click.option("--drain", is_flag=True, help="Process available work, then exit.")
+@click.option("--max-runs", type=click.IntRange(min=1), help="With --drain: stop after N runs.")
+@click.option(
+    "--grace-period", default=25.0, show_default=True, help="Seconds to let attempts finish."
+)
+def worker(
+    app_spec: str | None,
+    queues: tuple[str, ...],
+    concurrency: int,
+    drain: bool,
+    max_runs: int | None,
+    grace_period: float,
+) -> None:
+    """Run a worker until SIGTERM/SIGINT (or, with --drain, until the queues are empty)."""
+    app = load_app(app_spec)
+    options: dict[str, Any] = {"concurrency": concurrency, "grace_period": grace_period}
+    instance = app.worker(list(queues) or None, **options)
+    if drain or max_runs is not None:
+        executed = instance.drain(max_runs=max_runs)
+        click.echo(f"executed {executed} run(s)")
+    else:
+        instance.run()
+
+
+@click.group()
+def maintenance() -> None:
+    """Maintenance: publish due wakeups and recover expired leases."""
+
+
+@maintenance.command("run")
+@app_option
+@click.option("--once", "mode", flag_value="once", default=True, help="One pass, then exit.")
+@click.option("--every", type=click.FloatRange(min=1), help="A pass every N seconds until stopped.")
+@click.option("--limit", type=click.IntRange(min=1), help="Candidates per job per pass.")
+def maintenance_run(
+    app_spec: str | None, mode: str, every: float | None, limit: int | None
+) -> None:
+    """Run maintenance passes and print each report as one JSON line."""
+    app = load_app(app_spec)
+    if limit is not None:
+        app.maintenance.config = MaintenanceConfig(
+            limit_per_job=limit, max_lease_losses=app.maintenance.config.max_lease_losses
+        )
+    stop = stop_on_signals() if every is not None else threading.Event()
+    while True:
+        try:
+            report = app.maintenance.run_pass()
+        except MissingResourceError:
+            raise
+        except RunlaneError as exc:
+            if every is None:
+                raise
+            log.warning("pass failed: %s", exc)
+        else:
+            click.echo(json.dumps(report.to_json()))
+        if every is None or stop.wait(every):
+            return

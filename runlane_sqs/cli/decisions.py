@@ -1,0 +1,112 @@
+"""External decisions: ``tokens create|get|complete|time-out`` and ``signals send``."""
+
+from __future__ import annotations
+
+import click
+
+from runlane_sqs.cli import tables
+from runlane_sqs.cli.options import app_option, emit_json, json_option, load_app, parse_json
+from runlane_sqs.core.model import JSON
+from runlane_sqs.core.tokens import Token
+from runlane_sqs.shapes import token_to_json
+
+
+def _emit_token(token: Token, as_json: bool) -> None:
+    if as_json:
+        emit_json(token_to_json(token))
+    else:
+        tables.print_token(token)
+
+
+@click.group()
+def tokens() -> None:
+    """Create, read and decide tokens (durable external decisions)."""
+
+
+@tokens.command()
+@app_option
+@click.option(
+    "--timeout", type=click.FloatRange(min=1), help="Seconds until maintenance times it out."
+)
+@click.option(
+    "--metadata",
+    callback=parse_json,
+    metavar="JSON",
+    default=None,
+    help="JSON kept with the token.",
+)
+@json_option
+def create(app_spec: str | None, timeout: float | None, metadata: JSON, as_json: bool) -> None:
+    """Create a pending token and print its id (give it to the runs that wait on it)."""
+    token = load_app(app_spec).tokens.create(timeout=timeout, metadata=metadata)
+    if as_json:
+        emit_json(token_to_json(token))
+    else:
+        click.echo(token.id)
+
+
+@tokens.command()
+@app_option
+@click.argument("token_id")
+@json_option
+def get(app_spec: str | None, token_id: str, as_json: bool) -> None:
+    """Show a token and its decision."""
+    _emit_token(load_app(app_spec).tokens.get(token_id), as_json)
+
+
+@tokens.command()
+@app_option
+@click.argument("token_id")
+@click.option(
+    "--value",
+    callback=parse_json,
+    metavar="JSON",
+    default=None,
+    help="The decision's value as JSON.",
+)
+@json_option
+def complete(app_spec: str | None, token_id: str, value: JSON, as_json: bool) -> None:
+    """Complete a pending token with a value and resume the runs waiting on it."""
+    token = load_app(app_spec).tokens.complete(token_id, value)
+    if as_json:
+        emit_json(token_to_json(token))
+    else:
+        click.echo(f"token {token.id} is {token.status.value}")
+
+
+@tokens.command("time-out")
+@app_option
+@click.argument("token_id")
+@json_option
+def time_out(app_spec: str | None, token_id: str, as_json: bool) -> None:
+    """Decide a pending token as timed out and resume the runs waiting on it."""
+    token = load_app(app_spec).tokens.time_out(token_id)
+    if as_json:
+        emit_json(token_to_json(token))
+    else:
+        click.echo(f"token {token.id} is {token.status.value}")
+
+
+@click.group()
+def signals() -> None:
+    """Send signals to the runs waiting on a key."""
+
+
+@signals.command()
+@app_option
+@click.argument("key")
+@click.option(
+    "--payload",
+    callback=parse_json,
+    metavar="JSON",
+    default=None,
+    help="JSON the woken runs receive.",
+)
+@json_option
+def send(app_spec: str | None, key: str, payload: JSON, as_json: bool) -> None:
+    """Wake the runs waiting on KEY now (a signal is not kept for later waiters)."""
+    woken = load_app(app_spec).signals.send(key, payload)
+    if as_json:
+        emit_json({"key": key, "woken": woken})
+    else:
+        click.echo(f"woke {woken} run(s)")

@@ -1,0 +1,95 @@
+"""Exit codes of ``runlane-sqs`` and the translation of errors into them (one place).
+
+Documented in docs/operations.md, section "CLI".
+"""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+import click
+from botocore.exceptions import BotoCoreError, ClientError
+
+from runlane_sqs.core.tokens import TokenAlreadyDecided, TokenNotFound
+from runlane_sqs.errors import (
+    IllegalTransition,
+    InvalidKeyError,
+    InvalidPayloadError,
+    MissingResourceError,
+    RunlaneError,
+    RunNotFound,
+    UnknownTaskError,
+)
+from runlane_sqs.loading import AppNotImportable, InvalidAppSpec
+
+EXIT_OK = 0
+EXIT_ABORTED = 1
+"""The operator answered no to a confirmation (click's ``Abort``), or an unexpected crash."""
+EXIT_USAGE = 2
+"""Bad usage: unknown option, invalid value, bad JSON, an invalid key or payload, or a
+confirmation needed with no terminal to ask on (click's own code for usage errors)."""
+EXIT_APP_NOT_IMPORTABLE = 3
+"""No app named, a name that is not ``module:attribute``, or it cannot be imported."""
+EXIT_BACKEND = 4
+"""DynamoDB or SQS unreachable or failing, the table or a queue missing, or another
+runlane error from the backend."""
+EXIT_NOT_FOUND = 5
+"""No such run or token in this environment, or no such task registered in the app."""
+EXIT_ILLEGAL = 6
+"""The action is not allowed in the current state (retry a succeeded run, cancel a
+finished run, complete a decided token)."""
+
+PROVISION_HINT = (
+    "create it with `runlane-sqs provision --app module:attr` (local backend) "
+    "or with your CloudFormation stack (AWS)"
+)
+
+
+def fail(message: str, exit_code: int, hint: str | None = None) -> NoReturn:
+    """Print ``error: message`` (and ``hint: ...``) on stderr and exit with ``exit_code``."""
+    click.echo(f"error: {message}", err=True)
+    if hint:
+        click.echo(f"hint: {hint}", err=True)
+    raise click.exceptions.Exit(exit_code)
+
+
+ERROR_EXIT_CODES: tuple[tuple[tuple[type[BaseException], ...], int], ...] = (
+    ((AppNotImportable,), EXIT_APP_NOT_IMPORTABLE),
+    ((RunNotFound, TokenNotFound, UnknownTaskError), EXIT_NOT_FOUND),
+    ((IllegalTransition, TokenAlreadyDecided), EXIT_ILLEGAL),
+    ((InvalidPayloadError, InvalidKeyError), EXIT_USAGE),
+    ((RunlaneError, BotoCoreError, ClientError), EXIT_BACKEND),
+)
+"""Error classes and their exit codes, most specific first (the first match wins)."""
+
+
+def exit_code_for(exc: BaseException) -> int:
+    """The exit code an error means (1 for anything unexpected)."""
+    for kinds, code in ERROR_EXIT_CODES:
+        if isinstance(exc, kinds):
+            return code
+    return EXIT_ABORTED
+
+
+def report(exc: RunlaneError | BotoCoreError | ClientError) -> NoReturn:
+    """Report a library (or stray botocore) error and exit with its code."""
+    code = exit_code_for(exc)
+    if isinstance(exc, BotoCoreError | ClientError):
+        # not translated at an adapter edge; botocore's message names the endpoint
+        fail(f"AWS request failed: {exc}", code)
+    hint = None
+    if isinstance(exc, MissingResourceError):
+        hint = PROVISION_HINT
+    elif isinstance(exc, InvalidAppSpec):
+        hint = "name the app with --app module:attribute or RUNLANE_APP"
+    fail(str(exc), code, hint)
+
+
+class RunlaneGroup(click.Group):
+    """A click group that turns library errors into messages and documented exit codes."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (RunlaneError, BotoCoreError, ClientError) as exc:
+            report(exc)

@@ -1,0 +1,63 @@
+"""Log output of the CLI: JSON lines (python-json-logger) or text, on stderr.
+
+Library log lines carry their context as ``LogRecord`` attributes (logging "extras"):
+``run_id``, ``task``, ``attempt``, ``worker_id``, ``reason``, ``message_id``. JSON lines
+include every extra; text lines append the known ones as ``key=value``. Payloads are
+never logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+from pythonjsonlogger.json import JsonFormatter
+
+LOG_FORMATS = ("json", "text")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+CONTEXT_FIELDS = ("run_id", "task", "attempt", "worker_id", "reason", "message_id")
+"""Extras appended to text lines, in this order."""
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+JSON_FIELDS = ("levelname", "name", "message")
+JSON_RENAMES = {"levelname": "level", "name": "logger"}
+QUIET_LOGGERS = ("botocore", "boto3", "urllib3", "werkzeug")
+
+
+class TextFormatter(logging.Formatter):
+    """``time LEVEL logger message key=value ...`` with the run context appended."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        fields = [
+            f"{name}={getattr(record, name)}" for name in CONTEXT_FIELDS if hasattr(record, name)
+        ]
+        return " ".join([line, *fields])
+
+
+def json_formatter() -> JsonFormatter:
+    """One JSON object per line: ``time`` (ISO-8601 UTC), ``level``, ``logger``,
+    ``message``, then every extra (``run_id``, ``task``, ``attempt``, ``worker_id``, ...)
+    and ``exc_info`` for exceptions."""
+    return JsonFormatter(
+        list(JSON_FIELDS),
+        rename_fields=dict(JSON_RENAMES),
+        timestamp="time",
+    )
+
+
+def default_format(stream: Any = None) -> str:
+    """``text`` on a terminal, ``json`` otherwise (ECS, Lambda, files, pipes)."""
+    stream = stream or sys.stderr
+    isatty = getattr(stream, "isatty", None)
+    return "text" if isatty is not None and isatty() else "json"
+
+
+def configure_logging(fmt: str | None, level: str) -> None:
+    """Send every log line to stderr in ``fmt`` (``json``/``text``; None: by terminal)."""
+    handler = logging.StreamHandler(sys.stderr)
+    chosen = fmt or default_format(sys.stderr)
+    handler.setFormatter(json_formatter() if chosen == "json" else TextFormatter(TEXT_FORMAT))
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)

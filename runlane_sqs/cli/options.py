@@ -1,0 +1,114 @@
+"""Options, parameter types and output helpers shared by the commands."""
+
+from __future__ import annotations
+
+import getpass
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import click
+
+from runlane_sqs import loading
+from runlane_sqs.app import Runlane
+from runlane_sqs.core.model import JSON
+
+F = TypeVar("F", bound=Callable[..., Any])
+DEFAULT_ACTOR = "operator"
+
+
+def app_option(fn: F) -> F:
+    """``--app module:attribute`` (default: ``RUNLANE_APP``)."""
+    return click.option(
+        "--app",
+        "app_spec",
+        metavar="MODULE:ATTR",
+        help="The Runlane app to load (default: the RUNLANE_APP variable).",
+    )(fn)
+
+
+def json_option(fn: F) -> F:
+    """``--json``: print the documented JSON shape instead of a table."""
+    return click.option(
+        "--json", "as_json", is_flag=True, help="Print JSON (a stable, documented shape)."
+    )(fn)
+
+
+def actor_options(fn: F) -> F:
+    """``--reason`` and ``--actor`` of the control actions (recorded in history)."""
+    fn = click.option("--reason", default="", help="Why; recorded in the run's history.")(fn)
+    return click.option(
+        "--actor", default=None, help="Who; recorded in history (default: your user name)."
+    )(fn)
+
+
+def load_app(spec: str | None) -> Runlane:
+    """The app named by ``--app`` or ``RUNLANE_APP`` (errors map to exit code 3)."""
+    return loading.load_app(spec)
+
+
+def actor_or_user(actor: str | None) -> str:
+    """``--actor``, else the operating-system user name."""
+    if actor:
+        return actor
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no user name in some containers
+        return DEFAULT_ACTOR
+
+
+def emit_json(value: JSON) -> None:
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def parse_json(ctx: click.Context, param: click.Parameter, value: str | None) -> JSON:
+    """Callback of options given as JSON (``'{"order": 7}'``, ``'"text"'``, ``3``)."""
+    if value is None:
+        return None
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"{value!r} is not valid JSON: {exc}", ctx, param) from None
+
+
+def parse_time(text: str) -> datetime:
+    """An ISO-8601 time; without an offset it is UTC. Raises ValueError."""
+    value = datetime.fromisoformat(text)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
+def parse_iso_time(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> datetime | None:
+    """Callback of options given as an ISO-8601 time (UTC when no offset is given)."""
+    if value is None:
+        return None
+    try:
+        return parse_time(value)
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is not an ISO-8601 time (e.g. 2026-11-30T10:00:00Z)", ctx, param
+        ) from None
+
+
+def parse_age_or_time(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> float | datetime | None:
+    """Callback of options given as seconds of age (``86400``) or an ISO-8601 time."""
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        pass
+    else:
+        if seconds < 0:
+            raise click.BadParameter("an age cannot be negative", ctx, param)
+        return seconds
+    try:
+        return parse_time(value)
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is neither seconds nor an ISO-8601 time", ctx, param
+        ) from None

@@ -1,0 +1,312 @@
+"""Run commands: ``trigger`` and ``runs list|get|events|attempts|cancel|retry|rerun|prune``."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
+
+from runlane_sqs.app import Runlane
+from runlane_sqs.cli import tables
+from runlane_sqs.cli.options import (
+    actor_options,
+    actor_or_user,
+    app_option,
+    emit_json,
+    json_option,
+    load_app,
+    parse_age_or_time,
+    parse_iso_time,
+    parse_json,
+)
+from runlane_sqs.core.model import JSON, TERMINAL_STATUSES, Run, RunStatus
+from runlane_sqs.runs import MAX_LIST_LIMIT
+from runlane_sqs.shapes import attempt_to_json, event_to_json, iso, run_to_json
+
+ALL_STATUSES = [s.value for s in RunStatus]
+FINISHED_STATUSES = [s.value for s in RunStatus if s in TERMINAL_STATUSES]
+
+
+def _emit_run(run: Run, as_json: bool, **extra: JSON) -> None:
+    if as_json:
+        emit_json({**run_to_json(run), **extra})
+    else:
+        tables.print_run(run)
+
+
+@click.command()
+@app_option
+@click.argument("task")
+@click.option(
+    "--payload",
+    callback=parse_json,
+    metavar="JSON",
+    default=None,
+    help="The run's payload as JSON.",
+)
+@click.option("--idempotency-key", help="Return the existing run that holds this key.")
+@click.option("--singleton-key", help="At most one unfinished run of the task per key.")
+@click.option("--delay", type=click.FloatRange(min=0), help="Seconds before the run is due.")
+@json_option
+def trigger(
+    app_spec: str | None,
+    task: str,
+    payload: JSON,
+    idempotency_key: str | None,
+    singleton_key: str | None,
+    delay: float | None,
+    as_json: bool,
+) -> None:
+    """Create a run of TASK and publish its wakeup; prints the run id and whether it was
+    created (false: an existing run holds the idempotency or singleton key)."""
+    app = load_app(app_spec)
+    run = app.trigger(
+        task,
+        payload,
+        idempotency_key=idempotency_key,
+        singleton_key=singleton_key,
+        delay=delay,
+    )
+    if as_json:
+        emit_json({**run_to_json(run), "created": run.created})
+    else:
+        click.echo(run.id)
+        click.echo(f"created: {'true' if run.created else 'false'}")
+
+
+@click.group()
+def runs() -> None:
+    """Observe and recover runs."""
+
+
+@runs.command("list")
+@app_option
+@click.option(
+    "--status", "statuses", multiple=True, type=click.Choice(ALL_STATUSES), help="Repeatable."
+)
+@click.option("--task", help="Only runs of this task.")
+@click.option("--queue", help="Only runs on this queue.")
+@click.option(
+    "--created-after",
+    callback=parse_iso_time,
+    metavar="ISO-TIME",
+    help="ISO-8601 time (UTC if no offset).",
+)
+@click.option(
+    "--created-before",
+    callback=parse_iso_time,
+    metavar="ISO-TIME",
+    help="ISO-8601 time (UTC if no offset).",
+)
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, MAX_LIST_LIMIT))
+@click.option("--cursor", help="Continue from a previous page.")
+@json_option
+def list_runs(
+    app_spec: str | None,
+    statuses: tuple[str, ...],
+    task: str | None,
+    queue: str | None,
+    created_after: datetime | None,
+    created_before: datetime | None,
+    limit: int,
+    cursor: str | None,
+    as_json: bool,
+) -> None:
+    """List runs newest first (one page; the next page needs --cursor)."""
+    app = load_app(app_spec)
+    page = app.runs.list(
+        status=list(statuses) or None,
+        task=task,
+        queue=queue,
+        created_after=created_after,
+        created_before=created_before,
+        limit=limit,
+        cursor=cursor,
+    )
+    if as_json:
+        emit_json({"runs": [run_to_json(r) for r in page.runs], "cursor": page.cursor})
+    else:
+        tables.print_runs(page.runs, page.cursor)
+
+
+@runs.command()
+@app_option
+@click.argument("run_id")
+@json_option
+def get(app_spec: str | None, run_id: str, as_json: bool) -> None:
+    """Show one run as stored now."""
+    _emit_run(load_app(app_spec).runs.get(run_id), as_json)
+
+
+@runs.command()
+@app_option
+@click.argument("run_id")
+@json_option
+def events(app_spec: str | None, run_id: str, as_json: bool) -> None:
+    """Show a run's history, in order."""
+    history = load_app(app_spec).runs.events(run_id)
+    if as_json:
+        emit_json({"run_id": run_id, "events": [event_to_json(e) for e in history]})
+    else:
+        tables.print_events(run_id, history)
+
+
+@runs.command()
+@app_option
+@click.argument("run_id")
+@json_option
+def attempts(app_spec: str | None, run_id: str, as_json: bool) -> None:
+    """Show a run's attempts: worker, start, end, outcome, failure."""
+    found = load_app(app_spec).runs.attempts(run_id)
+    if as_json:
+        emit_json({"run_id": run_id, "attempts": [attempt_to_json(a) for a in found]})
+    else:
+        tables.print_attempts(run_id, found)
+
+
+@runs.command()
+@app_option
+@click.argument("run_id")
+@actor_options
+@json_option
+def cancel(
+    app_spec: str | None, run_id: str, actor: str | None, reason: str, as_json: bool
+) -> None:
+    """Cancel a run: at once if it waits, at its worker's next heartbeat if it runs."""
+    run = load_app(app_spec).runs.cancel(run_id, reason=reason, actor=actor_or_user(actor))
+    if as_json:
+        emit_json(run_to_json(run))
+    else:
+        click.echo(f"run {run.id} is {run.status.value}")
+
+
+@runs.command()
+@app_option
+@click.argument("run_id")
+@actor_options
+@json_option
+def retry(app_spec: str | None, run_id: str, actor: str | None, reason: str, as_json: bool) -> None:
+    """Create a new run from a failed one, linked to it (the source stays failed)."""
+    run = load_app(app_spec).runs.retry(run_id, reason=reason, actor=actor_or_user(actor))
+    _emit_link(run, as_json)
+
+
+@runs.command()
+@app_option
+@click.argument("run_id")
+@actor_options
+@json_option
+def rerun(app_spec: str | None, run_id: str, actor: str | None, reason: str, as_json: bool) -> None:
+    """Create a new run from any finished one, linked to it."""
+    run = load_app(app_spec).runs.rerun(run_id, reason=reason, actor=actor_or_user(actor))
+    _emit_link(run, as_json)
+
+
+def _emit_link(run: Run, as_json: bool) -> None:
+    if as_json:
+        emit_json(run_to_json(run))
+    else:
+        click.echo(run.id)
+        click.echo(f"{run.source_kind} of {run.source_run_id}")
+
+
+@runs.command()
+@app_option
+@click.option(
+    "--older-than",
+    callback=parse_age_or_time,
+    metavar="SECONDS|ISO-TIME",
+    required=True,
+    help="Age in seconds, or an ISO-8601 time: prune runs created before it.",
+)
+@click.option(
+    "--status",
+    "statuses",
+    multiple=True,
+    type=click.Choice(FINISHED_STATUSES),
+    help="Repeatable; default: every finished status.",
+)
+@click.option(
+    "--limit",
+    default=100,
+    show_default=True,
+    type=click.IntRange(1, MAX_LIST_LIMIT),
+    help="Runs examined per batch.",
+)
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@json_option
+def prune(
+    app_spec: str | None,
+    older_than: float | datetime,
+    statuses: tuple[str, ...],
+    limit: int,
+    yes: bool,
+    as_json: bool,
+) -> None:
+    """Delete finished runs created before a cutoff, with their history, in batches."""
+    app = load_app(app_spec)
+    cutoff = (
+        older_than
+        if isinstance(older_than, datetime)
+        else app.clock.now() - timedelta(seconds=older_than)
+    )
+    chosen = list(statuses) or FINISHED_STATUSES
+    if not yes:
+        _confirm_prune(chosen, cutoff)
+    examined, deleted, batches = _prune_all(app, cutoff, chosen, limit)
+    if as_json:
+        emit_json(
+            {
+                "cutoff": iso(cutoff),
+                "statuses": chosen,
+                "examined": examined,
+                "deleted": deleted,
+                "batches": batches,
+            }
+        )
+    else:
+        click.echo(f"pruned {deleted} run(s) ({examined} examined in {batches} batch(es))")
+
+
+def _confirm_prune(statuses: Sequence[str], cutoff: datetime) -> None:
+    if not sys.stdin.isatty():
+        raise click.UsageError(
+            "runs prune deletes runs and there is no terminal to confirm on; pass --yes"
+        )
+    click.confirm(
+        f"Delete {'/'.join(statuses)} runs created before {iso(cutoff)}, with their history?",
+        abort=True,
+    )
+
+
+def _prune_all(
+    app: Runlane, cutoff: datetime, statuses: Sequence[str], limit: int
+) -> tuple[int, int, int]:
+    """Prune batch after batch until the cursor runs out; a progress bar on stderr."""
+    examined = deleted = batches = 0
+    cursor: str | None = None
+    columns = (
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed} deleted, {task.fields[examined]} examined"),
+    )
+    with Progress(*columns, console=Console(stderr=True)) as progress:
+        bar = progress.add_task("pruning", total=None, examined=0)
+        while True:
+            report = app.runs.prune(
+                older_than=cutoff, statuses=statuses, limit=limit, cursor=cursor
+            )
+            examined += report.examined
+            deleted += report.deleted
+            batches += 1
+            progress.update(bar, advance=report.deleted, examined=examined)
+            cursor = report.cursor
+            if cursor is None:
+                break
+        progress.update(bar, total=deleted, completed=deleted)
+    return examined, deleted, batches

@@ -1,0 +1,109 @@
+"""The stable JSON shapes of runs, events, attempts and tokens (pure functions).
+
+What ``runlane-sqs ... --json`` prints, and what other tooling (the console) can reuse.
+Times are ISO-8601 in UTC with millisecond precision and a ``Z`` suffix
+(``2026-11-30T10:29:05.040Z``); absent values are ``null``. Fields are only ever added,
+never renamed or removed. A lease's fencing token is never shown.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from runlane_sqs.core.attempts import Attempt
+from runlane_sqs.core.model import JSON, Failure, Lease, Run, RunEvent, Wait
+from runlane_sqs.core.tokens import Token
+
+
+def iso(value: datetime | None) -> str | None:
+    """``2026-11-30T10:29:05.040Z``; a naive time is taken to be UTC."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def failure_to_json(failure: Failure | None) -> dict[str, JSON] | None:
+    return failure.to_json() if failure is not None else None
+
+
+def lease_to_json(lease: Lease | None) -> dict[str, JSON] | None:
+    """Who holds the run and until when (without the fencing token)."""
+    if lease is None:
+        return None
+    return {"owner": lease.owner, "expires_at": iso(lease.expires_at)}
+
+
+def wait_to_json(wait: Wait | None) -> dict[str, JSON] | None:
+    if wait is None:
+        return None
+    return {
+        "kind": wait.kind.value,
+        "name": wait.name,
+        "target": wait.target,
+        "until": iso(wait.until),
+    }
+
+
+def run_to_json(run: Run) -> dict[str, JSON]:
+    """One run as stored: identity, status, timing, lease, wait, outcome and audit link."""
+    return {
+        "id": run.id,
+        "environment": run.environment,
+        "task": run.task,
+        "queue": run.queue,
+        "status": run.status.value,
+        "attempt": run.attempt,
+        "failures": run.failures,
+        "created_at": iso(run.created_at),
+        "updated_at": iso(run.updated_at),
+        "due_at": iso(run.due_at),
+        "deadline_at": iso(run.deadline_at),
+        "lease": lease_to_json(run.lease),
+        "waiting": wait_to_json(run.waiting),
+        "payload": run.payload,
+        "result": run.result,
+        "failure": failure_to_json(run.failure),
+        "idempotency_key": run.idempotency_key,
+        "singleton_key": run.singleton_key,
+        "source_run_id": run.source_run_id,
+        "source_kind": run.source_kind,
+        "seq": run.seq,
+    }
+
+
+def event_to_json(event: RunEvent) -> dict[str, JSON]:
+    """One history record: ``seq`` (1, 2, ...), ``type``, ``at``, ``attempt``, ``data``."""
+    return {
+        "seq": event.seq,
+        "type": event.type.value,
+        "at": iso(event.at),
+        "attempt": event.attempt,
+        "data": event.data,
+    }
+
+
+def attempt_to_json(attempt: Attempt) -> dict[str, JSON]:
+    """One attempt: ``number``, ``worker``, ``started_at``, ``ended_at``, ``outcome``,
+    ``failure``."""
+    return {
+        **attempt.to_json(),
+        "started_at": iso(attempt.started_at),
+        "ended_at": iso(attempt.ended_at),
+    }
+
+
+def token_to_json(token: Token) -> dict[str, JSON]:
+    """One token: its decision (``pending``, ``completed``, ``timed_out``) and value."""
+    return {
+        "id": token.id,
+        "environment": token.environment,
+        "status": token.status.value,
+        "created_at": iso(token.created_at),
+        "timeout_at": iso(token.timeout_at),
+        "decided_at": iso(token.decided_at),
+        "value": token.value,
+        "metadata": token.metadata,
+        "resuming": token.resuming,
+    }

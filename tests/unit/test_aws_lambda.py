@@ -1,0 +1,453 @@
+"""The Lambda consumer over the in-memory app: SQS event-source batches in, partial batch
+responses out, time moved by hand through the fake context's clock."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import Counter
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from tenacity import retry, retry_if_exception_type, stop_after_attempt
+
+from runlane_sqs import (
+    MissingResourceError,
+    Run,
+    Runlane,
+    RunStatus,
+    StorageUnavailable,
+    TaskContext,
+)
+from runlane_sqs.aws_lambda import NotAnSqsEvent, logical_queue, sqs_handler
+from runlane_sqs.core.wakeup import Wakeup, parse_wakeup
+from runlane_sqs.ports import ReceivedWakeup
+from runlane_sqs.storage.memory import InMemoryRunStore
+from runlane_sqs.testing import ManualClock
+from runlane_sqs.transport.memory import InMemoryTransport
+
+ACCOUNT = "123456789012"
+STANDARD_ARN = f"arn:aws:sqs:us-east-1:{ACCOUNT}:runlane-default"
+FIFO_ARN = f"arn:aws:sqs:us-east-1:{ACCOUNT}:runlane-ordered.fifo"
+MARGIN_SECONDS = 10.0
+INVOCATION_THREADS = ("runlane-heartbeat", "runlane-lambda-deadline")
+
+
+class FlakyStore:
+    """The in-memory store, except that reads of the runs in ``down_for`` are throttled."""
+
+    def __init__(self, inner: InMemoryRunStore) -> None:
+        self.inner = inner
+        self.down_for: set[str] = set()
+        self.refused: Counter[str] = Counter()
+        self.table_missing = False
+
+    def get_run(self, run_id: str) -> Run | None:
+        if self.table_missing:
+            self.refused[run_id] += 1
+            raise MissingResourceError("DynamoDB table 'runlane' does not exist")
+        if run_id in self.down_for:
+            self.refused[run_id] += 1
+            raise StorageUnavailable(f"throttled reading run {run_id}")
+        return self.inner.get_run(run_id)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class FakeContext:
+    """A Lambda context whose deadline is on the test's clock."""
+
+    def __init__(self, clock: ManualClock, budget_seconds: float, request_id: str) -> None:
+        self.clock = clock
+        self.deadline = clock.now() + timedelta(seconds=budget_seconds)
+        self.aws_request_id = request_id
+        self.function_name = "runlane-consumer"
+
+    def get_remaining_time_in_millis(self) -> int:
+        left = (self.deadline - self.clock.now()).total_seconds()
+        return max(0, int(left * 1000))
+
+
+@pytest.fixture(autouse=True)
+def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The executor retries a throttled read five times with real exponential backoff
+    (about 3 s); keep the retries, drop the waiting."""
+    monkeypatch.setattr(
+        "runlane_sqs.executor._storage_retry",
+        retry(
+            retry=retry_if_exception_type(StorageUnavailable),
+            stop=stop_after_attempt(5),
+            reraise=True,
+        ),
+    )
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def store() -> FlakyStore:
+    return FlakyStore(InMemoryRunStore("test"))
+
+
+@pytest.fixture
+def transport(clock: ManualClock) -> InMemoryTransport:
+    return InMemoryTransport(clock)
+
+
+@pytest.fixture
+def app(clock: ManualClock, store: FlakyStore, transport: InMemoryTransport) -> Runlane:
+    return Runlane(environment="test", clock=clock, store=store, transport=transport)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def calls(app: Runlane, clock: ManualClock) -> list[Any]:
+    """Register ``work`` (records its payload; ``{"takes": s}`` moves the clock ``s``)."""
+    seen: list[Any] = []
+
+    @app.task(name="work")
+    def work(ctx: TaskContext, payload: Any) -> Any:
+        seen.append(payload)
+        clock.advance(payload.get("takes", 0))
+        return {"done": payload["n"]}
+
+    return seen
+
+
+def sqs_record(
+    message: ReceivedWakeup, arn: str = STANDARD_ARN, group: str | None = None
+) -> dict[str, Any]:
+    """The record an event source mapping delivers for ``message``."""
+    attributes = {
+        "ApproximateReceiveCount": str(message.receive_count),
+        "SentTimestamp": "1893456000000",
+        "SenderId": "AIDAEXAMPLE",
+        "ApproximateFirstReceiveTimestamp": "1893456000001",
+    }
+    if group is not None:
+        attributes |= {
+            "MessageGroupId": group,
+            "MessageDeduplicationId": message.message_id,
+            "SequenceNumber": "18849496460467696128",
+        }
+    return {
+        "messageId": message.message_id,
+        "receiptHandle": message.receipt,
+        "body": message.body,
+        "attributes": attributes,
+        "messageAttributes": {},
+        "md5OfBody": hashlib.md5(message.body.encode()).hexdigest(),
+        "eventSource": "aws:sqs",
+        "eventSourceARN": arn,
+        "awsRegion": "us-east-1",
+    }
+
+
+def trigger_and_receive(
+    app: Runlane, transport: InMemoryTransport, payloads: list[dict[str, Any]]
+) -> tuple[list[Run], list[ReceivedWakeup]]:
+    runs = [app.trigger("work", p) for p in payloads]
+    messages = transport.receive("default", 10, 0)
+    by_run = {parse_wakeup(m.body).run_id: m for m in messages}
+    return runs, [by_run[r.id] for r in runs]
+
+
+def reported(response: dict[str, Any]) -> list[str]:
+    return [failure["itemIdentifier"] for failure in response["batchItemFailures"]]
+
+
+def status(app: Runlane, run: Run) -> RunStatus:
+    """The stored status, read past any throttling."""
+    store = app.store.inner if isinstance(app.store, FlakyStore) else app.store
+    stored = store.get_run(run.id)
+    assert stored is not None
+    return stored.status
+
+
+def invocation_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name in INVOCATION_THREADS]
+
+
+def test_standard_batch_reports_exactly_the_record_that_hit_a_transient_error(
+    app: Runlane,
+    clock: ManualClock,
+    store: FlakyStore,
+    transport: InMemoryTransport,
+    calls: list[Any],
+) -> None:
+    runs, messages = trigger_and_receive(app, transport, [{"n": 1}, {"n": 2}, {"n": 3}])
+    store.down_for.add(runs[1].id)
+    handler = sqs_handler(app, safety_margin_seconds=MARGIN_SECONDS)
+    event = {"Records": [sqs_record(m) for m in messages]}
+
+    response = handler(event, FakeContext(clock, 60, "req-1"))
+
+    assert reported(response) == [messages[1].message_id]
+    assert store.refused[runs[1].id] == 5  # retried, then left for redelivery
+    assert [status(app, r) for r in runs] == [
+        RunStatus.SUCCEEDED,
+        RunStatus.QUEUED,
+        RunStatus.SUCCEEDED,
+    ]
+    assert calls == [{"n": 1}, {"n": 3}]
+
+    store.down_for.clear()  # DynamoDB recovers; SQS redelivers the reported record
+    again = handler({"Records": [sqs_record(messages[1])]}, FakeContext(clock, 60, "req-2"))
+
+    assert reported(again) == []
+    assert status(app, runs[1]) is RunStatus.SUCCEEDED
+    assert calls == [{"n": 1}, {"n": 3}, {"n": 2}]
+
+
+def test_stale_foreign_and_malformed_records_are_not_reported(
+    app: Runlane, clock: ManualClock, transport: InMemoryTransport, calls: list[Any]
+) -> None:
+    handler = sqs_handler(app, safety_margin_seconds=MARGIN_SECONDS)
+    runs, messages = trigger_and_receive(app, transport, [{"n": 1}])
+    done = handler({"Records": [sqs_record(messages[0])]}, FakeContext(clock, 60, "req-1"))
+    assert reported(done) == []
+    forged = [
+        ReceivedWakeup("default", "not json", "rh-1", "m-malformed"),
+        ReceivedWakeup(
+            "default",
+            Wakeup("prod", runs[0].id, "default", clock.now()).to_json(),
+            "rh-2",
+            "m-foreign",
+        ),
+        ReceivedWakeup(
+            "default",
+            Wakeup("test", "0" * 32, "default", clock.now()).to_json(),
+            "rh-3",
+            "m-unknown",
+        ),
+        messages[0],  # a duplicate of a wakeup whose run already succeeded
+    ]
+
+    response = handler(
+        {"Records": [sqs_record(m) for m in forged]}, FakeContext(clock, 60, "req-2")
+    )
+
+    assert reported(response) == []
+    assert calls == [{"n": 1}]
+
+
+def test_a_task_this_function_does_not_register_is_reported(
+    app: Runlane, clock: ManualClock, transport: InMemoryTransport
+) -> None:
+    other = Runlane(environment="test", clock=clock, store=app.store, transport=transport)
+    other.task(lambda ctx, payload: None, name="elsewhere")
+    run = other.trigger("elsewhere", {})
+    [message] = transport.receive("default", 10, 0)
+
+    response = sqs_handler(app)({"Records": [sqs_record(message)]}, FakeContext(clock, 60, "r"))
+
+    assert reported(response) == [message.message_id]
+    assert status(app, run) is RunStatus.QUEUED
+
+
+def test_fifo_failure_reports_the_rest_of_its_group_and_other_groups_continue(
+    app: Runlane,
+    clock: ManualClock,
+    store: FlakyStore,
+    transport: InMemoryTransport,
+    calls: list[Any],
+) -> None:
+    runs, messages = trigger_and_receive(
+        app, transport, [{"n": "a1"}, {"n": "b1"}, {"n": "a2"}, {"n": "b2"}, {"n": "a3"}]
+    )
+    a1, b1, a2, b2, a3 = messages
+    groups = {a1: "A", a2: "A", a3: "A", b1: "B", b2: "B"}
+    store.down_for.add(runs[2].id)  # a2
+    event = {"Records": [sqs_record(m, FIFO_ARN, groups[m]) for m in messages]}
+
+    response = sqs_handler(app)(event, FakeContext(clock, 60, "req-1"))
+
+    assert reported(response) == [a2.message_id, a3.message_id]
+    assert calls == [{"n": "a1"}, {"n": "b1"}, {"n": "b2"}]
+    assert [status(app, r) for r in runs] == [
+        RunStatus.SUCCEEDED,
+        RunStatus.SUCCEEDED,
+        RunStatus.QUEUED,
+        RunStatus.SUCCEEDED,
+        RunStatus.QUEUED,
+    ]
+    assert store.refused[runs[4].id] == 0  # a3 was not even read
+
+
+def test_near_the_deadline_the_rest_is_reported_and_a_later_invocation_completes_it(
+    app: Runlane, clock: ManualClock, transport: InMemoryTransport, calls: list[Any]
+) -> None:
+    runs, messages = trigger_and_receive(
+        app, transport, [{"n": 1, "takes": 55}, {"n": 2}, {"n": 3}]
+    )
+    handler = sqs_handler(app, safety_margin_seconds=MARGIN_SECONDS)
+    event = {"Records": [sqs_record(m) for m in messages]}
+
+    first = handler(event, FakeContext(clock, 60, "req-1"))  # 5 s left after the first
+
+    assert reported(first) == [messages[1].message_id, messages[2].message_id]
+    assert [status(app, r) for r in runs] == [
+        RunStatus.SUCCEEDED,
+        RunStatus.QUEUED,
+        RunStatus.QUEUED,
+    ]
+
+    redelivered = {"Records": [sqs_record(m) for m in messages[1:]]}
+    second = handler(redelivered, FakeContext(clock, 60, "req-2"))
+
+    assert reported(second) == []
+    assert all(status(app, r) is RunStatus.SUCCEEDED for r in runs)
+    assert calls == [{"n": 1, "takes": 55}, {"n": 2}, {"n": 3}]
+
+
+def test_an_invocation_without_time_left_starts_nothing(
+    app: Runlane, clock: ManualClock, transport: InMemoryTransport, calls: list[Any]
+) -> None:
+    _, messages = trigger_and_receive(app, transport, [{"n": 1}, {"n": 2}])
+    handler = sqs_handler(app, safety_margin_seconds=MARGIN_SECONDS)
+
+    response = handler(
+        {"Records": [sqs_record(m) for m in messages]}, FakeContext(clock, 9, "req-1")
+    )
+
+    assert reported(response) == [m.message_id for m in messages]
+    assert calls == []
+
+
+def test_no_state_is_kept_between_invocations(
+    app: Runlane,
+    clock: ManualClock,
+    store: FlakyStore,
+    transport: InMemoryTransport,
+    calls: list[Any],
+) -> None:
+    """An invocation that stopped at its deadline and failed a FIFO group leaves nothing
+    behind: the next one starts every record, the group included, as a new worker."""
+    runs, messages = trigger_and_receive(
+        app, transport, [{"n": "a1", "takes": 55}, {"n": "a2"}, {"n": "b1"}]
+    )
+    a1, a2, b1 = messages
+    store.down_for.add(runs[0].id)
+    handler = sqs_handler(app, safety_margin_seconds=MARGIN_SECONDS)
+    fifo = {a1: "A", a2: "A", b1: "B"}
+
+    first = handler(
+        {"Records": [sqs_record(m, FIFO_ARN, fifo[m]) for m in messages]},
+        FakeContext(clock, 60, "req-1"),
+    )
+    assert reported(first) == [a1.message_id, a2.message_id]
+    assert invocation_threads() == []
+
+    store.down_for.clear()
+    clock.advance(1)
+    second = handler(
+        {"Records": [sqs_record(m, FIFO_ARN, fifo[m]) for m in (a1, a2)]},
+        FakeContext(clock, 60, "req-2"),
+    )  # a1 takes 55 s of this invocation's 60: a2 is reported again, for the next one
+
+    assert reported(second) == [a2.message_id]
+    assert invocation_threads() == []
+    third = handler({"Records": [sqs_record(a2, FIFO_ARN, "A")]}, FakeContext(clock, 60, "req-3"))
+    assert reported(third) == []
+    assert all(status(app, r) is RunStatus.SUCCEEDED for r in runs)
+    workers = [e.data["worker"] for r in runs for e in app.runs.events(r.id) if "worker" in e.data]
+    assert sorted(workers) == ["lambda-req-1", "lambda-req-2", "lambda-req-3"]
+
+
+def test_a_missing_table_reports_the_whole_batch_after_one_try(
+    app: Runlane,
+    clock: ManualClock,
+    store: FlakyStore,
+    transport: InMemoryTransport,
+    calls: list[Any],
+) -> None:
+    _, messages = trigger_and_receive(app, transport, [{"n": 1}, {"n": 2}, {"n": 3}])
+    store.table_missing = True
+
+    response = sqs_handler(app)(
+        {"Records": [sqs_record(m) for m in messages]}, FakeContext(clock, 60, "r")
+    )
+
+    assert reported(response) == [m.message_id for m in messages]
+    assert sum(store.refused.values()) == 1  # the rest was not even tried
+    assert calls == []
+
+
+def test_heartbeats_run_only_during_the_invocation(
+    app: Runlane, clock: ManualClock, transport: InMemoryTransport
+) -> None:
+    seen: list[list[str]] = []
+
+    @app.task(name="look")
+    def look(ctx: TaskContext, payload: Any) -> None:
+        seen.append(invocation_threads())
+
+    app.trigger("look", {})
+    [message] = transport.receive("default", 10, 0)
+
+    response = sqs_handler(app)({"Records": [sqs_record(message)]}, FakeContext(clock, 60, "r"))
+
+    assert reported(response) == []
+    assert [sorted(names) for names in seen] == [sorted(INVOCATION_THREADS)]
+    assert invocation_threads() == []
+
+
+def test_an_attempt_still_running_at_the_safety_margin_is_cancelled(
+    app: Runlane, clock: ManualClock, transport: InMemoryTransport
+) -> None:
+    """The deadline timer runs on real time: 0.2 s after the start here."""
+
+    @app.task(name="patient")
+    def patient(ctx: TaskContext, payload: Any) -> str:
+        return "cancelled" if ctx.cancellation.wait(timeout=30) else "not cancelled"
+
+    run = app.trigger("patient", {})
+    [message] = transport.receive("default", 10, 0)
+    context = FakeContext(clock, MARGIN_SECONDS + 0.2, "r")
+
+    response = sqs_handler(app, safety_margin_seconds=MARGIN_SECONDS)(
+        {"Records": [sqs_record(message)]}, context
+    )
+
+    assert reported(response) == []
+    assert app.runs.get(run.id).result == "cancelled"
+
+
+def test_the_handler_never_deletes_messages_itself(
+    app: Runlane, clock: ManualClock, transport: InMemoryTransport, calls: list[Any]
+) -> None:
+    _, messages = trigger_and_receive(app, transport, [{"n": 1}, {"n": 2}])
+
+    response = sqs_handler(app)(
+        {"Records": [sqs_record(m) for m in messages]}, FakeContext(clock, 60, "r")
+    )
+
+    assert reported(response) == []
+    assert transport.depth("default") == 2  # Lambda deletes what was not reported
+
+
+@pytest.mark.parametrize(
+    "event",
+    [{}, {"Records": "x"}, {"Records": [{"messageId": "m"}]}, {"detail-type": "Scheduled Event"}],
+)
+def test_an_event_that_is_not_an_sqs_batch_is_refused(app: Runlane, event: Any) -> None:
+    with pytest.raises(NotAnSqsEvent):
+        sqs_handler(app)(event, FakeContext(ManualClock(), 60, "r"))
+
+
+def test_logical_queue_names(clock: ManualClock) -> None:
+    app = Runlane(
+        environment="test",
+        clock=clock,
+        store=InMemoryRunStore("test"),
+        transport=InMemoryTransport(clock),
+        queue_prefix="prod-",
+        queue_urls={"ordered": "https://sqs.us-east-1.amazonaws.com/1/prod-ordered.fifo"},
+    )
+    assert logical_queue(app, "arn:aws:sqs:us-east-1:1:prod-emails") == "emails"
+    assert logical_queue(app, "arn:aws:sqs:us-east-1:1:prod-ordered.fifo") == "ordered"
+    assert logical_queue(app, "arn:aws:sqs:us-east-1:1:other") == "other"

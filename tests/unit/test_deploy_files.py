@@ -1,0 +1,238 @@
+"""The deployment files agree with the library: the CloudFormation table equals
+``table_definition``, IAM stays least-privilege, the Dockerfile keeps its invariants.
+
+hadolint (``make lint``) checks the Dockerfile's style; the invariants below are the
+ones it does not enforce (a HEALTHCHECK, a non-root numeric USER, exec-form CMD, a
+pinned base image).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from maintenance import lambda_handler
+from runlane_sqs.limits import DEFAULT_MAX_RECEIVE_COUNT
+from runlane_sqs.provision import DLQ_SUFFIX, table_definition
+from runlane_sqs.storage.items import TTL_ATTRIBUTE
+
+ROOT = Path(__file__).resolve().parents[2]
+TEMPLATE = ROOT / "infra" / "runlane.yaml"
+DOCKERFILE = ROOT / "Dockerfile"
+
+
+class CfnLoader(yaml.SafeLoader):
+    """YAML with CloudFormation's short-form tags, loaded as their long forms."""
+
+
+def _tag(loader: CfnLoader, suffix: str, node: yaml.Node) -> dict[str, Any]:
+    name = "Ref" if suffix == "Ref" else f"Fn::{suffix}"
+    if isinstance(node, yaml.ScalarNode):
+        value: Any = loader.construct_scalar(node)
+        if suffix == "GetAtt":
+            value = value.split(".", 1)
+    elif isinstance(node, yaml.SequenceNode):
+        value = loader.construct_sequence(node, deep=True)
+    else:
+        value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
+    return {name: value}
+
+
+CfnLoader.add_multi_constructor("!", _tag)
+
+
+@pytest.fixture(scope="module")
+def template() -> dict[str, Any]:
+    return yaml.load(TEMPLATE.read_text(), Loader=CfnLoader)
+
+
+def resources(template: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
+    return {
+        name: resource
+        for name, resource in template["Resources"].items()
+        if resource["Type"] == kind
+    }
+
+
+def by_name(items: list[dict[str, Any]], key: str) -> dict[str, dict[str, Any]]:
+    return {item[key]: item for item in items}
+
+
+def projection(value: dict[str, Any]) -> dict[str, Any]:
+    """A projection with its attribute list as a set (DynamoDB keeps no order)."""
+    out = dict(value)
+    if "NonKeyAttributes" in out:
+        out["NonKeyAttributes"] = set(out["NonKeyAttributes"])
+    return out
+
+
+def test_the_table_equals_the_one_the_library_provisions(template: dict[str, Any]) -> None:
+    [table] = resources(template, "AWS::DynamoDB::Table").values()
+    props = table["Properties"]
+    expected = table_definition("x")
+
+    assert props["TableName"] == {"Ref": "TableName"}
+    assert props["BillingMode"] == expected["BillingMode"] == "PAY_PER_REQUEST"
+    assert by_name(props["AttributeDefinitions"], "AttributeName") == by_name(
+        expected["AttributeDefinitions"], "AttributeName"
+    )
+    assert props["KeySchema"] == expected["KeySchema"]
+    ours = by_name(props["GlobalSecondaryIndexes"], "IndexName")
+    theirs = by_name(expected["GlobalSecondaryIndexes"], "IndexName")
+    assert set(ours) == set(theirs) == {"agenda", "by_status", "waits"}
+    for name, index in theirs.items():
+        assert ours[name]["KeySchema"] == index["KeySchema"], name
+        assert projection(ours[name]["Projection"]) == projection(index["Projection"]), name
+        assert set(ours[name]) == {"IndexName", "KeySchema", "Projection"}, name
+    assert props["SSESpecification"] == {"SSEEnabled": expected["SSESpecification"]["Enabled"]}
+    assert props["TimeToLiveSpecification"] == {"AttributeName": TTL_ATTRIBUTE, "Enabled": True}
+    assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    assert set(props) == {
+        "TableName",
+        "BillingMode",
+        "AttributeDefinitions",
+        "KeySchema",
+        "GlobalSecondaryIndexes",
+        "SSESpecification",
+        "TimeToLiveSpecification",
+        "PointInTimeRecoverySpecification",
+    }
+    assert table["DeletionPolicy"] == "Retain"
+
+
+def test_queues_are_encrypted_and_redrive_to_their_dead_letter_queues(
+    template: dict[str, Any],
+) -> None:
+    queues = resources(template, "AWS::SQS::Queue")
+    assert set(queues) == {
+        "StandardQueue",
+        "StandardDeadLetterQueue",
+        "FifoQueue",
+        "FifoDeadLetterQueue",
+    }
+    for props in (q["Properties"] for q in queues.values()):
+        assert props["SqsManagedSseEnabled"] is True
+    for name in ("StandardQueue", "FifoQueue"):
+        props = queues[name]["Properties"]
+        dlq = f"{name.removesuffix('Queue')}DeadLetterQueue"
+        assert props["RedrivePolicy"] == {
+            "deadLetterTargetArn": {"Fn::GetAtt": [dlq, "Arn"]},
+            "maxReceiveCount": {"Ref": "MaxReceiveCount"},
+        }
+    assert queues["FifoQueue"]["Properties"]["FifoQueue"] is True
+    assert queues["FifoDeadLetterQueue"]["Properties"]["FifoQueue"] is True
+    # the names app.provision() would give: {prefix}{queue}, {prefix}{queue}-dlq
+    assert queues["StandardQueue"]["Properties"]["QueueName"] == {
+        "Fn::Sub": "${QueuePrefix}${StandardQueueName}"
+    }
+    assert queues["StandardDeadLetterQueue"]["Properties"]["QueueName"] == {
+        "Fn::Sub": f"${{QueuePrefix}}${{StandardQueueName}}{DLQ_SUFFIX}"
+    }
+    assert template["Parameters"]["MaxReceiveCount"]["Default"] == DEFAULT_MAX_RECEIVE_COUNT
+
+
+def test_lambdas_schedule_and_event_source_mappings(template: dict[str, Any]) -> None:
+    functions = resources(template, "AWS::Lambda::Function")
+    maintenance = functions["MaintenanceFunction"]["Properties"]
+    assert maintenance["Handler"] == "maintenance.lambda_handler.handler"
+    assert callable(lambda_handler.handler)
+    assert functions["ConsumerFunction"]["Properties"]["Handler"] == {"Ref": "ConsumerHandler"}
+    [rule] = resources(template, "AWS::Events::Rule").values()
+    assert rule["Properties"]["ScheduleExpression"] == {"Ref": "ScheduleRate"}
+    assert template["Parameters"]["ScheduleRate"]["Default"] == "rate(1 minute)"
+    mappings = resources(template, "AWS::Lambda::EventSourceMapping")
+    assert {m["Properties"]["EventSourceArn"]["Fn::GetAtt"][0] for m in mappings.values()} == {
+        "StandardQueue",
+        "FifoQueue",
+    }
+    for mapping in mappings.values():
+        assert mapping["Properties"]["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+
+
+def test_the_ecs_worker_stops_gracefully(template: dict[str, Any]) -> None:
+    [task] = resources(template, "AWS::ECS::TaskDefinition").values()
+    [container] = task["Properties"]["ContainerDefinitions"]
+    assert container["StopTimeout"] == 120
+    assert container["Command"][:2] == ["runlane-sqs", "worker"]
+    grace = template["Parameters"]["WorkerGracePeriodSeconds"]
+    assert grace["MaxValue"] < container["StopTimeout"]
+    assert task["Properties"]["RequiresCompatibilities"] == ["FARGATE"]
+
+
+def policy_statements(template: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for name, resource in template["Resources"].items():
+        props = resource["Properties"]
+        if resource["Type"] == "AWS::IAM::ManagedPolicy":
+            yield from ((name, s) for s in props["PolicyDocument"]["Statement"])
+        elif resource["Type"] == "AWS::IAM::Role":
+            for policy in props.get("Policies", []):
+                yield from ((name, s) for s in policy["PolicyDocument"]["Statement"])
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def test_iam_has_no_wildcard_actions_and_scoped_resources(template: dict[str, Any]) -> None:
+    statements = list(policy_statements(template))
+    assert statements
+    for owner, statement in statements:
+        actions = as_list(statement["Action"])
+        assert "NotAction" not in statement and "NotResource" not in statement
+        assert statement["Effect"] == "Allow"
+        for action in actions:
+            assert "*" not in action, f"{owner}: wildcard action {action}"
+        resources_ = as_list(statement["Resource"])
+        if "*" in resources_:  # only where AWS has no resource-level permission
+            assert actions == ["ecr:GetAuthorizationToken"], owner
+        for resource in resources_:
+            if any(a.startswith("dynamodb:") for a in actions):
+                assert resource in (
+                    {"Fn::GetAtt": ["RunsTable", "Arn"]},
+                    {"Fn::Sub": "${RunsTable.Arn}/index/*"},
+                ), owner
+            if any(a.startswith("sqs:") for a in actions):
+                assert resource in (
+                    {"Fn::GetAtt": ["StandardQueue", "Arn"]},
+                    {"Fn::GetAtt": ["FifoQueue", "Arn"]},
+                ), owner
+            if any(a.startswith("logs:") for a in actions):
+                assert re.fullmatch(r"\w+LogGroup", resource["Fn::GetAtt"][0]), owner
+
+
+# --- Dockerfile ------------------------------------------------------------------
+
+
+def instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    out = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            keyword, _, rest = stripped.partition(" ")
+            out.append((keyword.upper(), rest.strip()))
+    return out
+
+
+def test_dockerfile_invariants() -> None:
+    steps = instructions()
+    keywords = [k for k, _ in steps]
+    bases = [args for k, args in steps if k == "FROM"]
+    assert bases and all(re.match(r"python:3\.11-slim\b", b) for b in bases), bases
+    users = [args for k, args in steps if k == "USER"]
+    assert users and re.fullmatch(r"[1-9]\d*:[1-9]\d*", users[-1]), users  # numeric, not root
+    assert keywords.index("USER") < keywords.index("CMD")
+    [healthcheck] = [args for k, args in steps if k == "HEALTHCHECK"]
+    assert "CMD [" in healthcheck
+    [cmd] = [args for k, args in steps if k == "CMD"]
+    assert cmd == '["runlane-sqs", "worker"]'  # exec form: the worker gets SIGTERM itself
+    assert "ENTRYPOINT" not in keywords or all(
+        args.startswith("[") for k, args in steps if k == "ENTRYPOINT"
+    )
+    assert ("STOPSIGNAL", "SIGTERM") in steps
