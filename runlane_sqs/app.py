@@ -291,7 +291,7 @@ class Runlane:
     def _mark_unpublished(self, run: Run) -> None:
         """Best effort: list the run as due now so the next maintenance pass publishes it."""
         log.warning(
-            "wakeup for run %s not published; it stays %s and maintenance publishes it",
+            "wakeup for run %s not published now; it stays %s and maintenance publishes it",
             run.id,
             run.status.value,
             extra={"run_id": run.id, "task": run.task},

@@ -167,7 +167,8 @@ class WakeupTransport(Protocol):
     """Delivery of wakeup hints."""
 
     def publish(self, wakeups: Sequence[Wakeup], delay: timedelta | None = None) -> list[Wakeup]:
-        """Send wakeups (batched); returns those that could not be sent."""
+        """Send wakeups (batched); returns those not sent: an SQS error, or a delay that a
+        FIFO queue cannot hold (the caller then leaves them to maintenance)."""
         ...
 
     def receive(

@@ -87,10 +87,17 @@ class SqsTransport:
         for wakeup in wakeups:
             by_queue[wakeup.queue].append(wakeup)
         failed: list[Wakeup] = []
+        seconds = delay_seconds(delay)
         for queue, group in by_queue.items():
             url = self.queue_url(queue)
+            if seconds and is_fifo(url):
+                # FIFO queues take no per-message delay: a wakeup sent now would arrive
+                # early and be dropped as not due. Leave it unsent; the caller lists the
+                # run as due at its due time and maintenance publishes it then.
+                failed.extend(group)
+                continue
             for batch in chunks(group, MAX_SEND_BATCH):
-                failed.extend(self._send(url, batch, delay_seconds(delay)))
+                failed.extend(self._send(url, batch, seconds))
         return failed
 
     def _entry(self, url: str, index: int, wakeup: Wakeup, delay: int) -> dict[str, Any]:
