@@ -225,7 +225,7 @@ class Runlane:
         idem, single = validate_keys(idempotency_key, singleton_key)
         payload_json = encode_json(payload, what="payload", limit_bytes=self.config.payload_limit)
         wait = to_timedelta(delay, "delay") if delay is not None else None
-        self.transport_check(resolved.queue)
+        self.transport.check_queue(resolved.queue)  # a clear error before any write
         return TriggerRequest(
             task=resolved.name,
             queue=resolved.queue,
@@ -235,11 +235,6 @@ class Runlane:
             idempotency_key=idem,
             singleton_key=single,
         )
-
-    def transport_check(self, queue: str) -> None:
-        """Fail before any write if the queue does not exist (SQS adapter only)."""
-        if isinstance(self.transport, SqsTransport):
-            self.transport.queue_url(queue)
 
     def _create(self, request: TriggerRequest) -> Run:
         run = create(

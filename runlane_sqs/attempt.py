@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from runlane_sqs.core import waits
+from runlane_sqs.core import machine, waits
 from runlane_sqs.core.model import JSON, Run
 from runlane_sqs.core.tokens import Token
 from runlane_sqs.errors import ConflictError, LeaseLost
@@ -13,8 +13,6 @@ from runlane_sqs.leases import LeaseKeeper
 
 if TYPE_CHECKING:
     from runlane_sqs.app import Runlane
-
-MAX_CONFLICTS = 5
 
 
 class AttemptRuntime:
@@ -37,7 +35,7 @@ class AttemptRuntime:
         """Write the step under this attempt's lease; a concurrent change that keeps the
         lease (a cancel request) is decided again, a lost lease raises :class:`LeaseLost`."""
         current = self.run()
-        for _ in range(MAX_CONFLICTS):
+        for _ in range(machine.MAX_REDECISIONS):
             transition = waits.record_step(
                 current, token=self._token, name=name, value=value, site=site, now=self.now()
             )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Protocol
 
 from runlane_sqs.core.durations import Duration, to_timedelta
@@ -41,6 +41,3 @@ class ManualClock:
     def set(self, to: datetime) -> None:
         with self._lock:
             self._now = to
-
-
-ZERO = timedelta(0)

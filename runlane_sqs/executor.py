@@ -34,7 +34,7 @@ from runlane_sqs.errors import (
 )
 from runlane_sqs.leases import LeaseKeeper
 from runlane_sqs.limits import MAX_TRACEBACK_CHARS
-from runlane_sqs.ports import KeyKind, ReceivedWakeup
+from runlane_sqs.ports import ReceivedWakeup
 from runlane_sqs.resuming import resume_one, target_resumption
 from runlane_sqs.tasks import Task
 
@@ -42,8 +42,6 @@ if TYPE_CHECKING:
     from runlane_sqs.app import Runlane
 
 log = logging.getLogger("runlane_sqs.worker")
-MAX_CONFLICTS = 5
-"""Re-decisions after lost conditional writes before an outcome write gives up."""
 
 _storage_retry = retry(
     retry=retry_if_exception_type(StorageUnavailable),
@@ -237,7 +235,7 @@ class Executor:
     ) -> Run | None:
         token = _token(run)
         current: Run | None = run
-        for _ in range(MAX_CONFLICTS):
+        for _ in range(machine.MAX_REDECISIONS):
             assert current is not None
             try:
                 transition = decide(current)
@@ -335,6 +333,3 @@ def _token(run: Run) -> str:
     if run.lease is None:
         raise LeaseLost(run.id)
     return run.lease.token
-
-
-__all__ = ["Disposition", "Executor", "KeyKind"]

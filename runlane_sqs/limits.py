@@ -11,12 +11,10 @@ MAX_SEND_BATCH = 10
 """Most entries in one ``SendMessageBatch`` / ``DeleteMessageBatch``."""
 MAX_WAIT_TIME_SECONDS = 20
 """Longest long poll."""
-MAX_VISIBILITY_TIMEOUT_SECONDS = 12 * 60 * 60
 
 # DynamoDB
 MAX_ITEM_BYTES = 400 * 1024
 """Largest DynamoDB item; a run's payload, result and inline history share it."""
-MAX_TRANSACT_ITEMS = 100
 
 # Defaults
 DEFAULT_PAYLOAD_LIMIT_BYTES = 64 * 1024

@@ -171,6 +171,10 @@ class WakeupTransport(Protocol):
         FIFO queue cannot hold (the caller then leaves them to maintenance)."""
         ...
 
+    def check_queue(self, queue: str) -> None:
+        """Raise :class:`~runlane_sqs.errors.MissingResourceError` if ``queue`` is absent."""
+        ...
+
     def receive(
         self, queue: str, max_messages: int, wait_seconds: float
     ) -> list[ReceivedWakeup]: ...

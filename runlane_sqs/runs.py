@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from runlane_sqs.app import Runlane
 
 log = logging.getLogger("runlane_sqs.runs")
-MAX_CONFLICTS = 5
 MAX_LIST_LIMIT = 100
 
 
@@ -182,7 +181,7 @@ class RunsApi:
 
     def _transition(self, run_id: str, decide: Callable[[Run], Transition]) -> Run:
         run = self.get(run_id)
-        for _ in range(MAX_CONFLICTS):
+        for _ in range(machine.MAX_REDECISIONS):
             try:
                 return self._app.store.apply(decide(run))
             except ConflictError as conflict:

@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from types import FrameType
@@ -53,9 +53,9 @@ class WorkerConfig:
 class _Pool:
     """Daemon threads, so a handler that ignores cancellation cannot block process exit."""
 
-    def __init__(self, size: int, work: queue.Queue[ReceivedWakeup | None], target: object) -> None:
+    def __init__(self, size: int, target: Callable[[], None]) -> None:
         self.threads = [
-            threading.Thread(target=target, name=f"runlane-worker-{i}", daemon=True)  # type: ignore[arg-type]
+            threading.Thread(target=target, name=f"runlane-worker-{i}", daemon=True)
             for i in range(size)
         ]
         for thread in self.threads:
@@ -159,7 +159,7 @@ class Worker:
 
     def _start(self) -> None:
         if self._pool is None:
-            self._pool = _Pool(self.config.concurrency, self._work, self._consume)
+            self._pool = _Pool(self.config.concurrency, self._consume)
         self.leases.start()
 
     def _loop(self, *, max_runs: int | None, drain: bool) -> None:

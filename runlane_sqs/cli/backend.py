@@ -120,13 +120,15 @@ def maintenance() -> None:
 
 @maintenance.command("run")
 @app_option
-@click.option("--once", "mode", flag_value="once", default=True, help="One pass, then exit.")
+@click.option("--once", is_flag=True, help="One pass, then exit (the default).")
 @click.option("--every", type=click.FloatRange(min=1), help="A pass every N seconds until stopped.")
 @click.option("--limit", type=click.IntRange(min=1), help="Candidates per job per pass.")
 def maintenance_run(
-    app_spec: str | None, mode: str, every: float | None, limit: int | None
+    app_spec: str | None, once: bool, every: float | None, limit: int | None
 ) -> None:
     """Run maintenance passes and print each report as one JSON line."""
+    if once and every is not None:
+        raise click.UsageError("--once and --every exclude each other")
     app = load_app(app_spec)
     if limit is not None:
         app.maintenance.config = MaintenanceConfig(

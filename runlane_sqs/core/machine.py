@@ -33,6 +33,10 @@ WAIT_TIMED_OUT_RESULT: dict[str, JSON] = {"status": "timed_out"}
 """The result a wait records when its timeout passes first."""
 
 
+MAX_REDECISIONS = 5
+"""Times a write that lost its condition is decided again on the stored run."""
+
+
 class SkipReason(StrEnum):
     """Why a wakeup led to no execution. Every skipped wakeup is acknowledged."""
 

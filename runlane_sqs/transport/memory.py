@@ -49,6 +49,9 @@ class InMemoryTransport:
         message = _Message(f"m{next(self._ids)}", body, visible_at or self._clock.now())
         self._queues.setdefault(queue, []).append(message)
 
+    def check_queue(self, queue: str) -> None:
+        """Every queue exists in memory."""
+
     def receive(self, queue: str, max_messages: int, wait_seconds: float) -> list[ReceivedWakeup]:
         now = self._clock.now()
         out: list[ReceivedWakeup] = []

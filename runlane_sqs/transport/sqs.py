@@ -82,6 +82,9 @@ class SqsTransport:
             self._urls[queue] = url
         return url
 
+    def check_queue(self, queue: str) -> None:
+        self.queue_url(queue)
+
     def publish(self, wakeups: Sequence[Wakeup], delay: timedelta | None = None) -> list[Wakeup]:
         by_queue: dict[str, list[Wakeup]] = defaultdict(list)
         for wakeup in wakeups:

@@ -113,7 +113,7 @@ class Measured:
 def _measure(app: Runlane, trigger: Callable[[Runlane], list[Any]]) -> Measured:
     app.task(lambda ctx, payload: {"n": payload["n"]}, name=TASK)
     app.provision()
-    app.transport_check("default")  # the queue URL lookup happens once per process
+    app.transport.check_queue("default")  # the queue URL lookup happens once per process
     measured = Measured(count_requests(app.client("dynamodb")), count_requests(app.client("sqs")))
 
     runs = trigger(app)
