@@ -49,8 +49,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 from runlane_sqs.errors import ConfigurationError, MissingResourceError
-from runlane_sqs.executor import Disposition, Executor
+from runlane_sqs.executor import Executor
 from runlane_sqs.leases import LeaseKeeper
+from runlane_sqs.outcomes import Disposition
 from runlane_sqs.ports import ReceivedWakeup
 
 if TYPE_CHECKING:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import logging
 import sys
-import threading
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NoReturn, Protocol, TypeVar, cast
 
+from runlane_sqs.cancellation import Cancellation
 from runlane_sqs.core.durations import Duration, to_timedelta
 from runlane_sqs.core.model import JSON, Failure, Run, RunStatus, Wait, WaitKind
 from runlane_sqs.core.names import check_key
@@ -127,8 +127,8 @@ class TaskContext:
 
     ``cancellation`` is set when the worker shuts down, when the lease is lost, when the
     run is cancelled or when the attempt passes its deadline: long handlers should check
-    :attr:`cancelled` (or wait on the event) and return early. Setting it never stops a
-    handler by force.
+    :attr:`cancelled` (or wait on the event; ``await ctx.until_cancelled()`` in async
+    handlers) and return early. Setting it never stops a handler by force.
     """
 
     run_id: str
@@ -137,7 +137,7 @@ class TaskContext:
     environment: str
     worker_id: str
     log: RunLogger
-    cancellation: threading.Event = field(default_factory=threading.Event)
+    cancellation: Cancellation = field(default_factory=Cancellation)
     services: AttemptServices | None = field(default=None, repr=False)
     _waits: dict[tuple[WaitKind, str | None], int] = field(default_factory=dict, repr=False)
     _steps: set[str] = field(default_factory=set, repr=False)
@@ -145,6 +145,11 @@ class TaskContext:
     @property
     def cancelled(self) -> bool:
         return self.cancellation.is_set()
+
+    async def until_cancelled(self) -> None:
+        """Return once the attempt is asked to stop; race it against your own work, e.g.
+        ``asyncio.wait({work, asyncio.ensure_future(ctx.until_cancelled())}, ...)``."""
+        await self.cancellation.wait_async()
 
     def _services(self) -> AttemptServices:
         if self.services is None:

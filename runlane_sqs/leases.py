@@ -10,7 +10,7 @@ from datetime import timedelta
 from runlane_sqs.clock import Clock
 from runlane_sqs.context import TaskContext
 from runlane_sqs.core import machine
-from runlane_sqs.core.model import Run, RunStatus
+from runlane_sqs.core.model import Lease, Run, RunStatus
 from runlane_sqs.errors import LeaseLost, RunlaneError
 from runlane_sqs.ports import RunStore
 
@@ -18,25 +18,27 @@ log = logging.getLogger("runlane_sqs.worker")
 
 
 @dataclass
-class _Attempt:
+class TrackedAttempt:
+    """One in-flight attempt: the latest known run, its context, whether its lease is lost."""
+
     run: Run
     ctx: TaskContext
     lost: bool = False
 
 
-class LeaseKeeper:
-    """Renews every tracked lease on :meth:`beat`; a background thread beats every
-    third of the lease duration. A refused renewal marks the attempt lost and sets its
-    cancellation event; a renewal that shows ``cancel_requested`` sets it too."""
+class LeaseBook:
+    """The in-flight attempts of one worker and what a renewal means for each (no I/O).
 
-    def __init__(self, store: RunStore, clock: Clock, duration: timedelta) -> None:
-        self._store = store
+    A refused renewal marks the attempt lost and sets its cancellation; a renewal that
+    shows ``cancel_requested``, or an attempt past its deadline, sets it too. The sync
+    :class:`LeaseKeeper` and the async worker's keeper differ only in how they send the
+    renewals this book decides."""
+
+    def __init__(self, clock: Clock, duration: timedelta) -> None:
         self._clock = clock
         self._duration = duration
-        self._attempts: dict[str, _Attempt] = {}
+        self._attempts: dict[str, TrackedAttempt] = {}
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     @property
     def interval_seconds(self) -> float:
@@ -44,7 +46,7 @@ class LeaseKeeper:
 
     def track(self, run: Run, ctx: TaskContext) -> None:
         with self._lock:
-            self._attempts[run.id] = _Attempt(run, ctx)
+            self._attempts[run.id] = TrackedAttempt(run, ctx)
 
     def untrack(self, run_id: str) -> tuple[Run, bool] | None:
         """Stop renewing; returns the latest known run and whether the lease was lost."""
@@ -69,29 +71,40 @@ class LeaseKeeper:
         with self._lock:
             return [a.ctx for a in self._attempts.values()]
 
-    def beat(self) -> None:
-        """Renew every tracked lease once."""
+    def cancel_all(self) -> None:
+        """Set the cancellation of every in-flight attempt."""
+        for ctx in self.contexts():
+            ctx.cancellation.set()
+
+    def renewals(self) -> list[tuple[TrackedAttempt, Lease]]:
+        """The renewed lease each live attempt should write now."""
         with self._lock:
             attempts = [a for a in self._attempts.values() if not a.lost]
+        due: list[tuple[TrackedAttempt, Lease]] = []
         for attempt in attempts:
-            self._renew(attempt)
+            run = attempt.run
+            assert run.lease is not None
+            try:
+                lease = machine.renew_lease(
+                    run, token=run.lease.token, now=self._clock.now(), duration=self._duration
+                )
+            except LeaseLost:
+                self.lost(attempt)
+                continue
+            due.append((attempt, lease))
+        return due
 
-    def _renew(self, attempt: _Attempt) -> None:
-        run = attempt.run
-        assert run.lease is not None
-        try:
-            lease = machine.renew_lease(
-                run, token=run.lease.token, now=self._clock.now(), duration=self._duration
-            )
-            current = self._store.renew_lease(run, lease)
-        except LeaseLost:
-            attempt.lost = True
-            attempt.ctx.cancellation.set()
-            attempt.ctx.log.warning("lease lost; the attempt's writes will be refused")
-            return
-        except RunlaneError as exc:
-            attempt.ctx.log.warning("lease renewal failed, will retry: %s", exc)
-            return
+    @staticmethod
+    def lost(attempt: TrackedAttempt) -> None:
+        attempt.lost = True
+        attempt.ctx.cancellation.set()
+        attempt.ctx.log.warning("lease lost; the attempt's writes will be refused")
+
+    @staticmethod
+    def failed(attempt: TrackedAttempt, exc: RunlaneError) -> None:
+        attempt.ctx.log.warning("lease renewal failed, will retry: %s", exc)
+
+    def renewed(self, attempt: TrackedAttempt, current: Run) -> None:
         attempt.run = current
         if attempt.ctx.cancelled:
             return
@@ -101,6 +114,29 @@ class LeaseKeeper:
         elif current.deadline_at is not None and current.deadline_at <= self._clock.now():
             attempt.ctx.log.warning("attempt passed its deadline; asking the handler to stop")
             attempt.ctx.cancellation.set()
+
+
+class LeaseKeeper(LeaseBook):
+    """Renews every tracked lease on :meth:`beat`; a background thread beats every
+    third of the lease duration."""
+
+    def __init__(self, store: RunStore, clock: Clock, duration: timedelta) -> None:
+        super().__init__(clock, duration)
+        self._store = store
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def beat(self) -> None:
+        """Renew every tracked lease once."""
+        for attempt, lease in self.renewals():
+            try:
+                current = self._store.renew_lease(attempt.run, lease)
+            except LeaseLost:
+                self.lost(attempt)
+            except RunlaneError as exc:
+                self.failed(attempt, exc)
+            else:
+                self.renewed(attempt, current)
 
     def start(self) -> None:
         if self._thread is not None:

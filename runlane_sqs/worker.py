@@ -23,9 +23,10 @@ from typing import TYPE_CHECKING
 
 from runlane_sqs.core.durations import Duration, to_timedelta
 from runlane_sqs.errors import ConfigurationError, MissingResourceError, RunlaneError
-from runlane_sqs.executor import Disposition, Executor
+from runlane_sqs.executor import Executor
 from runlane_sqs.leases import LeaseKeeper
 from runlane_sqs.limits import MAX_RECEIVE_BATCH, MAX_SEND_BATCH, MAX_WAIT_TIME_SECONDS
+from runlane_sqs.outcomes import Disposition
 from runlane_sqs.ports import ReceivedWakeup
 
 if TYPE_CHECKING:
@@ -152,8 +153,7 @@ class Worker:
         if not self._stopping.is_set():
             log.info("worker %s stopping", self.worker_id, extra=self._extra)
         self._stopping.set()
-        for ctx in self.leases.contexts():
-            ctx.cancellation.set()
+        self.leases.cancel_all()
 
     # the loop ---------------------------------------------------------------------
 
@@ -283,8 +283,7 @@ class Worker:
             self.app.transport.release(list(self._buffer))
             self._buffer.clear()
         if self._busy:
-            for ctx in self.leases.contexts():
-                ctx.cancellation.set()
+            self.leases.cancel_all()
             deadline = self.config.grace_period.total_seconds()
             with self._done:
                 self._done.wait_for(lambda: self._busy == 0, timeout=deadline)

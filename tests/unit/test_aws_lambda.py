@@ -75,7 +75,7 @@ def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
     """The executor retries a throttled read five times with real exponential backoff
     (about 3 s); keep the retries, drop the waiting."""
     monkeypatch.setattr(
-        "runlane_sqs.executor._storage_retry",
+        "runlane_sqs.executor.storage_retry",
         retry(
             retry=retry_if_exception_type(StorageUnavailable),
             stop=stop_after_attempt(5),
