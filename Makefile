@@ -31,15 +31,15 @@ test-acceptance: $(STAMP)
 	$(BIN)/python -m pytest tests/acceptance
 
 lint: $(STAMP)
-	$(BIN)/ruff check runlane_sqs maintenance tests
-	$(BIN)/ruff format --check runlane_sqs maintenance tests
+	$(BIN)/ruff check runlane_sqs maintenance tests bench
+	$(BIN)/ruff format --check runlane_sqs maintenance tests bench
 	$(BIN)/mypy
 	$(BIN)/cfn-lint infra/*.yaml
 	$(BIN)/hadolint Dockerfile
 
 format: $(STAMP)
-	$(BIN)/ruff check --fix runlane_sqs maintenance tests
-	$(BIN)/ruff format runlane_sqs maintenance tests
+	$(BIN)/ruff check --fix runlane_sqs maintenance tests bench
+	$(BIN)/ruff format runlane_sqs maintenance tests bench
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
@@ -51,3 +51,23 @@ clean:
 test-aws-local: $(STAMP)
 	bash localstack/install-emulators.sh
 	$(BIN)/python -m tests.aws_local run -- $(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
+
+# Benchmarks (not part of `make test`): cost per run, throughput against Celery on the
+# same SQS endpoint, maintenance scaling, latency and worker memory; results go to
+# bench/results/. `make bench ARGS="--backend aws-local"` runs on DynamoDB Local +
+# LocalStack SQS. `make bench-smoke` runs the same code with tiny sizes (CI).
+# See docs/performance.md#benchmarks.
+BENCH_STAMP := $(VENV)/.bench-installed
+
+.PHONY: bench bench-smoke
+$(BENCH_STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install --quiet -e ".[dev,async,bench]"
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	@case " $(ARGS) " in *aws-local*) bash localstack/install-emulators.sh ;; esac
+	$(BIN)/python -m bench $(ARGS)
+
+bench-smoke: $(BENCH_STAMP)
+	@case " $(ARGS) " in *aws-local*) bash localstack/install-emulators.sh ;; esac
+	$(BIN)/python -m bench --smoke $(ARGS)

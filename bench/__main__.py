@@ -1,0 +1,182 @@
+"""``python -m bench``: every measurement in one invocation, against one backend.
+
+Shows progress, prints tables of results and targets, and writes
+``bench/results/<UTC timestamp>.json`` and ``.png``. Exits 1 if a measurement broke
+(a missed target is reported, not an error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import platform
+import sys
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from bench import backends, chart, report, targets
+from bench.cost import measure_costs
+from bench.latency import measure_latency
+from bench.maintenance_scale import measure_maintenance
+from bench.throughput import celery_ratio, measure_throughput, runlane_worker
+from bench.workers import SYNC
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+MEASUREMENTS = ("cost", "throughput", "maintenance", "latency", "memory")
+MEMORY_CONCURRENCY = 32
+CONSOLE_WIDTH = 150
+"""Tables' width when the output is not a terminal (make, CI logs)."""
+
+
+@dataclass(frozen=True)
+class Sizes:
+    cost_runs: int = 50
+    throughput_runs: int = 2000
+    maintenance_sizes: list[int] = field(default_factory=lambda: [1_000, 10_000, 100_000])
+    latency_iterations: int = 20
+    memory_runs: int = 1000
+
+
+SMOKE = Sizes(
+    cost_runs=10,
+    throughput_runs=50,
+    maintenance_sizes=[100, 1_000],
+    latency_iterations=5,
+    memory_runs=100,
+)
+
+
+class Runner:
+    """Runs each measurement under a progress bar; a failure is recorded, not raised."""
+
+    def __init__(self, backend: backends.Backend, sizes: Sizes, progress: Progress) -> None:
+        self.backend = backend
+        self.sizes = sizes
+        self.progress = progress
+        self.results: dict[str, Any] = {"errors": [], "notes": []}
+
+    @contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        try:
+            yield
+        except Exception as exc:
+            logging.getLogger("bench").debug("%s failed", name, exc_info=True)
+            self.results["errors"].append(f"{name}: {type(exc).__name__}: {exc}")
+            self.results["errors"].append(traceback.format_exc(limit=4))
+
+    def bar(self, description: str, total: int) -> Callable[[int], None]:
+        task = self.progress.add_task(description, total=total)
+        return lambda done: self.progress.update(task, completed=done)
+
+    def cost(self) -> None:
+        runs = self.sizes.cost_runs
+        done = self.bar("cost per run: 5 scenarios", 1)
+        rows = measure_costs(self.backend.app, runs, backend=self.backend.name)
+        done(1)
+        self.results["cost"] = [r.to_json() for r in rows]
+
+    def throughput(self) -> None:
+        runs = self.sizes.throughput_runs
+        rows = measure_throughput(
+            self.backend, runs, lambda system: self.bar(f"throughput: {system}", runs)
+        )
+        self.results["throughput"] = [
+            {**r.to_json(), "celery_ratio": celery_ratio(rows, r.system)} for r in rows
+        ]
+
+    def maintenance(self) -> None:
+        rows = measure_maintenance(
+            self.backend,
+            self.sizes.maintenance_sizes,
+            lambda size: self.bar(f"maintenance: seed {size:,} runs", size),
+        )
+        self.results["maintenance"] = [r.to_json() for r in rows]
+
+    def latency(self) -> None:
+        n = self.sizes.latency_iterations
+        rows = measure_latency(self.backend, n, self.bar("latency: trigger, token", n))
+        self.results["latency"] = [r.to_json() for r in rows]
+
+    def memory(self) -> None:
+        runs = self.sizes.memory_runs
+        bar = self.bar(f"memory: sync worker, concurrency {MEMORY_CONCURRENCY}", runs)
+        row = runlane_worker(self.backend, SYNC, runs, MEMORY_CONCURRENCY, bar)
+        self.results["memory"] = row.to_json()
+        if row.status != "ok":
+            self.results["errors"].append(f"memory: {row.status}")
+
+
+def _versions() -> dict[str, str]:
+    names = ("boto3", "botocore", "celery", "kombu", "moto", "rich")
+    return {name: version(name) for name in names} | {"python": platform.python_version()}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--backend", choices=backends.BACKENDS, default=backends.MOTO)
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes (CI): under 3 minutes")
+    parser.add_argument(
+        "--only", default=",".join(MEASUREMENTS), help=f"comma-separated: {','.join(MEASUREMENTS)}"
+    )
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="where results go")
+    args = parser.parse_args(argv)
+    args.only = [m.strip() for m in args.only.split(",") if m.strip()]
+    unknown = sorted(set(args.only) - set(MEASUREMENTS))
+    if unknown:
+        parser.error(f"unknown measurement(s): {', '.join(unknown)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.ERROR)
+    console = Console() if sys.stdout.isatty() else Console(width=CONSOLE_WIDTH)
+    started = datetime.now(UTC)
+    stamp = started.strftime("%Y%m%dT%H%M%SZ")
+    sizes = SMOKE if args.smoke else Sizes()
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    console.print(f"starting the {args.backend} backend ...")
+    with (
+        backends.start(args.backend) as backend,
+        Progress(*columns, TimeElapsedColumn(), console=console) as progress,
+    ):
+        runner = Runner(backend, sizes, progress)
+        for name in args.only:
+            with runner.step(name):
+                getattr(runner, name)()
+    results: dict[str, Any] = {
+        "backend": backend.name,
+        "backend_description": backend.description,
+        "authoritative_capacity": backend.authoritative_capacity,
+        "started_at": started.isoformat(timespec="seconds"),
+        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])]),
+        "smoke": args.smoke,
+        "sizes": sizes.__dict__,
+        "host": {"cpus": os.cpu_count(), "platform": platform.platform(), **_versions()},
+        **runner.results,
+    }
+    if not backend.authoritative_capacity:
+        results["notes"].append(report.MOTO_CAPACITY_NOTE)
+    checked = targets.evaluate(results)
+    results["targets"] = [t.to_json() for t in checked]
+    report.print_results(console, results, checked)
+    json_path = args.out / f"{stamp}-{backend.name}.json"
+    report.write_json(json_path, results)
+    chart.write_chart(json_path.with_suffix(".png"), results)
+    console.print(f"wrote {json_path} and {json_path.with_suffix('.png').name}")
+    return 1 if results["errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

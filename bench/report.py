@@ -1,0 +1,145 @@
+"""The results as rich tables on the terminal and as JSON next to the chart."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from bench.targets import Target
+
+MOTO_CAPACITY_NOTE = (
+    "moto's consumed-capacity figures are not authoritative: it reports none for "
+    "transactions and does not charge index writes; DynamoDB Local (--backend aws-local) "
+    "is AWS's own implementation and reports them correctly"
+)
+
+
+def _f(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def cost_table(rows: list[dict[str, Any]], backend: str) -> Table:
+    table = Table(title=f"Cost per run ({backend})")
+    for header in ("scenario", "runs", "DDB writes", "DDB reads", "SQS req", "WCU", "of which"):
+        table.add_column(header, justify="left" if header == "scenario" else "right")
+    table.add_column("RCU", justify="right")
+    table.add_column("$ / M runs", justify="right")
+    table.add_column("requests (total)")
+    for row in rows:
+        per = row["per_run"]
+        ops = ", ".join(f"{k.split('.')[1]} {v}" for k, v in row["requests"].items())
+        table.add_row(
+            row["scenario"],
+            str(row["runs"]),
+            _f(per["dynamodb_writes"]),
+            _f(per["dynamodb_reads"]),
+            _f(per["sqs_requests"]),
+            _f(per["write_units"]),
+            f"{_f(per['index_write_units'])} idx",
+            _f(per["read_units"]),
+            _f(row["usd_per_million_runs"]),
+            ops,
+        )
+    return table
+
+
+def throughput_table(rows: list[dict[str, Any]], backend: str) -> Table:
+    table = Table(title=f"Throughput, one worker process each ({backend})")
+    for header in ("system", "concurrency", "runs", "seconds", "runs/s", "x Celery", "peak RSS"):
+        table.add_column(header, justify="left" if header == "system" else "right")
+    table.add_column("status")
+    for row in rows:
+        rss = row.get("worker_rss")
+        table.add_row(
+            row["system"],
+            str(row["concurrency"]),
+            str(row["runs"]),
+            _f(row.get("seconds")),
+            _f(row.get("runs_per_second"), 1),
+            _f(row.get("celery_ratio")),
+            f"{rss / 2**20:.0f} MB" if rss else "-",
+            row["status"],
+        )
+    return table
+
+
+def maintenance_table(rows: list[dict[str, Any]], backend: str) -> Table:
+    table = Table(title=f"One maintenance pass, 10 due runs ({backend})")
+    for header in ("runs in table", "seed s", "pass s", "requests", "items read", "per due"):
+        table.add_column(header, justify="right")
+    table.add_column("RCU", justify="right")
+    table.add_column("status")
+    for row in rows:
+        table.add_row(
+            f"{row['table_runs']:,}",
+            _f(row.get("seed_seconds"), 1),
+            _f(row.get("pass_seconds")),
+            str(sum(row["requests"].values())),
+            str(row["items_read"]) if row["status"] == "ok" else "-",
+            _f(row.get("items_read_per_due_run")),
+            _f(row.get("read_units"), 1) if row["status"] == "ok" else "-",
+            row["status"],
+        )
+    return table
+
+
+def latency_table(rows: list[dict[str, Any]], backend: str) -> Table:
+    table = Table(title=f"Latency, idle worker, no maintenance pass ({backend})")
+    for header in ("measure", "n", "p50 ms", "p95 ms", "max ms"):
+        table.add_column(header, justify="left" if header == "measure" else "right")
+    for row in rows:
+        table.add_row(
+            row["name"], str(row["n"]), _f(row["p50_ms"], 1), _f(row["p95_ms"], 1),
+            _f(row["max_ms"], 1),
+        )  # fmt: skip
+    return table
+
+
+def targets_table(targets: list[Target], backend: str) -> Table:
+    table = Table(title=f"Targets ({backend})")
+    for header in ("target", "limit", "measured", "result", "note"):
+        table.add_column(header)
+    for t in targets:
+        result = {True: "[green]met", False: "[red]missed", None: "[yellow]not measured"}[t.met]
+        measured = "-" if t.measured is None else f"{t.measured:,.2f}{t.unit}"
+        table.add_row(t.name, t.limit, measured, result, t.note)
+    return table
+
+
+def print_results(console: Console, results: dict[str, Any], targets: list[Target]) -> None:
+    backend = results["backend"]
+    console.print(f"\nbackend: {results['backend_description']}")
+    if results.get("cost"):
+        console.print(cost_table(results["cost"], backend))
+        if backend == "moto":
+            console.print(f"[yellow]note:[/] {MOTO_CAPACITY_NOTE}")
+    if results.get("throughput"):
+        console.print(throughput_table(results["throughput"], backend))
+    if results.get("maintenance"):
+        console.print(maintenance_table(results["maintenance"], backend))
+    if results.get("latency"):
+        console.print(latency_table(results["latency"], backend))
+    memory = results.get("memory")
+    if memory:
+        rss = memory.get("worker_rss")
+        console.print(
+            f"worker memory: sync worker, concurrency {memory['concurrency']}, "
+            f"{memory['runs']} runs: peak RSS {rss / 2**20:.0f} MB (VmHWM), "
+            f"{(memory.get('peak_rss') or 0) / 2**20:.0f} MB (psutil samples); {memory['status']}"
+            if rss
+            else f"worker memory: {memory['status']}"
+        )
+    for note in results.get("notes", []):
+        console.print(f"[yellow]note:[/] {note}")
+    console.print(targets_table(targets, backend))
+    for error in results.get("errors", []):
+        console.print(f"[red]error:[/] {error}")
+
+
+def write_json(path: Path, results: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2, default=str) + "\n")

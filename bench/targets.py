@@ -1,0 +1,111 @@
+"""The targets the benchmark checks, each met, missed or not measured."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+PLAIN_WRITES = 3.0
+PLAIN_READS = 1.0
+PLAIN_SQS = 1.2
+CELERY_RATIO = 1.0
+MAINTENANCE_ITEMS_PER_DUE = 2.0
+TRIGGER_TO_START_P50_MS = 100.0
+TOKEN_TO_RESUME_P95_MS = 1000.0
+WORKER_RSS_MB = 120.0
+
+
+@dataclass
+class Target:
+    name: str
+    limit: str
+    measured: float | None
+    unit: str = ""
+    met: bool | None = None
+    """``None`` when not measured."""
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def at_most(name: str, value: float | None, limit: float, unit: str = "", note: str = "") -> Target:
+    met = None if value is None else value <= limit
+    return Target(name, f"<= {limit:g}{unit}", value, unit, met, note)
+
+
+def below(name: str, value: float | None, limit: float, unit: str = "", note: str = "") -> Target:
+    met = None if value is None else value < limit
+    return Target(name, f"< {limit:g}{unit}", value, unit, met, note)
+
+
+def at_least(
+    name: str, value: float | None, limit: float, unit: str = "", note: str = ""
+) -> Target:
+    met = None if value is None else value >= limit
+    return Target(name, f">= {limit:g}{unit}", value, unit, met, note)
+
+
+def evaluate(results: dict[str, Any]) -> list[Target]:
+    """Every target, from the JSON shape of the results."""
+    targets: list[Target] = []
+    cost = {c["scenario"]: c["per_run"] for c in results.get("cost", [])}
+    plain = cost.get("plain", {})
+    single = cost.get("plain_single", {})
+    targets.append(
+        at_most("DynamoDB writes per plain run", plain.get("dynamodb_writes"), PLAIN_WRITES)
+    )
+    targets.append(
+        at_most("DynamoDB reads per plain run", plain.get("dynamodb_reads"), PLAIN_READS)
+    )
+    targets.append(
+        at_most("SQS requests per plain run (trigger_many)", plain.get("sqs_requests"), PLAIN_SQS)
+    )
+    targets.append(
+        at_most(
+            "SQS requests per plain run (one trigger each)",
+            single.get("sqs_requests"),
+            PLAIN_SQS,
+            note="1 SendMessage per run by itself; receives and deletes add the rest",
+        )
+    )
+    for row in results.get("throughput", []):
+        if row["system"] != "celery":
+            targets.append(
+                at_least(
+                    f"{row['system']} runs/s vs Celery",
+                    row.get("celery_ratio"),
+                    CELERY_RATIO,
+                    "x",
+                    note=row["status"] if row["status"] != "ok" else "",
+                )
+            )
+    for row in results.get("maintenance", []):
+        targets.append(
+            at_most(
+                f"maintenance items read per due run, {row['table_runs']:,} runs",
+                row.get("items_read_per_due_run"),
+                MAINTENANCE_ITEMS_PER_DUE,
+                note=row["status"] if row["status"] != "ok" else "",
+            )
+        )
+    latency = {s["name"]: s for s in results.get("latency", [])}
+    start = latency.get("trigger -> handler start", {})
+    resume = latency.get("token complete -> resumed start", {})
+    targets.append(
+        below("trigger -> start p50", start.get("p50_ms"), TRIGGER_TO_START_P50_MS, " ms")
+    )
+    targets.append(
+        below("token -> resume p95", resume.get("p95_ms"), TOKEN_TO_RESUME_P95_MS, " ms")
+    )
+    memory = results.get("memory") or {}
+    rss = memory.get("worker_rss")
+    targets.append(
+        at_most(
+            f"worker peak RSS, concurrency {memory.get('concurrency', 32)}",
+            rss / 2**20 if rss else None,
+            WORKER_RSS_MB,
+            " MB",
+        )
+    )
+    return targets

@@ -1,0 +1,241 @@
+"""Throughput side by side: one worker process each for runlane's sync worker, its async
+worker and Celery on SQS, draining no-op runs triggered by a shallow producer.
+
+The producer (a thread of the bench process) triggers in batches of ten while fewer
+than ``AHEAD`` runs are started but not finished, so queues stay shallow and the
+emulator, not queue depth, sets the pace. Completions are counted by the size of a
+file each no-op appends one byte to. The time is from the first trigger to the last
+completion.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from bench import celery_peer
+from bench.backends import Backend
+from bench.memory import PeakRss
+from bench.workers import ASYNC, DONE_FILE_VARIABLE, NOOP_TASK, SYNC, async_unavailable
+
+BATCH = 10
+AHEAD = 40
+"""Most runs started but not finished: the producer's bound on queue depth."""
+RUNLANE_CONCURRENCY = 8
+"""The same as Celery's ``-c 8`` threads, its fastest setting on these emulators."""
+READY_TIMEOUT_SECONDS = 60.0
+Progress = Callable[[int], None]
+
+
+@dataclass
+class ThroughputResult:
+    system: str
+    runs: int
+    concurrency: int
+    status: str = "ok"
+    """``ok``, or why there is no figure (``unavailable: ...``, ``failed: ...``)."""
+    seconds: float | None = None
+    peak_rss: int | None = None
+    """Peak RSS of the worker process in bytes (psutil samples)."""
+    self_reported_rss: int | None = None
+    """The worker's own peak (``VmHWM``), exact where sampling may miss a spike (runlane
+    workers only)."""
+
+    @property
+    def worker_rss(self) -> int | None:
+        """The best peak figure: the worker's own when it reported one."""
+        return self.self_reported_rss or self.peak_rss
+
+    @property
+    def runs_per_second(self) -> float | None:
+        return self.runs / self.seconds if self.seconds else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **asdict(self),
+            "runs_per_second": self.runs_per_second,
+            "worker_rss": self.worker_rss,
+        }
+
+
+class DoneFile:
+    """Completions, counted as bytes appended by the no-op tasks."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / "done"
+        self.path.touch()
+
+    def count(self) -> int:
+        return self.path.stat().st_size
+
+
+def produce(
+    trigger: Callable[[int], None], total: int, done: DoneFile, stop: threading.Event
+) -> None:
+    started = 0
+    while started < total and not stop.is_set():
+        if started - done.count() < AHEAD:
+            batch = min(BATCH, total - started)
+            trigger(batch)
+            started += batch
+        else:
+            time.sleep(0.002)
+
+
+def wait_for(
+    total: int, done: DoneFile, worker: subprocess.Popen[Any], deadline: float, progress: Progress
+) -> float:
+    """Wait for ``total`` completions; returns the time of the last one."""
+    while (count := done.count()) < total:
+        progress(count)
+        if worker.poll() is not None:
+            raise RuntimeError(f"worker exited with code {worker.returncode} after {count} runs")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {count} of {total} runs finished in time")
+        time.sleep(0.005)
+    progress(total)
+    return time.perf_counter()
+
+
+@contextlib.contextmanager
+def _stopped(worker: subprocess.Popen[Any]) -> Iterator[subprocess.Popen[Any]]:
+    try:
+        yield worker
+    finally:
+        if worker.poll() is None:
+            worker.terminate()
+            try:
+                worker.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.wait()
+
+
+def timed_drain(
+    trigger: Callable[[int], None],
+    worker: subprocess.Popen[Any],
+    runs: int,
+    done: DoneFile,
+    progress: Progress,
+) -> tuple[float, int]:
+    """Produce ``runs`` runs against a ready worker; (seconds, peak RSS of the worker)."""
+    stop = threading.Event()
+    deadline = time.monotonic() + max(180.0, runs / 4)
+    with PeakRss(worker.pid) as rss:
+        started = time.perf_counter()
+        producer = threading.Thread(target=produce, args=(trigger, runs, done, stop), daemon=True)
+        producer.start()
+        try:
+            finished = wait_for(runs, done, worker, deadline, progress)
+        finally:
+            stop.set()
+            producer.join(timeout=30)
+    return finished - started, rss.peak
+
+
+def runlane_worker(
+    backend: Backend, kind: str, runs: int, concurrency: int, progress: Progress
+) -> ThroughputResult:
+    """Runs through one ``python -m bench.workers`` process."""
+    name = f"runlane {kind}"
+    result = ThroughputResult(name, runs, concurrency)
+    if kind == ASYNC and (reason := async_unavailable()) is not None:
+        result.status = reason
+        return result
+    table, prefix = backend.names()
+    producer_app = backend.app_for(table, prefix)
+    producer_app.task(lambda ctx, payload: None, name=NOOP_TASK)
+    producer_app.provision()
+    with tempfile.TemporaryDirectory(prefix="runlane-bench-") as tmp:
+        done = DoneFile(Path(tmp))
+        env = backend.subprocess_env(
+            RUNLANE_TABLE=table, RUNLANE_QUEUE_PREFIX=prefix, **{DONE_FILE_VARIABLE: str(done.path)}
+        )
+        argv = [sys.executable, "-m", "bench.workers", kind, "--runs", str(runs)]
+        argv += ["--concurrency", str(concurrency)]
+        log = (Path(tmp) / "worker.log").open("w+b")
+        process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=log, text=True)
+        with _stopped(process) as worker:
+            assert worker.stdout is not None
+            if worker.stdout.readline().strip() != "ready":
+                log.seek(0)
+                result.status = f"failed: worker did not start: {log.read()[-400:]!r}"
+                return result
+            try:
+                result.seconds, result.peak_rss = timed_drain(
+                    lambda n: _trigger_runlane(producer_app, n), worker, runs, done, progress
+                )
+            except (RuntimeError, TimeoutError) as exc:
+                log.seek(0)
+                result.status = f"failed: {exc}; worker log: {log.read()[-400:]!r}"
+                return result
+            report = json.loads(worker.stdout.readline() or "{}")
+            result.self_reported_rss = report.get("peak_rss")
+    return result
+
+
+def _trigger_runlane(app: Any, count: int) -> None:
+    app.trigger_many(NOOP_TASK, [None] * count)
+
+
+def celery_worker(backend: Backend, runs: int, progress: Progress) -> ThroughputResult:
+    """Runs through one ``celery worker --pool threads -c 8`` process."""
+    result = ThroughputResult("celery", runs, celery_peer.CONCURRENCY)
+    _, prefix = backend.names()
+    queue = f"{prefix}celery"
+    sqs = backend.client("sqs")
+    url = sqs.create_queue(QueueName=queue, Attributes={"VisibilityTimeout": "60"})["QueueUrl"]
+    producer = celery_peer.build(queue, url)
+    with tempfile.TemporaryDirectory(prefix="celery-bench-") as tmp:
+        done = DoneFile(Path(tmp))
+        ready = Path(tmp) / "ready"
+        env = backend.subprocess_env(
+            **{DONE_FILE_VARIABLE: str(done.path), celery_peer.READY_VARIABLE: str(ready)}
+        )
+        log = Path(tmp) / "celery.log"
+        with _stopped(celery_peer.start_worker(queue, url, env, log)) as worker:
+            deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+            while not ready.exists() and worker.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if not ready.exists():
+                result.status = f"failed: celery did not start: {log.read_text()[-400:]!r}"
+                return result
+
+            def trigger(count: int) -> None:
+                for n in range(count):
+                    producer.send_task(celery_peer.NOOP_TASK, args=[n], queue=queue)
+
+            try:
+                result.seconds, result.peak_rss = timed_drain(trigger, worker, runs, done, progress)
+            except (RuntimeError, TimeoutError) as exc:
+                result.status = f"failed: {exc}; celery log: {log.read_text()[-400:]!r}"
+    sqs.close()
+    return result
+
+
+def measure_throughput(
+    backend: Backend, runs: int, progress: Callable[[str], Progress]
+) -> list[ThroughputResult]:
+    """Sync, async, then Celery; ``progress(system)`` gives each one's progress callback."""
+    results = [
+        runlane_worker(backend, kind, runs, RUNLANE_CONCURRENCY, progress(f"runlane {kind}"))
+        for kind in (SYNC, ASYNC)
+    ]
+    results.append(celery_worker(backend, runs, progress("celery")))
+    return results
+
+
+def celery_ratio(results: list[ThroughputResult], system: str) -> float | None:
+    """``system``'s runs per second over Celery's."""
+    by_name = {r.system: r.runs_per_second for r in results}
+    ours, theirs = by_name.get(system), by_name.get("celery")
+    return ours / theirs if ours and theirs else None

@@ -1,0 +1,85 @@
+"""The benchmark's request counts per scenario, against in-process moto.
+
+The DynamoDB requests of each scenario are deterministic, so they are asserted exactly;
+so are the SQS sends. Receives and deletes depend on timing (how many wakeups one
+receive finds) and are not asserted. ``bench/cost.py`` drives the scenarios with the
+sync worker's ``drain()``, as ``make bench`` does.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from bench.cost import SCENARIOS, CostResult, measure_scenario
+from runlane_sqs import Runlane
+
+RUNS = 3
+REGION = "us-east-1"
+
+# Per run: (DynamoDB requests by operation, SQS sends by operation).
+EXPECTED: dict[str, tuple[dict[str, int], dict[str, float]]] = {
+    # trigger PutItem; claim and outcome UpdateItem; one consistent GetItem per wakeup
+    "plain": ({"PutItem": 1, "GetItem": 1, "UpdateItem": 2}, {"SendMessageBatch": 1 / RUNS}),
+    "plain_single": ({"PutItem": 1, "GetItem": 1, "UpdateItem": 2}, {"SendMessage": 1}),
+    # two attempts: a second wakeup, read, claim and outcome
+    "retry": ({"PutItem": 1, "GetItem": 2, "UpdateItem": 4}, {"SendMessage": 2}),
+    "release": ({"PutItem": 1, "GetItem": 2, "UpdateItem": 4}, {"SendMessage": 2}),
+    # tokens.create and trigger; attempt 1 reads the token and releases; complete reads
+    # and decides the token, finds the waiter on the waits index and resumes it
+    "token_wait": (
+        {"PutItem": 3, "GetItem": 6, "UpdateItem": 6, "Query": 1},
+        {"SendMessage": 2},
+    ),
+}
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_SQS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    with mock_aws():
+        yield
+
+
+def make_app(session: boto3.Session) -> Runlane:
+    tag = uuid.uuid4().hex[:8]
+    return Runlane(
+        table=f"bench-{tag}",
+        environment="bench",
+        queue_prefix=f"bench-{tag}-",
+        session=session,
+        region=REGION,
+    )
+
+
+def measure(name: str) -> CostResult:
+    scenario = next(s for s in SCENARIOS if s.name == name)
+    return measure_scenario(scenario, make_app, RUNS, backend="moto", drain_wait_seconds=0)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_requests_per_scenario(aws: None, name: str) -> None:
+    result = measure(name)
+    dynamodb, sends = EXPECTED[name]
+    counts = result.counts
+
+    assert dict(counts.service("dynamodb")) == {op: n * RUNS for op, n in dynamodb.items()}
+    sqs = counts.service("sqs")
+    assert {op: sqs[op] for op in sends} == {op: round(n * RUNS) for op, n in sends.items()}
+    assert set(sqs) <= {*sends, "ReceiveMessage", "DeleteMessageBatch"}
+    assert "GetQueueUrl" not in sqs  # looked up once, before counting
+
+
+def test_plain_run_meets_the_request_budget(aws: None) -> None:
+    per_run = measure("plain").to_json()["per_run"]
+
+    assert per_run["dynamodb_writes"] == 3
+    assert per_run["dynamodb_reads"] == 1
