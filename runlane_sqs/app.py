@@ -23,6 +23,7 @@ from runlane_sqs.core.retry import RetryPolicy
 from runlane_sqs.core.wakeup import Wakeup
 from runlane_sqs.errors import RunlaneError, StorageUnavailable
 from runlane_sqs.maintenance import Maintenance
+from runlane_sqs.outcomes import finishing_needs_storage
 from runlane_sqs.ports import KeyKind, RunStore, WakeupTransport
 from runlane_sqs.provision import provision_queues, provision_table
 from runlane_sqs.resuming import RESUME_BATCH, resume_waiters, run_finished
@@ -120,6 +121,11 @@ class Runlane:
             if k in overrides
         }
         return cls(config=RunlaneConfig.from_env(**overrides), **adapters)
+
+    @property
+    def botocore_config(self) -> Config:
+        """Retries, timeouts and pool size of this app's AWS clients."""
+        return self._botocore_config
 
     def client(self, service: str) -> Any:
         """The boto3 client this app uses for ``service`` (built once)."""
@@ -273,17 +279,14 @@ class Runlane:
     def publish_many(self, runs: Sequence[Run], *, delay: timedelta | None = None) -> int:
         """Publish wakeups in batches of ten; returns how many were sent."""
         now = self.clock.now()
-        wakeups = [
-            Wakeup(environment=r.environment, run_id=r.id, queue=r.queue, requested_at=now)
-            for r in runs
-        ]
+        wakeups = [Wakeup.for_run(r, now) for r in runs]
         failed = {w.run_id for w in self.transport.publish(wakeups, delay)}
         for run in runs:
             if run.id in failed:
-                self._mark_unpublished(run)
+                self.mark_unpublished(run)
         return len(runs) - len(failed)
 
-    def _mark_unpublished(self, run: Run) -> None:
+    def mark_unpublished(self, run: Run) -> None:
         """Best effort: list the run as due now so the next maintenance pass publishes it."""
         log.warning(
             "wakeup for run %s not published now; it stays %s and maintenance publishes it",
@@ -324,6 +327,8 @@ class Runlane:
     def after_finished(self, run: Run) -> None:
         """What follows a run reaching a terminal status: free its keys and resume a first
         batch of runs waiting for it (maintenance polls for the rest)."""
+        if not finishing_needs_storage(run):
+            return
         self.release_keys(run)
         if run.watched:
             try:

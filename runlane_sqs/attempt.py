@@ -9,7 +9,7 @@ from runlane_sqs.core import machine, waits
 from runlane_sqs.core.model import JSON, Run
 from runlane_sqs.core.tokens import Token
 from runlane_sqs.errors import ConflictError, LeaseLost
-from runlane_sqs.leases import LeaseKeeper
+from runlane_sqs.leases import LeaseBook
 
 if TYPE_CHECKING:
     from runlane_sqs.app import Runlane
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 class AttemptRuntime:
     """The :class:`~runlane_sqs.context.AttemptServices` a worker gives each context."""
 
-    def __init__(self, app: Runlane, leases: LeaseKeeper, run: Run, token: str) -> None:
+    def __init__(self, app: Runlane, leases: LeaseBook, run: Run, token: str) -> None:
         self._app = app
         self._leases = leases
         self._run = run

@@ -69,6 +69,15 @@ def follow_up(run: Run) -> FollowUp:
     return FollowUp.NONE
 
 
+def finishing_needs_storage(run: Run) -> bool:
+    """Whether a finished run has keys to free or waiters to resume."""
+    return (
+        run.watched
+        or run.singleton_key is not None
+        or (run.idempotency_key is not None and run.status is RunStatus.FAILED)
+    )
+
+
 def log_skip(
     wakeup: Wakeup, reason: SkipReason, worker_id: str, run: Run | None = None
 ) -> Disposition:

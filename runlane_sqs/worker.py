@@ -13,42 +13,23 @@ import queue
 import signal
 import threading
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from datetime import timedelta
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from runlane_sqs.core.durations import Duration, to_timedelta
+from runlane_sqs.core.durations import Duration
 from runlane_sqs.errors import ConfigurationError, MissingResourceError, RunlaneError
 from runlane_sqs.executor import Executor
 from runlane_sqs.leases import LeaseKeeper
-from runlane_sqs.limits import MAX_RECEIVE_BATCH, MAX_SEND_BATCH, MAX_WAIT_TIME_SECONDS
 from runlane_sqs.outcomes import Disposition
+from runlane_sqs.pacing import Step, WorkerConfig, acks_due, next_step
 from runlane_sqs.ports import ReceivedWakeup
 
 if TYPE_CHECKING:
     from runlane_sqs.app import Runlane
 
 log = logging.getLogger("runlane_sqs.worker")
-ACK_LINGER_SECONDS = 2.0
-"""Longest a handled message waits for its batch delete while other attempts run."""
-
-
-@dataclass(frozen=True)
-class WorkerConfig:
-    """How one worker process consumes its queues."""
-
-    queues: tuple[str, ...]
-    concurrency: int = 1
-    wait_seconds: int = 10
-    """Long-poll wait; also the longest a stop waits for a receive in progress."""
-    drain_wait_seconds: int = 1
-    grace_period: timedelta = timedelta(seconds=25)
-    """How long a stopping worker lets in-flight attempts finish (keep under ECS stopTimeout)."""
-    worker_id: str = ""
 
 
 class _Pool:
@@ -76,18 +57,13 @@ class Worker:
         grace_period: Duration = 25,
         worker_id: str | None = None,
     ) -> None:
-        if concurrency < 1:
-            raise ConfigurationError("concurrency must be at least 1")
-        if not 0 <= wait_seconds <= MAX_WAIT_TIME_SECONDS:
-            raise ConfigurationError(f"wait_seconds must be between 0 and {MAX_WAIT_TIME_SECONDS}")
-        chosen = tuple(queues) if queues else tuple(app.tasks.queues() or ["default"])
         self.app = app
-        self.config = WorkerConfig(
-            queues=chosen,
+        self.config = WorkerConfig.build(
+            queues or app.tasks.queues() or ["default"],
             concurrency=concurrency,
             wait_seconds=wait_seconds,
-            grace_period=to_timedelta(grace_period, "grace_period"),
-            worker_id=worker_id or f"worker-{uuid.uuid4().hex[:12]}",
+            grace_period=grace_period,
+            worker_id=worker_id,
         )
         self.leases = LeaseKeeper(app.store, app.clock, app.config.lease_duration)
         self.executor = Executor(app, self.config.worker_id, self.leases)
@@ -102,9 +78,6 @@ class Worker:
         self._next_queue = 0
         self._oldest_ack = 0.0
         self._fatal: MissingResourceError | None = None
-        self._prefetch = min(MAX_RECEIVE_BATCH, 2 * concurrency)
-        """Messages asked for per receive: ten, or fewer for small pools, which would
-        otherwise hold messages they cannot start before the visibility timeout."""
 
     @property
     def worker_id(self) -> str:
@@ -169,44 +142,33 @@ class Worker:
             self._flush_acks()
             if self._fatal is not None:
                 break
-            if max_runs is not None and self._executed + self._busy >= max_runs:
-                if self._busy == 0:
-                    break
-                self._wait_for_completion()
-            elif self._buffer and self._busy < self.config.concurrency:
+            step = next_step(
+                self.config,
+                busy=self._busy,
+                buffered=len(self._buffer),
+                executed=self._executed,
+                max_runs=max_runs,
+            )
+            if step is Step.STOP:
+                break
+            if step is Step.DISPATCH:
                 self._dispatch(self._buffer.popleft())
-            elif not self._ready_to_receive():
-                self._wait_for_completion()
-            elif not self._fill(drain):
-                if self._busy == 0 and drain:
+            elif step is Step.WAIT or not self._fill(drain):
+                if step is Step.RECEIVE and self._busy == 0 and drain:
                     break
                 self._wait_for_completion()
         if self._fatal is not None:
             raise self._fatal
 
-    def _ready_to_receive(self) -> bool:
-        """Receive when idle, or when at least half the slots are free: a receive asks
-        for ten messages anyway, so under a backlog receives stay one per ten runs."""
-        if self._buffer:
-            return False
-        free = self.config.concurrency - self._busy
-        return self._busy == 0 or free >= max(
-            1, min(MAX_RECEIVE_BATCH, self.config.concurrency) // 2
-        )
-
     def _fill(self, drain: bool) -> bool:
         """Receive into the local buffer; False when nothing was available."""
         queues = self.config.queues
-        wait = self.config.drain_wait_seconds if drain else self.config.wait_seconds
-        if self._busy:
-            wait = 0
-        elif len(queues) > 1:
-            wait = min(wait, 1)
+        wait = self.config.receive_wait(drain=drain, busy=self._busy)
         for _ in range(len(queues)):
             name = queues[self._next_queue % len(queues)]
             self._next_queue += 1
             try:
-                messages = self.app.transport.receive(name, self._prefetch, wait)
+                messages = self.app.transport.receive(name, self.config.prefetch, wait)
             except MissingResourceError:
                 raise
             except RunlaneError as exc:
@@ -262,18 +224,9 @@ class Worker:
             self._done.notify_all()
 
     def _flush_acks(self, *, force: bool = False) -> None:
-        """Delete handled messages in batches of ten; sooner when idle or when the oldest
-        has waited ``ACK_LINGER_SECONDS``."""
         with self._done:
-            if not self._acks:
-                return
-            due = (
-                force
-                or self._busy == 0
-                or len(self._acks) >= MAX_SEND_BATCH
-                or time.monotonic() - self._oldest_ack >= ACK_LINGER_SECONDS
-            )
-            if not due:
+            age = time.monotonic() - self._oldest_ack
+            if not acks_due(len(self._acks), busy=self._busy, oldest_age_seconds=age, force=force):
                 return
             acks, self._acks = self._acks, []
         self.app.transport.ack(acks)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from runlane_sqs.core.model import Run
 from runlane_sqs.core.names import ENVIRONMENT_PATTERN, QUEUE_PATTERN, is_run_id
 from runlane_sqs.errors import RunlaneError
 
@@ -37,6 +38,10 @@ class Wakeup:
     queue: str
     requested_at: datetime
     trace: str | None = None
+
+    @classmethod
+    def for_run(cls, run: Run, requested_at: datetime) -> Wakeup:
+        return cls(run.environment, run.id, run.queue, requested_at)
 
     def to_json(self) -> str:
         body: dict[str, Any] = {

@@ -34,6 +34,33 @@ def key_pk(environment: str, kind: KeyKind, task: str, key: str) -> str:
     return keys.singleton_pk(environment, task, key)
 
 
+def run_in(response: dict[str, Any]) -> Run | None:
+    """The run a ``GetItem`` response carries, if any."""
+    wire = response.get("Item")
+    return run_from_wire(wire) if wire else None
+
+
+def applied(transition: Transition, response: dict[str, Any]) -> Run:
+    """The stored run after a transition's ``UpdateItem``."""
+    stored = response.get("Attributes")
+    return run_from_wire(stored) if stored else transition.after
+
+
+def refused_transition(transition: Transition, exc: ClientError) -> Exception:
+    """A :class:`ConflictError` carrying the stored run, or ``exc`` if it was no conflict."""
+    if error_code(exc) != "ConditionalCheckFailedException":
+        return exc
+    wire: dict[str, Any] | None = exc.response.get("Item")  # type: ignore[assignment]
+    return ConflictError(transition.run_id, run_from_wire(wire) if wire else None)
+
+
+def refused_renewal(run: Run, exc: ClientError) -> Exception:
+    """:class:`LeaseLost`, or ``exc`` if it was no failed condition."""
+    if error_code(exc) != "ConditionalCheckFailedException":
+        return exc
+    return LeaseLost(run.id)
+
+
 class DynamoRunStore:
     """Runs in one DynamoDB table, namespaced by environment."""
 
@@ -103,8 +130,7 @@ class DynamoRunStore:
 
     def get_run(self, run_id: str) -> Run | None:
         response = self._send("get_item", requests.get_run(self.table, self.environment, run_id))
-        wire = response.get("Item")
-        return run_from_wire(wire) if wire else None
+        return run_in(response)
 
     def get_events(self, run_id: str) -> list[RunEvent]:
         response = self._send("get_item", requests.get_run(self.table, self.environment, run_id))
@@ -115,21 +141,14 @@ class DynamoRunStore:
         try:
             response = self._send("update_item", requests.apply_transition(self.table, transition))
         except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
-            wire: dict[str, Any] | None = exc.response.get("Item")  # type: ignore[assignment]
-            current = run_from_wire(wire) if wire else None
-            raise ConflictError(transition.run_id, current) from None
-        stored = response.get("Attributes")
-        return run_from_wire(stored) if stored else transition.after
+            raise refused_transition(transition, exc) from None
+        return applied(transition, response)
 
     def renew_lease(self, run: Run, lease: Lease) -> Run:
         try:
             response = self._send("update_item", requests.renew_lease(self.table, run, lease))
         except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
-            raise LeaseLost(run.id) from None
+            raise refused_renewal(run, exc) from None
         return run_from_wire(response["Attributes"])
 
     def release_key(self, kind: KeyKind, task: str, key: str, run_id: str) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -44,6 +44,10 @@ def translate(exc: Exception, *, table: str, endpoint: str | None) -> NoReturn:
     raise exc
 
 
+CONDITION_CODES = frozenset({"ConditionalCheckFailedException", "TransactionCanceledException"})
+"""Refusals the store itself interprets (a conflict, a key held), not translated here."""
+
+
 def call(
     fn: Callable[..., Any], request: dict[str, Any], *, table: str, endpoint: str | None
 ) -> Any:
@@ -51,7 +55,25 @@ def call(
     try:
         return fn(**request)
     except ClientError as exc:
-        if error_code(exc) in {"ConditionalCheckFailedException", "TransactionCanceledException"}:
+        if error_code(exc) in CONDITION_CODES:
+            raise
+        translate(exc, table=table, endpoint=endpoint)
+    except BotoCoreError as exc:
+        translate(exc, table=table, endpoint=endpoint)
+
+
+async def call_async(
+    fn: Callable[..., Awaitable[Any]],
+    request: dict[str, Any],
+    *,
+    table: str,
+    endpoint: str | None,
+) -> Any:
+    """:func:`call` for an aiobotocore client."""
+    try:
+        return await fn(**request)
+    except ClientError as exc:
+        if error_code(exc) in CONDITION_CODES:
             raise
         translate(exc, table=table, endpoint=endpoint)
     except BotoCoreError as exc:

@@ -1,0 +1,306 @@
+"""The asyncio worker: the sync :class:`~runlane_sqs.worker.Worker`'s loop and pacing on
+an event loop, with aiobotocore for DynamoDB and SQS.
+
+``async def`` handlers run on the loop, as many at once as ``concurrency`` allows; sync
+handlers run on a pool of ``concurrency`` daemon threads. ``await worker.run()`` works
+until :meth:`AsyncWorker.stop` or SIGTERM/SIGINT; ``await worker.drain()`` processes the
+work available now and returns. Shutdown is cooperative, as in the sync worker: stop
+receiving, set every in-flight attempt's cancellation, wait up to the grace period; then
+cancel what is left (``asyncio`` cancellation) and leave those runs to lease expiry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from contextlib import AsyncExitStack, suppress
+from typing import TYPE_CHECKING, Any
+
+from runlane_sqs.aio.backend import open_ports
+from runlane_sqs.aio.executor import AsyncExecutor
+from runlane_sqs.aio.leases import AsyncLeaseKeeper
+from runlane_sqs.aio.ports import AsyncWakeupTransport
+from runlane_sqs.aio.threads import DaemonThreads
+from runlane_sqs.core.durations import Duration
+from runlane_sqs.errors import ConfigurationError, MissingResourceError, RunlaneError
+from runlane_sqs.outcomes import Disposition
+from runlane_sqs.pacing import Step, WorkerConfig, acks_due, next_step
+from runlane_sqs.ports import ReceivedWakeup
+
+if TYPE_CHECKING:
+    from runlane_sqs.app import Runlane
+
+log = logging.getLogger("runlane_sqs.worker")
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class _Session:
+    """What one ``run()`` or ``drain()`` opens: adapters, heartbeats, the executor."""
+
+    def __init__(self, executor: AsyncExecutor, transport: AsyncWakeupTransport) -> None:
+        self.executor = executor
+        self.transport = transport
+        self.leases = executor.leases
+
+
+class AsyncWorker:
+    """Consumes wakeups from ``queues`` with up to ``concurrency`` attempts at once.
+
+    ``session`` is an ``aioboto3.Session`` (default: a new one, which finds credentials
+    and region as boto3 does); the app's endpoint, region and botocore config apply.
+    """
+
+    def __init__(
+        self,
+        app: Runlane,
+        queues: Sequence[str] | None = None,
+        *,
+        concurrency: int = 1,
+        wait_seconds: int = 10,
+        grace_period: Duration = 25,
+        worker_id: str | None = None,
+        session: Any | None = None,
+    ) -> None:
+        self.app = app
+        self.config = WorkerConfig.build(
+            queues or app.tasks.queues() or ["default"],
+            concurrency=concurrency,
+            wait_seconds=wait_seconds,
+            grace_period=grace_period,
+            worker_id=worker_id,
+        )
+        self._aws_session = session
+        self._session: _Session | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._changed: asyncio.Event | None = None
+        self._stopping = False
+        self._buffer: deque[ReceivedWakeup] = deque()
+        self._acks: list[ReceivedWakeup] = []
+        self._oldest_ack = 0.0
+        self._attempts: set[asyncio.Task[None]] = set()
+        self._busy = 0
+        """Attempts started and not yet finished (their tasks may linger a moment)."""
+        self._executed = 0
+        self._next_queue = 0
+        self._fatal: MissingResourceError | None = None
+        self._threads = DaemonThreads(self.config.concurrency)
+
+    @property
+    def worker_id(self) -> str:
+        return self.config.worker_id
+
+    @property
+    def _extra(self) -> dict[str, str]:
+        return {"worker_id": self.config.worker_id}
+
+    # public API -------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Work until :meth:`stop` is called or the process gets SIGTERM/SIGINT."""
+        installed = self._install_signal_handlers()
+        try:
+            log.info(
+                "async worker %s consuming %s",
+                self.worker_id,
+                ", ".join(self.config.queues),
+                extra=self._extra,
+            )
+            await self._work(max_runs=None, drain=False)
+        finally:
+            self._remove_signal_handlers(installed)
+
+    async def drain(self, max_runs: int | None = None) -> int:
+        """Process the work available now and return how many runs were executed.
+
+        Stale, foreign and malformed wakeups are deleted but do not count. Returns when a
+        receive finds nothing and no attempt is in flight, or after ``max_runs`` runs.
+        """
+        if max_runs is not None and max_runs < 1:
+            raise ConfigurationError("max_runs must be at least 1")
+        self._stopping = False
+        await self._work(max_runs=max_runs, drain=True)
+        return self._executed
+
+    def stop(self) -> None:
+        """Stop receiving and ask in-flight attempts to finish (safe from any thread)."""
+        if not self._stopping:
+            log.info("worker %s stopping", self.worker_id, extra=self._extra)
+        self._stopping = True
+        if self._session is not None:
+            self._session.leases.cancel_all()
+        loop, changed = self._loop, self._changed
+        if loop is not None and changed is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(changed.set)
+
+    # the loop ---------------------------------------------------------------------
+
+    async def _work(self, *, max_runs: int | None, drain: bool) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._changed = asyncio.Event()
+        self._fatal = None
+        self._executed = 0
+        async with AsyncExitStack() as stack:
+            store, transport = await open_ports(self.app, stack, self._aws_session)
+            leases = AsyncLeaseKeeper(store, self.app.clock, self.app.config.lease_duration)
+            executor = AsyncExecutor(
+                self.app, self.worker_id, leases, store, transport, self._threads
+            )
+            self._session = _Session(executor, transport)
+            leases.start()
+            try:
+                await self._loop_until_done(max_runs=max_runs, drain=drain)
+            finally:
+                await self._shutdown()
+                self._session = None
+        if self._fatal is not None:
+            raise self._fatal
+
+    async def _loop_until_done(self, *, max_runs: int | None, drain: bool) -> None:
+        while not self._stopping:
+            await self._flush_acks()
+            if self._fatal is not None:
+                break
+            step = next_step(
+                self.config,
+                busy=self._busy,
+                buffered=len(self._buffer),
+                executed=self._executed,
+                max_runs=max_runs,
+            )
+            if step is Step.STOP:
+                break
+            if step is Step.DISPATCH:
+                self._dispatch(self._buffer.popleft())
+            elif step is Step.WAIT or not await self._fill(drain):
+                if step is Step.RECEIVE and self._busy == 0 and drain:
+                    break
+                await self._wait_for_change(timeout=1.0)
+
+    async def _fill(self, drain: bool) -> bool:
+        """Receive into the local buffer; False when nothing was available."""
+        session = self._current()
+        queues = self.config.queues
+        wait = self.config.receive_wait(drain=drain, busy=self._busy)
+        for _ in range(len(queues)):
+            name = queues[self._next_queue % len(queues)]
+            self._next_queue += 1
+            try:
+                messages = await session.transport.receive(name, self.config.prefetch, wait)
+            except MissingResourceError:
+                raise
+            except RunlaneError as exc:
+                log.warning("receive from %r failed: %s", name, exc, extra=self._extra)
+                await self._wait_for_change(timeout=1.0, idle=True)
+                continue
+            if self._stopping:
+                await session.transport.release(messages)
+                return False
+            if messages:
+                self._buffer.extend(messages)
+                return True
+        return False
+
+    def _dispatch(self, message: ReceivedWakeup) -> None:
+        self._busy += 1
+        task = asyncio.get_running_loop().create_task(self._attempt(message))
+        self._attempts.add(task)
+        task.add_done_callback(self._attempts.discard)
+
+    async def _attempt(self, message: ReceivedWakeup) -> None:
+        disposition = Disposition.DEFERRED
+        try:
+            disposition = await self._current().executor.handle(message)
+        except MissingResourceError as exc:
+            log.error("stopping: %s", exc, extra=self._extra)
+            self._fatal = exc
+            self.stop()
+        except asyncio.CancelledError:
+            pass  # abandoned at shutdown: the message and the run wait for lease expiry
+        except Exception:
+            log.exception(
+                "unexpected error handling message %s", message.message_id, extra=self._extra
+            )
+        finally:
+            self._finished(message, disposition)
+
+    def _finished(self, message: ReceivedWakeup, disposition: Disposition) -> None:
+        self._busy -= 1
+        if disposition is Disposition.EXECUTED:
+            self._executed += 1
+        if disposition is not Disposition.DEFERRED:
+            if not self._acks:
+                self._oldest_ack = time.monotonic()
+            self._acks.append(message)
+        if self._changed is not None:
+            self._changed.set()
+
+    async def _wait_for_change(self, *, timeout: float, idle: bool = False) -> None:
+        """Wait until an attempt finishes or :meth:`stop` is called (at most ``timeout``);
+        returns at once when nothing is in flight, unless ``idle``."""
+        changed = self._changed
+        assert changed is not None
+        if not (self._busy or idle):
+            return
+        with suppress(TimeoutError):
+            await asyncio.wait_for(changed.wait(), timeout)
+        changed.clear()
+
+    async def _flush_acks(self, *, force: bool = False) -> None:
+        age = time.monotonic() - self._oldest_ack
+        if not acks_due(len(self._acks), busy=self._busy, oldest_age_seconds=age, force=force):
+            return
+        acks, self._acks = self._acks, []
+        await self._current().transport.ack(acks)
+
+    async def _shutdown(self) -> None:
+        session = self._current()
+        if self._buffer:
+            await session.transport.release(list(self._buffer))
+            self._buffer.clear()
+        if self._attempts:
+            session.leases.cancel_all()
+            grace = self.config.grace_period.total_seconds()
+            _, pending = await asyncio.wait(set(self._attempts), timeout=grace)
+            if pending:
+                log.warning(
+                    "%d attempt(s) still running after the grace period; cancelling them. "
+                    "Their leases will expire and maintenance will make the runs runnable "
+                    "again",
+                    len(pending),
+                    extra=self._extra,
+                )
+                for task in pending:
+                    task.cancel()
+                await asyncio.wait(pending)
+        await self._flush_acks(force=True)
+        await session.leases.stop()
+
+    def _current(self) -> _Session:
+        if self._session is None:
+            raise RunlaneError("the worker is not running")
+        return self._session
+
+    # signals ----------------------------------------------------------------------
+
+    def _install_signal_handlers(self) -> list[signal.Signals]:
+        if threading.current_thread() is not threading.main_thread():
+            return []
+        loop = asyncio.get_running_loop()
+        for sig in STOP_SIGNALS:
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        return list(STOP_SIGNALS)
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        log.info("received %s", sig.name, extra=self._extra)
+        self.stop()
+
+    @staticmethod
+    def _remove_signal_handlers(installed: list[signal.Signals]) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in installed:
+            loop.remove_signal_handler(sig)

@@ -1,0 +1,107 @@
+"""How a worker paces receives, dispatches and deletes: pure decisions shared by the sync
+and the async worker, which differ only in how they wait and send."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from enum import StrEnum
+
+from runlane_sqs.core.durations import Duration, to_timedelta
+from runlane_sqs.errors import ConfigurationError
+from runlane_sqs.limits import MAX_RECEIVE_BATCH, MAX_SEND_BATCH, MAX_WAIT_TIME_SECONDS
+
+ACK_LINGER_SECONDS = 2.0
+"""Longest a handled message waits for its batch delete while other attempts run."""
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """How one worker process consumes its queues."""
+
+    queues: tuple[str, ...]
+    concurrency: int = 1
+    wait_seconds: int = 10
+    """Long-poll wait; also the longest a stop waits for a receive in progress."""
+    drain_wait_seconds: int = 1
+    grace_period: timedelta = timedelta(seconds=25)
+    """How long a stopping worker lets in-flight attempts finish (keep under ECS stopTimeout)."""
+    worker_id: str = ""
+
+    @classmethod
+    def build(
+        cls,
+        queues: Sequence[str],
+        *,
+        concurrency: int,
+        wait_seconds: int,
+        grace_period: Duration,
+        worker_id: str | None,
+    ) -> WorkerConfig:
+        """Validated settings; a missing ``worker_id`` gets a random one."""
+        if concurrency < 1:
+            raise ConfigurationError("concurrency must be at least 1")
+        if not 0 <= wait_seconds <= MAX_WAIT_TIME_SECONDS:
+            raise ConfigurationError(f"wait_seconds must be between 0 and {MAX_WAIT_TIME_SECONDS}")
+        if not queues:
+            raise ConfigurationError("a worker needs at least one queue")
+        return cls(
+            queues=tuple(queues),
+            concurrency=concurrency,
+            wait_seconds=wait_seconds,
+            grace_period=to_timedelta(grace_period, "grace_period"),
+            worker_id=worker_id or f"worker-{uuid.uuid4().hex[:12]}",
+        )
+
+    @property
+    def prefetch(self) -> int:
+        """Messages asked for per receive: ten, or fewer for small pools, which would
+        otherwise hold messages they cannot start before the visibility timeout."""
+        return min(MAX_RECEIVE_BATCH, 2 * self.concurrency)
+
+    def receive_wait(self, *, drain: bool, busy: int) -> int:
+        """Long-poll seconds of the next receive: none while attempts run (their slots
+        free up sooner), short with several queues so none is starved."""
+        if busy:
+            return 0
+        wait = self.drain_wait_seconds if drain else self.wait_seconds
+        return min(wait, 1) if len(self.queues) > 1 else wait
+
+
+class Step(StrEnum):
+    """What a worker's loop does next."""
+
+    STOP = "stop"
+    """``max_runs`` reached and nothing in flight."""
+    WAIT = "wait"
+    """Wait for an attempt to finish."""
+    DISPATCH = "dispatch"
+    """Start an attempt for the next buffered message."""
+    RECEIVE = "receive"
+    """Receive more messages."""
+
+
+def next_step(
+    config: WorkerConfig, *, busy: int, buffered: int, executed: int, max_runs: int | None
+) -> Step:
+    """Receive when idle, or when at least half the slots are free: a receive asks for
+    ten messages anyway, so under a backlog receives stay one per ten runs."""
+    if max_runs is not None and executed + busy >= max_runs:
+        return Step.STOP if busy == 0 else Step.WAIT
+    if buffered:
+        return Step.DISPATCH if busy < config.concurrency else Step.WAIT
+    free = config.concurrency - busy
+    half = max(1, min(MAX_RECEIVE_BATCH, config.concurrency) // 2)
+    return Step.RECEIVE if busy == 0 or free >= half else Step.WAIT
+
+
+def acks_due(pending: int, *, busy: int, oldest_age_seconds: float, force: bool = False) -> bool:
+    """Delete handled messages in batches of ten; sooner when idle or when the oldest has
+    waited ``ACK_LINGER_SECONDS``."""
+    if not pending:
+        return False
+    return (
+        force or busy == 0 or pending >= MAX_SEND_BATCH or oldest_age_seconds >= ACK_LINGER_SECONDS
+    )
