@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import boto3
 from botocore.config import Config
@@ -35,6 +35,9 @@ from runlane_sqs.tokens import TokensApi
 from runlane_sqs.transport.sqs import SqsTransport
 from runlane_sqs.triggering import TriggerRequest, create, validate_keys
 from runlane_sqs.worker import Worker
+
+if TYPE_CHECKING:
+    from runlane_sqs.aio import AsyncWorker
 
 log = logging.getLogger("runlane_sqs")
 DEFAULT_BOTOCORE_CONFIG = Config(
@@ -374,6 +377,19 @@ class Runlane:
     ) -> Worker:
         """A worker for ``queues`` (default: every queue a registered task uses)."""
         return Worker(self, queues, concurrency=concurrency, **options)
+
+    def async_worker(
+        self,
+        queues: Sequence[str] | None = None,
+        *,
+        concurrency: int = 1,
+        **options: Any,
+    ) -> AsyncWorker:
+        """An asyncio worker for ``queues`` (needs the ``async`` extra): ``async def``
+        handlers run on its event loop, sync ones on ``concurrency`` threads."""
+        from runlane_sqs.aio import AsyncWorker  # noqa: PLC0415 (optional extra)
+
+        return AsyncWorker(self, queues, concurrency=concurrency, **options)
 
     def provision(self, queues: Sequence[str] | None = None) -> None:
         """Create the table and the queues (with dead-letter queues) if they are absent."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -94,6 +95,12 @@ def provision(app_spec: str | None, queues: tuple[str, ...]) -> None:
 @click.option(
     "--grace-period", default=25.0, show_default=True, help="Seconds to let attempts finish."
 )
+@click.option(
+    "--async",
+    "use_async",
+    is_flag=True,
+    help="The asyncio worker (aioboto3; needs the 'async' extra).",
+)
 def worker(
     app_spec: str | None,
     queues: tuple[str, ...],
@@ -101,16 +108,25 @@ def worker(
     drain: bool,
     max_runs: int | None,
     grace_period: float,
+    use_async: bool,
 ) -> None:
     """Run a worker until SIGTERM/SIGINT (or, with --drain, until the queues are empty)."""
     app = load_app(app_spec)
     options: dict[str, Any] = {"concurrency": concurrency, "grace_period": grace_period}
-    instance = app.worker(list(queues) or None, **options)
-    if drain or max_runs is not None:
-        executed = instance.drain(max_runs=max_runs)
-        click.echo(f"executed {executed} run(s)")
+    draining = drain or max_runs is not None
+    chosen = list(queues) or None
+    if use_async:
+        async_worker = app.async_worker(chosen, **options)
+        if draining:
+            click.echo(f"executed {asyncio.run(async_worker.drain(max_runs))} run(s)")
+        else:
+            asyncio.run(async_worker.run())
+        return
+    sync_worker = app.worker(chosen, **options)
+    if draining:
+        click.echo(f"executed {sync_worker.drain(max_runs=max_runs)} run(s)")
     else:
-        instance.run()
+        sync_worker.run()
 
 
 @click.group()
