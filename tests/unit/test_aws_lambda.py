@@ -3,6 +3,7 @@ responses out, time moved by hand through the fake context's clock."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import threading
 from collections import Counter
@@ -415,6 +416,36 @@ def test_an_attempt_still_running_at_the_safety_margin_is_cancelled(
 
     assert reported(response) == []
     assert app.runs.get(run.id).result == "cancelled"
+
+
+def test_async_handlers_run_and_can_await_the_deadline_cancellation(
+    app: Runlane, clock: ManualClock, transport: InMemoryTransport
+) -> None:
+    """``async def`` handlers run to completion in the invocation; one that awaits
+    ``ctx.until_cancelled()`` returns when the safety margin is reached."""
+
+    @app.task(name="fetch")
+    async def fetch(ctx: TaskContext, payload: Any) -> Any:
+        await asyncio.sleep(0)
+        return {"fetched": payload["n"]}
+
+    @app.task(name="patient")
+    async def patient(ctx: TaskContext, payload: Any) -> str:
+        await asyncio.wait_for(ctx.until_cancelled(), timeout=30)
+        return "cancelled"
+
+    fetched = app.trigger("fetch", {"n": 7})
+    waiting = app.trigger("patient", {})
+    messages = transport.receive("default", 10, 0)
+    context = FakeContext(clock, MARGIN_SECONDS + 0.2, "r")
+
+    response = sqs_handler(app, safety_margin_seconds=MARGIN_SECONDS)(
+        {"Records": [sqs_record(m) for m in messages]}, context
+    )
+
+    assert reported(response) == []
+    assert app.runs.get(fetched.id).result == {"fetched": 7}
+    assert app.runs.get(waiting.id).result == "cancelled"
 
 
 def test_the_handler_never_deletes_messages_itself(
