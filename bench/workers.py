@@ -38,14 +38,20 @@ def mark_done(path: str) -> None:
         os.close(fd)
 
 
-def build_app() -> Runlane:
+def build_app(kind: str) -> Runlane:
+    """The app with the no-op task: ``async def`` for the async worker, which runs such
+    handlers on its event loop (sync ones would go to its threads), plain for the sync
+    worker."""
     app = Runlane.from_env(environment="bench")
     done_file = os.environ[DONE_FILE_VARIABLE]
 
-    @app.task(name=NOOP_TASK)
     def noop(ctx: TaskContext, payload: Any) -> None:
         mark_done(done_file)
 
+    async def async_noop(ctx: TaskContext, payload: Any) -> None:
+        mark_done(done_file)
+
+    app.task(async_noop if kind == ASYNC else noop, name=NOOP_TASK)
     return app
 
 
@@ -73,7 +79,7 @@ def drain_sync(app: Runlane, *, concurrency: int, max_runs: int) -> int:
 def work(kind: str, runs: int, concurrency: int) -> int:
     """Drain until ``runs`` runs were executed (a drain also returns when the queue is
     empty for a moment, so drain again)."""
-    app = build_app()
+    app = build_app(kind)
     app.transport.check_queue("default")
     drain = drain_async if kind == ASYNC else drain_sync
     print("ready", flush=True)
