@@ -173,3 +173,16 @@ def test_prune_removes_only_finished_runs_older_than_the_cutoff(
     statuses = {r["id"]: r["status"] for r in remaining.json()["runs"]}
     assert statuses == {waiting: "queued", released: "released"}
     assert [done.code for done in gone] == [5, 5]
+
+
+def test_the_async_worker_drains_from_the_command_line_with_json_logs(
+    cli: Cli, provisioned: dict[str, str]
+) -> None:
+    ids = [_trigger(cli, ECHO, "--payload", json.dumps({"n": n})) for n in range(3)]
+
+    worker = cli.ok("--log-format", "json", "worker", "--async", "--drain", "--concurrency", "4")
+
+    assert worker.stdout.strip() == "executed 3 run(s)"
+    assert all(_run(cli, run_id)["result"] == {"echo": {"n": n}} for n, run_id in enumerate(ids))
+    started = [r for r in _json_lines(worker.stderr) if r["message"] == "attempt 1 started"]
+    assert {r["run_id"] for r in started} == set(ids)

@@ -1,6 +1,7 @@
 """SIGTERM to a ``runlane-sqs worker`` process in the middle of a handler (semantic 13):
 it stops receiving, sets the attempt's cancellation event, waits for the grace period
-and exits 0; no run is lost."""
+and exits 0; no run is lost. Run for the sync worker with a sync handler and for the
+async worker (``--async``) with an ``async def`` handler."""
 
 from __future__ import annotations
 
@@ -9,10 +10,16 @@ import signal
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from tests.acceptance.apps.names import PATIENT
+import pytest
+
+from tests.acceptance.apps.names import PATIENT, PATIENT_ASYNC
 from tests.acceptance.conftest import Cli, Started, wait_until
 
 STARTUP_SECONDS = 30
+
+WORKERS = pytest.mark.parametrize(
+    ("flags", "task"), [((), PATIENT), (("--async",), PATIENT_ASYNC)], ids=["sync", "async"]
+)
 
 
 def _wait_for_a_start(worker: Started, markers: Path, attempt: int = 1) -> str:
@@ -28,11 +35,12 @@ def _wait_for_a_start(worker: Started, markers: Path, attempt: int = 1) -> str:
     return found[0]
 
 
+@WORKERS
 def test_sigterm_cancels_the_running_attempt_lets_it_finish_and_exits_0(
-    cli: Cli, provisioned: dict[str, str], markers: Path
+    cli: Cli, provisioned: dict[str, str], markers: Path, flags: tuple[str, ...], task: str
 ) -> None:
-    triggered = [cli("trigger", PATIENT, "--payload", "{}", "--json").json()["id"] for _ in "ab"]
-    worker = cli.start("--log-format", "json", "worker", "--grace-period", "10")
+    triggered = [cli("trigger", task, "--payload", "{}", "--json").json()["id"] for _ in "ab"]
+    worker = cli.start("--log-format", "json", "worker", "--grace-period", "10", *flags)
     running = _wait_for_a_start(worker, markers)
 
     worker.process.send_signal(signal.SIGTERM)
@@ -48,11 +56,12 @@ def test_sigterm_cancels_the_running_attempt_lets_it_finish_and_exits_0(
     assert "received SIGTERM" in messages
 
 
+@WORKERS
 def test_a_handler_that_ignores_sigterm_is_left_to_lease_expiry_and_recovered(
-    cli: Cli, provisioned: dict[str, str], markers: Path
+    cli: Cli, provisioned: dict[str, str], markers: Path, flags: tuple[str, ...], task: str
 ) -> None:
-    run_id = cli("trigger", PATIENT, "--payload", '{"stubborn": true}', "--json").json()["id"]
-    worker = cli.start("worker", "--grace-period", "1")
+    run_id = cli("trigger", task, "--payload", '{"stubborn": true}', "--json").json()["id"]
+    worker = cli.start("worker", "--grace-period", "1", *flags)
     assert _wait_for_a_start(worker, markers) == run_id
 
     worker.process.send_signal(signal.SIGTERM)
@@ -67,7 +76,7 @@ def test_a_handler_that_ignores_sigterm_is_left_to_lease_expiry_and_recovered(
     report = cli("maintenance", "run", "--once").json()
     assert report["jobs"]["expired_leases"]["acted"] == 1
 
-    cli.ok("worker", "--drain")
+    cli.ok("worker", "--drain", *flags)
     shown, history = cli.many(
         [("runs", "get", run_id, "--json"), ("runs", "events", run_id, "--json")]
     )

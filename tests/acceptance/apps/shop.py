@@ -6,6 +6,7 @@ worker that stops without finishing is recovered within seconds.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from pathlib import Path
@@ -21,6 +22,7 @@ from tests.acceptance.apps.names import (
     MARKERS_ENV,
     NAP,
     PATIENT,
+    PATIENT_ASYNC,
 )
 
 app = Runlane.from_env(lease_duration=LEASE_SECONDS)
@@ -63,5 +65,24 @@ def patient(ctx: TaskContext, payload: Any) -> dict[str, Any]:
             time.sleep(60)
         return {"attempt": ctx.attempt}
     observed = ctx.cancellation.wait(timeout=30)
+    _marker(ctx, "finished").write_text("cancelled" if observed else "not cancelled")
+    return {"cancelled": observed}
+
+
+@app.task(name=PATIENT_ASYNC)
+async def patient_async(ctx: TaskContext, payload: Any) -> dict[str, Any]:
+    """``shop.patient`` as a coroutine: awaits the cancellation; with ``stubborn``, the
+    first attempt sleeps past any grace period instead."""
+    _marker(ctx, f"started-{ctx.attempt}").write_text(str(os.getpid()))
+    if payload.get("stubborn"):
+        if ctx.attempt == 1:
+            await asyncio.sleep(60)
+        return {"attempt": ctx.attempt}
+    try:
+        await asyncio.wait_for(ctx.until_cancelled(), timeout=30)
+    except TimeoutError:
+        observed = False
+    else:
+        observed = True
     _marker(ctx, "finished").write_text("cancelled" if observed else "not cancelled")
     return {"cancelled": observed}
