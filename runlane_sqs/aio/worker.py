@@ -157,6 +157,7 @@ class AsyncWorker:
             finally:
                 await self._shutdown()
                 self._session = None
+                self._threads.close()
         if self._fatal is not None:
             raise self._fatal
 
