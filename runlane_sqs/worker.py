@@ -33,15 +33,32 @@ log = logging.getLogger("runlane_sqs.worker")
 
 
 class _Pool:
-    """Daemon threads, so a handler that ignores cancellation cannot block process exit."""
+    """The handler threads and job queue of one ``run()`` or ``drain()``.
 
-    def __init__(self, size: int, target: Callable[[], None]) -> None:
+    Daemon threads, so a handler that ignores cancellation cannot block process exit. A
+    pool is never reused: an attempt abandoned at shutdown keeps its thread, and the next
+    session starts with a pool and a count of its own.
+    """
+
+    def __init__(self, size: int, handle: Callable[[_Pool, ReceivedWakeup], None]) -> None:
+        self.jobs: queue.SimpleQueue[ReceivedWakeup | None] = queue.SimpleQueue()
         self.threads = [
-            threading.Thread(target=target, name=f"runlane-worker-{i}", daemon=True)
+            threading.Thread(
+                target=self._work, args=(handle,), name=f"runlane-worker-{i}", daemon=True
+            )
             for i in range(size)
         ]
         for thread in self.threads:
             thread.start()
+
+    def _work(self, handle: Callable[[_Pool, ReceivedWakeup], None]) -> None:
+        while (message := self.jobs.get()) is not None:
+            handle(self, message)
+
+    def close(self) -> None:
+        """Let each thread exit once it is idle."""
+        for _ in self.threads:
+            self.jobs.put(None)
 
 
 class Worker:
@@ -68,7 +85,6 @@ class Worker:
         self.leases = LeaseKeeper(app.store, app.clock, app.config.lease_duration)
         self.executor = Executor(app, self.config.worker_id, self.leases)
         self._stopping = threading.Event()
-        self._work: queue.Queue[ReceivedWakeup | None] = queue.Queue()
         self._buffer: deque[ReceivedWakeup] = deque()
         self._acks: list[ReceivedWakeup] = []
         self._done = threading.Condition()
@@ -132,7 +148,8 @@ class Worker:
 
     def _start(self) -> None:
         if self._pool is None:
-            self._pool = _Pool(self.config.concurrency, self._consume)
+            self._pool = _Pool(self.config.concurrency, self._handle)
+            self._busy = 0
         self.leases.start()
 
     def _loop(self, *, max_runs: int | None, drain: bool) -> None:
@@ -184,39 +201,37 @@ class Worker:
         return False
 
     def _dispatch(self, message: ReceivedWakeup) -> None:
+        assert self._pool is not None
         with self._done:
             self._busy += 1
-        self._work.put(message)
+        self._pool.jobs.put(message)
 
     def _wait_for_completion(self) -> None:
         with self._done:
             if self._busy:
                 self._done.wait(timeout=1.0)
 
-    def _consume(self) -> None:
-        while True:
-            message = self._work.get()
-            if message is None:
-                return
-            disposition = Disposition.DEFERRED
-            try:
-                disposition = self.executor.handle(message)
-            except MissingResourceError as exc:
-                log.error("stopping: %s", exc, extra=self._extra)
-                self._fatal = exc
-                self.stop()
-            except Exception:
-                log.exception(
-                    "unexpected error handling message %s", message.message_id, extra=self._extra
-                )
-            finally:
-                self._finished(message, disposition)
+    def _handle(self, pool: _Pool, message: ReceivedWakeup) -> None:
+        disposition = Disposition.DEFERRED
+        try:
+            disposition = self.executor.handle(message)
+        except MissingResourceError as exc:
+            log.error("stopping: %s", exc, extra=self._extra)
+            self._fatal = exc
+            self.stop()
+        except Exception:
+            log.exception(
+                "unexpected error handling message %s", message.message_id, extra=self._extra
+            )
+        finally:
+            self._finished(pool, message, disposition)
 
-    def _finished(self, message: ReceivedWakeup, disposition: Disposition) -> None:
+    def _finished(self, pool: _Pool, message: ReceivedWakeup, disposition: Disposition) -> None:
         with self._done:
-            self._busy -= 1
-            if disposition is Disposition.EXECUTED:
-                self._executed += 1
+            if pool is self._pool:  # not an attempt abandoned by an earlier session
+                self._busy -= 1
+                if disposition is Disposition.EXECUTED:
+                    self._executed += 1
             if disposition is not Disposition.DEFERRED:
                 if not self._acks:
                     self._oldest_ack = time.monotonic()
@@ -250,9 +265,9 @@ class Worker:
         self._flush_acks(force=True)
         self.leases.stop()
         if self._pool is not None:
-            for _ in self._pool.threads:
-                self._work.put(None)
-            self._pool = None
+            with self._done:
+                self._pool.close()
+                self._pool = None
 
     # signals ----------------------------------------------------------------------
 

@@ -18,7 +18,10 @@ _Job = tuple[Callable[[], object], asyncio.Future[object], asyncio.AbstractEvent
 
 
 class DaemonThreads:
-    """``size`` threads started on first use; :meth:`run` awaits a call on one of them."""
+    """``size`` threads started on first use; :meth:`run` awaits a call on one of them.
+
+    One pool per worker session: after :meth:`close`, a thread still in an abandoned
+    handler takes no further job."""
 
     def __init__(self, size: int, name: str = "runlane-handler") -> None:
         self._size = size
@@ -37,7 +40,9 @@ class DaemonThreads:
 
     def _start(self) -> None:
         for i in range(self._size):
-            thread = threading.Thread(target=self._work, name=f"{self._name}-{i}", daemon=True)
+            thread = threading.Thread(
+                target=_work, args=(self._jobs,), name=f"{self._name}-{i}", daemon=True
+            )
             thread.start()
             self._threads.append(thread)
 
@@ -46,16 +51,21 @@ class DaemonThreads:
         for _ in self._threads:
             self._jobs.put(None)
         self._threads = []
+        self._jobs = queue.SimpleQueue()
 
-    def _work(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            fn, future, loop = job
-            try:
-                result = fn()
-            except BaseException as exc:  # handed to the awaiting attempt as it is
-                _settle(loop, future, None, exc)
-            else:
-                _settle(loop, future, result, None)
+
+def _work(jobs: queue.SimpleQueue[_Job | None]) -> None:
+    """A thread's loop, bound to the queue of the pool that started it."""
+    while (job := jobs.get()) is not None:
+        fn, future, loop = job
+        if future.cancelled():  # its attempt was abandoned before a thread was free
+            continue
+        try:
+            result = fn()
+        except BaseException as exc:  # handed to the awaiting attempt as it is
+            _settle(loop, future, None, exc)
+        else:
+            _settle(loop, future, result, None)
 
 
 def _settle(

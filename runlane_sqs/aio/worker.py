@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("runlane_sqs.worker")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+CANCEL_WAIT_SECONDS = 5.0
+"""How long a stopping worker waits for attempts it cancelled after the grace period."""
 
 
 class _Session:
@@ -277,7 +279,13 @@ class AsyncWorker:
                 )
                 for task in pending:
                     task.cancel()
-                await asyncio.wait(pending)
+                _, stubborn = await asyncio.wait(pending, timeout=CANCEL_WAIT_SECONDS)
+                if stubborn:
+                    log.error(
+                        "%d attempt(s) caught their cancellation and still run",
+                        len(stubborn),
+                        extra=self._extra,
+                    )
         await self._flush_acks(force=True)
         await session.leases.stop()
 

@@ -455,12 +455,6 @@ class StuckThenQuick:
         return "quick"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: an attempt abandoned at shutdown still holds a slot in the same "
-    "worker's next drain (sync: its busy count carries over; async: the old thread's stop "
-    "sentinel, left on the shared job queue, ends the new thread)",
-)
 @pytest.mark.parametrize("kind_name", KINDS)
 def test_the_next_drain_after_an_abandoned_attempt_runs_new_work_at_once(
     app: Runlane, kind_name: str
