@@ -12,6 +12,7 @@ import logging
 import os
 import platform
 import sys
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -67,12 +68,18 @@ class Runner:
 
     @contextmanager
     def step(self, name: str) -> Iterator[None]:
+        """One measurement: logged when it ends (progress bars do not show in CI logs)."""
+        started = time.monotonic()
+        outcome = "done"
         try:
             yield
         except Exception as exc:
-            logging.getLogger("bench").debug("%s failed", name, exc_info=True)
+            outcome = "failed"
             self.results["errors"].append(f"{name}: {type(exc).__name__}: {exc}")
             self.results["errors"].append(traceback.format_exc(limit=4))
+        seconds = time.monotonic() - started
+        self.results.setdefault("step_seconds", {})[name] = round(seconds, 1)
+        self.progress.console.log(f"{name}: {outcome} in {seconds:.0f} s")
 
     def bar(self, description: str, total: int) -> Callable[[int], None]:
         task = self.progress.add_task(description, total=total)
