@@ -3,8 +3,10 @@ and the async worker, which differ only in how they wait and send."""
 
 from __future__ import annotations
 
+import time
 import uuid
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
@@ -12,6 +14,8 @@ from enum import StrEnum
 from runlane_sqs.core.durations import Duration, to_timedelta
 from runlane_sqs.errors import ConfigurationError
 from runlane_sqs.limits import MAX_RECEIVE_BATCH, MAX_SEND_BATCH, MAX_WAIT_TIME_SECONDS
+from runlane_sqs.outcomes import Disposition
+from runlane_sqs.ports import ReceivedWakeup
 
 ACK_LINGER_SECONDS = 2.0
 """Longest a handled message waits for its batch delete while other attempts run."""
@@ -105,3 +109,64 @@ def acks_due(pending: int, *, busy: int, oldest_age_seconds: float, force: bool 
     return (
         force or busy == 0 or pending >= MAX_SEND_BATCH or oldest_age_seconds >= ACK_LINGER_SECONDS
     )
+
+
+class Intake:
+    """The bookkeeping of one worker session, without I/O or locks: messages received
+    but not started, attempts in flight, handled messages waiting for their delete."""
+
+    def __init__(
+        self, config: WorkerConfig, monotonic: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.config = config
+        self.buffer: deque[ReceivedWakeup] = deque()
+        self.busy = 0
+        self.executed = 0
+        self._acks: list[ReceivedWakeup] = []
+        self._oldest_ack = 0.0
+        self._next_queue = 0
+        self._monotonic = monotonic
+
+    def step(self, max_runs: int | None) -> Step:
+        return next_step(
+            self.config,
+            busy=self.busy,
+            buffered=len(self.buffer),
+            executed=self.executed,
+            max_runs=max_runs,
+        )
+
+    def receive_order(self) -> list[str]:
+        """The queues to try in the next receive, starting one further each time."""
+        queues = self.config.queues
+        start = self._next_queue % len(queues)
+        self._next_queue += 1
+        return [*queues[start:], *queues[:start]]
+
+    def start_next(self) -> ReceivedWakeup:
+        """Take the next buffered message for an attempt."""
+        self.busy += 1
+        return self.buffer.popleft()
+
+    def finished(self, message: ReceivedWakeup, disposition: Disposition) -> None:
+        self.busy -= 1
+        if disposition is Disposition.EXECUTED:
+            self.executed += 1
+        if disposition is not Disposition.DEFERRED:
+            if not self._acks:
+                self._oldest_ack = self._monotonic()
+            self._acks.append(message)
+
+    def take_acks(self, *, force: bool = False) -> list[ReceivedWakeup]:
+        """The handled messages to delete now (see :func:`acks_due`), if any."""
+        age = self._monotonic() - self._oldest_ack
+        if not acks_due(len(self._acks), busy=self.busy, oldest_age_seconds=age, force=force):
+            return []
+        acks, self._acks = self._acks, []
+        return acks
+
+    def take_buffer(self) -> list[ReceivedWakeup]:
+        """Received messages never started (to make visible again)."""
+        unstarted = list(self.buffer)
+        self.buffer.clear()
+        return unstarted

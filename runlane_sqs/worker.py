@@ -12,8 +12,6 @@ import logging
 import queue
 import signal
 import threading
-import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -23,7 +21,7 @@ from runlane_sqs.errors import ConfigurationError, MissingResourceError, Runlane
 from runlane_sqs.executor import Executor
 from runlane_sqs.leases import LeaseKeeper
 from runlane_sqs.outcomes import Disposition
-from runlane_sqs.pacing import Step, WorkerConfig, acks_due, next_step
+from runlane_sqs.pacing import Intake, Step, WorkerConfig
 from runlane_sqs.ports import ReceivedWakeup
 
 if TYPE_CHECKING:
@@ -85,14 +83,10 @@ class Worker:
         self.leases = LeaseKeeper(app.store, app.clock, app.config.lease_duration)
         self.executor = Executor(app, self.config.worker_id, self.leases)
         self._stopping = threading.Event()
-        self._buffer: deque[ReceivedWakeup] = deque()
-        self._acks: list[ReceivedWakeup] = []
         self._done = threading.Condition()
-        self._busy = 0
-        self._executed = 0
+        """Guards ``_intake``; notified when an attempt finishes."""
+        self._intake = Intake(self.config)
         self._pool: _Pool | None = None
-        self._next_queue = 0
-        self._oldest_ack = 0.0
         self._fatal: MissingResourceError | None = None
 
     @property
@@ -135,7 +129,7 @@ class Worker:
             self._loop(max_runs=max_runs, drain=True)
         finally:
             self._shutdown()
-        return self._executed
+        return self._intake.executed
 
     def stop(self) -> None:
         """Stop receiving and ask in-flight attempts to finish (safe from any thread)."""
@@ -147,43 +141,38 @@ class Worker:
     # the loop ---------------------------------------------------------------------
 
     def _start(self) -> None:
-        if self._pool is None:
+        """A session: a fresh pool and intake (an attempt abandoned by an earlier one
+        keeps its thread and counts nowhere)."""
+        with self._done:
             self._pool = _Pool(self.config.concurrency, self._handle)
-            self._busy = 0
+            self._intake = Intake(self.config)
         self.leases.start()
 
     def _loop(self, *, max_runs: int | None, drain: bool) -> None:
         self._start()
-        self._executed = 0
+        intake = self._intake
         while not self._stopping.is_set():
             self._flush_acks()
             if self._fatal is not None:
                 break
-            step = next_step(
-                self.config,
-                busy=self._busy,
-                buffered=len(self._buffer),
-                executed=self._executed,
-                max_runs=max_runs,
-            )
+            with self._done:
+                step = intake.step(max_runs)
             if step is Step.STOP:
                 break
             if step is Step.DISPATCH:
-                self._dispatch(self._buffer.popleft())
+                self._dispatch()
             elif step is Step.WAIT or not self._fill(drain):
-                if step is Step.RECEIVE and self._busy == 0 and drain:
+                if step is Step.RECEIVE and intake.busy == 0 and drain:
                     break
                 self._wait_for_completion()
         if self._fatal is not None:
             raise self._fatal
 
     def _fill(self, drain: bool) -> bool:
-        """Receive into the local buffer; False when nothing was available."""
-        queues = self.config.queues
-        wait = self.config.receive_wait(drain=drain, busy=self._busy)
-        for _ in range(len(queues)):
-            name = queues[self._next_queue % len(queues)]
-            self._next_queue += 1
+        """Receive into the intake's buffer; False when nothing was available."""
+        intake = self._intake
+        wait = self.config.receive_wait(drain=drain, busy=intake.busy)
+        for name in intake.receive_order():
             try:
                 messages = self.app.transport.receive(name, self.config.prefetch, wait)
             except MissingResourceError:
@@ -196,19 +185,19 @@ class Worker:
                 self.app.transport.release(messages)
                 return False
             if messages:
-                self._buffer.extend(messages)
+                intake.buffer.extend(messages)
                 return True
         return False
 
-    def _dispatch(self, message: ReceivedWakeup) -> None:
+    def _dispatch(self) -> None:
         assert self._pool is not None
         with self._done:
-            self._busy += 1
+            message = self._intake.start_next()
         self._pool.jobs.put(message)
 
     def _wait_for_completion(self) -> None:
         with self._done:
-            if self._busy:
+            if self._intake.busy:
                 self._done.wait(timeout=1.0)
 
     def _handle(self, pool: _Pool, message: ReceivedWakeup) -> None:
@@ -224,48 +213,38 @@ class Worker:
                 "unexpected error handling message %s", message.message_id, extra=self._extra
             )
         finally:
-            self._finished(pool, message, disposition)
-
-    def _finished(self, pool: _Pool, message: ReceivedWakeup, disposition: Disposition) -> None:
-        with self._done:
-            if pool is self._pool:  # not an attempt abandoned by an earlier session
-                self._busy -= 1
-                if disposition is Disposition.EXECUTED:
-                    self._executed += 1
-            if disposition is not Disposition.DEFERRED:
-                if not self._acks:
-                    self._oldest_ack = time.monotonic()
-                self._acks.append(message)
-            self._done.notify_all()
+            with self._done:
+                if pool is self._pool:  # not an attempt abandoned by an earlier session
+                    self._intake.finished(message, disposition)
+                self._done.notify_all()
 
     def _flush_acks(self, *, force: bool = False) -> None:
         with self._done:
-            age = time.monotonic() - self._oldest_ack
-            if not acks_due(len(self._acks), busy=self._busy, oldest_age_seconds=age, force=force):
-                return
-            acks, self._acks = self._acks, []
-        self.app.transport.ack(acks)
+            acks = self._intake.take_acks(force=force)
+        if acks:
+            self.app.transport.ack(acks)
 
     def _shutdown(self) -> None:
-        if self._buffer:
-            self.app.transport.release(list(self._buffer))
-            self._buffer.clear()
-        if self._busy:
+        intake = self._intake
+        unstarted = intake.take_buffer()
+        if unstarted:
+            self.app.transport.release(unstarted)
+        if intake.busy:
             self.leases.cancel_all()
             deadline = self.config.grace_period.total_seconds()
             with self._done:
-                self._done.wait_for(lambda: self._busy == 0, timeout=deadline)
-            if self._busy:
+                self._done.wait_for(lambda: intake.busy == 0, timeout=deadline)
+            if intake.busy:
                 log.warning(
                     "%d attempt(s) still running after the grace period; their leases will "
                     "expire and maintenance will make the runs runnable again",
-                    self._busy,
+                    intake.busy,
                     extra=self._extra,
                 )
         self._flush_acks(force=True)
         self.leases.stop()
-        if self._pool is not None:
-            with self._done:
+        with self._done:
+            if self._pool is not None:
                 self._pool.close()
                 self._pool = None
 

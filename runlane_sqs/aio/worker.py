@@ -15,8 +15,6 @@ import asyncio
 import logging
 import signal
 import threading
-import time
-from collections import deque
 from collections.abc import Sequence
 from contextlib import AsyncExitStack, suppress
 from typing import TYPE_CHECKING, Any
@@ -29,7 +27,7 @@ from runlane_sqs.aio.threads import DaemonThreads
 from runlane_sqs.core.durations import Duration
 from runlane_sqs.errors import ConfigurationError, MissingResourceError, RunlaneError
 from runlane_sqs.outcomes import Disposition
-from runlane_sqs.pacing import Step, WorkerConfig, acks_due, next_step
+from runlane_sqs.pacing import Intake, Step, WorkerConfig
 from runlane_sqs.ports import ReceivedWakeup
 
 if TYPE_CHECKING:
@@ -42,12 +40,17 @@ CANCEL_WAIT_SECONDS = 5.0
 
 
 class _Session:
-    """What one ``run()`` or ``drain()`` opens: adapters, heartbeats, the executor."""
+    """What one ``run()`` or ``drain()`` opens: adapters, heartbeats, the executor, a
+    pool of handler threads and the intake's bookkeeping."""
 
-    def __init__(self, executor: AsyncExecutor, transport: AsyncWakeupTransport) -> None:
+    def __init__(
+        self, executor: AsyncExecutor, transport: AsyncWakeupTransport, intake: Intake
+    ) -> None:
         self.executor = executor
         self.transport = transport
         self.leases = executor.leases
+        self.intake = intake
+        self.attempts: set[asyncio.Task[None]] = set()
 
 
 class AsyncWorker:
@@ -81,16 +84,8 @@ class AsyncWorker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._changed: asyncio.Event | None = None
         self._stopping = False
-        self._buffer: deque[ReceivedWakeup] = deque()
-        self._acks: list[ReceivedWakeup] = []
-        self._oldest_ack = 0.0
-        self._attempts: set[asyncio.Task[None]] = set()
-        self._busy = 0
-        """Attempts started and not yet finished (their tasks may linger a moment)."""
         self._executed = 0
-        self._next_queue = 0
         self._fatal: MissingResourceError | None = None
-        self._threads = DaemonThreads(self.config.concurrency)
 
     @property
     def worker_id(self) -> str:
@@ -145,79 +140,73 @@ class AsyncWorker:
         self._loop = asyncio.get_running_loop()
         self._changed = asyncio.Event()
         self._fatal = None
-        self._executed = 0
+        threads = DaemonThreads(self.config.concurrency)
         async with AsyncExitStack() as stack:
+            stack.callback(threads.close)
             store, transport = await open_ports(self.app, stack, self._aws_session)
             leases = AsyncLeaseKeeper(store, self.app.clock, self.app.config.lease_duration)
-            executor = AsyncExecutor(
-                self.app, self.worker_id, leases, store, transport, self._threads
-            )
-            self._session = _Session(executor, transport)
+            executor = AsyncExecutor(self.app, self.worker_id, leases, store, transport, threads)
+            session = _Session(executor, transport, Intake(self.config))
+            self._session = session
             leases.start()
             try:
-                await self._loop_until_done(max_runs=max_runs, drain=drain)
+                await self._loop_until_done(session, max_runs=max_runs, drain=drain)
             finally:
-                await self._shutdown()
+                await self._shutdown(session)
+                self._executed = session.intake.executed
                 self._session = None
-                self._threads.close()
         if self._fatal is not None:
             raise self._fatal
 
-    async def _loop_until_done(self, *, max_runs: int | None, drain: bool) -> None:
+    async def _loop_until_done(
+        self, session: _Session, *, max_runs: int | None, drain: bool
+    ) -> None:
+        intake = session.intake
         while not self._stopping:
-            await self._flush_acks()
+            await self._flush_acks(session)
             if self._fatal is not None:
                 break
-            step = next_step(
-                self.config,
-                busy=self._busy,
-                buffered=len(self._buffer),
-                executed=self._executed,
-                max_runs=max_runs,
-            )
+            step = intake.step(max_runs)
             if step is Step.STOP:
                 break
             if step is Step.DISPATCH:
-                self._dispatch(self._buffer.popleft())
-            elif step is Step.WAIT or not await self._fill(drain):
-                if step is Step.RECEIVE and self._busy == 0 and drain:
+                self._dispatch(session)
+            elif step is Step.WAIT or not await self._fill(session, drain):
+                if step is Step.RECEIVE and intake.busy == 0 and drain:
                     break
-                await self._wait_for_change(timeout=1.0)
+                await self._wait_for_change(session, timeout=1.0)
 
-    async def _fill(self, drain: bool) -> bool:
-        """Receive into the local buffer; False when nothing was available."""
-        session = self._current()
-        queues = self.config.queues
-        wait = self.config.receive_wait(drain=drain, busy=self._busy)
-        for _ in range(len(queues)):
-            name = queues[self._next_queue % len(queues)]
-            self._next_queue += 1
+    async def _fill(self, session: _Session, drain: bool) -> bool:
+        """Receive into the intake's buffer; False when nothing was available."""
+        intake = session.intake
+        wait = self.config.receive_wait(drain=drain, busy=intake.busy)
+        for name in intake.receive_order():
             try:
                 messages = await session.transport.receive(name, self.config.prefetch, wait)
             except MissingResourceError:
                 raise
             except RunlaneError as exc:
                 log.warning("receive from %r failed: %s", name, exc, extra=self._extra)
-                await self._wait_for_change(timeout=1.0, idle=True)
+                await self._wait_for_change(session, timeout=1.0, idle=True)
                 continue
             if self._stopping:
                 await session.transport.release(messages)
                 return False
             if messages:
-                self._buffer.extend(messages)
+                intake.buffer.extend(messages)
                 return True
         return False
 
-    def _dispatch(self, message: ReceivedWakeup) -> None:
-        self._busy += 1
-        task = asyncio.get_running_loop().create_task(self._attempt(message))
-        self._attempts.add(task)
-        task.add_done_callback(self._attempts.discard)
+    def _dispatch(self, session: _Session) -> None:
+        message = session.intake.start_next()
+        task = asyncio.get_running_loop().create_task(self._attempt(session, message))
+        session.attempts.add(task)
+        task.add_done_callback(session.attempts.discard)
 
-    async def _attempt(self, message: ReceivedWakeup) -> None:
+    async def _attempt(self, session: _Session, message: ReceivedWakeup) -> None:
         disposition = Disposition.DEFERRED
         try:
-            disposition = await self._current().executor.handle(message)
+            disposition = await session.executor.handle(message)
         except MissingResourceError as exc:
             log.error("stopping: %s", exc, extra=self._extra)
             self._fatal = exc
@@ -229,46 +218,37 @@ class AsyncWorker:
                 "unexpected error handling message %s", message.message_id, extra=self._extra
             )
         finally:
-            self._finished(message, disposition)
+            session.intake.finished(message, disposition)
+            if self._changed is not None:
+                self._changed.set()
 
-    def _finished(self, message: ReceivedWakeup, disposition: Disposition) -> None:
-        self._busy -= 1
-        if disposition is Disposition.EXECUTED:
-            self._executed += 1
-        if disposition is not Disposition.DEFERRED:
-            if not self._acks:
-                self._oldest_ack = time.monotonic()
-            self._acks.append(message)
-        if self._changed is not None:
-            self._changed.set()
-
-    async def _wait_for_change(self, *, timeout: float, idle: bool = False) -> None:
+    async def _wait_for_change(
+        self, session: _Session, *, timeout: float, idle: bool = False
+    ) -> None:
         """Wait until an attempt finishes or :meth:`stop` is called (at most ``timeout``);
         returns at once when nothing is in flight, unless ``idle``."""
         changed = self._changed
         assert changed is not None
-        if not (self._busy or idle):
+        if not (session.intake.busy or idle):
             return
         with suppress(TimeoutError):
             await asyncio.wait_for(changed.wait(), timeout)
         changed.clear()
 
-    async def _flush_acks(self, *, force: bool = False) -> None:
-        age = time.monotonic() - self._oldest_ack
-        if not acks_due(len(self._acks), busy=self._busy, oldest_age_seconds=age, force=force):
-            return
-        acks, self._acks = self._acks, []
-        await self._current().transport.ack(acks)
+    @staticmethod
+    async def _flush_acks(session: _Session, *, force: bool = False) -> None:
+        acks = session.intake.take_acks(force=force)
+        if acks:
+            await session.transport.ack(acks)
 
-    async def _shutdown(self) -> None:
-        session = self._current()
-        if self._buffer:
-            await session.transport.release(list(self._buffer))
-            self._buffer.clear()
-        if self._attempts:
+    async def _shutdown(self, session: _Session) -> None:
+        unstarted = session.intake.take_buffer()
+        if unstarted:
+            await session.transport.release(unstarted)
+        if session.attempts:
             session.leases.cancel_all()
             grace = self.config.grace_period.total_seconds()
-            _, pending = await asyncio.wait(set(self._attempts), timeout=grace)
+            _, pending = await asyncio.wait(set(session.attempts), timeout=grace)
             if pending:
                 log.warning(
                     "%d attempt(s) still running after the grace period; cancelling them. "
@@ -286,13 +266,8 @@ class AsyncWorker:
                         len(stubborn),
                         extra=self._extra,
                     )
-        await self._flush_acks(force=True)
+        await self._flush_acks(session, force=True)
         await session.leases.stop()
-
-    def _current(self) -> _Session:
-        if self._session is None:
-            raise RunlaneError("the worker is not running")
-        return self._session
 
     # signals ----------------------------------------------------------------------
 

@@ -1,0 +1,72 @@
+"""A worker session's bookkeeping (shared by the sync and the async worker)."""
+
+from __future__ import annotations
+
+from runlane_sqs.outcomes import Disposition
+from runlane_sqs.pacing import ACK_LINGER_SECONDS, Intake, Step, WorkerConfig
+from runlane_sqs.ports import ReceivedWakeup
+
+
+class Ticks:
+    """A monotonic clock that moves only when told."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def message(n: int) -> ReceivedWakeup:
+    return ReceivedWakeup(queue="default", body="{}", receipt=f"r{n}", message_id=f"m{n}")
+
+
+def config(concurrency: int = 4, queues: tuple[str, ...] = ("default",)) -> WorkerConfig:
+    return WorkerConfig.build(
+        queues, concurrency=concurrency, wait_seconds=10, grace_period=1, worker_id="w"
+    )
+
+
+def test_queues_are_tried_round_robin_starting_one_further_each_receive() -> None:
+    intake = Intake(config(queues=("a", "b", "c")))
+
+    orders = [intake.receive_order() for _ in range(4)]
+
+    assert orders == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
+
+
+def test_only_executed_attempts_count_and_deferred_messages_are_not_deleted() -> None:
+    intake = Intake(config(), Ticks())
+    intake.buffer.extend(message(n) for n in range(3))
+    started = [intake.start_next() for _ in range(3)]
+    assert (intake.busy, intake.step(max_runs=None)) == (3, Step.WAIT)  # 1 slot free of 4
+
+    for msg, disposition in zip(
+        started, [Disposition.EXECUTED, Disposition.SKIPPED, Disposition.DEFERRED], strict=True
+    ):
+        intake.finished(msg, disposition)
+
+    assert (intake.busy, intake.executed) == (0, 1)
+    assert [m.message_id for m in intake.take_acks()] == ["m0", "m1"]  # idle: delete now
+    assert intake.take_acks() == []
+
+
+def test_handled_messages_wait_for_a_batch_while_attempts_run_but_not_past_the_linger() -> None:
+    ticks = Ticks()
+    intake = Intake(config(), ticks)
+    intake.buffer.extend(message(n) for n in range(2))
+    first, _ = intake.start_next(), intake.start_next()
+    intake.finished(first, Disposition.EXECUTED)
+
+    assert intake.take_acks() == []  # one attempt still runs, the batch is not full
+    ticks.now += ACK_LINGER_SECONDS
+    assert [m.message_id for m in intake.take_acks()] == ["m0"]
+
+
+def test_unstarted_messages_are_handed_back_once() -> None:
+    intake = Intake(config())
+    intake.buffer.extend(message(n) for n in range(2))
+
+    assert [m.message_id for m in intake.take_buffer()] == ["m0", "m1"]
+    assert intake.take_buffer() == []
+    assert intake.step(max_runs=None) is Step.RECEIVE
