@@ -130,11 +130,18 @@ class Runlane:
         """Retries, timeouts and pool size of this app's AWS clients."""
         return self._botocore_config
 
+    @property
+    def boto_session(self) -> boto3.Session:
+        """The boto3 session the app's clients come from (one, so service models load
+        once per process)."""
+        if self._session is None:
+            self._session = boto3.session.Session()
+        return self._session
+
     def client(self, service: str) -> Any:
         """The boto3 client this app uses for ``service`` (built once)."""
         if service not in self._clients:
-            session = self._session or boto3.session.Session()
-            self._clients[service] = session.client(
+            self._clients[service] = self.boto_session.client(
                 service,  # type: ignore[call-overload]
                 region_name=self.config.region,
                 endpoint_url=self.config.endpoint_url,

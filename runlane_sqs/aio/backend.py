@@ -6,6 +6,8 @@ from __future__ import annotations
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
+import boto3
+
 from runlane_sqs.aio.dynamodb import AsyncDynamoRunStore
 from runlane_sqs.aio.ports import (
     AsyncRunStore,
@@ -24,13 +26,23 @@ if TYPE_CHECKING:
 INSTALL_HINT = "the async worker needs aioboto3: pip install 'runlane-sqs[async]'"
 
 
-def new_session() -> Any:
-    """A default ``aioboto3.Session`` (credentials and region as boto3 finds them)."""
+def new_session(models_from: boto3.Session | None = None) -> Any:
+    """A default ``aioboto3.Session`` (credentials and region as boto3 finds them).
+
+    With ``models_from``, it reads AWS service models through that session's loader,
+    which has parsed them already (about 15 MB less per process than a second copy).
+    """
     try:
         import aioboto3  # noqa: PLC0415 (optional extra)
     except ImportError as exc:
         raise ConfigurationError(INSTALL_HINT) from exc
-    return aioboto3.Session()
+    session = aioboto3.Session()
+    if models_from is not None:
+        # botocore's component registry is public; boto3 and aioboto3 keep their
+        # botocore session in ``_session``.
+        loader = models_from._session.get_component("data_loader")
+        session._session.register_component("data_loader", loader)
+    return session
 
 
 async def open_ports(
@@ -53,7 +65,7 @@ async def open_ports(
 
 
 def _client(app: Runlane, session: Any | None, service: str) -> Any:
-    session = session or new_session()
+    session = session or new_session(models_from=app.boto_session)
     return session.client(
         service,
         region_name=app.config.region,
