@@ -45,6 +45,10 @@ DEFAULT_BOTOCORE_CONFIG = Config(
     connect_timeout=5,
     read_timeout=30,
     max_pool_connections=50,
+    # Requests come from the builders in storage/requests.py and transport/sqs.py, not
+    # from user input; AWS validates them anyway. Client-side validation cost about a
+    # millisecond of CPU per run (docs/performance.md).
+    parameter_validation=False,
 )
 
 

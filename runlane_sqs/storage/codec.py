@@ -213,7 +213,13 @@ def _json_map(attribute: Any) -> dict[str, Any]:
 
 
 def run_from_wire(wire: AttributeMap) -> Run:
-    return run_from_item(item_from_wire(wire))
+    """The run an item holds. Its history is not part of a ``Run`` and is not decoded
+    (it is the largest attribute, and every attempt write reads the item back)."""
+    state = {name: value for name, value in wire.items() if name != HISTORY_ATTRIBUTE}
+    return run_from_item(item_from_wire(state))
+
+
+HISTORY_ATTRIBUTE = "events"
 
 
 def events_from_item(item: RunItem) -> list[RunEvent]:
