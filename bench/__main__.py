@@ -30,7 +30,7 @@ from bench.cost import measure_costs
 from bench.latency import measure_latency
 from bench.maintenance_scale import measure_maintenance
 from bench.throughput import celery_ratio, measure_throughput, runlane_worker
-from bench.workers import SYNC
+from bench.workers import ASYNC, SYNC
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 MEASUREMENTS = ("cost", "throughput", "maintenance", "latency", "memory")
@@ -115,12 +115,16 @@ class Runner:
         self.results["latency"] = [r.to_json() for r in rows]
 
     def memory(self) -> None:
+        """Peak RSS of each worker kind at concurrency 32."""
         runs = self.sizes.memory_runs
-        bar = self.bar(f"memory: sync worker, concurrency {MEMORY_CONCURRENCY}", runs)
-        row = runlane_worker(self.backend, SYNC, runs, MEMORY_CONCURRENCY, bar)
-        self.results["memory"] = row.to_json()
-        if row.status != "ok":
-            self.results["errors"].append(f"memory: {row.status}")
+        rows = []
+        for kind in (SYNC, ASYNC):
+            bar = self.bar(f"memory: {kind} worker, concurrency {MEMORY_CONCURRENCY}", runs)
+            row = runlane_worker(self.backend, kind, runs, MEMORY_CONCURRENCY, bar)
+            rows.append({**row.to_json(), "kind": kind})
+            if row.status != "ok":
+                self.results["errors"].append(f"memory ({kind}): {row.status}")
+        self.results["memory"] = rows
 
 
 def _versions() -> dict[str, str]:

@@ -123,13 +123,13 @@ def print_results(console: Console, results: dict[str, Any], targets: list[Targe
         console.print(maintenance_table(results["maintenance"], backend))
     if results.get("latency"):
         console.print(latency_table(results["latency"], backend))
-    memory = results.get("memory")
-    if memory:
+    for memory in results.get("memory") or []:
         rss = memory.get("worker_rss")
         console.print(
-            f"worker memory: sync worker, concurrency {memory['concurrency']}, "
-            f"{memory['runs']} runs: peak RSS {rss / 2**20:.0f} MB (VmHWM), "
-            f"{(memory.get('peak_rss') or 0) / 2**20:.0f} MB (psutil samples); {memory['status']}"
+            f"worker memory: {memory.get('kind', 'sync')} worker, concurrency "
+            f"{memory['concurrency']}, {memory['runs']} runs: peak RSS {rss / 2**20:.0f} MB "
+            f"(VmHWM), {(memory.get('peak_rss') or 0) / 2**20:.0f} MB (psutil samples); "
+            f"{memory['status']}"
             if rss
             else f"worker memory: {memory['status']}"
         )

@@ -98,14 +98,15 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
     targets.append(
         below("token -> resume p95", resume.get("p95_ms"), TOKEN_TO_RESUME_P95_MS, " ms")
     )
-    memory = results.get("memory") or {}
-    rss = memory.get("worker_rss")
-    targets.append(
-        at_most(
-            f"worker peak RSS, concurrency {memory.get('concurrency', 32)}",
-            rss / 2**20 if rss else None,
-            WORKER_RSS_MB,
-            " MB",
+    for memory in results.get("memory") or []:
+        rss = memory.get("worker_rss")
+        targets.append(
+            at_most(
+                f"{memory.get('kind', 'sync')} worker peak RSS, concurrency "
+                f"{memory.get('concurrency', 32)}",
+                rss / 2**20 if rss else None,
+                WORKER_RSS_MB,
+                " MB",
+            )
         )
-    )
     return targets
