@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
 import logging
 import sys
-from collections.abc import Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NoReturn, Protocol, TypeVar, cast
@@ -200,57 +202,98 @@ class TaskContext:
 
     def wait_for_token(self, token_id: str) -> TokenResult:
         """The token's decision; waits (releasing the lease) while it is pending."""
+        name, recorded = self._begin_token_wait(token_id)
+        if recorded is not None:
+            return recorded
+        return _token_decision(name, token_id, self._services().get_token(token_id))
+
+    async def wait_for_token_async(self, token_id: str) -> TokenResult:
+        """:meth:`wait_for_token` for ``async def`` handlers: the read runs on a thread,
+        so the event loop (other attempts, heartbeats) keeps going."""
+        name, recorded = self._begin_token_wait(token_id)
+        if recorded is not None:
+            return recorded
+        token = await asyncio.to_thread(self._services().get_token, token_id)
+        return _token_decision(name, token_id, token)
+
+    def _begin_token_wait(self, token_id: str) -> tuple[str, TokenResult | None]:
         name, result = self._next_wait(WaitKind.TOKEN, token_id)
         if isinstance(result, dict):
-            return TokenResult(TokenStatus(result["status"]), result.get("value"))
-        token = self._services().get_token(token_id)
-        if token is None:
-            raise TokenNotFound(token_id)
-        if token.is_decided:
-            return token.result
-        raise WaitRequested(Wait(WaitKind.TOKEN, name, token_id))
+            return name, TokenResult(TokenStatus(result["status"]), result.get("value"))
+        return name, None
 
     def wait_for_run(self, run_id: str) -> RunOutcome:
         """How run ``run_id`` finished; waits (releasing the lease) until it has."""
+        name, recorded = self._begin_run_wait(run_id)
+        if recorded is not None:
+            return recorded
+        return _run_outcome(name, run_id, self._services().watch_run(run_id))
+
+    async def wait_for_run_async(self, run_id: str) -> RunOutcome:
+        """:meth:`wait_for_run` for ``async def`` handlers (its write runs on a thread)."""
+        name, recorded = self._begin_run_wait(run_id)
+        if recorded is not None:
+            return recorded
+        other = await asyncio.to_thread(self._services().watch_run, run_id)
+        return _run_outcome(name, run_id, other)
+
+    def _begin_run_wait(self, run_id: str) -> tuple[str, RunOutcome | None]:
         if run_id == self.run_id:
             raise ConfigurationError("a run cannot wait for itself")
         name, result = self._next_wait(WaitKind.RUN, run_id)
-        if isinstance(result, dict):
-            return RunOutcome.from_json(result)
-        other = self._services().watch_run(run_id)
-        if other is None:
-            raise RunNotFound(run_id)
-        if other.is_terminal:
-            return RunOutcome.of(other)
-        raise WaitRequested(Wait(WaitKind.RUN, name, run_id))
+        return name, RunOutcome.from_json(result) if isinstance(result, dict) else None
 
     # durable steps ---------------------------------------------------------------
 
     def step(self, name: str, fn: Callable[[], T]) -> T:
         """Call ``fn`` once per run: its JSON result is recorded under this attempt's lease,
         and later attempts get the recorded result without calling ``fn`` again."""
+        site = _call_site()
+        found, value = self._begin_step(name, site)
+        if not found:
+            value = self._storable(name, fn())
+            self._services().record_step(name, value, site)
+        return cast(T, value)
+
+    async def step_async(self, name: str, fn: Callable[[], Awaitable[T] | T]) -> T:
+        """:meth:`step` for ``async def`` handlers: ``fn`` may be a coroutine function,
+        and the write runs on a thread, so the event loop keeps going."""
+        site = _call_site()
+        found, value = self._begin_step(name, site)
+        if not found:
+            produced = fn()
+            if inspect.isawaitable(produced):
+                produced = await produced
+            value = self._storable(name, produced)
+            await asyncio.to_thread(self._services().record_step, name, value, site)
+        return cast(T, value)
+
+    def _begin_step(self, name: str, site: str) -> tuple[bool, JSON]:
+        """Check the name; the recorded value, if this step ran in an earlier attempt."""
         if not isinstance(name, str) or not 0 < len(name) <= MAX_STEP_NAME_CHARS:
             raise StepError(f"step name must be 1 to {MAX_STEP_NAME_CHARS} characters")
         if name in self._steps:
             raise StepError(f"step {name!r} is used twice in one attempt; names must be unique")
         self._steps.add(name)
-        site = _call_site()
+        recorded = self._services().run().steps.get(name)
+        if not isinstance(recorded, dict):
+            return False, None
+        if recorded.get("site") != site:
+            raise StepError(
+                f"step {name!r} was recorded from {recorded.get('site')}, not {site}; "
+                "give each step its own name"
+            )
+        return True, recorded.get("value")
+
+    def _storable(self, name: str, produced: object) -> JSON:
+        """``produced`` as later attempts will get it back from storage (checked JSON)."""
         services = self._services()
-        recorded = services.run().steps.get(name)
-        if isinstance(recorded, dict):
-            if recorded.get("site") != site:
-                raise StepError(
-                    f"step {name!r} was recorded from {recorded.get('site')}, not {site}; "
-                    "give each step its own name"
-                )
-            return cast(T, recorded.get("value"))
         text = encode_json(
-            fn(), what=f"result of step {name!r}", limit_bytes=services.payload_limit
+            produced, what=f"result of step {name!r}", limit_bytes=services.payload_limit
         )
         check_item_budget(services.run(), len(text.encode()), f"step {name!r}")
-        value = json.loads(text)  # the same value later attempts get back from storage
-        services.record_step(name, value, site)
-        return cast(T, value)
+        value: JSON = json.loads(text)
+        return value
 
 
 MAX_STEP_NAME_CHARS = 128
@@ -273,7 +316,24 @@ def check_item_budget(run: Run, adding: int, what: str) -> None:
         raise PayloadTooLarge(f"{what} with this run's other data", total, RUN_DATA_BUDGET_BYTES)
 
 
+def _token_decision(name: str, token_id: str, token: Token | None) -> TokenResult:
+    if token is None:
+        raise TokenNotFound(token_id)
+    if token.is_decided:
+        return token.result
+    raise WaitRequested(Wait(WaitKind.TOKEN, name, token_id))
+
+
+def _run_outcome(name: str, run_id: str, other: Run | None) -> RunOutcome:
+    if other is None:
+        raise RunNotFound(run_id)
+    if other.is_terminal:
+        return RunOutcome.of(other)
+    raise WaitRequested(Wait(WaitKind.RUN, name, run_id))
+
+
 def _call_site() -> str:
-    """``module.function`` that called ``ctx.step`` (stable across line edits)."""
+    """``module.function`` that called ``ctx.step`` or ``ctx.step_async`` (stable across
+    line edits; an awaiting coroutine's frame is the caller of the coroutine it awaits)."""
     frame = sys._getframe(2)
     return f"{frame.f_globals.get('__name__', '?')}.{frame.f_code.co_name}"
