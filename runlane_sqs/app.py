@@ -15,17 +15,15 @@ from runlane_sqs.clock import Clock, SystemClock
 from runlane_sqs.config import RunlaneConfig
 from runlane_sqs.core import machine
 from runlane_sqs.core.durations import Duration, to_timedelta
-from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import JSON, LinkKind, Run, RunStatus
 from runlane_sqs.core.payload import encode_json
-from runlane_sqs.core.recovery import publish_failed
 from runlane_sqs.core.retry import RetryPolicy
-from runlane_sqs.core.wakeup import Wakeup
 from runlane_sqs.errors import RunlaneError, StorageUnavailable
 from runlane_sqs.maintenance import Maintenance
 from runlane_sqs.outcomes import finishing_needs_storage
 from runlane_sqs.ports import KeyKind, RunStore, WakeupTransport
 from runlane_sqs.provision import provision_queues, provision_table
+from runlane_sqs.publishing import Publisher
 from runlane_sqs.resuming import RESUME_BATCH, resume_waiters, run_finished
 from runlane_sqs.runs import IdempotencyApi, RunsApi
 from runlane_sqs.signals import SignalsApi
@@ -110,6 +108,7 @@ class Runlane:
         self.transport: WakeupTransport = transport or SqsTransport(
             self.client("sqs"), queue_prefix=config.queue_prefix, queue_urls=config.queue_urls
         )
+        self.publisher = Publisher(self.store, self.transport, self.clock)
         self.runs = RunsApi(self)
         self.idempotency = IdempotencyApi(self)
         self.maintenance = Maintenance(self)
@@ -221,7 +220,7 @@ class Runlane:
         request = self._request(task, payload, idempotency_key, singleton_key, delay)
         run = self._create(request)
         if run.created:
-            self._publish_new([run])
+            self.publisher.publish_new([run])
         return run
 
     def trigger_many(
@@ -230,7 +229,7 @@ class Runlane:
         """Create one run per payload and publish their wakeups in batches of ten."""
         requests = [self._request(task, p, None, None, delay) for p in payloads]
         runs = [self._create(r) for r in requests]
-        self._publish_new(runs)
+        self.publisher.publish_new(runs)
         return runs
 
     def _request(
@@ -273,49 +272,9 @@ class Runlane:
         )
         return run
 
-    def _publish_new(self, runs: Sequence[Run]) -> None:
-        """Publish wakeups of new runs due within SQS's delay limit (``wake_at`` set);
-        later ones are published by maintenance when due."""
-        now = self.clock.now()
-        by_delay: dict[int, list[Run]] = {}
-        for run in runs:
-            if run.wake_at is None or run.due_at is None:
-                continue
-            delay_ms = max(0, int((run.due_at - now).total_seconds() * 1000))
-            by_delay.setdefault(delay_ms, []).append(run)
-        for delay_ms, group in by_delay.items():
-            self.publish_many(group, delay=timedelta(milliseconds=delay_ms))
-
     def publish(self, run: Run, *, delay: timedelta | None = None) -> bool:
         """Publish one wakeup for ``run``; False if SQS refused (maintenance repairs it)."""
-        return self.publish_many([run], delay=delay) == 1
-
-    def publish_many(self, runs: Sequence[Run], *, delay: timedelta | None = None) -> int:
-        """Publish wakeups in batches of ten; returns how many were sent."""
-        now = self.clock.now()
-        wakeups = [Wakeup.for_run(r, now) for r in runs]
-        failed = {w.run_id for w in self.transport.publish(wakeups, delay)}
-        for run in runs:
-            if run.id in failed:
-                self.mark_unpublished(run)
-        return len(runs) - len(failed)
-
-    def mark_unpublished(self, run: Run) -> None:
-        """Best effort: list the run as due now so the next maintenance pass publishes it."""
-        log.warning(
-            "wakeup for run %s not published now; it stays %s and maintenance publishes it",
-            run.id,
-            run.status.value,
-            extra={"run_id": run.id, "task": run.task},
-        )
-        decision = publish_failed(run)
-        if isinstance(decision, Transition):
-            try:
-                self.store.apply(decision)
-            except RunlaneError as exc:
-                log.info(
-                    "run %s keeps its republish time: %s", run.id, exc, extra={"run_id": run.id}
-                )
+        return self.publisher.publish_many([run], delay=delay) == 1
 
     def relaunch(
         self, task: Task, source: Run, run_id: str, link: tuple[str, LinkKind, str, str]
@@ -335,7 +294,7 @@ class Runlane:
             source.payload, what="payload", limit_bytes=self.config.payload_limit
         )
         self.store.create_run(run, event, payload_json)
-        self._publish_new([run])
+        self.publisher.publish_new([run])
         return run
 
     def after_finished(self, run: Run) -> None:

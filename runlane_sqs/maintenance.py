@@ -335,5 +335,5 @@ class Maintenance:
         for run, job, delay in wakeups:
             groups.setdefault((id(job), delay), []).append((run, job))
         for (_, delay), members in groups.items():
-            sent = self.app.publish_many([run for run, _ in members], delay=delay)
+            sent = self.app.publisher.publish_many([run for run, _ in members], delay=delay)
             members[0][1].published += sent

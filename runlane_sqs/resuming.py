@@ -87,7 +87,7 @@ def resume_waiters(app: Runlane, resumption: Resumption, limit: int | None) -> R
         if cursor is None or not ids:
             break
     if resumed:
-        app.publish_many(resumed)
+        app.publisher.publish_many(resumed)
         log.info(
             "resumed %d run(s) waiting on %s %s",
             len(resumed),

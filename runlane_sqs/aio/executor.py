@@ -164,9 +164,10 @@ class AsyncExecutor:
                 await asyncio.to_thread(app.after_finished, run)
         elif step is FollowUp.PUBLISH:
             assert run.due_at is not None
-            now = app.clock.now()
-            if await self.transport.publish([Wakeup.for_run(run, now)], run.due_at - now):
-                await asyncio.to_thread(app.mark_unpublished, run)
+            wakeups = app.publisher.wakeups([run])
+            unsent = await self.transport.publish(wakeups, run.due_at - app.clock.now())
+            if unsent:
+                await asyncio.to_thread(app.publisher.settle, [run], unsent)
         elif step is FollowUp.RECHECK:
             await asyncio.to_thread(recheck_target, app, run)
 
