@@ -15,13 +15,13 @@ from runlane_sqs.clock import Clock, SystemClock
 from runlane_sqs.config import RunlaneConfig
 from runlane_sqs.core import machine
 from runlane_sqs.core.durations import Duration, to_timedelta
-from runlane_sqs.core.model import JSON, LinkKind, Run, RunStatus
+from runlane_sqs.core.model import JSON, LinkKind, Run
 from runlane_sqs.core.payload import encode_json
 from runlane_sqs.core.retry import RetryPolicy
 from runlane_sqs.errors import RunlaneError, StorageUnavailable
 from runlane_sqs.maintenance import Maintenance
-from runlane_sqs.outcomes import finishing_needs_storage
-from runlane_sqs.ports import KeyKind, RunStore, WakeupTransport
+from runlane_sqs.outcomes import finishing_needs_storage, keys_to_release
+from runlane_sqs.ports import RunStore, WakeupTransport
 from runlane_sqs.provision import provision_queues, provision_table
 from runlane_sqs.publishing import Publisher
 from runlane_sqs.resuming import RESUME_BATCH, resume_waiters, run_finished
@@ -319,12 +319,7 @@ class Runlane:
 
         Best effort: a key left behind is taken over by the next trigger that finds its
         owner finished, so a failure here is logged, not raised."""
-        releases = []
-        if run.idempotency_key is not None and run.status is RunStatus.FAILED:
-            releases.append((KeyKind.IDEMPOTENCY, run.idempotency_key))
-        if run.singleton_key is not None and run.status.is_terminal:
-            releases.append((KeyKind.SINGLETON, run.singleton_key))
-        for kind, key in releases:
+        for kind, key in keys_to_release(run):
             try:
                 self.store.release_key(kind, run.task, key, run.id)
             except RunlaneError as exc:

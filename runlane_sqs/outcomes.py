@@ -23,6 +23,7 @@ from runlane_sqs.core.retry import RetryDecision, qualified_name
 from runlane_sqs.core.wakeup import Wakeup
 from runlane_sqs.errors import InvalidPayloadError, LeaseLost
 from runlane_sqs.limits import MAX_TRACEBACK_CHARS
+from runlane_sqs.ports import KeyKind
 from runlane_sqs.tasks import Task
 
 if TYPE_CHECKING:
@@ -69,13 +70,19 @@ def follow_up(run: Run) -> FollowUp:
     return FollowUp.NONE
 
 
+def keys_to_release(run: Run) -> list[tuple[KeyKind, str]]:
+    """The keys a finished run no longer holds (its idempotency key only on failure)."""
+    keys: list[tuple[KeyKind, str]] = []
+    if run.idempotency_key is not None and run.status is RunStatus.FAILED:
+        keys.append((KeyKind.IDEMPOTENCY, run.idempotency_key))
+    if run.singleton_key is not None and run.status.is_terminal:
+        keys.append((KeyKind.SINGLETON, run.singleton_key))
+    return keys
+
+
 def finishing_needs_storage(run: Run) -> bool:
     """Whether a finished run has keys to free or waiters to resume."""
-    return (
-        run.watched
-        or run.singleton_key is not None
-        or (run.idempotency_key is not None and run.status is RunStatus.FAILED)
-    )
+    return run.watched or bool(keys_to_release(run))
 
 
 def log_skip(
