@@ -48,9 +48,12 @@ class _Session:
     ) -> None:
         self.executor = executor
         self.transport = transport
-        self.leases = executor.leases
         self.intake = intake
         self.attempts: set[asyncio.Task[None]] = set()
+
+    @property
+    def leases(self) -> AsyncLeaseKeeper:
+        return self.executor.leases
 
 
 class AsyncWorker:
