@@ -42,7 +42,7 @@ USER 10001:10001
 # checked from outside it: the interpreter, the installed package and the RUNLANE_*
 # configuration. A worker that dies ends the container (ECS then replaces the task).
 HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
-    CMD ["python", "-c", "from runlane_sqs.config import RunlaneConfig; RunlaneConfig.from_env()"]
+    CMD ["python", "-c", "from runlane_sqs import RunlaneConfig; RunlaneConfig.from_env()"]
 
 STOPSIGNAL SIGTERM
 CMD ["runlane-sqs", "worker"]

@@ -16,7 +16,7 @@ $(STAMP): $(BIN)/python pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m runlane_sqs.demo
+	$(BIN)/python -m runlane_sqs.local.demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest tests
@@ -34,6 +34,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check runlane_sqs maintenance tests bench
 	$(BIN)/ruff format --check runlane_sqs maintenance tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/cfn-lint infra/*.yaml
 	$(BIN)/hadolint Dockerfile
 

@@ -1,1 +1,2 @@
-"""Deployable maintenance entry points: the Lambda handler and the container command."""
+"""Deprecated aliases of the maintenance entry points, kept for one release (see
+CHANGELOG.md): ``maintenance.lambda_handler.handler`` and ``python -m maintenance``."""

@@ -1,6 +1,5 @@
-"""Container entry for an ECS scheduled task: ``python -m maintenance [--once | --every N]``.
-
-The same as ``runlane-sqs maintenance run``.
+"""Deprecated container entry, kept for one release (CHANGELOG.md):
+``python -m maintenance [--once | --every N]`` is ``runlane-sqs maintenance run``.
 """
 
 import sys

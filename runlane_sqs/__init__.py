@@ -1,10 +1,27 @@
 """runlane-sqs: durable background work on AWS (DynamoDB runs, SQS wakeups)."""
 
-from runlane_sqs.app import Runlane
-from runlane_sqs.clock import Clock, ManualClock, SystemClock
-from runlane_sqs.config import RunlaneConfig
-from runlane_sqs.context import RunOutcome, SignalResult, StepError, TaskContext, WaitRequested
+from runlane_sqs.api.app import Runlane
+from runlane_sqs.api.runs import PruneReport, RunPage
 from runlane_sqs.core.attempts import Attempt
+from runlane_sqs.core.clock import Clock, ManualClock, SystemClock
+from runlane_sqs.core.config import RunlaneConfig
+from runlane_sqs.core.errors import (
+    ConfigurationError,
+    ConflictError,
+    IllegalTransition,
+    InvalidKeyError,
+    InvalidPayloadError,
+    LeaseLost,
+    MissingResourceError,
+    PayloadTooLarge,
+    RunlaneError,
+    RunNotFound,
+    StepError,
+    StorageError,
+    StorageUnavailable,
+    TransportError,
+    UnknownTaskError,
+)
 from runlane_sqs.core.model import (
     EventType,
     Failure,
@@ -24,25 +41,14 @@ from runlane_sqs.core.tokens import (
     TokenResult,
     TokenStatus,
 )
-from runlane_sqs.errors import (
-    ConfigurationError,
-    ConflictError,
-    IllegalTransition,
-    InvalidKeyError,
-    InvalidPayloadError,
-    LeaseLost,
-    MissingResourceError,
-    PayloadTooLarge,
-    RunlaneError,
-    RunNotFound,
-    StorageError,
-    StorageUnavailable,
-    TransportError,
-    UnknownTaskError,
+from runlane_sqs.engine.context import (
+    RunOutcome,
+    SignalResult,
+    TaskContext,
+    WaitRequested,
 )
-from runlane_sqs.runs import PruneReport, RunPage
-from runlane_sqs.tasks import Task
-from runlane_sqs.worker import Worker
+from runlane_sqs.engine.tasks import Task
+from runlane_sqs.runtime.worker import Worker
 
 __all__ = [
     "Attempt",

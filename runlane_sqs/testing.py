@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from runlane_sqs.app import Runlane
-from runlane_sqs.clock import ManualClock
-from runlane_sqs.storage.memory import InMemoryRunStore
-from runlane_sqs.transport.memory import InMemoryTransport
+from runlane_sqs.adapters.memory.store import InMemoryRunStore
+from runlane_sqs.adapters.memory.transport import InMemoryTransport
+from runlane_sqs.api.app import Runlane
+from runlane_sqs.core.clock import ManualClock
 
 __all__ = ["InMemoryRunStore", "InMemoryTransport", "ManualClock", "in_memory_app"]
 

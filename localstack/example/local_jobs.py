@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from runlane_sqs import Runlane
-from runlane_sqs.aws_lambda import sqs_handler
+from runlane_sqs.lambdas.consumer import sqs_handler
 
 app = Runlane.from_env()
 

@@ -6,6 +6,6 @@ from runlane_sqs.aio import AsyncWorker
 asyncio.run(AsyncWorker(app, concurrency=32).run())
 """
 
-from runlane_sqs.aio.worker import AsyncWorker
+from runlane_sqs.runtime.aio.worker import AsyncWorker
 
 __all__ = ["AsyncWorker"]

@@ -13,14 +13,14 @@ from typing import Any
 
 import click
 
-from runlane_sqs.app import Runlane
+from runlane_sqs.api.app import Runlane
+from runlane_sqs.api.loading import ENV_APP
 from runlane_sqs.cli.exits import EXIT_BACKEND, fail
 from runlane_sqs.cli.options import app_option, load_app
-from runlane_sqs.config import ENV_ENVIRONMENT, ENV_TABLE
-from runlane_sqs.errors import MissingResourceError, RunlaneError
-from runlane_sqs.loading import ENV_APP
+from runlane_sqs.core.config import ENV_ENVIRONMENT, ENV_TABLE
+from runlane_sqs.core.errors import MissingResourceError, RunlaneError
+from runlane_sqs.engine.maintenance import MaintenanceConfig
 from runlane_sqs.local import MotoServer
-from runlane_sqs.maintenance import MaintenanceConfig
 
 log = logging.getLogger("runlane_sqs.maintenance")
 DEV_POLL_SECONDS = 0.5

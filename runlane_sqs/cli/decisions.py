@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
+from runlane_sqs.api.shapes import token_to_json
 from runlane_sqs.cli import tables
 from runlane_sqs.cli.options import app_option, emit_json, json_option, load_app, parse_json
 from runlane_sqs.core.model import JSON
 from runlane_sqs.core.tokens import Token
-from runlane_sqs.shapes import token_to_json
 
 
 def _emit_token(token: Token, as_json: bool) -> None:

@@ -10,8 +10,8 @@ from typing import Any, NoReturn
 import click
 from botocore.exceptions import BotoCoreError, ClientError
 
-from runlane_sqs.core.tokens import TokenAlreadyDecided, TokenNotFound
-from runlane_sqs.errors import (
+from runlane_sqs.api.loading import AppNotImportable, InvalidAppSpec
+from runlane_sqs.core.errors import (
     IllegalTransition,
     InvalidKeyError,
     InvalidPayloadError,
@@ -20,7 +20,7 @@ from runlane_sqs.errors import (
     RunNotFound,
     UnknownTaskError,
 )
-from runlane_sqs.loading import AppNotImportable, InvalidAppSpec
+from runlane_sqs.core.tokens import TokenAlreadyDecided, TokenNotFound
 
 EXIT_OK = 0
 EXIT_ABORTED = 1

@@ -10,8 +10,8 @@ from typing import Any, TypeVar
 
 import click
 
-from runlane_sqs import loading
-from runlane_sqs.app import Runlane
+from runlane_sqs.api import loading
+from runlane_sqs.api.app import Runlane
 from runlane_sqs.core.model import JSON
 
 F = TypeVar("F", bound=Callable[..., Any])

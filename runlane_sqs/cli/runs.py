@@ -10,7 +10,9 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
 
-from runlane_sqs.app import Runlane
+from runlane_sqs.api.app import Runlane
+from runlane_sqs.api.runs import MAX_LIST_LIMIT
+from runlane_sqs.api.shapes import attempt_to_json, event_to_json, iso, run_to_json
 from runlane_sqs.cli import tables
 from runlane_sqs.cli.options import (
     actor_options,
@@ -24,8 +26,6 @@ from runlane_sqs.cli.options import (
     parse_json,
 )
 from runlane_sqs.core.model import JSON, TERMINAL_STATUSES, Run, RunStatus
-from runlane_sqs.runs import MAX_LIST_LIMIT
-from runlane_sqs.shapes import attempt_to_json, event_to_json, iso, run_to_json
 
 ALL_STATUSES = [s.value for s in RunStatus]
 FINISHED_STATUSES = [s.value for s in RunStatus if s in TERMINAL_STATUSES]

@@ -10,10 +10,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from runlane_sqs.api.shapes import iso, run_to_json, token_to_json
 from runlane_sqs.core.attempts import Attempt
 from runlane_sqs.core.model import JSON, Run, RunEvent
 from runlane_sqs.core.tokens import Token
-from runlane_sqs.shapes import iso, run_to_json, token_to_json
 
 PIPE_WIDTH = 200
 """Columns when stdout is not a terminal, so ids are not cut."""

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from runlane_sqs.core.limits import MAX_DELAY_SECONDS
 from runlane_sqs.core.model import LEASED_STATUSES, Run
-from runlane_sqs.limits import MAX_DELAY_SECONDS
 
 
 class AgendaKind(StrEnum):
@@ -73,3 +73,18 @@ def agenda_entry(run: Run) -> tuple[AgendaKind, datetime] | None:
         wake = run.wake_at or run.due_at
         return (AgendaKind.DUE, wake) if wake is not None else None
     return None
+
+
+AGENDA_SHARDS = 4
+"""Agenda index partitions per environment and kind, so no single partition takes every
+write."""
+
+
+def agenda_pk(environment: str, kind: str, item_id: str) -> str:
+    """Run and token ids are random hex, so their first digits spread the shards."""
+    return f"{environment}#{kind}#{int(item_id[:4], 16) % AGENDA_SHARDS}"
+
+
+def agenda_partitions(environment: str, kind: str) -> list[str]:
+    """Every agenda partition of one environment and kind (what maintenance scans)."""
+    return [f"{environment}#{kind}#{shard}" for shard in range(AGENDA_SHARDS)]

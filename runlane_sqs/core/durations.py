@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime, timedelta
 
-from runlane_sqs.errors import ConfigurationError
+from runlane_sqs.core.errors import ConfigurationError
 
 Duration = timedelta | float | int
 

@@ -14,6 +14,7 @@ from enum import StrEnum
 
 from runlane_sqs.core.agenda import RepublishPolicy, eager_wake_at
 from runlane_sqs.core.durations import truncate_ms
+from runlane_sqs.core.errors import IllegalTransition, LeaseLost
 from runlane_sqs.core.model import (
     JSON,
     LEASED_STATUSES,
@@ -27,7 +28,6 @@ from runlane_sqs.core.model import (
     WaitKind,
 )
 from runlane_sqs.core.retry import RetryDecision
-from runlane_sqs.errors import IllegalTransition, LeaseLost
 
 WAIT_TIMED_OUT_RESULT: dict[str, JSON] = {"status": "timed_out"}
 """The result a wait records when its timeout passes first."""

@@ -6,7 +6,7 @@ import re
 import unicodedata
 import uuid
 
-from runlane_sqs.errors import ConfigurationError, InvalidKeyError
+from runlane_sqs.core.errors import ConfigurationError, InvalidKeyError
 
 ENVIRONMENT_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 QUEUE_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
+from runlane_sqs.core.errors import InvalidPayloadError, PayloadTooLarge
 from runlane_sqs.core.model import JSON
-from runlane_sqs.errors import InvalidPayloadError, PayloadTooLarge
 
 
 def encode_json(value: JSON, *, what: str, limit_bytes: int) -> str:

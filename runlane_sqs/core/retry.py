@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from runlane_sqs.core.durations import Duration, to_timedelta
-from runlane_sqs.errors import ConfigurationError
+from runlane_sqs.core.errors import ConfigurationError
 
 
 class Backoff(StrEnum):

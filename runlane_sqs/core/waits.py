@@ -12,6 +12,7 @@ from datetime import datetime
 
 from runlane_sqs.core.agenda import RepublishPolicy, eager_wake_at
 from runlane_sqs.core.durations import truncate_ms
+from runlane_sqs.core.errors import IllegalTransition
 from runlane_sqs.core.machine import (
     Skip,
     SkipReason,
@@ -21,7 +22,6 @@ from runlane_sqs.core.machine import (
     require_lease,
 )
 from runlane_sqs.core.model import JSON, EventType, Run, RunStatus, Wait, WaitKind
-from runlane_sqs.errors import IllegalTransition
 
 
 def wait_name(kind: WaitKind, target: str | None, occurrence: int) -> str:

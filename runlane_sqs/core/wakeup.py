@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from runlane_sqs.core.errors import RunlaneError
 from runlane_sqs.core.model import Run
 from runlane_sqs.core.names import ENVIRONMENT_PATTERN, QUEUE_PATTERN, is_run_id
-from runlane_sqs.errors import RunlaneError
 
 WAKEUP_VERSION = 1
 MAX_WAKEUP_BYTES = 4096

@@ -22,11 +22,9 @@ import boto3
 import pytest
 
 from runlane_sqs import Runlane
-from runlane_sqs.clock import Clock
+from runlane_sqs.core.clock import Clock
 from runlane_sqs.local import MotoServer
 from tests.aws_local import AWS_LOCAL, BACKEND_VARIABLE, AwsLocal, AwsLocalBackend
-
-pytestmark = pytest.mark.integration
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -28,10 +28,10 @@ from runlane_sqs import (
     TaskContext,
     UnknownTaskError,
 )
+from runlane_sqs.adapters.provision import provision_table
 from runlane_sqs.core import machine
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.wakeup import Wakeup
-from runlane_sqs.provision import provision_table
 from tests.integration.conftest import queue_counts, queue_url, scan_items
 from tests.integration.wakeups import forged_bodies, send_bodies
 

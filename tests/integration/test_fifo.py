@@ -7,8 +7,8 @@ from datetime import timedelta
 from typing import Any
 
 from runlane_sqs import Runlane, RunStatus, TaskContext
-from runlane_sqs.clock import ManualClock
-from runlane_sqs.provision import provision_queues, provision_table
+from runlane_sqs.adapters.provision import provision_queues, provision_table
+from runlane_sqs.core.clock import ManualClock
 
 QUEUE = "orders"
 

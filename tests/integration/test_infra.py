@@ -10,7 +10,7 @@ service) but runs none of them: it has no Lambda runtime without Docker and neve
   environment variables the stack set on the consumer function; the test receives
   messages from the stack's queues, builds the SQS event Lambda would deliver, invokes
   the handler and, like the event source mapping, deletes the records not reported;
-- maintenance is ``maintenance.lambda_handler.handler`` invoked with an EventBridge
+- maintenance is ``runlane_sqs.lambdas.maintenance.handler`` invoked with an EventBridge
   scheduled-event payload, as the stack's rule would.
 
 The event source mappings are deployed disabled (``ConsumerEnabled=false``): moto would
@@ -41,14 +41,12 @@ from typing import Any
 import boto3
 import pytest
 
-from maintenance import lambda_handler
 from runlane_sqs import Runlane, RunStatus
+from runlane_sqs.adapters.provision import table_definition
+from runlane_sqs.engine.maintenance import JOB_DUE
+from runlane_sqs.lambdas import maintenance as lambda_handler
 from runlane_sqs.local import MotoServer
-from runlane_sqs.maintenance import JOB_DUE
-from runlane_sqs.provision import table_definition
 from tests.integration.conftest import REPO_ROOT, queue_counts
-
-pytestmark = pytest.mark.integration
 
 TEMPLATE = REPO_ROOT / "infra" / "runlane.yaml"
 APP_MODULE = "tests.integration.apps.stack_app"
@@ -219,7 +217,7 @@ def test_the_stack_creates_the_table_queues_and_compute_the_library_expects(
         FunctionName=outputs["MaintenanceFunctionName"]
     )
     assert consumer["Handler"] == f"{APP_MODULE}.handler"
-    assert maintenance["Handler"] == "maintenance.lambda_handler.handler"
+    assert maintenance["Handler"] == "runlane_sqs.lambdas.maintenance.handler"
     for function in (consumer, maintenance):
         assert function["Runtime"] == "python3.11"
         assert function["Environment"]["Variables"] == {

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from runlane_sqs import Runlane, RunStatus, TaskContext
-from runlane_sqs.storage import keys
+from runlane_sqs.adapters.dynamodb import keys
 from tests.integration.conftest import queue_counts, queue_url, scan_items
 
 TASK = "keys.charge"
@@ -101,7 +101,7 @@ def test_a_singleton_held_by_a_finished_run_whose_key_was_not_released_is_taken_
     """A worker can die between writing the outcome and releasing the key; the next
     trigger sees the owner finished and takes the key over."""
     first = app.trigger(TASK, {"n": 1}, singleton_key="report")
-    monkeypatch.setattr(app, "release_keys", lambda run: None)  # the worker "dies" here
+    monkeypatch.setattr(app.engine.finisher, "release_keys", lambda run: None)  # worker "dies"
     assert app.worker().drain() == 1
     pk = keys.singleton_pk(app.config.environment, TASK, "report")
     assert _key_owner(dynamodb, app, pk) == first.id

@@ -22,23 +22,23 @@ import pytest
 from botocore.exceptions import EndpointConnectionError
 
 from runlane_sqs import EventType, Runlane, RunStatus
-from runlane_sqs.clock import ManualClock
+from runlane_sqs.adapters.dynamodb import keys
+from runlane_sqs.adapters.dynamodb.codec import run_to_wire
 from runlane_sqs.core import machine
 from runlane_sqs.core.agenda import AgendaKind
+from runlane_sqs.core.clock import ManualClock
+from runlane_sqs.core.errors import ConflictError, LeaseLost
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Run
 from runlane_sqs.core.recovery import ATTEMPT_TIMEOUT
 from runlane_sqs.core.wakeup import Wakeup
-from runlane_sqs.errors import ConflictError, LeaseLost
-from runlane_sqs.maintenance import (
+from runlane_sqs.engine.maintenance import (
     JOB_DEADLINES,
     JOB_DUE,
     JOB_EXPIRED,
     MaintenanceConfig,
     PassReport,
 )
-from runlane_sqs.storage import keys
-from runlane_sqs.storage.codec import run_to_wire
 from tests.integration.apps.recovery_tasks import (
     DEADLINE_TASK,
     DEADLINE_TIMEOUT_SECONDS,

@@ -19,12 +19,10 @@ from runlane_sqs import (
     RunStatus,
     TaskContext,
 )
+from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.core import machine
 from runlane_sqs.core.model import Run
-from runlane_sqs.storage import keys
 from tests.integration.conftest import count_requests, scan_items
-
-pytestmark = pytest.mark.integration
 
 OK = "operator.ok"
 FAIL = "operator.fail"

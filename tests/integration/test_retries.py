@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from runlane_sqs import EventType, ManualClock, RetryPolicy, Runlane, RunStatus, TaskContext
+from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.core.durations import to_epoch_ms
-from runlane_sqs.storage import keys
 from tests.integration.conftest import count_requests, queue_counts, queue_url
 
 SEND_OPERATIONS = ("SendMessage", "SendMessageBatch")

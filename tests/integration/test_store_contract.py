@@ -21,26 +21,20 @@ from datetime import timedelta
 import pytest
 
 from runlane_sqs import ConflictError, EventType, Lease, LeaseLost, ManualClock, Run, RunStatus
+from runlane_sqs.adapters.dynamodb import keys
+from runlane_sqs.adapters.provision import provision_queues
 from runlane_sqs.core import machine
 from runlane_sqs.core.agenda import AgendaKind, RepublishPolicy
 from runlane_sqs.core.durations import truncate_ms
+from runlane_sqs.core.limits import MAX_PAYLOAD_LIMIT_BYTES
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import JSON, RunEvent
 from runlane_sqs.core.names import new_lease_token, new_run_id
 from runlane_sqs.core.payload import encode_json
 from runlane_sqs.core.recovery import plan_publish
 from runlane_sqs.core.wakeup import Wakeup, parse_wakeup
-from runlane_sqs.limits import MAX_PAYLOAD_LIMIT_BYTES
-from runlane_sqs.ports import (
-    KeyClaim,
-    KeyConflict,
-    KeyKind,
-    ReceivedWakeup,
-    RunStore,
-    WakeupTransport,
-)
-from runlane_sqs.provision import provision_queues
-from runlane_sqs.storage import keys
+from runlane_sqs.ports.store import KeyClaim, KeyConflict, KeyKind, RunStore
+from runlane_sqs.ports.transport import ReceivedWakeup, WakeupTransport
 from runlane_sqs.testing import in_memory_app
 
 TASK = "contract.task"

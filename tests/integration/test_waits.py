@@ -18,12 +18,12 @@ from typing import Any, TypeVar
 import pytest
 
 from runlane_sqs import EventType, ManualClock, Runlane, RunStatus, TaskContext, Worker
+from runlane_sqs.adapters.dynamodb import keys
+from runlane_sqs.adapters.dynamodb.codec import events_from_item, item_from_wire, run_from_wire
 from runlane_sqs.core.model import Run, RunEvent, WaitKind
 from runlane_sqs.core.tokens import TokenAlreadyDecided, TokenStatus
-from runlane_sqs.maintenance import JOB_DUE, Maintenance, PassReport
-from runlane_sqs.resuming import RESUME_BATCH
-from runlane_sqs.storage import keys
-from runlane_sqs.storage.codec import events_from_item, item_from_wire, run_from_wire
+from runlane_sqs.engine.maintenance import JOB_DUE, Maintenance, PassReport
+from runlane_sqs.engine.resuming import RESUME_BATCH
 from tests.integration.conftest import queue_counts, queue_url, scan_items, wait_until
 
 START = datetime(2030, 1, 1, tzinfo=UTC)

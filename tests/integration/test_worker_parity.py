@@ -27,14 +27,14 @@ from typing import Any
 import pytest
 
 from runlane_sqs import EventType, ManualClock, RetryPolicy, Runlane, RunStatus, TaskContext
-from runlane_sqs.cancellation import Cancellation
 from runlane_sqs.core import machine
+from runlane_sqs.core.cancellation import Cancellation
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Run, WaitKind
 from runlane_sqs.core.names import new_lease_token
 from runlane_sqs.core.recovery import expire_lease
 from runlane_sqs.core.wakeup import Wakeup
-from runlane_sqs.maintenance import JOB_DUE, JOB_EXPIRED, Maintenance, PassReport
+from runlane_sqs.engine.maintenance import JOB_DUE, JOB_EXPIRED, Maintenance, PassReport
 from tests.integration.apps.async_worker import (
     ASYNC_PATIENT_TASK,
     GRACE_ENV,

@@ -20,12 +20,12 @@ from runlane_sqs import (
     TaskContext,
     UnknownTaskError,
 )
+from runlane_sqs.adapters.memory.store import InMemoryRunStore
+from runlane_sqs.adapters.memory.transport import InMemoryTransport
 from runlane_sqs.core import machine
 from runlane_sqs.core.names import new_run_id
 from runlane_sqs.core.wakeup import Wakeup
-from runlane_sqs.storage.memory import InMemoryRunStore
 from runlane_sqs.testing import ManualClock, in_memory_app
-from runlane_sqs.transport.memory import InMemoryTransport
 
 RETRY_AT_ONCE = RetryPolicy(max_attempts=3, delay=0, backoff="fixed")
 

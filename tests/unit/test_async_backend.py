@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from runlane_sqs.aio.backend import INSTALL_HINT, new_session
-from runlane_sqs.errors import ConfigurationError
+from runlane_sqs.core.errors import ConfigurationError
+from runlane_sqs.runtime.aio.backend import INSTALL_HINT, new_session
 
 
 def test_without_aioboto3_the_async_worker_says_which_extra_to_install(

@@ -13,10 +13,10 @@ import pytest
 
 from runlane_sqs import ConfigurationError, EventType, RetryPolicy, Runlane, RunStatus, TaskContext
 from runlane_sqs.aio import AsyncWorker
-from runlane_sqs.aio.threads import DaemonThreads
-from runlane_sqs.cancellation import Cancellation
+from runlane_sqs.core.cancellation import Cancellation
 from runlane_sqs.core.wakeup import Wakeup
-from runlane_sqs.pacing import ACK_LINGER_SECONDS, Step, WorkerConfig, acks_due, next_step
+from runlane_sqs.runtime.aio.threads import DaemonThreads
+from runlane_sqs.runtime.pacing import ACK_LINGER_SECONDS, Step, WorkerConfig, acks_due, next_step
 from runlane_sqs.testing import InMemoryTransport, ManualClock, in_memory_app
 from tests.workers import KINDS, Drain, WorkerKind
 

@@ -21,12 +21,12 @@ from runlane_sqs import (
     StorageUnavailable,
     TaskContext,
 )
-from runlane_sqs.aws_lambda import NotAnSqsEvent, logical_queue, sqs_handler
+from runlane_sqs.adapters.memory.store import InMemoryRunStore
+from runlane_sqs.adapters.memory.transport import InMemoryTransport
 from runlane_sqs.core.wakeup import Wakeup, parse_wakeup
-from runlane_sqs.ports import ReceivedWakeup
-from runlane_sqs.storage.memory import InMemoryRunStore
+from runlane_sqs.lambdas.consumer import NotAnSqsEvent, logical_queue, sqs_handler
+from runlane_sqs.ports.transport import ReceivedWakeup
 from runlane_sqs.testing import ManualClock
-from runlane_sqs.transport.memory import InMemoryTransport
 
 ACCOUNT = "123456789012"
 STANDARD_ARN = f"arn:aws:sqs:us-east-1:{ACCOUNT}:runlane-default"
@@ -76,7 +76,7 @@ def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
     """The executor retries a throttled read five times with real exponential backoff
     (about 3 s); keep the retries, drop the waiting."""
     monkeypatch.setattr(
-        "runlane_sqs.executor.storage_retry",
+        "runlane_sqs.runtime.executor.storage_retry",
         retry(
             retry=retry_if_exception_type(StorageUnavailable),
             stop=stop_after_attempt(5),

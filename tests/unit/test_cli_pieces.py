@@ -11,6 +11,8 @@ import pytest
 from botocore.exceptions import EndpointConnectionError
 
 from runlane_sqs import IllegalTransition, InvalidKeyError, MissingResourceError, RunNotFound
+from runlane_sqs.api.loading import AppNotImportable, InvalidAppSpec
+from runlane_sqs.api.shapes import iso, run_to_json, token_to_json
 from runlane_sqs.cli.exits import (
     EXIT_APP_NOT_IMPORTABLE,
     EXIT_BACKEND,
@@ -21,10 +23,8 @@ from runlane_sqs.cli.exits import (
 )
 from runlane_sqs.cli.logs import TextFormatter, json_formatter
 from runlane_sqs.cli.options import parse_age_or_time, parse_json, parse_time
+from runlane_sqs.core.errors import StorageUnavailable, TransportError, UnknownTaskError
 from runlane_sqs.core.tokens import TokenAlreadyDecided, TokenNotFound
-from runlane_sqs.errors import StorageUnavailable, TransportError, UnknownTaskError
-from runlane_sqs.loading import AppNotImportable, InvalidAppSpec
-from runlane_sqs.shapes import iso, run_to_json, token_to_json
 from runlane_sqs.testing import in_memory_app
 
 

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
+from runlane_sqs.adapters.dynamodb import codec, keys, requests
 from runlane_sqs.core import machine
 from runlane_sqs.core.durations import to_epoch_ms
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import EventType, Failure, Lease, Run, RunEvent, RunStatus
 from runlane_sqs.core.retry import RetryDecision
-from runlane_sqs.storage import codec, keys, requests
 
 NOW = datetime(2030, 1, 1, 12, 0, 0, 123_000, tzinfo=UTC)
 RUN_ID = "89abcdef0123456789abcdef01234567"

@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from maintenance import lambda_handler
-from runlane_sqs.limits import DEFAULT_MAX_RECEIVE_COUNT
-from runlane_sqs.provision import DLQ_SUFFIX, table_definition
-from runlane_sqs.storage.items import TTL_ATTRIBUTE
+from runlane_sqs.adapters.dynamodb.items import TTL_ATTRIBUTE
+from runlane_sqs.adapters.provision import DLQ_SUFFIX, table_definition
+from runlane_sqs.core.limits import DEFAULT_MAX_RECEIVE_COUNT
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "infra" / "runlane.yaml"
@@ -139,7 +139,7 @@ def test_queues_are_encrypted_and_redrive_to_their_dead_letter_queues(
 def test_lambdas_schedule_and_event_source_mappings(template: dict[str, Any]) -> None:
     functions = resources(template, "AWS::Lambda::Function")
     maintenance = functions["MaintenanceFunction"]["Properties"]
-    assert maintenance["Handler"] == "maintenance.lambda_handler.handler"
+    assert maintenance["Handler"] == "runlane_sqs.lambdas.maintenance.handler"
     assert callable(lambda_handler.handler)
     assert functions["ConsumerFunction"]["Properties"]["Handler"] == {"Ref": "ConsumerHandler"}
     [rule] = resources(template, "AWS::Events::Rule").values()

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from runlane_sqs.outcomes import Disposition
-from runlane_sqs.pacing import ACK_LINGER_SECONDS, Intake, Step, WorkerConfig
-from runlane_sqs.ports import ReceivedWakeup
+from runlane_sqs.engine.outcomes import Disposition
+from runlane_sqs.ports.transport import ReceivedWakeup
+from runlane_sqs.runtime.pacing import ACK_LINGER_SECONDS, Intake, Step, WorkerConfig
 
 
 class Ticks:

@@ -8,7 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.core.agenda import AgendaKind
+from runlane_sqs.core.errors import ConfigurationError, InvalidKeyError
 from runlane_sqs.core.names import (
     MAX_KEY_CHARS,
     check_environment,
@@ -19,8 +21,6 @@ from runlane_sqs.core.names import (
     new_lease_token,
     new_run_id,
 )
-from runlane_sqs.errors import ConfigurationError, InvalidKeyError
-from runlane_sqs.storage import keys
 
 FAST = settings(database=None, deadline=None, max_examples=200)
 RUN_ID = "0123456789abcdef0123456789abcdef"

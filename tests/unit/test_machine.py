@@ -8,10 +8,10 @@ import pytest
 
 from runlane_sqs.core import machine, recovery
 from runlane_sqs.core.agenda import RepublishPolicy
+from runlane_sqs.core.errors import IllegalTransition, LeaseLost
 from runlane_sqs.core.machine import Skip, SkipReason, Transition
 from runlane_sqs.core.model import EventType, Failure, Lease, Run, RunEvent, RunStatus
 from runlane_sqs.core.retry import RetryDecision
-from runlane_sqs.errors import IllegalTransition, LeaseLost
 
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 LEASE = timedelta(seconds=60)

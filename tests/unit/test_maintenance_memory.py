@@ -17,10 +17,13 @@ from typing import Any
 import pytest
 
 from runlane_sqs import EventType, IllegalTransition, Runlane, RunStatus, TaskContext
+from runlane_sqs.adapters.dynamodb import keys
+from runlane_sqs.adapters.memory.store import InMemoryRunStore
+from runlane_sqs.adapters.memory.transport import InMemoryTransport
 from runlane_sqs.core import machine
 from runlane_sqs.core.model import Run
 from runlane_sqs.core.wakeup import parse_wakeup
-from runlane_sqs.maintenance import (
+from runlane_sqs.engine.maintenance import (
     JOB_CANCELLATIONS,
     JOB_DEADLINES,
     JOB_DUE,
@@ -29,10 +32,7 @@ from runlane_sqs.maintenance import (
     MaintenanceConfig,
     PassReport,
 )
-from runlane_sqs.storage import keys
-from runlane_sqs.storage.memory import InMemoryRunStore
 from runlane_sqs.testing import ManualClock, in_memory_app
-from runlane_sqs.transport.memory import InMemoryTransport
 
 TASK = "maint.work"
 QUEUE = "default"

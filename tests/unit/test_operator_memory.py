@@ -20,12 +20,12 @@ from runlane_sqs import (
     TaskContext,
     UnknownTaskError,
 )
+from runlane_sqs.adapters.memory.store import InMemoryRunStore
+from runlane_sqs.adapters.memory.transport import InMemoryTransport
+from runlane_sqs.api.runs import MAX_LIST_LIMIT, PruneReport, RunPage
 from runlane_sqs.core import machine
 from runlane_sqs.core.model import Run
-from runlane_sqs.runs import MAX_LIST_LIMIT, PruneReport, RunPage
-from runlane_sqs.storage.memory import InMemoryRunStore
 from runlane_sqs.testing import ManualClock, in_memory_app
-from runlane_sqs.transport.memory import InMemoryTransport
 
 OK = "ops.ok"
 FAIL = "ops.fail"

@@ -13,6 +13,8 @@ import pytest
 
 from runlane_sqs.core import machine
 from runlane_sqs.core.agenda import AgendaKind, RepublishPolicy, agenda_entry, eager_wake_at
+from runlane_sqs.core.errors import IllegalTransition
+from runlane_sqs.core.limits import MAX_DELAY_SECONDS
 from runlane_sqs.core.machine import Skip, SkipReason, Transition
 from runlane_sqs.core.model import EventType, Failure, Lease, Run, RunStatus
 from runlane_sqs.core.recovery import (
@@ -23,8 +25,6 @@ from runlane_sqs.core.recovery import (
     recover_lease,
 )
 from runlane_sqs.core.retry import RetryDecision, RetryPolicy
-from runlane_sqs.errors import IllegalTransition
-from runlane_sqs.limits import MAX_DELAY_SECONDS
 
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 LEASE = timedelta(seconds=60)

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from runlane_sqs.core.errors import ConfigurationError
 from runlane_sqs.core.retry import NO_RETRY, Backoff, RetryPolicy, qualified_name
-from runlane_sqs.errors import ConfigurationError
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 FAST = settings(database=None, deadline=None, max_examples=200)

@@ -16,6 +16,7 @@ import pytest
 from runlane_sqs.core import machine, waits
 from runlane_sqs.core import tokens as core_tokens
 from runlane_sqs.core.agenda import AgendaKind, RepublishPolicy, agenda_entry
+from runlane_sqs.core.errors import IllegalTransition, LeaseLost
 from runlane_sqs.core.machine import Skip, SkipReason, Transition
 from runlane_sqs.core.model import (
     JSON,
@@ -30,8 +31,7 @@ from runlane_sqs.core.model import (
 )
 from runlane_sqs.core.retry import RetryPolicy
 from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenResult, TokenStatus
-from runlane_sqs.errors import IllegalTransition, LeaseLost
-from runlane_sqs.resuming import run_finished
+from runlane_sqs.engine.resuming import run_finished
 
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 LEASE = timedelta(seconds=60)

@@ -29,14 +29,14 @@ from runlane_sqs import (
     RunStatus,
     TaskContext,
 )
-from runlane_sqs.context import RunOutcome, StepError
+from runlane_sqs.adapters.memory.transport import InMemoryTransport
 from runlane_sqs.core.model import Run, WaitKind
 from runlane_sqs.core.tokens import TokenAlreadyDecided, TokenNotFound, TokenStatus
 from runlane_sqs.core.tokens import decide as decide_token
-from runlane_sqs.maintenance import JOB_DUE, JOB_TOKENS, JOB_WAITS, PassReport
-from runlane_sqs.resuming import RESUME_BATCH
+from runlane_sqs.engine.context import RunOutcome, StepError
+from runlane_sqs.engine.maintenance import JOB_DUE, JOB_TOKENS, JOB_WAITS, PassReport
+from runlane_sqs.engine.resuming import RESUME_BATCH
 from runlane_sqs.testing import ManualClock, in_memory_app
-from runlane_sqs.transport.memory import InMemoryTransport
 
 QUEUE = "default"
 T = TypeVar("T")
@@ -293,7 +293,7 @@ def test_a_step_name_used_twice_in_one_attempt_fails_the_attempt(app: Runlane) -
     failed = app.runs.get(run.id)
     assert failed.status is RunStatus.FAILED
     assert failed.failure is not None
-    assert failed.failure.type == "runlane_sqs.context.StepError"
+    assert failed.failure.type == "runlane_sqs.errors.StepError"
     assert "twice in one attempt" in failed.failure.message
     assert calls == ["first"]
 

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from runlane_sqs import ManualClock, RetryPolicy, Runlane, TaskContext
-from runlane_sqs.aws_lambda import sqs_handler
+from runlane_sqs.lambdas.consumer import sqs_handler
 
 ECHO_TASK = "stack.echo"
 ORDERED_TASK = "stack.ordered"

@@ -1,0 +1,1 @@
+"""Adapters: the ports implemented for DynamoDB, SQS, memory and threads."""

@@ -1,0 +1,1 @@
+"""The DynamoDB run store: key formats, request builders, item codec, sync and async."""

@@ -1,0 +1,48 @@
+"""The DynamoDB run store's per-message calls on aiobotocore: the same requests and
+response handling as :class:`~runlane_sqs.adapters.dynamodb.store.DynamoRunStore`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from runlane_sqs.adapters.dynamodb import requests
+from runlane_sqs.adapters.dynamodb.codec import run_from_wire
+from runlane_sqs.adapters.dynamodb.errors import call_async
+from runlane_sqs.adapters.dynamodb.store import applied, refused_renewal, refused_transition, run_in
+from runlane_sqs.core.machine import Transition
+from runlane_sqs.core.model import Lease, Run
+
+
+class AsyncDynamoRunStore:
+    """``client`` is an open aiobotocore DynamoDB client."""
+
+    def __init__(self, client: Any, table: str, environment: str) -> None:
+        self._client = client
+        self.table = table
+        self.environment = environment
+        self._endpoint: str | None = getattr(getattr(client, "meta", None), "endpoint_url", None)
+
+    async def _send(self, operation: str, request: dict[str, Any]) -> Any:
+        fn = getattr(self._client, operation)
+        return await call_async(fn, request, table=self.table, endpoint=self._endpoint)
+
+    async def get_run(self, run_id: str) -> Run | None:
+        request = requests.get_run(self.table, self.environment, run_id)
+        return run_in(await self._send("get_item", request))
+
+    async def apply(self, transition: Transition) -> Run:
+        request = requests.apply_transition(self.table, transition)
+        try:
+            response = await self._send("update_item", request)
+        except ClientError as exc:
+            raise refused_transition(transition, exc) from None
+        return applied(transition, response)
+
+    async def renew_lease(self, run: Run, lease: Lease) -> Run:
+        try:
+            response = await self._send("update_item", requests.renew_lease(self.table, run, lease))
+        except ClientError as exc:
+            raise refused_renewal(run, exc) from None
+        return run_from_wire(response["Attributes"])

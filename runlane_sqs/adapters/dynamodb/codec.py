@@ -1,0 +1,261 @@
+"""Runs to DynamoDB items and back.
+
+Times are stored as whole epoch milliseconds; payload, result, failure and event data
+as compact JSON text. Index attributes are derived from the run's state here, so
+every write keeps the indexes consistent with the state it writes.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote, unquote
+
+from runlane_sqs.adapters.dynamodb import keys
+from runlane_sqs.adapters.dynamodb.items import EventMap, RunItem, TokenItem
+from runlane_sqs.core.agenda import agenda_entry
+from runlane_sqs.core.durations import from_epoch_ms, to_epoch_ms
+from runlane_sqs.core.model import (
+    EventType,
+    Failure,
+    Lease,
+    Run,
+    RunEvent,
+    RunStatus,
+    Wait,
+    WaitKind,
+)
+from runlane_sqs.core.payload import decode_json
+from runlane_sqs.core.tokens import Token, TokenStatus
+from runlane_sqs.core.tokens import agenda_entry as token_agenda_entry
+
+AttributeMap = dict[str, Any]
+"""An item in the low-level DynamoDB wire format (``{"name": {"S": ...}}``)."""
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _ms(at: datetime | None) -> int | None:
+    return to_epoch_ms(at) if at is not None else None
+
+
+def _at(ms: Any) -> datetime | None:
+    return from_epoch_ms(int(ms)) if ms is not None else None
+
+
+def event_to_map(event: RunEvent) -> EventMap:
+    return EventMap(  # type: ignore[no-untyped-call]
+        seq=event.seq,
+        type=event.type.value,
+        at=to_epoch_ms(event.at),
+        attempt=event.attempt,
+        data=_compact(event.data) if event.data else None,
+    )
+
+
+def event_from_map(entry: EventMap) -> RunEvent:
+    return RunEvent(
+        seq=int(entry.seq),
+        type=EventType(entry.type),
+        at=from_epoch_ms(int(entry.at)),
+        attempt=int(entry.attempt),
+        data=json.loads(entry.data) if entry.data else {},
+    )
+
+
+def run_state_attributes(run: Run) -> dict[str, Any]:
+    """The python values of every state attribute (``None`` means absent)."""
+    lease = run.lease
+    entry = agenda_entry(run)
+    waiting = run.waiting if run.status is RunStatus.RELEASED else None
+    return {
+        "status": run.status.value,
+        "seq": run.seq,
+        "attempt": run.attempt,
+        "updated_at": to_epoch_ms(run.updated_at),
+        "due_at": _ms(run.due_at),
+        "lease_owner": lease.owner if lease else None,
+        "lease_token": lease.token if lease else None,
+        "lease_expires_at": to_epoch_ms(lease.expires_at) if lease else None,
+        "result": _compact(run.result) if run.result is not None else None,
+        "failure": _compact(run.failure.to_json()) if run.failure else None,
+        "deadline_at": _ms(run.deadline_at),
+        "lease_losses": run.lease_losses or None,
+        "wake_at": _ms(run.wake_at),
+        "publishes": run.publishes or None,
+        "failures": run.failures or None,
+        "waiting": _compact(waiting.to_json()) if waiting else None,
+        "wait_pk": wait_partition(run),
+        "wait_sk": run.id if waiting else None,
+        "status_pk": keys.status_pk(run.environment, run.status.value),
+        "agenda_pk": keys.agenda_pk(run.environment, entry[0], run.id) if entry else None,
+        "agenda_at": to_epoch_ms(entry[1]) if entry else None,
+    }
+
+
+INDEX_ATTRIBUTES = ("status_pk", "agenda_pk", "agenda_at", "wait_pk", "wait_sk")
+MAP_ATTRIBUTES = ("wait_results", "steps")
+"""Maps whose entries are only ever added: a write sets the new entries by path, so it
+needs no knowledge of the others (index items do not carry these maps)."""
+
+
+def map_key(name: str) -> str:
+    """Step and wait names percent-encoded: a document path must not see ``.``, ``[``
+    or ``]`` in a map key (they would read as nesting or a list index)."""
+    return quote(name, safe="")
+
+
+def wait_partition(run: Run) -> str | None:
+    """Where a released run is listed on the waits index (time waits are not)."""
+    waiting = run.waiting
+    if run.status is not RunStatus.RELEASED or waiting is None or waiting.target is None:
+        return None
+    if waiting.kind is WaitKind.TIME:
+        return None
+    return keys.wait_pk(run.environment, waiting.kind.value, waiting.target)
+
+
+def map_additions(before: Run, after: Run) -> dict[str, dict[str, str]]:
+    """New entries of each only-added map, as JSON text by key."""
+    additions: dict[str, dict[str, str]] = {}
+    for name in MAP_ATTRIBUTES:
+        old, new = getattr(before, name), getattr(after, name)
+        added = {map_key(k): _compact(v) for k, v in new.items() if k not in old}
+        if added:
+            additions[name] = added
+    return additions
+
+
+"""Written on every transition, whatever the diff says, so indexes never go stale."""
+
+
+def run_to_item(run: Run, events: list[RunEvent], payload_json: str) -> RunItem:
+    created_ms = to_epoch_ms(run.created_at)
+    item = RunItem(
+        pk=keys.run_pk(run.environment, run.id),
+        sk=keys.RUN_SK,
+        run_id=run.id,
+        environment=run.environment,
+        task=run.task,
+        queue=run.queue,
+        payload=payload_json,
+        created_at=created_ms,
+        idempotency_key=run.idempotency_key,
+        singleton_key=run.singleton_key,
+        source_run_id=run.source_run_id,
+        source_kind=run.source_kind,
+        events=[event_to_map(e) for e in events],
+        steps={map_key(k): _compact(v) for k, v in run.steps.items()},
+        wait_results={map_key(k): _compact(v) for k, v in run.wait_results.items()},
+        created_sk=keys.created_sk(created_ms, run.id),
+        **run_state_attributes(run),
+    )
+    return item
+
+
+def run_to_wire(run: Run, events: list[RunEvent], payload_json: str) -> AttributeMap:
+    wire: AttributeMap = run_to_item(run, events, payload_json).serialize()
+    return wire
+
+
+def item_from_wire(wire: AttributeMap) -> RunItem:
+    item: RunItem = RunItem.from_raw_data(wire)
+    return item
+
+
+def run_from_item(item: RunItem) -> Run:
+    lease = None
+    if item.lease_token is not None:
+        lease = Lease(
+            owner=item.lease_owner or "",
+            token=item.lease_token,
+            expires_at=from_epoch_ms(int(item.lease_expires_at)),
+        )
+    return Run(
+        id=item.run_id,
+        environment=item.environment,
+        task=item.task,
+        queue=item.queue,
+        status=RunStatus(item.status),
+        payload=decode_json(item.payload),
+        deadline_at=_at(item.deadline_at),
+        lease_losses=int(item.lease_losses or 0),
+        wake_at=_at(item.wake_at),
+        publishes=int(item.publishes or 0),
+        failures=int(item.failures or 0),
+        waiting=Wait.from_json(json.loads(item.waiting)) if item.waiting else None,
+        wait_results=_json_map(item.wait_results),
+        steps=_json_map(item.steps),
+        watched=bool(item.watched),
+        source_run_id=item.source_run_id,
+        source_kind=item.source_kind,
+        created_at=from_epoch_ms(int(item.created_at)),
+        updated_at=from_epoch_ms(int(item.updated_at)),
+        seq=int(item.seq),
+        attempt=int(item.attempt),
+        due_at=_at(item.due_at),
+        lease=lease,
+        result=decode_json(item.result),
+        failure=Failure.from_json(json.loads(item.failure)) if item.failure else None,
+        idempotency_key=item.idempotency_key,
+        singleton_key=item.singleton_key,
+    )
+
+
+def _json_map(attribute: Any) -> dict[str, Any]:
+    if attribute is None:
+        return {}
+    raw = attribute.as_dict() if hasattr(attribute, "as_dict") else dict(attribute)
+    return {unquote(k): json.loads(v) for k, v in raw.items()}
+
+
+def run_from_wire(wire: AttributeMap) -> Run:
+    """The run an item holds. Its history is not part of a ``Run`` and is not decoded
+    (it is the largest attribute, and every attempt write reads the item back)."""
+    state = {name: value for name, value in wire.items() if name != HISTORY_ATTRIBUTE}
+    return run_from_item(item_from_wire(state))
+
+
+HISTORY_ATTRIBUTE = "events"
+
+
+def events_from_item(item: RunItem) -> list[RunEvent]:
+    return [event_from_map(entry) for entry in item.events or []]
+
+
+def token_to_wire(token: Token) -> AttributeMap:
+    entry = token_agenda_entry(token)
+    item = TokenItem(
+        pk=keys.token_pk(token.environment, token.id),
+        sk=keys.TOKEN_SK,
+        token_id=token.id,
+        environment=token.environment,
+        token_status=token.status.value,
+        value=_compact(token.value) if token.value is not None else None,
+        metadata=_compact(token.metadata) if token.metadata is not None else None,
+        created_at=to_epoch_ms(token.created_at),
+        timeout_at=_ms(token.timeout_at),
+        decided_at=_ms(token.decided_at),
+        agenda_pk=keys.agenda_pk(token.environment, entry[0], token.id) if entry else None,
+        agenda_at=to_epoch_ms(entry[1]) if entry else None,
+    )
+    wire: AttributeMap = item.serialize()
+    return wire
+
+
+def token_from_wire(wire: AttributeMap) -> Token:
+    item: TokenItem = TokenItem.from_raw_data(wire)
+    return Token(
+        id=item.token_id,
+        environment=item.environment,
+        status=TokenStatus(item.token_status),
+        created_at=from_epoch_ms(int(item.created_at)),
+        timeout_at=_at(item.timeout_at),
+        value=decode_json(item.value),
+        metadata=decode_json(item.metadata),
+        decided_at=_at(item.decided_at),
+        resuming=item.agenda_pk is not None and item.token_status != TokenStatus.PENDING.value,
+    )

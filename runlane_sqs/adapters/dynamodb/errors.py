@@ -1,0 +1,80 @@
+"""Translation of botocore errors into runlane errors, at the adapter edge."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from runlane_sqs.core.errors import MissingResourceError, StorageError, StorageUnavailable
+
+TRANSIENT_CODES = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "InternalServerError",
+        "ServiceUnavailable",
+        "TransactionConflictException",
+        "TransactionInProgressException",
+    }
+)
+
+
+def error_code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def translate(exc: Exception, *, table: str, endpoint: str | None) -> NoReturn:
+    """Raise the runlane error for a botocore error not handled by the caller."""
+    where = endpoint or "the default AWS endpoint"
+    if isinstance(exc, ClientError):
+        code = error_code(exc)
+        if code == "ResourceNotFoundException":
+            raise MissingResourceError(
+                f"DynamoDB table {table!r} does not exist at {where}; create it with "
+                "app.provision() (local use) or your CloudFormation stack (AWS)"
+            ) from exc
+        if code in TRANSIENT_CODES:
+            raise StorageUnavailable(f"DynamoDB at {where} is unavailable: {code}") from exc
+        raise StorageError(f"DynamoDB request failed: {exc}") from exc
+    if isinstance(exc, BotoCoreError):
+        raise StorageUnavailable(f"cannot reach DynamoDB at {where}: {exc}") from exc
+    raise exc
+
+
+CONDITION_CODES = frozenset({"ConditionalCheckFailedException", "TransactionCanceledException"})
+"""Refusals the store itself interprets (a conflict, a key held), not translated here."""
+
+
+def call(
+    fn: Callable[..., Any], request: dict[str, Any], *, table: str, endpoint: str | None
+) -> Any:
+    """Send one request, translating errors other than a failed condition."""
+    try:
+        return fn(**request)
+    except ClientError as exc:
+        if error_code(exc) in CONDITION_CODES:
+            raise
+        translate(exc, table=table, endpoint=endpoint)
+    except BotoCoreError as exc:
+        translate(exc, table=table, endpoint=endpoint)
+
+
+async def call_async(
+    fn: Callable[..., Awaitable[Any]],
+    request: dict[str, Any],
+    *,
+    table: str,
+    endpoint: str | None,
+) -> Any:
+    """:func:`call` for an aiobotocore client."""
+    try:
+        return await fn(**request)
+    except ClientError as exc:
+        if error_code(exc) in CONDITION_CODES:
+            raise
+        translate(exc, table=table, endpoint=endpoint)
+    except BotoCoreError as exc:
+        translate(exc, table=table, endpoint=endpoint)

@@ -1,0 +1,190 @@
+"""The table's item shapes, declared once with PynamoDB.
+
+One table holds every record. Items are addressed by ``pk``/``sk``; the key formats
+live in :mod:`runlane_sqs.adapters.dynamodb.keys`. The models are used to (de)serialise items
+and to build condition and update expressions; requests are sent by the adapters.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pynamodb.attributes import (
+    ListAttribute,
+    MapAttribute,
+    NumberAttribute,
+    UnicodeAttribute,
+)
+from pynamodb.indexes import GlobalSecondaryIndex, IncludeProjection, KeysOnlyProjection
+from pynamodb.models import Model
+
+AGENDA_INDEX = "agenda"
+STATUS_INDEX = "by_status"
+WAITS_INDEX = "waits"
+TTL_ATTRIBUTE = "expires_at"
+
+_SUMMARY = [
+    "run_id",
+    "environment",
+    "task",
+    "queue",
+    "status",
+    "attempt",
+    "seq",
+    "due_at",
+    "created_at",
+    "updated_at",
+    "lease_owner",
+    "lease_token",
+    "lease_expires_at",
+    "deadline_at",
+    "lease_losses",
+    "wake_at",
+    "publishes",
+    "idempotency_key",
+    "singleton_key",
+    "failures",
+    "waiting",
+    "token_id",
+    "token_status",
+    "timeout_at",
+    "decided_at",
+]
+"""Attributes the indexes carry: enough for maintenance to decide and write a transition
+without reading the item (payload, result and history stay in the table only)."""
+
+
+class AgendaIndex(GlobalSecondaryIndex[Any]):  # type: ignore[no-untyped-call]
+    """Non-terminal runs by the time maintenance should next look at them (sparse)."""
+
+    class Meta:
+        index_name = AGENDA_INDEX
+        projection = IncludeProjection(_SUMMARY)
+
+    agenda_pk = UnicodeAttribute(hash_key=True)
+    agenda_at = NumberAttribute(range_key=True)
+
+
+class StatusIndex(GlobalSecondaryIndex[Any]):  # type: ignore[no-untyped-call]
+    """Runs by environment and status, oldest first: for listing.
+
+    Projects only attributes that never change, so heartbeats and other writes that keep
+    the status do not write to this index."""
+
+    class Meta:
+        index_name = STATUS_INDEX
+        projection = IncludeProjection(["run_id", "task", "queue", "created_at"])
+
+    status_pk = UnicodeAttribute(hash_key=True)
+    created_sk = UnicodeAttribute(range_key=True)
+
+
+class WaitsIndex(GlobalSecondaryIndex[Any]):  # type: ignore[no-untyped-call]
+    """Released runs by what they wait for (``{env}#{kind}#{target}``): signal senders,
+    token deciders and finishing runs find their waiters here. Keys only: a resume reads
+    the run itself before its conditional write."""
+
+    class Meta:
+        index_name = WAITS_INDEX
+        projection = KeysOnlyProjection()
+
+    wait_pk = UnicodeAttribute(hash_key=True)
+    wait_sk = UnicodeAttribute(range_key=True)
+
+
+class EventMap(MapAttribute[str, Any]):
+    seq = NumberAttribute()
+    type = UnicodeAttribute()
+    at = NumberAttribute()
+    attempt = NumberAttribute()
+    data = UnicodeAttribute(null=True)
+
+
+class RunItem(Model):
+    """A run: its state, its payload and (inline, append-only) its history."""
+
+    class Meta:
+        table_name = "runlane"
+
+    pk = UnicodeAttribute(hash_key=True)
+    sk = UnicodeAttribute(range_key=True)
+    run_id = UnicodeAttribute()
+    environment = UnicodeAttribute()
+    task = UnicodeAttribute()
+    queue = UnicodeAttribute()
+    status = UnicodeAttribute()
+    payload = UnicodeAttribute(null=True)
+    """Absent on items read from an index projection."""
+    created_at = NumberAttribute()
+    updated_at = NumberAttribute()
+    seq = NumberAttribute()
+    attempt = NumberAttribute()
+    due_at = NumberAttribute(null=True)
+    lease_owner = UnicodeAttribute(null=True)
+    lease_token = UnicodeAttribute(null=True)
+    lease_expires_at = NumberAttribute(null=True)
+    result = UnicodeAttribute(null=True)
+    failure = UnicodeAttribute(null=True)
+    idempotency_key = UnicodeAttribute(null=True)
+    singleton_key = UnicodeAttribute(null=True)
+    deadline_at = NumberAttribute(null=True)
+    lease_losses = NumberAttribute(null=True)
+    wake_at = NumberAttribute(null=True)
+    publishes = NumberAttribute(null=True)
+    failures = NumberAttribute(null=True)
+    waiting = UnicodeAttribute(null=True)
+    """JSON of the wait a released run is in."""
+    wait_results = MapAttribute[str, Any](null=True)  # type: ignore[no-untyped-call]
+    """Wait name -> JSON of its result; entries are only ever added."""
+    steps = MapAttribute[str, Any](null=True)  # type: ignore[no-untyped-call]
+    """Step name -> JSON of ``{"value", "site"}``; entries are only ever added."""
+    watched = NumberAttribute(null=True)
+    """1 once another run waits for this one."""
+    source_run_id = UnicodeAttribute(null=True)
+    source_kind = UnicodeAttribute(null=True)
+    events = ListAttribute(of=EventMap, null=True)
+    # index attributes, derived from the state above on every write
+    status_pk = UnicodeAttribute(null=True)
+    created_sk = UnicodeAttribute(null=True)
+    agenda_pk = UnicodeAttribute(null=True)
+    agenda_at = NumberAttribute(null=True)
+    wait_pk = UnicodeAttribute(null=True)
+    wait_sk = UnicodeAttribute(null=True)
+
+    agenda_index = AgendaIndex()
+    status_index = StatusIndex()
+    waits_index = WaitsIndex()
+
+
+class TokenItem(Model):
+    """A token: one durable external decision, listed on the agenda while it has work."""
+
+    class Meta:
+        table_name = "runlane"
+
+    pk = UnicodeAttribute(hash_key=True)
+    sk = UnicodeAttribute(range_key=True)
+    token_id = UnicodeAttribute()
+    environment = UnicodeAttribute()
+    token_status = UnicodeAttribute()
+    value = UnicodeAttribute(null=True)
+    metadata = UnicodeAttribute(null=True)
+    created_at = NumberAttribute()
+    timeout_at = NumberAttribute(null=True)
+    decided_at = NumberAttribute(null=True)
+    agenda_pk = UnicodeAttribute(null=True)
+    agenda_at = NumberAttribute(null=True)
+
+
+class KeyItem(Model):
+    """An idempotency or singleton key held by one run."""
+
+    class Meta:
+        table_name = "runlane"
+
+    pk = UnicodeAttribute(hash_key=True)
+    sk = UnicodeAttribute(range_key=True)
+    run_id = UnicodeAttribute()
+    created_at = NumberAttribute()
+    expires_at = NumberAttribute(null=True)
+    """Epoch seconds; DynamoDB TTL removes the item after this (conditions check it too)."""

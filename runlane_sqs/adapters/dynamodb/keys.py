@@ -1,0 +1,75 @@
+"""Every DynamoDB key format, in one place.
+
+Environment names, task names and run ids cannot contain ``#`` (see
+:mod:`runlane_sqs.core.names`), so each key below splits unambiguously even though
+idempotency and singleton keys may contain any printable character.
+"""
+
+from __future__ import annotations
+
+from runlane_sqs.core.agenda import AGENDA_SHARDS, agenda_partitions, agenda_pk
+
+__all__ = ["AGENDA_SHARDS", "agenda_partitions", "agenda_pk"]
+
+RUN_PREFIX = "RUN#"
+RUN_SK = "RUN"
+IDEMPOTENCY_PREFIX = "IDEM#"
+SINGLETON_PREFIX = "SINGLETON#"
+KEY_SK = "KEY"
+
+
+def run_pk(environment: str, run_id: str) -> str:
+    return f"{RUN_PREFIX}{environment}#{run_id}"
+
+
+def run_key(environment: str, run_id: str) -> dict[str, dict[str, str]]:
+    return {"pk": {"S": run_pk(environment, run_id)}, "sk": {"S": RUN_SK}}
+
+
+def idempotency_pk(environment: str, task: str, key: str) -> str:
+    return f"{IDEMPOTENCY_PREFIX}{environment}#{task}#{key}"
+
+
+def singleton_pk(environment: str, task: str, key: str) -> str:
+    return f"{SINGLETON_PREFIX}{environment}#{task}#{key}"
+
+
+def key_item_key(pk: str) -> dict[str, dict[str, str]]:
+    return {"pk": {"S": pk}, "sk": {"S": KEY_SK}}
+
+
+TOKEN_PREFIX = "TOKEN#"
+TOKEN_SK = "TOKEN"
+
+
+def token_key(environment: str, token_id: str) -> dict[str, dict[str, str]]:
+    return {"pk": {"S": f"{TOKEN_PREFIX}{environment}#{token_id}"}, "sk": {"S": TOKEN_SK}}
+
+
+def token_pk(environment: str, token_id: str) -> str:
+    return f"{TOKEN_PREFIX}{environment}#{token_id}"
+
+
+def wait_pk(environment: str, kind: str, target: str) -> str:
+    """The waits-index partition of runs waiting for ``target`` (a key, token or run id)."""
+    return f"{environment}#{kind}#{target}"
+
+
+def status_pk(environment: str, status: str) -> str:
+    return f"{environment}#{status}"
+
+
+def created_sk(created_at_ms: int, run_id: str) -> str:
+    return f"{created_at_ms:013d}#{run_id}"
+
+
+MAINTENANCE_PREFIX = "MAINT#"
+CURSOR_SK_PREFIX = "CURSOR#"
+
+
+def maintenance_pk(environment: str) -> str:
+    return f"{MAINTENANCE_PREFIX}{environment}"
+
+
+def cursor_sk(partition: str) -> str:
+    return f"{CURSOR_SK_PREFIX}{partition}"

@@ -1,0 +1,345 @@
+"""Every DynamoDB request the run store sends, one named builder per operation.
+
+Builders return the keyword arguments of the low-level client call, so the sync
+(boto3) and async (aioboto3) adapters send exactly the same requests. Conditions and
+updates are written with PynamoDB's expression language over :mod:`.items`.
+
+Timeline of a plain run (three writes, no transaction):
+
+    trigger   PutItem     if the run item does not exist
+    claim     UpdateItem  if seq = seen seq                       (status -> running)
+    outcome   UpdateItem  if seq = seen seq and lease_token = own (-> succeeded/retrying/failed)
+
+Heartbeats are ``UpdateItem if lease_token = own and status is leased`` and append
+no event. Triggers with idempotency or singleton keys write the key items and the
+run in one ``TransactWriteItems``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pynamodb.expressions.condition import Condition
+from pynamodb.expressions.update import Action, Update
+
+from runlane_sqs.adapters.dynamodb import keys
+from runlane_sqs.adapters.dynamodb.codec import (
+    INDEX_ATTRIBUTES,
+    AttributeMap,
+    event_to_map,
+    map_additions,
+    run_state_attributes,
+)
+from runlane_sqs.adapters.dynamodb.items import (
+    AGENDA_INDEX,
+    STATUS_INDEX,
+    WAITS_INDEX,
+    KeyItem,
+    RunItem,
+    TokenItem,
+)
+from runlane_sqs.core.machine import Transition
+from runlane_sqs.core.model import LEASED_STATUSES, TERMINAL_STATUSES, Lease, Run
+
+Request = dict[str, Any]
+
+
+def _expressions(
+    request: Request, *, condition: Condition | None = None, actions: list[Action] | None = None
+) -> Request:
+    names: dict[str, str] = {}
+    values: dict[str, Any] = {}
+    if actions:
+        request["UpdateExpression"] = Update(*actions).serialize(names, values)
+    if condition is not None:
+        request["ConditionExpression"] = condition.serialize(names, values)
+    if names:
+        request["ExpressionAttributeNames"] = {ph: name for name, ph in names.items()}
+    if values:
+        request["ExpressionAttributeValues"] = values
+    return request
+
+
+def get_run(table: str, environment: str, run_id: str) -> Request:
+    """Strongly consistent read of one run item."""
+    return {"TableName": table, "Key": keys.run_key(environment, run_id), "ConsistentRead": True}
+
+
+def put_run(table: str, item: AttributeMap) -> Request:
+    """Create a run; run ids are random, the condition guards against reuse."""
+    return _expressions(
+        {"TableName": table, "Item": item, "ReturnValuesOnConditionCheckFailure": "ALL_OLD"},
+        condition=RunItem.pk.does_not_exist(),
+    )
+
+
+def apply_transition(table: str, transition: Transition) -> Request:
+    """Write one state change and append its events, if nothing changed since it was read.
+
+    Only attributes whose value changes are written. The condition is the sequence
+    the decision was made on, plus the attempt's lease token for attempt writes.
+    """
+    before, after = transition.before, transition.after
+    old, new = run_state_attributes(before), run_state_attributes(after)
+    actions: list[Action] = []
+    for name, value in new.items():
+        if value == old[name] and name not in INDEX_ATTRIBUTES:
+            continue
+        attribute = getattr(RunItem, name)
+        actions.append(attribute.remove() if value is None else attribute.set(value))
+    for name, added in map_additions(before, after).items():
+        attribute = getattr(RunItem, name)
+        actions.extend(attribute[key].set(value) for key, value in added.items())
+    if transition.events:
+        appended = RunItem.events.append([event_to_map(e) for e in transition.events])
+        actions.append(RunItem.events.set(appended))
+    condition = RunItem.seq == before.seq
+    if transition.fence is not None:
+        condition &= RunItem.lease_token == transition.fence
+    for name in transition.guard:
+        attribute = getattr(RunItem, name)
+        value = old[name]
+        condition &= attribute.does_not_exist() if value is None else attribute == value
+    request: Request = {
+        "TableName": table,
+        "Key": keys.run_key(after.environment, after.id),
+        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+    }
+    if after.is_terminal:
+        request["ReturnValues"] = "ALL_NEW"  # says whether another run waits for this one
+    return _expressions(request, condition=condition, actions=actions)
+
+
+def watch_run(table: str, environment: str, run_id: str) -> Request:
+    """Mark a run as awaited by another; returns it (no event, no sequence change)."""
+    return _expressions(
+        {
+            "TableName": table,
+            "Key": keys.run_key(environment, run_id),
+            "ReturnValues": "ALL_NEW",
+        },
+        condition=RunItem.pk.exists(),
+        actions=[RunItem.watched.set(1)],
+    )
+
+
+def query_waiters(table: str, partition: str, limit: int, start: AttributeMap | None) -> Request:
+    """One page of the runs waiting for one signal key, token or run."""
+    request: Request = {
+        "TableName": table,
+        "IndexName": WAITS_INDEX,
+        "KeyConditionExpression": "#pk = :pk",
+        "ExpressionAttributeNames": {"#pk": "wait_pk"},
+        "ExpressionAttributeValues": {":pk": {"S": partition}},
+        "Limit": limit,
+    }
+    if start:
+        request["ExclusiveStartKey"] = start
+    return request
+
+
+def renew_lease(table: str, run: Run, lease: Lease) -> Request:
+    """Extend the attempt's lease (no event); refused once the token is no longer current."""
+    renewed = run_state_attributes(run.with_changes(lease=lease))
+    condition = (RunItem.lease_token == lease.token) & RunItem.status.is_in(
+        *(s.value for s in LEASED_STATUSES)
+    )
+    return _expressions(
+        {
+            "TableName": table,
+            "Key": keys.run_key(run.environment, run.id),
+            "ReturnValues": "ALL_NEW",
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        },
+        condition=condition,
+        actions=[
+            RunItem.lease_expires_at.set(renewed["lease_expires_at"]),
+            RunItem.agenda_at.set(renewed["agenda_at"]),
+        ],
+    )
+
+
+def claim_key(
+    table: str,
+    pk: str,
+    run_id: str,
+    *,
+    now_ms: int,
+    expires_s: int | None,
+    previous_owner: str | None,
+) -> Request:
+    """Take an idempotency/singleton key for ``run_id``.
+
+    Succeeds if the key is free, expired (TTL deletion can lag by days), or still held by
+    ``previous_owner``, a run the caller saw finished and so no longer owning it.
+    """
+    item = KeyItem(pk=pk, sk=keys.KEY_SK, run_id=run_id, created_at=now_ms, expires_at=expires_s)
+    free = KeyItem.pk.does_not_exist() | (KeyItem.expires_at < now_ms // 1000)
+    if previous_owner is not None:
+        free |= KeyItem.run_id == previous_owner
+    return _expressions(
+        {
+            "TableName": table,
+            "Item": item.serialize(),
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        },
+        condition=free,
+    )
+
+
+def release_key(table: str, pk: str, run_id: str) -> Request:
+    """Give a key back, only if ``run_id`` still holds it."""
+    return _expressions(
+        {"TableName": table, "Key": keys.key_item_key(pk)},
+        condition=KeyItem.run_id == run_id,
+    )
+
+
+def get_key(table: str, pk: str) -> Request:
+    return {"TableName": table, "Key": keys.key_item_key(pk), "ConsistentRead": True}
+
+
+def query_agenda(
+    table: str, partition: str, until_ms: int, limit: int, start: AttributeMap | None
+) -> Request:
+    """One page of the agenda index: runs in ``partition`` due for a look by ``until_ms``."""
+    request: Request = {
+        "TableName": table,
+        "IndexName": AGENDA_INDEX,
+        "KeyConditionExpression": "#pk = :pk AND #at <= :until",
+        "ExpressionAttributeNames": {"#pk": "agenda_pk", "#at": "agenda_at"},
+        "ExpressionAttributeValues": {":pk": {"S": partition}, ":until": {"N": str(until_ms)}},
+        "Limit": limit,
+    }
+    if start:
+        request["ExclusiveStartKey"] = start
+    return request
+
+
+def query_cursors(table: str, environment: str) -> Request:
+    """Every maintenance cursor of the environment (one small partition)."""
+    return {
+        "TableName": table,
+        "KeyConditionExpression": "#pk = :pk",
+        "ExpressionAttributeNames": {"#pk": "pk"},
+        "ExpressionAttributeValues": {":pk": {"S": keys.maintenance_pk(environment)}},
+        "ConsistentRead": True,
+    }
+
+
+def put_cursor(table: str, environment: str, partition: str, cursor: str) -> Request:
+    return {
+        "TableName": table,
+        "Item": {
+            "pk": {"S": keys.maintenance_pk(environment)},
+            "sk": {"S": keys.cursor_sk(partition)},
+            "cursor": {"S": cursor},
+        },
+    }
+
+
+def delete_cursor(table: str, environment: str, partition: str) -> Request:
+    return {
+        "TableName": table,
+        "Key": {
+            "pk": {"S": keys.maintenance_pk(environment)},
+            "sk": {"S": keys.cursor_sk(partition)},
+        },
+    }
+
+
+def put_token(table: str, item: AttributeMap) -> Request:
+    return _expressions({"TableName": table, "Item": item}, condition=TokenItem.pk.does_not_exist())
+
+
+def get_token(table: str, environment: str, token_id: str) -> Request:
+    return {
+        "TableName": table,
+        "Key": keys.token_key(environment, token_id),
+        "ConsistentRead": True,
+    }
+
+
+def decide_token(table: str, item: AttributeMap) -> Request:
+    """Store a token's one decision: only while it is still pending (first one wins)."""
+    return _expressions(
+        {"TableName": table, "Item": item, "ReturnValuesOnConditionCheckFailure": "ALL_OLD"},
+        condition=TokenItem.token_status == "pending",
+    )
+
+
+def finish_token_resume(table: str, environment: str, token_id: str) -> Request:
+    """Take a decided token off the agenda once no waiter is left to resume."""
+    return _expressions(
+        {"TableName": table, "Key": keys.token_key(environment, token_id)},
+        condition=TokenItem.token_status != "pending",
+        actions=[TokenItem.agenda_pk.remove(), TokenItem.agenda_at.remove()],
+    )
+
+
+def query_status(
+    table: str,
+    partition: str,
+    *,
+    after_sk: str | None,
+    before_sk: str | None,
+    task: str | None,
+    queue: str | None,
+    limit: int,
+    start: AttributeMap | None,
+) -> Request:
+    """Runs of one environment and status, newest first, optionally within a creation
+    window and filtered by task and queue (attributes the index carries)."""
+    names = {"#pk": "status_pk"}
+    values: dict[str, Any] = {":pk": {"S": partition}}
+    condition = "#pk = :pk"
+    if after_sk is not None or before_sk is not None:
+        names["#sk"] = "created_sk"  # DynamoDB rejects names an expression does not use
+    if after_sk is not None and before_sk is not None:
+        condition += " AND #sk BETWEEN :after AND :before"
+        values.update({":after": {"S": after_sk}, ":before": {"S": before_sk}})
+    elif after_sk is not None:
+        condition += " AND #sk >= :after"
+        values[":after"] = {"S": after_sk}
+    elif before_sk is not None:
+        condition += " AND #sk <= :before"
+        values[":before"] = {"S": before_sk}
+    filters = []
+    for name, value in (("task", task), ("queue", queue)):
+        if value is not None:
+            names[f"#{name}"] = name
+            values[f":{name}"] = {"S": value}
+            filters.append(f"#{name} = :{name}")
+    request: Request = {
+        "TableName": table,
+        "IndexName": STATUS_INDEX,
+        "KeyConditionExpression": condition,
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": values,
+        "ScanIndexForward": False,
+        "Limit": limit,
+    }
+    if filters:
+        request["FilterExpression"] = " AND ".join(filters)
+    if start:
+        request["ExclusiveStartKey"] = start
+    return request
+
+
+def batch_get_runs(table: str, run_keys: list[dict[str, Any]]) -> Request:
+    """Read up to 100 run items at once (strongly consistent)."""
+    return {"RequestItems": {table: {"Keys": run_keys, "ConsistentRead": True}}}
+
+
+def delete_run(table: str, run: Run) -> Request:
+    """Remove a finished run (with its inline history and steps) if it did not change."""
+    condition = (RunItem.seq == run.seq) & RunItem.status.is_in(
+        *(s.value for s in TERMINAL_STATUSES)
+    )
+    return _expressions(
+        {"TableName": table, "Key": keys.run_key(run.environment, run.id)}, condition=condition
+    )
+
+
+def delete_key(table: str, pk: str) -> Request:
+    return {"TableName": table, "Key": keys.key_item_key(pk)}

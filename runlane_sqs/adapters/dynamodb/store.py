@@ -1,0 +1,293 @@
+"""The DynamoDB run store (sync, boto3)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from runlane_sqs.adapters.dynamodb import keys, requests
+from runlane_sqs.adapters.dynamodb.codec import (
+    events_from_item,
+    item_from_wire,
+    run_from_wire,
+    run_to_wire,
+    token_from_wire,
+    token_to_wire,
+)
+from runlane_sqs.adapters.dynamodb.cursors import decode_cursor, encode_cursor
+from runlane_sqs.adapters.dynamodb.errors import call, error_code
+from runlane_sqs.adapters.dynamodb.listing import list_run_keys
+from runlane_sqs.core.durations import to_epoch_ms
+from runlane_sqs.core.errors import ConflictError, LeaseLost
+from runlane_sqs.core.machine import Transition
+from runlane_sqs.core.model import Lease, Run, RunEvent, WaitKind
+from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenNotFound
+from runlane_sqs.ports.store import KeyClaim, KeyConflict, KeyKind, RunQuery
+
+
+def key_pk(environment: str, kind: KeyKind, task: str, key: str) -> str:
+    if kind is KeyKind.IDEMPOTENCY:
+        return keys.idempotency_pk(environment, task, key)
+    return keys.singleton_pk(environment, task, key)
+
+
+def run_in(response: dict[str, Any]) -> Run | None:
+    """The run a ``GetItem`` response carries, if any."""
+    wire = response.get("Item")
+    return run_from_wire(wire) if wire else None
+
+
+def applied(transition: Transition, response: dict[str, Any]) -> Run:
+    """The stored run after a transition's ``UpdateItem``."""
+    stored = response.get("Attributes")
+    return run_from_wire(stored) if stored else transition.after
+
+
+def refused_transition(transition: Transition, exc: ClientError) -> Exception:
+    """A :class:`ConflictError` carrying the stored run, or ``exc`` if it was no conflict."""
+    if error_code(exc) != "ConditionalCheckFailedException":
+        return exc
+    wire: dict[str, Any] | None = exc.response.get("Item")  # type: ignore[assignment]
+    return ConflictError(transition.run_id, run_from_wire(wire) if wire else None)
+
+
+def refused_renewal(run: Run, exc: ClientError) -> Exception:
+    """:class:`LeaseLost`, or ``exc`` if it was no failed condition."""
+    if error_code(exc) != "ConditionalCheckFailedException":
+        return exc
+    return LeaseLost(run.id)
+
+
+class DynamoRunStore:
+    """Runs in one DynamoDB table, namespaced by environment."""
+
+    def __init__(self, client: Any, table: str, environment: str) -> None:
+        self._client = client
+        self.table = table
+        self.environment = environment
+        self._endpoint: str | None = getattr(getattr(client, "meta", None), "endpoint_url", None)
+
+    def _send(self, operation: str, request: dict[str, Any]) -> Any:
+        return call(
+            getattr(self._client, operation), request, table=self.table, endpoint=self._endpoint
+        )
+
+    def create_run(
+        self, run: Run, event: RunEvent, payload_json: str, claims: Sequence[KeyClaim] = ()
+    ) -> None:
+        item = run_to_wire(run, [event], payload_json)
+        put = requests.put_run(self.table, item)
+        if not claims:
+            try:
+                self._send("put_item", put)
+            except ClientError as exc:
+                self._raise_conflict(run.id, exc.response.get("Item"), exc)  # type: ignore[arg-type]
+            return
+        now_ms = to_epoch_ms(run.created_at)
+        claim_requests = [
+            requests.claim_key(
+                self.table,
+                key_pk(self.environment, c.kind, c.task, c.key),
+                run.id,
+                now_ms=now_ms,
+                expires_s=to_epoch_ms(c.expires_at) // 1000 if c.expires_at else None,
+                previous_owner=c.previous_owner,
+            )
+            for c in claims
+        ]
+        items = [{"Put": r} for r in claim_requests] + [{"Put": put}]
+        try:
+            self._send("transact_write_items", {"TransactItems": items})
+        except ClientError as exc:
+            self._raise_key_conflict(exc, run.id, claims)
+
+    def _raise_key_conflict(
+        self, exc: ClientError, run_id: str, claims: Sequence[KeyClaim]
+    ) -> None:
+        reasons: list[dict[str, Any]] = exc.response.get("CancellationReasons") or []  # type: ignore[assignment]
+        for claim, reason in zip(claims, reasons, strict=False):
+            if reason.get("Code") == "ConditionalCheckFailed":
+                owner = reason.get("Item", {}).get("run_id", {}).get("S")
+                raise KeyConflict(claim, owner) from exc
+        run_reason = reasons[len(claims)] if len(reasons) > len(claims) else {}
+        if run_reason.get("Code") == "ConditionalCheckFailed":
+            self._raise_conflict(run_id, run_reason.get("Item"), exc)
+        raise exc
+
+    @staticmethod
+    def _raise_conflict(run_id: str, wire: dict[str, Any] | None, exc: ClientError) -> None:
+        """A refused run write: :class:`ConflictError` with the stored run, else re-raise."""
+        if error_code(exc) not in {
+            "ConditionalCheckFailedException",
+            "TransactionCanceledException",
+        }:
+            raise exc
+        current = run_from_wire(wire) if wire else None
+        raise ConflictError(current.id if current else run_id, current) from None
+
+    def get_run(self, run_id: str) -> Run | None:
+        response = self._send("get_item", requests.get_run(self.table, self.environment, run_id))
+        return run_in(response)
+
+    def get_events(self, run_id: str) -> list[RunEvent]:
+        response = self._send("get_item", requests.get_run(self.table, self.environment, run_id))
+        wire = response.get("Item")
+        return events_from_item(item_from_wire(wire)) if wire else []
+
+    def apply(self, transition: Transition) -> Run:
+        try:
+            response = self._send("update_item", requests.apply_transition(self.table, transition))
+        except ClientError as exc:
+            raise refused_transition(transition, exc) from None
+        return applied(transition, response)
+
+    def renew_lease(self, run: Run, lease: Lease) -> Run:
+        try:
+            response = self._send("update_item", requests.renew_lease(self.table, run, lease))
+        except ClientError as exc:
+            raise refused_renewal(run, exc) from None
+        return run_from_wire(response["Attributes"])
+
+    def release_key(self, kind: KeyKind, task: str, key: str, run_id: str) -> None:
+        pk = key_pk(self.environment, kind, task, key)
+        try:
+            self._send("delete_item", requests.release_key(self.table, pk, run_id))
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+
+    def agenda_page(
+        self, partition: str, until: datetime, limit: int, cursor: str | None
+    ) -> tuple[list[Run], str | None]:
+        start = decode_cursor(cursor)
+        request = requests.query_agenda(self.table, partition, to_epoch_ms(until), limit, start)
+        response = self._send("query", request)
+        runs = [run_from_wire(item) for item in response.get("Items", [])]
+        return runs, encode_cursor(response.get("LastEvaluatedKey"))
+
+    def load_cursors(self) -> dict[str, str]:
+        response = self._send("query", requests.query_cursors(self.table, self.environment))
+        prefix = keys.CURSOR_SK_PREFIX
+        return {
+            item["sk"]["S"][len(prefix) :]: item["cursor"]["S"]
+            for item in response.get("Items", [])
+            if item["sk"]["S"].startswith(prefix)
+        }
+
+    def save_cursor(self, partition: str, cursor: str | None) -> None:
+        if cursor is None:
+            self._send(
+                "delete_item", requests.delete_cursor(self.table, self.environment, partition)
+            )
+        else:
+            request = requests.put_cursor(self.table, self.environment, partition, cursor)
+            self._send("put_item", request)
+
+    def watch_run(self, run_id: str) -> Run | None:
+        request = requests.watch_run(self.table, self.environment, run_id)
+        try:
+            response = self._send("update_item", request)
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            return None
+        return run_from_wire(response["Attributes"])
+
+    def waiting_runs(
+        self, kind: WaitKind, target: str, limit: int, cursor: str | None
+    ) -> tuple[list[str], str | None]:
+        partition = keys.wait_pk(self.environment, kind.value, target)
+        request = requests.query_waiters(self.table, partition, limit, decode_cursor(cursor))
+        response = self._send("query", request)
+        prefix = keys.run_pk(self.environment, "")
+        ids = [item["pk"]["S"][len(prefix) :] for item in response.get("Items", [])]
+        return ids, encode_cursor(response.get("LastEvaluatedKey"))
+
+    def create_token(self, token: Token) -> None:
+        self._send("put_item", requests.put_token(self.table, token_to_wire(token)))
+
+    def get_token(self, token_id: str) -> Token | None:
+        request = requests.get_token(self.table, self.environment, token_id)
+        wire = self._send("get_item", request).get("Item")
+        return token_from_wire(wire) if wire else None
+
+    def decide_token(self, decided: Token) -> Token:
+        try:
+            self._send("put_item", requests.decide_token(self.table, token_to_wire(decided)))
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            wire: dict[str, Any] | None = exc.response.get("Item")  # type: ignore[assignment]
+            if not wire:
+                raise TokenNotFound(decided.id) from None
+            raise TokenAlreadyDecided(token_from_wire(wire)) from None
+        return decided
+
+    def finish_token_resume(self, token_id: str) -> None:
+        request = requests.finish_token_resume(self.table, self.environment, token_id)
+        try:
+            self._send("update_item", request)
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+
+    def token_agenda_page(
+        self, partition: str, until: datetime, limit: int, cursor: str | None
+    ) -> tuple[list[Token], str | None]:
+        start = decode_cursor(cursor)
+        request = requests.query_agenda(self.table, partition, to_epoch_ms(until), limit, start)
+        response = self._send("query", request)
+        tokens = [token_from_wire(item) for item in response.get("Items", [])]
+        return tokens, encode_cursor(response.get("LastEvaluatedKey"))
+
+    def list_runs(
+        self, query: RunQuery, limit: int, cursor: str | None
+    ) -> tuple[list[Run], str | None]:
+        run_keys, next_cursor = list_run_keys(
+            self._send, self.table, self.environment, query, limit, cursor
+        )
+        return self._batch_get(run_keys), next_cursor
+
+    def _batch_get(self, run_keys: list[dict[str, Any]]) -> list[Run]:
+        """Full runs for index keys, in the keys' order (unprocessed keys are retried)."""
+        found: dict[str, Run] = {}
+        pending = list(run_keys)
+        for _ in range(10):
+            if not pending:
+                break
+            response = self._send("batch_get_item", requests.batch_get_runs(self.table, pending))
+            for item in response.get("Responses", {}).get(self.table, []):
+                run = run_from_wire(item)
+                found[run.id] = run
+            pending = response.get("UnprocessedKeys", {}).get(self.table, {}).get("Keys", [])
+        prefix = keys.run_pk(self.environment, "")
+        ids = [key["pk"]["S"][len(prefix) :] for key in run_keys]
+        return [found[i] for i in ids if i in found]
+
+    def delete_run(self, run: Run) -> bool:
+        try:
+            self._send("delete_item", requests.delete_run(self.table, run))
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            return False
+        return True
+
+    def get_key_owner(self, kind: KeyKind, task: str, key: str, now: datetime) -> str | None:
+        pk = key_pk(self.environment, kind, task, key)
+        item = self._send("get_item", requests.get_key(self.table, pk)).get("Item")
+        if not item:
+            return None
+        expires = item.get("expires_at", {}).get("N")
+        if expires is not None and int(expires) < to_epoch_ms(now) // 1000:
+            return None  # past retention: TTL deletion can lag, the key is free
+        return str(item["run_id"]["S"])
+
+    def delete_key(self, kind: KeyKind, task: str, key: str) -> None:
+        self._send(
+            "delete_item",
+            requests.delete_key(self.table, key_pk(self.environment, kind, task, key)),
+        )

@@ -1,0 +1,296 @@
+"""An in-memory run store with the same conditional semantics as DynamoDB.
+
+Public API for users' unit tests (see :mod:`runlane_sqs.testing`); the contract tests
+run the same bodies against this store and the DynamoDB one.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+from runlane_sqs.adapters.dynamodb import keys
+from runlane_sqs.adapters.dynamodb.codec import (
+    event_from_map,
+    event_to_map,
+    run_from_wire,
+    run_state_attributes,
+    run_to_wire,
+    wait_partition,
+)
+from runlane_sqs.adapters.dynamodb.cursors import decode_cursor, encode_cursor
+from runlane_sqs.core.durations import to_epoch_ms
+from runlane_sqs.core.errors import ConflictError, LeaseLost
+from runlane_sqs.core.machine import Transition
+from runlane_sqs.core.model import LEASED_STATUSES, Lease, Run, RunEvent, WaitKind
+from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenNotFound
+from runlane_sqs.core.tokens import agenda_entry as token_agenda_entry
+from runlane_sqs.ports.store import KeyClaim, KeyConflict, KeyKind, RunQuery
+
+
+def _json_copy(value: object) -> object:
+    """``value`` as DynamoDB would give it back (JSON text decoded again)."""
+    return None if value is None else json.loads(json.dumps(value))
+
+
+def _as_stored(run: Run, payload_json: str) -> Run:
+    """``run`` as DynamoDB would give it back: through the same codec."""
+    return replace(run_from_wire(run_to_wire(run, [], payload_json)), watched=run.watched)
+
+
+def _event_as_stored(event: RunEvent) -> RunEvent:
+    return event_from_map(event_to_map(event))
+
+
+@dataclass
+class _Stored:
+    run: Run
+    payload_json: str
+    events: list[RunEvent] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Key:
+    run_id: str
+    expires_at_s: int | None
+
+
+class InMemoryRunStore:
+    """Runs in a dict, guarded by a lock; every write checks what DynamoDB would check."""
+
+    def __init__(self, environment: str = "dev") -> None:
+        self.environment = environment
+        self._runs: dict[str, _Stored] = {}
+        self._keys: dict[tuple[KeyKind, str, str], _Key] = {}
+        self._cursors: dict[str, str] = {}
+        self._tokens: dict[str, Token] = {}
+        self._lock = threading.Lock()
+
+    def create_run(
+        self, run: Run, event: RunEvent, payload_json: str, claims: Sequence[KeyClaim] = ()
+    ) -> None:
+        now_s = int(run.created_at.timestamp())
+        with self._lock:
+            for claim in claims:
+                held = self._keys.get((claim.kind, claim.task, claim.key))
+                free = (
+                    held is None
+                    or (held.expires_at_s is not None and held.expires_at_s < now_s)
+                    or held.run_id == claim.previous_owner
+                )
+                if not free:
+                    raise KeyConflict(claim, held.run_id if held else None)
+            if run.id in self._runs:
+                raise ConflictError(run.id, self._runs[run.id].run)
+            for claim in claims:
+                expires = int(claim.expires_at.timestamp()) if claim.expires_at else None
+                self._keys[(claim.kind, claim.task, claim.key)] = _Key(run.id, expires)
+            stored = _as_stored(run, payload_json)
+            self._runs[run.id] = _Stored(stored, payload_json, [_event_as_stored(event)])
+
+    def get_run(self, run_id: str) -> Run | None:
+        with self._lock:
+            stored = self._runs.get(run_id)
+            return stored.run if stored else None
+
+    def get_events(self, run_id: str) -> list[RunEvent]:
+        with self._lock:
+            stored = self._runs.get(run_id)
+            return list(stored.events) if stored else []
+
+    def apply(self, transition: Transition) -> Run:
+        with self._lock:
+            stored = self._runs.get(transition.run_id)
+            current = stored.run if stored else None
+            if stored is None or current is None or current.seq != transition.before.seq:
+                raise ConflictError(transition.run_id, current)
+            fence = transition.fence
+            if fence is not None and (current.lease is None or current.lease.token != fence):
+                raise ConflictError(transition.run_id, current)
+            stored_state = run_state_attributes(current)
+            seen_state = run_state_attributes(transition.before)
+            if any(stored_state[name] != seen_state[name] for name in transition.guard):
+                raise ConflictError(transition.run_id, current)
+            after = replace(transition.after, watched=current.watched)
+            stored.run = _as_stored(after, stored.payload_json)
+            stored.events.extend(_event_as_stored(e) for e in transition.events)
+            return stored.run
+
+    def renew_lease(self, run: Run, lease: Lease) -> Run:
+        with self._lock:
+            stored = self._runs.get(run.id)
+            current = stored.run if stored else None
+            if (
+                stored is None
+                or current is None
+                or current.status not in LEASED_STATUSES
+                or current.lease is None
+                or current.lease.token != lease.token
+            ):
+                raise LeaseLost(run.id)
+            stored.run = replace(current, lease=lease)
+            return stored.run
+
+    def release_key(self, kind: KeyKind, task: str, key: str, run_id: str) -> None:
+        with self._lock:
+            held = self._keys.get((kind, task, key))
+            if held is not None and held.run_id == run_id:
+                del self._keys[(kind, task, key)]
+
+    def agenda_page(
+        self, partition: str, until: datetime, limit: int, cursor: str | None
+    ) -> tuple[list[Run], str | None]:
+        after = decode_cursor(cursor)
+        start = (after["at"], after["id"]) if after else None
+        until_ms = to_epoch_ms(until)
+        with self._lock:
+            listed = []
+            for stored in self._runs.values():
+                state = run_state_attributes(stored.run)
+                if state["agenda_pk"] != partition or state["agenda_at"] > until_ms:
+                    continue
+                position = (state["agenda_at"], stored.run.id)
+                if start is None or position > start:
+                    listed.append((position, stored.run))
+        listed.sort(key=lambda pair: pair[0])
+        page = listed[:limit]
+        more = len(listed) > limit
+        last = page[-1][0] if page and more else None
+        next_cursor = encode_cursor({"at": last[0], "id": last[1]}) if last else None
+        return [run for _, run in page], next_cursor
+
+    def watch_run(self, run_id: str) -> Run | None:
+        with self._lock:
+            stored = self._runs.get(run_id)
+            if stored is None:
+                return None
+            stored.run = replace(stored.run, watched=True)
+            return stored.run
+
+    def waiting_runs(
+        self, kind: WaitKind, target: str, limit: int, cursor: str | None
+    ) -> tuple[list[str], str | None]:
+        partition = keys.wait_pk(self.environment, kind.value, target)
+        after = decode_cursor(cursor)
+        with self._lock:
+            ids = sorted(
+                s.run.id for s in self._runs.values() if wait_partition(s.run) == partition
+            )
+        if after:
+            ids = [i for i in ids if i > after["id"]]
+        page = ids[:limit]
+        more = len(ids) > limit
+        return page, encode_cursor({"id": page[-1]}) if more and page else None
+
+    def create_token(self, token: Token) -> None:
+        with self._lock:
+            if token.id in self._tokens:
+                raise ConflictError(token.id, None)
+            self._tokens[token.id] = token
+
+    def get_token(self, token_id: str) -> Token | None:
+        with self._lock:
+            return self._tokens.get(token_id)
+
+    def decide_token(self, decided: Token) -> Token:
+        with self._lock:
+            current = self._tokens.get(decided.id)
+            if current is None:
+                raise TokenNotFound(decided.id)
+            if current.is_decided:
+                raise TokenAlreadyDecided(current)
+            stored = replace(decided, value=_json_copy(decided.value))
+            self._tokens[decided.id] = stored
+            return stored
+
+    def finish_token_resume(self, token_id: str) -> None:
+        with self._lock:
+            current = self._tokens.get(token_id)
+            if current is not None and current.is_decided:
+                self._tokens[token_id] = replace(current, resuming=False)
+
+    def token_agenda_page(
+        self, partition: str, until: datetime, limit: int, cursor: str | None
+    ) -> tuple[list[Token], str | None]:
+        after = decode_cursor(cursor)
+        start = (after["at"], after["id"]) if after else None
+        with self._lock:
+            listed = []
+            for token in self._tokens.values():
+                entry = token_agenda_entry(token)
+                if entry is None or entry[1] > until:
+                    continue
+                if keys.agenda_pk(self.environment, entry[0], token.id) != partition:
+                    continue
+                position = (to_epoch_ms(entry[1]), token.id)
+                if start is None or position > start:
+                    listed.append((position, token))
+        listed.sort(key=lambda pair: pair[0])
+        page = listed[:limit]
+        last = page[-1][0] if page and len(listed) > limit else None
+        next_cursor = encode_cursor({"at": last[0], "id": last[1]}) if last else None
+        return [token for _, token in page], next_cursor
+
+    def list_runs(
+        self, query: RunQuery, limit: int, cursor: str | None
+    ) -> tuple[list[Run], str | None]:
+        after = decode_cursor(cursor)
+        with self._lock:
+            matching = [
+                s.run
+                for s in self._runs.values()
+                if s.run.status in query.statuses
+                and query.task in (None, s.run.task)
+                and query.queue in (None, s.run.queue)
+                and (query.created_after is None or s.run.created_at >= query.created_after)
+                and (query.created_before is None or s.run.created_at <= query.created_before)
+            ]
+        matching.sort(key=lambda r: (r.created_at, r.id), reverse=True)
+        if after:
+            position = (after["at"], after["id"])
+            matching = [r for r in matching if (to_epoch_ms(r.created_at), r.id) < position]
+        page = matching[:limit]
+        if len(matching) <= limit or not page:
+            return page, None
+        last = page[-1]
+        return page, encode_cursor({"at": to_epoch_ms(last.created_at), "id": last.id})
+
+    def delete_run(self, run: Run) -> bool:
+        with self._lock:
+            stored = self._runs.get(run.id)
+            if stored is None or stored.run.seq != run.seq or not stored.run.is_terminal:
+                return False
+            del self._runs[run.id]
+            return True
+
+    def get_key_owner(self, kind: KeyKind, task: str, key: str, now: datetime) -> str | None:
+        with self._lock:
+            held = self._keys.get((kind, task, key))
+        if held is None:
+            return None
+        if held.expires_at_s is not None and held.expires_at_s < int(now.timestamp()):
+            return None
+        return held.run_id
+
+    def delete_key(self, kind: KeyKind, task: str, key: str) -> None:
+        with self._lock:
+            self._keys.pop((kind, task, key), None)
+
+    def load_cursors(self) -> dict[str, str]:
+        with self._lock:
+            return dict(self._cursors)
+
+    def save_cursor(self, partition: str, cursor: str | None) -> None:
+        with self._lock:
+            if cursor is None:
+                self._cursors.pop(partition, None)
+            else:
+                self._cursors[partition] = cursor
+
+    # inspection helpers for tests
+    def all_runs(self) -> list[Run]:
+        with self._lock:
+            return [s.run for s in self._runs.values()]

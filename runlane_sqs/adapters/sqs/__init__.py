@@ -1,0 +1,1 @@
+"""The SQS wakeup transport, sync and async."""

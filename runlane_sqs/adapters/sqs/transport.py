@@ -1,0 +1,214 @@
+"""The SQS wakeup transport (sync, boto3)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from runlane_sqs.core.errors import MissingResourceError, TransportError
+from runlane_sqs.core.limits import MAX_DELAY_SECONDS, MAX_RECEIVE_BATCH, MAX_SEND_BATCH
+from runlane_sqs.core.wakeup import Wakeup
+from runlane_sqs.ports.transport import ReceivedWakeup
+
+log = logging.getLogger("runlane_sqs.transport")
+T = TypeVar("T")
+W = TypeVar("W")
+
+MISSING_QUEUE_CODES = frozenset(
+    {"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist", "NonExistentQueue"}
+)
+
+
+def chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def delay_seconds(delay: timedelta | None) -> int:
+    """SQS ``DelaySeconds`` for a wakeup due after ``delay`` (rounded up, at most 900)."""
+    if delay is None or delay <= timedelta(0):
+        return 0
+    return min(MAX_DELAY_SECONDS, math.ceil(delay.total_seconds()))
+
+
+def is_fifo(url: str) -> bool:
+    return url.endswith(".fifo")
+
+
+def by_queue(items: Sequence[W], queue_of: Callable[[W], str]) -> dict[str, list[W]]:
+    grouped: dict[str, list[W]] = defaultdict(list)
+    for item in items:
+        grouped[queue_of(item)].append(item)
+    return grouped
+
+
+def send_entry(url: str, index: int, wakeup: Wakeup, delay: int) -> dict[str, Any]:
+    """One ``SendMessageBatch`` entry (FIFO queues: grouped by run, no delay)."""
+    entry: dict[str, Any] = {"Id": str(index), "MessageBody": wakeup.to_json()}
+    if is_fifo(url):
+        entry["MessageGroupId"] = wakeup.run_id
+        entry["MessageDeduplicationId"] = f"{wakeup.run_id}-{wakeup.requested_at.timestamp()}"
+    elif delay:
+        entry["DelaySeconds"] = delay
+    return entry
+
+
+def send_request(url: str, batch: Sequence[Wakeup], delay: int) -> tuple[str, dict[str, Any]]:
+    """The operation and arguments that send ``batch``: one message is a ``SendMessage``."""
+    entries = [send_entry(url, i, w, delay) for i, w in enumerate(batch)]
+    if len(entries) == 1:
+        entry = entries[0]
+        entry.pop("Id")
+        return "send_message", {"QueueUrl": url, **entry}
+    return "send_message_batch", {"QueueUrl": url, "Entries": entries}
+
+
+def unsent(batch: Sequence[Wakeup], response: Mapping[str, Any]) -> list[Wakeup]:
+    failed_ids = {int(f["Id"]) for f in response.get("Failed", [])}
+    return [batch[i] for i in sorted(failed_ids)]
+
+
+def receive_request(url: str, max_messages: int, wait_seconds: float) -> dict[str, Any]:
+    return {
+        "QueueUrl": url,
+        "MaxNumberOfMessages": max(1, min(MAX_RECEIVE_BATCH, max_messages)),
+        "WaitTimeSeconds": int(wait_seconds),
+        "MessageSystemAttributeNames": ["ApproximateReceiveCount"],
+    }
+
+
+def received(queue: str, response: Mapping[str, Any]) -> list[ReceivedWakeup]:
+    return [
+        ReceivedWakeup(
+            queue=queue,
+            body=message.get("Body", ""),
+            receipt=message["ReceiptHandle"],
+            message_id=message.get("MessageId", ""),
+            receive_count=int(message.get("Attributes", {}).get("ApproximateReceiveCount", 1)),
+        )
+        for message in response.get("Messages", [])
+    ]
+
+
+def handle_entries(batch: Sequence[ReceivedWakeup], extra: Mapping[str, Any]) -> list[Any]:
+    """Entries of a ``DeleteMessageBatch`` or ``ChangeMessageVisibilityBatch``."""
+    return [{"Id": str(i), "ReceiptHandle": m.receipt, **extra} for i, m in enumerate(batch)]
+
+
+def missing_queue(name: str, endpoint: str | None, exc: ClientError) -> Exception:
+    """:class:`MissingResourceError` for an absent queue, else a :class:`TransportError`."""
+    if exc.response.get("Error", {}).get("Code") in MISSING_QUEUE_CODES:
+        where = endpoint or "the default AWS endpoint"
+        return MissingResourceError(
+            f"SQS queue {name!r} does not exist at {where}; create it with "
+            "app.provision() (local use) or your CloudFormation stack (AWS)"
+        )
+    return TransportError(f"cannot look up SQS queue {name!r}: {exc}")
+
+
+class SqsTransport:
+    """Wakeups on SQS queues named ``{queue_prefix}{queue}`` or given by URL."""
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        queue_prefix: str = "runlane-",
+        queue_urls: Mapping[str, str] | None = None,
+    ) -> None:
+        self._client = client
+        self.queue_prefix = queue_prefix
+        self._urls: dict[str, str] = dict(queue_urls or {})
+        self._lock = threading.Lock()
+        self._endpoint: str | None = getattr(getattr(client, "meta", None), "endpoint_url", None)
+
+    def queue_name(self, queue: str) -> str:
+        return f"{self.queue_prefix}{queue}"
+
+    def queue_url(self, queue: str) -> str:
+        """The URL of a logical queue, looked up once; a clear error if it does not exist."""
+        with self._lock:
+            if queue in self._urls:
+                return self._urls[queue]
+        name = self.queue_name(queue)
+        try:
+            url = str(self._client.get_queue_url(QueueName=name)["QueueUrl"])
+        except ClientError as exc:
+            raise missing_queue(name, self._endpoint, exc) from exc
+        except BotoCoreError as exc:
+            raise TransportError(f"cannot reach SQS: {exc}") from exc
+        with self._lock:
+            self._urls[queue] = url
+        return url
+
+    def cached_url(self, queue: str) -> str | None:
+        """The URL of a queue already looked up (or configured), without a request."""
+        with self._lock:
+            return self._urls.get(queue)
+
+    def check_queue(self, queue: str) -> None:
+        self.queue_url(queue)
+
+    def publish(self, wakeups: Sequence[Wakeup], delay: timedelta | None = None) -> list[Wakeup]:
+        failed: list[Wakeup] = []
+        seconds = delay_seconds(delay)
+        for queue, group in by_queue(wakeups, lambda w: w.queue).items():
+            url = self.queue_url(queue)
+            if seconds and is_fifo(url):
+                # FIFO queues take no per-message delay: a wakeup sent now would arrive
+                # early and be dropped as not due. Leave it unsent; the caller lists the
+                # run as due at its due time and maintenance publishes it then.
+                failed.extend(group)
+                continue
+            for batch in chunks(group, MAX_SEND_BATCH):
+                failed.extend(self._send(url, batch, seconds))
+        return failed
+
+    def _send(self, url: str, batch: Sequence[Wakeup], delay: int) -> list[Wakeup]:
+        operation, request = send_request(url, batch, delay)
+        try:
+            response = getattr(self._client, operation)(**request)
+        except (ClientError, BotoCoreError) as exc:
+            log.warning("publishing %d wakeup(s) failed: %s", len(batch), exc)
+            return list(batch)
+        return unsent(batch, response)
+
+    def receive(self, queue: str, max_messages: int, wait_seconds: float) -> list[ReceivedWakeup]:
+        request = receive_request(self.queue_url(queue), max_messages, wait_seconds)
+        try:
+            response = self._client.receive_message(**request)
+        except (ClientError, BotoCoreError) as exc:
+            raise TransportError(f"receiving from SQS queue {queue!r} failed: {exc}") from exc
+        return received(queue, response)
+
+    def ack(self, messages: Sequence[ReceivedWakeup]) -> None:
+        self._batch("delete_message_batch", messages, {})
+
+    def release(self, messages: Sequence[ReceivedWakeup]) -> None:
+        self._batch("change_message_visibility_batch", messages, {"VisibilityTimeout": 0})
+
+    def _batch(
+        self, operation: str, messages: Sequence[ReceivedWakeup], extra: dict[str, Any]
+    ) -> None:
+        for queue, group in by_queue(messages, lambda m: m.queue).items():
+            url = self.queue_url(queue)
+            for batch in chunks(group, MAX_SEND_BATCH):
+                entries = handle_entries(batch, extra)
+                try:
+                    response = getattr(self._client, operation)(QueueUrl=url, Entries=entries)
+                except (ClientError, BotoCoreError) as exc:
+                    log.warning("%s on queue %r failed: %s", operation, queue, exc)
+                    continue
+                log_failed_entries(operation, queue, response)
+
+
+def log_failed_entries(operation: str, queue: str, response: Mapping[str, Any]) -> None:
+    for failure in response.get("Failed", []):
+        log.warning("%s entry failed on queue %r: %s", operation, queue, failure)

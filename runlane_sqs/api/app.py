@@ -1,0 +1,276 @@
+"""The app: the facade users hold. It owns the task registry and the AWS clients, builds
+the engine over DynamoDB and SQS (or the adapters it is given) and hands out workers and
+the operator API."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, overload
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from runlane_sqs.adapters.aws import DEFAULT_BOTOCORE_CONFIG, AwsClients
+from runlane_sqs.adapters.dynamodb.store import DynamoRunStore
+from runlane_sqs.adapters.provision import provision_queues, provision_table
+from runlane_sqs.adapters.sqs.transport import SqsTransport
+from runlane_sqs.api.runs import IdempotencyApi, RunsApi
+from runlane_sqs.core.clock import Clock, SystemClock
+from runlane_sqs.core.config import RunlaneConfig
+from runlane_sqs.core.durations import Duration
+from runlane_sqs.core.errors import StorageUnavailable
+from runlane_sqs.core.model import JSON, LinkKind, Run
+from runlane_sqs.core.retry import RetryPolicy
+from runlane_sqs.engine.engine import Engine
+from runlane_sqs.engine.tasks import Handler, Task, TaskRegistry
+from runlane_sqs.ports.store import RunStore
+from runlane_sqs.ports.transport import WakeupTransport
+from runlane_sqs.runtime.worker import Worker
+
+if TYPE_CHECKING:
+    from runlane_sqs.runtime.aio.worker import AsyncWorker
+
+__all__ = ["DEFAULT_BOTOCORE_CONFIG", "Runlane"]
+log = logging.getLogger("runlane_sqs")
+
+
+class Runlane:
+    """A runlane-sqs app: one table, one environment, a set of queues.
+
+    Pass ``store``/``transport`` to use other adapters (for example the in-memory ones
+    from :mod:`runlane_sqs.testing`); otherwise DynamoDB and SQS clients are built from
+    ``session`` (or a default boto3 session), ``region`` and ``endpoint_url``.
+    """
+
+    def __init__(
+        self,
+        table: str = "runlane",
+        environment: str = "dev",
+        *,
+        queue_prefix: str = "runlane-",
+        queue_urls: Mapping[str, str] | None = None,
+        region: str | None = None,
+        endpoint_url: str | None = None,
+        session: boto3.Session | None = None,
+        botocore_config: Config | None = None,
+        clock: Clock | None = None,
+        lease_duration: Duration = 60,
+        payload_limit: int | None = None,
+        idempotency_retention: Duration = timedelta(days=30),
+        republish_after: Duration = timedelta(minutes=5),
+        republish_max: Duration = timedelta(hours=1),
+        config: RunlaneConfig | None = None,
+        store: RunStore | None = None,
+        transport: WakeupTransport | None = None,
+    ) -> None:
+        if config is None:
+            extra: dict[str, Any] = {}
+            if payload_limit is not None:
+                extra["payload_limit"] = payload_limit
+            config = RunlaneConfig.build(
+                table=table,
+                environment=environment,
+                queue_prefix=queue_prefix,
+                queue_urls=dict(queue_urls or {}),
+                region=region,
+                endpoint_url=endpoint_url,
+                lease_duration=lease_duration,
+                idempotency_retention=idempotency_retention,
+                republish_after=republish_after,
+                republish_max=republish_max,
+                **extra,
+            )
+        self.config = config
+        self.clock: Clock = clock or SystemClock()
+        self.tasks = TaskRegistry()
+        self.aws = AwsClients(
+            region=config.region,
+            endpoint_url=config.endpoint_url,
+            session=session,
+            botocore_config=botocore_config,
+        )
+        self.store: RunStore = store or DynamoRunStore(
+            self.client("dynamodb"), config.table, config.environment
+        )
+        self.transport: WakeupTransport = transport or SqsTransport(
+            self.client("sqs"), queue_prefix=config.queue_prefix, queue_urls=config.queue_urls
+        )
+        self.engine = Engine(
+            config=config,
+            clock=self.clock,
+            tasks=self.tasks,
+            store=self.store,
+            transport=self.transport,
+        )
+        self.publisher = self.engine.publisher
+        self.maintenance = self.engine.maintenance
+        self.tokens = self.engine.tokens
+        self.signals = self.engine.signals
+        self.runs = RunsApi(self.engine)
+        self.idempotency = IdempotencyApi(self.engine)
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> Runlane:
+        """An app configured by ``RUNLANE_TABLE``, ``RUNLANE_ENVIRONMENT``,
+        ``RUNLANE_QUEUE_PREFIX``, ``RUNLANE_QUEUE_URLS`` and boto3's own variables
+        (``AWS_ENDPOINT_URL``, ``AWS_ENDPOINT_URL_DYNAMODB``, ``AWS_ENDPOINT_URL_SQS``,
+        ``AWS_DEFAULT_REGION``, credentials)."""
+        adapters = {
+            k: overrides.pop(k)
+            for k in ("session", "botocore_config", "clock", "store", "transport")
+            if k in overrides
+        }
+        return cls(config=RunlaneConfig.from_env(**overrides), **adapters)
+
+    @property
+    def botocore_config(self) -> Config:
+        """Retries, timeouts and pool size of this app's AWS clients."""
+        return self.aws.botocore_config
+
+    @property
+    def boto_session(self) -> boto3.Session:
+        """The boto3 session the app's clients come from (one, so service models load
+        once per process)."""
+        return self.aws.session
+
+    def client(self, service: str) -> Any:
+        """The boto3 client this app uses for ``service`` (built once)."""
+        return self.aws.client(service)
+
+    # tasks --------------------------------------------------------------------------
+
+    @overload
+    def task(
+        self,
+        fn: Handler,
+        /,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        retry: RetryPolicy | None = None,
+        timeout: Duration | None = None,
+    ) -> Task: ...
+
+    @overload
+    def task(
+        self,
+        fn: None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        retry: RetryPolicy | None = None,
+        timeout: Duration | None = None,
+    ) -> Callable[[Handler], Task]: ...
+
+    def task(
+        self,
+        fn: Handler | None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        retry: RetryPolicy | None = None,
+        timeout: Duration | None = None,
+    ) -> Task | Callable[[Handler], Task]:
+        """Register ``def handler(ctx, payload)`` as a task; usable bare or with options.
+
+        ``name`` defaults to ``module.function``; ``timeout`` is a fixed attempt deadline.
+        """
+
+        def register(handler: Handler) -> Task:
+            return self.tasks.register(
+                handler, name=name, queue=queue, retry=retry, timeout=timeout
+            )
+
+        return register(fn) if fn is not None else register
+
+    # triggering ---------------------------------------------------------------------
+
+    def trigger(
+        self,
+        task: Task | str,
+        payload: JSON = None,
+        *,
+        idempotency_key: str | None = None,
+        singleton_key: str | None = None,
+        delay: Duration | None = None,
+    ) -> Run:
+        """Create a run and publish its wakeup.
+
+        Returns the new run (``run.created`` is True), or the existing run that holds
+        ``idempotency_key`` / ``singleton_key`` (``run.created`` is False). If the wakeup
+        cannot be published the run stays queued and maintenance publishes it later.
+        """
+        return self.engine.triggers.trigger(
+            task,
+            payload,
+            idempotency_key=idempotency_key,
+            singleton_key=singleton_key,
+            delay=delay,
+        )
+
+    def trigger_many(
+        self, task: Task | str, payloads: Iterable[JSON], *, delay: Duration | None = None
+    ) -> list[Run]:
+        """Create one run per payload and publish their wakeups in batches of ten."""
+        return self.engine.triggers.trigger_many(task, payloads, delay=delay)
+
+    def publish(self, run: Run, *, delay: timedelta | None = None) -> bool:
+        """Publish one wakeup for ``run``; False if SQS refused (maintenance repairs it)."""
+        return self.publisher.publish_many([run], delay=delay) == 1
+
+    def relaunch(
+        self, task: Task, source: Run, run_id: str, link: tuple[str, LinkKind, str, str]
+    ) -> Run:
+        """Create a run of ``task`` with ``source``'s payload, linked to ``source``."""
+        return self.engine.triggers.relaunch(task, source, run_id, link)
+
+    def after_finished(self, run: Run) -> None:
+        """What follows a run reaching a terminal status: free its keys and resume a first
+        batch of runs waiting for it (maintenance polls for the rest)."""
+        self.engine.finisher.after_finished(run)
+
+    def release_keys(self, run: Run) -> None:
+        """Free the keys a finished run no longer holds (best effort)."""
+        self.engine.finisher.release_keys(run)
+
+    # workers and resources ----------------------------------------------------------
+
+    def worker(
+        self,
+        queues: Sequence[str] | None = None,
+        *,
+        concurrency: int = 1,
+        **options: Any,
+    ) -> Worker:
+        """A worker for ``queues`` (default: every queue a registered task uses)."""
+        return Worker(self, queues, concurrency=concurrency, **options)
+
+    def async_worker(
+        self,
+        queues: Sequence[str] | None = None,
+        *,
+        concurrency: int = 1,
+        **options: Any,
+    ) -> AsyncWorker:
+        """An asyncio worker for ``queues`` (needs the ``async`` extra): ``async def``
+        handlers run on its event loop, sync ones on ``concurrency`` threads."""
+        from runlane_sqs.runtime.aio.worker import AsyncWorker  # noqa: PLC0415 (optional extra)
+
+        return AsyncWorker(self, queues, concurrency=concurrency, **options)
+
+    def provision(self, queues: Sequence[str] | None = None) -> None:
+        """Create the table and the queues (with dead-letter queues) if they are absent."""
+        names = list(queues) if queues else (self.tasks.queues() or ["default"])
+        try:
+            provision_table(self.client("dynamodb"), self.config.table)
+            if isinstance(self.transport, SqsTransport):
+                transport = self.transport
+                provision_queues(self.client("sqs"), [transport.queue_name(q) for q in names])
+        except (BotoCoreError, ClientError) as exc:
+            endpoint = self.client("dynamodb").meta.endpoint_url
+            raise StorageUnavailable(f"provisioning at {endpoint} failed: {exc}") from exc

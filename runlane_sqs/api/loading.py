@@ -1,0 +1,41 @@
+"""Finding the user's app from ``module:attribute`` (CLI, Lambda and container entries)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+from runlane_sqs.api.app import Runlane
+from runlane_sqs.core.errors import ConfigurationError
+
+ENV_APP = "RUNLANE_APP"
+
+
+class AppNotImportable(ConfigurationError):
+    """``module:attribute`` does not name an importable :class:`Runlane` app."""
+
+
+class InvalidAppSpec(AppNotImportable):
+    """No app was named, or the name is not ``module:attribute``."""
+
+
+def load_app(spec: str | None = None) -> Runlane:
+    """Import ``spec`` (or ``$RUNLANE_APP``), e.g. ``myproject.jobs:app``."""
+    spec = spec or os.environ.get(ENV_APP)
+    if not spec:
+        raise InvalidAppSpec(f"name the app as module:attribute (--app or {ENV_APP})")
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise InvalidAppSpec(f"app {spec!r} must look like module:attribute")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # whatever the user's module raised while importing
+        raise AppNotImportable(f"cannot import {module_name!r} for app {spec!r}: {exc}") from exc
+    app = getattr(module, attribute, None)
+    if not isinstance(app, Runlane):
+        found = "nothing" if app is None else f"a {type(app).__name__}"
+        raise AppNotImportable(f"{spec!r} is {found}, not a Runlane app")
+    return app

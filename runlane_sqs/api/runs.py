@@ -1,0 +1,249 @@
+"""Observing and recovering runs: ``app.runs`` (the operator API).
+
+Every control action records who did it and why in the run's history. Retry and rerun
+create a new run linked to its source, so the audit trail survives (a replacement
+trigger would lose it).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from runlane_sqs.core import machine
+from runlane_sqs.core.attempts import Attempt, attempts_from
+from runlane_sqs.core.durations import Duration, to_timedelta
+from runlane_sqs.core.errors import ConflictError, IllegalTransition, RunlaneError, RunNotFound
+from runlane_sqs.core.machine import Transition
+from runlane_sqs.core.model import TERMINAL_STATUSES, LinkKind, Run, RunEvent, RunStatus
+from runlane_sqs.core.names import check_key, new_run_id
+from runlane_sqs.engine.engine import Engine
+from runlane_sqs.ports.store import KeyKind, RunQuery
+
+log = logging.getLogger("runlane_sqs.runs")
+MAX_LIST_LIMIT = 100
+
+
+@dataclass(frozen=True, slots=True)
+class RunPage:
+    """One page of ``app.runs.list``; pass ``cursor`` back for the next (None: no more)."""
+
+    runs: list[Run]
+    cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PruneReport:
+    """What one ``app.runs.prune`` call removed; call again with ``cursor`` to go on."""
+
+    examined: int
+    deleted: int
+    cursor: str | None
+
+
+class RunsApi:
+    """Look up, list, cancel, retry, rerun and prune runs."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    # observe ------------------------------------------------------------------------
+
+    def get(self, run_id: str) -> Run:
+        """The run as stored now; raises :class:`~runlane_sqs.core.errors.RunNotFound`."""
+        run = self._engine.store.get_run(run_id)
+        if run is None:
+            raise RunNotFound(run_id)
+        return run
+
+    def events(self, run_id: str) -> list[RunEvent]:
+        """The run's history, ordered by sequence (1, 2, 3, ...)."""
+        events = self._engine.store.get_events(run_id)
+        if not events:
+            raise RunNotFound(run_id)
+        return sorted(events, key=lambda e: e.seq)
+
+    def attempts(self, run_id: str) -> list[Attempt]:
+        """Each attempt: worker, start, end, outcome and failure."""
+        return attempts_from(self.events(run_id))
+
+    def list(
+        self,
+        *,
+        status: RunStatus | str | Sequence[RunStatus | str] | None = None,
+        task: str | None = None,
+        queue: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> RunPage:
+        """Runs newest first, from the status index (never a table scan)."""
+        if not 1 <= limit <= MAX_LIST_LIMIT:
+            raise RunlaneError(f"limit must be between 1 and {MAX_LIST_LIMIT}")
+        query = RunQuery(
+            statuses=_statuses(status),
+            task=task,
+            queue=queue,
+            created_after=created_after,
+            created_before=created_before,
+        )
+        runs, next_cursor = self._engine.store.list_runs(query, limit, cursor)
+        return RunPage(runs, next_cursor)
+
+    def find_current(self, task: str, idempotency_key: str) -> Run | None:
+        """The run holding an idempotency key (None if the key is free)."""
+        owner = self._engine.store.get_key_owner(
+            KeyKind.IDEMPOTENCY,
+            task,
+            check_key("idempotency", idempotency_key),
+            self._engine.clock.now(),
+        )
+        run = self._engine.store.get_run(owner) if owner else None
+        return run if run is not None and run.status is not RunStatus.FAILED else None
+
+    def find_active(self, task: str, singleton_key: str) -> Run | None:
+        """The unfinished run holding a singleton key (None if none)."""
+        owner = self._engine.store.get_key_owner(
+            KeyKind.SINGLETON, task, check_key("singleton", singleton_key), self._engine.clock.now()
+        )
+        run = self._engine.store.get_run(owner) if owner else None
+        return run if run is not None and not run.is_terminal else None
+
+    # recover ------------------------------------------------------------------------
+
+    def cancel(self, run_id: str, *, reason: str = "", actor: str = "operator") -> Run:
+        """Cancel a run: a waiting one becomes ``cancelled`` at once; a running one becomes
+        ``cancel_requested`` and its worker sets the handler's cancellation event at the
+        next heartbeat. Raises :class:`~runlane_sqs.core.errors.IllegalTransition` for a
+        finished run (a success that won the race stays a success)."""
+        stored = self._transition(
+            run_id,
+            lambda run: machine.request_cancel(
+                run, now=self._engine.clock.now(), actor=actor, reason=reason
+            ),
+        )
+        log.info(
+            "run %s: %s by %s",
+            run_id,
+            stored.status.value,
+            actor,
+            extra={"run_id": run_id, "task": stored.task},
+        )
+        if stored.is_terminal:
+            self._engine.finisher.after_finished(stored)
+        return stored
+
+    def retry(self, run_id: str, *, reason: str = "", actor: str = "operator") -> Run:
+        """A new run of a ``failed`` run's task and payload, linked to it."""
+        return self._link(run_id, LinkKind.RETRY, actor, reason)
+
+    def rerun(self, run_id: str, *, reason: str = "", actor: str = "operator") -> Run:
+        """A new run of any finished run's task and payload, linked to it."""
+        return self._link(run_id, LinkKind.RERUN, actor, reason)
+
+    def prune(
+        self,
+        *,
+        older_than: Duration | datetime,
+        statuses: Sequence[RunStatus | str] | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> PruneReport:
+        """Delete finished runs created before ``older_than`` (a time, or an age), with
+        their history and steps, and free their idempotency keys. Bounded by ``limit``;
+        resume with the returned cursor."""
+        chosen = _statuses(statuses) if statuses else tuple(TERMINAL_STATUSES)
+        if any(not s.is_terminal for s in chosen):
+            raise IllegalTransition("prune removes finished runs only")
+        if isinstance(older_than, datetime):
+            cutoff = older_than
+        else:
+            cutoff = self._engine.clock.now() - to_timedelta(older_than, "older_than")
+        page = self.list(status=list(chosen), created_before=cutoff, limit=limit, cursor=cursor)
+        deleted = 0
+        for run in page.runs:
+            if run.created_at <= cutoff and self._engine.store.delete_run(run):
+                deleted += 1
+                if run.idempotency_key is not None:
+                    self._engine.store.release_key(
+                        KeyKind.IDEMPOTENCY, run.task, run.idempotency_key, run.id
+                    )
+        log.info("pruned %d of %d run(s)", deleted, len(page.runs))
+        return PruneReport(examined=len(page.runs), deleted=deleted, cursor=page.cursor)
+
+    # helpers ------------------------------------------------------------------------
+
+    def _transition(self, run_id: str, decide: Callable[[Run], Transition]) -> Run:
+        run = self.get(run_id)
+        for _ in range(machine.MAX_REDECISIONS):
+            try:
+                return self._engine.store.apply(decide(run))
+            except ConflictError as conflict:
+                if conflict.current is None:
+                    raise RunNotFound(run_id) from None
+                run = conflict.current
+        raise RunlaneError(f"run {run_id} kept changing; try again")
+
+    def _link(self, run_id: str, kind: LinkKind, actor: str, reason: str) -> Run:
+        """Create the new run first (its first event names the source), then record the
+        link on the source, so a refused create leaves no dangling link."""
+        source = self.get(run_id)
+        task = self._engine.tasks.resolve(source.task)  # UnknownTaskError if no longer registered
+        machine.link_run(  # refuse early: retry needs failed, rerun needs finished
+            source,
+            kind=kind,
+            new_run_id="",
+            actor=actor,
+            reason=reason,
+            now=self._engine.clock.now(),
+        )
+        run = self._engine.triggers.relaunch(
+            task, source, new_run_id(), (source.id, kind, actor, reason)
+        )
+        self._transition(
+            run_id,
+            lambda current: machine.link_run(
+                current,
+                kind=kind,
+                new_run_id=run.id,
+                actor=actor,
+                reason=reason,
+                now=self._engine.clock.now(),
+            ),
+        )
+        log.info(
+            "run %s: %s as %s by %s",
+            source.id,
+            kind.value,
+            run.id,
+            actor,
+            extra={"run_id": source.id, "task": source.task},
+        )
+        return run
+
+
+def _statuses(value: RunStatus | str | Sequence[RunStatus | str] | None) -> tuple[RunStatus, ...]:
+    if value is None:
+        return tuple(RunStatus)
+    values = [value] if isinstance(value, str) else list(value)
+    try:
+        return tuple(RunStatus(v) for v in values)
+    except ValueError:
+        raise RunlaneError(
+            f"unknown status in {values!r}; statuses are {[s.value for s in RunStatus]}"
+        ) from None
+
+
+class IdempotencyApi:
+    """``app.idempotency``: operator control of idempotency keys."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def reset(self, task: str, key: str) -> None:
+        """Free ``key`` so the next trigger with it creates a new run."""
+        self._engine.store.delete_key(KeyKind.IDEMPOTENCY, task, check_key("idempotency", key))
+        log.info("idempotency key of task %s reset", task, extra={"task": task})

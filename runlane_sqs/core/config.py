@@ -1,0 +1,115 @@
+"""The app's configuration: one frozen dataclass, readable from the environment."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from runlane_sqs.core.agenda import RepublishPolicy
+from runlane_sqs.core.durations import Duration, to_timedelta
+from runlane_sqs.core.errors import ConfigurationError
+from runlane_sqs.core.limits import (
+    DEFAULT_IDEMPOTENCY_RETENTION_DAYS,
+    DEFAULT_LEASE_SECONDS,
+    DEFAULT_PAYLOAD_LIMIT_BYTES,
+    MAX_PAYLOAD_LIMIT_BYTES,
+)
+from runlane_sqs.core.names import check_environment, check_queue
+
+ENV_TABLE = "RUNLANE_TABLE"
+ENV_ENVIRONMENT = "RUNLANE_ENVIRONMENT"
+ENV_QUEUE_PREFIX = "RUNLANE_QUEUE_PREFIX"
+ENV_QUEUE_URLS = "RUNLANE_QUEUE_URLS"
+"""``name=url`` pairs separated by commas, e.g. ``default=https://sqs...,emails=https://...``."""
+
+
+@dataclass(frozen=True)
+class RunlaneConfig:
+    """Everything a :class:`~runlane_sqs.Runlane` app needs to know about its backend."""
+
+    table: str = "runlane"
+    environment: str = "dev"
+    queue_prefix: str = "runlane-"
+    """SQS queue for logical queue ``q`` is named ``{queue_prefix}{q}`` unless in ``queue_urls``."""
+    queue_urls: Mapping[str, str] = field(default_factory=dict)
+    region: str | None = None
+    endpoint_url: str | None = None
+    """Overrides every service endpoint (boto3 also reads ``AWS_ENDPOINT_URL``)."""
+    lease_duration: timedelta = timedelta(seconds=DEFAULT_LEASE_SECONDS)
+    payload_limit: int = DEFAULT_PAYLOAD_LIMIT_BYTES
+    """Largest payload and result, in bytes of compact JSON."""
+    idempotency_retention: timedelta = timedelta(days=DEFAULT_IDEMPOTENCY_RETENTION_DAYS)
+    republish_after: timedelta = timedelta(minutes=5)
+    """How long a published wakeup is trusted before maintenance publishes another
+    (doubling on each republish of the same due run, up to ``republish_max``)."""
+    republish_max: timedelta = timedelta(hours=1)
+
+    @property
+    def republish(self) -> RepublishPolicy:
+        return RepublishPolicy(after=self.republish_after, max_after=self.republish_max)
+
+    def __post_init__(self) -> None:
+        check_environment(self.environment)
+        if not self.table or not isinstance(self.table, str):
+            raise ConfigurationError("table must be a non-empty DynamoDB table name")
+        for name in self.queue_urls:
+            check_queue(name)
+        if not 1 <= self.payload_limit <= MAX_PAYLOAD_LIMIT_BYTES:
+            raise ConfigurationError(
+                f"payload_limit must be between 1 and {MAX_PAYLOAD_LIMIT_BYTES} bytes"
+            )
+        if self.lease_duration < timedelta(seconds=3):
+            raise ConfigurationError("lease_duration must be at least 3 seconds")
+        if not timedelta(seconds=1) <= self.republish_after <= self.republish_max:
+            raise ConfigurationError(
+                "republish_after must be at least 1 s and at most republish_max"
+            )
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        lease_duration: Duration = DEFAULT_LEASE_SECONDS,
+        idempotency_retention: Duration = timedelta(days=DEFAULT_IDEMPOTENCY_RETENTION_DAYS),
+        republish_after: Duration = timedelta(minutes=5),
+        republish_max: Duration = timedelta(hours=1),
+        **values: object,
+    ) -> RunlaneConfig:
+        """Like the constructor, but durations may be given as seconds."""
+        return cls(
+            lease_duration=to_timedelta(lease_duration, "lease_duration"),
+            idempotency_retention=to_timedelta(idempotency_retention, "idempotency_retention"),
+            republish_after=to_timedelta(republish_after, "republish_after"),
+            republish_max=to_timedelta(republish_max, "republish_max"),
+            **values,  # type: ignore[arg-type]
+        )
+
+    @classmethod
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, **overrides: object
+    ) -> RunlaneConfig:
+        """Read ``RUNLANE_*`` variables; endpoints and region come from boto3's own."""
+        env = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        if table := env.get(ENV_TABLE):
+            values["table"] = table
+        if environment := env.get(ENV_ENVIRONMENT):
+            values["environment"] = environment
+        if prefix := env.get(ENV_QUEUE_PREFIX):
+            values["queue_prefix"] = prefix
+        if urls := env.get(ENV_QUEUE_URLS):
+            values["queue_urls"] = parse_queue_urls(urls)
+        values.update(overrides)
+        return cls.build(**values)  # type: ignore[arg-type]
+
+
+def parse_queue_urls(text: str) -> dict[str, str]:
+    urls: dict[str, str] = {}
+    for pair in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, url = pair.partition("=")
+        if not sep or not name.strip() or not url.strip():
+            raise ConfigurationError(f"{ENV_QUEUE_URLS} entry {pair!r} is not name=url")
+        urls[check_queue(name.strip())] = url.strip()
+    return urls

@@ -1,0 +1,125 @@
+"""Every error the library raises derives from :class:`RunlaneError`.
+
+Vendor errors (botocore) are translated into these at the adapter edge.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from runlane_sqs.core.model import Run
+
+
+class RunlaneError(Exception):
+    """Root of every runlane-sqs error."""
+
+
+class ConfigurationError(RunlaneError):
+    """The app, a task or the environment is configured wrongly."""
+
+
+class UnknownTaskError(RunlaneError):
+    """A task name that is not registered with the app."""
+
+    def __init__(self, name: str, known: list[str]) -> None:
+        listed = ", ".join(sorted(known)) or "none"
+        super().__init__(f"unknown task {name!r}; registered tasks: {listed}")
+        self.name = name
+
+
+class InvalidPayloadError(RunlaneError):
+    """A payload or result that cannot be stored as JSON."""
+
+
+class PayloadTooLarge(InvalidPayloadError):
+    """A payload or result over the configured size limit."""
+
+    def __init__(self, what: str, size: int, limit: int) -> None:
+        super().__init__(f"{what} is {size} bytes as JSON; the limit is {limit} bytes")
+        self.size = size
+        self.limit = limit
+
+
+class InvalidKeyError(RunlaneError):
+    """An idempotency or singleton key that is empty or malformed."""
+
+
+class RunNotFound(RunlaneError):
+    """No run with that id in this environment."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id!r} not found")
+        self.run_id = run_id
+
+
+class StepError(RunlaneError):
+    """A step name used twice in one attempt, or from another place in the code."""
+
+
+class InvalidCursor(RunlaneError):
+    """A cursor that this library did not produce (or that was damaged)."""
+
+
+class IllegalTransition(RunlaneError):
+    """The run's current status does not allow the requested change."""
+
+
+class StorageError(RunlaneError):
+    """DynamoDB failed in a way the caller cannot fix by retrying the same write."""
+
+
+class StorageUnavailable(StorageError):
+    """DynamoDB could not be reached or throttled us; retrying later may succeed."""
+
+
+class MissingResourceError(ConfigurationError):
+    """The table or a queue does not exist."""
+
+
+class TransportError(RunlaneError):
+    """SQS failed."""
+
+
+class ConflictError(RunlaneError):
+    """A conditional write lost: the stored run is not in the state the write expected.
+
+    ``current`` is the run as stored when the write was refused (``None`` when it is gone),
+    taken from the refused write itself rather than a second read.
+    """
+
+    def __init__(self, run_id: str, current: Run | None) -> None:
+        super().__init__(f"run {run_id!r} changed before the write")
+        self.run_id = run_id
+        self.current = current
+
+
+class LeaseLost(RunlaneError):
+    """The attempt no longer holds the run's lease; nothing it writes is recorded."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"lease on run {run_id!r} was lost; the write was refused")
+        self.run_id = run_id
+
+
+# Users import these from ``runlane_sqs.errors`` (and failures record their qualified
+# names, e.g. ``runlane_sqs.errors.PayloadTooLarge``), so that is the module they name.
+for _error in (
+    RunlaneError,
+    ConfigurationError,
+    UnknownTaskError,
+    InvalidPayloadError,
+    PayloadTooLarge,
+    InvalidKeyError,
+    RunNotFound,
+    StepError,
+    InvalidCursor,
+    IllegalTransition,
+    StorageError,
+    StorageUnavailable,
+    MissingResourceError,
+    TransportError,
+    ConflictError,
+    LeaseLost,
+):
+    _error.__module__ = "runlane_sqs.errors"

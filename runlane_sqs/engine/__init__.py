@@ -1,0 +1,2 @@
+"""The engine: services over the ports, each given its collaborators, and the
+per-message path."""

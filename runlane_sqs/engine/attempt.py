@@ -1,0 +1,65 @@
+"""What one attempt's context may do with storage: record steps, read tokens, watch runs."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from runlane_sqs.core import machine, waits
+from runlane_sqs.core.clock import Clock
+from runlane_sqs.core.errors import ConflictError, LeaseLost
+from runlane_sqs.core.model import JSON, Run
+from runlane_sqs.core.tokens import Token
+from runlane_sqs.engine.leases import LeaseBook
+from runlane_sqs.ports.store import RunStore
+
+
+class AttemptRuntime:
+    """The :class:`~runlane_sqs.engine.context.AttemptServices` a worker gives each context."""
+
+    def __init__(
+        self,
+        store: RunStore,
+        clock: Clock,
+        payload_limit: int,
+        leases: LeaseBook,
+        run: Run,
+        token: str,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._leases = leases
+        self._run = run
+        self._token = token
+        self.payload_limit = payload_limit
+
+    def now(self) -> datetime:
+        return self._clock.now()
+
+    def run(self) -> Run:
+        return self._leases.current(self._run.id) or self._run
+
+    def record_step(self, name: str, value: JSON, site: str) -> None:
+        """Write the step under this attempt's lease; a concurrent change that keeps the
+        lease (a cancel request) is decided again, a lost lease raises :class:`LeaseLost`."""
+        current = self.run()
+        for _ in range(machine.MAX_REDECISIONS):
+            transition = waits.record_step(
+                current, token=self._token, name=name, value=value, site=site, now=self.now()
+            )
+            try:
+                stored = self._store.apply(transition)
+            except ConflictError as conflict:
+                if conflict.current is None:
+                    break
+                current = conflict.current
+                continue
+            self._run = stored
+            self._leases.update(stored)
+            return
+        raise LeaseLost(self._run.id)
+
+    def get_token(self, token_id: str) -> Token | None:
+        return self._store.get_token(token_id)
+
+    def watch_run(self, run_id: str) -> Run | None:
+        return self._store.watch_run(run_id)

@@ -1,0 +1,341 @@
+"""What a handler sees of its run: :class:`TaskContext`."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import sys
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, NoReturn, Protocol, TypeVar, cast
+
+from runlane_sqs.core.cancellation import Cancellation
+from runlane_sqs.core.durations import Duration, to_timedelta
+from runlane_sqs.core.errors import (
+    ConfigurationError,
+    PayloadTooLarge,
+    RunlaneError,
+    RunNotFound,
+    StepError,
+)
+from runlane_sqs.core.model import JSON, Failure, Run, RunStatus, Wait, WaitKind
+from runlane_sqs.core.names import check_key
+from runlane_sqs.core.payload import encode_json
+from runlane_sqs.core.tokens import Token, TokenNotFound, TokenResult, TokenStatus
+from runlane_sqs.core.waits import wait_name
+
+T = TypeVar("T")
+
+
+class RunLogger(logging.LoggerAdapter[logging.Logger]):
+    """A logger whose every line carries the run id, task, attempt and worker id."""
+
+    def process(
+        self, msg: Any, kwargs: MutableMapping[str, Any]
+    ) -> tuple[Any, MutableMapping[str, Any]]:
+        extra = dict(self.extra or {})
+        extra.update(kwargs.get("extra") or {})
+        kwargs["extra"] = extra
+        return msg, kwargs
+
+
+def run_logger(name: str, run: Run, worker_id: str | None = None) -> RunLogger:
+    extra: dict[str, Any] = {"run_id": run.id, "task": run.task, "attempt": run.attempt}
+    if worker_id is not None:
+        extra["worker_id"] = worker_id
+    return RunLogger(logging.getLogger(name), extra)
+
+
+class WaitRequested(BaseException):
+    """Raised by ``ctx.release`` and the ``ctx.wait_for_*`` methods to end the attempt.
+
+    It derives from ``BaseException`` so that ``except Exception:`` in a handler does not
+    swallow it. Code after a wait does not run in this attempt: the next attempt starts
+    the handler from the beginning (use ``ctx.step`` for side effects that must not repeat).
+    """
+
+    def __init__(self, wait: Wait) -> None:
+        super().__init__(f"waiting for {wait.kind.value} {wait.target or ''}".strip())
+        self.wait = wait
+
+
+@dataclass(frozen=True, slots=True)
+class SignalResult:
+    """What ``ctx.wait_for_signal`` returns."""
+
+    status: str
+    """``received`` or ``timed_out``."""
+    payload: JSON = None
+
+    @property
+    def received(self) -> bool:
+        return self.status == "received"
+
+
+@dataclass(frozen=True, slots=True)
+class RunOutcome:
+    """What ``ctx.wait_for_run`` returns: how the other run finished."""
+
+    run_id: str
+    status: RunStatus
+    result: JSON = None
+    failure: Failure | None = None
+
+    @classmethod
+    def of(cls, run: Run) -> RunOutcome:
+        return cls(run.id, run.status, run.result, run.failure)
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "run_id": self.run_id,
+            "status": self.status.value,
+            "result": self.result,
+            "failure": self.failure.to_json() if self.failure else None,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, JSON]) -> RunOutcome:
+        failure = data.get("failure")
+        return cls(
+            run_id=str(data["run_id"]),
+            status=RunStatus(data["status"]),
+            result=data.get("result"),
+            failure=Failure.from_json(failure) if isinstance(failure, dict) else None,
+        )
+
+
+class AttemptServices(Protocol):
+    """What the worker gives a context for steps and waits (storage access, the clock)."""
+
+    payload_limit: int
+
+    def now(self) -> datetime: ...
+
+    def run(self) -> Run:
+        """The latest stored state of the attempt's run."""
+        ...
+
+    def record_step(self, name: str, value: JSON, site: str) -> None: ...
+
+    def get_token(self, token_id: str) -> Token | None: ...
+
+    def watch_run(self, run_id: str) -> Run | None: ...
+
+
+@dataclass
+class TaskContext:
+    """Passed as the first argument to every handler.
+
+    ``cancellation`` is set when the worker shuts down, when the lease is lost, when the
+    run is cancelled or when the attempt passes its deadline: long handlers should check
+    :attr:`cancelled` (or wait on the event; ``await ctx.until_cancelled()`` in async
+    handlers) and return early. Setting it never stops a handler by force.
+    """
+
+    run_id: str
+    task: str
+    attempt: int
+    environment: str
+    worker_id: str
+    log: RunLogger
+    cancellation: Cancellation = field(default_factory=Cancellation)
+    services: AttemptServices | None = field(default=None, repr=False)
+    _waits: dict[tuple[WaitKind, str | None], int] = field(default_factory=dict, repr=False)
+    _steps: set[str] = field(default_factory=set, repr=False)
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancellation.is_set()
+
+    async def until_cancelled(self) -> None:
+        """Return once the attempt is asked to stop; race it against your own work, e.g.
+        ``asyncio.wait({work, asyncio.ensure_future(ctx.until_cancelled())}, ...)``."""
+        await self.cancellation.wait_async()
+
+    def _services(self) -> AttemptServices:
+        if self.services is None:
+            raise RunlaneError("steps and waits need a context created by a worker")
+        return self.services
+
+    def _next_wait(self, kind: WaitKind, target: str | None) -> tuple[str, JSON]:
+        """The name of this wait in the attempt, and its recorded result if any."""
+        count = self._waits.get((kind, target), 0) + 1
+        self._waits[(kind, target)] = count
+        name = wait_name(kind, target, count)
+        return name, self._services().run().wait_results.get(name)
+
+    # waits -----------------------------------------------------------------------
+
+    def release(self, *, delay: Duration | None = None, until: datetime | None = None) -> NoReturn:
+        """End this attempt without failure; the run is due again after ``delay`` or at
+        ``until`` (any length: the due time lives in DynamoDB). Costs no retry.
+
+        Write ``return ctx.release(...)``; it raises :class:`WaitRequested`.
+        """
+        if (delay is None) == (until is None):
+            raise ConfigurationError("ctx.release takes exactly one of delay= or until=")
+        now = self._services().now()
+        if until is None:
+            assert delay is not None
+            until = now + to_timedelta(delay, "delay")
+        elif until.tzinfo is None:
+            raise ConfigurationError("ctx.release(until=...) needs a timezone-aware datetime")
+        count = self._waits.get((WaitKind.TIME, None), 0) + 1
+        self._waits[(WaitKind.TIME, None)] = count
+        raise WaitRequested(Wait(WaitKind.TIME, wait_name(WaitKind.TIME, None, count), None, until))
+
+    def wait_for_signal(self, key: str, timeout: Duration | None = None) -> SignalResult:
+        """Wait until ``app.signals.send(key, ...)`` is sent after this wait began.
+
+        Returns the signal's payload at this same wait in the next attempt, or a
+        ``timed_out`` result once ``timeout`` passes first.
+        """
+        key = check_key("signal", key)
+        name, result = self._next_wait(WaitKind.SIGNAL, key)
+        if isinstance(result, dict):
+            return SignalResult(str(result.get("status")), result.get("payload"))
+        until = None
+        if timeout is not None:
+            until = self._services().now() + to_timedelta(timeout, "timeout")
+        raise WaitRequested(Wait(WaitKind.SIGNAL, name, key, until))
+
+    def wait_for_token(self, token_id: str) -> TokenResult:
+        """The token's decision; waits (releasing the lease) while it is pending."""
+        name, recorded = self._begin_token_wait(token_id)
+        if recorded is not None:
+            return recorded
+        return _token_decision(name, token_id, self._services().get_token(token_id))
+
+    async def wait_for_token_async(self, token_id: str) -> TokenResult:
+        """:meth:`wait_for_token` for ``async def`` handlers: the read runs on a thread,
+        so the event loop (other attempts, heartbeats) keeps going."""
+        name, recorded = self._begin_token_wait(token_id)
+        if recorded is not None:
+            return recorded
+        token = await asyncio.to_thread(self._services().get_token, token_id)
+        return _token_decision(name, token_id, token)
+
+    def _begin_token_wait(self, token_id: str) -> tuple[str, TokenResult | None]:
+        name, result = self._next_wait(WaitKind.TOKEN, token_id)
+        if isinstance(result, dict):
+            return name, TokenResult(TokenStatus(result["status"]), result.get("value"))
+        return name, None
+
+    def wait_for_run(self, run_id: str) -> RunOutcome:
+        """How run ``run_id`` finished; waits (releasing the lease) until it has."""
+        name, recorded = self._begin_run_wait(run_id)
+        if recorded is not None:
+            return recorded
+        return _run_outcome(name, run_id, self._services().watch_run(run_id))
+
+    async def wait_for_run_async(self, run_id: str) -> RunOutcome:
+        """:meth:`wait_for_run` for ``async def`` handlers (its write runs on a thread)."""
+        name, recorded = self._begin_run_wait(run_id)
+        if recorded is not None:
+            return recorded
+        other = await asyncio.to_thread(self._services().watch_run, run_id)
+        return _run_outcome(name, run_id, other)
+
+    def _begin_run_wait(self, run_id: str) -> tuple[str, RunOutcome | None]:
+        if run_id == self.run_id:
+            raise ConfigurationError("a run cannot wait for itself")
+        name, result = self._next_wait(WaitKind.RUN, run_id)
+        return name, RunOutcome.from_json(result) if isinstance(result, dict) else None
+
+    # durable steps ---------------------------------------------------------------
+
+    def step(self, name: str, fn: Callable[[], T]) -> T:
+        """Call ``fn`` once per run: its JSON result is recorded under this attempt's lease,
+        and later attempts get the recorded result without calling ``fn`` again."""
+        site = _call_site()
+        found, value = self._begin_step(name, site)
+        if not found:
+            value = self._storable(name, fn())
+            self._services().record_step(name, value, site)
+        return cast(T, value)
+
+    async def step_async(self, name: str, fn: Callable[[], Awaitable[T] | T]) -> T:
+        """:meth:`step` for ``async def`` handlers: ``fn`` may be a coroutine function,
+        and the write runs on a thread, so the event loop keeps going."""
+        site = _call_site()
+        found, value = self._begin_step(name, site)
+        if not found:
+            produced = fn()
+            if inspect.isawaitable(produced):
+                produced = await produced
+            value = self._storable(name, produced)
+            await asyncio.to_thread(self._services().record_step, name, value, site)
+        return cast(T, value)
+
+    def _begin_step(self, name: str, site: str) -> tuple[bool, JSON]:
+        """Check the name; the recorded value, if this step ran in an earlier attempt."""
+        if not isinstance(name, str) or not 0 < len(name) <= MAX_STEP_NAME_CHARS:
+            raise StepError(f"step name must be 1 to {MAX_STEP_NAME_CHARS} characters")
+        if name in self._steps:
+            raise StepError(f"step {name!r} is used twice in one attempt; names must be unique")
+        self._steps.add(name)
+        recorded = self._services().run().steps.get(name)
+        if not isinstance(recorded, dict):
+            return False, None
+        if recorded.get("site") != site:
+            raise StepError(
+                f"step {name!r} was recorded from {recorded.get('site')}, not {site}; "
+                "give each step its own name"
+            )
+        return True, recorded.get("value")
+
+    def _storable(self, name: str, produced: object) -> JSON:
+        """``produced`` as later attempts will get it back from storage (checked JSON)."""
+        services = self._services()
+        text = encode_json(
+            produced, what=f"result of step {name!r}", limit_bytes=services.payload_limit
+        )
+        check_item_budget(services.run(), len(text.encode()), f"step {name!r}")
+        value: JSON = json.loads(text)
+        return value
+
+
+MAX_STEP_NAME_CHARS = 128
+RUN_DATA_BUDGET_BYTES = 256 * 1024
+"""Payload, result, step results and wait results of one run together stay under this,
+leaving the rest of DynamoDB's 400 KB item for history and state."""
+
+
+def run_data_bytes(run: Run) -> int:
+    """Roughly what a run's data occupies in its item (compact JSON)."""
+    parts = (run.payload, run.result, run.steps, run.wait_results)
+    return sum(len(json.dumps(p, separators=(",", ":"), default=str).encode()) for p in parts)
+
+
+def check_item_budget(run: Run, adding: int, what: str) -> None:
+    """Refuse data that would overfill the run's item (the attempt then fails for good,
+    while there is still room to record why)."""
+    total = run_data_bytes(run) + adding
+    if total > RUN_DATA_BUDGET_BYTES:
+        raise PayloadTooLarge(f"{what} with this run's other data", total, RUN_DATA_BUDGET_BYTES)
+
+
+def _token_decision(name: str, token_id: str, token: Token | None) -> TokenResult:
+    if token is None:
+        raise TokenNotFound(token_id)
+    if token.is_decided:
+        return token.result
+    raise WaitRequested(Wait(WaitKind.TOKEN, name, token_id))
+
+
+def _run_outcome(name: str, run_id: str, other: Run | None) -> RunOutcome:
+    if other is None:
+        raise RunNotFound(run_id)
+    if other.is_terminal:
+        return RunOutcome.of(other)
+    raise WaitRequested(Wait(WaitKind.RUN, name, run_id))
+
+
+def _call_site() -> str:
+    """``module.function`` that called ``ctx.step`` or ``ctx.step_async`` (stable across
+    line edits; an awaiting coroutine's frame is the caller of the coroutine it awaits)."""
+    frame = sys._getframe(2)
+    return f"{frame.f_globals.get('__name__', '?')}.{frame.f_code.co_name}"

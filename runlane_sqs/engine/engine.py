@@ -1,0 +1,79 @@
+"""The engine: every service of one app, wired over one store and one transport.
+
+Each service takes only the collaborators it uses (store, transport, clock, config,
+publisher, ...); this module is where they meet. The :class:`~runlane_sqs.Runlane`
+facade builds one engine, and workers, the Lambda consumer and the operator API run on
+it.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from runlane_sqs.core.clock import Clock
+from runlane_sqs.core.config import RunlaneConfig
+from runlane_sqs.engine.finishing import Finisher
+from runlane_sqs.engine.maintenance import Maintenance
+from runlane_sqs.engine.publishing import Publisher
+from runlane_sqs.engine.resuming import Resumer
+from runlane_sqs.engine.signals import SignalsApi
+from runlane_sqs.engine.tasks import TaskRegistry
+from runlane_sqs.engine.tokens import TokensApi
+from runlane_sqs.engine.triggering import Triggers
+from runlane_sqs.ports.store import RunStore
+from runlane_sqs.ports.transport import WakeupTransport
+
+
+class Engine:
+    """The services of one app: triggering, publishing, resuming, finishing, tokens,
+    signals and maintenance, over ``store`` and ``transport``."""
+
+    def __init__(
+        self,
+        *,
+        config: RunlaneConfig,
+        clock: Clock,
+        tasks: TaskRegistry,
+        store: RunStore,
+        transport: WakeupTransport,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.tasks = tasks
+        self.store = store
+        self.transport = transport
+        self.publisher = Publisher(store, transport, clock)
+        self.resumer = Resumer(store, self.publisher, clock, config)
+        self.finisher = Finisher(store, self.resumer)
+        self.triggers = Triggers(
+            store=store,
+            transport=transport,
+            publisher=self.publisher,
+            tasks=tasks,
+            clock=clock,
+            config=config,
+        )
+        self.tokens = TokensApi(store, self.resumer, clock, config)
+        self.signals = SignalsApi(self.resumer, config.payload_limit)
+        self.maintenance = Maintenance(
+            store=store,
+            publisher=self.publisher,
+            resumer=self.resumer,
+            finisher=self.finisher,
+            tokens=self.tokens,
+            tasks=tasks,
+            clock=clock,
+            settings=config,
+        )
+
+
+class HasEngine(Protocol):
+    """Anything that carries an engine (the ``Runlane`` app does)."""
+
+    @property
+    def engine(self) -> Engine: ...
+
+
+def engine_of(host: Engine | HasEngine) -> Engine:
+    """The engine itself, or the one an app carries: workers accept either."""
+    return host if isinstance(host, Engine) else host.engine

@@ -1,0 +1,69 @@
+"""What follows a run reaching a terminal status: its keys are freed and a first batch of
+the runs waiting for it resume (maintenance polls for the rest)."""
+
+from __future__ import annotations
+
+import logging
+
+from runlane_sqs.core.errors import RunlaneError
+from runlane_sqs.core.model import Run, RunStatus
+from runlane_sqs.engine.resuming import RESUME_BATCH, Resumer, run_finished
+from runlane_sqs.ports.store import KeyKind, RunStore
+
+log = logging.getLogger("runlane_sqs")
+
+
+def keys_to_release(run: Run) -> list[tuple[KeyKind, str]]:
+    """The keys a finished run no longer holds (its idempotency key only on failure)."""
+    keys: list[tuple[KeyKind, str]] = []
+    if run.idempotency_key is not None and run.status is RunStatus.FAILED:
+        keys.append((KeyKind.IDEMPOTENCY, run.idempotency_key))
+    if run.singleton_key is not None and run.status.is_terminal:
+        keys.append((KeyKind.SINGLETON, run.singleton_key))
+    return keys
+
+
+def finishing_needs_storage(run: Run) -> bool:
+    """Whether a finished run has keys to free or waiters to resume."""
+    return run.watched or bool(keys_to_release(run))
+
+
+class Finisher:
+    """Frees a finished run's keys and resumes the runs waiting for it."""
+
+    def __init__(self, store: RunStore, resumer: Resumer) -> None:
+        self._store = store
+        self._resumer = resumer
+
+    def after_finished(self, run: Run) -> None:
+        """Free the run's keys and resume a first batch of its waiters (best effort)."""
+        if not finishing_needs_storage(run):
+            return
+        self.release_keys(run)
+        if run.watched:
+            try:
+                self._resumer.resume_waiters(run_finished(run), limit=RESUME_BATCH)
+            except RunlaneError as exc:
+                log.warning(
+                    "resuming runs waiting for %s failed: %s",
+                    run.id,
+                    exc,
+                    extra={"run_id": run.id, "task": run.task},
+                )
+
+    def release_keys(self, run: Run) -> None:
+        """Free the keys a finished run no longer holds (idempotency: only on failure).
+
+        Best effort: a key left behind is taken over by the next trigger that finds its
+        owner finished, so a failure here is logged, not raised."""
+        for kind, key in keys_to_release(run):
+            try:
+                self._store.release_key(kind, run.task, key, run.id)
+            except RunlaneError as exc:
+                log.warning(
+                    "could not release %s key of run %s: %s",
+                    kind.value,
+                    run.id,
+                    exc,
+                    extra={"run_id": run.id, "task": run.task},
+                )

@@ -1,0 +1,123 @@
+"""The in-flight attempts of one worker and what each lease renewal means for them.
+
+No I/O: the runtime's lease keepers (a thread, an asyncio task) send the renewals."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from datetime import timedelta
+
+from runlane_sqs.core import machine
+from runlane_sqs.core.clock import Clock
+from runlane_sqs.core.errors import LeaseLost, RunlaneError
+from runlane_sqs.core.model import Lease, Run, RunStatus
+from runlane_sqs.engine.context import TaskContext
+
+
+@dataclass
+class TrackedAttempt:
+    """One in-flight attempt: the latest known run, its context, whether its lease is lost."""
+
+    run: Run
+    ctx: TaskContext
+    lost: bool = False
+
+
+class LeaseBook:
+    """The in-flight attempts of one worker and what a renewal means for each (no I/O).
+
+    A refused renewal marks the attempt lost and sets its cancellation; a renewal that
+    shows ``cancel_requested``, or an attempt past its deadline, sets it too. The sync
+    :class:`LeaseKeeper` and the async worker's keeper differ only in how they send the
+    renewals this book decides."""
+
+    def __init__(self, clock: Clock, duration: timedelta) -> None:
+        self._clock = clock
+        self._duration = duration
+        self._attempts: dict[str, TrackedAttempt] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def interval_seconds(self) -> float:
+        return self._duration.total_seconds() / 3
+
+    def track(self, run: Run, ctx: TaskContext) -> None:
+        with self._lock:
+            self._attempts[run.id] = TrackedAttempt(run, ctx)
+
+    def untrack(self, run_id: str) -> tuple[Run, bool] | None:
+        """Stop renewing; returns the latest known run and whether the lease was lost."""
+        with self._lock:
+            attempt = self._attempts.pop(run_id, None)
+        return (attempt.run, attempt.lost) if attempt else None
+
+    def current(self, run_id: str) -> Run | None:
+        """The latest known state of a tracked attempt's run."""
+        with self._lock:
+            attempt = self._attempts.get(run_id)
+            return attempt.run if attempt else None
+
+    def update(self, run: Run) -> None:
+        """Remember a state the attempt itself wrote (a recorded step)."""
+        with self._lock:
+            attempt = self._attempts.get(run.id)
+            if attempt is not None:
+                attempt.run = run
+
+    def contexts(self) -> list[TaskContext]:
+        with self._lock:
+            return [a.ctx for a in self._attempts.values()]
+
+    def cancel_all(self) -> None:
+        """Set the cancellation of every in-flight attempt."""
+        for ctx in self.contexts():
+            ctx.cancellation.set()
+
+    def renewals(self) -> list[tuple[TrackedAttempt, Lease]]:
+        """The renewed lease each live attempt should write now."""
+        with self._lock:
+            attempts = [a for a in self._attempts.values() if not a.lost]
+        due: list[tuple[TrackedAttempt, Lease]] = []
+        for attempt in attempts:
+            run = attempt.run
+            assert run.lease is not None
+            try:
+                lease = machine.renew_lease(
+                    run, token=run.lease.token, now=self._clock.now(), duration=self._duration
+                )
+            except LeaseLost:
+                self.lost(attempt)
+                continue
+            due.append((attempt, lease))
+        return due
+
+    def settle(self, attempt: TrackedAttempt, renewal: Run | RunlaneError) -> None:
+        """Take in what a renewal request returned: the stored run, or its error."""
+        if isinstance(renewal, LeaseLost):
+            self.lost(attempt)
+        elif isinstance(renewal, RunlaneError):
+            self.failed(attempt, renewal)
+        else:
+            self.renewed(attempt, renewal)
+
+    @staticmethod
+    def lost(attempt: TrackedAttempt) -> None:
+        attempt.lost = True
+        attempt.ctx.cancellation.set()
+        attempt.ctx.log.warning("lease lost; the attempt's writes will be refused")
+
+    @staticmethod
+    def failed(attempt: TrackedAttempt, exc: RunlaneError) -> None:
+        attempt.ctx.log.warning("lease renewal failed, will retry: %s", exc)
+
+    def renewed(self, attempt: TrackedAttempt, current: Run) -> None:
+        attempt.run = current
+        if attempt.ctx.cancelled:
+            return
+        if current.status is RunStatus.CANCEL_REQUESTED:
+            attempt.ctx.log.info("cancellation requested")
+            attempt.ctx.cancellation.set()
+        elif current.deadline_at is not None and current.deadline_at <= self._clock.now():
+            attempt.ctx.log.warning("attempt passed its deadline; asking the handler to stop")
+            attempt.ctx.cancellation.set()

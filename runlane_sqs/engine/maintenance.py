@@ -1,0 +1,360 @@
+"""Maintenance: connects due work back to delivery and repairs the same run when
+delivery or ownership stopped making progress.
+
+One pass runs three bounded scans of the agenda index (never a table Scan):
+
+- ``due``: runnable runs whose wakeup time has come (retry backoff over, release time
+  reached, a queued run whose eager publish failed or was lost) get a fresh wakeup;
+- ``lease``: leased runs whose lease or attempt deadline has passed are finalized as
+  timed out, cancelled (abandoned cancellation), made runnable again (expired lease)
+  or failed with ``lease_lost``;
+- ``token``: pending tokens past their timeout are timed out, and decided tokens resume
+  their remaining waiters in batches.
+
+The ``due`` scan also checks runs waiting on a token or a run whose resume may have been
+missed (``wait_checks``).
+
+Each candidate is re-checked by a conditional write; one that changed meanwhile is
+skipped. Scans resume from opaque cursors kept in DynamoDB, so two passes can overlap
+(EventBridge may deliver a schedule twice) without double effects.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from runlane_sqs.core.agenda import AgendaKind, agenda_partitions
+from runlane_sqs.core.clock import Clock
+from runlane_sqs.core.config import RunlaneConfig
+from runlane_sqs.core.errors import ConflictError, InvalidCursor, RunlaneError
+from runlane_sqs.core.machine import Skip, Transition
+from runlane_sqs.core.model import EventType, Run, RunStatus, WaitKind
+from runlane_sqs.core.recovery import RecoverySettings, plan_publish, recover_lease
+from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenStatus
+from runlane_sqs.core.tokens import decide as decide_token
+from runlane_sqs.core.waits import poll_later
+from runlane_sqs.engine.finishing import Finisher
+from runlane_sqs.engine.publishing import Publisher
+from runlane_sqs.engine.resuming import Resumer
+from runlane_sqs.engine.tasks import TaskRegistry
+from runlane_sqs.engine.tokens import TokensApi
+from runlane_sqs.ports.store import RunStore
+
+log = logging.getLogger("runlane_sqs.maintenance")
+PAGE_SIZE = 25
+MAINTENANCE_RESUME_BATCH = 100
+"""Waiters of one decided token resumed per pass."""
+
+
+@dataclass(frozen=True)
+class MaintenanceConfig:
+    """Bounds and thresholds of one maintenance pass."""
+
+    limit_per_job: int = 200
+    """Most candidates each scan (due, lease, token) examines per pass."""
+    max_lease_losses: int = 3
+    """Consecutive lease expiries after which a run fails with ``lease_lost``."""
+
+
+@dataclass
+class JobReport:
+    """What one job did in one pass."""
+
+    examined: int = 0
+    """Candidates read from the index."""
+    acted: int = 0
+    """Conditional writes that succeeded."""
+    published: int = 0
+    """Wakeups sent."""
+    skipped: int = 0
+    """Candidates no longer eligible (changed since they were listed, or not yet due)."""
+    conflicts: int = 0
+    """Writes lost to a concurrent change (another pass, a worker, an operator)."""
+
+
+@dataclass
+class PassReport:
+    """The typed result of :meth:`Maintenance.run_pass` (also logged as JSON)."""
+
+    started_at: str
+    duration_ms: int = 0
+    jobs: dict[str, JobReport] = field(default_factory=dict)
+    cursors: dict[str, str] = field(default_factory=dict)
+    """Where each partition's scan stopped; absent when it reached the end."""
+    out_of_time: bool = False
+
+    def job(self, name: str) -> JobReport:
+        return self.jobs.setdefault(name, JobReport())
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+JOB_DUE = "due_wakeups"
+JOB_EXPIRED = "expired_leases"
+JOB_DEADLINES = "attempt_deadlines"
+JOB_CANCELLATIONS = "abandoned_cancellations"
+JOB_WAITS = "wait_checks"
+JOB_TOKENS = "tokens"
+JOBS = (JOB_DUE, JOB_EXPIRED, JOB_DEADLINES, JOB_CANCELLATIONS, JOB_WAITS, JOB_TOKENS)
+
+
+def _polls_target(run: Run) -> bool:
+    """A released run waiting on a token or a run is listed to have its target checked."""
+    waiting = run.waiting
+    return (
+        run.status is RunStatus.RELEASED
+        and waiting is not None
+        and waiting.kind in (WaitKind.TOKEN, WaitKind.RUN)
+        and run.due_at is None
+    )
+
+
+def job_of(transition: Transition) -> str:
+    """Which job a lease-scan transition belongs to, by the first event it appends."""
+    kinds = {event.type for event in transition.events}
+    if EventType.ATTEMPT_TIMED_OUT in kinds:
+        return JOB_DEADLINES
+    if EventType.CANCELLED in kinds:
+        return JOB_CANCELLATIONS
+    return JOB_EXPIRED
+
+
+class Maintenance:
+    """``app.maintenance``: run passes from a schedule, a loop or a test."""
+
+    def __init__(
+        self,
+        *,
+        store: RunStore,
+        publisher: Publisher,
+        resumer: Resumer,
+        finisher: Finisher,
+        tokens: TokensApi,
+        tasks: TaskRegistry,
+        clock: Clock,
+        settings: RunlaneConfig,
+        config: MaintenanceConfig | None = None,
+    ) -> None:
+        self._store = store
+        self._publisher = publisher
+        self._resumer = resumer
+        self._finisher = finisher
+        self._tokens = tokens
+        self._tasks = tasks
+        self._clock = clock
+        self._settings = settings
+        self.config = config or MaintenanceConfig()
+        self._out_of_time: Callable[[], bool] = lambda: False
+
+    @property
+    def settings(self) -> RecoverySettings:
+        return RecoverySettings(
+            max_lease_losses=self.config.max_lease_losses, republish=self._settings.republish
+        )
+
+    def run_pass(self, *, time_budget_seconds: float | None = None) -> PassReport:
+        """One bounded pass over both scans; stops starting pages when out of time."""
+        started = time.monotonic()
+        now = self._clock.now()
+        report = PassReport(started_at=now.isoformat())
+        for name in JOBS:
+            report.job(name)
+        cursors = self._store.load_cursors()
+
+        def out_of_time() -> bool:
+            if time_budget_seconds is None:
+                return False
+            return time.monotonic() - started > time_budget_seconds
+
+        self._out_of_time = out_of_time
+        for kind in (AgendaKind.DUE, AgendaKind.LEASE, AgendaKind.TOKEN):
+            self._scan(kind, now, cursors, report, out_of_time)
+        report.cursors = {p: c for p, c in cursors.items() if c}
+        report.out_of_time = out_of_time()
+        report.duration_ms = int((time.monotonic() - started) * 1000)
+        log.info("maintenance pass %s", json.dumps(report.to_json()), extra={"pass": "done"})
+        return report
+
+    def _scan(
+        self,
+        kind: AgendaKind,
+        now: datetime,
+        cursors: dict[str, str],
+        report: PassReport,
+        out_of_time: Callable[[], bool],
+    ) -> None:
+        partitions = agenda_partitions(self._settings.environment, kind.value)
+        per_partition = max(1, self.config.limit_per_job // len(partitions))
+        for partition in partitions:
+            if out_of_time():
+                return
+            start = cursors.get(partition)
+            cursor = self._scan_partition(kind, partition, now, start, per_partition, report)
+            if cursor != start:
+                self._store.save_cursor(partition, cursor)
+            if cursor:
+                cursors[partition] = cursor
+            else:
+                cursors.pop(partition, None)
+
+    def _scan_partition(
+        self,
+        kind: AgendaKind,
+        partition: str,
+        now: datetime,
+        cursor: str | None,
+        budget: int,
+        report: PassReport,
+    ) -> str | None:
+        while budget > 0 and not self._out_of_time():
+            page = min(budget, PAGE_SIZE)
+            try:
+                listed, cursor = self._page(kind, partition, now, page, cursor, report)
+            except InvalidCursor:
+                log.warning("discarding an unreadable cursor for %s", partition)
+                listed, cursor = self._page(kind, partition, now, page, None, report)
+            budget -= listed
+            if cursor is None or not listed:
+                return None
+        return cursor
+
+    def _page(
+        self,
+        kind: AgendaKind,
+        partition: str,
+        now: datetime,
+        limit: int,
+        cursor: str | None,
+        report: PassReport,
+    ) -> tuple[int, str | None]:
+        """Handle one page of a partition; returns how many items it listed."""
+        store = self._store
+        if kind is AgendaKind.TOKEN:
+            tokens, cursor = store.token_agenda_page(partition, now, limit, cursor)
+            for token in tokens:
+                self._token(token, now, report.job(JOB_TOKENS))
+            return len(tokens), cursor
+        runs, cursor = store.agenda_page(partition, now, limit, cursor)
+        wakeups: list[tuple[Run, JobReport, timedelta | None]] = []
+        for run in runs:
+            wakeup = self._candidate(kind, run, now, report)
+            if wakeup is not None:
+                wakeups.append(wakeup)
+        self._publish(wakeups)
+        return len(runs), cursor
+
+    def _token(self, listed: Token, now: datetime, job: JobReport) -> None:
+        """Time out a pending token past its timeout; resume a batch of a decided one."""
+        job.examined += 1
+        token = self._store.get_token(listed.id)
+        if token is None:
+            job.skipped += 1
+            return
+        if not token.is_decided:
+            if token.timeout_at is None or token.timeout_at > now:
+                job.skipped += 1
+                return
+            try:
+                token = self._store.decide_token(
+                    decide_token(token, TokenStatus.TIMED_OUT, None, now)
+                )
+            except TokenAlreadyDecided as lost:
+                job.conflicts += 1
+                token = lost.token
+            else:
+                job.acted += 1
+        resumed = self._tokens.resume(token, limit=MAINTENANCE_RESUME_BATCH)
+        job.published += resumed.resumed
+
+    def _waiting(self, run: Run, now: datetime, job: JobReport) -> Run | None:
+        """A run waiting on a token or a run: resume it if the target has decided (a resume
+        the decider missed), otherwise look again later."""
+        job.examined += 1
+        assert run.waiting is not None
+        resumption = self._resumer.target_resumption(run.waiting)
+        if resumption is not None:
+            resumed = self._resumer.resume_one(run, resumption)
+            if resumed is None:
+                job.conflicts += 1
+            else:
+                job.acted += 1
+            return resumed
+        decision = poll_later(run, now=now, policy=self.settings.republish)
+        if isinstance(decision, Transition):
+            try:
+                self._store.apply(decision)
+            except ConflictError:
+                job.conflicts += 1
+                return None
+        job.skipped += 1
+        return None
+
+    def _candidate(
+        self, kind: AgendaKind, run: Run, now: datetime, report: PassReport
+    ) -> tuple[Run, JobReport, timedelta | None] | None:
+        """Decide and write one candidate; returns the wakeup it calls for, if any."""
+        if kind is AgendaKind.DUE and _polls_target(run):
+            job = report.job(JOB_WAITS)
+            resumed = self._waiting(run, now, job)
+            return (resumed, job, None) if resumed is not None else None
+        if kind is AgendaKind.DUE:
+            decision = plan_publish(run, now=now, policy=self.settings.republish)
+            job = report.job(JOB_DUE)
+        else:
+            task = self._tasks.get(run.task)
+            decision = recover_lease(
+                run, now=now, retry=task.retry if task else None, settings=self.settings
+            )
+            job = report.job(job_of(decision) if isinstance(decision, Transition) else JOB_EXPIRED)
+        job.examined += 1
+        if isinstance(decision, Skip):
+            job.skipped += 1
+            return None
+        try:
+            stored = self._store.apply(decision)
+        except ConflictError:
+            job.conflicts += 1
+            return None
+        except RunlaneError as exc:
+            log.warning(
+                "maintenance write for run %s failed: %s",
+                run.id,
+                exc,
+                extra={"run_id": run.id, "task": run.task, "attempt": run.attempt},
+            )
+            return None
+        job.acted += 1
+        return self._follow_up(stored, kind, job, now)
+
+    def _follow_up(
+        self, run: Run, kind: AgendaKind, job: JobReport, now: datetime
+    ) -> tuple[Run, JobReport, timedelta | None] | None:
+        """Free keys of finished runs; say which wakeup a written decision calls for."""
+        extra = {"run_id": run.id, "task": run.task, "attempt": run.attempt}
+        if run.is_terminal:
+            log.info("run %s is now %s", run.id, run.status.value, extra=extra)
+            self._finisher.after_finished(run)
+            return None
+        if kind is AgendaKind.DUE:
+            return run, job, None
+        log.info("run %s is %s again after recovery", run.id, run.status.value, extra=extra)
+        if not (run.status.is_runnable and run.wake_at is not None):
+            return None
+        delay = (run.due_at - now) if run.due_at and run.due_at > now else None
+        return run, job, delay
+
+    def _publish(self, wakeups: list[tuple[Run, JobReport, timedelta | None]]) -> None:
+        """Send a page's wakeups in batches (one request per ten due runs)."""
+        groups: dict[tuple[int, timedelta | None], list[tuple[Run, JobReport]]] = {}
+        for run, job, delay in wakeups:
+            groups.setdefault((id(job), delay), []).append((run, job))
+        for (_, delay), members in groups.items():
+            sent = self._publisher.publish_many([run for run, _ in members], delay=delay)
+            members[0][1].published += sent

@@ -1,0 +1,326 @@
+"""One wakeup in, at most one attempt out: the per-message path, written once.
+
+parse -> re-read the run -> claim the lease (conditional write) -> run the handler
+-> record the outcome under the lease token -> follow up (next wakeup, finished-run
+bookkeeping). Anything that is not a runnable, due run of this environment is
+acknowledged and ignored.
+
+The path sends no request itself. :meth:`MessagePath.handle` is a generator that yields
+the requests it needs (the classes below) and is sent each one's result, or thrown its
+error. A driver performs them with its own I/O: :func:`drive` here for the sync worker
+and the Lambda consumer, :func:`runlane_sqs.runtime.aio.executor.drive_async` for the
+async worker. Tests step the generator by hand to put a race at an exact point
+(tests/engine/test_message_path.py; docs/design/architecture.md shows how).
+
+Timeline of a plain run (what the driver is asked for)::
+
+    ReadRun -> Write(claim) -> Begin -> CallHandler -> End -> Write(outcome) [-> follow-up]
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Protocol
+
+from runlane_sqs.core import machine
+from runlane_sqs.core.clock import Clock
+from runlane_sqs.core.config import RunlaneConfig
+from runlane_sqs.core.errors import (
+    ConflictError,
+    LeaseLost,
+    RunlaneError,
+    StorageError,
+    StorageUnavailable,
+)
+from runlane_sqs.core.machine import Skip, SkipReason, Transition
+from runlane_sqs.core.model import JSON, Run
+from runlane_sqs.core.wakeup import MalformedWakeup, Wakeup, parse_wakeup
+from runlane_sqs.engine import outcomes
+from runlane_sqs.engine.context import TaskContext
+from runlane_sqs.engine.engine import Engine
+from runlane_sqs.engine.finishing import finishing_needs_storage
+from runlane_sqs.engine.outcomes import Decide, Disposition, FollowUp
+from runlane_sqs.engine.tasks import Task, TaskRegistry
+from runlane_sqs.ports.transport import ReceivedWakeup
+
+log = logging.getLogger("runlane_sqs.worker")
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRun:
+    """Read the run a wakeup names. Result: the run, or ``None`` if it is unknown."""
+
+    run_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """Apply a conditional transition. Result: the stored run; raises
+    :class:`~runlane_sqs.errors.ConflictError` (with the stored run) if it changed."""
+
+    transition: Transition
+
+
+@dataclass(frozen=True, slots=True)
+class Begin:
+    """Start an attempt of a claimed run: build its context and keep its lease alive.
+    Result: the :class:`~runlane_sqs.engine.context.TaskContext`."""
+
+    run: Run
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
+class CallHandler:
+    """Call the task's handler. Result: what it returned; raises what it raised."""
+
+    task: Task
+    ctx: TaskContext
+    payload: JSON
+
+
+@dataclass(frozen=True, slots=True)
+class End:
+    """Stop renewing the attempt's lease. Result: ``(latest run, lease lost)``, or
+    ``None`` if the attempt was not tracked."""
+
+    run_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    """Publish the run's next wakeup after ``delay`` (repairing a refused send). Result:
+    ``None``."""
+
+    run: Run
+    delay: timedelta
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """Free a finished run's keys and resume its first waiters. Result: ``None``."""
+
+    run: Run
+
+
+@dataclass(frozen=True, slots=True)
+class Recheck:
+    """Resume a run released to wait if its target decided meanwhile. Result: ``None``."""
+
+    run: Run
+
+
+Request = ReadRun | Write | Begin | CallHandler | End | Publish | Finish | Recheck
+Steps = Generator[Request, Any, Disposition]
+"""One message's path: yields requests, returns what became of the message."""
+Perform = Callable[[Request], Any]
+
+
+class MessagePath:
+    """The per-message path of one worker identity (sync, async or a Lambda invocation)."""
+
+    def __init__(
+        self, *, tasks: TaskRegistry, clock: Clock, config: RunlaneConfig, worker_id: str
+    ) -> None:
+        self.tasks = tasks
+        self.clock = clock
+        self.config = config
+        self.worker_id = worker_id
+
+    @classmethod
+    def of(cls, engine: Engine, worker_id: str) -> MessagePath:
+        """The path of ``worker_id`` over ``engine``'s tasks, clock and configuration."""
+        return cls(
+            tasks=engine.tasks, clock=engine.clock, config=engine.config, worker_id=worker_id
+        )
+
+    def handle(self, message: ReceivedWakeup) -> Steps:
+        """The steps for one received message."""
+        try:
+            wakeup = parse_wakeup(message.body)
+        except MalformedWakeup as exc:
+            log.warning(
+                "deleting malformed message %s from queue %r: %s",
+                message.message_id,
+                message.queue,
+                exc,
+                extra={"message_id": message.message_id, "worker_id": self.worker_id},
+            )
+            return Disposition.SKIPPED
+        try:
+            return (yield from self._wakeup(wakeup))
+        except StorageUnavailable as exc:
+            log.warning(
+                "storage unavailable, leaving wakeup for redelivery: %s",
+                exc,
+                extra={"run_id": wakeup.run_id, "worker_id": self.worker_id},
+            )
+            return Disposition.DEFERRED
+
+    def _wakeup(self, wakeup: Wakeup) -> Steps:
+        if wakeup.environment != self.config.environment:
+            return outcomes.log_skip(wakeup, SkipReason.FOREIGN_ENVIRONMENT, self.worker_id)
+        run: Run | None = yield ReadRun(wakeup.run_id)
+        if run is None:
+            return outcomes.log_skip(wakeup, SkipReason.UNKNOWN_RUN, self.worker_id)
+        task = self.tasks.get(run.task)
+        if task is None:
+            return outcomes.log_unknown_task(run, self.worker_id)
+        decision = outcomes.claim(
+            run, task, self.worker_id, now=self.clock.now(), config=self.config
+        )
+        if isinstance(decision, Skip):
+            return outcomes.log_skip(wakeup, decision.reason, self.worker_id, run)
+        try:
+            claimed: Run = yield Write(decision)
+        except ConflictError:
+            return outcomes.log_skip(wakeup, SkipReason.CLAIM_LOST, self.worker_id, run)
+        yield from self.attempt(task, claimed)
+        return Disposition.EXECUTED
+
+    def attempt(self, task: Task, run: Run) -> Generator[Request, Any, Run | None]:
+        """One attempt of a claimed run and its recorded outcome; returns the stored run
+        (``None`` when the lease was lost and nothing was recorded)."""
+        token = outcomes.lease_token(run)
+        ctx: TaskContext = yield Begin(run, token)
+        ctx.log.info("attempt %d started", run.attempt)
+        decide: Decide
+        try:
+            result = yield CallHandler(task, ctx, run.payload)
+        except GeneratorExit:  # the driver abandoned the attempt: record nothing
+            raise
+        except BaseException as exc:  # waits, and SystemExit/KeyboardInterrupt from a handler
+            decide = outcomes.decide_raised(self.config, task, exc, token)
+        else:
+            decide = outcomes.decide_returned(self.config, result, token)
+        tracked: tuple[Run, bool] | None = yield End(run.id)
+        latest, lost = tracked if tracked else (run, False)
+        if lost:
+            ctx.log.warning(
+                "attempt %d finished after its lease was lost; outcome discarded", run.attempt
+            )
+            return None
+        stored = yield from self._record(latest, decide, ctx)
+        if stored is not None:
+            yield from self._follow_up(stored, ctx)
+        return stored
+
+    def _record(
+        self, run: Run, decide: Decide, ctx: TaskContext
+    ) -> Generator[Request, Any, Run | None]:
+        token = outcomes.lease_token(run)
+        current = run
+        for _ in range(machine.MAX_REDECISIONS):
+            try:
+                transition = decide(current, self.clock.now())
+            except LeaseLost:
+                break
+            try:
+                stored: Run = yield Write(transition)
+            except ConflictError as conflict:
+                if not outcomes.still_leased(conflict.current, token):
+                    break
+                assert conflict.current is not None
+                current = conflict.current
+            except StorageUnavailable:
+                raise
+            except StorageError as exc:
+                return (yield from self._record_refused(current, token, exc, ctx))
+            else:
+                return stored
+        ctx.log.warning("the lease was lost before the outcome was written; outcome discarded")
+        return None
+
+    def _record_refused(
+        self, run: Run, token: str, exc: StorageError, ctx: TaskContext
+    ) -> Generator[Request, Any, Run | None]:
+        ctx.log.error("storage refused the outcome: %s; failing the run", exc)
+        try:
+            stored: Run = yield Write(outcomes.refused_outcome(run, token, exc, self.clock.now()))
+        except (ConflictError, StorageError) as again:
+            ctx.log.error("could not record the failure either: %s", again)
+            return None
+        return stored
+
+    def _follow_up(self, run: Run, ctx: TaskContext) -> Generator[Request, Any, None]:
+        """Log the outcome, publish the next wakeup, free keys and resume waiters.
+
+        The outcome is recorded by now, so a follow-up that fails is logged and left to
+        maintenance (which publishes due runs and polls waits); the message still counts
+        as executed."""
+        outcomes.log_outcome(run, ctx)
+        request = self._follow_up_request(run)
+        if request is None:
+            return
+        try:
+            yield request
+        except RunlaneError as exc:
+            ctx.log.warning(
+                "%s after attempt %d failed: %s; maintenance will repair it",
+                type(request).__name__.lower(),
+                run.attempt,
+                exc,
+            )
+
+    def _follow_up_request(self, run: Run) -> Request | None:
+        step = outcomes.follow_up(run)
+        if step is FollowUp.FINISHED and finishing_needs_storage(run):
+            return Finish(run)
+        if step is FollowUp.PUBLISH:
+            assert run.due_at is not None
+            return Publish(run, run.due_at - self.clock.now())
+        if step is FollowUp.RECHECK:
+            return Recheck(run)
+        return None
+
+
+class Performer(Protocol):
+    """What a driver implements: one method per request (sync or ``async def``)."""
+
+    def read(self, request: ReadRun) -> Any: ...
+    def write(self, request: Write) -> Any: ...
+    def begin(self, request: Begin) -> Any: ...
+    def call(self, request: CallHandler) -> Any: ...
+    def end(self, request: End) -> Any: ...
+    def publish(self, request: Publish) -> Any: ...
+    def finish(self, request: Finish) -> Any: ...
+    def recheck(self, request: Recheck) -> Any: ...
+
+
+def performer_table(driver: Performer) -> dict[type, Callable[[Any], Any]]:
+    """The driver's method for each request type."""
+    return {
+        ReadRun: driver.read,
+        Write: driver.write,
+        Begin: driver.begin,
+        CallHandler: driver.call,
+        End: driver.end,
+        Publish: driver.publish,
+        Finish: driver.finish,
+        Recheck: driver.recheck,
+    }
+
+
+def advance(steps: Steps, reply: Any, error: BaseException | None) -> Request | Disposition:
+    """Hand the path the last request's result (or error); returns its next request, or
+    what became of the message once the path is done."""
+    try:
+        return steps.send(reply) if error is None else steps.throw(error)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+def drive(steps: Steps, perform: Perform) -> Disposition:
+    """Run ``steps`` to the end, performing each request with ``perform`` (sync I/O)."""
+    request = advance(steps, None, None)
+    while not isinstance(request, Disposition):
+        try:
+            reply = perform(request)
+        except BaseException as exc:  # the path decides what a failed request means
+            request = advance(steps, None, exc)
+        else:
+            request = advance(steps, reply, None)
+    return request

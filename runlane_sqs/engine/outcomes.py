@@ -1,0 +1,218 @@
+"""The decisions of the per-message path (:mod:`runlane_sqs.engine.message`).
+
+Nothing here sends a request or reads a clock: these functions turn what happened (a
+claimed run, a handler's result or exception) and the time given to them into the
+transitions and follow-ups the path then asks its driver to write.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from collections.abc import Callable
+from datetime import datetime
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+from runlane_sqs.core import machine, waits
+from runlane_sqs.core.config import RunlaneConfig
+from runlane_sqs.core.errors import InvalidPayloadError, LeaseLost, StepError
+from runlane_sqs.core.limits import MAX_TRACEBACK_CHARS
+from runlane_sqs.core.machine import Skip, SkipReason, Transition
+from runlane_sqs.core.model import Failure, Run, RunStatus, Wait
+from runlane_sqs.core.names import new_lease_token
+from runlane_sqs.core.payload import encode_json
+from runlane_sqs.core.retry import RetryDecision, qualified_name
+from runlane_sqs.core.wakeup import Wakeup
+from runlane_sqs.engine.context import TaskContext, WaitRequested, run_logger
+from runlane_sqs.engine.tasks import Task
+
+if TYPE_CHECKING:
+    from runlane_sqs.engine.context import AttemptServices
+
+log = logging.getLogger("runlane_sqs.worker")
+
+Decide = Callable[[Run, datetime], Transition]
+"""Decides an attempt's outcome transition from the latest stored run and the time."""
+
+
+class Disposition(StrEnum):
+    """What became of one message."""
+
+    EXECUTED = "executed"
+    """An attempt ran; delete the message."""
+    SKIPPED = "skipped"
+    """A stale, foreign, unknown or malformed hint; delete the message."""
+    DEFERRED = "deferred"
+    """Could not be handled now (unknown task, storage down); leave it for redelivery."""
+
+
+class FollowUp(StrEnum):
+    """What an executor does after recording an outcome."""
+
+    FINISHED = "finished"
+    """Terminal: free keys, resume runs waiting for this one."""
+    PUBLISH = "publish"
+    """Due again within SQS's delay limit: publish its next wakeup."""
+    RECHECK = "recheck"
+    """Released to wait: check once whether its target was decided meanwhile."""
+    NONE = "none"
+    """Maintenance publishes it when due."""
+
+
+def follow_up(run: Run) -> FollowUp:
+    if run.is_terminal:
+        return FollowUp.FINISHED
+    if run.status.is_runnable and run.due_at is not None and run.wake_at is not None:
+        return FollowUp.PUBLISH
+    if run.status is RunStatus.RELEASED and run.waiting is not None:
+        return FollowUp.RECHECK
+    return FollowUp.NONE
+
+
+def log_skip(
+    wakeup: Wakeup, reason: SkipReason, worker_id: str, run: Run | None = None
+) -> Disposition:
+    extra: dict[str, object] = {
+        "run_id": wakeup.run_id,
+        "reason": reason.value,
+        "worker_id": worker_id,
+    }
+    if run is not None:
+        extra.update(task=run.task, attempt=run.attempt)
+    log.info("ignoring wakeup for run %s: %s", wakeup.run_id, reason.value, extra=extra)
+    return Disposition.SKIPPED
+
+
+def log_unknown_task(run: Run, worker_id: str) -> Disposition:
+    log.error(
+        "run %s names task %r, which this worker does not register; leaving the "
+        "wakeup for a worker that does (or the dead-letter queue)",
+        run.id,
+        run.task,
+        extra={"run_id": run.id, "task": run.task, "worker_id": worker_id},
+    )
+    return Disposition.DEFERRED
+
+
+def claim(
+    run: Run, task: Task, worker_id: str, *, now: datetime, config: RunlaneConfig
+) -> Transition | Skip:
+    """Claim the lease of a run a wakeup named, or say why not."""
+    return machine.claim_lease(
+        run,
+        now=now,
+        owner=worker_id,
+        token=new_lease_token(),
+        duration=config.lease_duration,
+        timeout=task.timeout,
+    )
+
+
+def new_context(run: Run, worker_id: str, services: AttemptServices) -> TaskContext:
+    return TaskContext(
+        run_id=run.id,
+        task=run.task,
+        attempt=run.attempt,
+        environment=run.environment,
+        worker_id=worker_id,
+        log=run_logger("runlane_sqs.task", run, worker_id),
+        services=services,
+    )
+
+
+def failure_from(exc: BaseException, *, retryable: bool) -> Failure:
+    text = "".join(traceback.format_exception(exc))
+    return Failure(
+        type=qualified_name(exc),
+        message=str(exc)[:1000],
+        traceback=text[-MAX_TRACEBACK_CHARS:],
+        retryable=retryable,
+    )
+
+
+def decide_returned(config: RunlaneConfig, result: object, token: str) -> Decide:
+    """The handler returned ``result``: success, or a failure if it is not storable JSON."""
+    try:
+        encode_json(result, what="handler result", limit_bytes=config.payload_limit)
+    except InvalidPayloadError as exc:
+        failure = failure_from(exc, retryable=False)
+        return lambda run, now: machine.record_failure(
+            run, token=token, failure=failure, decision=RetryDecision(retry_at=None), now=now
+        )
+    return lambda run, now: machine.record_success(run, token=token, result=result, now=now)
+
+
+def decide_raised(config: RunlaneConfig, task: Task, exc: BaseException, token: str) -> Decide:
+    """The handler raised: a wait (release), or a failure the retry policy decides on."""
+    wait = exc.wait if isinstance(exc, WaitRequested) else _wait_in(exc)
+    if wait is not None:
+        return _decide_release(config, wait, token)
+    retryable = task.retry.is_retryable(exc) and not isinstance(
+        exc, StepError | InvalidPayloadError
+    )
+    failure = failure_from(exc, retryable=retryable)
+
+    def decide(run: Run, now: datetime) -> Transition:
+        decision = task.retry.decide(run.failures + 1, now, retryable=retryable)
+        return machine.record_failure(
+            run,
+            token=token,
+            failure=failure,
+            decision=decision,
+            now=now,
+            republish=config.republish,
+        )
+
+    return decide
+
+
+def _decide_release(config: RunlaneConfig, wait: Wait, token: str) -> Decide:
+    return lambda run, now: waits.release(
+        run, token=token, wait=wait, now=now, republish=config.republish
+    )
+
+
+def refused_outcome(run: Run, token: str, exc: Exception, now: datetime) -> Transition:
+    """Storage refused an outcome (an item that would outgrow 400 KB): fail the run with a
+    small failure instead."""
+    failure = Failure(type=qualified_name(exc), message=str(exc)[:500], retryable=False)
+    return machine.record_failure(
+        run, token=token, failure=failure, decision=RetryDecision(retry_at=None), now=now
+    )
+
+
+def still_leased(current: Run | None, token: str) -> bool:
+    """After a conflict: whether the attempt still holds the lease (decide again) or not."""
+    return current is not None and current.lease is not None and current.lease.token == token
+
+
+def lease_token(run: Run) -> str:
+    if run.lease is None:
+        raise LeaseLost(run.id)
+    return run.lease.token
+
+
+def log_outcome(run: Run, ctx: TaskContext) -> None:
+    if run.status is RunStatus.SUCCEEDED:
+        ctx.log.info("attempt %d succeeded", run.attempt)
+    elif run.status is RunStatus.FAILED:
+        reason = run.failure.message if run.failure else ""
+        ctx.log.warning("attempt %d failed; run failed: %s", run.attempt, reason)
+    elif run.status is RunStatus.RETRYING:
+        due = run.due_at.isoformat() if run.due_at else "now"
+        ctx.log.info("attempt %d failed; retry due at %s", run.attempt, due)
+    elif run.status is RunStatus.RELEASED and run.waiting is not None:
+        ctx.log.info("attempt %d released; waiting for %s", run.attempt, run.waiting.kind.value)
+
+
+def _wait_in(exc: BaseException) -> Wait | None:
+    """A wait raised inside an exception group (``asyncio.TaskGroup``) is still a wait."""
+    if isinstance(exc, BaseExceptionGroup):
+        waits_only = exc.subgroup(WaitRequested)
+        if waits_only is not None and exc.split(WaitRequested)[1] is None:
+            first = waits_only.exceptions[0]
+            while isinstance(first, BaseExceptionGroup):
+                first = first.exceptions[0]
+            return first.wait if isinstance(first, WaitRequested) else None
+    return None

@@ -1,0 +1,150 @@
+"""Waking released runs: signals, token decisions and finished runs resume their waiters.
+
+Waiters are found on the waits index, each is re-read and resumed by a conditional
+write (a waiter that moved on meanwhile is skipped), and their wakeups are published in
+batches. Anything missed here (the index lags writes by a moment) is caught by
+maintenance, which polls runs waiting on tokens and runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from runlane_sqs.core import tokens as core_tokens
+from runlane_sqs.core import waits
+from runlane_sqs.core.clock import Clock
+from runlane_sqs.core.config import RunlaneConfig
+from runlane_sqs.core.errors import ConflictError
+from runlane_sqs.core.machine import Skip
+from runlane_sqs.core.model import JSON, EventType, Run, Wait, WaitKind
+from runlane_sqs.core.tokens import Token
+from runlane_sqs.engine.context import RunOutcome
+from runlane_sqs.engine.publishing import Publisher
+from runlane_sqs.ports.store import RunStore
+
+log = logging.getLogger("runlane_sqs.resume")
+RESUME_BATCH = 25
+"""Waiters resumed at once by a token decision or a finishing run; maintenance resumes
+the rest in batches."""
+PAGE_SIZE = 25
+
+
+@dataclass(frozen=True, slots=True)
+class Resumption:
+    """What a wait's target decided, as written into each waiter."""
+
+    kind: WaitKind
+    target: str
+    result: dict[str, JSON]
+    event: EventType
+    data: dict[str, JSON]
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeReport:
+    resumed: int
+    more: bool
+    """Waiters may remain beyond the limit."""
+
+
+class Resumer:
+    """Writes a target's decision into the runs waiting for it and publishes their wakeups."""
+
+    def __init__(
+        self, store: RunStore, publisher: Publisher, clock: Clock, config: RunlaneConfig
+    ) -> None:
+        self._store = store
+        self._publisher = publisher
+        self._clock = clock
+        self._config = config
+
+    def resume_one(self, run: Run, resumption: Resumption) -> Run | None:
+        """Resume ``run`` at its current wait if it still waits for this target."""
+        waiting = run.waiting
+        if waiting is None or waiting.kind is not resumption.kind:
+            return None
+        if waiting.target != resumption.target:
+            return None
+        decision = waits.resume(
+            run,
+            wait=waiting,
+            result=resumption.result,
+            event=resumption.event,
+            data=resumption.data,
+            now=self._clock.now(),
+            republish=self._config.republish,
+        )
+        if isinstance(decision, Skip):
+            return None
+        try:
+            return self._store.apply(decision)
+        except ConflictError:
+            return None
+
+    def resume_waiters(self, resumption: Resumption, limit: int | None) -> ResumeReport:
+        """Resume up to ``limit`` waiters (all of them with ``None``) and publish their
+        wakeups."""
+        resumed: list[Run] = []
+        examined = 0
+        cursor: str | None = None
+        while limit is None or examined < limit:
+            page = PAGE_SIZE if limit is None else min(PAGE_SIZE, limit - examined)
+            ids, cursor = self._store.waiting_runs(resumption.kind, resumption.target, page, cursor)
+            examined += len(ids)
+            for run_id in ids:
+                run = self._store.get_run(run_id)
+                stored = self.resume_one(run, resumption) if run is not None else None
+                if stored is not None:
+                    resumed.append(stored)
+            if cursor is None or not ids:
+                break
+        if resumed:
+            self._publisher.publish_many(resumed)
+            log.info(
+                "resumed %d run(s) waiting on %s %s",
+                len(resumed),
+                resumption.kind.value,
+                resumption.target,
+            )
+        return ResumeReport(resumed=len(resumed), more=cursor is not None)
+
+    def target_resumption(self, waiting: Wait) -> Resumption | None:
+        """The resumption for a token or run wait whose target has decided, else ``None``."""
+        if waiting.target is None:
+            return None
+        if waiting.kind is WaitKind.TOKEN:
+            token = self._store.get_token(waiting.target)
+            return token_resumption(token) if token is not None and token.is_decided else None
+        if waiting.kind is WaitKind.RUN:
+            other = self._store.get_run(waiting.target)
+            return run_finished(other) if other is not None and other.is_terminal else None
+        return None
+
+    def recheck(self, run: Run) -> None:
+        """A token decided (or a run finished) just before this run's release was written
+        may have resumed waiters without seeing this one: look once more, resume it if so."""
+        if run.waiting is None:
+            return
+        resumption = self.target_resumption(run.waiting)
+        if resumption is not None:
+            resumed = self.resume_one(run, resumption)
+            if resumed is not None:
+                self._publisher.publish_many([resumed])
+
+
+def run_finished(run: Run) -> Resumption:
+    """What a finished run writes into the runs waiting for it."""
+    return Resumption(
+        kind=WaitKind.RUN,
+        target=run.id,
+        result=RunOutcome.of(run).to_json(),
+        event=EventType.RESUMED,
+        data={"run": run.id, "status": run.status.value},
+    )
+
+
+def token_resumption(token: Token) -> Resumption:
+    """What a decided token writes into the runs waiting for it."""
+    result, event, data = core_tokens.wait_result(token)
+    return Resumption(WaitKind.TOKEN, token.id, result, event, data)

@@ -1,0 +1,69 @@
+"""Tokens: ``app.tokens`` creates durable external decisions and records them."""
+
+from __future__ import annotations
+
+import secrets
+
+from runlane_sqs.core import tokens as core
+from runlane_sqs.core.clock import Clock
+from runlane_sqs.core.config import RunlaneConfig
+from runlane_sqs.core.durations import Duration, to_timedelta
+from runlane_sqs.core.model import JSON
+from runlane_sqs.core.payload import encode_json
+from runlane_sqs.core.tokens import Token, TokenNotFound, TokenStatus
+from runlane_sqs.engine.resuming import RESUME_BATCH, Resumer, ResumeReport, token_resumption
+from runlane_sqs.ports.store import RunStore
+
+
+class TokensApi:
+    """Create, read and decide tokens. A token is decided once; it stays readable."""
+
+    def __init__(
+        self, store: RunStore, resumer: Resumer, clock: Clock, config: RunlaneConfig
+    ) -> None:
+        self._store = store
+        self._resumer = resumer
+        self._clock = clock
+        self._config = config
+
+    def create(self, *, timeout: Duration | None = None, metadata: JSON = None) -> Token:
+        """A new pending token with an unguessable id; maintenance times it out after
+        ``timeout`` (if given)."""
+        encode_json(metadata, what="token metadata", limit_bytes=self._config.payload_limit)
+        now = self._clock.now()
+        timeout_at = now + to_timedelta(timeout, "timeout") if timeout is not None else None
+        token = core.new_token(
+            secrets.token_hex(16), self._config.environment, now, timeout_at, metadata
+        )
+        self._store.create_token(token)
+        return token
+
+    def get(self, token_id: str) -> Token:
+        token = self._store.get_token(token_id)
+        if token is None:
+            raise TokenNotFound(token_id)
+        return token
+
+    def complete(self, token_id: str, value: JSON = None) -> Token:
+        """Record the decision and resume a first batch of waiting runs at once; raises
+        :class:`~runlane_sqs.core.tokens.TokenAlreadyDecided` if it was decided before."""
+        encode_json(value, what="token value", limit_bytes=self._config.payload_limit)
+        return self._decide(token_id, TokenStatus.COMPLETED, value)
+
+    def time_out(self, token_id: str) -> Token:
+        """Decide the token as ``timed_out`` (what maintenance does at its timeout)."""
+        return self._decide(token_id, TokenStatus.TIMED_OUT, None)
+
+    def _decide(self, token_id: str, status: TokenStatus, value: JSON) -> Token:
+        decided = core.decide(self.get(token_id), status, value, self._clock.now())
+        stored = self._store.decide_token(decided)
+        self.resume(stored, limit=RESUME_BATCH)
+        return stored
+
+    def resume(self, token: Token, *, limit: int) -> ResumeReport:
+        """Resume up to ``limit`` runs waiting on a decided token; once none is left, the
+        token leaves maintenance's agenda."""
+        report = self._resumer.resume_waiters(token_resumption(token), limit=limit)
+        if not report.more:
+            self._store.finish_token_resume(token.id)
+        return report

@@ -1,0 +1,215 @@
+"""Creating runs: validation, key claims and the eager wakeup."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from runlane_sqs.core import machine
+from runlane_sqs.core.agenda import RepublishPolicy
+from runlane_sqs.core.clock import Clock
+from runlane_sqs.core.config import RunlaneConfig
+from runlane_sqs.core.durations import Duration, to_timedelta
+from runlane_sqs.core.errors import RunlaneError
+from runlane_sqs.core.model import JSON, LinkKind, Run, RunStatus
+from runlane_sqs.core.names import check_key, new_run_id
+from runlane_sqs.core.payload import encode_json
+from runlane_sqs.engine.publishing import Publisher
+from runlane_sqs.engine.tasks import Task, TaskRegistry
+from runlane_sqs.ports.store import KeyClaim, KeyConflict, KeyKind, RunStore
+from runlane_sqs.ports.transport import WakeupTransport
+
+log = logging.getLogger("runlane_sqs")
+
+MAX_KEY_TAKEOVERS = 3
+
+
+@dataclass(frozen=True)
+class TriggerRequest:
+    """A validated trigger: everything needed to write the run."""
+
+    task: str
+    queue: str
+    payload: JSON
+    payload_json: str
+    due_at: datetime | None
+    idempotency_key: str | None
+    singleton_key: str | None
+
+
+def validate_keys(idempotency_key: object, singleton_key: object) -> tuple[str | None, str | None]:
+    idem = check_key("idempotency", idempotency_key) if idempotency_key is not None else None
+    single = check_key("singleton", singleton_key) if singleton_key is not None else None
+    return idem, single
+
+
+def holds_key(kind: KeyKind, owner: Run) -> bool:
+    """Does ``owner`` still hold a key of ``kind``? (Released ones may be taken over.)"""
+    if kind is KeyKind.IDEMPOTENCY:
+        return owner.status is not RunStatus.FAILED
+    return not owner.status.is_terminal
+
+
+def create(
+    store: RunStore,
+    request: TriggerRequest,
+    *,
+    environment: str,
+    now: datetime,
+    idempotency_retention: timedelta,
+    republish: RepublishPolicy,
+) -> Run:
+    """Write the run (with its keys) and return it, or the run that already holds a key."""
+    run, event = machine.new_run(
+        run_id=new_run_id(),
+        environment=environment,
+        task=request.task,
+        queue=request.queue,
+        payload=request.payload,
+        now=now,
+        due_at=request.due_at,
+        idempotency_key=request.idempotency_key,
+        singleton_key=request.singleton_key,
+        republish=republish,
+    )
+    claims = _claims(request, now + idempotency_retention)
+    for _ in range(MAX_KEY_TAKEOVERS):
+        try:
+            store.create_run(run, event, request.payload_json, claims)
+            return run
+        except KeyConflict as conflict:
+            owner = store.get_run(conflict.owner) if conflict.owner else None
+            if owner is not None and holds_key(conflict.claim.kind, owner):
+                return owner
+            claims = _replace_owner(claims, conflict.claim, conflict.owner)
+    raise RunlaneError(f"could not take the keys of a new {request.task!r} run; try again")
+
+
+def _claims(request: TriggerRequest, idempotency_expires_at: datetime) -> Sequence[KeyClaim]:
+    claims: list[KeyClaim] = []
+    if request.idempotency_key is not None:
+        claims.append(
+            KeyClaim(
+                KeyKind.IDEMPOTENCY, request.task, request.idempotency_key, idempotency_expires_at
+            )
+        )
+    if request.singleton_key is not None:
+        claims.append(KeyClaim(KeyKind.SINGLETON, request.task, request.singleton_key))
+    return claims
+
+
+def _replace_owner(claims: Sequence[KeyClaim], lost: KeyClaim, owner: str | None) -> list[KeyClaim]:
+    return [
+        KeyClaim(c.kind, c.task, c.key, c.expires_at, previous_owner=owner) if c == lost else c
+        for c in claims
+    ]
+
+
+class Triggers:
+    """Creates runs (``app.trigger``, ``trigger_many``, operator reruns) and publishes
+    their first wakeups."""
+
+    def __init__(
+        self,
+        *,
+        store: RunStore,
+        transport: WakeupTransport,
+        publisher: Publisher,
+        tasks: TaskRegistry,
+        clock: Clock,
+        config: RunlaneConfig,
+    ) -> None:
+        self._store = store
+        self._transport = transport
+        self._publisher = publisher
+        self._tasks = tasks
+        self._clock = clock
+        self._config = config
+
+    def trigger(
+        self,
+        task: Task | str,
+        payload: JSON,
+        *,
+        idempotency_key: str | None,
+        singleton_key: str | None,
+        delay: Duration | None,
+    ) -> Run:
+        """Create a run and publish its wakeup; a run holding a key is returned instead."""
+        run = self._create(self.request(task, payload, idempotency_key, singleton_key, delay))
+        if run.created:
+            self._publisher.publish_new([run])
+        return run
+
+    def trigger_many(
+        self, task: Task | str, payloads: Iterable[JSON], *, delay: Duration | None
+    ) -> list[Run]:
+        """Create one run per payload and publish their wakeups in batches of ten."""
+        requests = [self.request(task, p, None, None, delay) for p in payloads]
+        runs = [self._create(r) for r in requests]
+        self._publisher.publish_new(runs)
+        return runs
+
+    def request(
+        self,
+        task: Task | str,
+        payload: JSON,
+        idempotency_key: str | None,
+        singleton_key: str | None,
+        delay: Duration | None,
+    ) -> TriggerRequest:
+        """Validate a trigger before anything is written."""
+        resolved = self._tasks.resolve(task)
+        idem, single = validate_keys(idempotency_key, singleton_key)
+        payload_json = encode_json(payload, what="payload", limit_bytes=self._config.payload_limit)
+        wait = to_timedelta(delay, "delay") if delay is not None else None
+        self._transport.check_queue(resolved.queue)  # a clear error before any write
+        return TriggerRequest(
+            task=resolved.name,
+            queue=resolved.queue,
+            payload=payload,
+            payload_json=payload_json,
+            due_at=self._clock.now() + wait if wait else None,
+            idempotency_key=idem,
+            singleton_key=single,
+        )
+
+    def _create(self, request: TriggerRequest) -> Run:
+        run = create(
+            self._store,
+            request,
+            environment=self._config.environment,
+            now=self._clock.now(),
+            idempotency_retention=self._config.idempotency_retention,
+            republish=self._config.republish,
+        )
+        log.info(
+            "triggered run %s of %s" if run.created else "trigger returned existing run %s of %s",
+            run.id,
+            run.task,
+            extra={"run_id": run.id, "task": run.task},
+        )
+        return run
+
+    def relaunch(
+        self, task: Task, source: Run, run_id: str, link: tuple[str, LinkKind, str, str]
+    ) -> Run:
+        """Create a run of ``task`` with ``source``'s payload, linked to ``source``."""
+        run, event = machine.new_run(
+            run_id=run_id,
+            environment=self._config.environment,
+            task=task.name,
+            queue=task.queue,
+            payload=source.payload,
+            now=self._clock.now(),
+            republish=self._config.republish,
+            source=link,
+        )
+        payload_json = encode_json(
+            source.payload, what="payload", limit_bytes=self._config.payload_limit
+        )
+        self._store.create_run(run, event, payload_json)
+        self._publisher.publish_new([run])
+        return run

@@ -1,0 +1,1 @@
+"""Lambda entry points: the SQS consumer and the maintenance schedule handler."""

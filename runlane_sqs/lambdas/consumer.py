@@ -1,0 +1,256 @@
+"""The Lambda consumer: an SQS event-source-mapping batch in, a partial batch response out.
+
+Deploy a module of your own whose ``handler`` the function names (``consumer.handler``)::
+
+    # consumer.py
+    from myproject.jobs import app
+    from runlane_sqs.lambdas.consumer import sqs_handler
+
+    handler = sqs_handler(app)
+
+and give the event source mapping ``FunctionResponseTypes: [ReportBatchItemFailures]``
+(``infra/runlane.yaml`` does). Each record becomes a
+:class:`~runlane_sqs.ports.transport.ReceivedWakeup` and goes through the same
+:class:`~runlane_sqs.runtime.executor.Executor` as the long-running worker: parse, re-read
+the run, claim its lease, run the handler, record the outcome under the lease token.
+
+What the handler returns, ``{"batchItemFailures": [{"itemIdentifier": messageId}, ...]}``:
+
+- a record whose run was executed, or that was a stale, foreign, unknown or malformed
+  hint, is *not* reported: Lambda deletes it (the handler itself never calls SQS
+  ``DeleteMessage``);
+- a record that could not be handled now (storage unavailable, a task this function
+  does not register) is reported: it becomes visible again after the queue's visibility
+  timeout and is redelivered, up to the redrive policy's ``maxReceiveCount``;
+- on a FIFO queue (event source ARN ending ``.fifo``), once a record of a message group
+  is reported, the later records of the same group in this batch are reported too,
+  unprocessed, so the group's order holds; other groups continue;
+- records are handled in order, one at a time. The handler reads the context's
+  ``get_remaining_time_in_millis()`` before each record and starts none once less than
+  ``safety_margin_seconds`` remain: those records are reported and a later invocation
+  handles them. An attempt still running when that margin is reached has its
+  cancellation event set, as a stopping worker does; one that ignores it and outlives
+  the invocation loses its lease to expiry and maintenance makes the run runnable again.
+
+Nothing is kept between invocations: each one builds its own executor and
+:class:`~runlane_sqs.runtime.leases.LeaseKeeper`, whose heartbeat thread runs only while the
+invocation does and is stopped before the response is returned (a frozen Lambda
+environment must not wake up later with a thread renewing old leases). Only the app and
+its boto3 clients are reused by warm invocations.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypedDict
+
+from runlane_sqs.api.app import Runlane
+from runlane_sqs.core.errors import ConfigurationError, MissingResourceError
+from runlane_sqs.engine.outcomes import Disposition
+from runlane_sqs.ports.transport import ReceivedWakeup
+from runlane_sqs.runtime.executor import Executor
+from runlane_sqs.runtime.leases import LeaseKeeper
+
+log = logging.getLogger("runlane_sqs.lambda")
+DEFAULT_SAFETY_MARGIN_SECONDS = 10.0
+"""Start no record once less than this remains before the function's timeout."""
+FIFO_SUFFIX = ".fifo"
+
+
+class LambdaContext(Protocol):
+    """The part of the Lambda context object the handler uses."""
+
+    def get_remaining_time_in_millis(self) -> int: ...
+
+
+class BatchItemFailure(TypedDict):
+    """One record SQS should deliver again."""
+
+    itemIdentifier: str
+
+
+class BatchResponse(TypedDict):
+    """The partial batch response of an event source mapping with ReportBatchItemFailures."""
+
+    batchItemFailures: list[BatchItemFailure]
+
+
+SqsHandler = Callable[[Mapping[str, Any], LambdaContext], BatchResponse]
+
+
+class NotAnSqsEvent(ConfigurationError):
+    """The function was invoked with something other than an SQS event-source batch."""
+
+
+def sqs_handler(
+    app: Runlane, *, safety_margin_seconds: float = DEFAULT_SAFETY_MARGIN_SECONDS
+) -> SqsHandler:
+    """A Lambda handler ``(event, context) -> {"batchItemFailures": [...]}`` for ``app``.
+
+    See the module documentation for what is reported. An event that is not an SQS batch
+    raises :class:`NotAnSqsEvent` (Lambda then retries the whole batch).
+    """
+    if safety_margin_seconds < 0:
+        raise ConfigurationError("safety_margin_seconds must not be negative")
+
+    def handler(event: Mapping[str, Any], context: LambdaContext) -> BatchResponse:
+        records = _records(event)
+        return _Invocation(app, context, safety_margin_seconds).run(records)
+
+    return handler
+
+
+@dataclass
+class _Tally:
+    executed: int = 0
+    skipped: int = 0
+    reported: list[str] = field(default_factory=list)
+    failed_groups: set[str] = field(default_factory=set)
+    stop_reason: str | None = None
+    """Why the rest of the batch is reported unstarted (deadline, missing resource)."""
+
+
+class _Invocation:
+    """One invocation's executor, lease keeper and tally; thrown away when it returns."""
+
+    def __init__(self, app: Runlane, context: LambdaContext, margin_seconds: float) -> None:
+        self.app = app
+        self.context = context
+        self.margin_seconds = margin_seconds
+        self.worker_id = _worker_id(context)
+        engine = app.engine
+        self.leases = LeaseKeeper(engine.store, engine.clock, engine.config.lease_duration)
+        self.executor = Executor(engine, self.worker_id, self.leases)
+        self.tally = _Tally()
+
+    def run(self, records: Sequence[Mapping[str, Any]]) -> BatchResponse:
+        self.leases.start()
+        timer = self._deadline_timer()
+        try:
+            for record in records:
+                self._record(record)
+        finally:
+            timer.cancel()
+            timer.join()
+            self.leases.stop()
+        tally = self.tally
+        log.info(
+            "batch of %d record(s): %d executed, %d skipped, %d reported%s",
+            len(records),
+            tally.executed,
+            tally.skipped,
+            len(tally.reported),
+            f" ({tally.stop_reason})" if tally.stop_reason else "",
+            extra={"worker_id": self.worker_id},
+        )
+        return {"batchItemFailures": [{"itemIdentifier": i} for i in tally.reported]}
+
+    def _record(self, record: Mapping[str, Any]) -> None:
+        tally = self.tally
+        message = self._wakeup(record)
+        group = _fifo_group(record)
+        if tally.stop_reason is None and self._remaining_seconds() < self.margin_seconds:
+            tally.stop_reason = "too close to the function's timeout to start more records"
+        if tally.stop_reason is not None or (group is not None and group in tally.failed_groups):
+            tally.reported.append(message.message_id)
+            return
+        disposition = self._handle(message)
+        if disposition is Disposition.EXECUTED:
+            tally.executed += 1
+        elif disposition is Disposition.SKIPPED:
+            tally.skipped += 1
+        else:
+            tally.reported.append(message.message_id)
+            if group is not None:
+                tally.failed_groups.add(group)
+
+    def _handle(self, message: ReceivedWakeup) -> Disposition:
+        extra = {"message_id": message.message_id, "worker_id": self.worker_id}
+        try:
+            return self.executor.handle(message)
+        except MissingResourceError as exc:
+            log.error("reporting the rest of the batch: %s", exc, extra=extra)
+            self.tally.stop_reason = str(exc)
+        except Exception:
+            log.exception("unexpected error handling message %s", message.message_id, extra=extra)
+        return Disposition.DEFERRED
+
+    def _wakeup(self, record: Mapping[str, Any]) -> ReceivedWakeup:
+        attributes = record.get("attributes") or {}
+        return ReceivedWakeup(
+            queue=logical_queue(self.app, str(record["eventSourceARN"])),
+            body=str(record.get("body") or ""),
+            receipt=str(record.get("receiptHandle") or ""),
+            message_id=str(record["messageId"]),
+            receive_count=int(attributes.get("ApproximateReceiveCount", 1)),
+        )
+
+    def _deadline_timer(self) -> threading.Timer:
+        """Sets in-flight attempts' cancellation when the safety margin is reached."""
+        delay = max(0.0, self._remaining_seconds() - self.margin_seconds)
+        timer = threading.Timer(delay, self._cancel_in_flight)
+        timer.daemon = True
+        timer.name = "runlane-lambda-deadline"
+        timer.start()
+        return timer
+
+    def _remaining_seconds(self) -> float:
+        return self.context.get_remaining_time_in_millis() / 1000
+
+    def _cancel_in_flight(self) -> None:
+        for ctx in self.leases.contexts():
+            ctx.log.warning("the Lambda invocation is about to time out; cancelling the attempt")
+            ctx.cancellation.set()
+
+
+def logical_queue(app: Runlane, queue_arn: str) -> str:
+    """The app's name for the queue an event source ARN names: the ``queue_urls`` entry
+    whose URL ends with that SQS name, else the name without the app's queue prefix."""
+    name = queue_arn.rsplit(":", 1)[-1]
+    for logical, url in app.config.queue_urls.items():
+        if url.rstrip("/").rsplit("/", 1)[-1] == name:
+            return logical
+    return name.removeprefix(app.config.queue_prefix)
+
+
+def _fifo_group(record: Mapping[str, Any]) -> str | None:
+    """The record's message group on a FIFO queue, ``None`` on a standard queue."""
+    if not str(record.get("eventSourceARN", "")).endswith(FIFO_SUFFIX):
+        return None
+    attributes = record.get("attributes") or {}
+    return str(attributes.get("MessageGroupId", ""))
+
+
+def _records(event: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    records = event.get("Records") if isinstance(event, Mapping) else None
+    if not isinstance(records, list) or not all(
+        isinstance(r, Mapping)
+        and r.get("eventSource") == "aws:sqs"
+        and r.get("messageId")
+        and r.get("eventSourceARN")
+        for r in records
+    ):
+        raise NotAnSqsEvent("expected an SQS event-source-mapping batch ({'Records': [...]})")
+    return records
+
+
+def _worker_id(context: LambdaContext) -> str:
+    """``lambda-`` and the invocation's request id: every invocation is its own worker."""
+    request_id = getattr(context, "aws_request_id", None) or uuid.uuid4().hex
+    return f"lambda-{request_id}"
+
+
+__all__ = [
+    "DEFAULT_SAFETY_MARGIN_SECONDS",
+    "BatchItemFailure",
+    "BatchResponse",
+    "LambdaContext",
+    "NotAnSqsEvent",
+    "SqsHandler",
+    "logical_queue",
+    "sqs_handler",
+]

@@ -1,0 +1,152 @@
+"""The run store port: where runs, tokens, keys and maintenance cursors are kept.
+
+Adapters: :mod:`runlane_sqs.adapters.dynamodb.store` (DynamoDB) and
+:mod:`runlane_sqs.adapters.memory.store` (in memory, for tests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Protocol
+
+from runlane_sqs.core.errors import RunlaneError
+from runlane_sqs.core.machine import Transition
+from runlane_sqs.core.model import Lease, Run, RunEvent, RunStatus, WaitKind
+from runlane_sqs.core.tokens import Token
+
+
+class KeyKind(StrEnum):
+    """The two kinds of key a trigger may hold."""
+
+    IDEMPOTENCY = "idempotency"
+    """Duplicate triggers return the existing run; released when the run fails."""
+    SINGLETON = "singleton"
+    """At most one active run per key; released when the run finishes."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeyClaim:
+    """A key the new run must take atomically with its creation."""
+
+    kind: KeyKind
+    task: str
+    key: str
+    expires_at: datetime | None = None
+    previous_owner: str | None = None
+    """A finished run still named by the key item, which the claim may replace."""
+
+
+class KeyConflict(RunlaneError):
+    """A key is held by another run (``owner``) or by nothing readable (``owner=None``)."""
+
+    def __init__(self, claim: KeyClaim, owner: str | None) -> None:
+        super().__init__(
+            f"{claim.kind} key {claim.key!r} of task {claim.task!r} is held by {owner}"
+        )
+        self.claim = claim
+        self.owner = owner
+
+
+@dataclass(frozen=True, slots=True)
+class RunQuery:
+    """Which runs ``app.runs.list`` and ``prune`` look at (newest first)."""
+
+    statuses: tuple[RunStatus, ...] = tuple(RunStatus)
+    task: str | None = None
+    queue: str | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+
+
+class RunStore(Protocol):
+    """Authoritative storage of runs. Every state change is one conditional write."""
+
+    def create_run(
+        self, run: Run, event: RunEvent, payload_json: str, claims: Sequence[KeyClaim] = ()
+    ) -> None:
+        """Store a new run (and its key claims, atomically); raises :class:`KeyConflict`."""
+        ...
+
+    def get_run(self, run_id: str) -> Run | None: ...
+
+    def get_events(self, run_id: str) -> list[RunEvent]: ...
+
+    def apply(self, transition: Transition) -> Run:
+        """Write ``transition`` if the run is still as it was read.
+
+        Raises :class:`~runlane_sqs.core.errors.ConflictError` carrying the stored run otherwise.
+        """
+        ...
+
+    def renew_lease(self, run: Run, lease: Lease) -> Run:
+        """Extend a lease; raises :class:`~runlane_sqs.core.errors.LeaseLost` if it is not
+        current."""
+        ...
+
+    def release_key(self, kind: KeyKind, task: str, key: str, run_id: str) -> None:
+        """Free a key if ``run_id`` still holds it (a no-op otherwise)."""
+        ...
+
+    def agenda_page(
+        self, partition: str, until: datetime, limit: int, cursor: str | None
+    ) -> tuple[list[Run], str | None]:
+        """Up to ``limit`` runs listed in an agenda ``partition`` at or before ``until``,
+        in time order, after ``cursor``; returns them and the next cursor (``None`` at the
+        end). Runs read from the index carry no payload, result or history."""
+        ...
+
+    def watch_run(self, run_id: str) -> Run | None:
+        """Mark a run as awaited by another and return it (``None`` if unknown)."""
+        ...
+
+    def waiting_runs(
+        self, kind: WaitKind, target: str, limit: int, cursor: str | None
+    ) -> tuple[list[str], str | None]:
+        """Ids of runs released to wait for ``target``, a page at a time."""
+        ...
+
+    def create_token(self, token: Token) -> None: ...
+
+    def get_token(self, token_id: str) -> Token | None: ...
+
+    def decide_token(self, decided: Token) -> Token:
+        """Store a decision if the token is still pending; raises
+        :class:`~runlane_sqs.core.tokens.TokenAlreadyDecided` carrying the stored token."""
+        ...
+
+    def finish_token_resume(self, token_id: str) -> None:
+        """Take a decided token off the agenda: no waiter is left."""
+        ...
+
+    def token_agenda_page(
+        self, partition: str, until: datetime, limit: int, cursor: str | None
+    ) -> tuple[list[Token], str | None]:
+        """Like :meth:`agenda_page`, for tokens."""
+        ...
+
+    def list_runs(
+        self, query: RunQuery, limit: int, cursor: str | None
+    ) -> tuple[list[Run], str | None]:
+        """A page of runs matching ``query``, newest first, from the status index."""
+        ...
+
+    def delete_run(self, run: Run) -> bool:
+        """Remove a finished run that has not changed since read; False if it had."""
+        ...
+
+    def get_key_owner(self, kind: KeyKind, task: str, key: str, now: datetime) -> str | None:
+        """The run id an idempotency or singleton key points to, unless it expired."""
+        ...
+
+    def delete_key(self, kind: KeyKind, task: str, key: str) -> None: ...
+
+    def load_cursors(self) -> dict[str, str]:
+        """Maintenance's saved cursors, by agenda partition."""
+        ...
+
+    def save_cursor(self, partition: str, cursor: str | None) -> None:
+        """Remember (or, with ``None``, forget) where maintenance stopped in a partition."""
+        ...

@@ -1,0 +1,50 @@
+"""The wakeup transport port: how wakeups travel.
+
+Adapters: :mod:`runlane_sqs.adapters.sqs.transport` (SQS) and
+:mod:`runlane_sqs.adapters.memory.transport` (in memory, for tests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Protocol
+
+from runlane_sqs.core.wakeup import Wakeup
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedWakeup:
+    """A message taken from a queue: its body and the handle that deletes it."""
+
+    queue: str
+    body: str
+    receipt: str
+    message_id: str
+    receive_count: int = 1
+
+
+class WakeupTransport(Protocol):
+    """Delivery of wakeup hints."""
+
+    def publish(self, wakeups: Sequence[Wakeup], delay: timedelta | None = None) -> list[Wakeup]:
+        """Send wakeups (batched); returns those not sent: an SQS error, or a delay that a
+        FIFO queue cannot hold (the caller then leaves them to maintenance)."""
+        ...
+
+    def check_queue(self, queue: str) -> None:
+        """Raise :class:`~runlane_sqs.core.errors.MissingResourceError` if ``queue`` is absent."""
+        ...
+
+    def receive(
+        self, queue: str, max_messages: int, wait_seconds: float
+    ) -> list[ReceivedWakeup]: ...
+
+    def ack(self, messages: Sequence[ReceivedWakeup]) -> None:
+        """Delete handled messages (batched)."""
+        ...
+
+    def release(self, messages: Sequence[ReceivedWakeup]) -> None:
+        """Make received but unstarted messages visible again at once."""
+        ...

@@ -1,0 +1,1 @@
+"""The asyncio worker, its driver, heartbeats and handler threads."""

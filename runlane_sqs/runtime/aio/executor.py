@@ -1,0 +1,113 @@
+"""The async driver of the per-message path (:mod:`runlane_sqs.engine.message`):
+reads and writes go through the async store, ``async def`` handlers run on the event
+loop, sync handlers on a bounded pool of threads, and the rare follow-ups (key
+releases, resuming waiters) through the engine's sync ports on a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from typing import Any
+
+from runlane_sqs.core.model import Run
+from runlane_sqs.engine import message
+from runlane_sqs.engine.context import TaskContext
+from runlane_sqs.engine.engine import Engine
+from runlane_sqs.engine.outcomes import Disposition
+from runlane_sqs.ports.aio import AsyncRunStore, AsyncWakeupTransport
+from runlane_sqs.ports.transport import ReceivedWakeup
+from runlane_sqs.runtime.aio.leases import AsyncLeaseKeeper
+from runlane_sqs.runtime.aio.threads import DaemonThreads
+from runlane_sqs.runtime.executor import begin_attempt, storage_retry
+
+
+async def drive_async(steps: message.Steps, executor: AsyncExecutor) -> Disposition:
+    """Run ``steps`` to the end, awaiting each request. An attempt the worker cancels
+    (its grace period ran out) closes the path: nothing is recorded, the lease expires
+    and maintenance makes the run runnable again."""
+    request = message.advance(steps, None, None)
+    while not isinstance(request, Disposition):
+        try:
+            reply = await executor.perform(request)
+        except asyncio.CancelledError as exc:
+            if _cancelled_by_worker():
+                steps.close()
+                raise
+            request = message.advance(steps, None, exc)  # the handler's own cancellation: a failure
+        except BaseException as exc:  # the path decides what a failed request means
+            request = message.advance(steps, None, exc)
+        else:
+            request = message.advance(steps, reply, None)
+    return request
+
+
+class AsyncExecutor:
+    """Handles wakeups for one async worker identity."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        worker_id: str,
+        leases: AsyncLeaseKeeper,
+        store: AsyncRunStore,
+        transport: AsyncWakeupTransport,
+        threads: DaemonThreads,
+    ) -> None:
+        self.engine = engine
+        self.worker_id = worker_id
+        self.leases = leases
+        self.path = message.MessagePath.of(engine, worker_id)
+        self.store = store
+        self.transport = transport
+        self.threads = threads
+        self._perform = message.performer_table(self)
+
+    async def handle(self, received: ReceivedWakeup) -> Disposition:
+        return await drive_async(self.path.handle(received), self)
+
+    async def perform(self, request: message.Request) -> Any:
+        return await self._perform[type(request)](request)
+
+    async def read(self, request: message.ReadRun) -> Run | None:
+        return await storage_retry(self.store.get_run)(request.run_id)
+
+    async def write(self, request: message.Write) -> Run:
+        return await storage_retry(self.store.apply)(request.transition)
+
+    async def begin(self, request: message.Begin) -> TaskContext:
+        return begin_attempt(request, self.engine, self.engine.store, self.leases, self.worker_id)
+
+    async def call(self, request: message.CallHandler) -> object:
+        task, ctx = request.task, request.ctx
+        try:
+            if task.is_async:
+                return await task.fn(ctx, request.payload)
+            return await self.threads.run(functools.partial(task.fn, ctx, request.payload))
+        except asyncio.CancelledError:
+            if _cancelled_by_worker():
+                ctx.log.warning(
+                    "attempt %d abandoned at shutdown; its lease will expire", ctx.attempt
+                )
+                self.leases.untrack(ctx.run_id)
+            raise
+
+    async def end(self, request: message.End) -> tuple[Run, bool] | None:
+        return self.leases.untrack(request.run_id)
+
+    async def publish(self, request: message.Publish) -> None:
+        publisher = self.engine.publisher
+        unsent = await self.transport.publish(publisher.wakeups([request.run]), request.delay)
+        if unsent:
+            await asyncio.to_thread(publisher.settle, [request.run], unsent)
+
+    async def finish(self, request: message.Finish) -> None:
+        await asyncio.to_thread(self.engine.finisher.after_finished, request.run)
+
+    async def recheck(self, request: message.Recheck) -> None:
+        await asyncio.to_thread(self.engine.resumer.recheck, request.run)
+
+
+def _cancelled_by_worker() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0

@@ -1,0 +1,87 @@
+"""The sync driver of the per-message path (:mod:`runlane_sqs.engine.message`), for the
+sync worker and the Lambda consumer: each request is performed with the engine's sync
+ports, the handler is called on the current thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+from runlane_sqs.core.errors import StorageUnavailable
+from runlane_sqs.core.model import Run
+from runlane_sqs.engine import message
+from runlane_sqs.engine.attempt import AttemptRuntime
+from runlane_sqs.engine.context import TaskContext
+from runlane_sqs.engine.engine import Engine
+from runlane_sqs.engine.leases import LeaseBook
+from runlane_sqs.engine.outcomes import Disposition, new_context
+from runlane_sqs.ports.store import RunStore
+from runlane_sqs.ports.transport import ReceivedWakeup
+
+storage_retry = retry(
+    retry=retry_if_exception_type(StorageUnavailable),
+    stop=stop_after_attempt(5),
+    wait=wait_exponential(multiplier=0.2, max=5),
+    reraise=True,
+)
+"""Retry policy of the per-message path's reads and writes when DynamoDB is unavailable."""
+
+
+def begin_attempt(
+    request: message.Begin, engine: Engine, store: RunStore, leases: LeaseBook, worker_id: str
+) -> TaskContext:
+    """The context of a claimed run's attempt, its lease tracked by ``leases`` (shared by
+    both drivers: steps and waits in a context use the engine's sync ``store``)."""
+    services = AttemptRuntime(
+        store, engine.clock, engine.config.payload_limit, leases, request.run, request.token
+    )
+    ctx = new_context(request.run, worker_id, services)
+    leases.track(request.run, ctx)
+    return ctx
+
+
+class Executor:
+    """Handles wakeups for one worker identity with sync I/O."""
+
+    def __init__(self, engine: Engine, worker_id: str, leases: LeaseBook) -> None:
+        self.engine = engine
+        self.worker_id = worker_id
+        self.leases = leases
+        self.path = message.MessagePath.of(engine, worker_id)
+        self._perform = message.performer_table(self)
+
+    def handle(self, received: ReceivedWakeup) -> Disposition:
+        return message.drive(self.path.handle(received), self.perform)
+
+    def perform(self, request: message.Request) -> Any:
+        return self._perform[type(request)](request)
+
+    def read(self, request: message.ReadRun) -> Run | None:
+        return storage_retry(self.engine.store.get_run)(request.run_id)
+
+    def write(self, request: message.Write) -> Run:
+        return storage_retry(self.engine.store.apply)(request.transition)
+
+    def begin(self, request: message.Begin) -> TaskContext:
+        return begin_attempt(request, self.engine, self.engine.store, self.leases, self.worker_id)
+
+    def call(self, request: message.CallHandler) -> object:
+        """An ``async def`` handler runs to completion on a fresh event loop."""
+        if request.task.is_async:
+            return asyncio.run(request.task.fn(request.ctx, request.payload))
+        return request.task.fn(request.ctx, request.payload)
+
+    def end(self, request: message.End) -> tuple[Run, bool] | None:
+        return self.leases.untrack(request.run_id)
+
+    def publish(self, request: message.Publish) -> None:
+        self.engine.publisher.publish_many([request.run], delay=request.delay)
+
+    def finish(self, request: message.Finish) -> None:
+        self.engine.finisher.after_finished(request.run)
+
+    def recheck(self, request: message.Recheck) -> None:
+        self.engine.resumer.recheck(request.run)

@@ -1,0 +1,225 @@
+"""How a worker paces receives, dispatches and deletes: pure decisions shared by the sync
+and the async worker, which differ only in how they wait and send."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from enum import StrEnum
+from typing import TypedDict, Unpack
+
+from runlane_sqs.core.durations import Duration, to_timedelta
+from runlane_sqs.core.errors import ConfigurationError
+from runlane_sqs.core.limits import MAX_RECEIVE_BATCH, MAX_SEND_BATCH, MAX_WAIT_TIME_SECONDS
+from runlane_sqs.engine.engine import Engine
+from runlane_sqs.engine.outcomes import Disposition
+from runlane_sqs.ports.transport import ReceivedWakeup
+
+ACK_LINGER_SECONDS = 2.0
+"""Longest a handled message waits for its batch delete while other attempts run."""
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """How one worker process consumes its queues."""
+
+    queues: tuple[str, ...]
+    concurrency: int = 1
+    wait_seconds: int = 10
+    """Long-poll wait; also the longest a stop waits for a receive in progress."""
+    drain_wait_seconds: int = 1
+    grace_period: timedelta = timedelta(seconds=25)
+    """How long a stopping worker lets in-flight attempts finish (keep under ECS stopTimeout)."""
+    worker_id: str = ""
+
+    @classmethod
+    def build(
+        cls,
+        queues: Sequence[str],
+        *,
+        concurrency: int = 1,
+        wait_seconds: int = 10,
+        grace_period: Duration = 25,
+        worker_id: str | None = None,
+    ) -> WorkerConfig:
+        """Validated settings; a missing ``worker_id`` gets a random one."""
+        if concurrency < 1:
+            raise ConfigurationError("concurrency must be at least 1")
+        if not 0 <= wait_seconds <= MAX_WAIT_TIME_SECONDS:
+            raise ConfigurationError(f"wait_seconds must be between 0 and {MAX_WAIT_TIME_SECONDS}")
+        if not queues:
+            raise ConfigurationError("a worker needs at least one queue")
+        return cls(
+            queues=tuple(queues),
+            concurrency=concurrency,
+            wait_seconds=wait_seconds,
+            grace_period=to_timedelta(grace_period, "grace_period"),
+            worker_id=worker_id or f"worker-{uuid.uuid4().hex[:12]}",
+        )
+
+    @property
+    def prefetch(self) -> int:
+        """Messages asked for per receive: ten, or fewer for small pools, which would
+        otherwise hold messages they cannot start before the visibility timeout."""
+        return min(MAX_RECEIVE_BATCH, 2 * self.concurrency)
+
+    def receive_wait(self, *, drain: bool, busy: int) -> int:
+        """Long-poll seconds of the next receive: none while attempts run (their slots
+        free up sooner), short with several queues so none is starved."""
+        if busy:
+            return 0
+        wait = self.drain_wait_seconds if drain else self.wait_seconds
+        return min(wait, 1) if len(self.queues) > 1 else wait
+
+
+class Step(StrEnum):
+    """What a worker's loop does next."""
+
+    STOP = "stop"
+    """``max_runs`` reached and nothing in flight."""
+    WAIT = "wait"
+    """Wait for an attempt to finish."""
+    DISPATCH = "dispatch"
+    """Start an attempt for the next buffered message."""
+    RECEIVE = "receive"
+    """Receive more messages."""
+
+
+def next_step(
+    config: WorkerConfig, *, busy: int, buffered: int, executed: int, max_runs: int | None
+) -> Step:
+    """Receive when idle, or when at least half the slots are free: a receive asks for
+    ten messages anyway, so under a backlog receives stay one per ten runs."""
+    if max_runs is not None and executed + busy >= max_runs:
+        return Step.STOP if busy == 0 else Step.WAIT
+    if buffered:
+        return Step.DISPATCH if busy < config.concurrency else Step.WAIT
+    free = config.concurrency - busy
+    half = max(1, min(MAX_RECEIVE_BATCH, config.concurrency) // 2)
+    return Step.RECEIVE if busy == 0 or free >= half else Step.WAIT
+
+
+def acks_due(pending: int, *, busy: int, oldest_age_seconds: float, force: bool = False) -> bool:
+    """Delete handled messages in batches of ten; sooner when idle or when the oldest has
+    waited ``ACK_LINGER_SECONDS``."""
+    if not pending:
+        return False
+    return (
+        force or busy == 0 or pending >= MAX_SEND_BATCH or oldest_age_seconds >= ACK_LINGER_SECONDS
+    )
+
+
+class Intake:
+    """The bookkeeping of one worker session, without I/O or locks: messages received
+    but not started, attempts in flight, handled messages waiting for their delete."""
+
+    def __init__(
+        self, config: WorkerConfig, monotonic: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.config = config
+        self.buffer: deque[ReceivedWakeup] = deque()
+        self.busy = 0
+        self.executed = 0
+        self._acks: list[ReceivedWakeup] = []
+        self._oldest_ack = 0.0
+        self._next_queue = 0
+        self._monotonic = monotonic
+
+    def step(self, max_runs: int | None) -> Step:
+        return next_step(
+            self.config,
+            busy=self.busy,
+            buffered=len(self.buffer),
+            executed=self.executed,
+            max_runs=max_runs,
+        )
+
+    def receive_order(self) -> list[str]:
+        """The queues to try in the next receive, starting one further each time."""
+        queues = self.config.queues
+        start = self._next_queue % len(queues)
+        self._next_queue += 1
+        return [*queues[start:], *queues[:start]]
+
+    def start_next(self) -> ReceivedWakeup:
+        """Take the next buffered message for an attempt."""
+        self.busy += 1
+        return self.buffer.popleft()
+
+    def finished(self, message: ReceivedWakeup, disposition: Disposition) -> None:
+        self.busy -= 1
+        if disposition is Disposition.EXECUTED:
+            self.executed += 1
+        if disposition is not Disposition.DEFERRED:
+            if not self._acks:
+                self._oldest_ack = self._monotonic()
+            self._acks.append(message)
+
+    def take_acks(self, *, force: bool = False) -> list[ReceivedWakeup]:
+        """The handled messages to delete now (see :func:`acks_due`), if any."""
+        age = self._monotonic() - self._oldest_ack
+        if not acks_due(len(self._acks), busy=self.busy, oldest_age_seconds=age, force=force):
+            return []
+        acks, self._acks = self._acks, []
+        return acks
+
+    def take_buffer(self) -> list[ReceivedWakeup]:
+        """Received messages never started (to make visible again)."""
+        unstarted = list(self.buffer)
+        self.buffer.clear()
+        return unstarted
+
+
+log = logging.getLogger("runlane_sqs.worker")
+
+
+class WorkerOptions(TypedDict, total=False):
+    """The options both workers take (see :meth:`WorkerConfig.build`)."""
+
+    concurrency: int
+    """Attempts at once (default 1)."""
+    wait_seconds: int
+    """Long-poll seconds of an idle receive (default 10)."""
+    grace_period: Duration
+    """How long a stopping worker lets attempts finish (default 25 s)."""
+    worker_id: str | None
+    """This worker's lease owner name (default: ``worker-`` and a random suffix)."""
+
+
+class WorkerBase:
+    """What the sync and the async worker share: the engine, the configuration and the
+    worker's identity in logs."""
+
+    def __init__(
+        self, engine: Engine, queues: Sequence[str] | None, **options: Unpack[WorkerOptions]
+    ) -> None:
+        self.engine = engine
+        self.config = WorkerConfig.build(queues or engine.tasks.queues() or ["default"], **options)
+
+    @property
+    def worker_id(self) -> str:
+        return self.config.worker_id
+
+    @property
+    def _extra(self) -> dict[str, str]:
+        """Log context of this worker's own lines."""
+        return {"worker_id": self.config.worker_id}
+
+    def _log_start(self, kind: str) -> None:
+        log.info(
+            "%s %s consuming %s",
+            kind,
+            self.worker_id,
+            ", ".join(self.config.queues),
+            extra=self._extra,
+        )
+
+    @staticmethod
+    def _check_max_runs(max_runs: int | None) -> None:
+        if max_runs is not None and max_runs < 1:
+            raise ConfigurationError("max_runs must be at least 1")

@@ -1,0 +1,510 @@
+"""The per-message path stepped by hand: each race is put at an exact point of the timeline
+ReadRun -> Write(claim) -> Begin -> CallHandler -> End -> Write(outcome) [-> follow-up]."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import pytest
+
+from runlane_sqs import RetryPolicy, Runlane, RunStatus, TaskContext
+from runlane_sqs.core import machine
+from runlane_sqs.core.errors import ConflictError, StorageError, StorageUnavailable
+from runlane_sqs.core.machine import Transition
+from runlane_sqs.core.model import EventType, Run, Wait, WaitKind
+from runlane_sqs.core.recovery import expire_lease
+from runlane_sqs.core.wakeup import Wakeup
+from runlane_sqs.engine.context import WaitRequested
+from runlane_sqs.engine.leases import LeaseBook
+from runlane_sqs.engine.message import (
+    Begin,
+    CallHandler,
+    End,
+    Finish,
+    MessagePath,
+    Publish,
+    ReadRun,
+    Recheck,
+    Request,
+    Write,
+    drive,
+)
+from runlane_sqs.engine.outcomes import Disposition
+from runlane_sqs.engine.tasks import TaskRegistry
+from runlane_sqs.ports.transport import ReceivedWakeup
+from runlane_sqs.runtime.executor import begin_attempt
+from runlane_sqs.testing import ManualClock, in_memory_app
+
+R = TypeVar("R")
+MINUTE = timedelta(minutes=1)
+TIMELINE = ["ReadRun", "Write", "Begin", "CallHandler", "End", "Write"]
+TOKEN_WAIT = Wait(WaitKind.TOKEN, "token:t1#1", "t1")
+
+
+class Boom(Exception):
+    pass
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def app(clock: ManualClock) -> Runlane:
+    app = in_memory_app(clock=clock)
+
+    @app.task(name="echo")
+    def echo(ctx: TaskContext, payload: Any) -> Any:
+        return {"echo": payload}
+
+    @app.task(name="boom", retry=RetryPolicy(max_attempts=3, delay=60, backoff="fixed"))
+    def boom(ctx: TaskContext, payload: Any) -> Any:
+        raise Boom("kaput")
+
+    @app.task(name="nap")
+    def nap(ctx: TaskContext, payload: Any) -> Any:
+        return ctx.release(delay=30)
+
+    return app
+
+
+def body(run: Run, environment: str | None = None) -> str:
+    return Wakeup(environment or run.environment, run.id, run.queue, run.created_at).to_json()
+
+
+class Path:
+    """One message's path stepped by hand; ``answer`` performs a request as the sync driver
+    would, against the in-memory store (follow-ups are only recorded)."""
+
+    def __init__(self, app: Runlane, text: str, tasks: TaskRegistry | None = None) -> None:
+        self.app = app
+        self.leases = LeaseBook(app.clock, app.config.lease_duration)
+        path = MessagePath(
+            tasks=tasks or app.tasks, clock=app.clock, config=app.config, worker_id="w1"
+        )
+        message = ReceivedWakeup(queue="default", body=text, receipt="r", message_id="m")
+        self.steps = path.handle(message)
+        self.requests: list[Request] = []
+        self.pending: Request | None = None
+        self.disposition: Disposition | None = None
+        self._take(lambda: next(self.steps))
+
+    def _take(self, step: Callable[[], Request]) -> Any:
+        assert self.disposition is None, "the path already ended"
+        try:
+            self.pending = step()
+        except StopIteration as stop:
+            self.pending, self.disposition = None, stop.value
+        else:
+            self.requests.append(self.pending)
+        return self.pending
+
+    def send(self, reply: object) -> Any:
+        return self._take(lambda: self.steps.send(reply))
+
+    def throw(self, exc: BaseException) -> Any:
+        return self._take(lambda: self.steps.throw(exc))
+
+    def perform(self, request: Request) -> Any:
+        store = self.app.store
+        if isinstance(request, ReadRun):
+            return store.get_run(request.run_id)
+        if isinstance(request, Write):
+            return store.apply(request.transition)
+        if isinstance(request, Begin):
+            return begin_attempt(request, self.app.engine, store, self.leases, "w1")
+        if isinstance(request, CallHandler):
+            return request.task.fn(request.ctx, request.payload)
+        if isinstance(request, End):
+            return self.leases.untrack(request.run_id)
+        return None
+
+    def answer(self, request: Request | None = None) -> Any:
+        """Perform ``request`` (default: the pending one) and send its result or error."""
+        request = request or self.pending
+        assert request is not None, f"the path ended {self.disposition}"
+        try:
+            reply = self.perform(request)
+        except BaseException as exc:
+            return self.throw(exc)
+        return self.send(reply)
+
+    def until(self, kind: type[R]) -> R:
+        while not isinstance(self.pending, kind):
+            self.answer()
+        return self.pending
+
+    def outcome(self, *handler_reply: object) -> Write:
+        """The outcome write after the handler (called for real unless a reply is given)."""
+        call = self.until(CallHandler)
+        if handler_reply:
+            self.send(handler_reply[0])
+        else:
+            self.answer(call)
+        write = self.answer()  # End
+        assert isinstance(write, Write)
+        return write
+
+    def finish(self) -> Disposition:
+        while self.pending is not None:
+            self.answer()
+        assert self.disposition is not None
+        return self.disposition
+
+    def kinds(self) -> list[str]:
+        return [type(r).__name__ for r in self.requests]
+
+
+def take_over(app: Runlane, clock: ManualClock, run_id: str) -> Run:
+    """The attempt's lease expires, maintenance requeues the run and w2 claims it."""
+    clock.advance(app.config.lease_duration + timedelta(seconds=1))
+    expired = expire_lease(stored(app, run_id), now=clock.now())
+    assert isinstance(expired, Transition)
+    claim = machine.claim_lease(
+        app.store.apply(expired), now=clock.now(), owner="w2", token="t2", duration=MINUTE
+    )
+    assert isinstance(claim, Transition)
+    return app.store.apply(claim)
+
+
+def stored(app: Runlane, run_id: str) -> Run:
+    run = app.store.get_run(run_id)
+    assert run is not None
+    return run
+
+
+def test_plain_timeline_claims_runs_the_handler_and_records_success(app: Runlane) -> None:
+    run = app.trigger("echo", {"n": 1})
+    [message] = app.transport.receive("default", 10, 0)
+    path = MessagePath(tasks=app.tasks, clock=app.clock, config=app.config, worker_id="w1")
+    steps = path.handle(message)
+    leases = LeaseBook(app.clock, app.config.lease_duration)
+
+    assert next(steps) == ReadRun(run.id)
+    claim = steps.send(app.store.get_run(run.id))
+    assert isinstance(claim, Write)
+    after = claim.transition.after
+    assert (after.status, after.attempt, claim.transition.fence) == (RunStatus.RUNNING, 1, None)
+    assert after.lease is not None and after.lease.owner == "w1"
+    claimed = app.store.apply(claim.transition)
+    begin = steps.send(claimed)
+    assert begin == Begin(claimed, after.lease.token)
+    call = steps.send(begin_attempt(begin, app.engine, app.store, leases, "w1"))
+    assert isinstance(call, CallHandler)
+    assert (call.task.name, call.payload, call.ctx.attempt) == ("echo", {"n": 1}, 1)
+    assert steps.send(call.task.fn(call.ctx, call.payload)) == End(run.id)
+    outcome = steps.send(leases.untrack(run.id))
+    assert isinstance(outcome, Write)
+    assert outcome.transition.fence == after.lease.token
+    assert outcome.transition.after.status is RunStatus.SUCCEEDED
+    with pytest.raises(StopIteration) as done:  # no keys, not watched: no follow-up
+        steps.send(app.store.apply(outcome.transition))
+
+    assert done.value.value is Disposition.EXECUTED
+    final = stored(app, run.id)
+    assert (final.status, final.result) == (RunStatus.SUCCEEDED, {"echo": {"n": 1}})
+    events = [e.type for e in app.store.get_events(run.id)]
+    assert events == [EventType.TRIGGERED, EventType.STARTED, EventType.SUCCEEDED]
+
+
+def test_sync_drive_with_a_table_of_lambdas_matches_stepping_by_hand(app: Runlane) -> None:
+    by_hand = Path(app, body(app.trigger("echo", 1)))
+    assert by_hand.finish() is Disposition.EXECUTED
+    run = app.trigger("echo", 2)
+    leases = LeaseBook(app.clock, app.config.lease_duration)
+    seen: list[str] = []
+    table: dict[type, Callable[[Any], Any]] = {
+        ReadRun: lambda r: app.store.get_run(r.run_id),
+        Write: lambda r: app.store.apply(r.transition),
+        Begin: lambda r: begin_attempt(r, app.engine, app.store, leases, "w1"),
+        CallHandler: lambda r: r.task.fn(r.ctx, r.payload),
+        End: lambda r: leases.untrack(r.run_id),
+    }
+
+    def perform(request: Request) -> Any:
+        seen.append(type(request).__name__)
+        return table[type(request)](request)
+
+    path = MessagePath(tasks=app.tasks, clock=app.clock, config=app.config, worker_id="w1")
+    message = ReceivedWakeup(queue="default", body=body(run), receipt="r", message_id="m")
+
+    assert drive(path.handle(message), perform) is Disposition.EXECUTED
+    assert seen == by_hand.kinds() == TIMELINE
+    assert stored(app, run.id).result == {"echo": 2}
+
+
+def test_claim_lost_to_another_worker_is_skipped_without_running_the_handler(
+    app: Runlane, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="runlane_sqs")
+    run = app.trigger("echo", None)
+    path = Path(app, body(run))
+    claim = path.send(stored(app, run.id))  # read before the other worker's claim lands
+    rival = machine.claim_lease(run, now=clock.now(), owner="w2", token="t2", duration=MINUTE)
+    assert isinstance(rival, Transition)
+    app.store.apply(rival)
+
+    assert path.answer(claim) is None  # the store refuses: ConflictError thrown in
+
+    assert (path.disposition, path.kinds()) == (Disposition.SKIPPED, ["ReadRun", "Write"])
+    lease = stored(app, run.id).lease
+    assert lease is not None and lease.owner == "w2"
+    assert any("claim_lost" in r.getMessage() for r in caplog.records)
+
+
+def test_lease_lost_during_the_handler_writes_nothing(
+    app: Runlane, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    run = app.trigger("echo", None)
+    path = Path(app, body(run))
+    path.until(CallHandler)
+    take_over(app, clock, run.id)  # the handler runs past its lease
+
+    end = path.send({"late": True})
+    latest, _ = path.leases.untrack(end.run_id) or (run, False)
+
+    assert path.send((latest, True)) is None
+    assert (path.disposition, path.kinds()) == (Disposition.EXECUTED, TIMELINE[:-1])
+    now = stored(app, run.id)
+    assert now.status is RunStatus.RUNNING and now.lease is not None
+    assert (now.lease.owner, now.attempt, now.result) == ("w2", 2, None)
+    assert "outcome discarded" in caplog.text
+
+
+def test_cancel_request_landing_before_the_outcome_is_decided_again(app: Runlane) -> None:
+    run = app.trigger("echo", None)
+    path = Path(app, body(run))
+    path.until(CallHandler)
+    app.runs.cancel(run.id, reason="stop")  # lands while the handler runs
+
+    first = path.outcome("done")  # decided on the run the attempt last knew
+    assert first.transition.after.status is RunStatus.SUCCEEDED
+    second = path.answer()  # refused: ConflictError whose current keeps our lease token
+
+    assert isinstance(second, Write)
+    assert second.transition.before.status is RunStatus.CANCEL_REQUESTED
+    assert second.transition.after.status is RunStatus.CANCELLED
+    assert [(e.type, e.data) for e in second.transition.events] == [
+        (EventType.CANCELLED, {"after": "succeeded"})
+    ]
+    assert path.finish() is Disposition.EXECUTED
+    assert path.kinds() == [*TIMELINE, "Write"]
+    assert stored(app, run.id).status is RunStatus.CANCELLED
+
+
+def test_conflict_under_another_lease_token_discards_the_outcome(
+    app: Runlane, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    run = app.trigger("echo", None)
+    path = Path(app, body(run))
+    path.until(CallHandler)
+    taken = take_over(app, clock, run.id)  # the keeper did not notice: End says not lost
+    path.outcome("done")
+
+    assert path.throw(ConflictError(run.id, taken)) is None
+
+    assert (path.disposition, path.kinds()) == (Disposition.EXECUTED, TIMELINE)
+    assert stored(app, run.id) == taken
+    assert "lease was lost before the outcome was written" in caplog.text
+
+
+@pytest.mark.parametrize("at", [ReadRun, Write, End], ids=["read", "claim", "outcome"])
+def test_storage_unavailable_defers_the_message(
+    app: Runlane, at: type, caplog: pytest.LogCaptureFixture
+) -> None:
+    run = app.trigger("echo", None)
+    path = Path(app, body(run))
+    path.until(at)
+    if at is End:
+        path.answer()  # the outcome write is pending
+
+    assert path.throw(StorageUnavailable("throttled")) is None
+
+    assert path.disposition is Disposition.DEFERRED
+    assert stored(app, run.id).status is (RunStatus.QUEUED if at is not End else RunStatus.RUNNING)
+    assert "storage unavailable, leaving wakeup for redelivery" in caplog.text
+
+
+@pytest.mark.parametrize("refused_again", [False, True])
+def test_outcome_refused_by_storage_fails_the_run_with_a_small_failure(
+    app: Runlane, refused_again: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    run = app.trigger("echo", None)
+    path = Path(app, body(run))
+    path.outcome("x" * 100)
+
+    refused = path.throw(StorageError("Item size has exceeded the maximum allowed size"))
+
+    assert isinstance(refused, Write)
+    failure = refused.transition.after.failure
+    assert refused.transition.after.status is RunStatus.FAILED and failure is not None
+    assert (failure.type, failure.retryable) == ("runlane_sqs.errors.StorageError", False)
+    assert "maximum allowed size" in failure.message
+    if refused_again:  # returns without raising; nothing recorded, left to lease expiry
+        assert path.throw(StorageError("too large again")) is None
+        assert "could not record the failure either" in caplog.text
+    assert (path.finish(), path.kinds()) == (Disposition.EXECUTED, [*TIMELINE, "Write"])
+    final = stored(app, run.id).status
+    assert final is (RunStatus.RUNNING if refused_again else RunStatus.FAILED)
+
+
+@pytest.mark.parametrize(
+    ("task", "status", "failures", "delay"),
+    [
+        ("boom", RunStatus.RETRYING, 1, MINUTE),
+        ("nap", RunStatus.RELEASED, 0, timedelta(seconds=30)),
+    ],
+    ids=["retry-per-policy", "ctx.release"],
+)
+def test_handler_due_again_soon_has_its_wakeup_published(
+    app: Runlane, clock: ManualClock, task: str, status: RunStatus, failures: int, delay: timedelta
+) -> None:
+    run = app.trigger(task, None)
+    path = Path(app, body(run))
+
+    write = path.outcome()  # Boom raised, or a real ctx.release(delay=30) (WaitRequested)
+
+    after = write.transition.after
+    assert (after.status, after.failures, after.due_at) == (status, failures, clock.now() + delay)
+    if task == "nap":
+        assert after.failure is None and after.waiting is not None
+        assert [e.type for e in write.transition.events] == [EventType.RELEASED]
+    else:
+        assert after.failure is not None and after.failure.type.endswith("Boom")
+        assert (after.failure.message, after.failure.retryable) == ("kaput", True)
+    assert path.answer() == Publish(stored(app, run.id), delay)
+    assert path.finish() is Disposition.EXECUTED
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [RetryPolicy(max_attempts=1), RetryPolicy(max_attempts=5, non_retryable=(Boom,))],
+    ids=["last-attempt", "non-retryable"],
+)
+def test_failed_run_with_an_idempotency_key_is_finished(app: Runlane, policy: RetryPolicy) -> None:
+    @app.task(name="once", retry=policy)
+    def once(ctx: TaskContext, payload: Any) -> Any:
+        raise Boom("no")
+
+    path = Path(app, body(app.trigger("once", None, idempotency_key="k1")))
+    assert path.outcome().transition.after.status is RunStatus.FAILED
+
+    finish = path.answer()
+
+    assert isinstance(finish, Finish) and finish.run.status is RunStatus.FAILED
+    assert finish.run.idempotency_key == "k1"
+    assert path.finish() is Disposition.EXECUTED
+
+
+def test_run_watched_during_the_attempt_is_finished(app: Runlane) -> None:
+    run = app.trigger("echo", None)
+    path = Path(app, body(run))
+    path.until(CallHandler)
+    app.store.watch_run(run.id)  # another run starts waiting for this one
+
+    assert path.finish() is Disposition.EXECUTED
+    assert path.kinds() == [*TIMELINE, "Finish"]
+    finish = path.requests[-1]
+    assert isinstance(finish, Finish) and finish.run.watched
+
+
+@pytest.mark.parametrize("key", [None, "k1"], ids=["plain", "idempotency-key"])
+@pytest.mark.parametrize("task", ["echo", "slow"], ids=["success", "retry-in-an-hour"])
+def test_outcomes_left_to_storage_and_maintenance_ask_no_follow_up(
+    app: Runlane, task: str, key: str | None
+) -> None:
+    @app.task(name="slow", retry=RetryPolicy(max_attempts=2, delay=3600, backoff="fixed"))
+    def slow(ctx: TaskContext, payload: Any) -> Any:
+        raise Boom("later")
+
+    run = app.trigger(task, None, idempotency_key=key)
+    path = Path(app, body(run))
+
+    assert path.finish() is Disposition.EXECUTED
+    assert path.kinds() == TIMELINE
+    final = stored(app, run.id)
+    assert final.status is (RunStatus.SUCCEEDED if task == "echo" else RunStatus.RETRYING)
+    assert final.wake_at is None  # a retry past SQS's 15 minutes: maintenance publishes it
+
+
+def test_token_wait_thrown_into_the_handler_releases_and_rechecks(app: Runlane) -> None:
+    run = app.trigger("echo", None)
+    path = Path(app, body(run))
+    path.until(CallHandler)
+
+    write = path.answer(path.throw(WaitRequested(TOKEN_WAIT)))
+
+    assert isinstance(write, Write) and write.transition.after.status is RunStatus.RELEASED
+    recheck = path.answer()
+    assert isinstance(recheck, Recheck) and recheck.run == stored(app, run.id)
+    assert recheck.run.waiting == TOKEN_WAIT
+    assert path.finish() is Disposition.EXECUTED
+
+
+def test_closing_the_path_at_the_handler_records_nothing(
+    app: Runlane, caplog: pytest.LogCaptureFixture
+) -> None:
+    run = app.trigger("echo", None)
+    path = Path(app, body(run))
+    path.until(CallHandler)
+
+    path.steps.close()  # GeneratorExit is not a handler failure: no End, no Write
+
+    with pytest.raises(StopIteration):
+        next(path.steps)
+    assert stored(app, run.id).status is RunStatus.RUNNING  # left to lease expiry
+    assert [e.type for e in app.store.get_events(run.id)][-1] is EventType.STARTED
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["garbage", "{}", '{"version": 1}', "[" * 3000 + "]" * 3000, "other-environment"],
+)
+def test_hints_naming_nothing_here_are_skipped_before_any_request(app: Runlane, text: str) -> None:
+    if text == "other-environment":
+        text = body(app.trigger("echo", None), environment="other")
+
+    path = Path(app, text)
+
+    assert (path.disposition, path.requests) == (Disposition.SKIPPED, [])
+
+
+def test_unknown_or_finished_run_is_skipped_after_the_read(app: Runlane) -> None:
+    run = app.trigger("echo", None)
+    unknown = Path(app, body(run))
+    assert unknown.send(None) is None  # ReadRun answered: no such run
+    assert Path(app, body(run)).finish() is Disposition.EXECUTED
+
+    duplicate = Path(app, body(run))
+
+    assert (unknown.disposition, unknown.kinds()) == (Disposition.SKIPPED, ["ReadRun"])
+    assert (duplicate.finish(), duplicate.kinds()) == (Disposition.SKIPPED, ["ReadRun"])
+
+
+def test_run_of_an_unregistered_task_is_deferred(
+    app: Runlane, caplog: pytest.LogCaptureFixture
+) -> None:
+    run = app.trigger("echo", None)
+    path = Path(app, body(run), tasks=TaskRegistry())
+
+    assert (path.finish(), path.kinds()) == (Disposition.DEFERRED, ["ReadRun"])
+    assert stored(app, run.id).status is RunStatus.QUEUED
+    assert "does not register" in caplog.text
+
+
+def test_storage_unavailable_in_a_follow_up_keeps_the_attempt_executed(app: Runlane) -> None:
+    run = app.trigger("echo", None)
+    path = Path(app, body(run))
+    path.until(CallHandler)
+    path.answer(path.throw(WaitRequested(TOKEN_WAIT)))  # End, then the release write
+    assert isinstance(path.answer(), Recheck)
+
+    path.throw(StorageUnavailable("throttled"))
+
+    assert stored(app, run.id).status is RunStatus.RELEASED
+    assert path.disposition is Disposition.EXECUTED
