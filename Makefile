@@ -21,14 +21,16 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest tests
 
+# Groups (tests/conftest.py): test-unit runs everything that needs no emulator,
+# test-integration everything that does, test-acceptance the CLI as a user drives it.
 test-unit: $(STAMP)
-	$(BIN)/python -m pytest tests/unit
+	$(BIN)/python -m pytest tests -m "not integration"
 
 test-integration: $(STAMP)
-	$(BIN)/python -m pytest tests/integration
+	$(BIN)/python -m pytest tests -m integration
 
 test-acceptance: $(STAMP)
-	$(BIN)/python -m pytest tests/acceptance
+	$(BIN)/python -m pytest tests/processes/cli
 
 lint: $(STAMP)
 	$(BIN)/ruff check runlane_sqs maintenance tests bench
@@ -45,13 +47,15 @@ format: $(STAMP)
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
 
-# The integration suite against Amazon DynamoDB Local + LocalStack SQS instead of moto
-# (no Docker): installs both into .tools/ once, starts them, runs, stops them.
+# Every test that talks to an emulator, against Amazon DynamoDB Local + LocalStack SQS
+# instead of moto (no Docker): installs both into .tools/ once, starts them, runs, stops
+# them. The CLI tests keep their own moto server and are left out.
 # See docs/local-localstack.md.
 .PHONY: test-aws-local
 test-aws-local: $(STAMP)
 	bash localstack/install-emulators.sh
-	$(BIN)/python -m tests.aws_local run -- $(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
+	$(BIN)/python -m tests.aws_local run -- $(BIN)/python -m pytest tests -m integration \
+		--ignore=tests/processes/cli $(PYTEST_ARGS)
 
 # Benchmarks (not part of `make test`): cost per run, throughput against Celery on the
 # same SQS endpoint, maintenance scaling, latency and worker memory; results go to

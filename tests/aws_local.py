@@ -9,7 +9,7 @@ here as child processes on free ports of 127.0.0.1::
 
 As a command (what ``make test-aws-local`` uses)::
 
-    python -m tests.aws_local run -- python -m pytest tests/integration
+    python -m tests.aws_local run -- python -m pytest tests -m integration
 
 starts both, runs the command with ``RUNLANE_TEST_BACKEND=aws-local`` and the endpoints
 in its environment (``RUNLANE_TEST_DYNAMODB_ENDPOINT``, ``RUNLANE_TEST_SQS_ENDPOINT``,

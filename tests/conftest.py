@@ -1,6 +1,17 @@
-"""Markers by what a test proves, from the folder it lives in, so ``-m`` selects whole
-groups: ``-m unit`` (pure and in-memory), ``-m integration`` (emulator processes over
-HTTP), ``-m acceptance`` (the CLI as a user drives it)."""
+"""Test groups by what they prove, each a folder and a marker of its own:
+
+- ``core``: pure functions and values, no I/O;
+- ``engine``: the per-message path stepped by hand;
+- ``contract``: each port's adapters held to one contract (memory and the emulators);
+- ``behaviour``: user-visible scenarios, each written once and run on every backend (and
+  with both workers where it matters);
+- ``processes``: real processes: worker signals, Lambda handlers, the CLI, the stack.
+
+Orthogonal to the groups, ``integration`` marks every test that talks HTTP to an emulator
+(the moto server, or DynamoDB Local + LocalStack with ``RUNLANE_TEST_BACKEND=aws-local``):
+``-m integration`` selects them, ``-m "not integration"`` the rest. Emulator fixtures live
+in ``tests/emulators.py``.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +19,10 @@ from pathlib import Path
 
 import pytest
 
-GROUPS = ("unit", "integration", "acceptance")
+pytest_plugins = ["tests.emulators"]
+
+GROUPS = ("core", "engine", "contract", "behaviour", "processes")
+EMULATOR_FIXTURES = frozenset({"session_backend", "moto_server"})
 TESTS = Path(__file__).parent
 
 
@@ -17,3 +31,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         parts = item.path.relative_to(TESTS).parts
         if parts and parts[0] in GROUPS:
             item.add_marker(getattr(pytest.mark, parts[0]))
+        if EMULATOR_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)

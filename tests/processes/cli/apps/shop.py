@@ -1,0 +1,88 @@
+"""The app the acceptance tests drive through the CLI: ``tests.processes.cli.apps.shop:app``.
+
+Built from the environment at import (in every CLI process), with a short lease so a
+worker that stops without finishing is recovered within seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from runlane_sqs import RetryPolicy, Runlane, TaskContext
+from tests.processes.cli.apps.names import (
+    APPROVAL,
+    CHARGE,
+    ECHO,
+    FAIL_ENV,
+    LEASE_SECONDS,
+    MARKERS_ENV,
+    NAP,
+    PATIENT,
+    PATIENT_ASYNC,
+)
+
+app = Runlane.from_env(lease_duration=LEASE_SECONDS)
+
+
+@app.task(name=ECHO)
+def echo(ctx: TaskContext, payload: Any) -> dict[str, Any]:
+    ctx.log.info("echoing")
+    return {"echo": payload}
+
+
+@app.task(name=CHARGE, retry=RetryPolicy(max_attempts=1))
+def charge(ctx: TaskContext, payload: Any) -> dict[str, Any]:
+    if os.environ.get(FAIL_ENV):
+        raise RuntimeError("card declined")
+    return {"charged": payload["amount"]}
+
+
+@app.task(name=NAP)
+def nap(ctx: TaskContext, payload: Any) -> None:
+    return ctx.release(delay=3600)
+
+
+@app.task(name=APPROVAL)
+def approval(ctx: TaskContext, payload: Any) -> dict[str, Any]:
+    decision = ctx.wait_for_token(payload["token"])
+    return {"status": decision.status.value, "value": decision.value}
+
+
+def _marker(ctx: TaskContext, suffix: str) -> Path:
+    return Path(os.environ[MARKERS_ENV]) / f"{ctx.run_id}.{suffix}"
+
+
+@app.task(name=PATIENT)
+def patient(ctx: TaskContext, payload: Any) -> dict[str, Any]:
+    """Waits for the cancellation event; with ``stubborn``, the first attempt ignores it."""
+    _marker(ctx, f"started-{ctx.attempt}").write_text(str(os.getpid()))
+    if payload.get("stubborn"):
+        if ctx.attempt == 1:
+            time.sleep(60)
+        return {"attempt": ctx.attempt}
+    observed = ctx.cancellation.wait(timeout=30)
+    _marker(ctx, "finished").write_text("cancelled" if observed else "not cancelled")
+    return {"cancelled": observed}
+
+
+@app.task(name=PATIENT_ASYNC)
+async def patient_async(ctx: TaskContext, payload: Any) -> dict[str, Any]:
+    """``shop.patient`` as a coroutine: awaits the cancellation; with ``stubborn``, the
+    first attempt sleeps past any grace period instead."""
+    _marker(ctx, f"started-{ctx.attempt}").write_text(str(os.getpid()))
+    if payload.get("stubborn"):
+        if ctx.attempt == 1:
+            await asyncio.sleep(60)
+        return {"attempt": ctx.attempt}
+    try:
+        await asyncio.wait_for(ctx.until_cancelled(), timeout=30)
+    except TimeoutError:
+        observed = False
+    else:
+        observed = True
+    _marker(ctx, "finished").write_text("cancelled" if observed else "not cancelled")
+    return {"cancelled": observed}

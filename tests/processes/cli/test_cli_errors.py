@@ -1,0 +1,49 @@
+"""Bad input: each error the CLI can meet has a clear message and a documented exit code
+(docs/operations.md, section "CLI")."""
+
+from __future__ import annotations
+
+from runlane_sqs.local import free_port
+from tests.processes.cli.apps.names import ECHO
+from tests.processes.cli.conftest import Cli
+
+EXIT_USAGE = 2
+EXIT_APP_NOT_IMPORTABLE = 3
+EXIT_BACKEND = 4
+EXIT_NOT_FOUND = 5
+
+
+def _fails(cli: Cli, code: int, *args: str, env: dict[str, str] | None = None) -> str:
+    done = cli(*args, env=env)
+    assert done.code == code, f"{args} exited {done.code}, not {code}:\n{done.stderr}"
+    assert "Traceback" not in done.stderr
+    assert done.stdout == ""
+    return done.stderr
+
+
+def test_an_app_that_cannot_be_imported(cli: Cli) -> None:
+    message = _fails(cli, EXIT_APP_NOT_IMPORTABLE, "runs", "list", "--app", "no_such_mod:app")
+    assert "cannot import 'no_such_mod'" in message
+    message = _fails(cli, EXIT_APP_NOT_IMPORTABLE, "runs", "list", env={"RUNLANE_APP": ""})
+    assert "--app" in message and "RUNLANE_APP" in message
+
+
+def test_an_unreachable_backend_names_the_endpoint(cli: Cli) -> None:
+    endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    message = _fails(cli, EXIT_BACKEND, "runs", "get", "x" * 32, env={"AWS_ENDPOINT_URL": endpoint})
+    assert f"cannot reach DynamoDB at {endpoint}" in message
+
+
+def test_a_missing_table_says_how_to_provision(cli: Cli) -> None:
+    message = _fails(cli, EXIT_BACKEND, "runs", "list")
+    assert "does not exist" in message
+    assert "runlane-sqs provision" in message
+
+
+def test_a_missing_run_and_bad_payload_json(cli: Cli, provisioned: dict[str, str]) -> None:
+    message = _fails(cli, EXIT_NOT_FOUND, "runs", "events", "f" * 32)
+    assert f"run '{'f' * 32}' not found" in message
+    message = _fails(cli, EXIT_USAGE, "trigger", ECHO, "--payload", "{'single': 'quotes'}")
+    assert "--payload" in message and "not valid JSON" in message
+    message = _fails(cli, EXIT_NOT_FOUND, "trigger", "shop.nothing")
+    assert "unknown task 'shop.nothing'" in message

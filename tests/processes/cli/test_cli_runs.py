@@ -1,0 +1,188 @@
+"""Observe and recover runs from the command line: trigger, work, list,
+retry with an audit link, cancel a waiting run, prune finished runs."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tests.processes.cli.apps.names import CHARGE, ECHO, FAIL_ENV, NAP
+from tests.processes.cli.conftest import Cli
+
+RUNS = 20
+EXIT_USAGE = 2
+EXIT_ILLEGAL = 6
+SECRET = "4111-1111-1111-1111"
+"""A payload value that must never appear in a log line."""
+
+
+def _run(cli: Cli, run_id: str) -> dict[str, Any]:
+    return dict(cli("runs", "get", run_id, "--json").json())
+
+
+def _trigger(cli: Cli, *args: str) -> str:
+    return str(cli("trigger", *args, "--json").json()["id"])
+
+
+def _json_lines(text: str) -> list[dict[str, Any]]:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return [json.loads(line) for line in lines]
+
+
+def test_twenty_triggers_a_draining_worker_and_a_listing_of_twenty_succeeded_runs(
+    cli: Cli,
+) -> None:
+    assert "ready" in cli.ok("provision").stdout
+    triggers = cli.many(
+        [("trigger", ECHO, "--payload", json.dumps({"n": n, "card": SECRET})) for n in range(RUNS)]
+    )
+    ids = set()
+    for done in triggers:
+        assert done.code == 0, done.stderr
+        run_id, created = done.stdout.splitlines()
+        assert created == "created: true"
+        ids.add(run_id)
+    assert len(ids) == RUNS
+
+    worker = cli.ok("--log-format", "json", "worker", "--drain", "--concurrency", "4")
+    assert worker.stdout.strip() == f"executed {RUNS} run(s)"
+
+    succeeded, queued = cli.many(
+        [
+            ("runs", "list", "--json", "--status", "succeeded", "--limit", "100"),
+            ("runs", "list", "--json", "--status", "queued", "--status", "running"),
+        ]
+    )
+    listed = succeeded.json()
+    assert {run["id"] for run in listed["runs"]} == ids
+    assert all(run["status"] == "succeeded" and run["attempt"] == 1 for run in listed["runs"])
+    assert listed["cursor"] is None
+    assert queued.json() == {"runs": [], "cursor": None}
+
+    # every worker log line is one JSON object; attempt lines carry the run context
+    records = _json_lines(worker.stderr)
+    attempt_lines = [r for r in records if r["logger"] == "runlane_sqs.task"]
+    assert len(attempt_lines) >= 2 * RUNS  # started, (handler), succeeded
+    for record in attempt_lines:
+        assert record["run_id"] in ids
+        assert record["task"] == ECHO
+        assert record["attempt"] == 1
+        assert record["worker_id"].startswith("worker-")
+        assert {"time", "level", "message"} <= set(record)
+    assert all(SECRET not in done.stderr for done in [worker, *triggers])
+
+
+def test_a_failed_run_retried_from_the_cli_succeeds_as_a_new_linked_run(
+    cli: Cli, provisioned: dict[str, str]
+) -> None:
+    source = _trigger(cli, CHARGE, "--payload", '{"amount": 12}')
+    cli.ok("worker", "--drain", env={FAIL_ENV: "1"})
+
+    retried = cli("runs", "retry", source, "--reason", "card fixed", "--actor", "ana", "--json")
+    new = retried.json()
+    assert (new["source_run_id"], new["source_kind"], new["status"]) == (source, "retry", "queued")
+    assert new["id"] != source
+    cli.ok("worker", "--drain")
+
+    done, source_now, history, attempts, refused, rerun = cli.many(
+        [
+            ("runs", "get", new["id"], "--json"),
+            ("runs", "get", source, "--json"),
+            ("runs", "events", source, "--json"),
+            ("runs", "attempts", source, "--json"),
+            ("runs", "retry", new["id"]),
+            ("runs", "rerun", new["id"]),
+        ]
+    )
+    succeeded = done.json()
+    assert (succeeded["status"], succeeded["result"], succeeded["source_run_id"]) == (
+        "succeeded",
+        {"charged": 12},
+        source,
+    )
+    failed = source_now.json()
+    assert failed["status"] == "failed"  # the source keeps its outcome
+    assert failed["failure"]["message"] == "card declined"
+    links = [e for e in history.json()["events"] if e["type"] == "linked_run"]
+    assert [link["data"] for link in links] == [
+        {"run": new["id"], "kind": "retry", "actor": "ana", "reason": "card fixed"}
+    ]
+    tried = attempts.json()["attempts"]
+    assert [(a["number"], a["outcome"]) for a in tried] == [(1, "failed")]
+    assert tried[0]["failure"]["type"].endswith("RuntimeError")
+    assert refused.code == EXIT_ILLEGAL
+    assert "only failed runs are retried" in refused.stderr
+    assert rerun.code == 0, rerun.stderr
+    assert rerun.stdout.splitlines()[1] == f"rerun of {new['id']}"
+
+
+def test_cancel_from_the_cli_finishes_a_released_run_at_once(
+    cli: Cli, provisioned: dict[str, str]
+) -> None:
+    run_id = _trigger(cli, NAP)
+    cli.ok("worker", "--drain")
+    released = _run(cli, run_id)
+    assert released["status"] == "released"
+    assert released["waiting"]["kind"] == "time"
+
+    done = cli.ok("runs", "cancel", run_id, "--reason", "not needed", "--actor", "ana")
+    assert done.stdout.strip() == f"run {run_id} is cancelled"
+    cancelled, history, again = cli.many(
+        [
+            ("runs", "get", run_id, "--json"),
+            ("runs", "events", run_id, "--json"),
+            ("runs", "cancel", run_id),
+        ]
+    )
+    assert cancelled.json()["status"] == "cancelled"
+    last = history.json()["events"][-1]
+    assert (last["type"], last["data"]) == ("cancelled", {"actor": "ana", "reason": "not needed"})
+    assert again.code == EXIT_ILLEGAL
+    assert "already cancelled" in again.stderr
+
+
+def test_prune_removes_only_finished_runs_older_than_the_cutoff(
+    cli: Cli, provisioned: dict[str, str]
+) -> None:
+    triggered = cli.many(
+        [
+            ("trigger", ECHO, "--payload", "1", "--json"),
+            ("trigger", ECHO, "--payload", "2", "--json"),
+            ("trigger", ECHO, "--delay", "3600", "--json"),  # queued, due in an hour
+            ("trigger", NAP, "--json"),  # released for an hour once it has run
+        ]
+    )
+    first, second, waiting, released = (str(done.json()["id"]) for done in triggered)
+    assert cli.ok("worker", "--drain").stdout.strip() == "executed 3 run(s)"
+
+    refused, older = cli.many(
+        [
+            ("runs", "prune", "--older-than", "0", "--status", "succeeded"),
+            ("runs", "prune", "--older-than", "2000-01-01T00:00:00Z", "--yes", "--json"),
+        ]
+    )
+    assert refused.code == EXIT_USAGE  # no terminal to confirm on, and no --yes
+    assert "--yes" in refused.stderr
+    assert older.json()["deleted"] == 0  # every finished run is newer than that cutoff
+
+    report = cli("runs", "prune", "--older-than", "0", "--yes", "--status", "succeeded", "--json")
+    assert (report.json()["examined"], report.json()["deleted"]) == (2, 2)
+    remaining, *gone = cli.many(
+        [("runs", "list", "--json"), ("runs", "get", first), ("runs", "get", second)]
+    )
+    statuses = {r["id"]: r["status"] for r in remaining.json()["runs"]}
+    assert statuses == {waiting: "queued", released: "released"}
+    assert [done.code for done in gone] == [5, 5]
+
+
+def test_the_async_worker_drains_from_the_command_line_with_json_logs(
+    cli: Cli, provisioned: dict[str, str]
+) -> None:
+    ids = [_trigger(cli, ECHO, "--payload", json.dumps({"n": n})) for n in range(3)]
+
+    worker = cli.ok("--log-format", "json", "worker", "--async", "--drain", "--concurrency", "4")
+
+    assert worker.stdout.strip() == "executed 3 run(s)"
+    assert all(_run(cli, run_id)["result"] == {"echo": {"n": n}} for n, run_id in enumerate(ids))
+    started = [r for r in _json_lines(worker.stderr) if r["message"] == "attempt 1 started"]
+    assert {r["run_id"] for r in started} == set(ids)

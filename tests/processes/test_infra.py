@@ -1,0 +1,521 @@
+"""``infra/runlane.yaml`` deployed to the moto server's CloudFormation, and runs completed
+through what it created.
+
+moto creates every resource of the template (table, queues, IAM, both Lambda functions,
+event source mappings, the EventBridge rule, the ECS cluster, task definition and
+service) but runs none of them: it has no Lambda runtime without Docker and never fires
+``rate()`` rules. So the test plays AWS's part, with the deployed configuration:
+
+- the consumer is the handler the stack names (``ConsumerHandler``), imported with the
+  environment variables the stack set on the consumer function; the test receives
+  messages from the stack's queues, builds the SQS event Lambda would deliver, invokes
+  the handler and, like the event source mapping, deletes the records not reported;
+- maintenance is ``runlane_sqs.lambdas.maintenance.handler`` invoked with an EventBridge
+  scheduled-event payload, as the stack's rule would.
+
+The event source mappings are deployed disabled (``ConsumerEnabled=false``): moto would
+otherwise try to invoke the function (in Docker) on every SendMessage and make the
+messages invisible. moto also ignores ``TimeToLiveSpecification`` and
+``SSESpecification`` of a CloudFormation table, so those are checked on the template
+(tests/core/test_deploy_files.py), not here. moto authorises DynamoDB requests against
+the resource ``*`` only, so instead of enforcing IAM the test records every request the
+app makes and checks each against the deployed roles' policy documents.
+"""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+import importlib
+import io
+import json
+import sys
+import uuid
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from runlane_sqs import Runlane, RunStatus
+from runlane_sqs.adapters.provision import table_definition
+from runlane_sqs.engine.maintenance import JOB_DUE
+from runlane_sqs.lambdas import maintenance as lambda_handler
+from runlane_sqs.local import MotoServer
+from tests.emulators import REPO_ROOT, queue_counts
+
+TEMPLATE = REPO_ROOT / "infra" / "runlane.yaml"
+APP_MODULE = "tests.apps.stack_app"
+RUNLANE_VARIABLES = (
+    "RUNLANE_APP",
+    "RUNLANE_TABLE",
+    "RUNLANE_ENVIRONMENT",
+    "RUNLANE_QUEUE_PREFIX",
+    "RUNLANE_QUEUE_URLS",
+)
+SCHEDULED_EVENT: dict[str, Any] = {
+    "version": "0",
+    "id": "89d1a02d-5ec7-412e-82f5-13505f849b41",
+    "detail-type": "Scheduled Event",
+    "source": "aws.events",
+    "account": "123456789012",
+    "time": "2030-01-01T00:00:00Z",
+    "region": "us-east-1",
+    "resources": ["arn:aws:events:us-east-1:123456789012:rule/runlane-maintenance"],
+    "detail": {},
+}
+
+
+class LambdaContext:
+    """The part of the Lambda context object the handlers use; a new request id each."""
+
+    def __init__(self, remaining_ms: int = 60_000) -> None:
+        self.aws_request_id = str(uuid.uuid4())
+        self.remaining_ms = remaining_ms
+
+    def get_remaining_time_in_millis(self) -> int:
+        return self.remaining_ms
+
+
+@dataclass
+class Stack:
+    name: str
+    outputs: dict[str, str]
+    resources: dict[str, str]
+    """Logical id -> physical id."""
+    clients: dict[str, Any] = field(default_factory=dict)
+
+    def client(self, service: str) -> Any:
+        """A boto3 client of the test's own (the environment points it at moto)."""
+        if service not in self.clients:
+            self.clients[service] = boto3.client(service)
+        return self.clients[service]
+
+    def close(self) -> None:
+        for client in self.clients.values():
+            client.close()
+
+
+def lambda_zip() -> bytes:
+    """What the functions' code would be; moto stores it and never runs it."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr(
+            "tests/apps/stack_app.py",
+            Path(REPO_ROOT, "tests/apps/stack_app.py").read_text(),
+        )
+    return buffer.getvalue()
+
+
+def deploy(parameters: dict[str, str], name: str) -> Stack:
+    """Create the stack (and the code bucket and network it refers to) on the moto server."""
+    stack = Stack(name, {}, {})
+    s3 = stack.client("s3")
+    s3.create_bucket(Bucket="runlane-code")
+    s3.put_object(Bucket="runlane-code", Key="app.zip", Body=lambda_zip())
+    ec2 = stack.client("ec2")
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.1.0/24")["Subnet"]["SubnetId"]
+    group = ec2.create_security_group(GroupName="worker", Description="worker", VpcId=vpc)
+    values = {
+        "Environment": "test",
+        "TableName": f"runlane-{uuid.uuid4().hex[:8]}",
+        "AppSpec": f"{APP_MODULE}:app",
+        "ConsumerHandler": f"{APP_MODULE}.handler",
+        "ConsumerEnabled": "false",
+        "LambdaCodeBucket": "runlane-code",
+        "LambdaCodeKey": "app.zip",
+        "ImageUri": "123456789012.dkr.ecr.us-east-1.amazonaws.com/runlane-worker:1",
+        "SubnetIds": subnet,
+        "SecurityGroupIds": group["GroupId"],
+        **parameters,
+    }
+    cfn = stack.client("cloudformation")
+    cfn.create_stack(
+        StackName=name,
+        TemplateBody=TEMPLATE.read_text(),
+        Parameters=[{"ParameterKey": k, "ParameterValue": v} for k, v in values.items()],
+        Capabilities=["CAPABILITY_IAM"],
+    )
+    cfn.get_waiter("stack_create_complete").wait(
+        StackName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 60}
+    )
+    [described] = cfn.describe_stacks(StackName=name)["Stacks"]
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in described.get("Outputs", [])}
+    summaries = cfn.list_stack_resources(StackName=name)["StackResourceSummaries"]
+    assert all(s["ResourceStatus"] == "CREATE_COMPLETE" for s in summaries), summaries
+    stack.outputs = outputs
+    stack.resources = {s["LogicalResourceId"]: s.get("PhysicalResourceId", "") for s in summaries}
+    return stack
+
+
+@pytest.fixture
+def on_moto(moto_server: MotoServer, backend_env: dict[str, str]) -> dict[str, str]:
+    """The moto server's CloudFormation (skipped with RUNLANE_TEST_BACKEND=aws-local:
+    LocalStack without Docker runs no Lambda, IAM or ECS, and DynamoDB Local no stacks)."""
+    return backend_env
+
+
+@pytest.fixture
+def stack(on_moto: dict[str, str]) -> Iterator[Stack]:
+    deployed = deploy({}, "runlane-test")
+    yield deployed
+    deployed.close()
+
+
+# --- what the stack created --------------------------------------------------------
+
+
+def test_the_stack_creates_the_table_queues_and_compute_the_library_expects(
+    stack: Stack,
+) -> None:
+    outputs = stack.outputs
+    table = stack.client("dynamodb").describe_table(TableName=outputs["TableName"])["Table"]
+    expected = table_definition(outputs["TableName"])
+    assert table["KeySchema"] == expected["KeySchema"]
+    assert sorted(table["AttributeDefinitions"], key=str) == sorted(
+        expected["AttributeDefinitions"], key=str
+    )
+    assert table["BillingModeSummary"]["BillingMode"] == "PAY_PER_REQUEST"
+    indexes = {i["IndexName"]: i for i in table["GlobalSecondaryIndexes"]}
+    for index in expected["GlobalSecondaryIndexes"]:
+        deployed = indexes.pop(index["IndexName"])
+        assert deployed["KeySchema"] == index["KeySchema"]
+        assert deployed["Projection"]["ProjectionType"] == index["Projection"]["ProjectionType"]
+        assert set(deployed["Projection"].get("NonKeyAttributes", [])) == set(
+            index["Projection"].get("NonKeyAttributes", [])
+        )
+    assert indexes == {}
+
+    sqs = stack.client("sqs")
+    for kind in ("Standard", "Fifo"):
+        attributes = sqs.get_queue_attributes(
+            QueueUrl=outputs[f"{kind}QueueUrl"], AttributeNames=["All"]
+        )["Attributes"]
+        dlq = sqs.get_queue_attributes(
+            QueueUrl=outputs[f"{kind}DeadLetterQueueUrl"], AttributeNames=["QueueArn"]
+        )["Attributes"]
+        assert attributes["QueueArn"] == outputs[f"{kind}QueueArn"]
+        assert json.loads(attributes["RedrivePolicy"]) == {
+            "deadLetterTargetArn": dlq["QueueArn"],
+            "maxReceiveCount": 5,
+        }
+        assert attributes["SqsManagedSseEnabled"] == "true"
+        assert attributes["VisibilityTimeout"] == "360"
+        assert (attributes.get("FifoQueue") == "true") == (kind == "Fifo")
+    assert outputs["QueueUrls"] == (
+        f"default={outputs['StandardQueueUrl']},ordered={outputs['FifoQueueUrl']}"
+    )
+
+    functions = stack.client("lambda")
+    consumer = functions.get_function_configuration(FunctionName=outputs["ConsumerFunctionName"])
+    maintenance = functions.get_function_configuration(
+        FunctionName=outputs["MaintenanceFunctionName"]
+    )
+    assert consumer["Handler"] == f"{APP_MODULE}.handler"
+    assert maintenance["Handler"] == "runlane_sqs.lambdas.maintenance.handler"
+    for function in (consumer, maintenance):
+        assert function["Runtime"] == "python3.11"
+        assert function["Environment"]["Variables"] == {
+            "RUNLANE_APP": f"{APP_MODULE}:app",
+            "RUNLANE_TABLE": outputs["TableName"],
+            "RUNLANE_ENVIRONMENT": "test",
+            "RUNLANE_QUEUE_PREFIX": "runlane-",
+            "RUNLANE_QUEUE_URLS": outputs["QueueUrls"],
+        }
+    mappings = functions.list_event_source_mappings()["EventSourceMappings"]
+    by_queue = {m["EventSourceArn"]: m for m in mappings}
+    assert {m["FunctionArn"] for m in mappings} == {consumer["FunctionArn"]}
+    assert set(by_queue) == {outputs["StandardQueueArn"], outputs["FifoQueueArn"]}
+    for mapping in by_queue.values():
+        assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+        assert mapping["BatchSize"] == 10
+        assert mapping["State"] == "Disabled"  # ConsumerEnabled=false, see the docstring
+
+    events = stack.client("events")
+    rule = events.describe_rule(Name=stack.resources["MaintenanceSchedule"])
+    assert rule["ScheduleExpression"] == "rate(1 minute)"
+    [target] = events.list_targets_by_rule(Rule=rule["Name"])["Targets"]
+    assert target["Arn"] == maintenance["FunctionArn"]
+
+    ecs = stack.client("ecs")
+    task = ecs.describe_task_definition(taskDefinition=stack.resources["WorkerTaskDefinition"])
+    [container] = task["taskDefinition"]["containerDefinitions"]
+    assert container["stopTimeout"] == 120
+    assert container["command"][:4] == ["runlane-sqs", "worker", "--app", f"{APP_MODULE}:app"]
+    [service] = ecs.describe_services(
+        cluster=outputs["WorkerClusterName"], services=[outputs["WorkerServiceName"]]
+    )["services"]
+    # (moto's CloudFormation drops LaunchType; the template's is checked in unit tests)
+    assert service["taskDefinition"] == task["taskDefinition"]["taskDefinitionArn"]
+    assert service["desiredCount"] == 1
+
+
+def test_without_compute_the_stack_holds_storage_queues_and_maintenance(
+    on_moto: dict[str, str],
+) -> None:
+    stack = deploy(
+        {
+            "DeployLambdaConsumer": "false",
+            "DeployEcsWorker": "false",
+            "SubnetIds": "",
+            "SecurityGroupIds": "",
+            "ImageUri": "",
+        },
+        "runlane-lean",
+    )
+    stack.close()
+    assert "ConsumerFunction" not in stack.resources
+    assert "WorkerService" not in stack.resources
+    assert {"RunsTable", "StandardQueue", "FifoQueue", "MaintenanceFunction"} <= set(
+        stack.resources
+    )
+    assert "ConsumerFunctionName" not in stack.outputs
+
+
+# --- runs through the deployed resources ----------------------------------------------
+
+
+class RequestLog:
+    """Every request the app's boto3 clients make, with the phase it belongs to."""
+
+    def __init__(self, app: Runlane) -> None:
+        self.phase = "producer"
+        self.requests: list[tuple[str, str, dict[str, Any]]] = []
+        for service in ("dynamodb", "sqs"):
+            app.client(service).meta.events.register(
+                f"before-parameter-build.{service}.*", self._record
+            )
+
+    def _record(self, model: Any, params: dict[str, Any], **_: Any) -> None:
+        self.requests.append((self.phase, model.name, params))
+
+    def of(self, phase: str) -> list[tuple[str, dict[str, Any]]]:
+        return [(name, params) for p, name, params in self.requests if p == phase]
+
+
+@dataclass
+class Grant:
+    actions: set[str]
+    resources: list[str]
+
+
+def grants_of(document: Any) -> list[Grant]:
+    if isinstance(document, str):
+        try:
+            document = json.loads(document)
+        except json.JSONDecodeError:  # moto keeps a stack's inline policies as Python repr
+            document = ast.literal_eval(document)
+    grants = []
+    for statement in document["Statement"]:
+        assert statement["Effect"] == "Allow"
+        actions, resources = statement["Action"], statement["Resource"]
+        grants.append(
+            Grant(
+                set(actions if isinstance(actions, list) else [actions]),
+                resources if isinstance(resources, list) else [resources],
+            )
+        )
+    return grants
+
+
+def policy_grants(stack: Stack, policy_arn: str) -> list[Grant]:
+    iam = stack.client("iam")
+    version = iam.get_policy(PolicyArn=policy_arn)["Policy"]["DefaultVersionId"]
+    policy = iam.get_policy_version(PolicyArn=policy_arn, VersionId=version)
+    return grants_of(policy["PolicyVersion"]["Document"])
+
+
+def role_grants(stack: Stack, role_logical_id: str) -> list[Grant]:
+    """Every Allow statement of a deployed role (attached and inline policies)."""
+    iam = stack.client("iam")
+    role = stack.resources[role_logical_id]
+    grants = []
+    for attached in iam.list_attached_role_policies(RoleName=role)["AttachedPolicies"]:
+        grants.extend(policy_grants(stack, attached["PolicyArn"]))
+    for name in iam.list_role_policies(RoleName=role)["PolicyNames"]:
+        grants.extend(
+            grants_of(iam.get_role_policy(RoleName=role, PolicyName=name)["PolicyDocument"])
+        )
+    return grants
+
+
+def needed_permissions(
+    stack: Stack, requests: list[tuple[str, dict[str, Any]]]
+) -> set[tuple[str, str]]:
+    """(IAM action, resource ARN) pairs the recorded requests need."""
+    table_arn = stack.outputs["TableArn"]
+    queue_arns = {
+        stack.outputs["StandardQueueUrl"]: stack.outputs["StandardQueueArn"],
+        stack.outputs["FifoQueueUrl"]: stack.outputs["FifoQueueArn"],
+    }
+    transact = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem"}
+    needed: set[tuple[str, str]] = set()
+    for name, params in requests:
+        if name == "TransactWriteItems":
+            for item in params["TransactItems"]:
+                [(kind, _)] = item.items()
+                needed.add((f"dynamodb:{transact.get(kind, 'ConditionCheckItem')}", table_arn))
+        elif name == "BatchGetItem":
+            needed.add(("dynamodb:BatchGetItem", table_arn))
+        elif "TableName" in params:
+            assert params["TableName"] == stack.outputs["TableName"]
+            index = params.get("IndexName")
+            needed.add((f"dynamodb:{name}", f"{table_arn}/index/{index}" if index else table_arn))
+        else:
+            assert "QueueUrl" in params, (name, params)
+            action = name.removesuffix("Batch")
+            needed.add((f"sqs:{action}", queue_arns[params["QueueUrl"]]))
+    return needed
+
+
+def refused(grants: list[Grant], needed: set[tuple[str, str]]) -> set[tuple[str, str]]:
+    return {
+        (action, resource)
+        for action, resource in needed
+        if not any(
+            action in g.actions and any(fnmatch.fnmatchcase(resource, r) for r in g.resources)
+            for g in grants
+        )
+    }
+
+
+@pytest.fixture
+def deployed_app(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """The user module, imported as the consumer function would import it: with the
+    variables the stack set on that function (the endpoint comes from the test's env)."""
+    consumer = stack.client("lambda").get_function_configuration(
+        FunctionName=stack.outputs["ConsumerFunctionName"]
+    )
+    for name, value in consumer["Environment"]["Variables"].items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delitem(sys.modules, APP_MODULE, raising=False)
+    monkeypatch.setattr(lambda_handler, "_app", None)
+    module_name, _, attribute = consumer["Handler"].rpartition(".")
+    module = importlib.import_module(module_name)
+    assert callable(getattr(module, attribute))
+    yield module
+    sys.modules.pop(APP_MODULE, None)
+
+
+def deliver(stack: Stack, handler: Callable[..., Any], kind: str) -> tuple[int, list[str]]:
+    """Play the event source mapping for one queue until it is empty: receive a batch,
+    invoke the handler, delete the records it did not report. Returns (records, reported)."""
+    sqs = stack.client("sqs")
+    url, arn = stack.outputs[f"{kind}QueueUrl"], stack.outputs[f"{kind}QueueArn"]
+    delivered, reported = 0, []
+    while True:
+        messages = sqs.receive_message(
+            QueueUrl=url,
+            MaxNumberOfMessages=10,
+            WaitTimeSeconds=0,
+            MessageSystemAttributeNames=["All"],
+        ).get("Messages", [])
+        if not messages:
+            return delivered, reported
+        records = [
+            {
+                "messageId": m["MessageId"],
+                "receiptHandle": m["ReceiptHandle"],
+                "body": m["Body"],
+                "attributes": m.get("Attributes", {}),
+                "messageAttributes": {},
+                "md5OfBody": m["MD5OfBody"],
+                "eventSource": "aws:sqs",
+                "eventSourceARN": arn,
+                "awsRegion": "us-east-1",
+            }
+            for m in messages
+        ]
+        response = handler({"Records": records}, LambdaContext())
+        failed = {f["itemIdentifier"] for f in response["batchItemFailures"]}
+        done = [m for m in messages if m["MessageId"] not in failed]
+        if done:
+            sqs.delete_message_batch(
+                QueueUrl=url,
+                Entries=[
+                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(done)
+                ],
+            )
+        delivered += len(messages)
+        reported.extend(failed)
+        if failed:
+            return delivered, reported
+
+
+def test_runs_complete_through_the_deployed_resources(stack: Stack, deployed_app: Any) -> None:
+    app: Runlane = deployed_app.app
+    handler = deployed_app.handler
+    log = RequestLog(app)
+
+    echo = app.trigger(deployed_app.ECHO_TASK, {"n": 1})
+    ordered = [app.trigger(deployed_app.ORDERED_TASK, {"n": n}) for n in range(3)]
+    flaky = app.trigger(deployed_app.FLAKY_TASK, {})
+    later = app.trigger(deployed_app.ECHO_TASK, {"n": "later"}, delay=timedelta(hours=2))
+    sqs = stack.client("sqs")
+    assert queue_counts(sqs, stack.outputs["StandardQueueUrl"])["visible"] == 2
+    assert queue_counts(sqs, stack.outputs["FifoQueueUrl"])["visible"] == 3
+
+    log.phase = "consumer"
+    assert deliver(stack, handler, "Standard") == (2, [])
+    assert deliver(stack, handler, "Fifo") == (3, [])
+
+    assert app.runs.get(echo.id).status is RunStatus.SUCCEEDED
+    assert app.runs.get(echo.id).result == {"echo": {"n": 1}, "attempt": 1}
+    assert [app.runs.get(r.id).result for r in ordered] == [{"ordered": {"n": n}} for n in range(3)]
+    assert app.runs.get(flaky.id).status is RunStatus.RETRYING  # due in an hour
+    assert app.runs.get(later.id).status is RunStatus.QUEUED  # due in two hours
+
+    deployed_app.clock.advance(timedelta(hours=2, minutes=1))
+    log.phase = "maintenance"
+    report = lambda_handler.handler(SCHEDULED_EVENT, LambdaContext())
+    assert lambda_handler._app is app  # RUNLANE_APP named the deployed module's app
+    assert report["jobs"][JOB_DUE]["published"] == 2
+
+    log.phase = "consumer"
+    assert deliver(stack, handler, "Standard") == (2, [])
+    assert app.runs.get(flaky.id).status is RunStatus.SUCCEEDED
+    assert app.runs.get(flaky.id).attempt == 2
+    assert app.runs.get(later.id).result == {"echo": {"n": "later"}, "attempt": 1}
+
+    log.phase = "producer"
+    by_worker = [
+        app.trigger(deployed_app.ECHO_TASK, {"n": "worker"}),
+        app.trigger(deployed_app.ORDERED_TASK, {"n": "worker"}),
+    ]
+    log.phase = "worker"  # the long-running worker the ECS service runs
+    assert app.worker(["default", "ordered"], worker_id="ecs-task").drain() == 2
+    assert all(app.runs.get(r.id).status is RunStatus.SUCCEEDED for r in by_worker)
+    for kind in ("Standard", "Fifo"):
+        for queue in (f"{kind}QueueUrl", f"{kind}DeadLetterQueueUrl"):
+            assert queue_counts(sqs, stack.outputs[queue]) == {
+                "visible": 0,
+                "in_flight": 0,
+                "delayed": 0,
+            }, queue
+
+    # Every request each part made is one its deployed role (or, for the producer, the
+    # policies the stack exports for producers) allows.
+    producer = [
+        g
+        for arn in (stack.outputs["RunsTablePolicyArn"], stack.outputs["PublishWakeupsPolicyArn"])
+        for g in policy_grants(stack, arn)
+    ]
+    assert refused(producer, needed_permissions(stack, log.of("producer"))) == set()
+    consumer_needs = needed_permissions(stack, log.of("consumer"))
+    assert refused(role_grants(stack, "ConsumerRole"), consumer_needs) == set()
+    worker_needs = needed_permissions(stack, log.of("worker"))
+    assert {a for a, _ in worker_needs} >= {"sqs:ReceiveMessage", "sqs:DeleteMessage"}
+    assert refused(role_grants(stack, "WorkerTaskRole"), worker_needs) == set()
+    maintenance_needs = needed_permissions(stack, log.of("maintenance"))
+    assert {a for a, _ in maintenance_needs} >= {"dynamodb:Query", "sqs:SendMessage"}
+    assert refused(role_grants(stack, "MaintenanceRole"), maintenance_needs) == set()
+    # ...and the roles are not wider than that: maintenance cannot consume.
+    assert refused(
+        role_grants(stack, "MaintenanceRole"),
+        {("sqs:ReceiveMessage", stack.outputs["StandardQueueArn"])},
+    )
