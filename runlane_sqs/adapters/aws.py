@@ -6,6 +6,11 @@ from typing import Any
 
 import boto3
 from botocore.config import Config
+from botocore.exceptions import NoRegionError
+
+from runlane_sqs.core.errors import ConfigurationError
+
+REGION_VARIABLES = ("AWS_DEFAULT_REGION", "AWS_REGION")
 
 DEFAULT_BOTOCORE_CONFIG = Config(
     retries={"mode": "standard", "max_attempts": 5},
@@ -47,12 +52,40 @@ class AwsClients:
         return self._session
 
     def client(self, service: str) -> Any:
-        """The client for ``service`` (built on first use)."""
+        """The client for ``service`` (built on first use); raises
+        :class:`~runlane_sqs.errors.ConfigurationError` when no region is configured."""
         if service not in self._clients:
-            self._clients[service] = self.session.client(
-                service,  # type: ignore[call-overload]
-                region_name=self.region,
-                endpoint_url=self.endpoint_url,
-                config=self.botocore_config,
-            )
+            try:
+                self._clients[service] = self.session.client(
+                    service,  # type: ignore[call-overload]
+                    region_name=self.region,
+                    endpoint_url=self.endpoint_url,
+                    config=self.botocore_config,
+                )
+            except NoRegionError:
+                raise ConfigurationError(
+                    f"no AWS region for the {service} client: set "
+                    f"{' or '.join(REGION_VARIABLES)} (or pass region= to Runlane)"
+                ) from None
         return self._clients[service]
+
+    def lazy(self, service: str) -> LazyClient:
+        """A stand-in for :meth:`client` that builds the client on its first use, so an
+        app can be constructed (and imported) with no AWS settings at all."""
+        return LazyClient(self, service)
+
+
+class LazyClient:
+    """Forwards every attribute to the client of ``service``, built on first use."""
+
+    def __init__(self, clients: AwsClients, service: str) -> None:
+        self._clients = clients
+        self._service = service
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._clients.client(self._service), name)
+
+
+def endpoint_of(client: Any) -> str | None:
+    """The endpoint a boto3 client sends its requests to, if it has one."""
+    return getattr(getattr(client, "meta", None), "endpoint_url", None)

@@ -92,11 +92,13 @@ class Runlane:
             session=session,
             botocore_config=botocore_config,
         )
+        # Clients are built on first use: importing a module that builds an app needs no
+        # AWS settings (a missing region is a ConfigurationError at the first request).
         self.store: RunStore = store or DynamoRunStore(
-            self.client("dynamodb"), config.table, config.environment
+            self.aws.lazy("dynamodb"), config.table, config.environment
         )
         self.transport: WakeupTransport = transport or SqsTransport(
-            self.client("sqs"), queue_prefix=config.queue_prefix, queue_urls=config.queue_urls
+            self.aws.lazy("sqs"), queue_prefix=config.queue_prefix, queue_urls=config.queue_urls
         )
         self.engine = Engine(
             config=config,

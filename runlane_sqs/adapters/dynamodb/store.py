@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
 
+from runlane_sqs.adapters.aws import endpoint_of
 from runlane_sqs.adapters.dynamodb import keys, requests
 from runlane_sqs.adapters.dynamodb.codec import (
     events_from_item,
@@ -21,7 +23,7 @@ from runlane_sqs.adapters.dynamodb.cursors import decode_cursor, encode_cursor
 from runlane_sqs.adapters.dynamodb.errors import call, error_code
 from runlane_sqs.adapters.dynamodb.listing import list_run_keys
 from runlane_sqs.core.durations import to_epoch_ms
-from runlane_sqs.core.errors import ConflictError, LeaseLost
+from runlane_sqs.core.errors import ConflictError, LeaseLost, StorageUnavailable
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Lease, Run, RunEvent, WaitKind
 from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenNotFound
@@ -61,14 +63,28 @@ def refused_renewal(run: Run, exc: ClientError) -> Exception:
     return LeaseLost(run.id)
 
 
+BATCH_GET_ATTEMPTS = 6
+"""BatchGetItem requests for one page of runs before unprocessed keys are an error."""
+BATCH_GET_FIRST_WAIT_SECONDS = 0.05
+"""Wait before asking again for unprocessed keys, doubled each time (AWS's advice)."""
+
+
 class DynamoRunStore:
     """Runs in one DynamoDB table, namespaced by environment."""
+
+    sleep: Callable[[float], None] = staticmethod(time.sleep)
+    """How the store waits between BatchGetItem retries (tests replace it)."""
 
     def __init__(self, client: Any, table: str, environment: str) -> None:
         self._client = client
         self.table = table
         self.environment = environment
-        self._endpoint: str | None = getattr(getattr(client, "meta", None), "endpoint_url", None)
+
+    @property
+    def _endpoint(self) -> str | None:
+        """Where the client sends requests (named in errors); read when first needed, so a
+        lazily built client is not built by constructing the store."""
+        return endpoint_of(self._client)
 
     def _send(self, operation: str, request: dict[str, Any]) -> Any:
         return call(
@@ -252,17 +268,28 @@ class DynamoRunStore:
         return self._batch_get(run_keys), next_cursor
 
     def _batch_get(self, run_keys: list[dict[str, Any]]) -> list[Run]:
-        """Full runs for index keys, in the keys' order (unprocessed keys are retried)."""
+        """Full runs for index keys, in the keys' order. Unprocessed keys (throttling) are
+        asked for again after a growing wait; any still left raise
+        :class:`~runlane_sqs.errors.StorageUnavailable` rather than shorten the page."""
+        if not run_keys:
+            return []
         found: dict[str, Run] = {}
         pending = list(run_keys)
-        for _ in range(10):
-            if not pending:
-                break
+        for attempt in range(BATCH_GET_ATTEMPTS):
+            if attempt:
+                self.sleep(BATCH_GET_FIRST_WAIT_SECONDS * 2 ** (attempt - 1))
             response = self._send("batch_get_item", requests.batch_get_runs(self.table, pending))
             for item in response.get("Responses", {}).get(self.table, []):
                 run = run_from_wire(item)
                 found[run.id] = run
             pending = response.get("UnprocessedKeys", {}).get(self.table, {}).get("Keys", [])
+            if not pending:
+                break
+        else:
+            raise StorageUnavailable(
+                f"DynamoDB left {len(pending)} of {len(run_keys)} runs unread after "
+                f"{BATCH_GET_ATTEMPTS} BatchGetItem requests (throttled); try again"
+            )
         prefix = keys.run_pk(self.environment, "")
         ids = [key["pk"]["S"][len(prefix) :] for key in run_keys]
         return [found[i] for i in ids if i in found]

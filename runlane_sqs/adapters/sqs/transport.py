@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from runlane_sqs.adapters.aws import endpoint_of
 from runlane_sqs.core.errors import MissingResourceError, TransportError
 from runlane_sqs.core.limits import MAX_DELAY_SECONDS, MAX_RECEIVE_BATCH, MAX_SEND_BATCH
 from runlane_sqs.core.wakeup import Wakeup
@@ -127,7 +128,10 @@ class SqsTransport:
         self.queue_prefix = queue_prefix
         self._urls: dict[str, str] = dict(queue_urls or {})
         self._lock = threading.Lock()
-        self._endpoint: str | None = getattr(getattr(client, "meta", None), "endpoint_url", None)
+
+    @property
+    def _endpoint(self) -> str | None:
+        return endpoint_of(self._client)
 
     def queue_name(self, queue: str) -> str:
         return f"{self.queue_prefix}{queue}"
