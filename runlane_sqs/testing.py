@@ -19,7 +19,13 @@ from runlane_sqs.adapters.memory.transport import InMemoryTransport
 from runlane_sqs.api.app import Runlane
 from runlane_sqs.core.clock import ManualClock
 
-__all__ = ["InMemoryRunStore", "InMemoryTransport", "ManualClock", "in_memory_app"]
+__all__ = [
+    "InMemoryRunStore",
+    "InMemoryTransport",
+    "ManualClock",
+    "in_memory_app",
+    "use_in_memory",
+]
 
 
 def in_memory_app(
@@ -34,3 +40,17 @@ def in_memory_app(
         transport=InMemoryTransport(clock),
         **options,
     )
+
+
+def use_in_memory(app: Runlane, clock: ManualClock | None = None) -> ManualClock:
+    """Run ``app`` (yours, built with ``Runlane.from_env()`` in your module) over fresh
+    in-memory storage and transport with a manual clock, so its tasks can be triggered
+    and drained in a test with no AWS settings. Returns the clock.
+
+    The pytest fixture ``runlane_in_memory`` does this and puts the app back after the
+    test (see docs/testing.md).
+    """
+    clock = clock or ManualClock()
+    environment = app.config.environment
+    app.rewire(store=InMemoryRunStore(environment), transport=InMemoryTransport(clock), clock=clock)
+    return clock

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["tests.emulators"]
+pytest_plugins = ["tests.emulators", "pytester"]
 
 GROUPS = ("core", "engine", "contract", "behaviour", "processes")
 EMULATOR_FIXTURES = frozenset({"session_backend", "moto_server"})

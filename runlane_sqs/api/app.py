@@ -94,18 +94,27 @@ class Runlane:
         )
         # Clients are built on first use: importing a module that builds an app needs no
         # AWS settings (a missing region is a ConfigurationError at the first request).
-        self.store: RunStore = store or DynamoRunStore(
-            self.aws.lazy("dynamodb"), config.table, config.environment
-        )
-        self.transport: WakeupTransport = transport or SqsTransport(
-            self.aws.lazy("sqs"), queue_prefix=config.queue_prefix, queue_urls=config.queue_urls
-        )
-        self.engine = Engine(
-            config=config,
+        self.rewire(
+            store=store
+            or DynamoRunStore(self.aws.lazy("dynamodb"), config.table, config.environment),
+            transport=transport
+            or SqsTransport(
+                self.aws.lazy("sqs"),
+                queue_prefix=config.queue_prefix,
+                queue_urls=config.queue_urls,
+            ),
             clock=self.clock,
-            tasks=self.tasks,
-            store=self.store,
-            transport=self.transport,
+        )
+
+    def rewire(self, *, store: RunStore, transport: WakeupTransport, clock: Clock) -> None:
+        """Run this app (its tasks and configuration) over other adapters and clock, e.g.
+        in memory for a test (:func:`runlane_sqs.testing.use_in_memory`). Workers built
+        before keep the adapters they were built with."""
+        self.store = store
+        self.transport = transport
+        self.clock = clock
+        self.engine = Engine(
+            config=self.config, clock=clock, tasks=self.tasks, store=store, transport=transport
         )
         self.publisher = self.engine.publisher
         self.maintenance = self.engine.maintenance
