@@ -234,11 +234,9 @@ class Runlane:
         """Publish one wakeup for ``run``; False if SQS refused (maintenance repairs it)."""
         return self.publisher.publish_many([run], delay=delay) == 1
 
-    def relaunch(
-        self, task: Task, source: Run, run_id: str, link: tuple[str, LinkKind, str, str]
-    ) -> Run:
-        """Create a run of ``task`` with ``source``'s payload, linked to ``source``."""
-        return self.engine.triggers.relaunch(task, source, run_id, link)
+    def relaunch(self, source: Run, run_id: str, link: tuple[str, LinkKind, str, str]) -> Run:
+        """Create a run of ``source``'s task with its payload, linked to ``source``."""
+        return self.engine.triggers.relaunch(source, run_id, link)
 
     def after_finished(self, run: Run) -> None:
         """What follows a run reaching a terminal status: free its keys and resume a first

@@ -191,7 +191,6 @@ class RunsApi:
         """Create the new run first (its first event names the source), then record the
         link on the source, so a refused create leaves no dangling link."""
         source = self.get(run_id)
-        task = self._engine.tasks.resolve(source.task)  # UnknownTaskError if no longer registered
         machine.link_run(  # refuse early: retry needs failed, rerun needs finished
             source,
             kind=kind,
@@ -200,9 +199,7 @@ class RunsApi:
             reason=reason,
             now=self._engine.clock.now(),
         )
-        run = self._engine.triggers.relaunch(
-            task, source, new_run_id(), (source.id, kind, actor, reason)
-        )
+        run = self._engine.triggers.relaunch(source, new_run_id(), (source.id, kind, actor, reason))
         self._transition(
             run_id,
             lambda current: machine.link_run(

@@ -193,15 +193,18 @@ class Triggers:
         )
         return run
 
-    def relaunch(
-        self, task: Task, source: Run, run_id: str, link: tuple[str, LinkKind, str, str]
-    ) -> Run:
-        """Create a run of ``task`` with ``source``'s payload, linked to ``source``."""
+    def relaunch(self, source: Run, run_id: str, link: tuple[str, LinkKind, str, str]) -> Run:
+        """Create a run of ``source``'s task with its payload, linked to ``source``.
+
+        The task's queue is the one this app registers it on, or the source's when this
+        app does not register the task (an operator's app need not import the producing
+        app's code)."""
+        task = self._tasks.get(source.task)
         run, event = machine.new_run(
             run_id=run_id,
             environment=self._config.environment,
-            task=task.name,
-            queue=task.queue,
+            task=source.task,
+            queue=task.queue if task is not None else source.queue,
             payload=source.payload,
             now=self._clock.now(),
             republish=self._config.republish,

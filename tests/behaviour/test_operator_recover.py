@@ -22,8 +22,6 @@ from runlane_sqs import (
     RunlaneError,
     RunNotFound,
     RunStatus,
-    TaskContext,
-    UnknownTaskError,
 )
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.api.runs import PruneReport
@@ -319,32 +317,35 @@ def test_a_rerun_does_not_take_the_sources_idempotency_key(
     assert app.runs.find_current(OK, "order-1") == app.runs.get(run.id)
 
 
-def test_retry_and_rerun_of_a_task_no_longer_registered_raise_unknown_task(
-    app: Runlane, clock: ManualClock
+def test_an_operator_app_that_registers_no_task_retries_and_reruns_from_the_stored_run(
+    app: Runlane, clock: ManualClock, tasks: Tasks
 ) -> None:
-    failed = failed_run(app, clock)
-    succeeded = trigger(app, clock, OK)
+    """Operators need not import the producing app's code: retry and rerun take the task
+    name, queue and payload from the stored run, and the producer's workers run them."""
+    failed = failed_run(app, clock, {"order": 7})
+    succeeded = trigger(app, clock, OK, {"order": 8})
     assert drain(app) == 1
-    # a deployment that no longer has these tasks, over the same store and queues
-    later = Runlane(
+    operator = Runlane(
         environment=app.config.environment,
         clock=clock,
         store=app.store,
         transport=app.transport,
     )
+    assert operator.tasks.names() == []
 
-    @later.task(name="ops.new")
-    def new(ctx: TaskContext, payload: Any) -> None:
-        return None
+    retried = operator.runs.retry(failed.id, actor="ops", reason="mail server back")
+    rerun = operator.runs.rerun(succeeded.id, actor="ops", reason="resend")
 
-    before = stored_runs(app)
-    with pytest.raises(UnknownTaskError):
-        later.runs.retry(failed.id)
-    with pytest.raises(UnknownTaskError):
-        later.runs.rerun(succeeded.id)
-    # nothing was linked and no run was created
-    assert stored_runs(app) == before
-    assert EventType.LINKED_RUN not in event_types(app, failed.id)
+    assert (retried.task, retried.queue, retried.payload) == (FAIL, "default", {"order": 7})
+    assert (rerun.task, rerun.queue, rerun.payload) == (OK, "default", {"order": 8})
+    assert retried.source_run_id == failed.id
+    assert rerun.source_run_id == succeeded.id
+    assert EventType.LINKED_RUN in event_types(app, failed.id)
+    assert EventType.LINKED_RUN in event_types(app, succeeded.id)
+    tasks.fail = False
+    assert drain(app) == 2  # the producer's worker knows both tasks
+    assert app.runs.get(retried.id).result == {"recovered": {"order": 7}}
+    assert app.runs.get(rerun.id).result == {"echo": {"order": 8}}
 
 
 def test_a_retry_that_cannot_create_its_run_leaves_no_link_behind(
