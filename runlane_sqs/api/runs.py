@@ -7,11 +7,13 @@ trigger would lose it).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from runlane_sqs.api.waiting import wait_for, wait_for_async
 from runlane_sqs.core import machine
 from runlane_sqs.core.attempts import Attempt, attempts_from
 from runlane_sqs.core.durations import Duration, to_timedelta
@@ -50,6 +52,18 @@ class RunsApi:
         self._engine = engine
 
     # observe ------------------------------------------------------------------------
+
+    def wait(self, run_id: str, *, timeout: Duration | None = None) -> Run:
+        """Block until the run is finished and return it (its status, result or failure);
+        raise :class:`~runlane_sqs.errors.RunWaitTimedOut` (carrying its last state)
+        after ``timeout``. Polls with one read per poll, backing off from 0.1 s to 5 s
+        (:mod:`runlane_sqs.api.waiting` gives the cost)."""
+        return wait_for(lambda: self.get(run_id), timeout)
+
+    async def wait_async(self, run_id: str, *, timeout: Duration | None = None) -> Run:
+        """:meth:`wait` for asyncio code: each read runs on a thread, the waits on the
+        event loop."""
+        return await wait_for_async(lambda: asyncio.to_thread(self.get, run_id), timeout)
 
     def get(self, run_id: str) -> Run:
         """The run as stored now; raises :class:`~runlane_sqs.core.errors.RunNotFound`."""

@@ -53,6 +53,14 @@ class RunNotFound(RunlaneError):
         self.run_id = run_id
 
 
+class RunWaitTimedOut(RunlaneError):
+    """``app.runs.wait`` gave up before the run finished; ``run`` is its last state."""
+
+    def __init__(self, run: Run) -> None:
+        super().__init__(f"run {run.id!r} is still {run.status.value} after the timeout")
+        self.run = run
+
+
 class StepError(RunlaneError):
     """A step name used twice in one attempt, or from another place in the code."""
 
@@ -112,6 +120,7 @@ for _error in (
     PayloadTooLarge,
     InvalidKeyError,
     RunNotFound,
+    RunWaitTimedOut,
     StepError,
     InvalidCursor,
     IllegalTransition,
