@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from types import ModuleType
 
 from runlane_sqs.api.app import Runlane
 from runlane_sqs.core.errors import ConfigurationError
@@ -34,8 +35,23 @@ def load_app(spec: str | None = None) -> Runlane:
         module = importlib.import_module(module_name)
     except Exception as exc:  # whatever the user's module raised while importing
         raise AppNotImportable(f"cannot import {module_name!r} for app {spec!r}: {exc}") from exc
-    app = getattr(module, attribute, None)
+    return _app_in(module, spec)
+
+
+def _app_in(module: ModuleType, spec: str) -> Runlane:
+    """The app ``spec`` names in ``module``; else an error that lists the module's apps."""
+    module_name, _, attribute = spec.partition(":")
+    apps = [
+        f"{module_name}:{name}"
+        for name, value in sorted(vars(module).items())
+        if isinstance(value, Runlane)
+    ]
+    listed = f"its Runlane apps: {', '.join(apps)}" if apps else "it holds no Runlane app"
+    if not hasattr(module, attribute):
+        raise AppNotImportable(f"module {module_name!r} has no attribute {attribute!r}; {listed}")
+    app = getattr(module, attribute)
     if not isinstance(app, Runlane):
-        found = "nothing" if app is None else f"a {type(app).__name__}"
-        raise AppNotImportable(f"{spec!r} is {found}, not a Runlane app")
+        found = "None" if app is None else f"a {type(app).__name__}"
+        others = f"; {listed}" if apps else ""
+        raise AppNotImportable(f"{spec!r} is {found}, not a Runlane app{others}")
     return app

@@ -12,7 +12,9 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from runlane_sqs.api.loading import AppNotImportable, InvalidAppSpec
 from runlane_sqs.core.errors import (
+    ConfigurationError,
     IllegalTransition,
+    InvalidCursor,
     InvalidKeyError,
     InvalidPayloadError,
     MissingResourceError,
@@ -26,13 +28,14 @@ EXIT_OK = 0
 EXIT_ABORTED = 1
 """The operator answered no to a confirmation (click's ``Abort``), or an unexpected crash."""
 EXIT_USAGE = 2
-"""Bad usage: unknown option, invalid value, bad JSON, an invalid key or payload, or a
-confirmation needed with no terminal to ask on (click's own code for usage errors)."""
+"""Bad usage: unknown option, invalid value, bad JSON, an invalid key, payload or cursor,
+or a confirmation needed with no terminal to ask on (click's own code for usage errors)."""
 EXIT_APP_NOT_IMPORTABLE = 3
-"""No app named, a name that is not ``module:attribute``, or it cannot be imported."""
+"""No app named, a name that is not ``module:attribute``, it cannot be imported, or an
+optional extra it needs is not installed (``worker --async`` without aioboto3)."""
 EXIT_BACKEND = 4
-"""DynamoDB or SQS unreachable or failing, the table or a queue missing, or another
-runlane error from the backend."""
+"""DynamoDB or SQS unreachable or failing (also a receive that ends ``worker --drain``),
+the table or a queue missing, or another runlane error from the backend."""
 EXIT_NOT_FOUND = 5
 """No such run or token in this environment, or no such task registered in the app."""
 EXIT_ILLEGAL = 6
@@ -57,7 +60,7 @@ ERROR_EXIT_CODES: tuple[tuple[tuple[type[BaseException], ...], int], ...] = (
     ((AppNotImportable,), EXIT_APP_NOT_IMPORTABLE),
     ((RunNotFound, TokenNotFound, UnknownTaskError), EXIT_NOT_FOUND),
     ((IllegalTransition, TokenAlreadyDecided), EXIT_ILLEGAL),
-    ((InvalidPayloadError, InvalidKeyError), EXIT_USAGE),
+    ((InvalidPayloadError, InvalidKeyError, InvalidCursor), EXIT_USAGE),
     ((RunlaneError, BotoCoreError, ClientError), EXIT_BACKEND),
 )
 """Error classes and their exit codes, most specific first (the first match wins)."""
@@ -65,6 +68,8 @@ ERROR_EXIT_CODES: tuple[tuple[tuple[type[BaseException], ...], int], ...] = (
 
 def exit_code_for(exc: BaseException) -> int:
     """The exit code an error means (1 for anything unexpected)."""
+    if isinstance(exc, ConfigurationError) and isinstance(exc.__cause__, ImportError):
+        return EXIT_APP_NOT_IMPORTABLE  # an optional extra is not installed
     for kinds, code in ERROR_EXIT_CODES:
         if isinstance(exc, kinds):
             return code

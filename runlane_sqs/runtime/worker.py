@@ -93,6 +93,8 @@ class Worker(WorkerBase):
 
         Stale, foreign and malformed wakeups are deleted but do not count. Returns when a
         receive finds nothing and no attempt is in flight, or after ``max_runs`` runs.
+        Raises the transport's error when a receive fails (after the AWS SDK's own
+        retries): whether work is available is then unknown.
         """
         self._check_max_runs(max_runs)
         self._stopping.clear()
@@ -141,7 +143,11 @@ class Worker(WorkerBase):
             raise self._fatal
 
     def _fill(self, drain: bool) -> bool:
-        """Receive into the intake's buffer; False when nothing was available."""
+        """Receive into the intake's buffer; False when nothing was available.
+
+        A failed receive is retried a second later, except in a drain: that cannot tell
+        an empty queue from one it cannot read, so the error ends it.
+        """
         intake = self._intake
         wait = self.config.receive_wait(drain=drain, busy=intake.busy)
         for name in intake.receive_order():
@@ -150,6 +156,8 @@ class Worker(WorkerBase):
             except MissingResourceError:
                 raise
             except RunlaneError as exc:
+                if drain:
+                    raise
                 log.warning("receive from %r failed: %s", name, exc, extra=self._extra)
                 self._stopping.wait(1.0)
                 continue

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
+import types
 from datetime import UTC, datetime, timedelta, timezone
 
 import click
@@ -11,7 +13,7 @@ import pytest
 from botocore.exceptions import EndpointConnectionError
 
 from runlane_sqs import IllegalTransition, InvalidKeyError, MissingResourceError, RunNotFound
-from runlane_sqs.api.loading import AppNotImportable, InvalidAppSpec
+from runlane_sqs.api.loading import AppNotImportable, InvalidAppSpec, load_app
 from runlane_sqs.api.shapes import iso, run_to_json, token_to_json
 from runlane_sqs.cli.exits import (
     EXIT_APP_NOT_IMPORTABLE,
@@ -23,7 +25,13 @@ from runlane_sqs.cli.exits import (
 )
 from runlane_sqs.cli.logs import TextFormatter, json_formatter
 from runlane_sqs.cli.options import parse_age_or_time, parse_json, parse_time
-from runlane_sqs.core.errors import StorageUnavailable, TransportError, UnknownTaskError
+from runlane_sqs.core.errors import (
+    ConfigurationError,
+    InvalidCursor,
+    StorageUnavailable,
+    TransportError,
+    UnknownTaskError,
+)
 from runlane_sqs.core.tokens import TokenAlreadyDecided, TokenNotFound
 from runlane_sqs.testing import in_memory_app
 
@@ -64,6 +72,8 @@ def test_run_and_token_shapes_are_plain_json_without_the_lease_token() -> None:
         (UnknownTaskError("t", []), EXIT_NOT_FOUND),
         (IllegalTransition("x"), EXIT_ILLEGAL),
         (InvalidKeyError("x"), EXIT_USAGE),
+        (InvalidCursor("cursor 'garbage' is not valid"), EXIT_USAGE),
+        (ConfigurationError("concurrency must be at least 1"), EXIT_BACKEND),
         (MissingResourceError("x"), EXIT_BACKEND),
         (StorageUnavailable("x"), EXIT_BACKEND),
         (TransportError("x"), EXIT_BACKEND),
@@ -72,6 +82,12 @@ def test_run_and_token_shapes_are_plain_json_without_the_lease_token() -> None:
 )
 def test_each_error_has_its_documented_exit_code(error: Exception, code: int) -> None:
     assert exit_code_for(error) == code
+
+
+def test_an_optional_extra_that_is_not_installed_is_an_app_that_cannot_load() -> None:
+    error = ConfigurationError("the async worker needs aioboto3: pip install 'runlane-sqs[async]'")
+    error.__cause__ = ModuleNotFoundError("No module named 'aioboto3'", name="aioboto3")
+    assert exit_code_for(error) == EXIT_APP_NOT_IMPORTABLE
 
 
 def test_a_token_decided_twice_is_an_illegal_action() -> None:
@@ -124,3 +140,49 @@ def test_text_log_lines_append_the_run_context() -> None:
         _record(run_id="r1", worker_id="worker-1")
     )
     assert line == "INFO attempt 1 run_id=r1 worker_id=worker-1"
+
+
+@pytest.fixture
+def jobs_module(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    """An importable module ``jobs`` holding two apps, a list and a None."""
+    module = types.ModuleType("jobs")
+    module.app = in_memory_app()  # type: ignore[attr-defined]
+    module.admin = in_memory_app()  # type: ignore[attr-defined]
+    module.tasks = []  # type: ignore[attr-defined]
+    module.unset = None  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "jobs", module)
+    return module
+
+
+def test_loading_an_app_by_module_and_attribute(jobs_module: types.ModuleType) -> None:
+    assert load_app("jobs:admin") is jobs_module.admin
+
+
+def test_an_attribute_the_module_lacks_is_named_with_the_apps_it_has(
+    jobs_module: types.ModuleType,
+) -> None:
+    with pytest.raises(AppNotImportable) as raised:
+        load_app("jobs:nope")
+    assert str(raised.value) == (
+        "module 'jobs' has no attribute 'nope'; its Runlane apps: jobs:admin, jobs:app"
+    )
+
+
+def test_a_module_without_apps_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "empty_jobs", types.ModuleType("empty_jobs"))
+    with pytest.raises(AppNotImportable) as raised:
+        load_app("empty_jobs:app")
+    assert str(raised.value) == (
+        "module 'empty_jobs' has no attribute 'app'; it holds no Runlane app"
+    )
+
+
+@pytest.mark.parametrize(("attribute", "found"), [("tasks", "a list"), ("unset", "None")])
+def test_an_attribute_that_is_not_an_app_says_what_it_is(
+    jobs_module: types.ModuleType, attribute: str, found: str
+) -> None:
+    with pytest.raises(AppNotImportable) as raised:
+        load_app(f"jobs:{attribute}")
+    assert str(raised.value) == (
+        f"'jobs:{attribute}' is {found}, not a Runlane app; its Runlane apps: jobs:admin, jobs:app"
+    )

@@ -104,6 +104,8 @@ class AsyncWorker(WorkerBase):
 
         Stale, foreign and malformed wakeups are deleted but do not count. Returns when a
         receive finds nothing and no attempt is in flight, or after ``max_runs`` runs.
+        Raises the transport's error when a receive fails (after the AWS SDK's own
+        retries): whether work is available is then unknown.
         """
         self._check_max_runs(max_runs)
         self._stopping = False
@@ -167,7 +169,9 @@ class AsyncWorker(WorkerBase):
                 await self._wait_for_change(session, timeout=1.0)
 
     async def _fill(self, session: _Session, drain: bool) -> bool:
-        """Receive into the intake's buffer; False when nothing was available."""
+        """Receive into the intake's buffer; False when nothing was available. A failed
+        receive ends a drain (see :meth:`Worker._fill`), else it is retried a second later.
+        """
         intake = session.intake
         wait = self.config.receive_wait(drain=drain, busy=intake.busy)
         for name in intake.receive_order():
@@ -176,6 +180,8 @@ class AsyncWorker(WorkerBase):
             except MissingResourceError:
                 raise
             except RunlaneError as exc:
+                if drain:
+                    raise
                 log.warning("receive from %r failed: %s", name, exc, extra=self._extra)
                 await self._wait_for_change(session, timeout=1.0, idle=True)
                 continue
