@@ -25,7 +25,11 @@ from runlane_sqs.core.errors import StorageUnavailable
 from runlane_sqs.core.model import JSON, LinkKind, Run
 from runlane_sqs.core.retry import RetryPolicy
 from runlane_sqs.engine.engine import Engine
+from runlane_sqs.engine.maintenance import Maintenance
+from runlane_sqs.engine.publishing import Publisher
+from runlane_sqs.engine.signals import SignalsApi
 from runlane_sqs.engine.tasks import Handler, Task, TaskRegistry
+from runlane_sqs.engine.tokens import TokensApi
 from runlane_sqs.ports.store import RunStore
 from runlane_sqs.ports.transport import WakeupTransport
 from runlane_sqs.runtime.worker import Worker
@@ -116,12 +120,28 @@ class Runlane:
         self.engine = Engine(
             config=self.config, clock=clock, tasks=self.tasks, store=store, transport=transport
         )
-        self.publisher = self.engine.publisher
-        self.maintenance = self.engine.maintenance
-        self.tokens = self.engine.tokens
-        self.signals = self.engine.signals
         self.runs = RunsApi(self.engine)
         self.idempotency = IdempotencyApi(self.engine)
+
+    @property
+    def publisher(self) -> Publisher:
+        """Publishes wakeups and repairs refused ones (the engine's)."""
+        return self.engine.publisher
+
+    @property
+    def maintenance(self) -> Maintenance:
+        """``app.maintenance.run_pass()``: one bounded maintenance pass."""
+        return self.engine.maintenance
+
+    @property
+    def tokens(self) -> TokensApi:
+        """Create, read and decide tokens."""
+        return self.engine.tokens
+
+    @property
+    def signals(self) -> SignalsApi:
+        """``app.signals.send(key, payload)`` wakes the runs waiting on ``key``."""
+        return self.engine.signals
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Runlane:

@@ -32,13 +32,28 @@ def poll_delays(
         delay = min(most, delay * 2)
 
 
-def _deadline(timeout: Duration | None) -> float | None:
-    if timeout is None:
-        return None
-    seconds = to_timedelta(timeout, "timeout").total_seconds()
-    if seconds < 0:
-        raise ConfigurationError("timeout must not be negative")
-    return time.monotonic() + seconds
+class _Polling:
+    """When to read the run again: after the next backoff delay, cut to what is left of
+    ``timeout``; ``None`` once the run is finished."""
+
+    def __init__(self, timeout: Duration | None) -> None:
+        seconds = None if timeout is None else to_timedelta(timeout, "timeout").total_seconds()
+        if seconds is not None and seconds < 0:
+            raise ConfigurationError("timeout must not be negative")
+        self._deadline = None if seconds is None else time.monotonic() + seconds
+        self._delays = poll_delays()
+
+    def delay_after(self, run: Run) -> float | None:
+        """Raises :class:`RunWaitTimedOut` when the time is up and ``run`` is not done."""
+        if run.is_terminal:
+            return None
+        delay = next(self._delays)
+        if self._deadline is None:
+            return delay
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise RunWaitTimedOut(run)
+        return min(delay, left)
 
 
 def wait_for(
@@ -48,16 +63,10 @@ def wait_for(
 ) -> Run:
     """Poll ``read`` until the run is terminal; raise :class:`RunWaitTimedOut` after
     ``timeout`` (``None``: wait as long as it takes)."""
-    deadline = _deadline(timeout)
-    for delay in poll_delays():
-        run = read()
-        if run.is_terminal:
-            return run
-        left = None if deadline is None else deadline - time.monotonic()
-        if left is not None and left <= 0:
-            raise RunWaitTimedOut(run)
-        sleep(delay if left is None else min(delay, left))
-    raise AssertionError("poll_delays never ends")  # pragma: no cover
+    polling = _Polling(timeout)
+    while (delay := polling.delay_after(run := read())) is not None:
+        sleep(delay)
+    return run
 
 
 async def wait_for_async(
@@ -66,13 +75,7 @@ async def wait_for_async(
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> Run:
     """:func:`wait_for` for the event loop: ``read`` is awaited, so is the wait."""
-    deadline = _deadline(timeout)
-    for delay in poll_delays():
-        run = await read()
-        if run.is_terminal:
-            return run
-        left = None if deadline is None else deadline - time.monotonic()
-        if left is not None and left <= 0:
-            raise RunWaitTimedOut(run)
-        await sleep(delay if left is None else min(delay, left))
-    raise AssertionError("poll_delays never ends")  # pragma: no cover
+    polling = _Polling(timeout)
+    while (delay := polling.delay_after(run := await read())) is not None:
+        await sleep(delay)
+    return run

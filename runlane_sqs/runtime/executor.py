@@ -18,7 +18,6 @@ from runlane_sqs.engine.context import TaskContext
 from runlane_sqs.engine.engine import Engine
 from runlane_sqs.engine.leases import LeaseBook
 from runlane_sqs.engine.outcomes import Disposition, new_context
-from runlane_sqs.ports.store import RunStore
 from runlane_sqs.ports.transport import ReceivedWakeup
 
 storage_retry = retry(
@@ -31,12 +30,17 @@ storage_retry = retry(
 
 
 def begin_attempt(
-    request: message.Begin, engine: Engine, store: RunStore, leases: LeaseBook, worker_id: str
+    request: message.Begin, engine: Engine, leases: LeaseBook, worker_id: str
 ) -> TaskContext:
     """The context of a claimed run's attempt, its lease tracked by ``leases`` (shared by
-    both drivers: steps and waits in a context use the engine's sync ``store``)."""
+    both drivers: steps and waits in a context use the engine's sync store)."""
     services = AttemptRuntime(
-        store, engine.clock, engine.config.payload_limit, leases, request.run, request.token
+        engine.store,
+        engine.clock,
+        engine.config.payload_limit,
+        leases,
+        request.run,
+        request.token,
     )
     ctx = new_context(request.run, worker_id, services)
     leases.track(request.run, ctx)
@@ -66,7 +70,7 @@ class Executor:
         return storage_retry(self.engine.store.apply)(request.transition)
 
     def begin(self, request: message.Begin) -> TaskContext:
-        return begin_attempt(request, self.engine, self.engine.store, self.leases, self.worker_id)
+        return begin_attempt(request, self.engine, self.leases, self.worker_id)
 
     def call(self, request: message.CallHandler) -> object:
         """An ``async def`` handler runs to completion on a fresh event loop."""

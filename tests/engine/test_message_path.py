@@ -116,7 +116,7 @@ class Path:
         if isinstance(request, Write):
             return store.apply(request.transition)
         if isinstance(request, Begin):
-            return begin_attempt(request, self.app.engine, store, self.leases, "w1")
+            return begin_attempt(request, self.app.engine, self.leases, "w1")
         if isinstance(request, CallHandler):
             return request.task.fn(request.ctx, request.payload)
         if isinstance(request, End):
@@ -193,7 +193,7 @@ def test_plain_timeline_claims_runs_the_handler_and_records_success(app: Runlane
     claimed = app.store.apply(claim.transition)
     begin = steps.send(claimed)
     assert begin == Begin(claimed, after.lease.token)
-    call = steps.send(begin_attempt(begin, app.engine, app.store, leases, "w1"))
+    call = steps.send(begin_attempt(begin, app.engine, leases, "w1"))
     assert isinstance(call, CallHandler)
     assert (call.task.name, call.payload, call.ctx.attempt) == ("echo", {"n": 1}, 1)
     assert steps.send(call.task.fn(call.ctx, call.payload)) == End(run.id)
@@ -220,7 +220,7 @@ def test_sync_drive_with_a_table_of_lambdas_matches_stepping_by_hand(app: Runlan
     table: dict[type, Callable[[Any], Any]] = {
         ReadRun: lambda r: app.store.get_run(r.run_id),
         Write: lambda r: app.store.apply(r.transition),
-        Begin: lambda r: begin_attempt(r, app.engine, app.store, leases, "w1"),
+        Begin: lambda r: begin_attempt(r, app.engine, leases, "w1"),
         CallHandler: lambda r: r.task.fn(r.ctx, r.payload),
         End: lambda r: leases.untrack(r.run_id),
     }

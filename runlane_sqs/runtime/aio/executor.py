@@ -76,7 +76,7 @@ class AsyncExecutor:
         return await storage_retry(self.store.apply)(request.transition)
 
     async def begin(self, request: message.Begin) -> TaskContext:
-        return begin_attempt(request, self.engine, self.engine.store, self.leases, self.worker_id)
+        return begin_attempt(request, self.engine, self.leases, self.worker_id)
 
     async def call(self, request: message.CallHandler) -> object:
         task, ctx = request.task, request.ctx
