@@ -23,6 +23,7 @@ from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.durations import Duration
 from runlane_sqs.core.errors import StorageUnavailable
 from runlane_sqs.core.model import JSON, LinkKind, Run
+from runlane_sqs.core.parking import DEFAULT_PARK_AFTER_RECEIVES
 from runlane_sqs.core.retry import RetryPolicy
 from runlane_sqs.engine.engine import Engine
 from runlane_sqs.engine.maintenance import Maintenance
@@ -66,6 +67,7 @@ class Runlane:
         idempotency_retention: Duration = timedelta(days=30),
         republish_after: Duration = timedelta(minutes=5),
         republish_max: Duration = timedelta(hours=1),
+        park_after_receives: int = DEFAULT_PARK_AFTER_RECEIVES,
         config: RunlaneConfig | None = None,
         store: RunStore | None = None,
         transport: WakeupTransport | None = None,
@@ -85,6 +87,7 @@ class Runlane:
                 idempotency_retention=idempotency_retention,
                 republish_after=republish_after,
                 republish_max=republish_max,
+                park_after_receives=park_after_receives,
                 **extra,
             )
         self.config = config

@@ -150,6 +150,19 @@ class RunsApi:
             self._engine.finisher.after_finished(stored)
         return stored
 
+    def unpark(self, run_id: str, *, reason: str = "", actor: str = "operator") -> Run:
+        """Make a ``parked`` run runnable again and publish its wakeup (after deploying a
+        worker that registers its task). Raises
+        :class:`~runlane_sqs.core.errors.IllegalTransition` if the run is not parked."""
+        stored = self._engine.parking.unpark(self.get(run_id), actor=actor, reason=reason)
+        log.info(
+            "run %s: unparked by %s",
+            run_id,
+            actor,
+            extra={"run_id": run_id, "task": stored.task},
+        )
+        return stored
+
     def retry(self, run_id: str, *, reason: str = "", actor: str = "operator") -> Run:
         """A new run of a ``failed`` run's task and payload, linked to it."""
         return self._link(run_id, LinkKind.RETRY, actor, reason)

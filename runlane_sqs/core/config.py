@@ -17,6 +17,7 @@ from runlane_sqs.core.limits import (
     MAX_PAYLOAD_LIMIT_BYTES,
 )
 from runlane_sqs.core.names import check_environment, check_queue
+from runlane_sqs.core.parking import DEFAULT_PARK_AFTER_RECEIVES
 
 ENV_TABLE = "RUNLANE_TABLE"
 ENV_ENVIRONMENT = "RUNLANE_ENVIRONMENT"
@@ -45,6 +46,9 @@ class RunlaneConfig:
     """How long a published wakeup is trusted before maintenance publishes another
     (doubling on each republish of the same due run, up to ``republish_max``)."""
     republish_max: timedelta = timedelta(hours=1)
+    park_after_receives: int = DEFAULT_PARK_AFTER_RECEIVES
+    """Receives of a wakeup by workers that do not register its task before the run is
+    parked (docs/operations.md, "Parked runs")."""
 
     @property
     def republish(self) -> RepublishPolicy:
@@ -62,6 +66,8 @@ class RunlaneConfig:
             )
         if self.lease_duration < timedelta(seconds=3):
             raise ConfigurationError("lease_duration must be at least 3 seconds")
+        if not isinstance(self.park_after_receives, int) or self.park_after_receives < 1:
+            raise ConfigurationError("park_after_receives must be a whole number of at least 1")
         if not timedelta(seconds=1) <= self.republish_after <= self.republish_max:
             raise ConfigurationError(
                 "republish_after must be at least 1 s and at most republish_max"

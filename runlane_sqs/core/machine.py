@@ -347,4 +347,5 @@ def request_cancel(run: Run, *, now: datetime, actor: str, reason: str) -> Trans
         due_at=None,
         wake_at=None,
         waiting=None,
+        parked_from=None,
     )

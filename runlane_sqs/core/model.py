@@ -24,6 +24,9 @@ class RunStatus(StrEnum):
     """An attempt ended without failure and waits (a time, a signal, a token, a run)."""
     CANCEL_REQUESTED = "cancel_requested"
     """Cancellation was asked for while an attempt held the lease."""
+    PARKED = "parked"
+    """Workers that received its wakeup do not register its task. Not republished; a
+    worker that registers the task, maintenance or an operator unparks it."""
     SUCCEEDED = "succeeded"
     """The handler returned a result. Terminal."""
     FAILED = "failed"
@@ -83,6 +86,10 @@ class EventType(StrEnum):
     """The run the run waited on finished."""
     LINKED_RUN = "linked_run"
     """An operator created a retry or rerun of this finished run; ``data`` names it."""
+    PARKED = "parked"
+    """No worker that received the run's wakeup registers its task; ``data`` names one."""
+    UNPARKED = "unparked"
+    """The parked run is runnable again; ``data`` says who unparked it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +245,8 @@ class Run:
     """The finished run this one retries or reruns (the audit link)."""
     source_kind: str | None = None
     """``retry`` or ``rerun`` when ``source_run_id`` is set."""
+    parked_from: RunStatus | None = None
+    """The runnable status a parked run returns to when it is unparked."""
     created: bool = False
     """True only on the ``Run`` returned by the trigger that created it."""
 

@@ -14,6 +14,7 @@ from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.engine.finishing import Finisher
 from runlane_sqs.engine.maintenance import Maintenance
+from runlane_sqs.engine.parking import Parking
 from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.resuming import Resumer
 from runlane_sqs.engine.signals import SignalsApi
@@ -55,12 +56,16 @@ class Engine:
         )
         self.tokens = TokensApi(store, self.resumer, clock, config)
         self.signals = SignalsApi(self.resumer, config.payload_limit)
+        self.parking = Parking(
+            store=store, publisher=self.publisher, tasks=tasks, clock=clock, config=config
+        )
         self.maintenance = Maintenance(
             store=store,
             publisher=self.publisher,
             resumer=self.resumer,
             finisher=self.finisher,
             tokens=self.tokens,
+            parking=self.parking,
             tasks=tasks,
             clock=clock,
             settings=config,

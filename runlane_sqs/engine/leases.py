@@ -65,6 +65,11 @@ class LeaseBook:
             if attempt is not None:
                 attempt.run = run
 
+    def run_ids(self) -> list[str]:
+        """The runs of the attempts in flight."""
+        with self._lock:
+            return list(self._attempts)
+
     def contexts(self) -> list[TaskContext]:
         with self._lock:
             return [a.ctx for a in self._attempts.values()]

@@ -11,6 +11,9 @@ One pass runs three bounded scans of the agenda index (never a table Scan):
 - ``token``: pending tokens past their timeout are timed out, and decided tokens resume
   their remaining waiters in batches.
 
+Then parked runs of tasks this app registers are unparked (``parked_runs``; from the
+status index, see :mod:`runlane_sqs.engine.parking`).
+
 The ``due`` scan also checks runs waiting on a token or a run whose resume may have been
 missed (``wait_checks``).
 
@@ -40,6 +43,7 @@ from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenStatus
 from runlane_sqs.core.tokens import decide as decide_token
 from runlane_sqs.core.waits import poll_later
 from runlane_sqs.engine.finishing import Finisher
+from runlane_sqs.engine.parking import Parking
 from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.resuming import Resumer
 from runlane_sqs.engine.tasks import TaskRegistry
@@ -102,7 +106,16 @@ JOB_DEADLINES = "attempt_deadlines"
 JOB_CANCELLATIONS = "abandoned_cancellations"
 JOB_WAITS = "wait_checks"
 JOB_TOKENS = "tokens"
-JOBS = (JOB_DUE, JOB_EXPIRED, JOB_DEADLINES, JOB_CANCELLATIONS, JOB_WAITS, JOB_TOKENS)
+JOB_PARKED = "parked_runs"
+JOBS = (
+    JOB_DUE,
+    JOB_EXPIRED,
+    JOB_DEADLINES,
+    JOB_CANCELLATIONS,
+    JOB_WAITS,
+    JOB_TOKENS,
+    JOB_PARKED,
+)
 
 
 def _polls_target(run: Run) -> bool:
@@ -137,6 +150,7 @@ class Maintenance:
         resumer: Resumer,
         finisher: Finisher,
         tokens: TokensApi,
+        parking: Parking,
         tasks: TaskRegistry,
         clock: Clock,
         settings: RunlaneConfig,
@@ -147,6 +161,7 @@ class Maintenance:
         self._resumer = resumer
         self._finisher = finisher
         self._tokens = tokens
+        self._parking = parking
         self._tasks = tasks
         self._clock = clock
         self._settings = settings
@@ -176,11 +191,25 @@ class Maintenance:
         self._out_of_time = out_of_time
         for kind in (AgendaKind.DUE, AgendaKind.LEASE, AgendaKind.TOKEN):
             self._scan(kind, now, cursors, report, out_of_time)
+        if not out_of_time():
+            self._unpark(report.job(JOB_PARKED))
         report.cursors = {p: c for p, c in cursors.items() if c}
         report.out_of_time = out_of_time()
         report.duration_ms = int((time.monotonic() - started) * 1000)
         log.info("maintenance pass %s", json.dumps(report.to_json()), extra={"pass": "done"})
         return report
+
+    def _unpark(self, job: JobReport) -> None:
+        """Parked runs of tasks this app registers, each at most once per
+        ``republish_after`` (workers without the task may park them again)."""
+        unparked = self._parking.unpark_known(
+            by="maintenance",
+            parked_for=self._settings.republish_after,
+            limit=self.config.limit_per_job,
+        )
+        job.examined += unparked.examined
+        job.acted += unparked.unparked
+        job.published += unparked.unparked
 
     def _scan(
         self,

@@ -37,6 +37,7 @@ from runlane_sqs.core.errors import (
 )
 from runlane_sqs.core.machine import Skip, SkipReason, Transition
 from runlane_sqs.core.model import JSON, Run
+from runlane_sqs.core.parking import park_unknown_task
 from runlane_sqs.core.wakeup import MalformedWakeup, Wakeup, parse_wakeup
 from runlane_sqs.engine import outcomes
 from runlane_sqs.engine.context import TaskContext
@@ -151,7 +152,7 @@ class MessagePath:
             )
             return Disposition.SKIPPED
         try:
-            return (yield from self._wakeup(wakeup))
+            return (yield from self._wakeup(wakeup, message.receive_count))
         except StorageUnavailable as exc:
             log.warning(
                 "storage unavailable, leaving wakeup for redelivery: %s",
@@ -160,7 +161,7 @@ class MessagePath:
             )
             return Disposition.DEFERRED
 
-    def _wakeup(self, wakeup: Wakeup) -> Steps:
+    def _wakeup(self, wakeup: Wakeup, receives: int) -> Steps:
         if wakeup.environment != self.config.environment:
             return outcomes.log_skip(wakeup, SkipReason.FOREIGN_ENVIRONMENT, self.worker_id)
         run: Run | None = yield ReadRun(wakeup.run_id)
@@ -168,7 +169,7 @@ class MessagePath:
             return outcomes.log_skip(wakeup, SkipReason.UNKNOWN_RUN, self.worker_id)
         task = self.tasks.get(run.task)
         if task is None:
-            return outcomes.log_unknown_task(run, self.worker_id)
+            return (yield from self._unknown_task(wakeup, run, receives))
         decision = outcomes.claim(
             run, task, self.worker_id, now=self.clock.now(), config=self.config
         )
@@ -180,6 +181,26 @@ class MessagePath:
             return outcomes.log_skip(wakeup, SkipReason.CLAIM_LOST, self.worker_id, run)
         yield from self.attempt(task, claimed)
         return Disposition.EXECUTED
+
+    def _unknown_task(self, wakeup: Wakeup, run: Run, receives: int) -> Steps:
+        """Leave the wakeup for a worker that registers the task; park the run once
+        ``park_after_receives`` receives found none (docs/operations.md, "Parked runs")."""
+        decision = park_unknown_task(
+            run,
+            now=self.clock.now(),
+            worker=self.worker_id,
+            receives=receives,
+            park_after=self.config.park_after_receives,
+        )
+        if decision is None:
+            return outcomes.log_unknown_task(run, self.worker_id, self.tasks.names())
+        if isinstance(decision, Skip):
+            return outcomes.log_skip(wakeup, decision.reason, self.worker_id, run)
+        try:
+            parked: Run = yield Write(decision)
+        except ConflictError:
+            return outcomes.log_skip(wakeup, SkipReason.CLAIM_LOST, self.worker_id, run)
+        return outcomes.log_parked(parked, self.worker_id, self.tasks.names())
 
     def attempt(self, task: Task, run: Run) -> Generator[Request, Any, Run | None]:
         """One attempt of a claimed run and its recorded outcome; returns the stored run

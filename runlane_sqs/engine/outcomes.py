@@ -84,15 +84,30 @@ def log_skip(
     return Disposition.SKIPPED
 
 
-def log_unknown_task(run: Run, worker_id: str) -> Disposition:
-    log.error(
-        "run %s names task %r, which this worker does not register; leaving the "
-        "wakeup for a worker that does (or the dead-letter queue)",
+def log_unknown_task(run: Run, worker_id: str, registered: list[str]) -> Disposition:
+    log.warning(
+        "run %s names task %r, which this worker does not register (it registers %s); "
+        "leaving the wakeup for a worker that does",
         run.id,
         run.task,
+        ", ".join(registered) or "no task",
         extra={"run_id": run.id, "task": run.task, "worker_id": worker_id},
     )
     return Disposition.DEFERRED
+
+
+def log_parked(run: Run, worker_id: str, registered: list[str]) -> Disposition:
+    log.error(
+        "parked run %s: no worker that received its wakeup registers task %r (this one "
+        "registers %s); a worker that registers it unparks it when it starts, or run "
+        "'runlane-sqs runs unpark %s'",
+        run.id,
+        run.task,
+        ", ".join(registered) or "no task",
+        run.id,
+        extra={"run_id": run.id, "task": run.task, "worker_id": worker_id},
+    )
+    return Disposition.SKIPPED
 
 
 def claim(

@@ -4,6 +4,8 @@ and the async worker, which differ only in how they wait and send."""
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import time
 import uuid
 from collections import deque
@@ -11,10 +13,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
-from typing import TypedDict, Unpack
+from typing import NoReturn, TypedDict, Unpack
 
 from runlane_sqs.core.durations import Duration, to_timedelta
-from runlane_sqs.core.errors import ConfigurationError
+from runlane_sqs.core.errors import ConfigurationError, RunlaneError
 from runlane_sqs.core.limits import MAX_RECEIVE_BATCH, MAX_SEND_BATCH, MAX_WAIT_TIME_SECONDS
 from runlane_sqs.engine.engine import Engine
 from runlane_sqs.engine.outcomes import Disposition
@@ -218,6 +220,32 @@ class WorkerBase:
             ", ".join(self.config.queues),
             extra=self._extra,
         )
+
+    def _exit_now(self, signum: int, run_ids: Sequence[str]) -> NoReturn:
+        """A second SIGTERM/SIGINT while stopping: exit at once with ``128 + signum``,
+        naming the runs whose attempts are abandoned (their leases expire and
+        maintenance makes them runnable again)."""
+        name = signal.Signals(signum).name
+        if run_ids:
+            log.warning(
+                "second %s: exiting now; %d run(s) left to lease expiry: %s",
+                name,
+                len(run_ids),
+                ", ".join(run_ids),
+                extra={**self._extra, "run_ids": list(run_ids)},
+            )
+        else:
+            log.warning("second %s: exiting now", name, extra=self._extra)
+        logging.shutdown()  # flush the handlers: os._exit skips it
+        os._exit(128 + signum)
+
+    def _unpark_known(self) -> None:
+        """At start: unpark parked runs of tasks this worker registers on the queues it
+        consumes (a failure is logged; maintenance unparks them later)."""
+        try:
+            self.engine.parking.unpark_known(by=self.worker_id, queues=self.config.queues)
+        except RunlaneError as exc:
+            log.warning("could not look for parked runs: %s", exc, extra=self._extra)
 
     @staticmethod
     def _check_max_runs(max_runs: int | None) -> None:

@@ -23,6 +23,7 @@ from runlane_sqs.ports.transport import ReceivedWakeup
 from runlane_sqs.runtime.executor import Executor
 from runlane_sqs.runtime.leases import LeaseKeeper
 from runlane_sqs.runtime.pacing import Intake, Step, WorkerBase, WorkerOptions
+from runlane_sqs.runtime.receiving import Receiver
 
 log = logging.getLogger("runlane_sqs.worker")
 
@@ -73,6 +74,7 @@ class Worker(WorkerBase):
         self._done = threading.Condition()
         """Guards ``_intake``; notified when an attempt finishes."""
         self._intake = Intake(self.config)
+        self._receiver = Receiver(engine.transport)
         self._pool: _Pool | None = None
         self._fatal: MissingResourceError | None = None
 
@@ -83,6 +85,7 @@ class Worker(WorkerBase):
         previous = self._install_signal_handlers()
         try:
             self._log_start("worker")
+            self._unpark_known()
             self._loop(max_runs=None, drain=False)
         finally:
             self._shutdown()
@@ -111,6 +114,12 @@ class Worker(WorkerBase):
             log.info("worker %s stopping", self.worker_id, extra=self._extra)
         self._stopping.set()
         self.leases.cancel_all()
+        self._notify()
+
+    def _notify(self, *_: object) -> None:
+        """Wake the loop (an attempt finished, a receive completed, or a stop)."""
+        with self._done:
+            self._done.notify_all()
 
     # the loop ---------------------------------------------------------------------
 
@@ -120,6 +129,7 @@ class Worker(WorkerBase):
         with self._done:
             self._pool = _Pool(self.config.concurrency, self._handle)
             self._intake = Intake(self.config)
+        self._receiver = Receiver(self.engine.transport)
         self.leases.start()
 
     def _loop(self, *, max_runs: int | None, drain: bool) -> None:
@@ -135,8 +145,10 @@ class Worker(WorkerBase):
                 break
             if step is Step.DISPATCH:
                 self._dispatch()
-            elif step is Step.WAIT or not self._fill(drain):
-                if step is Step.RECEIVE and intake.busy == 0 and drain:
+                continue
+            idle = intake.busy == 0  # nothing in flight can publish during the receive
+            if step is Step.WAIT or not self._fill(drain):
+                if step is Step.RECEIVE and idle and intake.busy == 0 and drain:
                     break
                 self._wait_for_completion()
         if self._fatal is not None:
@@ -152,7 +164,7 @@ class Worker(WorkerBase):
         wait = self.config.receive_wait(drain=drain, busy=intake.busy)
         for name in intake.receive_order():
             try:
-                messages = self.engine.transport.receive(name, self.config.prefetch, wait)
+                messages = self._receive(name, wait)
             except MissingResourceError:
                 raise
             except RunlaneError as exc:
@@ -161,6 +173,8 @@ class Worker(WorkerBase):
                 log.warning("receive from %r failed: %s", name, exc, extra=self._extra)
                 self._stopping.wait(1.0)
                 continue
+            if messages is None:  # stopped during a long poll: it was not waited out
+                return False
             if self._stopping.is_set():
                 self.engine.transport.release(messages)
                 return False
@@ -168,6 +182,18 @@ class Worker(WorkerBase):
                 intake.buffer.extend(messages)
                 return True
         return False
+
+    def _receive(self, name: str, wait: int) -> list[ReceivedWakeup] | None:
+        """Receive on the receiver's thread until messages come or the worker stops
+        (``None``: the open poll is abandoned and what it brings is released)."""
+        receipt = self._receiver.receive(name, self.config.prefetch, wait)
+        receipt.add_done_callback(self._notify)
+        with self._done:
+            self._done.wait_for(lambda: receipt.done() or self._stopping.is_set())
+        if not receipt.done():
+            self._receiver.abandon(receipt)
+            return None
+        return receipt.result()
 
     def _dispatch(self) -> None:
         assert self._pool is not None
@@ -223,6 +249,7 @@ class Worker(WorkerBase):
                 )
         self._flush_acks(force=True)
         self.leases.stop()
+        self._receiver.close()
         with self._done:
             if self._pool is not None:
                 self._pool.close()
@@ -239,6 +266,8 @@ class Worker(WorkerBase):
         return previous
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self._stopping.is_set():
+            self._exit_now(signum, self.leases.run_ids())
         log.info("received %s", signal.Signals(signum).name, extra=self._extra)
         self.stop()
 

@@ -4,7 +4,7 @@ Triggers with a missing table or queue, an unknown task, a payload that is not J
 or too large, or a malformed key fail before any write. Wakeups that are malformed,
 forged, foreign, stale or unknown are deleted by a draining worker and execute
 nothing; a wakeup for a task this worker does not register is left on
-the queue for one that does.
+the queue for one that does (until the run is parked, see test_parking.py).
 """
 
 from __future__ import annotations
@@ -256,9 +256,10 @@ def test_a_stale_wakeup_is_deleted_and_leaves_the_run_as_it_was(
 
 
 def test_a_wakeup_for_a_task_this_worker_does_not_register_stays_on_the_queue(
-    app: Runlane, make_app: Callable[..., Runlane], calls: Calls, sqs: Any
+    app: Runlane, make_app: Callable[..., Runlane], calls: Calls, sqs: Any, clock: ManualClock
 ) -> None:
-    producer = make_app()
+    """At its first receive; the third parks the run (test_parking.py)."""
+    producer = make_app(clock=clock)
     producer.task(calls, name=TASK)
     producer.task(lambda ctx, payload: payload, name="bad_input.elsewhere")
     producer.provision()

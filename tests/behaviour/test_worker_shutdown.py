@@ -10,7 +10,8 @@ in-flight attempts, lets them finish within the grace period, and leaves those t
 ignore it to lease expiry. Handlers are a ``def`` and an ``async def`` one each time.
 
 At the end, real async worker processes (on the emulators only) stop on SIGTERM and
-SIGINT with exit code 0.
+SIGINT with exit code 0, without waiting out an idle long poll; a second signal
+exits at once with 128 + the signal, naming the runs left to lease expiry.
 
 The clock moves by hand; where heartbeats must fire the lease is the shortest allowed
 (3 s: a heartbeat every second of real time).
@@ -343,6 +344,8 @@ def test_attempts_that_ignore_cancellation_past_the_grace_period_are_left_to_lea
 ASYNC_WORKER_MODULE = "tests.apps.async_worker"
 GRACE_SECONDS = 10
 STARTUP_TIMEOUT_SECONDS = 30
+IDLE_STOP_SECONDS = 5
+"""Half the worker's 10 s long poll: a stop must not wait the poll out."""
 EMPTY = {"visible": 0, "in_flight": 0, "delayed": 0}
 
 
@@ -470,3 +473,31 @@ def test_sigint_stops_an_idle_async_worker_process_with_exit_code_0(
     wait_until(lambda: "consuming" in worker.log(), STARTUP_TIMEOUT_SECONDS, "the worker to start")
     worker.process.send_signal(signal.SIGINT)
     assert worker.process.wait(timeout=GRACE_SECONDS + 15) == 0, worker.log()
+
+
+def test_sigterm_stops_an_idle_async_worker_process_without_waiting_out_its_long_poll(
+    start_async_worker: Callable[[float], AsyncWorkerProcess], process_app: Runlane
+) -> None:
+    worker = start_async_worker(GRACE_SECONDS)
+    wait_until(lambda: "consuming" in worker.log(), STARTUP_TIMEOUT_SECONDS, "the worker to start")
+
+    worker.process.send_signal(signal.SIGTERM)  # the worker is in its first 10 s long poll
+
+    assert worker.process.wait(timeout=IDLE_STOP_SECONDS) == 0, worker.log()
+
+
+def test_a_second_sigint_exits_an_async_worker_process_at_once_naming_the_runs_left(
+    process_app: Runlane,
+    start_async_worker: Callable[[float], AsyncWorkerProcess],
+    markers: Path,
+) -> None:
+    run = process_app.trigger(STUBBORN_TASK, {"seconds": 60})
+    worker = start_async_worker(60)
+    worker.wait_for(markers / f"{run.id}.started")
+    worker.process.send_signal(signal.SIGINT)
+    wait_until(lambda: "stopping" in worker.log(), STARTUP_TIMEOUT_SECONDS, "the first stop")
+
+    worker.process.send_signal(signal.SIGINT)
+
+    assert worker.process.wait(timeout=IDLE_STOP_SECONDS) == 128 + signal.SIGINT, worker.log()
+    assert f"1 run(s) left to lease expiry: {run.id}" in worker.log()

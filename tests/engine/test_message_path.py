@@ -80,13 +80,17 @@ class Path:
     """One message's path stepped by hand; ``answer`` performs a request as the sync driver
     would, against the in-memory store (follow-ups are only recorded)."""
 
-    def __init__(self, app: Runlane, text: str, tasks: TaskRegistry | None = None) -> None:
+    def __init__(
+        self, app: Runlane, text: str, tasks: TaskRegistry | None = None, receives: int = 1
+    ) -> None:
         self.app = app
         self.leases = LeaseBook(app.clock, app.config.lease_duration)
         path = MessagePath(
             tasks=tasks or app.tasks, clock=app.clock, config=app.config, worker_id="w1"
         )
-        message = ReceivedWakeup(queue="default", body=text, receipt="r", message_id="m")
+        message = ReceivedWakeup(
+            queue="default", body=text, receipt="r", message_id="m", receive_count=receives
+        )
         self.steps = path.handle(message)
         self.requests: list[Request] = []
         self.pending: Request | None = None
@@ -486,15 +490,40 @@ def test_unknown_or_finished_run_is_skipped_after_the_read(app: Runlane) -> None
     assert (duplicate.finish(), duplicate.kinds()) == (Disposition.SKIPPED, ["ReadRun"])
 
 
-def test_run_of_an_unregistered_task_is_deferred(
+def test_run_of_an_unregistered_task_is_deferred_until_its_third_receive(
     app: Runlane, caplog: pytest.LogCaptureFixture
 ) -> None:
     run = app.trigger("echo", None)
-    path = Path(app, body(run), tasks=TaskRegistry())
+    path = Path(app, body(run), tasks=TaskRegistry(), receives=2)
 
     assert (path.finish(), path.kinds()) == (Disposition.DEFERRED, ["ReadRun"])
     assert stored(app, run.id).status is RunStatus.QUEUED
     assert "does not register" in caplog.text
+
+
+def test_run_of_an_unregistered_task_is_parked_at_its_third_receive(
+    app: Runlane, caplog: pytest.LogCaptureFixture
+) -> None:
+    run = app.trigger("echo", None)
+    path = Path(app, body(run), tasks=TaskRegistry(), receives=3)
+
+    assert (path.finish(), path.kinds()) == (Disposition.SKIPPED, ["ReadRun", "Write"])
+    parked = stored(app, run.id)
+    assert (parked.status, parked.parked_from) == (RunStatus.PARKED, RunStatus.QUEUED)
+    assert "parked run" in caplog.text and "runs unpark" in caplog.text
+
+
+def test_a_park_that_loses_to_a_claim_changes_nothing(app: Runlane) -> None:
+    run = app.trigger("echo", None)
+    path = Path(app, body(run), tasks=TaskRegistry(), receives=3)
+    path.answer()  # ReadRun: the park is decided on the queued run
+    claim_elsewhere = Path(app, body(run))
+    claim_elsewhere.until(Begin)  # another worker claimed the run meanwhile
+
+    path.answer()  # the park's conditional write is refused
+
+    assert path.disposition is Disposition.SKIPPED
+    assert stored(app, run.id).status is RunStatus.RUNNING
 
 
 def test_storage_unavailable_in_a_follow_up_keeps_the_attempt_executed(app: Runlane) -> None:

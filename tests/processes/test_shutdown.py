@@ -3,7 +3,8 @@
 SIGTERM (what ECS sends) stops receiving, sets the running attempt's cancellation
 signal and lets it finish within the grace period; the process then exits 0. An
 attempt that ignores cancellation is abandoned at the end of the grace period and
-left to lease expiry.
+left to lease expiry. An idle worker stops without waiting out its long poll, and a
+second signal exits at once (128 + the signal), naming the runs left to lease expiry.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from tests.emulators import WorkerProcess, queue_counts, queue_url, wait_until
 APP = "tests.apps.patient:app"
 GRACE_SECONDS = 10
 STARTUP_TIMEOUT_SECONDS = 30
+IDLE_STOP_SECONDS = 5
+"""Half the worker's 10 s long poll: a stop must not wait the poll out."""
 
 
 @pytest.fixture
@@ -114,3 +117,32 @@ def test_an_attempt_that_ignores_cancellation_is_left_to_lease_expiry(
     assert (stored.status, stored.attempt) == (RunStatus.RUNNING, 1)
     assert stored.lease is not None
     assert [e.type for e in app.runs.events(run.id)] == [EventType.TRIGGERED, EventType.STARTED]
+
+
+def test_sigterm_stops_an_idle_worker_without_waiting_out_its_long_poll(
+    app: Runlane, start_worker: Callable[..., WorkerProcess], markers: Path
+) -> None:
+    worker = _start(start_worker, markers, GRACE_SECONDS)
+    wait_until(lambda: "consuming" in worker.log(), STARTUP_TIMEOUT_SECONDS, "the worker to start")
+
+    worker.process.send_signal(signal.SIGTERM)  # the worker is in its first 10 s long poll
+
+    assert worker.wait(timeout=IDLE_STOP_SECONDS) == 0, worker.log()
+
+
+def test_a_second_sigterm_exits_at_once_naming_the_runs_left_to_lease_expiry(
+    app: Runlane, start_worker: Callable[..., WorkerProcess], markers: Path
+) -> None:
+    run = app.trigger(STUBBORN_TASK, {"seconds": 60})
+    worker = _start(start_worker, markers, grace=60)
+    _wait_started(worker, markers / f"{run.id}.started")
+    worker.process.send_signal(signal.SIGTERM)
+    wait_until(lambda: "stopping" in worker.log(), STARTUP_TIMEOUT_SECONDS, "the first stop")
+
+    worker.process.send_signal(signal.SIGTERM)
+
+    assert worker.wait(timeout=IDLE_STOP_SECONDS) == 128 + signal.SIGTERM, worker.log()
+    assert "1 run(s) left to lease expiry" in worker.log()
+    assert run.id in worker.log()
+    stored = app.runs.get(run.id)
+    assert (stored.status, stored.attempt) == (RunStatus.RUNNING, 1)

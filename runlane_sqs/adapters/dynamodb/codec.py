@@ -66,11 +66,15 @@ def event_from_map(entry: EventMap) -> RunEvent:
     )
 
 
+_KEEPS_WAIT = frozenset({RunStatus.RELEASED, RunStatus.PARKED})
+"""Statuses whose stored run keeps its wait (a parked run returns to it when unparked)."""
+
+
 def run_state_attributes(run: Run) -> dict[str, Any]:
     """The python values of every state attribute (``None`` means absent)."""
     lease = run.lease
     entry = agenda_entry(run)
-    waiting = run.waiting if run.status is RunStatus.RELEASED else None
+    waiting = run.waiting if run.status in _KEEPS_WAIT else None
     return {
         "status": run.status.value,
         "seq": run.seq,
@@ -88,6 +92,7 @@ def run_state_attributes(run: Run) -> dict[str, Any]:
         "publishes": run.publishes or None,
         "failures": run.failures or None,
         "waiting": _compact(waiting.to_json()) if waiting else None,
+        "parked_from": run.parked_from.value if run.parked_from else None,
         "wait_pk": wait_partition(run),
         "wait_sk": run.id if waiting else None,
         "status_pk": keys.status_pk(run.environment, run.status.value),
@@ -192,6 +197,7 @@ def run_from_item(item: RunItem) -> Run:
         watched=bool(item.watched),
         source_run_id=item.source_run_id,
         source_kind=item.source_kind,
+        parked_from=RunStatus(item.parked_from) if item.parked_from else None,
         created_at=from_epoch_ms(int(item.created_at)),
         updated_at=from_epoch_ms(int(item.updated_at)),
         seq=int(item.seq),

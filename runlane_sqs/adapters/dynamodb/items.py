@@ -133,7 +133,9 @@ class RunItem(Model):
     publishes = NumberAttribute(null=True)
     failures = NumberAttribute(null=True)
     waiting = UnicodeAttribute(null=True)
-    """JSON of the wait a released run is in."""
+    """JSON of the wait a released (or parked) run is in."""
+    parked_from = UnicodeAttribute(null=True)
+    """The status a parked run returns to when it is unparked."""
     wait_results = MapAttribute[str, Any](null=True)  # type: ignore[no-untyped-call]
     """Wait name -> JSON of its result; entries are only ever added."""
     steps = MapAttribute[str, Any](null=True)  # type: ignore[no-untyped-call]

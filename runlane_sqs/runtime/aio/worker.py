@@ -84,6 +84,8 @@ class AsyncWorker(WorkerBase):
         self._session: _Session | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._changed: asyncio.Event | None = None
+        self._stopped: asyncio.Event | None = None
+        """Set by :meth:`stop`: ends an open long poll."""
         self._stopping = False
         self._executed = 0
         self._fatal: MissingResourceError | None = None
@@ -95,6 +97,7 @@ class AsyncWorker(WorkerBase):
         installed = self._install_signal_handlers()
         try:
             self._log_start("async worker")
+            await asyncio.to_thread(self._unpark_known)
             await self._work(max_runs=None, drain=False)
         finally:
             self._remove_signal_handlers(installed)
@@ -119,15 +122,20 @@ class AsyncWorker(WorkerBase):
         self._stopping = True
         if self._session is not None:
             self._session.leases.cancel_all()
-        loop, changed = self._loop, self._changed
+        loop, changed, stopped = self._loop, self._changed, self._stopped
         if loop is not None and changed is not None and not loop.is_closed():
             loop.call_soon_threadsafe(changed.set)
+            if stopped is not None:
+                loop.call_soon_threadsafe(stopped.set)
 
     # the loop ---------------------------------------------------------------------
 
     async def _work(self, *, max_runs: int | None, drain: bool) -> None:
         self._loop = asyncio.get_running_loop()
         self._changed = asyncio.Event()
+        self._stopped = asyncio.Event()
+        if self._stopping:
+            self._stopped.set()
         self._fatal = None
         threads = DaemonThreads(self.config.concurrency)
         async with AsyncExitStack() as stack:
@@ -163,8 +171,10 @@ class AsyncWorker(WorkerBase):
                 break
             if step is Step.DISPATCH:
                 self._dispatch(session)
-            elif step is Step.WAIT or not await self._fill(session, drain):
-                if step is Step.RECEIVE and intake.busy == 0 and drain:
+                continue
+            idle = intake.busy == 0  # nothing in flight can publish during the receive
+            if step is Step.WAIT or not await self._fill(session, drain):
+                if step is Step.RECEIVE and idle and intake.busy == 0 and drain:
                     break
                 await self._wait_for_change(session, timeout=1.0)
 
@@ -176,7 +186,7 @@ class AsyncWorker(WorkerBase):
         wait = self.config.receive_wait(drain=drain, busy=intake.busy)
         for name in intake.receive_order():
             try:
-                messages = await session.transport.receive(name, self.config.prefetch, wait)
+                messages = await self._receive(session, name, wait)
             except MissingResourceError:
                 raise
             except RunlaneError as exc:
@@ -185,6 +195,8 @@ class AsyncWorker(WorkerBase):
                 log.warning("receive from %r failed: %s", name, exc, extra=self._extra)
                 await self._wait_for_change(session, timeout=1.0, idle=True)
                 continue
+            if messages is None:  # stopped during a long poll: it was cancelled
+                return False
             if self._stopping:
                 await session.transport.release(messages)
                 return False
@@ -192,6 +204,28 @@ class AsyncWorker(WorkerBase):
                 intake.buffer.extend(messages)
                 return True
         return False
+
+    async def _receive(
+        self, session: _Session, name: str, wait: int
+    ) -> list[ReceivedWakeup] | None:
+        """Receive until messages come or the worker stops (``None``: the open long poll
+        is cancelled; SQS makes anything it had taken visible again at the end of its
+        visibility timeout)."""
+        stopped = self._stopped
+        assert stopped is not None
+        receiving = asyncio.ensure_future(
+            session.transport.receive(name, self.config.prefetch, wait)
+        )
+        stopping = asyncio.ensure_future(stopped.wait())
+        try:
+            await asyncio.wait({receiving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+        if not receiving.done():
+            receiving.cancel()
+            await asyncio.wait({receiving})
+            return None
+        return receiving.result()
 
     def _dispatch(self, session: _Session) -> None:
         message = session.intake.start_next()
@@ -276,6 +310,9 @@ class AsyncWorker(WorkerBase):
         return list(STOP_SIGNALS)
 
     def _on_signal(self, sig: signal.Signals) -> None:
+        if self._stopping:
+            session = self._session
+            self._exit_now(sig, session.leases.run_ids() if session is not None else [])
         log.info("received %s", sig.name, extra=self._extra)
         self.stop()
 

@@ -1,0 +1,91 @@
+"""Parking: what happens to a run whose task the receiving worker does not register.
+
+A wakeup for such a run is first left for redelivery, so that another worker on the
+queue (one that registers the task, during a rolling deploy) can take it. Once the
+message has been received ``park_after_receives`` times, the run is *parked*: its
+status becomes ``parked``, it leaves the agenda (maintenance stops republishing it) and
+the wakeup is deleted. Nothing else about the run changes, so unparking returns it to
+the runnable status it had, with its wait, due time and results intact.
+
+A parked run is unparked by a worker that registers its task and consumes its queue
+(when it starts), by a maintenance pass whose app registers the task (at most once per
+``republish_after``), or by an operator (``runs unpark``); or it is cancelled.
+Nothing in this module performs I/O or reads a clock.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from runlane_sqs.core.agenda import RepublishPolicy
+from runlane_sqs.core.durations import truncate_ms
+from runlane_sqs.core.errors import IllegalTransition
+from runlane_sqs.core.machine import Skip, SkipReason, Transition, advance
+from runlane_sqs.core.model import JSON, LEASED_STATUSES, EventType, Run, RunStatus
+
+DEFAULT_PARK_AFTER_RECEIVES = 3
+"""Receives of one wakeup by workers that do not register the task before the run is
+parked (below the dead-letter queue's ``maxReceiveCount`` of 5)."""
+
+
+def park_unknown_task(
+    run: Run, *, now: datetime, worker: str, receives: int, park_after: int
+) -> Transition | Skip | None:
+    """A worker that does not register ``run.task`` received its wakeup.
+
+    Returns the parking transition; a :class:`Skip` when a worker that knows the task
+    would not run it either (finished, leased, not yet due, already parked); or ``None``
+    to leave the wakeup for redelivery (fewer than ``park_after`` receives so far).
+    """
+    if run.status.is_terminal:
+        return Skip(SkipReason.TERMINAL)
+    if run.status in LEASED_STATUSES:
+        return Skip(SkipReason.LEASED)
+    if run.status is RunStatus.PARKED or not run.is_due(now):
+        return Skip(SkipReason.NOT_DUE)
+    if receives < park_after:
+        return None
+    data: dict[str, JSON] = {
+        "reason": SkipReason.UNKNOWN_TASK.value,
+        "worker": worker,
+        "receives": receives,
+    }
+    return advance(
+        run,
+        truncate_ms(now),
+        [(EventType.PARKED, data)],
+        None,
+        status=RunStatus.PARKED,
+        parked_from=run.status,
+        wake_at=None,
+        publishes=0,
+    )
+
+
+def unpark(
+    run: Run, *, now: datetime, republish: RepublishPolicy, data: dict[str, JSON]
+) -> Transition:
+    """Make a parked run runnable again, as it was before it was parked; the caller
+    publishes its wakeup (the agenda entry covers a publish that is lost).
+
+    Raises :class:`IllegalTransition` if the run is not parked."""
+    if run.status is not RunStatus.PARKED:
+        raise IllegalTransition(f"run {run.id} is {run.status.value}, not parked")
+    now = truncate_ms(now)
+    return advance(
+        run,
+        now,
+        [(EventType.UNPARKED, data)],
+        None,
+        status=run.parked_from or RunStatus.QUEUED,
+        parked_from=None,
+        due_at=run.due_at if run.due_at is not None and run.due_at <= now else now,
+        wake_at=truncate_ms(republish.next_wake(now, 0)),
+        publishes=0,
+    )
+
+
+def parked_long_enough(run: Run, *, now: datetime, interval: timedelta) -> bool:
+    """Maintenance unparks a run at most once per ``interval``: a run that workers
+    without its task park again is not churned on every pass."""
+    return run.status is RunStatus.PARKED and run.updated_at + interval <= now
