@@ -1,4 +1,5 @@
-"""Finding the user's app from ``module:attribute`` (CLI, Lambda and container entries)."""
+"""Finding the user's app from ``module:attribute`` (CLI, Lambda and container entries),
+or building one from the environment when no app is named and no task code is needed."""
 
 from __future__ import annotations
 
@@ -36,6 +37,22 @@ def load_app(spec: str | None = None) -> Runlane:
     except Exception as exc:  # whatever the user's module raised while importing
         raise AppNotImportable(f"cannot import {module_name!r} for app {spec!r}: {exc}") from exc
     return _app_in(module, spec)
+
+
+def load_app_or_env(spec: str | None = None) -> Runlane:
+    """The app ``spec`` (or ``$RUNLANE_APP``) names; with neither, ``Runlane.from_env()``.
+
+    For what needs no task code: reading runs and tokens, operator actions (a retry or
+    rerun takes the task, queue and payload from the stored run), signals, provisioning.
+    An invalid ``RUNLANE_*`` variable raises :class:`AppNotImportable`, as it does when
+    the named app's module builds itself from the environment at import.
+    """
+    if spec or os.environ.get(ENV_APP):
+        return load_app(spec)
+    try:
+        return Runlane.from_env()
+    except ConfigurationError as exc:
+        raise AppNotImportable(f"cannot build an app from the environment: {exc}") from exc
 
 
 def _app_in(module: ModuleType, spec: str) -> Runlane:

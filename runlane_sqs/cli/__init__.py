@@ -1,8 +1,10 @@
 """The ``runlane-sqs`` command line (click).
 
 Commands: ``dev``, ``provision``, ``worker``, ``maintenance run``, ``trigger``,
-``runs list|get|events|attempts|cancel|retry|rerun|prune``,
-``tokens create|get|complete|time-out`` and ``signals send``. Exit codes are in
+``runs list|get|events|attempts|wait|cancel|unpark|retry|rerun|prune``,
+``tokens create|get|complete|time-out`` and ``signals send``. ``worker``, ``trigger``
+and ``maintenance run`` need the app (``--app`` or ``RUNLANE_APP``); the others work
+from the ``RUNLANE_*`` variables without one. Exit codes are in
 :mod:`runlane_sqs.cli.exits`; docs/operations.md (section "CLI") documents them.
 """
 
@@ -19,7 +21,9 @@ from runlane_sqs.cli.exits import (
     EXIT_ILLEGAL,
     EXIT_NOT_FOUND,
     EXIT_OK,
+    EXIT_RUN_UNSUCCESSFUL,
     EXIT_USAGE,
+    EXIT_WAIT_TIMED_OUT,
     RunlaneGroup,
 )
 from runlane_sqs.cli.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
@@ -55,6 +59,8 @@ __all__ = [
     "EXIT_ILLEGAL",
     "EXIT_NOT_FOUND",
     "EXIT_OK",
+    "EXIT_RUN_UNSUCCESSFUL",
     "EXIT_USAGE",
+    "EXIT_WAIT_TIMED_OUT",
     "main",
 ]

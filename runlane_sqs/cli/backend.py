@@ -13,10 +13,8 @@ from typing import Any
 
 import click
 
-from runlane_sqs.api.app import Runlane
 from runlane_sqs.api.loading import ENV_APP
-from runlane_sqs.cli.exits import EXIT_BACKEND, fail
-from runlane_sqs.cli.options import app_option, load_app
+from runlane_sqs.cli.options import app_option, load_app, load_app_or_env, optional_app_option
 from runlane_sqs.core.config import ENV_ENVIRONMENT, ENV_TABLE
 from runlane_sqs.core.errors import MissingResourceError, RunlaneError
 from runlane_sqs.engine.maintenance import MaintenanceConfig
@@ -25,6 +23,10 @@ from runlane_sqs.local import MotoServer
 log = logging.getLogger("runlane_sqs.maintenance")
 DEV_POLL_SECONDS = 0.5
 """How often ``dev`` checks that its server is still alive."""
+DEV_PORT = 5055
+"""The port ``dev`` listens on unless told otherwise: always the same, so the exported
+``AWS_ENDPOINT_URL`` still holds after a restart. Not LocalStack's 4566, DynamoDB Local's
+8000 or moto_server's 5000, so it can run next to them."""
 
 
 def stop_on_signals() -> threading.Event:
@@ -37,20 +39,27 @@ def stop_on_signals() -> threading.Event:
 
 @click.command()
 @app_option
-@click.option("--port", type=click.IntRange(1, 65535), help="Port on 127.0.0.1 (default: free).")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=DEV_PORT,
+    show_default=True,
+    help="Port on 127.0.0.1; 0 picks a free one.",
+)
 @click.option("--queue", "queues", multiple=True, help="Queue to create (repeatable).")
-def dev(app_spec: str | None, port: int | None, queues: tuple[str, ...]) -> None:
+def dev(app_spec: str | None, port: int, queues: tuple[str, ...]) -> None:
     """Start a local backend (an embedded moto server), provision it, print the variables
     to export, and keep it running until Ctrl-C or SIGTERM.
 
     Without --app (or RUNLANE_APP) it provisions the table from RUNLANE_TABLE (default
-    "runlane") and the queue "default"."""
+    "runlane") and the queue "default". Exits with code 4 when the port is taken or the
+    server stops."""
     stop = stop_on_signals()
-    server = MotoServer(port).start()
+    server = MotoServer(port or None).start()
     try:
         os.environ.update(server.environment())
         named = app_spec or os.environ.get(ENV_APP)
-        app = load_app(named) if named else Runlane.from_env()
+        app = load_app_or_env(named)
         app.provision(list(queues) or None)
         exports = {
             **server.environment(),
@@ -73,15 +82,16 @@ def _serve(server: MotoServer, stop: threading.Event) -> None:
     while not stop.wait(DEV_POLL_SECONDS):
         # a terminal's Ctrl-C reaches the server process too; give our handler a moment
         if not server.running and not stop.wait(1.0):
-            fail(f"the moto server on port {server.port} stopped", EXIT_BACKEND)
+            server.check_running()  # raises LocalServerError (exit code 4): how, and its stderr
 
 
 @click.command()
-@app_option
+@optional_app_option
 @click.option("--queue", "queues", multiple=True, help="Queue to create (repeatable).")
 def provision(app_spec: str | None, queues: tuple[str, ...]) -> None:
-    """Create the table and queues if they do not exist (local use and tests)."""
-    app = load_app(app_spec)
+    """Create the table and queues if they do not exist (local use and tests). Without
+    --app or RUNLANE_APP: the table from RUNLANE_TABLE and the queue "default" (or --queue)."""
+    app = load_app_or_env(app_spec)
     app.provision(list(queues) or None)
     click.echo(f"table {app.config.table} and queues ready")
 
@@ -111,7 +121,7 @@ def worker(
     use_async: bool,
 ) -> None:
     """Run a worker until SIGTERM/SIGINT (or, with --drain, until the queues are empty)."""
-    app = load_app(app_spec)
+    app = load_app(app_spec, "the worker runs your tasks")
     options: dict[str, Any] = {"concurrency": concurrency, "grace_period": grace_period}
     draining = drain or max_runs is not None
     chosen = list(queues) or None
@@ -145,7 +155,7 @@ def maintenance_run(
     """Run maintenance passes and print each report as one JSON line."""
     if once and every is not None:
         raise click.UsageError("--once and --every exclude each other")
-    app = load_app(app_spec)
+    app = load_app(app_spec, "maintenance needs each task's retry policy to time out attempts")
     if limit is not None:
         app.maintenance.config = MaintenanceConfig(
             limit_per_job=limit, max_lease_losses=app.maintenance.config.max_lease_losses

@@ -1,4 +1,7 @@
-"""External decisions: ``tokens create|get|complete|time-out`` and ``signals send``."""
+"""External decisions: ``tokens create|get|complete|time-out`` and ``signals send``.
+
+None needs task code, so each works without an app (``load_app_or_env``).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,13 @@ import click
 
 from runlane_sqs.api.shapes import token_to_json
 from runlane_sqs.cli import tables
-from runlane_sqs.cli.options import app_option, emit_json, json_option, load_app, parse_json
+from runlane_sqs.cli.options import (
+    emit_json,
+    json_option,
+    load_app_or_env,
+    optional_app_option,
+    parse_json,
+)
 from runlane_sqs.core.model import JSON
 from runlane_sqs.core.tokens import Token
 
@@ -24,7 +33,7 @@ def tokens() -> None:
 
 
 @tokens.command()
-@app_option
+@optional_app_option
 @click.option(
     "--timeout", type=click.FloatRange(min=1), help="Seconds until maintenance times it out."
 )
@@ -38,7 +47,7 @@ def tokens() -> None:
 @json_option
 def create(app_spec: str | None, timeout: float | None, metadata: JSON, as_json: bool) -> None:
     """Create a pending token and print its id (give it to the runs that wait on it)."""
-    token = load_app(app_spec).tokens.create(timeout=timeout, metadata=metadata)
+    token = load_app_or_env(app_spec).tokens.create(timeout=timeout, metadata=metadata)
     if as_json:
         emit_json(token_to_json(token))
     else:
@@ -46,16 +55,16 @@ def create(app_spec: str | None, timeout: float | None, metadata: JSON, as_json:
 
 
 @tokens.command()
-@app_option
+@optional_app_option
 @click.argument("token_id")
 @json_option
 def get(app_spec: str | None, token_id: str, as_json: bool) -> None:
     """Show a token and its decision."""
-    _emit_token(load_app(app_spec).tokens.get(token_id), as_json)
+    _emit_token(load_app_or_env(app_spec).tokens.get(token_id), as_json)
 
 
 @tokens.command()
-@app_option
+@optional_app_option
 @click.argument("token_id")
 @click.option(
     "--value",
@@ -67,7 +76,7 @@ def get(app_spec: str | None, token_id: str, as_json: bool) -> None:
 @json_option
 def complete(app_spec: str | None, token_id: str, value: JSON, as_json: bool) -> None:
     """Complete a pending token with a value and resume the runs waiting on it."""
-    token = load_app(app_spec).tokens.complete(token_id, value)
+    token = load_app_or_env(app_spec).tokens.complete(token_id, value)
     if as_json:
         emit_json(token_to_json(token))
     else:
@@ -75,12 +84,12 @@ def complete(app_spec: str | None, token_id: str, value: JSON, as_json: bool) ->
 
 
 @tokens.command("time-out")
-@app_option
+@optional_app_option
 @click.argument("token_id")
 @json_option
 def time_out(app_spec: str | None, token_id: str, as_json: bool) -> None:
     """Decide a pending token as timed out and resume the runs waiting on it."""
-    token = load_app(app_spec).tokens.time_out(token_id)
+    token = load_app_or_env(app_spec).tokens.time_out(token_id)
     if as_json:
         emit_json(token_to_json(token))
     else:
@@ -93,7 +102,7 @@ def signals() -> None:
 
 
 @signals.command()
-@app_option
+@optional_app_option
 @click.argument("key")
 @click.option(
     "--payload",
@@ -105,7 +114,7 @@ def signals() -> None:
 @json_option
 def send(app_spec: str | None, key: str, payload: JSON, as_json: bool) -> None:
     """Wake the runs waiting on KEY now (a signal is not kept for later waiters)."""
-    woken = load_app(app_spec).signals.send(key, payload)
+    woken = load_app_or_env(app_spec).signals.send(key, payload)
     if as_json:
         emit_json({"key": key, "woken": woken})
     else:

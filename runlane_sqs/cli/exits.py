@@ -20,6 +20,7 @@ from runlane_sqs.core.errors import (
     MissingResourceError,
     RunlaneError,
     RunNotFound,
+    RunWaitTimedOut,
     UnknownTaskError,
 )
 from runlane_sqs.core.tokens import TokenAlreadyDecided, TokenNotFound
@@ -41,10 +42,13 @@ EXIT_NOT_FOUND = 5
 EXIT_ILLEGAL = 6
 """The action is not allowed in the current state (retry a succeeded run, cancel a
 finished run, complete a decided token)."""
+EXIT_RUN_UNSUCCESSFUL = 7
+"""``runs wait``: the run finished, but ``failed`` or ``cancelled``."""
+EXIT_WAIT_TIMED_OUT = 8
+"""``runs wait``: ``--timeout`` passed before the run finished (its last state is printed)."""
 
 PROVISION_HINT = (
-    "create it with `runlane-sqs provision --app module:attr` (local backend) "
-    "or with your CloudFormation stack (AWS)"
+    "create it with `runlane-sqs provision` (local backend) or with your CloudFormation stack (AWS)"
 )
 
 
@@ -61,6 +65,7 @@ ERROR_EXIT_CODES: tuple[tuple[tuple[type[BaseException], ...], int], ...] = (
     ((RunNotFound, TokenNotFound, UnknownTaskError), EXIT_NOT_FOUND),
     ((IllegalTransition, TokenAlreadyDecided), EXIT_ILLEGAL),
     ((InvalidPayloadError, InvalidKeyError, InvalidCursor), EXIT_USAGE),
+    ((RunWaitTimedOut,), EXIT_WAIT_TIMED_OUT),
     ((RunlaneError, BotoCoreError, ClientError), EXIT_BACKEND),
 )
 """Error classes and their exit codes, most specific first (the first match wins)."""

@@ -35,6 +35,23 @@ class TextFormatter(logging.Formatter):
         return " ".join([line, *fields])
 
 
+class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is when a line is logged, not when the handler
+    was made: while a rich progress bar is drawn on a terminal, ``sys.stderr`` is rich's
+    proxy, which prints the line above the bar instead of through it."""
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        """Ignored: the stream is always the current ``sys.stderr``."""
+
+
 def json_formatter() -> JsonFormatter:
     """One JSON object per line: ``time`` (ISO-8601 UTC), ``level``, ``logger``,
     ``message``, then every extra (``run_id``, ``task``, ``attempt``, ``worker_id``, ...)
@@ -55,7 +72,7 @@ def default_format(stream: Any = None) -> str:
 
 def configure_logging(fmt: str | None, level: str) -> None:
     """Send every log line to stderr in ``fmt`` (``json``/``text``; None: by terminal)."""
-    handler = logging.StreamHandler(sys.stderr)
+    handler = StderrHandler()
     chosen = fmt or default_format(sys.stderr)
     handler.setFormatter(json_formatter() if chosen == "json" else TextFormatter(TEXT_FORMAT))
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import os
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -12,6 +13,7 @@ import click
 
 from runlane_sqs.api import loading
 from runlane_sqs.api.app import Runlane
+from runlane_sqs.api.loading import ENV_APP, InvalidAppSpec
 from runlane_sqs.core.model import JSON
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -19,12 +21,23 @@ DEFAULT_ACTOR = "operator"
 
 
 def app_option(fn: F) -> F:
-    """``--app module:attribute`` (default: ``RUNLANE_APP``)."""
+    """``--app module:attribute`` (default: ``RUNLANE_APP``), for commands that need it."""
     return click.option(
         "--app",
         "app_spec",
         metavar="MODULE:ATTR",
         help="The Runlane app to load (default: the RUNLANE_APP variable).",
+    )(fn)
+
+
+def optional_app_option(fn: F) -> F:
+    """``--app``, for commands that work without one (then: the ``RUNLANE_*`` variables)."""
+    return click.option(
+        "--app",
+        "app_spec",
+        metavar="MODULE:ATTR",
+        help="The Runlane app to load (default: the RUNLANE_APP variable; with neither, "
+        "the table, environment and queues come from the RUNLANE_* variables).",
     )(fn)
 
 
@@ -43,9 +56,23 @@ def actor_options(fn: F) -> F:
     )(fn)
 
 
-def load_app(spec: str | None) -> Runlane:
-    """The app named by ``--app`` or ``RUNLANE_APP`` (errors map to exit code 3)."""
+NEEDS_TASK_CODE = "this command runs or checks your tasks' code"
+"""Why a command needs the app, unless it says more precisely."""
+
+
+def load_app(spec: str | None, needed_for: str = NEEDS_TASK_CODE) -> Runlane:
+    """The app named by ``--app`` or ``RUNLANE_APP``, for a command that runs or checks
+    task code; ``needed_for`` says why, in the error when neither names one (errors map
+    to exit code 3, with a hint naming ``--app`` and ``RUNLANE_APP``)."""
+    if not (spec or os.environ.get(ENV_APP)):
+        raise InvalidAppSpec(f"no app named; {needed_for}")
     return loading.load_app(spec)
+
+
+def load_app_or_env(spec: str | None) -> Runlane:
+    """The app named by ``--app`` or ``RUNLANE_APP``; with neither, one built from the
+    ``RUNLANE_*`` and ``AWS_*`` variables (reads and operator actions need no task code)."""
+    return loading.load_app_or_env(spec)
 
 
 def actor_or_user(actor: str | None) -> str:

@@ -1,7 +1,13 @@
-"""Run commands: ``trigger`` and ``runs list|get|events|attempts|cancel|retry|rerun|prune``."""
+"""Run commands: ``trigger`` and
+``runs list|get|events|attempts|wait|cancel|unpark|retry|rerun|prune``.
+
+Every ``runs`` command works without an app (``load_app_or_env``): it reads and writes
+stored runs only. ``trigger`` needs the app that registers the task.
+"""
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -14,6 +20,7 @@ from runlane_sqs.api.app import Runlane
 from runlane_sqs.api.runs import MAX_LIST_LIMIT
 from runlane_sqs.api.shapes import attempt_to_json, event_to_json, iso, run_to_json
 from runlane_sqs.cli import tables
+from runlane_sqs.cli.exits import EXIT_RUN_UNSUCCESSFUL, EXIT_WAIT_TIMED_OUT, fail
 from runlane_sqs.cli.options import (
     actor_options,
     actor_or_user,
@@ -21,12 +28,16 @@ from runlane_sqs.cli.options import (
     emit_json,
     json_option,
     load_app,
+    load_app_or_env,
+    optional_app_option,
     parse_age_or_time,
     parse_iso_time,
     parse_json,
 )
+from runlane_sqs.core.errors import RunWaitTimedOut
 from runlane_sqs.core.model import JSON, TERMINAL_STATUSES, Run, RunStatus
 
+log = logging.getLogger("runlane_sqs.runs")
 ALL_STATUSES = [s.value for s in RunStatus]
 FINISHED_STATUSES = [s.value for s in RunStatus if s in TERMINAL_STATUSES]
 
@@ -62,8 +73,9 @@ def trigger(
     as_json: bool,
 ) -> None:
     """Create a run of TASK and publish its wakeup; prints the run id and whether it was
-    created (false: an existing run holds the idempotency or singleton key)."""
-    app = load_app(app_spec)
+    created (false: an existing run holds the idempotency or singleton key). Needs the
+    app that registers TASK (--app or RUNLANE_APP)."""
+    app = load_app(app_spec, "trigger needs the app that registers the task")
     run = app.trigger(
         task,
         payload,
@@ -84,7 +96,7 @@ def runs() -> None:
 
 
 @runs.command("list")
-@app_option
+@optional_app_option
 @click.option(
     "--status", "statuses", multiple=True, type=click.Choice(ALL_STATUSES), help="Repeatable."
 )
@@ -117,7 +129,7 @@ def list_runs(
     as_json: bool,
 ) -> None:
     """List runs newest first (one page; the next page needs --cursor)."""
-    app = load_app(app_spec)
+    app = load_app_or_env(app_spec)
     page = app.runs.list(
         status=list(statuses) or None,
         task=task,
@@ -130,25 +142,58 @@ def list_runs(
     if as_json:
         emit_json({"runs": [run_to_json(r) for r in page.runs], "cursor": page.cursor})
     else:
-        tables.print_runs(page.runs, page.cursor)
+        tables.print_runs(page.runs, page.cursor, now=app.clock.now())
 
 
 @runs.command()
-@app_option
+@optional_app_option
 @click.argument("run_id")
 @json_option
 def get(app_spec: str | None, run_id: str, as_json: bool) -> None:
     """Show one run as stored now."""
-    _emit_run(load_app(app_spec).runs.get(run_id), as_json)
+    _emit_run(load_app_or_env(app_spec).runs.get(run_id), as_json)
 
 
 @runs.command()
-@app_option
+@optional_app_option
+@click.argument("run_id")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    metavar="SECONDS",
+    help="Give up after this long (default: wait as long as it takes).",
+)
+@json_option
+def wait(app_spec: str | None, run_id: str, timeout: float | None, as_json: bool) -> None:
+    """Wait until a run finishes, then show it. Exits 0 if it succeeded, 7 if it failed or
+    was cancelled, 8 if --timeout passed first (showing its last state)."""
+    app = load_app_or_env(app_spec)
+    run = app.runs.get(run_id)
+    if not run.is_terminal:
+        log.info(
+            "run %s: %s; waiting for it to finish",
+            run_id,
+            run.status.value,
+            extra={"run_id": run_id, "task": run.task},
+        )
+        try:
+            run = app.runs.wait(run_id, timeout=timeout)
+        except RunWaitTimedOut as exc:
+            _emit_run(exc.run, as_json)
+            last = exc.run.status.value
+            fail(f"run {run_id} is still {last} after {timeout:g} s", EXIT_WAIT_TIMED_OUT)
+    _emit_run(run, as_json)
+    if run.status is not RunStatus.SUCCEEDED:
+        fail(f"run {run_id} finished {run.status.value}", EXIT_RUN_UNSUCCESSFUL)
+
+
+@runs.command()
+@optional_app_option
 @click.argument("run_id")
 @json_option
 def events(app_spec: str | None, run_id: str, as_json: bool) -> None:
     """Show a run's history, in order."""
-    history = load_app(app_spec).runs.events(run_id)
+    history = load_app_or_env(app_spec).runs.events(run_id)
     if as_json:
         emit_json({"run_id": run_id, "events": [event_to_json(e) for e in history]})
     else:
@@ -156,12 +201,12 @@ def events(app_spec: str | None, run_id: str, as_json: bool) -> None:
 
 
 @runs.command()
-@app_option
+@optional_app_option
 @click.argument("run_id")
 @json_option
 def attempts(app_spec: str | None, run_id: str, as_json: bool) -> None:
     """Show a run's attempts: worker, start, end, outcome, failure."""
-    found = load_app(app_spec).runs.attempts(run_id)
+    found = load_app_or_env(app_spec).runs.attempts(run_id)
     if as_json:
         emit_json({"run_id": run_id, "attempts": [attempt_to_json(a) for a in found]})
     else:
@@ -169,7 +214,7 @@ def attempts(app_spec: str | None, run_id: str, as_json: bool) -> None:
 
 
 @runs.command()
-@app_option
+@optional_app_option
 @click.argument("run_id")
 @actor_options
 @json_option
@@ -177,7 +222,25 @@ def cancel(
     app_spec: str | None, run_id: str, actor: str | None, reason: str, as_json: bool
 ) -> None:
     """Cancel a run: at once if it waits, at its worker's next heartbeat if it runs."""
-    run = load_app(app_spec).runs.cancel(run_id, reason=reason, actor=actor_or_user(actor))
+    run = load_app_or_env(app_spec).runs.cancel(run_id, reason=reason, actor=actor_or_user(actor))
+    _emit_status(run, as_json)
+
+
+@runs.command()
+@optional_app_option
+@click.argument("run_id")
+@actor_options
+@json_option
+def unpark(
+    app_spec: str | None, run_id: str, actor: str | None, reason: str, as_json: bool
+) -> None:
+    """Make a parked run runnable again and publish its wakeup (after deploying a worker
+    that registers its task)."""
+    run = load_app_or_env(app_spec).runs.unpark(run_id, reason=reason, actor=actor_or_user(actor))
+    _emit_status(run, as_json)
+
+
+def _emit_status(run: Run, as_json: bool) -> None:
     if as_json:
         emit_json(run_to_json(run))
     else:
@@ -185,24 +248,24 @@ def cancel(
 
 
 @runs.command()
-@app_option
+@optional_app_option
 @click.argument("run_id")
 @actor_options
 @json_option
 def retry(app_spec: str | None, run_id: str, actor: str | None, reason: str, as_json: bool) -> None:
     """Create a new run from a failed one, linked to it (the source stays failed)."""
-    run = load_app(app_spec).runs.retry(run_id, reason=reason, actor=actor_or_user(actor))
+    run = load_app_or_env(app_spec).runs.retry(run_id, reason=reason, actor=actor_or_user(actor))
     _emit_link(run, as_json)
 
 
 @runs.command()
-@app_option
+@optional_app_option
 @click.argument("run_id")
 @actor_options
 @json_option
 def rerun(app_spec: str | None, run_id: str, actor: str | None, reason: str, as_json: bool) -> None:
     """Create a new run from any finished one, linked to it."""
-    run = load_app(app_spec).runs.rerun(run_id, reason=reason, actor=actor_or_user(actor))
+    run = load_app_or_env(app_spec).runs.rerun(run_id, reason=reason, actor=actor_or_user(actor))
     _emit_link(run, as_json)
 
 
@@ -215,7 +278,7 @@ def _emit_link(run: Run, as_json: bool) -> None:
 
 
 @runs.command()
-@app_option
+@optional_app_option
 @click.option(
     "--older-than",
     callback=parse_age_or_time,
@@ -248,7 +311,7 @@ def prune(
     as_json: bool,
 ) -> None:
     """Delete finished runs created before a cutoff, with their history, in batches."""
-    app = load_app(app_spec)
+    app = load_app_or_env(app_spec)
     cutoff = (
         older_than
         if isinstance(older_than, datetime)
@@ -286,7 +349,8 @@ def _confirm_prune(statuses: Sequence[str], cutoff: datetime) -> None:
 def _prune_all(
     app: Runlane, cutoff: datetime, statuses: Sequence[str], limit: int
 ) -> tuple[int, int, int]:
-    """Prune batch after batch until the cursor runs out; a progress bar on stderr."""
+    """Prune batch after batch until the cursor runs out; a progress bar on stderr when
+    it is a terminal (log lines then print above the bar), none otherwise."""
     examined = deleted = batches = 0
     cursor: str | None = None
     columns = (
@@ -295,7 +359,8 @@ def _prune_all(
         BarColumn(),
         TextColumn("{task.completed} deleted, {task.fields[examined]} examined"),
     )
-    with Progress(*columns, console=Console(stderr=True)) as progress:
+    bar_shown = sys.stderr.isatty()
+    with Progress(*columns, console=Console(stderr=True), disable=not bar_shown) as progress:
         bar = progress.add_task("pruning", total=None, examined=0)
         while True:
             report = app.runs.prune(

@@ -3,20 +3,34 @@
 from __future__ import annotations
 
 import json
+import math
+import os
 import sys
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 
+from rich import box
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
 from runlane_sqs.api.shapes import iso, run_to_json, token_to_json
 from runlane_sqs.core.attempts import Attempt
-from runlane_sqs.core.model import JSON, Run, RunEvent
+from runlane_sqs.core.model import JSON, Failure, Run, RunEvent
 from runlane_sqs.core.tokens import Token
 
 PIPE_WIDTH = 200
-"""Columns when stdout is not a terminal, so ids are not cut."""
+"""Columns when stdout is not a terminal and ``COLUMNS`` is not set, so ids are not cut."""
+RUN_COLUMNS = ("id", "task", "queue", "status", "attempt", "due", "created", "updated")
+"""The columns of ``runs list``, left to right."""
+NARROW_DROPS = ("updated", "created", "queue")
+"""What ``runs list`` leaves out, in this order, while the table is wider than the
+console; past that the task name folds onto more lines. The full run id, the status, the
+attempt and the due time always stay whole."""
+FOLDING_COLUMNS = frozenset({"task", "queue"})
+UNBOUNDED_WIDTH = 10_000
+"""Width to measure a table's natural (unwrapped) width in."""
 CELL_CHARS = 120
 """Longest JSON shown in one cell; ``--json`` prints everything."""
 STATUS_STYLES = {
@@ -24,6 +38,7 @@ STATUS_STYLES = {
     "failed": "red",
     "cancelled": "yellow",
     "cancel_requested": "yellow",
+    "parked": "bold yellow",
     "running": "cyan",
     "retrying": "magenta",
     "released": "blue",
@@ -35,7 +50,9 @@ STATUS_STYLES = {
 
 
 def console() -> Console:
-    return Console(width=None if sys.stdout.isatty() else PIPE_WIDTH, highlight=False)
+    """stdout at the terminal's width, or ``COLUMNS`` when set; else ``PIPE_WIDTH``."""
+    sized = sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit()
+    return Console(width=None if sized else PIPE_WIDTH, highlight=False)
 
 
 def compact(value: JSON, limit: int = CELL_CHARS) -> str:
@@ -52,9 +69,9 @@ def cells(*values: str | Text) -> list[Text]:
     return [v if isinstance(v, Text) else Text(v) for v in values]
 
 
-def show(title: str, table: Table) -> Console:
+def show(title: str, table: Table, out: Console | None = None) -> Console:
     """Print a title line (no padding) and the table; returns the console."""
-    out = console()
+    out = out or console()
     out.print(Text(title, style="bold"))
     out.print(table)
     return out
@@ -69,8 +86,15 @@ def _fields(rows: Iterable[tuple[str, str | Text]]) -> Table:
     return table
 
 
+def failure_line(failure: Failure) -> str:
+    """``module.Error: message``, and ``(not retryable)`` when it is not."""
+    line = f"{failure.type}: {failure.message}"
+    return line if failure.retryable else f"{line} (not retryable)"
+
+
 def print_run(run: Run) -> None:
-    """One run as a field/value table (empty fields left out)."""
+    """One run as a field/value table (empty fields left out), then the latest
+    failure's traceback as plain lines."""
     data = run_to_json(run)
     rows: list[tuple[str, str | Text]] = []
     for name, value in data.items():
@@ -78,30 +102,75 @@ def print_run(run: Run) -> None:
             continue
         if name == "status":
             rows.append((name, status_text(str(value))))
+        elif name == "failure" and run.failure is not None:
+            rows.append((name, failure_line(run.failure)))
         elif isinstance(value, str):
             rows.append((name, value))
         else:
             rows.append((name, compact(value)))
-    show(f"run {run.id}", _fields(rows))
+    out = show(f"run {run.id}", _fields(rows))
+    if run.failure is not None and run.failure.traceback.strip():
+        out.print(Text("traceback of the latest failure:", style="bold"))
+        out.print(Text(run.failure.traceback.rstrip()), soft_wrap=True)
 
 
-def print_runs(runs: Sequence[Run], cursor: str | None) -> None:
-    table = Table()
-    for name in ("id", "task", "queue", "status", "attempt", "created", "updated"):
-        table.add_column(name, no_wrap=name in ("id", "status"))
-    for run in runs:
-        table.add_row(
-            *cells(
-                run.id,
-                run.task,
-                run.queue,
-                status_text(run.status.value),
-                str(run.attempt),
-                iso(run.created_at) or "",
-                iso(run.updated_at) or "",
-            )
+def due_in(run: Run, now: datetime) -> str:
+    """``in 45s``, ``in 5m``, ``in 1h30m``, ``in 2d4h`` for a run not yet due; else ``""``."""
+    if run.is_terminal or run.due_at is None or run.due_at <= now:
+        return ""
+    seconds = math.ceil((run.due_at - now).total_seconds())
+    minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86400
+    if seconds < 60:
+        return f"in {seconds}s"
+    if hours == 0:
+        return f"in {minutes}m"
+    if days == 0:
+        return f"in {hours}h{minutes % 60:02d}m" if minutes % 60 else f"in {hours}h"
+    return f"in {days}d{hours % 24}h" if hours % 24 else f"in {days}d"
+
+
+def _run_row(run: Run, now: datetime) -> dict[str, str | Text]:
+    return {
+        "id": run.id,
+        "task": run.task,
+        "queue": run.queue,
+        "status": status_text(run.status.value),
+        "attempt": str(run.attempt),
+        "due": due_in(run, now),
+        "created": iso(run.created_at) or "",
+        "updated": iso(run.updated_at) or "",
+    }
+
+
+def _runs_table(rows: Sequence[dict[str, str | Text]], columns: Sequence[str]) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+    for name in columns:
+        folds = name in FOLDING_COLUMNS
+        table.add_column(
+            name,
+            no_wrap=not folds,
+            overflow="fold" if folds else "ellipsis",
+            min_width=8 if folds else None,
+            justify="right" if name == "attempt" else "left",
         )
-    out = show(f"{len(runs)} run(s), newest first", table)
+    for row in rows:
+        table.add_row(*cells(*(row[name] for name in columns)))
+    return table
+
+
+def print_runs(runs: Sequence[Run], cursor: str | None, now: datetime) -> None:
+    """A page of runs; at narrow widths the columns in ``NARROW_DROPS`` give way."""
+    out = console()
+    rows = [_run_row(run, now) for run in runs]
+    columns = list(RUN_COLUMNS)
+    table = _runs_table(rows, columns)
+    unbounded = out.options.update_width(UNBOUNDED_WIDTH)
+    for name in NARROW_DROPS:
+        if Measurement.get(out, unbounded, table).maximum <= out.width:
+            break
+        columns.remove(name)
+        table = _runs_table(rows, columns)
+    show(f"{len(runs)} run(s), newest first", table, out)
     if cursor:
         out.print(f"more: --cursor {cursor}", soft_wrap=True, markup=False)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 import time
 import uuid
 from collections import deque
@@ -239,9 +240,13 @@ class WorkerBase:
         logging.shutdown()  # flush the handlers: os._exit skips it
         os._exit(128 + signum)
 
+    def _start_unparking(self) -> None:
+        """At start, on a daemon thread (the worker does not wait for it): unpark parked
+        runs of tasks this worker registers on the queues it consumes."""
+        threading.Thread(target=self._unpark_known, name="runlane-unpark", daemon=True).start()
+
     def _unpark_known(self) -> None:
-        """At start: unpark parked runs of tasks this worker registers on the queues it
-        consumes (a failure is logged; maintenance unparks them later)."""
+        """A failure is logged; maintenance unparks the runs later."""
         try:
             self.engine.parking.unpark_known(by=self.worker_id, queues=self.config.queues)
         except RunlaneError as exc:

@@ -85,7 +85,7 @@ class Worker(WorkerBase):
         previous = self._install_signal_handlers()
         try:
             self._log_start("worker")
-            self._unpark_known()
+            self._start_unparking()
             self._loop(max_runs=None, drain=False)
         finally:
             self._shutdown()

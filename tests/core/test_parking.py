@@ -106,9 +106,7 @@ def test_unparking_restores_the_status_and_wait_and_publishes_soon() -> None:
         wait.until,
     )
     assert after.wake_at == later + POLICY.after  # maintenance republishes a lost wakeup
-    assert [(e.type, e.data) for e in decision.events] == [
-        (EventType.UNPARKED, {"by": "alice"})
-    ]
+    assert [(e.type, e.data) for e in decision.events] == [(EventType.UNPARKED, {"by": "alice"})]
     claim = machine.claim_lease(after, now=later, owner="w2", token="t", duration=POLICY.after)
     assert isinstance(claim, Transition)  # the next attempt may start at once
 

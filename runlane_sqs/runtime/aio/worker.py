@@ -97,7 +97,7 @@ class AsyncWorker(WorkerBase):
         installed = self._install_signal_handlers()
         try:
             self._log_start("async worker")
-            await asyncio.to_thread(self._unpark_known)
+            self._start_unparking()
             await self._work(max_runs=None, drain=False)
         finally:
             self._remove_signal_handlers(installed)

@@ -89,13 +89,22 @@ def command(*args: str) -> list[str]:
 class Cli:
     """Runs ``python -m runlane_sqs ...`` with the test's environment."""
 
-    def __init__(self, env: dict[str, str], log_dir: Path) -> None:
+    def __init__(self, env: dict[str, str], log_dir: Path, unset: tuple[str, ...] = ()) -> None:
         self.env = env
         self.log_dir = log_dir
+        self.unset = unset
         self.started: list[Started] = []
 
     def environment(self, extra: dict[str, str] | None = None) -> dict[str, str]:
-        return {**os.environ, **self.env, **(extra or {})}
+        merged = {**os.environ, **self.env, **(extra or {})}
+        return {name: value for name, value in merged.items() if name not in self.unset}
+
+    def without(self, *names: str) -> Cli:
+        """A runner whose processes do not get these variables (e.g. ``RUNLANE_APP``);
+        the processes it starts are stopped with this one's."""
+        runner = Cli(self.env, self.log_dir, (*self.unset, *names))
+        runner.started = self.started
+        return runner
 
     def __call__(self, *args: str, env: dict[str, str] | None = None) -> Done:
         done = subprocess.run(

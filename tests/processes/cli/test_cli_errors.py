@@ -24,8 +24,12 @@ def _fails(cli: Cli, code: int, *args: str, env: dict[str, str] | None = None) -
 def test_an_app_that_cannot_be_imported(cli: Cli) -> None:
     message = _fails(cli, EXIT_APP_NOT_IMPORTABLE, "runs", "list", "--app", "no_such_mod:app")
     assert "cannot import 'no_such_mod'" in message
-    message = _fails(cli, EXIT_APP_NOT_IMPORTABLE, "runs", "list", env={"RUNLANE_APP": ""})
+    message = _fails(cli, EXIT_APP_NOT_IMPORTABLE, "worker", env={"RUNLANE_APP": ""})
     assert "--app" in message and "RUNLANE_APP" in message
+    operator = cli.without("RUNLANE_APP")  # reads build the app from the environment
+    bad = {"RUNLANE_ENVIRONMENT": "Not Valid"}
+    message = _fails(operator, EXIT_APP_NOT_IMPORTABLE, "runs", "list", env=bad)
+    assert "cannot build an app from the environment" in message
 
 
 def test_an_unreachable_backend_names_the_endpoint(cli: Cli) -> None:

@@ -4,6 +4,7 @@ stderr and no traceback."""
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import signal
@@ -13,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from runlane_sqs import Runlane
+from runlane_sqs import RetryPolicy, Runlane
 from runlane_sqs.local import free_port
-from tests.processes.cli.apps.names import APP_SPEC
+from tests.processes.cli.apps.names import APP_SPEC, CHARGE, ECHO
 from tests.processes.cli.conftest import (
     CLI_TIMEOUT_SECONDS,
     REPO_ROOT,
@@ -31,9 +32,15 @@ EXIT_APP_NOT_IMPORTABLE = 3
 EXIT_BACKEND = 4
 EXIT_NOT_FOUND = 5
 EXIT_ILLEGAL = 6
+EXIT_RUN_UNSUCCESSFUL = 7
+EXIT_WAIT_TIMED_OUT = 8
 SHOP_MODULE = APP_SPEC.partition(":")[0]
 TOKEN = "{token}"
 """Stands for a token already decided, in the arguments of a case."""
+FAILED_RUN = "{failed}"
+"""Stands for a run that failed."""
+QUEUED_RUN = "{queued}"
+"""Stands for a run that no worker works on."""
 
 
 def reason_line(done: Done) -> str:
@@ -55,6 +62,8 @@ class Case:
     """A part of the reason line."""
     provisioned: bool = True
     env: dict[str, str] = field(default_factory=dict)
+    shows_run: bool = False
+    """``runs wait`` prints the run (as it ended, or its last state) on stdout."""
 
 
 CASES = {
@@ -76,26 +85,58 @@ CASES = {
     "illegal: a token decided twice": Case(
         EXIT_ILLEGAL, ("tokens", "complete", TOKEN, "--value", "2"), "already completed"
     ),
+    "unsuccessful: waiting for a run that failed": Case(
+        EXIT_RUN_UNSUCCESSFUL,
+        ("runs", "wait", FAILED_RUN, "--json"),
+        "finished failed",
+        shows_run=True,
+    ),
+    "timed out: waiting for a run nobody works on": Case(
+        EXIT_WAIT_TIMED_OUT,
+        ("runs", "wait", QUEUED_RUN, "--timeout", "0.1", "--json"),
+        "is still queued after 0.1 s",
+        shows_run=True,
+    ),
 }
+
+
+def _stand_ins(args: tuple[str, ...]) -> dict[str, str]:
+    """A decided token and runs for the placeholders in ``args``, made in this process."""
+    app = Runlane.from_env()
+    values: dict[str, str] = {}
+    if TOKEN in args:
+        values[TOKEN] = app.tokens.complete(app.tokens.create().id, 1).id
+    if QUEUED_RUN in args:
+        app.task(lambda ctx, payload: payload, name=ECHO)
+        values[QUEUED_RUN] = app.trigger(ECHO).id
+    if FAILED_RUN in args:
+
+        def charge(ctx: object, payload: object) -> None:
+            raise RuntimeError("card declined")
+
+        app.task(charge, name=CHARGE, retry=RetryPolicy(max_attempts=1))
+        values[FAILED_RUN] = app.trigger(CHARGE).id
+        app.worker().drain()
+    return values
 
 
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 def test_each_exit_code_has_a_one_line_reason(
     cli: Cli, request: pytest.FixtureRequest, case: Case
 ) -> None:
-    args = case.args
     if case.provisioned:
         request.getfixturevalue("provisioned")
-    if TOKEN in args:
-        tokens = Runlane.from_env().tokens
-        decided = tokens.complete(tokens.create().id, 1)
-        args = tuple(decided.id if arg == TOKEN else arg for arg in args)
+    values = _stand_ins(case.args)
+    args = tuple(values.get(arg, arg) for arg in case.args)
 
     done = cli(*args, env=case.env)
 
     assert done.code == case.code, f"{args} exited {done.code}, not {case.code}:\n{done.stderr}"
     assert case.reason in reason_line(done)
-    assert done.stdout == ""
+    if case.shows_run:
+        assert json.loads(done.stdout)["id"] in values.values()
+    else:
+        assert done.stdout == ""
 
 
 def test_answering_no_to_a_confirmation_exits_1(cli: Cli) -> None:
