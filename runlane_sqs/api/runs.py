@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from runlane_sqs.api.waiting import wait_for, wait_for_async
-from runlane_sqs.core import machine
+from runlane_sqs.core import machine, parking
 from runlane_sqs.core.attempts import Attempt, attempts_from
 from runlane_sqs.core.durations import Duration, to_timedelta
 from runlane_sqs.core.errors import ConflictError, IllegalTransition, RunlaneError, RunNotFound
 from runlane_sqs.core.machine import Transition
-from runlane_sqs.core.model import TERMINAL_STATUSES, LinkKind, Run, RunEvent, RunStatus
+from runlane_sqs.core.model import JSON, TERMINAL_STATUSES, LinkKind, Run, RunEvent, RunStatus
 from runlane_sqs.core.names import check_key, new_run_id
 from runlane_sqs.engine.engine import Engine
 from runlane_sqs.ports.store import KeyKind, RunQuery
@@ -154,7 +154,17 @@ class RunsApi:
         """Make a ``parked`` run runnable again and publish its wakeup (after deploying a
         worker that registers its task). Raises
         :class:`~runlane_sqs.core.errors.IllegalTransition` if the run is not parked."""
-        stored = self._engine.parking.unpark(self.get(run_id), actor=actor, reason=reason)
+        data: dict[str, JSON] = {"by": actor, "reason": reason}
+        stored = self._transition(
+            run_id,
+            lambda run: parking.unpark(
+                run,
+                now=self._engine.clock.now(),
+                republish=self._engine.config.republish,
+                data=data,
+            ),
+        )
+        self._engine.publisher.publish_many([stored])
         log.info(
             "run %s: unparked by %s",
             run_id,

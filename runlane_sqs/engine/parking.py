@@ -3,8 +3,8 @@
 The decisions are in :mod:`runlane_sqs.core.parking`; a worker parks a run in the
 per-message path (:mod:`runlane_sqs.engine.message`). This service finds parked runs
 on the status index (never a table Scan) and unparks them: those a worker can run when
-it starts, those the maintenance app registers once per ``republish_after``, and any
-one an operator names.
+it starts, and those the maintenance app registers once per ``republish_after``
+(an operator's unpark is ``app.runs.unpark``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from datetime import timedelta
 
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.config import RunlaneConfig
-from runlane_sqs.core.errors import ConflictError, IllegalTransition
+from runlane_sqs.core.errors import ConflictError
 from runlane_sqs.core.model import JSON, Run, RunStatus
 from runlane_sqs.core.parking import parked_long_enough, unpark
 from runlane_sqs.engine.publishing import Publisher
@@ -96,24 +96,6 @@ class Parking:
                 extra={"unparked": [run.id for run in unparked]},
             )
         return UnparkReport(examined=examined, unparked=len(unparked), more=cursor is not None)
-
-    def unpark(self, run: Run, *, actor: str, reason: str) -> Run:
-        """An operator unparks ``run`` (raises
-        :class:`~runlane_sqs.core.errors.IllegalTransition` if it is not parked)."""
-        data: dict[str, JSON] = {"by": actor, "reason": reason}
-        for _ in range(2):
-            try:
-                stored = self._store.apply(
-                    unpark(run, now=self._clock.now(), republish=self._config.republish, data=data)
-                )
-            except ConflictError as conflict:
-                if conflict.current is None:
-                    raise
-                run = conflict.current
-                continue
-            self._publisher.publish_many([stored])
-            return stored
-        raise IllegalTransition(f"run {run.id} kept changing; try again")
 
     def _try_unpark(self, run: Run, data: dict[str, JSON]) -> Run | None:
         """Unpark a listed run; ``None`` if it changed since it was read (the write is

@@ -75,7 +75,6 @@ def test_commands_that_run_task_code_say_they_need_the_app(
     assert done.stdout == ""
 
 
-
 def test_an_operator_without_the_app_finds_and_unparks_a_parked_run(
     cli: Cli, provisioned: dict[str, str]
 ) -> None:
