@@ -14,10 +14,14 @@ import click
 from runlane_sqs.api import loading
 from runlane_sqs.api.app import Runlane
 from runlane_sqs.api.loading import ENV_APP, InvalidAppSpec
+from runlane_sqs.core.errors import InvalidPayloadError
 from runlane_sqs.core.model import JSON
+from runlane_sqs.core.payload import parse_json as parse_json_text
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_ACTOR = "operator"
+SHOWN_CHARS = 40
+"""Characters of a bad option value quoted in its error."""
 
 
 def app_option(fn: F) -> F:
@@ -93,10 +97,11 @@ def parse_json(ctx: click.Context, param: click.Parameter, value: str | None) ->
     """Callback of options given as JSON (``'{"order": 7}'``, ``'"text"'``, ``3``)."""
     if value is None:
         return None
+    shown = repr(value) if len(value) <= SHOWN_CHARS else repr(value[:SHOWN_CHARS]) + "..."
     try:
-        return json.loads(value)
-    except json.JSONDecodeError as exc:
-        raise click.BadParameter(f"{value!r} is not valid JSON: {exc}", ctx, param) from None
+        return parse_json_text(value, what=shown)
+    except InvalidPayloadError as exc:  # bad JSON, NaN, a lone surrogate, too deep
+        raise click.BadParameter(str(exc), ctx, param) from None
 
 
 def parse_time(text: str) -> datetime:

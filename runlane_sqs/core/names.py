@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import unicodedata
 import uuid
+from typing import Final
 
 from runlane_sqs.core.errors import ConfigurationError, InvalidKeyError
 
@@ -51,16 +52,46 @@ def check_task_name(name: object) -> str:
     return _check(TASK_PATTERN, "task name", name, rule)
 
 
+REFUSED_KEY_CATEGORIES = {
+    "Cc": "a control character",
+    "Cf": "a format character",
+    "Cs": "a lone surrogate",
+    "Cn": f"a code point unassigned in Unicode {unicodedata.unidata_version}",
+    "Zl": "a line separator",
+    "Zp": "a paragraph separator",
+}
+"""Unicode categories a key may not contain, and what the error calls them: characters
+that are invisible or break lines (so two keys that print alike would differ), cannot be
+encoded as UTF-8 (lone surrogates), or have no normalization this Python can vouch for
+(unassigned code points, which a later Unicode version may normalize differently)."""
+KEY_NORMAL_FORM: Final = "NFC"
+"""Keys are stored and looked up in this Unicode normal form: "café" typed with one code
+point for "é" or with "e" and a combining accent is one key."""
+
+
 def check_key(kind: str, key: object) -> str:
-    """Validate an idempotency or singleton key; ``kind`` names it in the error."""
+    """Validate an idempotency, singleton or signal key and return it in
+    :data:`KEY_NORMAL_FORM`, the spelling it is stored and looked up under; ``kind``
+    names the key in the error."""
     if not isinstance(key, str):
         raise InvalidKeyError(f"{kind} key must be a string, not {type(key).__name__}")
+    _refuse_characters(kind, key)
+    key = unicodedata.normalize(KEY_NORMAL_FORM, key)
     if not key or not key.strip():
         raise InvalidKeyError(f"{kind} key must not be empty")
     if key != key.strip():
         raise InvalidKeyError(f"{kind} key {key!r} must not start or end with whitespace")
     if len(key) > MAX_KEY_CHARS:
         raise InvalidKeyError(f"{kind} key is {len(key)} characters; the limit is {MAX_KEY_CHARS}")
-    if any(unicodedata.category(ch) == "Cc" for ch in key):
-        raise InvalidKeyError(f"{kind} key {key!r} must not contain control characters")
     return key
+
+
+def _refuse_characters(kind: str, key: str) -> None:
+    """Raise on the first character of a refused category, naming it by code point (the
+    raw character is never echoed: it may be a control or bidi-override character)."""
+    for index, char in enumerate(key):
+        what = REFUSED_KEY_CATEGORIES.get(unicodedata.category(char))
+        if what is not None:
+            raise InvalidKeyError(
+                f"{kind} key contains U+{ord(char):04X} ({what}) at index {index}"
+            )

@@ -1,15 +1,84 @@
-"""JSON encoding of payloads and results, with the size limit applied once."""
+"""JSON encoding of payloads and results, with the size and depth limits applied once.
+
+Payloads, results, step results, signal payloads and token values are stored as JSON
+text. A value is refused with :class:`~runlane_sqs.errors.InvalidPayloadError` when
+:mod:`json` cannot write it, when a string in it holds a lone surrogate (``"\\ud800"``
+has no UTF-8 form), or when it is nested deeper than :data:`MAX_JSON_DEPTH`. The checks
+walk the value with a loop, not recursion, so no value reaches Python's recursion limit.
+"""
 
 from __future__ import annotations
 
 import json
+import re
+from typing import NoReturn
 
 from runlane_sqs.core.errors import InvalidPayloadError, PayloadTooLarge
 from runlane_sqs.core.model import JSON
 
+MAX_JSON_DEPTH = 64
+"""Most levels of arrays and objects nested in a payload or result (``[[1]]`` has 2)."""
+_SURROGATE = re.compile("[\ud800-\udfff]")
+"""A surrogate code point: in a Python string it is always unpaired (a lone surrogate)."""
+_SHOWN_STEPS = 8
+"""Steps of a location shown before the rest is cut (a too-deep value's path is long)."""
+
+
+def _where(path: tuple[str, ...]) -> str:
+    """A JSONPath-like location: ``$.items[3]["a key"]``."""
+    shown = path if len(path) <= _SHOWN_STEPS else (*path[:_SHOWN_STEPS], "...")
+    return "$" + "".join(shown)
+
+
+def _step(key: object) -> str:
+    if isinstance(key, str) and key.isidentifier():
+        return f".{key}"
+    shown = json.dumps(key) if isinstance(key, str) else repr(key)
+    return f"[{shown}]"
+
+
+def _check_text(text: str, what: str, path: tuple[str, ...], *, in_key: bool) -> None:
+    found = _SURROGATE.search(text)
+    if found is not None:
+        place = f"a key of {_where(path)}" if in_key else _where(path)
+        raise InvalidPayloadError(
+            f"{what} contains a lone surrogate (U+{ord(found.group()):04X}) in {place}; "
+            "strings must be valid Unicode"
+        )
+
+
+def check_json(value: object, *, what: str) -> None:
+    """Raise :class:`InvalidPayloadError` if ``value`` is nested deeper than
+    :data:`MAX_JSON_DEPTH` or holds a lone surrogate (in a string or an object key).
+
+    Types :mod:`json` cannot write are left for it to refuse. A value that contains
+    itself is reported as too deep."""
+    pending: list[tuple[object, tuple[str, ...]]] = [(value, ())]
+    while pending:
+        item, path = pending.pop()
+        if isinstance(item, str):
+            _check_text(item, what, path, in_key=False)
+            continue
+        if not isinstance(item, dict | list | tuple):
+            continue
+        if len(path) >= MAX_JSON_DEPTH:
+            raise InvalidPayloadError(
+                f"{what} is nested deeper than {MAX_JSON_DEPTH} levels of arrays and "
+                f"objects (at {_where(path)})"
+            )
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if isinstance(key, str):
+                    _check_text(key, what, path, in_key=True)
+                pending.append((child, (*path, _step(key))))
+        else:
+            pending.extend((child, (*path, f"[{n}]")) for n, child in enumerate(item))
+
 
 def encode_json(value: JSON, *, what: str, limit_bytes: int) -> str:
-    """Compact JSON text for ``value``; raises if it is not JSON or is over the limit."""
+    """Compact JSON text for ``value``; raises if it is not JSON, is nested too deeply,
+    holds a lone surrogate or is over the limit."""
+    check_json(value, what=what)
     try:
         text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
@@ -20,5 +89,34 @@ def encode_json(value: JSON, *, what: str, limit_bytes: int) -> str:
     return text
 
 
+def _refuse_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not JSON")
+
+
+def parse_json(text: str, *, what: str) -> JSON:
+    """The value of JSON text given by a user (``--payload`` on the command line), held
+    to the same rules as :func:`encode_json` but for size; raises
+    :class:`InvalidPayloadError` saying what is wrong and where."""
+    try:
+        value: JSON = json.loads(text, parse_constant=_refuse_constant)
+    except ValueError as exc:  # JSONDecodeError, NaN or Infinity
+        raise InvalidPayloadError(f"{what} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidPayloadError(
+            f"{what} is nested deeper than {MAX_JSON_DEPTH} levels of arrays and objects"
+        ) from None
+    check_json(value, what=what)
+    return value
+
+
 def decode_json(text: str | None) -> JSON:
-    return None if text is None else json.loads(text)
+    """A stored value (written by :func:`encode_json`) read back."""
+    if text is None:
+        return None
+    try:
+        value: JSON = json.loads(text)
+    except RecursionError:
+        raise InvalidPayloadError(
+            f"a stored value is nested deeper than {MAX_JSON_DEPTH} levels"
+        ) from None
+    return value

@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -35,13 +34,14 @@ from typing import Any
 from runlane_sqs.core.agenda import AgendaKind, agenda_partitions
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.config import RunlaneConfig
-from runlane_sqs.core.errors import ConflictError, InvalidCursor, RunlaneError
+from runlane_sqs.core.errors import ConflictError, RunlaneError
 from runlane_sqs.core.machine import Skip, Transition
 from runlane_sqs.core.model import EventType, Run, RunStatus, WaitKind
 from runlane_sqs.core.recovery import RecoverySettings, plan_publish, recover_lease
 from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenStatus
 from runlane_sqs.core.tokens import decide as decide_token
 from runlane_sqs.core.waits import poll_later
+from runlane_sqs.engine.agenda_scan import AgendaScan, Page
 from runlane_sqs.engine.finishing import Finisher
 from runlane_sqs.engine.parking import Parking
 from runlane_sqs.engine.publishing import Publisher
@@ -51,7 +51,6 @@ from runlane_sqs.engine.tokens import TokensApi
 from runlane_sqs.ports.store import RunStore
 
 log = logging.getLogger("runlane_sqs.maintenance")
-PAGE_SIZE = 25
 MAINTENANCE_RESUME_BATCH = 100
 """Waiters of one decided token resumed per pass."""
 
@@ -166,7 +165,6 @@ class Maintenance:
         self._clock = clock
         self._settings = settings
         self.config = config or MaintenanceConfig()
-        self._out_of_time: Callable[[], bool] = lambda: False
 
     @property
     def settings(self) -> RecoverySettings:
@@ -188,9 +186,16 @@ class Maintenance:
                 return False
             return time.monotonic() - started > time_budget_seconds
 
-        self._out_of_time = out_of_time
+        scan = AgendaScan(
+            self._store,
+            now,
+            cursors,
+            out_of_time,
+            lambda k, page: self._handle(k, page, now, report),
+        )
         for kind in (AgendaKind.DUE, AgendaKind.LEASE, AgendaKind.TOKEN):
-            self._scan(kind, now, cursors, report, out_of_time)
+            partitions = agenda_partitions(self._settings.environment, kind.value)
+            scan.scan(kind, partitions, max(1, self.config.limit_per_job // len(partitions)))
         if not out_of_time():
             self._unpark(report.job(JOB_PARKED))
         report.cursors = {p: c for p, c in cursors.items() if c}
@@ -211,73 +216,17 @@ class Maintenance:
         job.acted += unparked.unparked
         job.published += unparked.unparked
 
-    def _scan(
-        self,
-        kind: AgendaKind,
-        now: datetime,
-        cursors: dict[str, str],
-        report: PassReport,
-        out_of_time: Callable[[], bool],
-    ) -> None:
-        partitions = agenda_partitions(self._settings.environment, kind.value)
-        per_partition = max(1, self.config.limit_per_job // len(partitions))
-        for partition in partitions:
-            if out_of_time():
-                return
-            start = cursors.get(partition)
-            cursor = self._scan_partition(kind, partition, now, start, per_partition, report)
-            if cursor != start:
-                self._store.save_cursor(partition, cursor)
-            if cursor:
-                cursors[partition] = cursor
-            else:
-                cursors.pop(partition, None)
-
-    def _scan_partition(
-        self,
-        kind: AgendaKind,
-        partition: str,
-        now: datetime,
-        cursor: str | None,
-        budget: int,
-        report: PassReport,
-    ) -> str | None:
-        while budget > 0 and not self._out_of_time():
-            page = min(budget, PAGE_SIZE)
-            try:
-                listed, cursor = self._page(kind, partition, now, page, cursor, report)
-            except InvalidCursor:
-                log.warning("discarding an unreadable cursor for %s", partition)
-                listed, cursor = self._page(kind, partition, now, page, None, report)
-            budget -= listed
-            if cursor is None or not listed:
-                return None
-        return cursor
-
-    def _page(
-        self,
-        kind: AgendaKind,
-        partition: str,
-        now: datetime,
-        limit: int,
-        cursor: str | None,
-        report: PassReport,
-    ) -> tuple[int, str | None]:
-        """Handle one page of a partition; returns how many items it listed."""
-        store = self._store
-        if kind is AgendaKind.TOKEN:
-            tokens, cursor = store.token_agenda_page(partition, now, limit, cursor)
-            for token in tokens:
-                self._token(token, now, report.job(JOB_TOKENS))
-            return len(tokens), cursor
-        runs, cursor = store.agenda_page(partition, now, limit, cursor)
+    def _handle(self, kind: AgendaKind, listed: Page, now: datetime, report: PassReport) -> None:
+        """Decide and write each candidate of a page, then publish the wakeups they need."""
         wakeups: list[tuple[Run, JobReport, timedelta | None]] = []
-        for run in runs:
-            wakeup = self._candidate(kind, run, now, report)
+        for item in listed:
+            if isinstance(item, Token):
+                self._token(item, now, report.job(JOB_TOKENS))
+                continue
+            wakeup = self._candidate(kind, item, now, report)
             if wakeup is not None:
                 wakeups.append(wakeup)
         self._publish(wakeups)
-        return len(runs), cursor
 
     def _token(self, listed: Token, now: datetime, job: JobReport) -> None:
         """Time out a pending token past its timeout; resume a batch of a decided one."""

@@ -19,6 +19,12 @@ What the handler returns, ``{"batchItemFailures": [{"itemIdentifier": messageId}
 - a record whose run was executed, or that was a stale, foreign, unknown or malformed
   hint, is *not* reported: Lambda deletes it (the handler itself never calls SQS
   ``DeleteMessage``);
+- each record is read on its own, so one broken record never fails the others: a
+  record without a usable ``messageId`` cannot be reported and is only logged (ERROR);
+  one without a usable ``eventSourceARN``, ``receiptHandle`` or string ``body`` (or not
+  from ``aws:sqs``) is reported; an unreadable ``attributes`` or
+  ``ApproximateReceiveCount`` counts as the first receive (WARNING) and the record is
+  handled;
 - a record that could not be handled now (storage unavailable, a task this function
   does not register) is reported: it becomes visible again after the queue's visibility
   timeout and is redelivered, up to the redrive policy's ``maxReceiveCount``;
@@ -59,6 +65,9 @@ log = logging.getLogger("runlane_sqs.lambda")
 DEFAULT_SAFETY_MARGIN_SECONDS = 10.0
 """Start no record once less than this remains before the function's timeout."""
 FIFO_SUFFIX = ".fifo"
+EVENT_SOURCE = "aws:sqs"
+RECEIVE_COUNT_MAX_DIGITS = 10
+"""Longest ``ApproximateReceiveCount`` read; a longer one is unreadable (counts as 1)."""
 
 
 class LambdaContext(Protocol):
@@ -108,6 +117,8 @@ def sqs_handler(
 class _Tally:
     executed: int = 0
     skipped: int = 0
+    unreportable: int = 0
+    """Records without a usable ``messageId``: logged, neither handled nor reported."""
     reported: list[str] = field(default_factory=list)
     failed_groups: set[str] = field(default_factory=set)
     stop_reason: str | None = None
@@ -127,44 +138,55 @@ class _Invocation:
         self.executor = Executor(engine, self.worker_id, self.leases)
         self.tally = _Tally()
 
-    def run(self, records: Sequence[Mapping[str, Any]]) -> BatchResponse:
+    def run(self, records: Sequence[object]) -> BatchResponse:
         self.leases.start()
         timer = self._deadline_timer()
         try:
-            for record in records:
-                self._record(record)
+            for index, record in enumerate(records):
+                self._record(index, record)
         finally:
             timer.cancel()
             timer.join()
             self.leases.stop()
         tally = self.tally
         log.info(
-            "batch of %d record(s): %d executed, %d skipped, %d reported%s",
+            "batch of %d record(s): %d executed, %d skipped, %d reported%s%s",
             len(records),
             tally.executed,
             tally.skipped,
             len(tally.reported),
+            f", {tally.unreportable} without a messageId" if tally.unreportable else "",
             f" ({tally.stop_reason})" if tally.stop_reason else "",
             extra={"worker_id": self.worker_id},
         )
         return {"batchItemFailures": [{"itemIdentifier": i} for i in tally.reported]}
 
-    def _record(self, record: Mapping[str, Any]) -> None:
+    def _record(self, index: int, record: object) -> None:
         tally = self.tally
-        message = self._wakeup(record)
+        message_id = _message_id(record)
+        if message_id is None or not isinstance(record, Mapping):
+            tally.unreportable += 1
+            log.error(
+                "record %d of the batch has no usable messageId: it cannot be reported "
+                "for redelivery and is not handled",
+                index,
+                extra={"worker_id": self.worker_id},
+            )
+            return
         group = _fifo_group(record)
         if tally.stop_reason is None and self._remaining_seconds() < self.margin_seconds:
             tally.stop_reason = "too close to the function's timeout to start more records"
         if tally.stop_reason is not None or (group is not None and group in tally.failed_groups):
-            tally.reported.append(message.message_id)
+            tally.reported.append(message_id)
             return
-        disposition = self._handle(message)
+        message = self._wakeup(record, message_id)
+        disposition = self._handle(message) if message is not None else Disposition.DEFERRED
         if disposition is Disposition.EXECUTED:
             tally.executed += 1
         elif disposition is Disposition.SKIPPED:
             tally.skipped += 1
         else:
-            tally.reported.append(message.message_id)
+            tally.reported.append(message_id)
             if group is not None:
                 tally.failed_groups.add(group)
 
@@ -179,14 +201,30 @@ class _Invocation:
             log.exception("unexpected error handling message %s", message.message_id, extra=extra)
         return Disposition.DEFERRED
 
-    def _wakeup(self, record: Mapping[str, Any]) -> ReceivedWakeup:
-        attributes = record.get("attributes") or {}
+    def _wakeup(self, record: Mapping[str, Any], message_id: str) -> ReceivedWakeup | None:
+        """The record as a received message; ``None`` (logged) when its envelope is
+        broken, so the record is reported. A body that is not a wakeup is left to the
+        executor, which deletes it as a malformed hint."""
+        extra = {"message_id": message_id, "worker_id": self.worker_id}
+        envelope = _envelope(record)
+        if isinstance(envelope, str):
+            log.error("reporting record %s: %s", message_id, envelope, extra=extra)
+            return None
+        arn, receipt, body = envelope
+        count = _receive_count(record.get("attributes"))
+        if count is None:
+            log.warning(
+                "record %s has no readable ApproximateReceiveCount; counting this as its "
+                "first receive",
+                message_id,
+                extra=extra,
+            )
         return ReceivedWakeup(
-            queue=logical_queue(self.app, str(record["eventSourceARN"])),
-            body=str(record.get("body") or ""),
-            receipt=str(record.get("receiptHandle") or ""),
-            message_id=str(record["messageId"]),
-            receive_count=int(attributes.get("ApproximateReceiveCount", 1)),
+            queue=logical_queue(self.app, arn),
+            body=body,
+            receipt=receipt,
+            message_id=message_id,
+            receive_count=count or 1,
         )
 
     def _deadline_timer(self) -> threading.Timer:
@@ -218,21 +256,62 @@ def logical_queue(app: Runlane, queue_arn: str) -> str:
 
 
 def _fifo_group(record: Mapping[str, Any]) -> str | None:
-    """The record's message group on a FIFO queue, ``None`` on a standard queue."""
-    if not str(record.get("eventSourceARN", "")).endswith(FIFO_SUFFIX):
+    """The record's message group on a FIFO queue (``""`` if unreadable), ``None`` on a
+    standard queue."""
+    arn = record.get("eventSourceARN")
+    if not isinstance(arn, str) or not arn.endswith(FIFO_SUFFIX):
         return None
-    attributes = record.get("attributes") or {}
-    return str(attributes.get("MessageGroupId", ""))
+    attributes = record.get("attributes")
+    group = attributes.get("MessageGroupId") if isinstance(attributes, Mapping) else None
+    return group if isinstance(group, str) else ""
 
 
-def _records(event: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def _message_id(record: object) -> str | None:
+    """The record's ``messageId`` if it can be reported back and logged: a non-empty,
+    printable string (SQS gives a UUID)."""
+    message_id = record.get("messageId") if isinstance(record, Mapping) else None
+    if not isinstance(message_id, str) or not message_id.strip():
+        return None
+    return message_id if message_id.isprintable() else None
+
+
+def _envelope(record: Mapping[str, Any]) -> tuple[str, str, str] | str:
+    """The record's queue ARN, receipt handle and body; or, as a string, what makes its
+    envelope unusable (SQS never delivers such a record: it is reported, and the
+    redrive policy ends its redeliveries)."""
+    arn, receipt, body = (record.get(f) for f in ("eventSourceARN", "receiptHandle", "body"))
+    if record.get("eventSource") != EVENT_SOURCE:
+        return f"its eventSource is not {EVENT_SOURCE!r}"
+    if not isinstance(arn, str) or not arn.startswith("arn:"):
+        return "it has no usable eventSourceARN"
+    if not isinstance(receipt, str) or not receipt:
+        return "it has no usable receiptHandle"
+    if not isinstance(body, str):
+        return "its body is missing or not a string"
+    return arn, receipt, body
+
+
+def _receive_count(attributes: object) -> int | None:
+    """``ApproximateReceiveCount`` as a positive integer; ``None`` if it cannot be read."""
+    raw = attributes.get("ApproximateReceiveCount") if isinstance(attributes, Mapping) else None
+    text = str(raw) if isinstance(raw, int) and not isinstance(raw, bool) else raw
+    if not isinstance(text, str) or not (text.isascii() and text.isdigit()):
+        return None
+    if len(text) > RECEIVE_COUNT_MAX_DIGITS or int(text) < 1:
+        return None
+    return int(text)
+
+
+def _records(event: Mapping[str, Any]) -> list[object]:
+    """The batch's records; raises :class:`NotAnSqsEvent` unless ``Records`` is a list
+    with at least one SQS record (an empty list is an empty batch). Each record is
+    checked on its own later, so one broken record does not fail the batch."""
     records = event.get("Records") if isinstance(event, Mapping) else None
-    if not isinstance(records, list) or not all(
-        isinstance(r, Mapping)
-        and r.get("eventSource") == "aws:sqs"
-        and r.get("messageId")
-        and r.get("eventSourceARN")
-        for r in records
+    if not isinstance(records, list) or (
+        records
+        and not any(
+            isinstance(r, Mapping) and r.get("eventSource") == EVENT_SOURCE for r in records
+        )
     ):
         raise NotAnSqsEvent("expected an SQS event-source-mapping batch ({'Records': [...]})")
     return records

@@ -5,7 +5,8 @@ it (with its first payload, publishing nothing), even after that run succeeded; 
 owner releases the key, so the next trigger creates a new run. A singleton key allows
 one unfinished run per key; once it finishes (even if its worker died before releasing
 the key) the next trigger creates a new run. Empty or malformed keys are refused before
-anything is written.
+anything is written. Keys (signal keys too) are compared as Unicode NFC: two spellings of
+the same text are one key.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from tests.behaviour.worker_support import SYNC_WORKER
 
 CHARGE = "keys.charge"
 REFUND = "keys.refund"
+AWAIT = "keys.await-signal"
+NFC_CAFE = "caf\u00e9"
+NFD_CAFE = "cafe\u0301"
 
 
 class Tasks:
@@ -32,12 +36,16 @@ class Tasks:
     def register(self, app: Runlane) -> None:
         app.task(self.handle, name=CHARGE)
         app.task(self.handle, name=REFUND)
+        app.task(self.await_signal, name=AWAIT)
 
     def handle(self, ctx: TaskContext, payload: Any) -> Any:
         self.calls.append((ctx.task, payload))
         if isinstance(payload, dict) and payload.get("fail"):
             raise RuntimeError("card declined")
         return payload
+
+    def await_signal(self, ctx: TaskContext, payload: Any) -> Any:
+        return ctx.wait_for_signal(payload["key"]).payload
 
 
 @pytest.fixture
@@ -59,7 +67,20 @@ def key_owner(app: Runlane, kind: KeyKind, key: str, task: str = CHARGE) -> str 
     return app.store.get_key_owner(kind, task, key, app.clock.now())
 
 
-BAD_KEYS = ["", "   ", " key", "key ", "k\x00ey", "k\ney", "k" * 257, 42]
+BAD_KEYS = [
+    "",
+    "   ",
+    " key",
+    "key ",
+    "k\x00ey",
+    "k\ney",
+    "k" * 257,
+    42,
+    "k\u202eey",
+    "k\u00adey",
+    "k\u200bey",
+    "k\ud800ey",
+]
 
 
 @pytest.mark.parametrize("key", BAD_KEYS, ids=repr)
@@ -148,3 +169,44 @@ def test_a_singleton_held_by_a_finished_run_whose_key_was_not_released_is_taken_
 
     assert second.created and second.id != first.id
     assert key_owner(app, KeyKind.SINGLETON, "report") == second.id
+
+
+def test_nfc_and_nfd_spellings_of_an_idempotency_key_are_one_key(
+    backend: Backend, app: Runlane
+) -> None:
+    assert NFC_CAFE != NFD_CAFE
+    first = app.trigger(CHARGE, {"n": 1}, idempotency_key=NFC_CAFE)
+    again = app.trigger(CHARGE, {"n": 2}, idempotency_key=NFD_CAFE)
+
+    assert (first.created, again.created, again.id) == (True, False, first.id)
+    assert run_count(app) == 1
+    assert backend.depth(app) == 1
+    assert first.idempotency_key == NFC_CAFE
+    found = app.runs.find_current(CHARGE, NFD_CAFE)
+    assert found is not None and found.id == first.id
+
+    app.idempotency.reset(CHARGE, NFD_CAFE)
+    assert app.runs.find_current(CHARGE, NFC_CAFE) is None
+    assert app.trigger(CHARGE, {"n": 3}, idempotency_key=NFC_CAFE).created
+
+
+def test_nfc_and_nfd_spellings_of_a_singleton_key_are_one_key(app: Runlane) -> None:
+    active = app.trigger(CHARGE, {"n": 1}, singleton_key=NFD_CAFE)
+    duplicate = app.trigger(CHARGE, {"n": 2}, singleton_key=NFC_CAFE)
+
+    assert (duplicate.id, duplicate.created) == (active.id, False)
+    found = app.runs.find_active(CHARGE, NFC_CAFE)
+    assert found is not None and found.id == active.id
+
+
+def test_a_signal_sent_to_the_nfd_spelling_wakes_a_run_waiting_on_the_nfc_spelling(
+    app: Runlane,
+) -> None:
+    run = app.trigger(AWAIT, {"key": NFC_CAFE})
+    assert SYNC_WORKER.drain(app) == 1
+    assert app.runs.get(run.id).status is RunStatus.RELEASED
+
+    assert app.signals.send(NFD_CAFE, "paid") == 1
+    assert SYNC_WORKER.drain(app) == 1
+    done = app.runs.get(run.id)
+    assert (done.status, done.result) == (RunStatus.SUCCEEDED, "paid")

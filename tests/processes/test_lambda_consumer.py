@@ -482,3 +482,184 @@ def test_logical_queue_names(clock: ManualClock) -> None:
     assert logical_queue(app, "arn:aws:sqs:us-east-1:1:prod-emails") == "emails"
     assert logical_queue(app, "arn:aws:sqs:us-east-1:1:prod-ordered.fifo") == "ordered"
     assert logical_queue(app, "arn:aws:sqs:us-east-1:1:other") == "other"
+
+
+# one broken record fails alone (issue 13, item 7) ----------------------------------------
+
+
+def broken_garbage_attributes(record: dict[str, Any]) -> None:
+    record["attributes"] = "garbage"
+
+
+def broken_no_attributes(record: dict[str, Any]) -> None:
+    del record["attributes"]
+
+
+def broken_receive_count(record: dict[str, Any]) -> None:
+    record["attributes"]["ApproximateReceiveCount"] = "x"
+
+
+def broken_negative_receive_count(record: dict[str, Any]) -> None:
+    record["attributes"]["ApproximateReceiveCount"] = "-3"
+
+
+def broken_overlong_receive_count(record: dict[str, Any]) -> None:
+    record["attributes"]["ApproximateReceiveCount"] = "9" * 5000  # past int()'s digit limit
+
+
+@pytest.mark.parametrize(
+    "break_record",
+    [
+        broken_garbage_attributes,
+        broken_no_attributes,
+        broken_receive_count,
+        broken_negative_receive_count,
+        broken_overlong_receive_count,
+    ],
+)
+def test_an_unreadable_receive_count_counts_as_the_first_receive(
+    app: Runlane,
+    clock: ManualClock,
+    transport: InMemoryTransport,
+    calls: list[Any],
+    caplog: pytest.LogCaptureFixture,
+    break_record: Any,
+) -> None:
+    runs, messages = trigger_and_receive(app, transport, [{"n": 1}, {"n": 2}, {"n": 3}])
+    records = [sqs_record(m) for m in messages]
+    break_record(records[1])
+
+    response = sqs_handler(app)({"Records": records}, FakeContext(clock, 60, "r"))
+
+    assert reported(response) == []
+    assert calls == [{"n": 1}, {"n": 2}, {"n": 3}]
+    assert all(status(app, r) is RunStatus.SUCCEEDED for r in runs)
+    [warning] = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert warning.getMessage() == (
+        f"record {messages[1].message_id} has no readable ApproximateReceiveCount; "
+        "counting this as its first receive"
+    )
+
+
+def without_message_id(record: dict[str, Any]) -> object:
+    del record["messageId"]
+    return record
+
+
+@pytest.mark.parametrize(
+    "unreportable",
+    [
+        without_message_id,
+        lambda record: record | {"messageId": None},
+        lambda record: record | {"messageId": ""},
+        lambda record: record | {"messageId": 42},
+        lambda record: record | {"messageId": "m-1\n2030-01-01 ERROR forged log line"},
+        lambda record: "garbage",
+        lambda record: None,
+    ],
+    ids=["missing", "None", "empty", "number", "control", "a string record", "a null record"],
+)
+def test_a_record_without_a_usable_message_id_is_logged_and_the_others_run(
+    app: Runlane,
+    clock: ManualClock,
+    transport: InMemoryTransport,
+    calls: list[Any],
+    caplog: pytest.LogCaptureFixture,
+    unreportable: Any,
+) -> None:
+    """It cannot be reported (an empty or unknown itemIdentifier fails the whole batch),
+    so it is left out of the response: the rest of the batch is unaffected."""
+    runs, messages = trigger_and_receive(app, transport, [{"n": 1}, {"n": 2}, {"n": 3}])
+    records = [sqs_record(m) for m in messages]
+    records[1] = unreportable(records[1])
+
+    response = sqs_handler(app)({"Records": records}, FakeContext(clock, 60, "r"))
+
+    assert response == {"batchItemFailures": []}
+    assert calls == [{"n": 1}, {"n": 3}]
+    assert [status(app, r) for r in runs] == [
+        RunStatus.SUCCEEDED,
+        RunStatus.QUEUED,
+        RunStatus.SUCCEEDED,
+    ]
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert errors == [
+        "record 1 of the batch has no usable messageId: it cannot be reported for "
+        "redelivery and is not handled"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "problem"),
+    [
+        ("eventSourceARN", None, "it has no usable eventSourceARN"),
+        ("eventSourceARN", 7, "it has no usable eventSourceARN"),
+        ("receiptHandle", None, "it has no usable receiptHandle"),
+        ("receiptHandle", "", "it has no usable receiptHandle"),
+        ("body", None, "its body is missing or not a string"),
+        ("body", {"run_id": "x"}, "its body is missing or not a string"),
+        ("eventSource", "aws:s3", "its eventSource is not 'aws:sqs'"),
+    ],
+)
+def test_a_record_with_a_broken_envelope_is_reported_and_the_others_run(
+    app: Runlane,
+    clock: ManualClock,
+    transport: InMemoryTransport,
+    calls: list[Any],
+    caplog: pytest.LogCaptureFixture,
+    field: str,
+    value: object,
+    problem: str,
+) -> None:
+    runs, messages = trigger_and_receive(app, transport, [{"n": 1}, {"n": 2}, {"n": 3}])
+    records = [sqs_record(m) for m in messages]
+    if value is None:
+        del records[1][field]
+    else:
+        records[1][field] = value
+
+    response = sqs_handler(app)({"Records": records}, FakeContext(clock, 60, "r"))
+
+    assert response == {"batchItemFailures": [{"itemIdentifier": messages[1].message_id}]}
+    assert calls == [{"n": 1}, {"n": 3}]
+    assert status(app, runs[1]) is RunStatus.QUEUED
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert errors == [f"reporting record {messages[1].message_id}: {problem}"]
+
+
+def test_a_broken_fifo_record_holds_back_the_rest_of_its_group(
+    app: Runlane, clock: ManualClock, transport: InMemoryTransport, calls: list[Any]
+) -> None:
+    _, messages = trigger_and_receive(app, transport, [{"n": "a1"}, {"n": "a2"}, {"n": "b1"}])
+    a1, a2, b1 = messages
+    records = [sqs_record(m, FIFO_ARN, g) for m, g in ((a1, "A"), (a2, "A"), (b1, "B"))]
+    del records[0]["receiptHandle"]
+
+    response = sqs_handler(app)({"Records": records}, FakeContext(clock, 60, "r"))
+
+    assert reported(response) == [a1.message_id, a2.message_id]
+    assert calls == [{"n": "b1"}]
+
+
+def test_a_forged_receive_count_parks_only_a_run_whose_task_is_not_registered(
+    app: Runlane, clock: ManualClock, transport: InMemoryTransport, calls: list[Any]
+) -> None:
+    """A receive count is only read to park runs of tasks this function does not register;
+    a huge one parks such a run at once (as the third receive would) and changes nothing
+    for a run whose task it registers."""
+    other = Runlane(environment="test", clock=clock, store=app.store, transport=transport)
+    other.task(lambda ctx, payload: None, name="elsewhere")
+    stranger = other.trigger("elsewhere", {})
+    known = app.trigger("work", {"n": 1})
+    by_run = {parse_wakeup(m.body).run_id: m for m in transport.receive("default", 10, 0)}
+    records = [sqs_record(by_run[stranger.id]), sqs_record(by_run[known.id])]
+    for record in records:
+        record["attributes"]["ApproximateReceiveCount"] = "9999999999"
+
+    response = sqs_handler(app)({"Records": records}, FakeContext(clock, 60, "r"))
+
+    assert reported(response) == []
+    assert status(app, stranger) is RunStatus.PARKED
+    assert status(app, known) is RunStatus.SUCCEEDED
+    assert calls == [{"n": 1}]
+    assert app.runs.get(known.id).attempt == 1

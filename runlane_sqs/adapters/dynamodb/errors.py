@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    MissingParametersError,
+    ParamValidationError,
+    ValidationError,
+)
 
 from runlane_sqs.core.errors import MissingResourceError, StorageError, StorageUnavailable
 
@@ -20,6 +26,11 @@ TRANSIENT_CODES = frozenset(
         "TransactionInProgressException",
     }
 )
+
+MALFORMED_CODES = frozenset({"ValidationException", "SerializationException"})
+"""DynamoDB refused the request itself: sending it again cannot succeed."""
+PARAMETER_ERRORS = (ParamValidationError, ValidationError, MissingParametersError)
+"""botocore refused the request before sending it: permanent, not a network failure."""
 
 
 def error_code(exc: ClientError) -> str:
@@ -39,9 +50,21 @@ def translate(exc: Exception, *, table: str, endpoint: str | None) -> NoReturn:
         if code in TRANSIENT_CODES:
             raise StorageUnavailable(f"DynamoDB at {where} is unavailable: {code}") from exc
         raise StorageError(f"DynamoDB request failed: {exc}") from exc
+    if isinstance(exc, PARAMETER_ERRORS):
+        raise StorageError(f"DynamoDB request is malformed: {exc}") from exc
     if isinstance(exc, BotoCoreError):
         raise StorageUnavailable(f"cannot reach DynamoDB at {where}: {exc}") from exc
     raise exc
+
+
+def refused_as_malformed(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by :func:`translate`, says the request itself was malformed
+    (a ``ValidationException``, or botocore's parameter validation): a permanent
+    :class:`StorageError`, never :class:`StorageUnavailable`."""
+    cause = exc.__cause__
+    if isinstance(cause, ClientError):
+        return error_code(cause) in MALFORMED_CODES
+    return isinstance(cause, PARAMETER_ERRORS)
 
 
 CONDITION_CODES = frozenset({"ConditionalCheckFailedException", "TransactionCanceledException"})

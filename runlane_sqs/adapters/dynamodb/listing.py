@@ -10,11 +10,17 @@ from collections.abc import Callable
 from typing import Any
 
 from runlane_sqs.adapters.dynamodb import keys, requests
-from runlane_sqs.adapters.dynamodb.cursors import decode_cursor, encode_cursor
+from runlane_sqs.adapters.dynamodb.cursors import (
+    decode_object,
+    encode_cursor,
+    invalid_cursor,
+    status_key,
+)
 from runlane_sqs.core.durations import from_epoch_ms, to_epoch_ms
 from runlane_sqs.ports.store import RunQuery
 
-Send = Callable[[str, dict[str, Any]], Any]
+SendQuery = Callable[[dict[str, Any]], Any]
+"""Sends one ``Query`` request and returns the response."""
 DONE = "done"
 
 
@@ -35,11 +41,32 @@ def _position(item: dict[str, Any]) -> dict[str, Any]:
     return {name: item[name] for name in ("pk", "sk", "status_pk", "created_sk")}
 
 
+def _positions(cursor: str | None, environment: str, query: RunQuery) -> dict[str, Any]:
+    """Where the cursor left each status partition of ``query``: ``DONE`` or the key to
+    start after. Raises :class:`~runlane_sqs.errors.InvalidCursor` for anything else."""
+    positions = decode_object(cursor) or {}
+    statuses = {status.value for status in query.statuses}
+    for status, position in positions.items():
+        if status not in statuses:
+            raise invalid_cursor(cursor, f"it has a position for {status!r}, not asked for")
+        if position == DONE:
+            continue
+        problem = status_key(keys.status_pk(environment, status)).problem(position)
+        if problem is not None:
+            raise invalid_cursor(cursor, problem)
+    return positions
+
+
 def list_run_keys(
-    send: Send, table: str, environment: str, query: RunQuery, limit: int, cursor: str | None
+    send_query: SendQuery,
+    table: str,
+    environment: str,
+    query: RunQuery,
+    limit: int,
+    cursor: str | None,
 ) -> tuple[list[dict[str, Any]], str | None]:
     """Keys of the next ``limit`` matching runs, newest first, and the next cursor."""
-    positions: dict[str, Any] = decode_cursor(cursor) or {}
+    positions = _positions(cursor, environment, query)
     after, before = _bounds(query)
     found: list[tuple[str, str, dict[str, Any]]] = []
     ends: dict[str, Any] = {}
@@ -57,7 +84,7 @@ def list_run_keys(
             limit=limit,
             start=start,
         )
-        response = send("query", request)
+        response = send_query(request)
         items = response.get("Items", [])
         ends[status.value] = response.get("LastEvaluatedKey")
         found.extend((item["created_sk"]["S"], status.value, item) for item in items)

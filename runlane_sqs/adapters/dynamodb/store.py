@@ -19,11 +19,17 @@ from runlane_sqs.adapters.dynamodb.codec import (
     token_from_wire,
     token_to_wire,
 )
-from runlane_sqs.adapters.dynamodb.cursors import decode_cursor, encode_cursor
-from runlane_sqs.adapters.dynamodb.errors import call, error_code
+from runlane_sqs.adapters.dynamodb.cursors import (
+    agenda_key,
+    decode_cursor,
+    encode_cursor,
+    invalid_cursor,
+    waits_key,
+)
+from runlane_sqs.adapters.dynamodb.errors import call, error_code, refused_as_malformed
 from runlane_sqs.adapters.dynamodb.listing import list_run_keys
 from runlane_sqs.core.durations import to_epoch_ms
-from runlane_sqs.core.errors import ConflictError, LeaseLost, StorageUnavailable
+from runlane_sqs.core.errors import ConflictError, LeaseLost, StorageError, StorageUnavailable
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Lease, Run, RunEvent, WaitKind
 from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenNotFound
@@ -90,6 +96,18 @@ class DynamoRunStore:
         return call(
             getattr(self._client, operation), request, table=self.table, endpoint=self._endpoint
         )
+
+    def _query(self, request: dict[str, Any], cursor: str | None) -> Any:
+        """Send a ``Query`` that may start from ``cursor``. DynamoDB refusing one that
+        carries the cursor's start key as malformed (``ValidationException``) raises
+        :class:`~runlane_sqs.errors.InvalidCursor`: the rest of the request is the
+        library's own, so the cursor is what was wrong."""
+        try:
+            return self._send("query", request)
+        except StorageError as exc:
+            if cursor and "ExclusiveStartKey" in request and refused_as_malformed(exc):
+                raise invalid_cursor(cursor, f"DynamoDB refused it ({exc})") from exc
+            raise
 
     def create_run(
         self, run: Run, event: RunEvent, payload_json: str, claims: Sequence[KeyClaim] = ()
@@ -178,9 +196,9 @@ class DynamoRunStore:
     def agenda_page(
         self, partition: str, until: datetime, limit: int, cursor: str | None
     ) -> tuple[list[Run], str | None]:
-        start = decode_cursor(cursor)
+        start = decode_cursor(cursor, agenda_key(partition))
         request = requests.query_agenda(self.table, partition, to_epoch_ms(until), limit, start)
-        response = self._send("query", request)
+        response = self._query(request, cursor)
         runs = [run_from_wire(item) for item in response.get("Items", [])]
         return runs, encode_cursor(response.get("LastEvaluatedKey"))
 
@@ -216,8 +234,9 @@ class DynamoRunStore:
         self, kind: WaitKind, target: str, limit: int, cursor: str | None
     ) -> tuple[list[str], str | None]:
         partition = keys.wait_pk(self.environment, kind.value, target)
-        request = requests.query_waiters(self.table, partition, limit, decode_cursor(cursor))
-        response = self._send("query", request)
+        start = decode_cursor(cursor, waits_key(partition))
+        request = requests.query_waiters(self.table, partition, limit, start)
+        response = self._query(request, cursor)
         prefix = keys.run_pk(self.environment, "")
         ids = [item["pk"]["S"][len(prefix) :] for item in response.get("Items", [])]
         return ids, encode_cursor(response.get("LastEvaluatedKey"))
@@ -253,9 +272,9 @@ class DynamoRunStore:
     def token_agenda_page(
         self, partition: str, until: datetime, limit: int, cursor: str | None
     ) -> tuple[list[Token], str | None]:
-        start = decode_cursor(cursor)
+        start = decode_cursor(cursor, agenda_key(partition))
         request = requests.query_agenda(self.table, partition, to_epoch_ms(until), limit, start)
-        response = self._send("query", request)
+        response = self._query(request, cursor)
         tokens = [token_from_wire(item) for item in response.get("Items", [])]
         return tokens, encode_cursor(response.get("LastEvaluatedKey"))
 
@@ -263,7 +282,12 @@ class DynamoRunStore:
         self, query: RunQuery, limit: int, cursor: str | None
     ) -> tuple[list[Run], str | None]:
         run_keys, next_cursor = list_run_keys(
-            self._send, self.table, self.environment, query, limit, cursor
+            lambda request: self._query(request, cursor),
+            self.table,
+            self.environment,
+            query,
+            limit,
+            cursor,
         )
         return self._batch_get(run_keys), next_cursor
 

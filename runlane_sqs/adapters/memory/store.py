@@ -11,6 +11,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from decimal import Decimal
 
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.codec import (
@@ -21,7 +22,14 @@ from runlane_sqs.adapters.dynamodb.codec import (
     run_to_wire,
     wait_partition,
 )
-from runlane_sqs.adapters.dynamodb.cursors import decode_cursor, encode_cursor
+from runlane_sqs.adapters.dynamodb.cursors import (
+    STRING,
+    KeyShape,
+    agenda_key,
+    decode_cursor,
+    encode_cursor,
+    waits_key,
+)
 from runlane_sqs.core.durations import to_epoch_ms
 from runlane_sqs.core.errors import ConflictError, LeaseLost
 from runlane_sqs.core.machine import Transition
@@ -43,6 +51,35 @@ def _as_stored(run: Run, payload_json: str) -> Run:
 
 def _event_as_stored(event: RunEvent) -> RunEvent:
     return event_from_map(event_to_map(event))
+
+
+# Cursors have the shape of DynamoDB's (one key per query), so a cursor the DynamoDB
+# store refuses is refused here too; listing keeps one position across statuses.
+AgendaPosition = tuple[Decimal, str]
+"""Where an agenda page ended: its ``agenda_at`` and ``pk``."""
+
+
+def _agenda_start(cursor: str | None, partition: str) -> AgendaPosition | None:
+    key = decode_cursor(cursor, agenda_key(partition))
+    return (Decimal(key["agenda_at"]["N"]), key["pk"]["S"]) if key else None
+
+
+def _after(position: tuple[int, str], start: AgendaPosition | None) -> bool:
+    return start is None or (Decimal(position[0]), position[1]) > start
+
+
+def _agenda_cursor(partition: str, at_ms: int, pk: str, sk: str) -> str | None:
+    key = {"pk": pk, "sk": sk, "agenda_pk": partition}
+    return encode_cursor({**{k: {"S": v} for k, v in key.items()}, "agenda_at": {"N": str(at_ms)}})
+
+
+def _created_sk(run: Run) -> str:
+    return keys.created_sk(to_epoch_ms(run.created_at), run.id)
+
+
+def _listing_key(environment: str) -> KeyShape:
+    """Where a page of the in-memory listing ended: one position across statuses."""
+    return KeyShape({"environment": STRING, "created_sk": STRING}, ("environment", environment))
 
 
 @dataclass
@@ -143,24 +180,23 @@ class InMemoryRunStore:
     def agenda_page(
         self, partition: str, until: datetime, limit: int, cursor: str | None
     ) -> tuple[list[Run], str | None]:
-        after = decode_cursor(cursor)
-        start = (after["at"], after["id"]) if after else None
+        start = _agenda_start(cursor, partition)
         until_ms = to_epoch_ms(until)
         with self._lock:
-            listed = []
+            listed: list[tuple[tuple[int, str], Run]] = []
             for stored in self._runs.values():
                 state = run_state_attributes(stored.run)
                 if state["agenda_pk"] != partition or state["agenda_at"] > until_ms:
                     continue
-                position = (state["agenda_at"], stored.run.id)
-                if start is None or position > start:
+                position = (state["agenda_at"], keys.run_pk(self.environment, stored.run.id))
+                if _after(position, start):
                     listed.append((position, stored.run))
         listed.sort(key=lambda pair: pair[0])
         page = listed[:limit]
-        more = len(listed) > limit
-        last = page[-1][0] if page and more else None
-        next_cursor = encode_cursor({"at": last[0], "id": last[1]}) if last else None
-        return [run for _, run in page], next_cursor
+        if not page or len(listed) <= limit:
+            return [run for _, run in page], None
+        at, pk = page[-1][0]
+        return [run for _, run in page], _agenda_cursor(partition, at, pk, keys.RUN_SK)
 
     def watch_run(self, run_id: str) -> Run | None:
         with self._lock:
@@ -174,16 +210,23 @@ class InMemoryRunStore:
         self, kind: WaitKind, target: str, limit: int, cursor: str | None
     ) -> tuple[list[str], str | None]:
         partition = keys.wait_pk(self.environment, kind.value, target)
-        after = decode_cursor(cursor)
+        after = decode_cursor(cursor, waits_key(partition))
         with self._lock:
             ids = sorted(
                 s.run.id for s in self._runs.values() if wait_partition(s.run) == partition
             )
         if after:
-            ids = [i for i in ids if i > after["id"]]
+            ids = [i for i in ids if i > after["wait_sk"]["S"]]
         page = ids[:limit]
-        more = len(ids) > limit
-        return page, encode_cursor({"id": page[-1]}) if more and page else None
+        if not page or len(ids) <= limit:
+            return page, None
+        last = {
+            "pk": keys.run_pk(self.environment, page[-1]),
+            "sk": keys.RUN_SK,
+            "wait_pk": partition,
+            "wait_sk": page[-1],
+        }
+        return page, encode_cursor({name: {"S": value} for name, value in last.items()})
 
     def create_token(self, token: Token) -> None:
         with self._lock:
@@ -215,29 +258,29 @@ class InMemoryRunStore:
     def token_agenda_page(
         self, partition: str, until: datetime, limit: int, cursor: str | None
     ) -> tuple[list[Token], str | None]:
-        after = decode_cursor(cursor)
-        start = (after["at"], after["id"]) if after else None
+        start = _agenda_start(cursor, partition)
         with self._lock:
-            listed = []
+            listed: list[tuple[tuple[int, str], Token]] = []
             for token in self._tokens.values():
                 entry = token_agenda_entry(token)
                 if entry is None or entry[1] > until:
                     continue
                 if keys.agenda_pk(self.environment, entry[0], token.id) != partition:
                     continue
-                position = (to_epoch_ms(entry[1]), token.id)
-                if start is None or position > start:
+                position = (to_epoch_ms(entry[1]), keys.token_pk(self.environment, token.id))
+                if _after(position, start):
                     listed.append((position, token))
         listed.sort(key=lambda pair: pair[0])
         page = listed[:limit]
-        last = page[-1][0] if page and len(listed) > limit else None
-        next_cursor = encode_cursor({"at": last[0], "id": last[1]}) if last else None
-        return [token for _, token in page], next_cursor
+        if not page or len(listed) <= limit:
+            return [token for _, token in page], None
+        at, pk = page[-1][0]
+        return [token for _, token in page], _agenda_cursor(partition, at, pk, keys.TOKEN_SK)
 
     def list_runs(
         self, query: RunQuery, limit: int, cursor: str | None
     ) -> tuple[list[Run], str | None]:
-        after = decode_cursor(cursor)
+        after = decode_cursor(cursor, _listing_key(self.environment))
         with self._lock:
             matching = [
                 s.run
@@ -250,13 +293,13 @@ class InMemoryRunStore:
             ]
         matching.sort(key=lambda r: (r.created_at, r.id), reverse=True)
         if after:
-            position = (after["at"], after["id"])
-            matching = [r for r in matching if (to_epoch_ms(r.created_at), r.id) < position]
+            position = after["created_sk"]["S"]
+            matching = [r for r in matching if _created_sk(r) < position]
         page = matching[:limit]
         if len(matching) <= limit or not page:
             return page, None
-        last = page[-1]
-        return page, encode_cursor({"at": to_epoch_ms(last.created_at), "id": last.id})
+        last = {"environment": {"S": self.environment}, "created_sk": {"S": _created_sk(page[-1])}}
+        return page, encode_cursor(last)
 
     def delete_run(self, run: Run) -> bool:
         with self._lock:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from runlane_sqs.local import free_port
 from tests.processes.cli.apps.names import ECHO
 from tests.processes.cli.conftest import Cli
@@ -51,3 +53,20 @@ def test_a_missing_run_and_bad_payload_json(cli: Cli, provisioned: dict[str, str
     assert "--payload" in message and "not valid JSON" in message
     message = _fails(cli, EXIT_NOT_FOUND, "trigger", "shop.nothing")
     assert "unknown task 'shop.nothing'" in message
+
+
+@pytest.mark.parametrize(
+    ("payload", "says"),
+    [
+        ('"\\ud800"', "lone surrogate (U+D800)"),
+        ("[" * 1000 + "]" * 1000, "nested deeper than 64 levels"),
+        ("NaN", "not valid JSON"),
+    ],
+    ids=["lone-surrogate", "1000-deep", "nan"],
+)
+def test_a_payload_json_cannot_store_is_a_usage_error_without_a_traceback(
+    cli: Cli, provisioned: dict[str, str], payload: str, says: str
+) -> None:
+    message = _fails(cli, EXIT_USAGE, "trigger", ECHO, "--payload", payload)
+    assert "--payload" in message and says in message
+    assert cli("runs", "list", "--json").json()["runs"] == []  # nothing was stored

@@ -1,0 +1,96 @@
+"""How a maintenance pass reads the agenda index: partition by partition, page by page,
+each partition from the cursor the last pass saved for it.
+
+A pass is never stopped by its own saved state. When the first page of a partition,
+read from its saved cursor, fails for good (:class:`~runlane_sqs.errors.InvalidCursor`,
+or a permanent :class:`~runlane_sqs.errors.StorageError` such as DynamoDB's
+``ValidationException``), the cursor is logged, discarded and the partition read from
+its start. A transient error (:class:`~runlane_sqs.errors.StorageUnavailable`) keeps the
+cursor for the next pass; any error without a saved cursor behind it is raised.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from runlane_sqs.core.agenda import AgendaKind
+from runlane_sqs.core.errors import InvalidCursor, StorageError, StorageUnavailable
+from runlane_sqs.core.model import Run
+from runlane_sqs.core.tokens import Token
+from runlane_sqs.ports.store import RunStore
+
+log = logging.getLogger("runlane_sqs.maintenance")
+PAGE_SIZE = 25
+"""Candidates asked for in one ``Query``."""
+
+Page = list[Run] | list[Token]
+"""One page of an agenda partition: runs, or tokens for the ``token`` partitions."""
+
+
+@dataclass
+class AgendaScan:
+    """The agenda reads of one pass; ``cursors`` (partition to saved cursor) is kept up
+    to date in memory and in the store."""
+
+    store: RunStore
+    now: datetime
+    cursors: dict[str, str]
+    out_of_time: Callable[[], bool]
+    handle: Callable[[AgendaKind, Page], None]
+    """Decides and writes the candidates of one page."""
+
+    def scan(self, kind: AgendaKind, partitions: list[str], per_partition: int) -> None:
+        """Up to ``per_partition`` candidates of each partition, saving where each stopped."""
+        for partition in partitions:
+            if self.out_of_time():
+                return
+            saved = self.cursors.get(partition)
+            cursor, saved = self._partition(kind, partition, saved, per_partition)
+            if cursor != saved:
+                self.store.save_cursor(partition, cursor)
+            if cursor:
+                self.cursors[partition] = cursor
+            else:
+                self.cursors.pop(partition, None)
+
+    def _partition(
+        self, kind: AgendaKind, partition: str, saved: str | None, budget: int
+    ) -> tuple[str | None, str | None]:
+        """Read one partition from its saved cursor. Returns where the scan stopped and
+        the cursor still saved (``None`` once a refused one was discarded)."""
+        cursor, resuming = saved, saved is not None
+        while budget > 0 and not self.out_of_time():
+            try:
+                listed, cursor = self._page(kind, partition, min(budget, PAGE_SIZE), cursor)
+            except (InvalidCursor, StorageError) as exc:
+                if not resuming or isinstance(exc, StorageUnavailable):
+                    raise
+                self._discard(partition, exc)
+                cursor = saved = None
+                resuming = False
+                continue
+            resuming = False
+            self.handle(kind, listed)
+            budget -= len(listed)
+            if cursor is None or not listed:
+                return None, saved
+        return cursor, saved
+
+    def _page(
+        self, kind: AgendaKind, partition: str, limit: int, cursor: str | None
+    ) -> tuple[Page, str | None]:
+        if kind is AgendaKind.TOKEN:
+            return self.store.token_agenda_page(partition, self.now, limit, cursor)
+        return self.store.agenda_page(partition, self.now, limit, cursor)
+
+    def _discard(self, partition: str, exc: Exception) -> None:
+        log.warning(
+            "discarding the saved cursor of %s and scanning it from the start: %s",
+            partition,
+            exc,
+            extra={"partition": partition},
+        )
+        self.store.save_cursor(partition, None)
