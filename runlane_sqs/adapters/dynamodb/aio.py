@@ -37,7 +37,7 @@ class AsyncDynamoRunStore:
         try:
             response = await self._send("update_item", request)
         except ClientError as exc:
-            raise refused_transition(transition, exc) from None
+            return refused_transition(transition, exc)
         return applied(transition, response)
 
     async def renew_lease(self, run: Run, lease: Lease) -> Run:

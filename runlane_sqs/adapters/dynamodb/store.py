@@ -28,6 +28,7 @@ from runlane_sqs.adapters.dynamodb.cursors import (
 )
 from runlane_sqs.adapters.dynamodb.errors import call, error_code, refused_as_malformed
 from runlane_sqs.adapters.dynamodb.listing import list_run_keys
+from runlane_sqs.adapters.dynamodb.replays import landed_creation, landed_transition
 from runlane_sqs.core.durations import to_epoch_ms
 from runlane_sqs.core.errors import ConflictError, LeaseLost, StorageError, StorageUnavailable
 from runlane_sqs.core.machine import Transition
@@ -54,12 +55,17 @@ def applied(transition: Transition, response: dict[str, Any]) -> Run:
     return run_from_wire(stored) if stored else transition.after
 
 
-def refused_transition(transition: Transition, exc: ClientError) -> Exception:
-    """A :class:`ConflictError` carrying the stored run, or ``exc`` if it was no conflict."""
+def refused_transition(transition: Transition, exc: ClientError) -> Run:
+    """After a refused transition: the stored run if the refusal shows the transition
+    itself already applied (a resent write whose first response was lost); else raise a
+    :class:`ConflictError` carrying the stored run, or ``exc`` if it was no conflict."""
     if error_code(exc) != "ConditionalCheckFailedException":
-        return exc
+        raise exc
     wire: dict[str, Any] | None = exc.response.get("Item")  # type: ignore[assignment]
-    return ConflictError(transition.run_id, run_from_wire(wire) if wire else None)
+    landed = landed_transition(transition, wire)
+    if landed is not None:
+        return landed
+    raise ConflictError(transition.run_id, run_from_wire(wire) if wire else None) from None
 
 
 def refused_renewal(run: Run, exc: ClientError) -> Exception:
@@ -118,7 +124,9 @@ class DynamoRunStore:
             try:
                 self._send("put_item", put)
             except ClientError as exc:
-                self._raise_conflict(run.id, exc.response.get("Item"), exc)  # type: ignore[arg-type]
+                wire: dict[str, Any] | None = exc.response.get("Item")  # type: ignore[assignment]
+                if not landed_creation(run, wire):
+                    self._raise_conflict(run.id, wire, exc)
             return
         now_ms = to_epoch_ms(run.created_at)
         claim_requests = [
@@ -175,7 +183,7 @@ class DynamoRunStore:
         try:
             response = self._send("update_item", requests.apply_transition(self.table, transition))
         except ClientError as exc:
-            raise refused_transition(transition, exc) from None
+            return refused_transition(transition, exc)
         return applied(transition, response)
 
     def renew_lease(self, run: Run, lease: Lease) -> Run:
