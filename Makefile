@@ -33,16 +33,16 @@ test-acceptance: $(STAMP)
 	$(BIN)/python -m pytest tests/processes/cli
 
 lint: $(STAMP)
-	$(BIN)/ruff check runlane_sqs maintenance tests bench
-	$(BIN)/ruff format --check runlane_sqs maintenance tests bench
+	$(BIN)/ruff check runlane_sqs maintenance tests bench chaos
+	$(BIN)/ruff format --check runlane_sqs maintenance tests bench chaos
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/cfn-lint infra/*.yaml
 	$(BIN)/hadolint Dockerfile
 
 format: $(STAMP)
-	$(BIN)/ruff check --fix runlane_sqs maintenance tests bench
-	$(BIN)/ruff format runlane_sqs maintenance tests bench
+	$(BIN)/ruff check --fix runlane_sqs maintenance tests bench chaos
+	$(BIN)/ruff format runlane_sqs maintenance tests bench chaos
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
@@ -76,3 +76,19 @@ bench: $(BENCH_STAMP)
 bench-smoke: $(BENCH_STAMP)
 	@case " $(ARGS) " in *aws-local*) bash localstack/install-emulators.sh ;; esac
 	$(BIN)/python -m bench --smoke $(ARGS)
+
+# The chaos suite (not part of `make test`): real sync and async worker processes and
+# maintenance on DynamoDB Local (file-backed) + LocalStack SQS, 1,000 runs, while workers
+# are SIGKILLed and frozen, wakeups are duplicated, forged and purged, and a proxy
+# throttles, fails and drops DynamoDB responses; DynamoDB Local is restarted once.
+# Prints one figure line, writes chaos/results/, exits 1 on any lost, stuck or doubly
+# succeeded run. `make chaos-smoke` is the same at 60 runs with fewer faults (CI).
+# See docs/reliability.md.
+.PHONY: chaos chaos-smoke
+chaos: $(BENCH_STAMP)
+	bash localstack/install-emulators.sh
+	$(BIN)/python -m chaos $(ARGS)
+
+chaos-smoke: $(BENCH_STAMP)
+	bash localstack/install-emulators.sh
+	$(BIN)/python -m chaos --smoke $(ARGS)

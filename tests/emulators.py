@@ -116,7 +116,7 @@ def dynamodb(backend_env: dict[str, str]) -> Iterator[Any]:
 
 
 def queue_url(sqs: Any, app: Runlane, queue: str = "default") -> str:
-    return str(sqs.get_queue_url(QueueName=f"{app.config.queue_prefix}{queue}")["QueueUrl"])
+    return str(sqs.get_queue_url(QueueName=app.config.sqs_queue_name(queue))["QueueUrl"])
 
 
 def queue_counts(sqs: Any, url: str) -> dict[str, int]:

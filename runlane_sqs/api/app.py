@@ -24,6 +24,7 @@ from runlane_sqs.core.durations import Duration
 from runlane_sqs.core.errors import StorageUnavailable
 from runlane_sqs.core.model import JSON, LinkKind, Run
 from runlane_sqs.core.parking import DEFAULT_PARK_AFTER_RECEIVES
+from runlane_sqs.core.redaction import Redact
 from runlane_sqs.core.retry import RetryPolicy
 from runlane_sqs.engine.engine import Engine
 from runlane_sqs.engine.maintenance import Maintenance
@@ -47,7 +48,10 @@ class Runlane:
 
     Pass ``store``/``transport`` to use other adapters (for example the in-memory ones
     from :mod:`runlane_sqs.testing`); otherwise DynamoDB and SQS clients are built from
-    ``session`` (or a default boto3 session), ``region`` and ``endpoint_url``.
+    ``session`` (or a default boto3 session), ``region`` and ``endpoint_url``. The SQS
+    queue of task queue ``q`` is ``{queue_prefix}{q}`` (unless ``queue_urls`` names it);
+    without ``queue_prefix`` that is ``runlane-{environment}-{q}``, so each environment
+    has queues of its own.
     """
 
     def __init__(
@@ -55,7 +59,7 @@ class Runlane:
         table: str = "runlane",
         environment: str = "dev",
         *,
-        queue_prefix: str = "runlane-",
+        queue_prefix: str | None = None,
         queue_urls: Mapping[str, str] | None = None,
         region: str | None = None,
         endpoint_url: str | None = None,
@@ -68,6 +72,7 @@ class Runlane:
         republish_after: Duration = timedelta(minutes=5),
         republish_max: Duration = timedelta(hours=1),
         park_after_receives: int = DEFAULT_PARK_AFTER_RECEIVES,
+        redact: Redact | None = None,
         config: RunlaneConfig | None = None,
         store: RunStore | None = None,
         transport: WakeupTransport | None = None,
@@ -88,6 +93,7 @@ class Runlane:
                 republish_after=republish_after,
                 republish_max=republish_max,
                 park_after_receives=park_after_receives,
+                redact=redact,
                 **extra,
             )
         self.config = config
@@ -107,7 +113,7 @@ class Runlane:
             transport=transport
             or SqsTransport(
                 self.aws.lazy("sqs"),
-                queue_prefix=config.queue_prefix,
+                queue_prefix=config.sqs_queue_prefix,
                 queue_urls=config.queue_urls,
             ),
             clock=self.clock,
@@ -149,9 +155,11 @@ class Runlane:
     @classmethod
     def from_env(cls, **overrides: Any) -> Runlane:
         """An app configured by ``RUNLANE_TABLE``, ``RUNLANE_ENVIRONMENT``,
-        ``RUNLANE_QUEUE_PREFIX``, ``RUNLANE_QUEUE_URLS`` and boto3's own variables
-        (``AWS_ENDPOINT_URL``, ``AWS_ENDPOINT_URL_DYNAMODB``, ``AWS_ENDPOINT_URL_SQS``,
-        ``AWS_DEFAULT_REGION``, credentials)."""
+        ``RUNLANE_QUEUE_PREFIX``, ``RUNLANE_QUEUE_URLS``, ``RUNLANE_LEASE_SECONDS``,
+        ``RUNLANE_REPUBLISH_AFTER_SECONDS``, ``RUNLANE_REPUBLISH_MAX_SECONDS``,
+        ``RUNLANE_PARK_AFTER_RECEIVES`` and boto3's own variables (``AWS_ENDPOINT_URL``,
+        ``AWS_ENDPOINT_URL_DYNAMODB``, ``AWS_ENDPOINT_URL_SQS``, ``AWS_DEFAULT_REGION``,
+        credentials). Settings given as keyword arguments win over the variables."""
         adapters = {
             k: overrides.pop(k)
             for k in ("session", "botocore_config", "clock", "store", "transport")

@@ -23,7 +23,8 @@ class InvalidAppSpec(AppNotImportable):
 
 
 def load_app(spec: str | None = None) -> Runlane:
-    """Import ``spec`` (or ``$RUNLANE_APP``), e.g. ``myproject.jobs:app``."""
+    """Import ``spec`` (or ``$RUNLANE_APP``), e.g. ``myproject.jobs:app``; the current
+    directory is searched after the rest of ``sys.path``."""
     spec = spec or os.environ.get(ENV_APP)
     if not spec:
         raise InvalidAppSpec(f"name the app as module:attribute (--app or {ENV_APP})")
@@ -31,7 +32,9 @@ def load_app(spec: str | None = None) -> Runlane:
     if not module_name or not attribute:
         raise InvalidAppSpec(f"app {spec!r} must look like module:attribute")
     if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+        # last, not first: a module planted in the current directory must not shadow an
+        # installed one of the same name (the app's own module, or one it imports)
+        sys.path.append(os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:  # whatever the user's module raised while importing

@@ -9,18 +9,25 @@ import os
 import shlex
 import signal
 import threading
+from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 import click
 
+from runlane_sqs.api.app import Runlane
 from runlane_sqs.api.loading import ENV_APP
 from runlane_sqs.cli.options import app_option, load_app, load_app_or_env, optional_app_option
 from runlane_sqs.core.config import ENV_ENVIRONMENT, ENV_TABLE
-from runlane_sqs.core.errors import MissingResourceError, RunlaneError
+from runlane_sqs.core.errors import ConfigurationError, StorageUnavailable, TransportError
 from runlane_sqs.engine.maintenance import MaintenanceConfig
 from runlane_sqs.local import MotoServer
+from runlane_sqs.runtime.pacing import ENV_WORKER_ID
 
 log = logging.getLogger("runlane_sqs.maintenance")
+TRANSIENT_ERRORS = (StorageUnavailable, TransportError)
+"""Errors of a maintenance pass that a later pass may not meet: DynamoDB throttled or
+unreachable, SQS failing. Every other error is permanent and ends ``--every``."""
 DEV_POLL_SECONDS = 0.5
 """How often ``dev`` checks that its server is still alive."""
 DEV_PORT = 5055
@@ -96,6 +103,22 @@ def provision(app_spec: str | None, queues: tuple[str, ...]) -> None:
     click.echo(f"table {app.config.table} and queues ready")
 
 
+def with_settings(app: Runlane, **settings: float | None) -> Runlane:
+    """``app`` with the settings given on the command line (those not ``None``, in
+    seconds) in place of its configuration's; its engine is rebuilt over the same
+    adapters. A combination the configuration refuses is a usage error."""
+    given = {
+        name: timedelta(seconds=value) for name, value in settings.items() if value is not None
+    }
+    if given:
+        try:
+            app.config = replace(app.config, **given)  # type: ignore[arg-type]
+        except ConfigurationError as exc:
+            raise click.UsageError(str(exc)) from None
+        app.rewire(store=app.store, transport=app.transport, clock=app.clock)
+    return app
+
+
 @click.command()
 @app_option
 @click.option("--queue", "queues", multiple=True, help="Queue to consume (repeatable).")
@@ -104,6 +127,15 @@ def provision(app_spec: str | None, queues: tuple[str, ...]) -> None:
 @click.option("--max-runs", type=click.IntRange(min=1), help="With --drain: stop after N runs.")
 @click.option(
     "--grace-period", default=25.0, show_default=True, help="Seconds to let attempts finish."
+)
+@click.option(
+    "--worker-id",
+    help=f"Lease owner name of this worker [default: {ENV_WORKER_ID}, or worker-HOST-PID-RANDOM]",
+)
+@click.option(
+    "--lease-seconds",
+    type=click.FloatRange(min=3),
+    help="Lease duration in seconds, heartbeats every third [default: the app's, 60]",
 )
 @click.option(
     "--async",
@@ -118,11 +150,18 @@ def worker(
     drain: bool,
     max_runs: int | None,
     grace_period: float,
+    worker_id: str | None,
+    lease_seconds: float | None,
     use_async: bool,
 ) -> None:
     """Run a worker until SIGTERM/SIGINT (or, with --drain, until the queues are empty)."""
     app = load_app(app_spec, "the worker runs your tasks")
-    options: dict[str, Any] = {"concurrency": concurrency, "grace_period": grace_period}
+    with_settings(app, lease_duration=lease_seconds)
+    options: dict[str, Any] = {
+        "concurrency": concurrency,
+        "grace_period": grace_period,
+        "worker_id": worker_id,
+    }
     draining = drain or max_runs is not None
     chosen = list(queues) or None
     if use_async:
@@ -149,13 +188,33 @@ def maintenance() -> None:
 @click.option("--once", is_flag=True, help="One pass, then exit (the default).")
 @click.option("--every", type=click.FloatRange(min=1), help="A pass every N seconds until stopped.")
 @click.option("--limit", type=click.IntRange(min=1), help="Candidates per job per pass.")
+@click.option(
+    "--republish-after",
+    type=click.FloatRange(min=1),
+    help="Seconds a published wakeup is trusted before another [default: the app's, 300]",
+)
+@click.option(
+    "--republish-max",
+    type=click.FloatRange(min=1),
+    help="Longest wait between republishes, in seconds [default: the app's, 3600]",
+)
 def maintenance_run(
-    app_spec: str | None, once: bool, every: float | None, limit: int | None
+    app_spec: str | None,
+    once: bool,
+    every: float | None,
+    limit: int | None,
+    republish_after: float | None,
+    republish_max: float | None,
 ) -> None:
-    """Run maintenance passes and print each report as one JSON line."""
+    """Run maintenance passes and print each report as one JSON line.
+
+    With --every, a pass that fails because DynamoDB or SQS is unavailable is logged and
+    the next one follows; any other error (a missing table or queue, a DynamoDB request
+    refused as invalid or denied) ends the command with exit code 4."""
     if once and every is not None:
         raise click.UsageError("--once and --every exclude each other")
     app = load_app(app_spec, "maintenance needs each task's retry policy to time out attempts")
+    with_settings(app, republish_after=republish_after, republish_max=republish_max)
     if limit is not None:
         app.maintenance.config = MaintenanceConfig(
             limit_per_job=limit, max_lease_losses=app.maintenance.config.max_lease_losses
@@ -164,12 +223,10 @@ def maintenance_run(
     while True:
         try:
             report = app.maintenance.run_pass()
-        except MissingResourceError:
-            raise
-        except RunlaneError as exc:
+        except TRANSIENT_ERRORS as exc:
             if every is None:
                 raise
-            log.warning("pass failed: %s", exc)
+            log.warning("pass failed: %s; the next pass in %g s", exc, every)
         else:
             click.echo(json.dumps(report.to_json()))
         if every is None or stop.wait(every):

@@ -9,6 +9,7 @@ import click
 
 from runlane_sqs.api.shapes import token_to_json
 from runlane_sqs.cli import tables
+from runlane_sqs.cli.escaping import echo
 from runlane_sqs.cli.options import (
     emit_json,
     json_option,
@@ -51,7 +52,7 @@ def create(app_spec: str | None, timeout: float | None, metadata: JSON, as_json:
     if as_json:
         emit_json(token_to_json(token))
     else:
-        click.echo(token.id)
+        echo(token.id)
 
 
 @tokens.command()
@@ -80,7 +81,7 @@ def complete(app_spec: str | None, token_id: str, value: JSON, as_json: bool) ->
     if as_json:
         emit_json(token_to_json(token))
     else:
-        click.echo(f"token {token.id} is {token.status.value}")
+        echo(f"token {token.id} is {token.status.value}")
 
 
 @tokens.command("time-out")
@@ -93,7 +94,7 @@ def time_out(app_spec: str | None, token_id: str, as_json: bool) -> None:
     if as_json:
         emit_json(token_to_json(token))
     else:
-        click.echo(f"token {token.id} is {token.status.value}")
+        echo(f"token {token.id} is {token.status.value}")
 
 
 @click.group()
@@ -118,4 +119,4 @@ def send(app_spec: str | None, key: str, payload: JSON, as_json: bool) -> None:
     if as_json:
         emit_json({"key": key, "woken": woken})
     else:
-        click.echo(f"woke {woken} run(s)")
+        echo(f"woke {woken} run(s)")

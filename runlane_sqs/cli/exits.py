@@ -11,6 +11,7 @@ import click
 from botocore.exceptions import BotoCoreError, ClientError
 
 from runlane_sqs.api.loading import AppNotImportable, InvalidAppSpec
+from runlane_sqs.cli.escaping import BLOCK_KEEPS, printable
 from runlane_sqs.core.errors import (
     ConfigurationError,
     IllegalTransition,
@@ -53,10 +54,13 @@ PROVISION_HINT = (
 
 
 def fail(message: str, exit_code: int, hint: str | None = None) -> NoReturn:
-    """Print ``error: message`` (and ``hint: ...``) on stderr and exit with ``exit_code``."""
-    click.echo(f"error: {message}", err=True)
+    """Print ``error: message`` (and ``hint: ...``) on stderr and exit with ``exit_code``.
+
+    A message may quote stored or user-supplied text, or several lines of a server's
+    stderr: control characters are shown escaped, line breaks and tabs kept."""
+    click.echo(f"error: {printable(message, BLOCK_KEEPS)}", err=True)
     if hint:
-        click.echo(f"hint: {hint}", err=True)
+        click.echo(f"hint: {printable(hint, BLOCK_KEEPS)}", err=True)
     raise click.exceptions.Exit(exit_code)
 
 

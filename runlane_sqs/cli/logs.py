@@ -4,15 +4,23 @@ Library log lines carry their context as ``LogRecord`` attributes (logging "extr
 ``run_id``, ``task``, ``attempt``, ``worker_id``, ``reason``, ``message_id``. JSON lines
 include every extra; text lines append the known ones as ``key=value``. Payloads are
 never logged.
+
+Text lines show control characters escaped (``\\x1b``, ``\\u202e``; see
+:mod:`runlane_sqs.cli.escaping`): in the message and the extras line breaks too, so one
+record is one line, with only an exception's traceback on the lines after it. JSON
+lines need nothing more: the JSON encoder escapes every character that is not ASCII.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import sys
 from typing import Any
 
 from pythonjsonlogger.json import JsonFormatter
+
+from runlane_sqs.cli.escaping import BLOCK_KEEPS, printable
 
 LOG_FORMATS = ("json", "text")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -25,12 +33,17 @@ QUIET_LOGGERS = ("botocore", "boto3", "urllib3", "werkzeug")
 
 
 class TextFormatter(logging.Formatter):
-    """``time LEVEL logger message key=value ...`` with the run context appended."""
+    """``time LEVEL logger message key=value ...`` with the run context appended, and
+    control characters escaped."""
 
     def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record)
+        shown = copy.copy(record)  # other handlers still get the record as it was logged
+        shown.msg, shown.args = printable(record.getMessage()), None
+        line = printable(super().format(shown), BLOCK_KEEPS)  # the traceback keeps its lines
         fields = [
-            f"{name}={getattr(record, name)}" for name in CONTEXT_FIELDS if hasattr(record, name)
+            f"{name}={printable(str(getattr(record, name)))}"
+            for name in CONTEXT_FIELDS
+            if hasattr(record, name)
         ]
         return " ".join([line, *fields])
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -89,8 +90,19 @@ def actor_or_user(actor: str | None) -> str:
         return DEFAULT_ACTOR
 
 
+UNSAFE_IN_JSON = re.compile(
+    "[\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2028\u2029\u2066-\u2069\ud800-\udfff]"
+)
+"""Characters JSON may leave raw that a terminal acts on (DEL, C1 controls such as the
+one-byte CSI, bidi controls, line separators) or that cannot be written (lone
+surrogates); they only occur inside strings, where ``\\uXXXX`` is the same value."""
+
+
 def emit_json(value: JSON) -> None:
-    click.echo(json.dumps(value, indent=2, ensure_ascii=False))
+    """Print the documented JSON shape: other text as is, but no character a terminal
+    would act on."""
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    click.echo(UNSAFE_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
 
 
 def parse_json(ctx: click.Context, param: click.Parameter, value: str | None) -> JSON:

@@ -20,6 +20,7 @@ from runlane_sqs.api.app import Runlane
 from runlane_sqs.api.runs import MAX_LIST_LIMIT
 from runlane_sqs.api.shapes import attempt_to_json, event_to_json, iso, run_to_json
 from runlane_sqs.cli import tables
+from runlane_sqs.cli.escaping import echo
 from runlane_sqs.cli.exits import EXIT_RUN_UNSUCCESSFUL, EXIT_WAIT_TIMED_OUT, fail
 from runlane_sqs.cli.options import (
     actor_options,
@@ -86,8 +87,8 @@ def trigger(
     if as_json:
         emit_json({**run_to_json(run), "created": run.created})
     else:
-        click.echo(run.id)
-        click.echo(f"created: {'true' if run.created else 'false'}")
+        echo(run.id)
+        echo(f"created: {'true' if run.created else 'false'}")
 
 
 @click.group()
@@ -244,7 +245,7 @@ def _emit_status(run: Run, as_json: bool) -> None:
     if as_json:
         emit_json(run_to_json(run))
     else:
-        click.echo(f"run {run.id} is {run.status.value}")
+        echo(f"run {run.id} is {run.status.value}")
 
 
 @runs.command()
@@ -273,8 +274,8 @@ def _emit_link(run: Run, as_json: bool) -> None:
     if as_json:
         emit_json(run_to_json(run))
     else:
-        click.echo(run.id)
-        click.echo(f"{run.source_kind} of {run.source_run_id}")
+        echo(run.id)
+        echo(f"{run.source_kind} of {run.source_run_id}")
 
 
 @runs.command()
@@ -332,7 +333,7 @@ def prune(
             }
         )
     else:
-        click.echo(f"pruned {deleted} run(s) ({examined} examined in {batches} batch(es))")
+        echo(f"pruned {deleted} run(s) ({examined} examined in {batches} batch(es))")
 
 
 def _confirm_prune(statuses: Sequence[str], cutoff: datetime) -> None:

@@ -1,4 +1,9 @@
-"""Readable tables (rich) for the default, non-JSON output."""
+"""Readable tables (rich) for the default, non-JSON output.
+
+Every cell, title and line goes through :func:`~runlane_sqs.cli.escaping.printable`:
+stored text (failure messages, payloads, keys) never reaches the terminal with its
+control characters raw.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from runlane_sqs.api.shapes import iso, run_to_json, token_to_json
+from runlane_sqs.cli.escaping import BLOCK_KEEPS, printable
 from runlane_sqs.core.attempts import Attempt
 from runlane_sqs.core.model import JSON, Failure, Run, RunEvent
 from runlane_sqs.core.tokens import Token
@@ -61,18 +67,19 @@ def compact(value: JSON, limit: int = CELL_CHARS) -> str:
 
 
 def status_text(status: str) -> Text:
-    return Text(status, style=STATUS_STYLES.get(status, ""))
+    return Text(printable(status), style=STATUS_STYLES.get(status, ""))
 
 
 def cells(*values: str | Text) -> list[Text]:
-    """Plain text cells: data is never read as rich markup."""
-    return [v if isinstance(v, Text) else Text(v) for v in values]
+    """Plain text cells: data is never read as rich markup, and control characters are
+    shown escaped."""
+    return [v if isinstance(v, Text) else Text(printable(v)) for v in values]
 
 
 def show(title: str, table: Table, out: Console | None = None) -> Console:
     """Print a title line (no padding) and the table; returns the console."""
     out = out or console()
-    out.print(Text(title, style="bold"))
+    out.print(Text(printable(title), style="bold"))
     out.print(table)
     return out
 
@@ -111,7 +118,7 @@ def print_run(run: Run) -> None:
     out = show(f"run {run.id}", _fields(rows))
     if run.failure is not None and run.failure.traceback.strip():
         out.print(Text("traceback of the latest failure:", style="bold"))
-        out.print(Text(run.failure.traceback.rstrip()), soft_wrap=True)
+        out.print(Text(printable(run.failure.traceback.rstrip(), BLOCK_KEEPS)), soft_wrap=True)
 
 
 def due_in(run: Run, now: datetime) -> str:
@@ -172,7 +179,7 @@ def print_runs(runs: Sequence[Run], cursor: str | None, now: datetime) -> None:
         table = _runs_table(rows, columns)
     show(f"{len(runs)} run(s), newest first", table, out)
     if cursor:
-        out.print(f"more: --cursor {cursor}", soft_wrap=True, markup=False)
+        out.print(Text(printable(f"more: --cursor {cursor}")), soft_wrap=True)
 
 
 def print_events(run_id: str, events: Sequence[RunEvent]) -> None:

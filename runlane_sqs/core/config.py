@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -18,12 +19,25 @@ from runlane_sqs.core.limits import (
 )
 from runlane_sqs.core.names import check_environment, check_queue
 from runlane_sqs.core.parking import DEFAULT_PARK_AFTER_RECEIVES
+from runlane_sqs.core.redaction import Redact
 
 ENV_TABLE = "RUNLANE_TABLE"
 ENV_ENVIRONMENT = "RUNLANE_ENVIRONMENT"
 ENV_QUEUE_PREFIX = "RUNLANE_QUEUE_PREFIX"
 ENV_QUEUE_URLS = "RUNLANE_QUEUE_URLS"
 """``name=url`` pairs separated by commas, e.g. ``default=https://sqs...,emails=https://...``."""
+DEFAULT_QUEUE_PREFIX = "runlane-{environment}-"
+"""The SQS queue prefix of an app given none: its environment's own queues."""
+ENV_LEASE_SECONDS = "RUNLANE_LEASE_SECONDS"
+ENV_REPUBLISH_AFTER_SECONDS = "RUNLANE_REPUBLISH_AFTER_SECONDS"
+ENV_REPUBLISH_MAX_SECONDS = "RUNLANE_REPUBLISH_MAX_SECONDS"
+ENV_PARK_AFTER_RECEIVES = "RUNLANE_PARK_AFTER_RECEIVES"
+SECONDS_VARIABLES = {
+    ENV_LEASE_SECONDS: "lease_duration",
+    ENV_REPUBLISH_AFTER_SECONDS: "republish_after",
+    ENV_REPUBLISH_MAX_SECONDS: "republish_max",
+}
+"""Variables holding a number of seconds, and the setting each one sets."""
 
 
 @dataclass(frozen=True)
@@ -32,8 +46,11 @@ class RunlaneConfig:
 
     table: str = "runlane"
     environment: str = "dev"
-    queue_prefix: str = "runlane-"
-    """SQS queue for logical queue ``q`` is named ``{queue_prefix}{q}`` unless in ``queue_urls``."""
+    queue_prefix: str | None = None
+    """SQS queue for logical queue ``q`` is named ``{queue_prefix}{q}`` unless in
+    ``queue_urls``. ``None`` (the default) means ``runlane-{environment}-``, so each
+    environment has queues of its own; give a prefix to name queues otherwise (two
+    environments given the same prefix share its queues)."""
     queue_urls: Mapping[str, str] = field(default_factory=dict)
     region: str | None = None
     endpoint_url: str | None = None
@@ -46,9 +63,28 @@ class RunlaneConfig:
     """How long a published wakeup is trusted before maintenance publishes another
     (doubling on each republish of the same due run, up to ``republish_max``)."""
     republish_max: timedelta = timedelta(hours=1)
+    redact: Redact | None = field(default=None, compare=False, repr=False)
+    """Applied to every failure message and traceback before it is stored or logged
+    (docs/operations.md, "Secrets in failures and logs")."""
     park_after_receives: int = DEFAULT_PARK_AFTER_RECEIVES
     """Receives of a wakeup by workers that do not register its task before the run is
     parked (docs/operations.md, "Parked runs")."""
+
+    @property
+    def sqs_queue_prefix(self) -> str:
+        """The prefix of the SQS names of this app's queues: ``queue_prefix``, or
+        ``runlane-{environment}-`` when none was given."""
+        if self.queue_prefix is not None:
+            return self.queue_prefix
+        return DEFAULT_QUEUE_PREFIX.format(environment=self.environment)
+
+    def sqs_queue_name(self, queue: str) -> str:
+        """The SQS name of logical queue ``queue``: the last part of its ``queue_urls``
+        URL, or ``{sqs_queue_prefix}{queue}``."""
+        url = self.queue_urls.get(queue)
+        if url is not None:
+            return url.rstrip("/").rsplit("/", 1)[-1]
+        return f"{self.sqs_queue_prefix}{queue}"
 
     @property
     def republish(self) -> RepublishPolicy:
@@ -96,7 +132,9 @@ class RunlaneConfig:
     def from_env(
         cls, environ: Mapping[str, str] | None = None, **overrides: object
     ) -> RunlaneConfig:
-        """Read ``RUNLANE_*`` variables; endpoints and region come from boto3's own."""
+        """Read ``RUNLANE_*`` variables; endpoints and region come from boto3's own.
+        ``overrides`` (keyword arguments in code) win over the variables. An invalid value
+        is a :class:`ConfigurationError` naming its variable."""
         env = os.environ if environ is None else environ
         values: dict[str, object] = {}
         if table := env.get(ENV_TABLE):
@@ -107,8 +145,36 @@ class RunlaneConfig:
             values["queue_prefix"] = prefix
         if urls := env.get(ENV_QUEUE_URLS):
             values["queue_urls"] = parse_queue_urls(urls)
+        read: dict[str, str] = {}  # setting -> "VARIABLE=value", to name it in an error
+        numbers: list[tuple[str, str, type[float] | type[int]]] = [
+            (v, k, float) for v, k in SECONDS_VARIABLES.items()
+        ]
+        numbers.append((ENV_PARK_AFTER_RECEIVES, "park_after_receives", int))
+        for variable, setting, kind in numbers:
+            text = env.get(variable, "").strip()
+            if text and setting not in overrides:
+                values[setting] = parse_number(variable, text, kind)
+                read[setting] = f"{variable}={text}"
         values.update(overrides)
-        return cls.build(**values)  # type: ignore[arg-type]
+        try:
+            return cls.build(**values)  # type: ignore[arg-type]
+        except ConfigurationError as exc:
+            named = [v for k, v in read.items() if k in str(exc)]
+            if not named:
+                raise
+            raise ConfigurationError(f"{exc} (set by {', '.join(named)})") from None
+
+
+def parse_number(variable: str, text: str, kind: type[float] | type[int]) -> float:
+    """The number in ``variable``'s value ``text``: seconds (``float``) or a count (``int``)."""
+    try:
+        number = kind(text)
+    except ValueError:
+        what = "a whole number" if kind is int else "a number of seconds"
+        raise ConfigurationError(f"{variable} must be {what}, not {text!r}") from None
+    if not math.isfinite(number):
+        raise ConfigurationError(f"{variable} must be finite, not {text!r}")
+    return number
 
 
 def parse_queue_urls(text: str) -> dict[str, str]:

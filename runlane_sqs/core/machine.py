@@ -38,12 +38,14 @@ MAX_REDECISIONS = 5
 
 
 class SkipReason(StrEnum):
-    """Why a wakeup led to no execution. Every skipped wakeup is acknowledged."""
+    """Why a wakeup led to no execution. A skipped wakeup is acknowledged, except one of
+    another environment, which is returned to its queue for that environment's workers
+    (and one whose task this worker does not register, left until the run is parked)."""
 
     MALFORMED = "malformed"
     """The message is not a wakeup this version understands."""
     FOREIGN_ENVIRONMENT = "foreign_environment"
-    """The wakeup names another environment."""
+    """The wakeup names another environment (returned to the queue, not deleted)."""
     UNKNOWN_RUN = "unknown_run"
     """No such run is stored."""
     TERMINAL = "terminal"

@@ -27,10 +27,12 @@ class TrackedAttempt:
 class LeaseBook:
     """The in-flight attempts of one worker and what a renewal means for each (no I/O).
 
-    A refused renewal marks the attempt lost and sets its cancellation; a renewal that
-    shows ``cancel_requested``, or an attempt past its deadline, sets it too. The sync
-    :class:`LeaseKeeper` and the async worker's keeper differ only in how they send the
-    renewals this book decides."""
+    A refused renewal of an attempt still in flight marks it lost and sets its
+    cancellation; a renewal that shows ``cancel_requested``, or an attempt past its
+    deadline, sets it too. What a renewal returns for an attempt that finished after
+    :meth:`renewals` listed it is ignored: its own outcome write ended the lease, so a
+    refusal then is expected, not a lost lease. The sync :class:`LeaseKeeper` and the
+    async worker's keeper differ only in how they send the renewals this book decides."""
 
     def __init__(self, clock: Clock, duration: timedelta) -> None:
         self._clock = clock
@@ -65,6 +67,12 @@ class LeaseBook:
             if attempt is not None:
                 attempt.run = run
 
+    def tracks(self, attempt: TrackedAttempt) -> bool:
+        """Whether ``attempt`` is still in flight: not untracked since :meth:`renewals`
+        listed it."""
+        with self._lock:
+            return self._attempts.get(attempt.run.id) is attempt
+
     def run_ids(self) -> list[str]:
         """The runs of the attempts in flight."""
         with self._lock:
@@ -80,7 +88,8 @@ class LeaseBook:
             ctx.cancellation.set()
 
     def renewals(self) -> list[tuple[TrackedAttempt, Lease]]:
-        """The renewed lease each live attempt should write now."""
+        """The renewed lease each live attempt should write now: a snapshot, which
+        :meth:`settle` checks against the attempts still in flight."""
         with self._lock:
             attempts = [a for a in self._attempts.values() if not a.lost]
         due: list[tuple[TrackedAttempt, Lease]] = []
@@ -92,14 +101,25 @@ class LeaseBook:
                     run, token=run.lease.token, now=self._clock.now(), duration=self._duration
                 )
             except LeaseLost:
-                self.lost(attempt)
+                self.settle(attempt, LeaseLost(run.id))
                 continue
             due.append((attempt, lease))
         return due
 
     def settle(self, attempt: TrackedAttempt, renewal: Run | RunlaneError) -> None:
-        """Take in what a renewal request returned: the stored run, or its error."""
-        if isinstance(renewal, LeaseLost):
+        """Take in what a renewal request returned: the stored run, or its error.
+
+        Ignored for an attempt no longer tracked: it finished between the snapshot of
+        :meth:`renewals` and this answer, and its outcome write (fenced on its own lease
+        token) ended the lease. Only a refusal of an attempt still tracked is a lost
+        lease, and it is marked under the lock, so :meth:`untrack` sees it."""
+        with self._lock:
+            in_flight = self._attempts.get(attempt.run.id) is attempt
+            if in_flight and isinstance(renewal, LeaseLost):
+                attempt.lost = True
+        if not in_flight:
+            attempt.ctx.log.debug("renewal answered after the attempt ended; ignored")
+        elif isinstance(renewal, LeaseLost):
             self.lost(attempt)
         elif isinstance(renewal, RunlaneError):
             self.failed(attempt, renewal)

@@ -2,8 +2,9 @@
 
 parse -> re-read the run -> claim the lease (conditional write) -> run the handler
 -> record the outcome under the lease token -> follow up (next wakeup, finished-run
-bookkeeping). Anything that is not a runnable, due run of this environment is
-acknowledged and ignored.
+bookkeeping). A wakeup of another environment is returned to its queue for that
+environment's workers; anything else that is not a runnable, due run is acknowledged
+and ignored.
 
 The path sends no request itself. :meth:`MessagePath.handle` is a generator that yields
 the requests it needs (the classes below) and is sent each one's result, or thrown its
@@ -130,6 +131,9 @@ class MessagePath:
         self.clock = clock
         self.config = config
         self.worker_id = worker_id
+        self.foreign = outcomes.ForeignEnvironments()
+        """The other environments this path has warned about (a Lambda function shares
+        one between its invocations)."""
 
     @classmethod
     def of(cls, engine: Engine, worker_id: str) -> MessagePath:
@@ -151,6 +155,8 @@ class MessagePath:
                 extra={"message_id": message.message_id, "worker_id": self.worker_id},
             )
             return Disposition.SKIPPED
+        if wakeup.environment != self.config.environment:
+            return self._foreign(wakeup, message.queue)
         try:
             return (yield from self._wakeup(wakeup, message.receive_count))
         except StorageUnavailable as exc:
@@ -161,9 +167,19 @@ class MessagePath:
             )
             return Disposition.DEFERRED
 
+    def _foreign(self, wakeup: Wakeup, queue: str) -> Disposition:
+        """A wakeup of another environment, received on a queue both use: left for that
+        environment's workers, never deleted (docs/concepts.md, "Why a wakeup is only a
+        hint")."""
+        return outcomes.log_foreign(
+            wakeup,
+            self.config.sqs_queue_name(queue),
+            self.config.environment,
+            self.worker_id,
+            first=self.foreign.first(queue, wakeup.environment),
+        )
+
     def _wakeup(self, wakeup: Wakeup, receives: int) -> Steps:
-        if wakeup.environment != self.config.environment:
-            return outcomes.log_skip(wakeup, SkipReason.FOREIGN_ENVIRONMENT, self.worker_id)
         run: Run | None = yield ReadRun(wakeup.run_id)
         if run is None:
             return outcomes.log_skip(wakeup, SkipReason.UNKNOWN_RUN, self.worker_id)

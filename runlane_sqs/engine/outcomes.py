@@ -8,6 +8,7 @@ transitions and follow-ups the path then asks its driver to write.
 from __future__ import annotations
 
 import logging
+import threading
 import traceback
 from collections.abc import Callable
 from datetime import datetime
@@ -22,6 +23,7 @@ from runlane_sqs.core.machine import Skip, SkipReason, Transition
 from runlane_sqs.core.model import Failure, Run, RunStatus, Wait
 from runlane_sqs.core.names import new_lease_token
 from runlane_sqs.core.payload import encode_json
+from runlane_sqs.core.redaction import Redact, apply_redaction, shortened
 from runlane_sqs.core.retry import RetryDecision, qualified_name
 from runlane_sqs.core.wakeup import Wakeup
 from runlane_sqs.engine.context import TaskContext, WaitRequested, run_logger
@@ -42,9 +44,12 @@ class Disposition(StrEnum):
     EXECUTED = "executed"
     """An attempt ran; delete the message."""
     SKIPPED = "skipped"
-    """A stale, foreign, unknown or malformed hint; delete the message."""
+    """A stale, unknown or malformed hint; delete the message."""
     DEFERRED = "deferred"
     """Could not be handled now (unknown task, storage down); leave it for redelivery."""
+    RETURNED = "returned"
+    """A wakeup of another environment on a queue they share: never deleted, made
+    visible again for that environment's workers."""
 
 
 class FollowUp(StrEnum):
@@ -82,6 +87,62 @@ def log_skip(
         extra.update(task=run.task, attempt=run.attempt)
     log.info("ignoring wakeup for run %s: %s", wakeup.run_id, reason.value, extra=extra)
     return Disposition.SKIPPED
+
+
+FOREIGN_WARNINGS_MAX = 100
+"""Queue and environment pairs a worker warns about; wakeups naming more (forged ones,
+say) are only logged at INFO."""
+
+
+class ForeignEnvironments:
+    """The other environments whose wakeups a worker has warned about, by queue: one
+    warning per queue and environment, not one per wakeup. Safe to share between the
+    threads of a worker and the invocations of a Lambda function."""
+
+    def __init__(self) -> None:
+        self._warned: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+
+    def first(self, queue: str, environment: str) -> bool:
+        """Whether this is the first wakeup of ``environment`` seen on ``queue``."""
+        with self._lock:
+            if (queue, environment) in self._warned or len(self._warned) >= FOREIGN_WARNINGS_MAX:
+                return False
+            self._warned.add((queue, environment))
+            return True
+
+
+def log_foreign(
+    wakeup: Wakeup, sqs_queue: str, environment: str, worker_id: str, *, first: bool
+) -> Disposition:
+    """A wakeup of another environment: returned to its queue, never deleted. The first
+    one of each environment on each queue is a warning: the queue is shared."""
+    extra = {
+        "run_id": wakeup.run_id,
+        "reason": SkipReason.FOREIGN_ENVIRONMENT.value,
+        "worker_id": worker_id,
+        "wakeup_environment": wakeup.environment,
+    }
+    if first:
+        log.warning(
+            "queue %s receives wakeups of environment %r; this worker's environment is %r: "
+            "they are left on the queue for that environment's workers. Give each "
+            "environment its own queues (the default, runlane-{environment}-{queue}, when "
+            "no queue_prefix is set): on a shared queue every receive by a worker of another "
+            "environment counts toward the dead-letter queue's maxReceiveCount",
+            sqs_queue,
+            wakeup.environment,
+            environment,
+            extra=extra,
+        )
+    log.info(
+        "returning wakeup for run %s of environment %r to queue %s",
+        wakeup.run_id,
+        wakeup.environment,
+        sqs_queue,
+        extra=extra,
+    )
+    return Disposition.RETURNED
 
 
 def log_unknown_task(run: Run, worker_id: str, registered: list[str]) -> Disposition:
@@ -136,12 +197,13 @@ def new_context(run: Run, worker_id: str, services: AttemptServices) -> TaskCont
     )
 
 
-def failure_from(exc: BaseException, *, retryable: bool) -> Failure:
+def failure_from(exc: BaseException, *, retryable: bool, redact: Redact | None = None) -> Failure:
+    """The failure stored for ``exc``: its message and traceback through ``redact``."""
     text = "".join(traceback.format_exception(exc))
     return Failure(
         type=qualified_name(exc),
-        message=str(exc)[:1000],
-        traceback=text[-MAX_TRACEBACK_CHARS:],
+        message=apply_redaction(redact, str(exc))[:1000],
+        traceback=apply_redaction(redact, text)[-MAX_TRACEBACK_CHARS:],
         retryable=retryable,
     )
 
@@ -151,7 +213,7 @@ def decide_returned(config: RunlaneConfig, result: object, token: str) -> Decide
     try:
         encode_json(result, what="handler result", limit_bytes=config.payload_limit)
     except InvalidPayloadError as exc:
-        failure = failure_from(exc, retryable=False)
+        failure = failure_from(exc, retryable=False, redact=config.redact)
         return lambda run, now: machine.record_failure(
             run, token=token, failure=failure, decision=RetryDecision(retry_at=None), now=now
         )
@@ -166,7 +228,7 @@ def decide_raised(config: RunlaneConfig, task: Task, exc: BaseException, token: 
     retryable = task.retry.is_retryable(exc) and not isinstance(
         exc, StepError | InvalidPayloadError
     )
-    failure = failure_from(exc, retryable=retryable)
+    failure = failure_from(exc, retryable=retryable, redact=config.redact)
 
     def decide(run: Run, now: datetime) -> Transition:
         decision = task.retry.decide(run.failures + 1, now, retryable=retryable)
@@ -212,7 +274,7 @@ def log_outcome(run: Run, ctx: TaskContext) -> None:
     if run.status is RunStatus.SUCCEEDED:
         ctx.log.info("attempt %d succeeded", run.attempt)
     elif run.status is RunStatus.FAILED:
-        reason = run.failure.message if run.failure else ""
+        reason = shortened(run.failure.message) if run.failure else ""
         ctx.log.warning("attempt %d failed; run failed: %s", run.attempt, reason)
     elif run.status is RunStatus.RETRYING:
         due = run.due_at.isoformat() if run.due_at else "now"

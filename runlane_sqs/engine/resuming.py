@@ -18,6 +18,7 @@ from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.errors import ConflictError
 from runlane_sqs.core.machine import Skip
 from runlane_sqs.core.model import JSON, EventType, Run, Wait, WaitKind
+from runlane_sqs.core.redaction import digest
 from runlane_sqs.core.tokens import Token
 from runlane_sqs.engine.context import RunOutcome
 from runlane_sqs.engine.publishing import Publisher
@@ -105,7 +106,7 @@ class Resumer:
                 "resumed %d run(s) waiting on %s %s",
                 len(resumed),
                 resumption.kind.value,
-                resumption.target,
+                digest(resumption.target),  # a token id is a bearer secret
             )
         return ResumeReport(resumed=len(resumed), more=cursor is not None)
 

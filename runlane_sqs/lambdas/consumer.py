@@ -16,9 +16,14 @@ the run, claim its lease, run the handler, record the outcome under the lease to
 
 What the handler returns, ``{"batchItemFailures": [{"itemIdentifier": messageId}, ...]}``:
 
-- a record whose run was executed, or that was a stale, foreign, unknown or malformed
-  hint, is *not* reported: Lambda deletes it (the handler itself never calls SQS
+- a record whose run was executed, or that was a stale, unknown or malformed hint, is
+  *not* reported: Lambda deletes it (the handler itself never calls SQS
   ``DeleteMessage``);
+- a record of another environment (on a queue environments share) is reported, never
+  deleted: it becomes visible again after the queue's visibility timeout, for that
+  environment's workers, and each such receive counts toward the redrive policy's
+  ``maxReceiveCount``. The first one of each environment on each queue is logged as a
+  warning, once per function instance (give each environment its own queues);
 - each record is read on its own, so one broken record never fails the others: a
   record without a usable ``messageId`` cannot be reported and is only logged (ERROR);
   one without a usable ``eventSourceARN``, ``receiptHandle`` or string ``body`` (or not
@@ -56,7 +61,7 @@ from typing import Any, Protocol, TypedDict
 
 from runlane_sqs.api.app import Runlane
 from runlane_sqs.core.errors import ConfigurationError, MissingResourceError
-from runlane_sqs.engine.outcomes import Disposition
+from runlane_sqs.engine.outcomes import Disposition, ForeignEnvironments
 from runlane_sqs.ports.transport import ReceivedWakeup
 from runlane_sqs.runtime.executor import Executor
 from runlane_sqs.runtime.leases import LeaseKeeper
@@ -105,10 +110,11 @@ def sqs_handler(
     """
     if safety_margin_seconds < 0:
         raise ConfigurationError("safety_margin_seconds must not be negative")
+    foreign = ForeignEnvironments()  # warned about once per function instance
 
     def handler(event: Mapping[str, Any], context: LambdaContext) -> BatchResponse:
         records = _records(event)
-        return _Invocation(app, context, safety_margin_seconds).run(records)
+        return _Invocation(app, context, safety_margin_seconds, foreign).run(records)
 
     return handler
 
@@ -117,6 +123,8 @@ def sqs_handler(
 class _Tally:
     executed: int = 0
     skipped: int = 0
+    returned: int = 0
+    """Records of other environments (reported, so never deleted)."""
     unreportable: int = 0
     """Records without a usable ``messageId``: logged, neither handled nor reported."""
     reported: list[str] = field(default_factory=list)
@@ -128,7 +136,13 @@ class _Tally:
 class _Invocation:
     """One invocation's executor, lease keeper and tally; thrown away when it returns."""
 
-    def __init__(self, app: Runlane, context: LambdaContext, margin_seconds: float) -> None:
+    def __init__(
+        self,
+        app: Runlane,
+        context: LambdaContext,
+        margin_seconds: float,
+        foreign: ForeignEnvironments,
+    ) -> None:
         self.app = app
         self.context = context
         self.margin_seconds = margin_seconds
@@ -136,6 +150,7 @@ class _Invocation:
         engine = app.engine
         self.leases = LeaseKeeper(engine.store, engine.clock, engine.config.lease_duration)
         self.executor = Executor(engine, self.worker_id, self.leases)
+        self.executor.path.foreign = foreign
         self.tally = _Tally()
 
     def run(self, records: Sequence[object]) -> BatchResponse:
@@ -150,11 +165,12 @@ class _Invocation:
             self.leases.stop()
         tally = self.tally
         log.info(
-            "batch of %d record(s): %d executed, %d skipped, %d reported%s%s",
+            "batch of %d record(s): %d executed, %d skipped, %d reported%s%s%s",
             len(records),
             tally.executed,
             tally.skipped,
             len(tally.reported),
+            f" ({tally.returned} of other environments)" if tally.returned else "",
             f", {tally.unreportable} without a messageId" if tally.unreportable else "",
             f" ({tally.stop_reason})" if tally.stop_reason else "",
             extra={"worker_id": self.worker_id},
@@ -186,6 +202,8 @@ class _Invocation:
         elif disposition is Disposition.SKIPPED:
             tally.skipped += 1
         else:
+            if disposition is Disposition.RETURNED:
+                tally.returned += 1
             tally.reported.append(message_id)
             if group is not None:
                 tally.failed_groups.add(group)
@@ -247,12 +265,13 @@ class _Invocation:
 
 def logical_queue(app: Runlane, queue_arn: str) -> str:
     """The app's name for the queue an event source ARN names: the ``queue_urls`` entry
-    whose URL ends with that SQS name, else the name without the app's queue prefix."""
+    whose URL ends with that SQS name, else the name without the app's queue prefix
+    (``runlane-{environment}-`` unless it was given one)."""
     name = queue_arn.rsplit(":", 1)[-1]
     for logical, url in app.config.queue_urls.items():
         if url.rstrip("/").rsplit("/", 1)[-1] == name:
             return logical
-    return name.removeprefix(app.config.queue_prefix)
+    return name.removeprefix(app.config.sqs_queue_prefix)
 
 
 def _fifo_group(record: Mapping[str, Any]) -> str | None:

@@ -8,9 +8,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
-
-from runlane_sqs.core.errors import StorageUnavailable
 from runlane_sqs.core.model import Run
 from runlane_sqs.engine import message
 from runlane_sqs.engine.attempt import AttemptRuntime
@@ -19,14 +16,7 @@ from runlane_sqs.engine.engine import Engine
 from runlane_sqs.engine.leases import LeaseBook
 from runlane_sqs.engine.outcomes import Disposition, new_context
 from runlane_sqs.ports.transport import ReceivedWakeup
-
-storage_retry = retry(
-    retry=retry_if_exception_type(StorageUnavailable),
-    stop=stop_after_attempt(5),
-    wait=wait_exponential(multiplier=0.2, max=5),
-    reraise=True,
-)
-"""Retry policy of the per-message path's reads and writes when DynamoDB is unavailable."""
+from runlane_sqs.runtime.budget import storage_retry, write_budget
 
 
 def begin_attempt(
@@ -64,10 +54,11 @@ class Executor:
         return self._perform[type(request)](request)
 
     def read(self, request: message.ReadRun) -> Run | None:
-        return storage_retry(self.engine.store.get_run)(request.run_id)
+        return storage_retry()(self.engine.store.get_run)(request.run_id)
 
     def write(self, request: message.Write) -> Run:
-        return storage_retry(self.engine.store.apply)(request.transition)
+        budget = write_budget(request.transition, self.engine.clock.now())
+        return storage_retry(budget)(self.engine.store.apply)(request.transition)
 
     def begin(self, request: message.Begin) -> TaskContext:
         return begin_attempt(request, self.engine, self.leases, self.worker_id)

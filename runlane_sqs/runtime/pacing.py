@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
+import socket
 import threading
 import time
 import uuid
@@ -18,13 +20,51 @@ from typing import NoReturn, TypedDict, Unpack
 
 from runlane_sqs.core.durations import Duration, to_timedelta
 from runlane_sqs.core.errors import ConfigurationError, RunlaneError
-from runlane_sqs.core.limits import MAX_RECEIVE_BATCH, MAX_SEND_BATCH, MAX_WAIT_TIME_SECONDS
+from runlane_sqs.core.limits import (
+    DEFAULT_VISIBILITY_TIMEOUT_SECONDS,
+    MAX_RECEIVE_BATCH,
+    MAX_SEND_BATCH,
+    MAX_WAIT_TIME_SECONDS,
+)
 from runlane_sqs.engine.engine import Engine
 from runlane_sqs.engine.outcomes import Disposition
 from runlane_sqs.ports.transport import ReceivedWakeup
 
 ACK_LINGER_SECONDS = 2.0
 """Longest a handled message waits for its batch delete while other attempts run."""
+ENV_WORKER_ID = "RUNLANE_WORKER_ID"
+"""Names the worker (its lease owner id) when ``worker_id`` is not given."""
+MAX_WORKER_ID_CHARS = 128
+MAX_HOST_CHARS = 63
+
+
+def default_worker_id() -> str:
+    """``worker-{host}-{pid}-{random}``: the lease owner a run shows names the host and
+    process working on it; the random part tells apart workers of one process (and a
+    pid used again after a restart). The host name keeps letters, digits, '.' and '-'."""
+    host = re.sub(r"[^A-Za-z0-9.-]+", "-", socket.gethostname()).strip(".-")
+    return f"worker-{host[:MAX_HOST_CHARS] or 'host'}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+def choose_worker_id(worker_id: str | None) -> str:
+    """``worker_id``, else ``RUNLANE_WORKER_ID``, else :func:`default_worker_id`. A given
+    id must be 1 to 128 printable characters without spaces: it is stored as the lease
+    owner and printed in logs and tables."""
+    source = "worker_id"
+    if not worker_id:
+        worker_id, source = os.environ.get(ENV_WORKER_ID, ""), ENV_WORKER_ID
+    if not worker_id:
+        return default_worker_id()
+    if (
+        len(worker_id) > MAX_WORKER_ID_CHARS
+        or not worker_id.isprintable()
+        or any(c.isspace() for c in worker_id)
+    ):
+        raise ConfigurationError(
+            f"{source} {worker_id!r} must be 1 to {MAX_WORKER_ID_CHARS} printable "
+            "characters without spaces"
+        )
+    return worker_id
 
 
 @dataclass(frozen=True)
@@ -50,7 +90,8 @@ class WorkerConfig:
         grace_period: Duration = 25,
         worker_id: str | None = None,
     ) -> WorkerConfig:
-        """Validated settings; a missing ``worker_id`` gets a random one."""
+        """Validated settings; a missing ``worker_id`` comes from ``RUNLANE_WORKER_ID``
+        or names the host and process (:func:`choose_worker_id`)."""
         if concurrency < 1:
             raise ConfigurationError("concurrency must be at least 1")
         if not 0 <= wait_seconds <= MAX_WAIT_TIME_SECONDS:
@@ -62,7 +103,7 @@ class WorkerConfig:
             concurrency=concurrency,
             wait_seconds=wait_seconds,
             grace_period=to_timedelta(grace_period, "grace_period"),
-            worker_id=worker_id or f"worker-{uuid.uuid4().hex[:12]}",
+            worker_id=choose_worker_id(worker_id),
         )
 
     @property
@@ -117,9 +158,19 @@ def acks_due(pending: int, *, busy: int, oldest_age_seconds: float, force: bool 
     )
 
 
+RETURNED_IDS_KEPT = 10_000
+"""Wakeups of other environments a worker session remembers having returned; past
+this it forgets them all and starts again."""
+HELD_SECONDS = DEFAULT_VISIBILITY_TIMEOUT_SECONDS
+"""How long a held wakeup of another environment stays invisible: the queue's visibility
+timeout (60 s unless the queue was created with another); released at the end of the
+session only while younger than this."""
+
+
 class Intake:
     """The bookkeeping of one worker session, without I/O or locks: messages received
-    but not started, attempts in flight, handled messages waiting for their delete."""
+    but not started, attempts in flight, handled messages waiting for their delete,
+    wakeups of other environments to make visible again."""
 
     def __init__(
         self, config: WorkerConfig, monotonic: Callable[[], float] = time.monotonic
@@ -128,7 +179,12 @@ class Intake:
         self.buffer: deque[ReceivedWakeup] = deque()
         self.busy = 0
         self.executed = 0
+        self.returned = 0
+        """Wakeups of other environments returned to their queue (never deleted)."""
         self._acks: list[ReceivedWakeup] = []
+        self._releases: list[ReceivedWakeup] = []
+        self._held: list[tuple[float, ReceivedWakeup]] = []
+        self._returned_ids: set[str] = set()
         self._oldest_ack = 0.0
         self._next_queue = 0
         self._monotonic = monotonic
@@ -158,7 +214,9 @@ class Intake:
         self.busy -= 1
         if disposition is Disposition.EXECUTED:
             self.executed += 1
-        if disposition is not Disposition.DEFERRED:
+        if disposition is Disposition.RETURNED:
+            self._return(message)
+        elif disposition is not Disposition.DEFERRED:
             if not self._acks:
                 self._oldest_ack = self._monotonic()
             self._acks.append(message)
@@ -170,6 +228,32 @@ class Intake:
             return []
         acks, self._acks = self._acks, []
         return acks
+
+    def _return(self, message: ReceivedWakeup) -> None:
+        """A wakeup of another environment is made visible again at once. If this session
+        already returned it, it is held: left invisible until its visibility timeout or
+        the end of the session, so the worker does not take it again and again (every
+        receive counts toward the dead-letter queue) while that environment's workers
+        could have it."""
+        self.returned += 1
+        if message.message_id in self._returned_ids:
+            self._held.append((self._monotonic(), message))
+            return
+        if len(self._returned_ids) >= RETURNED_IDS_KEPT:
+            self._returned_ids.clear()
+        self._returned_ids.add(message.message_id)
+        self._releases.append(message)
+
+    def take_releases(self, *, ending: bool = False) -> list[ReceivedWakeup]:
+        """The wakeups of other environments to make visible again now: those returned
+        for the first time and, when the session is ``ending``, those held (unless their
+        visibility timeout has already made them visible)."""
+        releases, self._releases = self._releases, []
+        since = self._monotonic() - HELD_SECONDS
+        self._held = [(at, m) for at, m in self._held if at > since]
+        if ending:
+            releases, self._held = [*releases, *(m for _, m in self._held)], []
+        return releases
 
     def take_buffer(self) -> list[ReceivedWakeup]:
         """Received messages never started (to make visible again)."""
@@ -191,7 +275,8 @@ class WorkerOptions(TypedDict, total=False):
     grace_period: Duration
     """How long a stopping worker lets attempts finish (default 25 s)."""
     worker_id: str | None
-    """This worker's lease owner name (default: ``worker-`` and a random suffix)."""
+    """This worker's lease owner name (default: ``RUNLANE_WORKER_ID``, or
+    ``worker-{host}-{pid}-{random}``)."""
 
 
 class WorkerBase:
@@ -251,6 +336,15 @@ class WorkerBase:
             self.engine.parking.unpark_known(by=self.worker_id, queues=self.config.queues)
         except RunlaneError as exc:
             log.warning("could not look for parked runs: %s", exc, extra=self._extra)
+
+    def _log_returned(self, returned: int) -> None:
+        """At the end of a session: how many wakeups of other environments it returned."""
+        if returned:
+            log.info(
+                "returned %d wakeup(s) of other environments to their queues",
+                returned,
+                extra={**self._extra, "returned": returned},
+            )
 
     @staticmethod
     def _check_max_runs(max_runs: int | None) -> None:

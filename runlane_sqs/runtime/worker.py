@@ -94,8 +94,9 @@ class Worker(WorkerBase):
     def drain(self, max_runs: int | None = None) -> int:
         """Process the work available now and return how many runs were executed.
 
-        Stale, foreign and malformed wakeups are deleted but do not count. Returns when a
-        receive finds nothing and no attempt is in flight, or after ``max_runs`` runs.
+        Stale and malformed wakeups are deleted, wakeups of other environments returned to
+        their queue (:attr:`returned`); neither counts. Returns when a receive finds
+        nothing and no attempt is in flight, or after ``max_runs`` runs.
         Raises the transport's error when a receive fails (after the AWS SDK's own
         retries): whether work is available is then unknown.
         """
@@ -224,11 +225,22 @@ class Worker(WorkerBase):
                     self._intake.finished(message, disposition)
                 self._done.notify_all()
 
+    @property
+    def returned(self) -> int:
+        """Wakeups of other environments the last ``run()`` or ``drain()`` received and
+        returned to their queue, for that environment's workers."""
+        return self._intake.returned
+
     def _flush_acks(self, *, force: bool = False) -> None:
+        """Delete handled messages when due (all if ``force``: the session ends); make
+        wakeups of other environments visible again (see :meth:`Intake.take_releases`)."""
         with self._done:
             acks = self._intake.take_acks(force=force)
+            releases = self._intake.take_releases(ending=force)
         if acks:
             self.engine.transport.ack(acks)
+        if releases:
+            self.engine.transport.release(releases)
 
     def _shutdown(self) -> None:
         intake = self._intake
@@ -248,6 +260,7 @@ class Worker(WorkerBase):
                     extra=self._extra,
                 )
         self._flush_acks(force=True)
+        self._log_returned(intake.returned)
         self.leases.stop()
         self._receiver.close()
         with self._done:

@@ -2,9 +2,10 @@
 
 Triggers with a missing table or queue, an unknown task, a payload that is not JSON
 or too large, or a malformed key fail before any write. Wakeups that are malformed,
-forged, foreign, stale or unknown are deleted by a draining worker and execute
-nothing; a wakeup for a task this worker does not register is left on
-the queue for one that does (until the run is parked, see test_parking.py).
+forged, stale or unknown are deleted by a draining worker and execute nothing; a wakeup
+of another environment is left on the queue for that environment's workers, and a
+wakeup for a task this worker does not register for one that does (until the run is
+parked, see test_parking.py).
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def _take_published(sqs: Any, url: str) -> None:
 def test_trigger_without_the_table_says_how_to_create_it(
     app: Runlane, sqs: Any, dynamodb: Any
 ) -> None:
-    url = sqs.create_queue(QueueName=f"{app.config.queue_prefix}default")["QueueUrl"]
+    url = sqs.create_queue(QueueName=app.config.sqs_queue_name("default"))["QueueUrl"]
 
     with pytest.raises(MissingResourceError) as error:
         app.trigger(TASK, {"n": 1})
@@ -110,7 +111,7 @@ def test_trigger_without_the_queue_says_how_to_create_it(
         with pytest.raises(MissingResourceError) as error:
             trigger()
         message = str(error.value)
-        assert f"'{app.config.queue_prefix}default'" in message
+        assert repr(app.config.sqs_queue_name("default")) in message
         assert "provision()" in message
 
     assert scan_items(dynamodb, app.config.table) == []
@@ -190,10 +191,10 @@ def test_malformed_and_forged_wakeups_are_deleted_and_execute_nothing(
     assert (stored.status, stored.attempt, stored.seq) == (RunStatus.QUEUED, 0, 1)
 
 
-def test_a_wakeup_for_a_run_of_another_environment_is_deleted_unexecuted(
+def test_a_wakeup_for_a_run_of_another_environment_is_left_on_a_shared_queue_unexecuted(
     app: Runlane, make_app: Callable[..., Runlane], calls: Calls, sqs: Any
 ) -> None:
-    other = make_app(environment="other")
+    other = make_app(environment="other", queue_prefix=app.config.sqs_queue_prefix)
     other.task(calls, name=TASK)
     app.provision()
     foreign = other.trigger(TASK, {"env": "other"})
@@ -203,7 +204,7 @@ def test_a_wakeup_for_a_run_of_another_environment_is_deleted_unexecuted(
     assert app.worker().drain() == 0
 
     assert calls.run_ids == []
-    assert queue_counts(sqs, url) == EMPTY
+    assert queue_counts(sqs, url) == {**EMPTY, "visible": 1}
     assert other.runs.get(foreign.id).status is RunStatus.QUEUED
     assert app.store.get_run(foreign.id) is None
 

@@ -17,7 +17,7 @@ def fifo_app(make_app: Callable[..., Runlane], clock: ManualClock) -> Runlane:
     """An app whose only queue is a FIFO queue, named by URL."""
     probe = make_app()
     provision_table(probe.client("dynamodb"), probe.config.table)
-    name = f"{probe.config.queue_prefix}{QUEUE}.fifo"
+    name = f"{probe.config.sqs_queue_name(QUEUE)}.fifo"
     url = provision_queues(probe.client("sqs"), [name])[name]
     app = make_app(clock=clock, queue_urls={QUEUE: url})
 

@@ -5,10 +5,10 @@ A runnable run is claimed and executed once, by a ``def`` or an ``async def`` ha
 and its result and history are recorded; a durable step is not repeated by a later
 attempt; a released or waiting run resumes when its time, its token or the run it waits
 for comes. A wakeup is only a hint: one naming a run that is finished, not yet due,
-running under another worker's lease, unknown or of another environment, and a message
-that is not a wakeup at all, is deleted and executes nothing; a wakeup for a task this
-worker does not register is left for a worker that does. ``drain(max_runs=N)`` counts
-executed runs only and leaves the rest on the queue.
+running under another worker's lease or unknown, and a message that is not a wakeup at
+all, is deleted and executes nothing; a wakeup of another environment, or for a task this
+worker does not register, is left on the queue for a worker that can run it.
+``drain(max_runs=N)`` counts executed runs only and leaves the rest on the queue.
 
 Lost leases, cancellation and shutdown are in test_worker_shutdown.py.
 """
@@ -324,7 +324,7 @@ def test_wait_for_run_resumes_the_parent_when_the_child_finishes(
 # --- wakeups that execute nothing -----------------------------------------------------
 
 
-def test_stale_duplicate_foreign_malformed_and_unknown_wakeups_are_deleted_uncounted(
+def test_stale_duplicate_malformed_and_unknown_wakeups_are_deleted_uncounted(
     worker_kind: WorkerKind, backend: Backend, app: Runlane, tasks: Tasks
 ) -> None:
     finished = app.trigger(PLAIN, {"state": "terminal"})
@@ -382,7 +382,7 @@ def test_a_malformed_message_is_deleted_and_runs_nothing(
     assert tasks.seen == []
 
 
-def test_a_wakeup_of_another_environment_is_deleted_and_runs_nothing(
+def test_a_wakeup_of_another_environment_is_left_on_the_queue_and_runs_nothing(
     backend: Backend, app: Runlane, tasks: Tasks
 ) -> None:
     run_id = stored_unpublished(app, PLAIN)
@@ -391,13 +391,14 @@ def test_a_wakeup_of_another_environment_is_deleted_and_runs_nothing(
 
     assert SYNC_WORKER.drain(app) == 0
 
-    assert backend.depth(app) == 0
+    assert backend.depth(app) == 1  # for the workers of "other" (test_environments.py)
     assert tasks.seen == []
     assert status(app, run_id) is RunStatus.QUEUED
     # the same run named in the right environment does run
     send_raw(backend, app, [wakeup_body(app, run_id)])
     assert SYNC_WORKER.drain(app) == 1
     assert tasks.seen == [(PLAIN, run_id, 1, {"direct": True})]
+    assert backend.depth(app) == 1
 
 
 def test_a_wakeup_for_a_task_the_worker_does_not_register_is_left_for_one_that_does(

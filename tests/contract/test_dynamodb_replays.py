@@ -11,6 +11,7 @@ from runlane_sqs.adapters.dynamodb.replays import landed_creation, landed_transi
 from runlane_sqs.core import machine
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Run, RunEvent
+from runlane_sqs.core.recovery import expire_lease
 
 NOW = datetime(2030, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
 
@@ -59,13 +60,24 @@ def test_another_workers_claim_at_the_same_sequence_is_a_conflict() -> None:
     assert landed_transition(claim(run), stored_after(theirs, first)) is None
 
 
-def test_same_state_with_other_events_is_a_conflict() -> None:
+def test_an_attempt_write_with_other_events_is_a_conflict() -> None:
     run, first = created()
-    cancel_a = machine.request_cancel(run, now=NOW, actor="alice", reason="a")
-    cancel_b = machine.request_cancel(run, now=NOW, actor="bob", reason="b")
+    claimed = claim(run)
+    ok = machine.record_success(claimed.after, token="tok-1", result=1, now=NOW)
+    other = machine.record_success(claimed.after, token="tok-1", result=2, now=NOW)
+    stored = [first, *claimed.events]
 
-    assert landed_transition(cancel_a, stored_after(cancel_b, first)) is None
-    assert landed_transition(cancel_a, stored_after(cancel_a, first)) is not None
+    assert landed_transition(ok, run_to_wire(ok.after, [*stored, *ok.events], "{}")) is not None
+    assert landed_transition(ok, run_to_wire(other.after, [*stored, *other.events], "{}")) is None
+
+
+def test_a_write_without_a_lease_token_is_never_taken_for_ours() -> None:
+    """Two operators (or maintenance passes) can write the same state at the same
+    millisecond: a resend of such a write stays a conflict."""
+    run, first = created()
+    cancel = machine.request_cancel(run, now=NOW, actor="alice", reason="a")
+
+    assert landed_transition(cancel, stored_after(cancel, first)) is None
 
 
 def test_no_item_is_no_landed_write() -> None:
@@ -73,11 +85,29 @@ def test_no_item_is_no_landed_write() -> None:
     assert landed_transition(claim(run), None) is None
 
 
-def test_a_refused_creation_is_ours_only_if_the_stored_run_has_our_random_id() -> None:
+def test_a_refused_creation_is_ours_only_if_the_stored_run_is_the_one_we_put() -> None:
     run, first = created()
-    ours = run_to_wire(run, [first], '{"n":1}')
-    other = run_to_wire(run.with_changes(id="f" * 32), [first], '{"n":1}')
+    payload = '{"n":1}'
+    ours = run_to_wire(run, [first], payload)
+    other_id = run_to_wire(run.with_changes(id="f" * 32), [first], payload)
+    other_payload = run_to_wire(run, [first], '{"n":2}')
+    other_time = run_to_wire(
+        run.with_changes(created_at=NOW + timedelta(seconds=1)), [first], payload
+    )
 
-    assert landed_creation(run, ours)
-    assert not landed_creation(run, other)
-    assert not landed_creation(run, None)
+    assert landed_creation(run, payload, ours)
+    assert not landed_creation(run, payload, other_id)
+    assert not landed_creation(run, payload, other_payload)
+    assert not landed_creation(run, payload, other_time)
+    assert not landed_creation(run, payload, None)
+
+
+def test_a_recovery_by_maintenance_fenced_on_the_lease_is_never_taken_for_ours() -> None:
+    """Two passes can expire the same lease alike: the second stays a conflict."""
+    run, first = created()
+    claimed = claim(run)
+    expired = expire_lease(claimed.after, now=NOW + timedelta(minutes=5))
+    assert isinstance(expired, Transition) and expired.fence == "tok-1"
+    stored = [first, *claimed.events, *expired.events]
+
+    assert landed_transition(expired, run_to_wire(expired.after, stored, "{}")) is None

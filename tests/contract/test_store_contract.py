@@ -94,7 +94,7 @@ def backend(store_kind: str, request: pytest.FixtureRequest) -> Backend:
     app.provision()
     provision_queues(
         app.client("sqs"),
-        [f"{app.config.queue_prefix}{QUEUE}"],
+        [app.config.sqs_queue_name(QUEUE)],
         visibility_timeout=int(SQS_VISIBILITY_SECONDS),
     )
     return Backend(

@@ -24,6 +24,7 @@ from runlane_sqs.core.limits import DEFAULT_MAX_RECEIVE_COUNT
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "infra" / "runlane.yaml"
 DOCKERFILE = ROOT / "Dockerfile"
+INDEXES = ("agenda", "by_status", "waits")
 
 
 class CfnLoader(yaml.SafeLoader):
@@ -101,7 +102,9 @@ def test_the_table_equals_the_one_the_library_provisions(template: dict[str, Any
         "SSESpecification",
         "TimeToLiveSpecification",
         "PointInTimeRecoverySpecification",
+        "DeletionProtectionEnabled",
     }
+    assert props["DeletionProtectionEnabled"] is True
     assert table["DeletionPolicy"] == "Retain"
 
 
@@ -194,7 +197,7 @@ def test_iam_has_no_wildcard_actions_and_scoped_resources(template: dict[str, An
             if any(a.startswith("dynamodb:") for a in actions):
                 assert resource in (
                     {"Fn::GetAtt": ["RunsTable", "Arn"]},
-                    {"Fn::Sub": "${RunsTable.Arn}/index/*"},
+                    *({"Fn::Sub": f"${{RunsTable.Arn}}/index/{i}"} for i in INDEXES),
                 ), owner
             if any(a.startswith("sqs:") for a in actions):
                 assert resource in (

@@ -465,17 +465,38 @@ def test_closing_the_path_at_the_handler_records_nothing(
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
-@pytest.mark.parametrize(
-    "text",
-    ["garbage", "{}", '{"version": 1}', "[" * 3000 + "]" * 3000, "other-environment"],
-)
+@pytest.mark.parametrize("text", ["garbage", "{}", '{"version": 1}', "[" * 3000 + "]" * 3000])
 def test_hints_naming_nothing_here_are_skipped_before_any_request(app: Runlane, text: str) -> None:
-    if text == "other-environment":
-        text = body(app.trigger("echo", None), environment="other")
-
     path = Path(app, text)
 
     assert (path.disposition, path.requests) == (Disposition.SKIPPED, [])
+
+
+def test_a_wakeup_of_another_environment_is_returned_before_any_request_with_one_warning_per_queue(
+    app: Runlane, caplog: pytest.LogCaptureFixture
+) -> None:
+    run = app.trigger("echo", None)
+    path = MessagePath(tasks=app.tasks, clock=app.clock, config=app.config, worker_id="w1")
+
+    def handle(environment: str, queue: str = "default") -> Disposition:
+        message = ReceivedWakeup(queue, body(run, environment), "r", "m")
+        return drive(path.handle(message), lambda request: pytest.fail(f"asked {request}"))
+
+    with caplog.at_level(logging.INFO, logger="runlane_sqs"):
+        dispositions = [handle("staging"), handle("staging"), handle("qa"), handle("qa", "emails")]
+
+    assert dispositions == [Disposition.RETURNED] * 4  # never SKIPPED: that deletes it
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert [w.split(";")[0] for w in warnings] == [
+        "queue runlane-test-default receives wakeups of environment 'staging'",
+        "queue runlane-test-default receives wakeups of environment 'qa'",
+        "queue runlane-test-emails receives wakeups of environment 'qa'",
+    ]
+    assert "this worker's environment is 'test'" in warnings[0]
+    assert "its own queues" in warnings[0]
+    returned = [r for r in caplog.records if r.getMessage().startswith("returning wakeup")]
+    assert len(returned) == 4
+    assert stored(app, run.id).seq == run.seq  # nothing written
 
 
 def test_unknown_or_finished_run_is_skipped_after_the_read(app: Runlane) -> None:

@@ -17,15 +17,17 @@ The event source mappings are deployed disabled (``ConsumerEnabled=false``): mot
 otherwise try to invoke the function (in Docker) on every SendMessage and make the
 messages invisible. moto also ignores ``TimeToLiveSpecification`` and
 ``SSESpecification`` of a CloudFormation table, so those are checked on the template
-(tests/core/test_deploy_files.py), not here. moto authorises DynamoDB requests against
-the resource ``*`` only, so instead of enforcing IAM the test records every request the
-app makes and checks each against the deployed roles' policy documents.
+(tests/core/test_deploy_files.py), not here; so are the queue policies and the
+dead-letter queues' ``RedriveAllowPolicy`` (tests/processes/test_iam_actions.py), which
+moto's CloudFormation does not apply. moto authorises DynamoDB requests against the
+resource ``*`` only, so instead of enforcing IAM the test records every request the app
+makes and checks each against the deployed roles' policy documents, conditions included
+(``dynamodb:LeadingKeys``, evaluated as in tests/processes/test_iam_actions.py).
 """
 
 from __future__ import annotations
 
 import ast
-import fnmatch
 import importlib
 import io
 import json
@@ -47,6 +49,7 @@ from runlane_sqs.engine.maintenance import JOB_DUE
 from runlane_sqs.lambdas import maintenance as lambda_handler
 from runlane_sqs.local import MotoServer
 from tests.emulators import REPO_ROOT, queue_counts
+from tests.processes.test_iam_actions import Access, accesses, allowed, table_arn
 
 TEMPLATE = REPO_ROOT / "infra" / "runlane.yaml"
 APP_MODULE = "tests.apps.stack_app"
@@ -181,6 +184,7 @@ def test_the_stack_creates_the_table_queues_and_compute_the_library_expects(
         expected["AttributeDefinitions"], key=str
     )
     assert table["BillingModeSummary"]["BillingMode"] == "PAY_PER_REQUEST"
+    assert table["DeletionProtectionEnabled"] is True
     indexes = {i["IndexName"]: i for i in table["GlobalSecondaryIndexes"]}
     for index in expected["GlobalSecondaryIndexes"]:
         deployed = indexes.pop(index["IndexName"])
@@ -242,6 +246,13 @@ def test_the_stack_creates_the_table_queues_and_compute_the_library_expects(
     [target] = events.list_targets_by_rule(Rule=rule["Name"])["Targets"]
     assert target["Arn"] == maintenance["FunctionArn"]
 
+    # The execution role pulls from the one repository ImageUri names.
+    assert [
+        s["Resource"]
+        for s in role_statements(stack, "WorkerExecutionRole")
+        if "ecr:BatchGetImage" in s["Action"]
+    ] == ["arn:aws:ecr:us-east-1:123456789012:repository/runlane-worker"]
+
     ecs = stack.client("ecs")
     task = ecs.describe_task_definition(taskDefinition=stack.resources["WorkerTaskDefinition"])
     [container] = task["taskDefinition"]["containerDefinitions"]
@@ -298,90 +309,47 @@ class RequestLog:
         return [(name, params) for p, name, params in self.requests if p == phase]
 
 
-@dataclass
-class Grant:
-    actions: set[str]
-    resources: list[str]
-
-
-def grants_of(document: Any) -> list[Grant]:
+def statements_of(document: Any) -> list[dict[str, Any]]:
     if isinstance(document, str):
         try:
             document = json.loads(document)
         except json.JSONDecodeError:  # moto keeps a stack's inline policies as Python repr
             document = ast.literal_eval(document)
-    grants = []
-    for statement in document["Statement"]:
-        assert statement["Effect"] == "Allow"
-        actions, resources = statement["Action"], statement["Resource"]
-        grants.append(
-            Grant(
-                set(actions if isinstance(actions, list) else [actions]),
-                resources if isinstance(resources, list) else [resources],
-            )
-        )
-    return grants
+    return list(document["Statement"])
 
 
-def policy_grants(stack: Stack, policy_arn: str) -> list[Grant]:
+def policy_statements(stack: Stack, policy_arn: str) -> list[dict[str, Any]]:
     iam = stack.client("iam")
     version = iam.get_policy(PolicyArn=policy_arn)["Policy"]["DefaultVersionId"]
     policy = iam.get_policy_version(PolicyArn=policy_arn, VersionId=version)
-    return grants_of(policy["PolicyVersion"]["Document"])
+    return statements_of(policy["PolicyVersion"]["Document"])
 
 
-def role_grants(stack: Stack, role_logical_id: str) -> list[Grant]:
-    """Every Allow statement of a deployed role (attached and inline policies)."""
+def role_statements(stack: Stack, role_logical_id: str) -> list[dict[str, Any]]:
+    """Every statement of a deployed role (attached and inline policies)."""
     iam = stack.client("iam")
     role = stack.resources[role_logical_id]
-    grants = []
+    found = []
     for attached in iam.list_attached_role_policies(RoleName=role)["AttachedPolicies"]:
-        grants.extend(policy_grants(stack, attached["PolicyArn"]))
+        found.extend(policy_statements(stack, attached["PolicyArn"]))
     for name in iam.list_role_policies(RoleName=role)["PolicyNames"]:
-        grants.extend(
-            grants_of(iam.get_role_policy(RoleName=role, PolicyName=name)["PolicyDocument"])
+        found.extend(
+            statements_of(iam.get_role_policy(RoleName=role, PolicyName=name)["PolicyDocument"])
         )
-    return grants
+    return found
 
 
-def needed_permissions(
-    stack: Stack, requests: list[tuple[str, dict[str, Any]]]
-) -> set[tuple[str, str]]:
-    """(IAM action, resource ARN) pairs the recorded requests need."""
-    table_arn = stack.outputs["TableArn"]
-    queue_arns = {
-        stack.outputs["StandardQueueUrl"]: stack.outputs["StandardQueueArn"],
-        stack.outputs["FifoQueueUrl"]: stack.outputs["FifoQueueArn"],
-    }
-    transact = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem"}
-    needed: set[tuple[str, str]] = set()
-    for name, params in requests:
-        if name == "TransactWriteItems":
-            for item in params["TransactItems"]:
-                [(kind, _)] = item.items()
-                needed.add((f"dynamodb:{transact.get(kind, 'ConditionCheckItem')}", table_arn))
-        elif name == "BatchGetItem":
-            needed.add(("dynamodb:BatchGetItem", table_arn))
-        elif "TableName" in params:
-            assert params["TableName"] == stack.outputs["TableName"]
-            index = params.get("IndexName")
-            needed.add((f"dynamodb:{name}", f"{table_arn}/index/{index}" if index else table_arn))
-        else:
-            assert "QueueUrl" in params, (name, params)
-            action = name.removesuffix("Batch")
-            needed.add((f"sqs:{action}", queue_arns[params["QueueUrl"]]))
-    return needed
+def needed(stack: Stack, requests: list[tuple[str, dict[str, Any]]]) -> set[Access]:
+    """What IAM authorises for the recorded requests (action, resource, leading keys)."""
+    assert stack.outputs["TableArn"] == table_arn(stack.outputs["TableName"])
+    found = {a for name, params in requests for a in accesses(name, params)}
+    queue_arns = {stack.outputs["StandardQueueArn"], stack.outputs["FifoQueueArn"]}
+    assert {a.resource for a in found if a.action.startswith("sqs:")} <= queue_arns
+    return found
 
 
-def refused(grants: list[Grant], needed: set[tuple[str, str]]) -> set[tuple[str, str]]:
-    return {
-        (action, resource)
-        for action, resource in needed
-        if not any(
-            action in g.actions and any(fnmatch.fnmatchcase(resource, r) for r in g.resources)
-            for g in grants
-        )
-    }
+def refused(statements: list[dict[str, Any]], needs: set[Access]) -> set[Access]:
+    return {access for access in needs if not allowed(statements, access)}
 
 
 @pytest.fixture
@@ -499,23 +467,24 @@ def test_runs_complete_through_the_deployed_resources(stack: Stack, deployed_app
             }, queue
 
     # Every request each part made is one its deployed role (or, for the producer, the
-    # policies the stack exports for producers) allows.
-    producer = [
-        g
-        for arn in (stack.outputs["RunsTablePolicyArn"], stack.outputs["PublishWakeupsPolicyArn"])
-        for g in policy_grants(stack, arn)
-    ]
-    assert refused(producer, needed_permissions(stack, log.of("producer"))) == set()
-    consumer_needs = needed_permissions(stack, log.of("consumer"))
-    assert refused(role_grants(stack, "ConsumerRole"), consumer_needs) == set()
-    worker_needs = needed_permissions(stack, log.of("worker"))
-    assert {a for a, _ in worker_needs} >= {"sqs:ReceiveMessage", "sqs:DeleteMessage"}
-    assert refused(role_grants(stack, "WorkerTaskRole"), worker_needs) == set()
-    maintenance_needs = needed_permissions(stack, log.of("maintenance"))
-    assert {a for a, _ in maintenance_needs} >= {"dynamodb:Query", "sqs:SendMessage"}
-    assert refused(role_grants(stack, "MaintenanceRole"), maintenance_needs) == set()
-    # ...and the roles are not wider than that: maintenance cannot consume.
+    # policy the stack exports for producers) allows.
+    producer = policy_statements(stack, stack.outputs["ProducerPolicyArn"])
+    assert refused(producer, needed(stack, log.of("producer"))) == set()
+    consumer_needs = needed(stack, log.of("consumer"))
+    assert refused(role_statements(stack, "ConsumerRole"), consumer_needs) == set()
+    worker_needs = needed(stack, log.of("worker"))
+    assert {a.action for a in worker_needs} >= {"sqs:ReceiveMessage", "sqs:DeleteMessage"}
+    assert refused(role_statements(stack, "WorkerTaskRole"), worker_needs) == set()
+    maintenance_needs = needed(stack, log.of("maintenance"))
+    assert {a.action for a in maintenance_needs} >= {"dynamodb:Query", "sqs:SendMessage"}
+    assert refused(role_statements(stack, "MaintenanceRole"), maintenance_needs) == set()
+    # ...and the roles are not wider than that: maintenance cannot consume, and the
+    # producer policy cannot list runs.
     assert refused(
-        role_grants(stack, "MaintenanceRole"),
-        {("sqs:ReceiveMessage", stack.outputs["StandardQueueArn"])},
+        role_statements(stack, "MaintenanceRole"),
+        {Access("sqs:ReceiveMessage", stack.outputs["StandardQueueArn"])},
     )
+    list_runs = Access(
+        "dynamodb:Query", f"{stack.outputs['TableArn']}/index/by_status", ("test#succeeded",)
+    )
+    assert refused(producer, {list_runs})

@@ -83,7 +83,7 @@ event = {"Records": [
     {"messageId": m.message_id, "receiptHandle": m.receipt, "body": m.body,
      "attributes": {"ApproximateReceiveCount": str(m.receive_count)},
      "eventSource": "aws:sqs",
-     "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:runlane-default"}
+     "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:runlane-test-default"}
     for m in app.transport.receive("default", 10, 0)
 ]}
 print(json.dumps({

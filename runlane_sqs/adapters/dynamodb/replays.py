@@ -21,7 +21,7 @@ from runlane_sqs.adapters.dynamodb.codec import (
 )
 from runlane_sqs.core.durations import to_epoch_ms
 from runlane_sqs.core.machine import Transition
-from runlane_sqs.core.model import Run, RunEvent
+from runlane_sqs.core.model import EventType, Run, RunEvent
 
 log = logging.getLogger("runlane_sqs.storage")
 
@@ -36,11 +36,33 @@ def _same_events(stored: list[RunEvent], ours: tuple[RunEvent, ...]) -> bool:
     return [_stored_form(e) for e in tail] == [_stored_form(e) for e in ours]
 
 
+RECOVERY_EVENTS = frozenset({EventType.LEASE_EXPIRED, EventType.ATTEMPT_TIMED_OUT})
+"""Maintenance's writes fenced on an attempt's token: two passes can make them alike."""
+
+
+def _by_the_attempt(transition: Transition) -> bool:
+    """A claim (it writes a new, random lease token) or an attempt's own write (fenced
+    on its token): only this attempt can have written that state. Other writes (an
+    operator's, maintenance's recoveries) may be made identically by a second writer,
+    so their refusal stays a conflict."""
+    before, after = transition.before.lease, transition.after.lease
+    if after is not None and (before is None or before.token != after.token):
+        return True
+    if transition.fence is None:
+        return False
+    return not any(
+        event.type in RECOVERY_EVENTS
+        or (event.type is EventType.CANCELLED and event.data.get("after") == "lease_expired")
+        for event in transition.events
+    )
+
+
 def landed_transition(transition: Transition, wire: dict[str, Any] | None) -> Run | None:
-    """The stored run if it is ``transition.after`` already written: the same sequence,
-    the same state (lease token included) and, last in its history, the same events;
-    else ``None`` (another writer changed the run)."""
-    if not wire:
+    """The stored run if it is ``transition.after`` already written by this attempt:
+    a claim or a write fenced on the attempt's lease token, with the same sequence, the
+    same state (lease token included) and, last in its history, the same events; else
+    ``None`` (another writer changed the run)."""
+    if not wire or not _by_the_attempt(transition):
         return None
     item = item_from_wire(wire)
     stored = run_from_item(item)
@@ -58,11 +80,15 @@ def landed_transition(transition: Transition, wire: dict[str, Any] | None) -> Ru
     return stored.with_changes(created=False)
 
 
-def landed_creation(run: Run, wire: dict[str, Any] | None) -> bool:
-    """Whether a refused ``PutItem`` of a new run found that run already stored: run ids
-    are random, so an item with ours can only be our own earlier put (a worker may have
-    claimed it since)."""
+def landed_creation(run: Run, payload_json: str, wire: dict[str, Any] | None) -> bool:
+    """Whether a refused ``PutItem`` of a new run found that very run already stored:
+    our run id (random), our payload and our creation time, so only our own earlier put
+    can have written it (a worker may have claimed the run since)."""
     if not wire or wire.get("run_id", {}).get("S") != run.id:
+        return False
+    if wire.get("payload", {}).get("S") != payload_json:
+        return False
+    if wire.get("created_at", {}).get("N") != str(to_epoch_ms(run.created_at)):
         return False
     log.info(
         "run %s: its creation was refused on resending because it had already been "

@@ -25,6 +25,8 @@ W = TypeVar("W")
 MISSING_QUEUE_CODES = frozenset(
     {"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist", "NonExistentQueue"}
 )
+MAX_QUEUE_NAME_CHARS = 80
+"""Longest SQS queue name, ``.fifo`` included."""
 
 
 def chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
@@ -114,14 +116,29 @@ def missing_queue(name: str, endpoint: str | None, exc: ClientError) -> Exceptio
     return TransportError(f"cannot look up SQS queue {name!r}: {exc}")
 
 
+def checked_queue_name(name: str) -> str:
+    """``name`` if SQS accepts its length; else a :class:`MissingResourceError` (no such
+    queue can exist) saying how to shorten it."""
+    if len(name) > MAX_QUEUE_NAME_CHARS:
+        raise MissingResourceError(
+            f"SQS queue name {name!r} is {len(name)} characters; SQS allows "
+            f"{MAX_QUEUE_NAME_CHARS}: use a shorter queue or environment name, a shorter "
+            "queue_prefix (RUNLANE_QUEUE_PREFIX) or name the queue by URL (queue_urls)"
+        )
+    return name
+
+
 class SqsTransport:
-    """Wakeups on SQS queues named ``{queue_prefix}{queue}`` or given by URL."""
+    """Wakeups on SQS queues named ``{queue_prefix}{queue}`` or given by URL.
+
+    The app passes its configuration's prefix (``runlane-{environment}-`` unless it was
+    given one)."""
 
     def __init__(
         self,
         client: Any,
         *,
-        queue_prefix: str = "runlane-",
+        queue_prefix: str,
         queue_urls: Mapping[str, str] | None = None,
     ) -> None:
         self._client = client
@@ -134,7 +151,8 @@ class SqsTransport:
         return endpoint_of(self._client)
 
     def queue_name(self, queue: str) -> str:
-        return f"{self.queue_prefix}{queue}"
+        """The SQS name of logical queue ``queue`` (not looked up)."""
+        return checked_queue_name(f"{self.queue_prefix}{queue}")
 
     def queue_url(self, queue: str) -> str:
         """The URL of a logical queue, looked up once; a clear error if it does not exist."""

@@ -19,7 +19,8 @@ from runlane_sqs.ports.aio import AsyncRunStore, AsyncWakeupTransport
 from runlane_sqs.ports.transport import ReceivedWakeup
 from runlane_sqs.runtime.aio.leases import AsyncLeaseKeeper
 from runlane_sqs.runtime.aio.threads import DaemonThreads
-from runlane_sqs.runtime.executor import begin_attempt, storage_retry
+from runlane_sqs.runtime.budget import storage_retry, write_budget
+from runlane_sqs.runtime.executor import begin_attempt
 
 
 async def drive_async(steps: message.Steps, executor: AsyncExecutor) -> Disposition:
@@ -70,10 +71,11 @@ class AsyncExecutor:
         return await self._perform[type(request)](request)
 
     async def read(self, request: message.ReadRun) -> Run | None:
-        return await storage_retry(self.store.get_run)(request.run_id)
+        return await storage_retry()(self.store.get_run)(request.run_id)
 
     async def write(self, request: message.Write) -> Run:
-        return await storage_retry(self.store.apply)(request.transition)
+        budget = write_budget(request.transition, self.engine.clock.now())
+        return await storage_retry(budget)(self.store.apply)(request.transition)
 
     async def begin(self, request: message.Begin) -> TaskContext:
         return begin_attempt(request, self.engine, self.leases, self.worker_id)

@@ -29,6 +29,8 @@ class AsyncLeaseKeeper(LeaseBook):
         await asyncio.gather(*(self._renew(a, lease) for a, lease in self.renewals()))
 
     async def _renew(self, attempt: TrackedAttempt, lease: Lease) -> None:
+        if not self.tracks(attempt):
+            return  # it finished since the snapshot; its outcome write ended the lease
         renewal: Run | RunlaneError
         try:
             renewal = await self._store.renew_lease(attempt.run, lease)

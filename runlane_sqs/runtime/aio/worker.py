@@ -22,7 +22,7 @@ from typing import Any, Protocol, Unpack
 from runlane_sqs.adapters.aws import AwsClients
 from runlane_sqs.core.errors import MissingResourceError, RunlaneError
 from runlane_sqs.engine.engine import HasEngine
-from runlane_sqs.engine.outcomes import Disposition
+from runlane_sqs.engine.outcomes import Disposition, ForeignEnvironments
 from runlane_sqs.ports.aio import AsyncWakeupTransport
 from runlane_sqs.ports.transport import ReceivedWakeup
 from runlane_sqs.runtime.aio.backend import open_ports
@@ -88,6 +88,9 @@ class AsyncWorker(WorkerBase):
         """Set by :meth:`stop`: ends an open long poll."""
         self._stopping = False
         self._executed = 0
+        self._returned = 0
+        self._foreign = ForeignEnvironments()
+        """Other environments warned about: once per worker, not once per session."""
         self._fatal: MissingResourceError | None = None
 
     # public API -------------------------------------------------------------------
@@ -105,8 +108,9 @@ class AsyncWorker(WorkerBase):
     async def drain(self, max_runs: int | None = None) -> int:
         """Process the work available now and return how many runs were executed.
 
-        Stale, foreign and malformed wakeups are deleted but do not count. Returns when a
-        receive finds nothing and no attempt is in flight, or after ``max_runs`` runs.
+        Stale and malformed wakeups are deleted, wakeups of other environments returned to
+        their queue (:attr:`returned`); neither counts. Returns when a receive finds
+        nothing and no attempt is in flight, or after ``max_runs`` runs.
         Raises the transport's error when a receive fails (after the AWS SDK's own
         retries): whether work is available is then unknown.
         """
@@ -146,6 +150,7 @@ class AsyncWorker(WorkerBase):
             )
             leases = AsyncLeaseKeeper(store, engine.clock, engine.config.lease_duration)
             executor = AsyncExecutor(engine, self.worker_id, leases, store, transport, threads)
+            executor.path.foreign = self._foreign
             session = _Session(executor, transport, Intake(self.config))
             self._session = session
             leases.start()
@@ -154,6 +159,7 @@ class AsyncWorker(WorkerBase):
             finally:
                 await self._shutdown(session)
                 self._executed = session.intake.executed
+                self._returned = session.intake.returned
                 self._session = None
         if self._fatal is not None:
             raise self._fatal
@@ -265,11 +271,22 @@ class AsyncWorker(WorkerBase):
             await asyncio.wait_for(changed.wait(), timeout)
         changed.clear()
 
+    @property
+    def returned(self) -> int:
+        """Wakeups of other environments the last ``run()`` or ``drain()`` received and
+        returned to their queue, for that environment's workers."""
+        return self._returned
+
     @staticmethod
     async def _flush_acks(session: _Session, *, force: bool = False) -> None:
+        """Delete handled messages when due (all if ``force``: the session ends); make
+        wakeups of other environments visible again (see :meth:`Intake.take_releases`)."""
         acks = session.intake.take_acks(force=force)
+        releases = session.intake.take_releases(ending=force)
         if acks:
             await session.transport.ack(acks)
+        if releases:
+            await session.transport.release(releases)
 
     async def _shutdown(self, session: _Session) -> None:
         unstarted = session.intake.take_buffer()
@@ -297,6 +314,7 @@ class AsyncWorker(WorkerBase):
                         extra=self._extra,
                     )
         await self._flush_acks(session, force=True)
+        self._log_returned(session.intake.returned)
         await session.leases.stop()
 
     # signals ----------------------------------------------------------------------

@@ -9,6 +9,7 @@ MARKERS_ENV = "SHOP_MARKERS"
 
 ECHO = "shop.echo"
 CHARGE = "shop.charge"
+FAIL_WITH = "shop.fail_with"
 NAP = "shop.nap"
 APPROVAL = "shop.approval"
 PATIENT = "shop.patient"

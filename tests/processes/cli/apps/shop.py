@@ -18,6 +18,7 @@ from tests.processes.cli.apps.names import (
     CHARGE,
     ECHO,
     FAIL_ENV,
+    FAIL_WITH,
     LEASE_SECONDS,
     MARKERS_ENV,
     NAP,
@@ -39,6 +40,12 @@ def charge(ctx: TaskContext, payload: Any) -> dict[str, Any]:
     if os.environ.get(FAIL_ENV):
         raise RuntimeError("card declined")
     return {"charged": payload["amount"]}
+
+
+@app.task(name=FAIL_WITH, retry=RetryPolicy(max_attempts=1))
+def fail_with(ctx: TaskContext, payload: Any) -> None:
+    """Fails at once with ``payload["message"]`` as the failure's message."""
+    raise RuntimeError(payload["message"])
 
 
 @app.task(name=NAP)

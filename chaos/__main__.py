@@ -1,0 +1,106 @@
+"""``python -m chaos [--runs N] [--seed S] [--backend aws-local|moto] [--smoke]``: one
+chaos run; prints one figure line, writes the figures as JSON to chaos/results/ and
+exits 1 on any lost, stuck or doubly succeeded run or unexplained extra execution."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from chaos import backends, plan
+from chaos.app import LEASE_SECONDS
+from chaos.ledger import Figures
+from chaos.runner import Chaos
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def _leases(values: list[float | None]) -> str:
+    shown = ["none-in-flight" if v is None else f"{v:.2f}" for v in values]
+    return "[" + ",".join(shown) + "]"
+
+
+def figure_line(
+    figures: Figures, injected: dict[str, int], outages: list[float], elapsed: float
+) -> str:
+    faults = " ".join(f"{k}={v}" for k, v in injected.items())
+    faults += f" db_outage_s={outages}"
+    return (
+        f"chaos: runs={figures.runs} faults={sum(injected.values())} ({faults}) "
+        f"lost={len(figures.lost)} stuck={len(figures.stuck)} "
+        f"double_successes={len(figures.double_successes)} "
+        f"extra_executions={figures.extra_explained + figures.extra_unexplained} "
+        f"(explained_by_kill_freeze_or_outage={figures.extra_explained} "
+        f"of_which_outage={figures.extra_by_outage} "
+        f"unexplained={figures.extra_unexplained}) "
+        f"zombie_completions={figures.zombie_completions} "
+        f"executions={figures.executions} "
+        f"recovery_after_kill={_leases(figures.recovery_leases)}x{LEASE_SECONDS:g}s-lease "
+        f"chaos_phase={elapsed:.0f}s"
+    )
+
+
+def violations(figures: Figures) -> list[str]:
+    found = []
+    for name, runs in (
+        ("lost", figures.lost),
+        ("stuck", figures.stuck),
+        ("double success", figures.double_successes),
+        ("unexplained extra execution", figures.unexplained_runs),
+    ):
+        if runs:
+            found.append(f"{name}: {len(runs)} run(s), e.g. {runs[:5]}")
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m chaos", description=__doc__)
+    parser.add_argument("--runs", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--backend", choices=backends.BACKENDS, default=backends.AWS_LOCAL)
+    parser.add_argument("--smoke", action="store_true", help="60 runs, fewer faults")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    chosen = (plan.smoke if args.smoke else plan.full)(seed=args.seed)
+    if args.runs is not None:
+        chosen = (plan.smoke if args.smoke else plan.full)(runs=args.runs, seed=args.seed)
+    out_dir = RESULTS_DIR / time.strftime("%Y%m%d-%H%M%S")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(out_dir / "chaos.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
+    logging.getLogger("chaos").addHandler(handler)
+    logging.getLogger("chaos").setLevel(logging.INFO)
+    began = time.monotonic()
+    with backends.start(args.backend) as backend:
+        chaos = Chaos(chosen, backend, out_dir)
+        figures, injected, elapsed = chaos.run()
+    line = figure_line(figures, injected, chaos.details.get("db_outages_seconds", []), elapsed)
+    line += f" elapsed={time.monotonic() - began:.0f}s"
+    problems = violations(figures)
+    report = {
+        "command": " ".join(["python -m chaos", *(argv if argv is not None else sys.argv[1:])]),
+        "backend": args.backend,
+        "plan": asdict(chosen),
+        "injected": injected,
+        "figures": asdict(figures),
+        "faults": chaos.details,
+        "elapsed_seconds": elapsed,
+        "violations": problems,
+        "line": line,
+    }
+    (out_dir / "figures.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    print(line, flush=True)
+    for problem in problems:
+        print(f"chaos: VIOLATION {problem}", file=sys.stderr)
+    print(f"chaos: details in {out_dir}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

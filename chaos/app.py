@@ -1,0 +1,130 @@
+"""The app the chaos worker processes load (``--app chaos.app:app``) and the harness
+triggers on, with one task per worker kind.
+
+Every execution of a handler appends two JSON lines to the ground-truth log named by
+:data:`LOG_ENV` (``O_APPEND``, one ``write`` per line): ``start`` when it begins and
+``end`` with its outcome (``ok``, ``fail``, ``release``) when it returns. The harness
+counts executions from this log, not from the library's records.
+
+Payload ``{"i": index, "kind": kind}``; kinds:
+
+- ``plain``: returns.
+- ``fail_once``: raises on attempt 1 (the retry policy tries again).
+- ``release``: releases for a second on attempt 1 (no retry cost), returns after.
+- ``sleep``: runs :data:`SLEEP_SECONDS`, past the lease, while the worker heartbeats.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import time
+import uuid
+from typing import Any
+
+from runlane_sqs import RetryPolicy, Runlane, TaskContext
+
+LOG_ENV = "RUNLANE_CHAOS_LOG"
+"""The ground-truth log every execution appends to."""
+LEASE_SECONDS = 5.0
+REPUBLISH_AFTER_SECONDS = 8.0
+SLEEP_SECONDS = 8.0
+"""Longer than the lease: only heartbeats keep such an attempt's lease."""
+WORK_SECONDS = 0.2
+"""Every other execution works up to this long, so a kill finds some in flight."""
+RELEASE_SECONDS = 1.0
+
+SYNC_TASK = "chaos.sync"
+ASYNC_TASK = "chaos.async"
+SYNC_QUEUE = "sync"
+ASYNC_QUEUE = "async"
+QUEUES = (SYNC_QUEUE, ASYNC_QUEUE)
+
+PLAIN = "plain"
+FAIL_ONCE = "fail_once"
+RELEASE = "release"
+SLEEP = "sleep"
+KINDS = (PLAIN, FAIL_ONCE, RELEASE, SLEEP)
+
+RETRY = RetryPolicy(max_attempts=20, backoff="fixed", delay=0.5)
+"""Generous: a kill, a lost lease or a refused write each cost an attempt."""
+
+
+class InjectedFailure(Exception):
+    """The failure a ``fail_once`` run raises on its first attempt."""
+
+
+def _append(record: dict[str, Any]) -> None:
+    line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+    fd = os.open(os.environ[LOG_ENV], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+class _Execution:
+    """One execution's two lines in the ground-truth log."""
+
+    def __init__(self, ctx: TaskContext, payload: Any) -> None:
+        self.fields = {
+            "run": ctx.run_id,
+            "i": payload["i"],
+            "attempt": ctx.attempt,
+            "pid": os.getpid(),
+            "x": uuid.uuid4().hex[:12],
+        }
+        self.kind: str = payload["kind"]
+        self.attempt = ctx.attempt
+        _append({"e": "start", "t": time.time(), **self.fields})
+
+    def end(self, outcome: str) -> None:
+        _append({"e": "end", "t": time.time(), "outcome": outcome, **self.fields})
+
+
+def _decide(execution: _Execution, ctx: TaskContext) -> str | None:
+    """What a first attempt does instead of succeeding, or ``None`` to succeed."""
+    if execution.attempt == 1 and execution.kind == FAIL_ONCE:
+        execution.end("fail")
+        raise InjectedFailure(f"run {ctx.run_id}: first attempt fails on purpose")
+    if execution.attempt == 1 and execution.kind == RELEASE:
+        execution.end("release")
+        ctx.release(delay=RELEASE_SECONDS)
+    return None
+
+
+def run_sync(ctx: TaskContext, payload: Any) -> dict[str, Any]:
+    execution = _Execution(ctx, payload)
+    _decide(execution, ctx)
+    time.sleep(SLEEP_SECONDS if execution.kind == SLEEP else random.uniform(0, WORK_SECONDS))
+    execution.end("ok")
+    return {"i": payload["i"], "pid": os.getpid()}
+
+
+async def run_async(ctx: TaskContext, payload: Any) -> dict[str, Any]:
+    execution = _Execution(ctx, payload)
+    _decide(execution, ctx)
+    await asyncio.sleep(
+        SLEEP_SECONDS if execution.kind == SLEEP else random.uniform(0, WORK_SECONDS)
+    )
+    execution.end("ok")
+    return {"i": payload["i"], "pid": os.getpid()}
+
+
+def build_app(**options: Any) -> Runlane:
+    """The chaos app from the environment (``RUNLANE_TABLE``, ``RUNLANE_QUEUE_PREFIX``,
+    boto3's variables) with a short lease, so recovery is quick."""
+    app = Runlane.from_env(
+        environment="chaos",
+        lease_duration=LEASE_SECONDS,
+        republish_after=REPUBLISH_AFTER_SECONDS,
+        **options,
+    )
+    app.task(run_sync, name=SYNC_TASK, queue=SYNC_QUEUE, retry=RETRY)
+    app.task(run_async, name=ASYNC_TASK, queue=ASYNC_QUEUE, retry=RETRY)
+    return app
+
+
+app = build_app()

@@ -1,0 +1,289 @@
+"""One chaos run: start the fleet behind the fault proxy, trigger the runs at an even
+pace while the timeline's faults fire, drain, stop everything and count."""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import os
+import random
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+
+from chaos import ledger
+from chaos.app import (
+    ASYNC_QUEUE,
+    ASYNC_TASK,
+    LEASE_SECONDS,
+    LOG_ENV,
+    QUEUES,
+    SYNC_QUEUE,
+    SYNC_TASK,
+    build_app,
+)
+from chaos.backends import Backend
+from chaos.fleet import ASYNC, SYNC, Fleet, Process
+from chaos.plan import Plan
+from chaos.proxy import FaultPlan, fault_proxy
+from chaos.wakeups import WakeupSender
+from runlane_sqs import Runlane
+from runlane_sqs.adapters.sqs.transport import SqsTransport
+from runlane_sqs.core.errors import RunNotFound
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+WORKERS_PER_KIND = 2
+log = logging.getLogger("chaos")
+
+
+def _retrying(what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """The harness's own calls go straight to the emulators; they only fail while
+    DynamoDB restarts, so try again (triggers carry an idempotency key)."""
+    for _ in range(600):
+        try:
+            return fn(*args, **kwargs)
+        except RunNotFound:
+            raise
+        except Exception as exc:  # RunlaneError or botocore's, while DynamoDB is down
+            log.info("%s failed (%s); again", what, exc)
+            time.sleep(0.2)
+    raise RuntimeError(f"{what} kept failing")
+
+
+@dataclass
+class Chaos:
+    plan: Plan
+    backend: Backend
+    out_dir: Path
+    random: random.Random = field(init=False)
+    faults: FaultPlan = field(init=False)
+    triggered: dict[int, str] = field(default_factory=dict)
+    restarts: int = 0
+    zombies: int = 0
+    last_fault_at: float = 0.0
+    details: dict[str, Any] = field(default_factory=dict)
+    hit_runs: set[str] = field(default_factory=set)
+    """Runs an earlier kill or freeze cut short."""
+    first_trigger: threading.Event = field(default_factory=threading.Event)
+    """The timeline starts with the first run, not with the slow first request."""
+
+    def __post_init__(self) -> None:
+        self.random = random.Random(self.plan.seed)
+        self.faults = FaultPlan(
+            error_rate=self.plan.steady_error_rate,
+            drop_rate=self.plan.drop_rate,
+            seed=self.plan.seed,
+        )
+        self.log_path = self.out_dir / "executions.jsonl"
+
+    # --- set-up -------------------------------------------------------------------
+
+    def _app(self, tag: str) -> Runlane:
+        os.environ.update(self.backend.environment())
+        os.environ.update(
+            {"RUNLANE_TABLE": f"chaos-{tag}", "RUNLANE_QUEUE_PREFIX": f"chaos-{tag}-"}
+        )
+        return build_app(session=boto3.Session())
+
+    def _worker_env(self, proxy_url: str) -> dict[str, str]:
+        path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
+        return {
+            **os.environ,
+            **self.backend.environment(proxy_url),
+            LOG_ENV: str(self.log_path),
+            "PYTHONPATH": path,
+        }
+
+    def run(self) -> tuple[ledger.Figures, dict[str, int], float]:
+        started = time.monotonic()
+        app = self._app(uuid.uuid4().hex[:8])
+        app.provision(list(QUEUES))
+        transport = app.transport
+        assert isinstance(transport, SqsTransport)
+        urls = {q: transport.queue_url(q) for q in QUEUES}
+        sqs = boto3.Session().client("sqs")
+        sender = WakeupSender(sqs, urls, self.plan.seed)
+        with fault_proxy(self.backend.dynamodb_endpoint, self.faults) as proxy_url:
+            fleet = Fleet(self._worker_env(proxy_url), self.out_dir)
+            try:
+                for kind in (SYNC, ASYNC):
+                    for _ in range(WORKERS_PER_KIND):
+                        fleet.start_worker(kind)
+                fleet.start_maintenance()
+                schedule = threading.Thread(target=self._timeline, args=(fleet, sender))
+                schedule.start()
+                self._trigger(app, sender)
+                schedule.join()
+                statuses = self._drain(app, fleet)
+                time.sleep(LEASE_SECONDS)  # let a resumed zombie's handler end
+            finally:
+                fleet.stop()
+        per_run = ledger.read_log(self.log_path)
+        outages = self.backend.dynamodb.outages if self.backend.dynamodb else []
+        faults = ledger.Faults(fleet.signals, outages, LEASE_SECONDS)
+        figures = ledger.count(self.triggered, statuses, per_run, faults)
+        self.details = {
+            "signals": [vars(s) for s in fleet.signals],
+            "db_outages_seconds": [round(b - a, 1) for a, b in outages],
+            "worker_exits": fleet.exits,
+        }
+        injected = self._injected(fleet, sender)
+        return figures, injected, time.monotonic() - started
+
+    def _injected(self, fleet: Fleet, sender: WakeupSender) -> dict[str, int]:
+        actions = [s.action for s in fleet.signals]
+        return {
+            "kills": actions.count("kill"),
+            "zombies": actions.count("stop"),
+            "duplicate_wakeups": sender.duplicates,
+            "forged_wakeups": sender.forged,
+            "throttles": self.faults.injected["throttle"],
+            "server_errors": self.faults.injected["server_error"],
+            "dropped_responses": self.faults.injected["dropped_response"],
+            "db_down_errors": self.faults.injected["upstream_down"],
+            "purges": sender.purges,
+            "db_restarts": self.restarts,
+        }
+
+    # --- the trigger phase ----------------------------------------------------------
+
+    def _kind(self) -> str:
+        pick, total = self.random.random(), 0.0
+        for kind, share in self.plan.mix:
+            total += share
+            if pick < total:
+                return kind
+        return self.plan.mix[0][0]
+
+    def _trigger(self, app: Runlane, sender: WakeupSender) -> None:
+        pending: list[tuple[float, str, str]] = []  # (when, run id, queue): duplicates
+        begin = time.monotonic()
+        interval = self.plan.trigger_seconds / self.plan.runs
+        for i in range(self.plan.runs):
+            while time.monotonic() < begin + i * interval:
+                self._send_due(pending, sender)
+                time.sleep(0.01)
+            task = ASYNC_TASK if self.random.random() < 0.5 else SYNC_TASK
+            queue = ASYNC_QUEUE if task == ASYNC_TASK else SYNC_QUEUE
+            payload = {"i": i, "kind": self._kind()}
+            key = f"chaos-{self.plan.seed}-{i}"
+            run = _retrying("trigger", app.trigger, task, payload, idempotency_key=key)
+            self.triggered[i] = run.id
+            self.first_trigger.set()
+            if i % 50 == 0:
+                log.info("triggered %d runs", i + 1)
+            if self.random.random() < self.plan.duplicate_share:
+                delay = self.random.uniform(0, self.plan.duplicate_delay_seconds)
+                heapq.heappush(pending, (time.monotonic() + delay, run.id, queue))
+            if self.random.random() < self.plan.forged_share:
+                _retrying("forge", sender.forge, run.id, queue)
+        while pending:
+            self._send_due(pending, sender)
+            time.sleep(0.05)
+
+    def _send_due(self, pending: list[tuple[float, str, str]], sender: WakeupSender) -> None:
+        while pending and pending[0][0] <= time.monotonic():
+            _, run_id, queue = heapq.heappop(pending)
+            _retrying("duplicate", sender.duplicate, run_id, queue)
+
+    # --- the faults -----------------------------------------------------------------
+
+    def _timeline(self, fleet: Fleet, sender: WakeupSender) -> None:
+        self.first_trigger.wait()
+        begin = time.monotonic()
+        events = self.plan.timeline()
+        thaw: tuple[float, Process] | None = None
+        while events or thaw:
+            now = time.monotonic() - begin
+            fleet.replace_dead()
+            if thaw and now >= thaw[0]:
+                fleet.thaw(thaw[1])
+                thaw = None
+                self.last_fault_at = time.monotonic()
+            if events and now >= events[0][0]:
+                _, action = events.pop(0)
+                frozen = self._fire(action, fleet, sender)
+                if frozen is not None:
+                    thaw = (now + self.plan.zombie_leases * LEASE_SECONDS, frozen)
+                self.last_fault_at = time.monotonic()
+            time.sleep(0.1)
+
+    def _busiest(self, fleet: Fleet, wait_seconds: float = 3.0) -> Process | None:
+        """The live worker with the most executions in flight (a random one on a tie),
+        waiting a little for one that has any. A worker running a run that an earlier
+        kill or freeze already cut short is spared: three lease losses in a row fail a
+        run by design (``lease_lost``, a run that keeps killing its workers), and the
+        suite must not manufacture that."""
+        deadline = time.monotonic() + wait_seconds
+        while True:
+            per_run = ledger.read_log(self.log_path)
+            busy = ledger.in_flight(per_run)
+            held = {
+                e.pid
+                for run_id in self.hit_runs
+                for e in per_run.get(run_id, [])
+                if e.ended is None
+            }
+            live = [w for w in fleet.live() if w.pid not in held]
+            self.random.shuffle(live)
+            chosen = max(live, key=lambda w: busy.get(w.pid, 0), default=None)
+            if chosen is None or busy.get(chosen.pid) or time.monotonic() > deadline:
+                if chosen is not None:
+                    self.hit_runs |= {
+                        e.run
+                        for runs in per_run.values()
+                        for e in runs
+                        if e.pid == chosen.pid and e.ended is None
+                    }
+                return chosen
+            time.sleep(0.1)
+
+    def _fire(self, action: str, fleet: Fleet, sender: WakeupSender) -> Process | None:
+        log.info("fault: %s begins", action)
+        try:
+            return self._fire_now(action, fleet, sender)
+        finally:
+            log.info("fault: %s done", action)
+
+    def _fire_now(self, action: str, fleet: Fleet, sender: WakeupSender) -> Process | None:
+        if action == "kill" and (victim := self._busiest(fleet)) is not None:
+            fleet.kill(victim)
+        elif action == "freeze" and (victim := self._busiest(fleet)) is not None:
+            fleet.freeze(victim)
+            return victim
+        elif action == "burst":
+            self.faults.burst(self.plan.burst_error_rate, self.plan.burst_seconds)
+        elif action == "purge":
+            sender.purge()
+        elif action == "restart" and self.backend.dynamodb is not None:
+            self.backend.dynamodb.restart()
+            self.restarts += 1
+        return None
+
+    # --- the drain ------------------------------------------------------------------
+
+    def _status(self, app: Runlane, run_id: str) -> str | None:
+        try:
+            return str(_retrying("get", app.runs.get, run_id).status)
+        except RunNotFound:
+            return None
+
+    def _drain(self, app: Runlane, fleet: Fleet) -> dict[str, str | None]:
+        """Poll until every run is terminal, or the drain bound has passed."""
+        statuses: dict[str, str | None] = {}
+        open_ids = list(self.triggered.values())
+        deadline = max(self.last_fault_at, time.monotonic())
+        deadline += self.plan.drain_leases * LEASE_SECONDS
+        while True:
+            fleet.replace_dead()
+            for run_id in open_ids:
+                statuses[run_id] = self._status(app, run_id)
+            open_ids = [r for r in open_ids if statuses[r] not in ledger.TERMINAL]
+            if not open_ids or time.monotonic() > deadline:
+                return statuses
+            time.sleep(1.0)
