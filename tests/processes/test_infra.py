@@ -18,11 +18,11 @@ otherwise try to invoke the function (in Docker) on every SendMessage and make t
 messages invisible. moto also ignores ``TimeToLiveSpecification`` and
 ``SSESpecification`` of a CloudFormation table, so those are checked on the template
 (tests/core/test_deploy_files.py), not here; so are the queue policies and the
-dead-letter queues' ``RedriveAllowPolicy`` (tests/processes/test_iam_actions.py), which
+dead-letter queues' ``RedriveAllowPolicy`` (tests/iam_policies.py), which
 moto's CloudFormation does not apply. moto authorises DynamoDB requests against the
 resource ``*`` only, so instead of enforcing IAM the test records every request the app
 makes and checks each against the deployed roles' policy documents, conditions included
-(``dynamodb:LeadingKeys``, evaluated as in tests/processes/test_iam_actions.py).
+(``dynamodb:LeadingKeys``, evaluated as in tests/iam_policies.py).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from runlane_sqs.engine.maintenance import JOB_DUE
 from runlane_sqs.lambdas import maintenance as lambda_handler
 from runlane_sqs.local import MotoServer
 from tests.emulators import REPO_ROOT, queue_counts
-from tests.processes.test_iam_actions import Access, accesses, allowed, table_arn
+from tests.iam_policies import Access, accesses, allowed, table_arn
 
 TEMPLATE = REPO_ROOT / "infra" / "runlane.yaml"
 APP_MODULE = "tests.apps.stack_app"

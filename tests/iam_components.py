@@ -1,0 +1,399 @@
+"""The components the IAM policies are for, at work against the emulator while a
+recorder notes each request (tests/processes/test_iam_actions.py checks the policies
+against what they did)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from runlane_sqs import ManualClock, RetryPolicy, Run, Runlane, RunStatus, TaskContext
+from runlane_sqs.core import machine
+from runlane_sqs.core.names import new_lease_token
+from runlane_sqs.engine.maintenance import MaintenanceConfig
+from runlane_sqs.lambdas.consumer import sqs_handler
+from tests.emulators import wait_until
+from tests.iam_policies import (
+    REGION,
+    Access,
+    Recorder,
+    Values,
+    queue_arn,
+    statements,
+)
+
+PRODUCER, WORKER, CONSUMER, MAINTENANCE, OPERATOR = (
+    "producer",
+    "worker",
+    "consumer",
+    "maintenance",
+    "operator",
+)
+
+
+# --- the components' tasks ---------------------------------------------------------
+
+OK, ORDERED, FLAKY, BROKEN, LATER = "iam.ok", "iam.ordered", "iam.flaky", "iam.broken", "iam.later"
+SIGNAL, TOKEN, PARENT, SLOW = "iam.signal", "iam.token", "iam.parent", "iam.slow"
+ELSEWHERE = "iam.elsewhere"
+"""A task the workers do not register: they park its runs."""
+LEASE_SECONDS = 3
+"""The workers' lease: their heartbeat beats every second, within ``SLOW``'s attempt."""
+SLOW_SECONDS = 1.5
+
+
+def register(app: Runlane, *, workers: bool = False) -> None:
+    """The user's tasks, as every component's app module registers them (the workers'
+    leave out ``ELSEWHERE``, whose code is deployed elsewhere)."""
+    app.task(lambda ctx, payload: payload, name=OK)
+    app.task(lambda ctx, payload: payload, name=ORDERED, queue="ordered")
+    register_outcomes(app)
+    register_waits(app)
+    if not workers:
+        app.task(lambda ctx, payload: payload, name=ELSEWHERE)
+
+
+def register_outcomes(app: Runlane) -> None:
+    @app.task(name=FLAKY, retry=RetryPolicy(max_attempts=2, backoff="fixed", delay=0))
+    def flaky(ctx: TaskContext, payload: Any) -> int:
+        if ctx.attempt == 1:
+            raise RuntimeError("the first attempt fails")
+        return ctx.attempt
+
+    @app.task(name=BROKEN)
+    def broken(ctx: TaskContext, payload: Any) -> None:
+        raise ValueError("always")
+
+    @app.task(name=LATER)
+    def later(ctx: TaskContext, payload: Any) -> int:
+        if ctx.attempt == 1:
+            ctx.release(delay=0)
+        return ctx.attempt
+
+    @app.task(name=SLOW)
+    def slow(ctx: TaskContext, payload: Any) -> Any:
+        time.sleep(SLOW_SECONDS)  # a heartbeat renews the lease meanwhile
+        return ctx.step("done", lambda: "slowly")
+
+
+def register_waits(app: Runlane) -> None:
+    @app.task(name=SIGNAL)
+    def signal(ctx: TaskContext, payload: Any) -> Any:
+        return ctx.wait_for_signal(payload["key"]).payload
+
+    @app.task(name=TOKEN)
+    def token(ctx: TaskContext, payload: Any) -> Any:
+        token_id = payload.get("token") or ctx.step(
+            "token", lambda: app.tokens.create(timeout=timedelta(hours=1)).id
+        )
+        return ctx.wait_for_token(token_id).status
+
+    @app.task(name=PARENT)
+    def parent(ctx: TaskContext, payload: Any) -> Any:
+        child = payload.get("child") or ctx.step("child", lambda: app.trigger(OK, "child").id)
+        return ctx.wait_for_run(child).status
+
+
+# --- recording ----------------------------------------------------------------------
+
+
+# --- the components at work --------------------------------------------------------
+
+
+class LambdaContext:
+    def __init__(self) -> None:
+        self.aws_request_id = str(uuid.uuid4())
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 60_000
+
+
+@dataclass
+class Components:
+    """One app per component (each its own process in a deployment), all on one clock."""
+
+    clock: ManualClock
+    setup: Runlane
+    """The test's own app: forges leases, not recorded."""
+    producer: Runlane
+    worker: Runlane
+    consumer: Runlane
+    maintenance: Runlane
+    operator: Runlane
+    recorder: Recorder
+    sqs: Any
+    """The test's own SQS client (not recorded)."""
+    queue_urls: dict[str, str]
+
+    def drain(self) -> int:
+        total = 0
+        while executed := self.worker.worker(["default", "ordered"], worker_id="ecs").drain():
+            total += executed
+        return total
+
+    def drain_async(self) -> int:
+        worker = self.worker.async_worker(
+            ["default", "ordered"], session=self.recorder.aio_session(WORKER)
+        )
+        return asyncio.run(worker.drain())
+
+    def deliver(self) -> int:
+        """Play the event source mapping: receive (the test's client), invoke the consumer
+        handler, delete what it did not report."""
+        handler = sqs_handler(self.consumer)
+        delivered = 0
+        for url in self.queue_urls.values():
+            while messages := self.sqs.receive_message(
+                QueueUrl=url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"]
+            ).get("Messages", []):
+                records = [
+                    {
+                        "messageId": m["MessageId"],
+                        "receiptHandle": m["ReceiptHandle"],
+                        "body": m["Body"],
+                        "attributes": m.get("Attributes", {}),
+                        "messageAttributes": {},
+                        "eventSource": "aws:sqs",
+                        "eventSourceARN": queue_arn(url.rsplit("/", 1)[-1]),
+                        "awsRegion": REGION,
+                    }
+                    for m in messages
+                ]
+                response = handler({"Records": records}, LambdaContext())
+                assert response["batchItemFailures"] == []
+                self.sqs.delete_message_batch(
+                    QueueUrl=url,
+                    Entries=[
+                        {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
+                        for i, m in enumerate(messages)
+                    ],
+                )
+                delivered += len(messages)
+        return delivered
+
+    def forge_lease(self, run_id: str, deadline: timedelta | None = None) -> None:
+        """A worker claimed the run and died (no heartbeat, no outcome)."""
+        claim = machine.claim_lease(
+            self.setup.runs.get(run_id),
+            now=self.clock.now(),
+            owner="dead-worker",
+            token=new_lease_token(),
+            duration=timedelta(minutes=1),
+            timeout=deadline,
+        )
+        assert isinstance(claim, machine.Transition)
+        self.setup.store.apply(claim)
+
+    def run_worker_with_foreign_wakeups(self) -> None:
+        """Start a long-running worker (it unparks the parked runs it can run) while each
+        queue holds a wakeup of another environment; stop it once it has handed both
+        back."""
+        urls = self.queue_urls
+        other = Runlane.from_env(clock=self.clock, environment="other", queue_urls=urls)
+        register(other)
+        for task in (OK, ORDERED):
+            other.trigger(task, "not for this worker")
+        worker = self.worker.worker(["default", "ordered"], worker_id="ecs", wait_seconds=1)
+        thread = threading.Thread(target=worker.run)
+        thread.start()
+        requests = self.recorder.requests[WORKER]
+        handed_back = set(urls.values())
+        wait_until(
+            lambda: (
+                handed_back
+                <= {p["QueueUrl"] for o, p in list(requests) if o == "ChangeMessageVisibilityBatch"}
+            ),
+            timeout=30,
+            what="the worker to hand back the other environment's wakeups",
+        )
+        worker.stop()
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+        for url in urls.values():  # the other environment's worker takes them
+            for message in self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get(
+                "Messages", []
+            ):
+                self.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+
+    def status(self, run_id: str) -> RunStatus:
+        return self.setup.runs.get(run_id).status
+
+    def waiting_on(self, run_id: str) -> str:
+        waiting = self.setup.runs.get(run_id).waiting
+        assert waiting is not None and waiting.target is not None
+        return waiting.target
+
+
+def play(c: Components) -> None:
+    """Every component's calls, in the order a deployment makes them."""
+    runs = trigger(c)
+    work_and_decide(c, runs)
+    work_elsewhere(c)
+    operate(c, runs)
+    maintain(c, runs)
+    cursor = None  # last, the operator prunes what is finished
+    while (pruned := c.operator.runs.prune(older_than=timedelta(0), cursor=cursor)).cursor:
+        cursor = pruned.cursor
+
+
+def trigger(c: Components) -> dict[str, Run]:
+    """The producer triggers every kind of run; tokens may be created before triggering."""
+    producer = c.producer
+    runs = {
+        "ok": producer.trigger(OK, {"n": 1}),
+        "ordered": producer.trigger(ORDERED, {"n": 1}),
+        "keyed": producer.trigger(
+            OK, "keyed", idempotency_key="order-7", singleton_key="customer-7"
+        ),
+        "later": producer.trigger(OK, "later", delay=timedelta(hours=2)),
+        "ordered later": producer.trigger(ORDERED, "later", delay=timedelta(hours=2)),
+        "flaky": producer.trigger(FLAKY),
+        "broken": producer.trigger(BROKEN),
+        "keyed broken": producer.trigger(BROKEN, idempotency_key="broken-1"),
+        "released": producer.trigger(LATER),
+        "signal": producer.trigger(SIGNAL, {"key": "payment:7"}),
+        "worker's token": producer.trigger(TOKEN, {}),
+        "token timing out": producer.trigger(TOKEN, {}),
+        "parent": producer.trigger(PARENT, {}),
+        "slow": producer.trigger(SLOW),
+        "parked": producer.trigger(ELSEWHERE, 1),
+        "parked too": producer.trigger(ELSEWHERE, 2),
+    }
+    producer.trigger_many(OK, [{"n": n} for n in range(3)])
+    assert not producer.trigger(OK, "again", idempotency_key="order-7").created
+    assert not producer.trigger(OK, "again", singleton_key="customer-7").created
+    made = producer.tokens.create(metadata={"for": "a reviewer"})
+    assert producer.tokens.get(made.id).id == made.id
+    runs["producer's token"] = producer.trigger(TOKEN, {"token": made.id})
+    runs["blocked"] = producer.trigger(OK, "b", singleton_key="b", delay=timedelta(hours=3))
+    runs["blocked parent"] = producer.trigger(PARENT, {"child": runs["blocked"].id})
+    # Two runs whose worker died: one to cancel, one past its attempt deadline.
+    runs["victim"] = producer.trigger(OK, "victim", singleton_key="victim")
+    c.forge_lease(runs["victim"].id)
+    producer.trigger(PARENT, {"child": runs["victim"].id})
+    runs["overdue"] = producer.trigger(OK, "overdue", idempotency_key="overdue")
+    c.forge_lease(runs["overdue"].id, deadline=timedelta(seconds=30))
+    return runs
+
+
+def work_and_decide(c: Components, runs: dict[str, Run]) -> None:
+    """The long-running worker drains; the producer decides what runs wait for."""
+    producer = c.producer
+    c.drain()
+    assert c.status(runs["signal"].id) is RunStatus.RELEASED
+    assert c.status(runs["blocked parent"].id) is RunStatus.RELEASED
+    assert c.status(runs["parked"].id) is RunStatus.PARKED
+    assert producer.signals.send("payment:7", {"paid": True}) == 1
+    producer.tokens.complete(c.waiting_on(runs["producer's token"].id), {"approved": True})
+    producer.tokens.complete(c.waiting_on(runs["worker's token"].id), {"approved": False})
+    assert producer.runs.wait(runs["ok"].id, timeout=1).status is RunStatus.SUCCEEDED
+    assert producer.trigger(OK, "after", singleton_key="customer-7").created  # key freed
+    assert producer.trigger(BROKEN, idempotency_key="broken-1").created  # key freed
+    c.drain()
+    for name in ("signal", "producer's token", "worker's token", "flaky", "parent"):
+        assert c.status(runs[name].id) is RunStatus.SUCCEEDED, name
+
+
+def work_elsewhere(c: Components) -> None:
+    """The async worker, the Lambda consumer, and a long-running worker starting up."""
+    producer = c.producer
+    by_async = [producer.trigger(FLAKY), producer.trigger(OK, "a", singleton_key="async")]
+    by_async.append(producer.trigger(LATER))
+    while c.drain_async():
+        pass
+    consumed = [producer.trigger(t, {}) for t in (OK, FLAKY, LATER, PARENT)]
+    consumed.append(producer.trigger(OK, "lambda", singleton_key="lambda"))
+    producer.trigger(ORDERED)
+    while c.deliver():
+        pass
+    assert all(c.status(r.id) is RunStatus.SUCCEEDED for r in (*by_async, *consumed))
+    c.run_worker_with_foreign_wakeups()
+
+
+def operate(c: Components, runs: dict[str, Run]) -> None:
+    """The operator observes and recovers."""
+    operator = c.operator
+    assert operator.runs.list(limit=100).runs
+    assert operator.runs.list(status="failed", task=BROKEN).runs
+    assert operator.runs.get(runs["keyed"].id).status is RunStatus.SUCCEEDED
+    operator.runs.events(runs["keyed"].id)
+    operator.runs.attempts(runs["flaky"].id)
+    assert operator.runs.wait(runs["keyed"].id, timeout=1).status is RunStatus.SUCCEEDED
+    assert operator.runs.find_current(OK, "order-7") is not None
+    assert operator.runs.find_active(OK, "victim") is not None
+    operator.runs.cancel(runs["blocked"].id, reason="not needed")  # resumes its waiter
+    operator.runs.cancel(runs["victim"].id, reason="stuck")  # running: cancel requested
+    operator.runs.retry(runs["broken"].id, reason="fixed")
+    operator.runs.rerun(runs["ordered"].id)
+    operator.runs.unpark(runs["parked"].id)
+    token = operator.tokens.create(timeout=timedelta(days=1))
+    operator.tokens.get(token.id)
+    operator.tokens.complete(token.id, "yes")
+    operator.tokens.time_out(operator.tokens.create().id)
+    operator.signals.send("nobody-waits")
+    operator.idempotency.reset(OK, "order-7")
+    operator.trigger(OK, "by hand", idempotency_key="by-hand", singleton_key="by-hand")
+    c.drain()
+
+
+def maintain(c: Components, runs: dict[str, Run]) -> None:
+    """Maintenance passes: due runs, the abandoned cancellation, the attempt deadline, a
+    token timeout, a parked run; then saved cursors."""
+    maintenance = c.maintenance.maintenance
+    c.clock.advance(timedelta(hours=5))
+    report = maintenance.run_pass()
+    assert report.jobs["due_wakeups"].published >= 2, report
+    assert report.jobs["abandoned_cancellations"].acted == 1, report
+    assert report.jobs["attempt_deadlines"].acted == 1, report
+    assert report.jobs["tokens"].acted >= 1, report
+    assert report.jobs["parked_runs"].acted >= 1, report
+    c.drain()
+    for name in ("later", "ordered later", "token timing out"):
+        assert c.status(runs[name].id) is RunStatus.SUCCEEDED, name
+    assert c.status(runs["victim"].id) is RunStatus.CANCELLED
+    assert c.status(runs["overdue"].id) is RunStatus.FAILED
+    # Cursors: the agenda partitions hold more than a pass reads.
+    for n in range(12):
+        c.producer.trigger(OK, n, delay=timedelta(hours=2))
+    c.clock.advance(timedelta(hours=3))
+    maintenance.config = MaintenanceConfig(limit_per_job=4)
+    while maintenance.run_pass().cursors:
+        pass
+
+
+@dataclass(frozen=True)
+class Role:
+    """A component's role: the policies it attaches (its own last) and the components
+    whose requests they must allow."""
+
+    policies: tuple[str, ...]
+    components: tuple[str, ...]
+
+
+ROLES = {
+    "producer": Role(("ProducerPolicy",), (PRODUCER,)),
+    "worker": Role(("ProducerPolicy", "WorkerPolicy"), (WORKER, CONSUMER)),
+    "maintenance": Role(("MaintenancePolicy",), (MAINTENANCE,)),
+    "operator": Role(("OperatorPolicy",), (OPERATOR,)),
+}
+"""The worker's and the consumer's task code triggers runs, sends signals and decides
+tokens as a producer does: their roles attach ``ProducerPolicy`` too."""
+
+
+@dataclass(frozen=True)
+class Recorded:
+    needs: dict[str, set[Access]]
+    """Component -> what its requests needed."""
+    template: dict[str, Any]
+    values: Values
+
+    def of(self, role: Role) -> set[Access]:
+        return {a for component in role.components for a in self.needs[component]}
+
+    def policy(self, *names: str) -> list[dict[str, Any]]:
+        return statements(self.template, self.values, *names)
