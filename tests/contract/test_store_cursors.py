@@ -17,7 +17,7 @@ import pytest
 from runlane_sqs import ManualClock, Runlane, RunStatus
 from runlane_sqs.core import machine
 from runlane_sqs.core.agenda import AGENDA_SHARDS, agenda_partitions
-from runlane_sqs.core.model import WaitKind
+from runlane_sqs.core.model import Run, WaitKind
 from runlane_sqs.errors import InvalidCursor
 from runlane_sqs.ports.store import RunQuery, RunStore
 from runlane_sqs.testing import in_memory_app
@@ -100,6 +100,20 @@ def test_every_paged_read_refuses_a_forged_cursor(
         PAGED_READS[read](app.store, FORGED[case])
 
 
+def remaining(
+    page: Callable[[str | None], tuple[list[Run], str | None]], cursor: str | None
+) -> list[Run]:
+    """Every run from ``cursor`` on. DynamoDB may return a cursor with the page that
+    holds the last item (moto does not), so read until no cursor comes back."""
+    runs: list[Run] = []
+    for _ in range(10):
+        if cursor is None:
+            return runs
+        more, cursor = page(cursor)
+        runs += more
+    raise AssertionError("the pages did not end")
+
+
 def test_an_agenda_cursor_is_refused_in_another_partition(make: Callable[..., Runlane]) -> None:
     app = make()
     store_runs_in_shard(app, shard=0, count=2)
@@ -110,8 +124,8 @@ def test_an_agenda_cursor_is_refused_in_another_partition(make: Callable[..., Ru
 
     with pytest.raises(InvalidCursor, match="another partition"):
         app.store.agenda_page(second, until, 1, cursor)
-    rest, end = app.store.agenda_page(first, until, 1, cursor)
-    assert len({run.id for run in page + rest}) == 2 and end is None
+    rest = remaining(lambda at: app.store.agenda_page(first, until, 1, at), cursor)
+    assert len({run.id for run in page + rest}) == 2
 
 
 def test_a_listing_cursor_is_refused_in_another_environment(make: Callable[..., Runlane]) -> None:
@@ -124,5 +138,5 @@ def test_a_listing_cursor_is_refused_in_another_environment(make: Callable[..., 
 
     with pytest.raises(InvalidCursor):
         other.store.list_runs(query, 1, cursor)
-    rest, end = app.store.list_runs(query, 1, cursor)
-    assert len({run.id for run in page + rest}) == 2 and end is None
+    rest = remaining(lambda at: app.store.list_runs(query, 1, at), cursor)
+    assert len({run.id for run in page + rest}) == 2
