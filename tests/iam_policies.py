@@ -12,13 +12,10 @@ from typing import Any
 
 import aioboto3
 import boto3
-import yaml
 
 from runlane_sqs import Runlane
 from runlane_sqs.adapters.provision import table_definition
-from tests.emulators import REPO_ROOT
 
-TEMPLATE = REPO_ROOT / "infra" / "runlane.yaml"
 REGION, ACCOUNT = "us-east-1", "123456789012"
 ENVIRONMENT = "test"
 
@@ -136,30 +133,6 @@ def accesses(operation: str, params: dict[str, Any]) -> list[Access]:
 
 
 # --- the policies, from the template ---------------------------------------------------
-
-
-class CfnLoader(yaml.SafeLoader):
-    """YAML with CloudFormation's short-form tags, loaded as their long forms."""
-
-
-def _tag(loader: CfnLoader, suffix: str, node: yaml.Node) -> dict[str, Any]:
-    name = "Ref" if suffix == "Ref" else f"Fn::{suffix}"
-    if isinstance(node, yaml.ScalarNode):
-        value: Any = loader.construct_scalar(node)
-        if suffix == "GetAtt":
-            value = value.split(".", 1)
-    elif isinstance(node, yaml.SequenceNode):
-        value = loader.construct_sequence(node, deep=True)
-    else:
-        value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
-    return {name: value}
-
-
-CfnLoader.add_multi_constructor("!", _tag)
-
-
-def load_template() -> dict[str, Any]:
-    return yaml.load(TEMPLATE.read_text(), Loader=CfnLoader)  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)

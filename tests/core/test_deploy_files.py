@@ -14,42 +14,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from maintenance import lambda_handler
 from runlane_sqs.adapters.dynamodb.items import TTL_ATTRIBUTE
 from runlane_sqs.adapters.provision import DLQ_SUFFIX, table_definition
 from runlane_sqs.core.limits import DEFAULT_MAX_RECEIVE_COUNT
+from tests.templates import load_template
 
 ROOT = Path(__file__).resolve().parents[2]
-TEMPLATE = ROOT / "infra" / "runlane.yaml"
 DOCKERFILE = ROOT / "Dockerfile"
 INDEXES = ("agenda", "by_status", "waits")
 
 
-class CfnLoader(yaml.SafeLoader):
-    """YAML with CloudFormation's short-form tags, loaded as their long forms."""
-
-
-def _tag(loader: CfnLoader, suffix: str, node: yaml.Node) -> dict[str, Any]:
-    name = "Ref" if suffix == "Ref" else f"Fn::{suffix}"
-    if isinstance(node, yaml.ScalarNode):
-        value: Any = loader.construct_scalar(node)
-        if suffix == "GetAtt":
-            value = value.split(".", 1)
-    elif isinstance(node, yaml.SequenceNode):
-        value = loader.construct_sequence(node, deep=True)
-    else:
-        value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
-    return {name: value}
-
-
-CfnLoader.add_multi_constructor("!", _tag)
-
-
 @pytest.fixture(scope="module")
 def template() -> dict[str, Any]:
-    return yaml.load(TEMPLATE.read_text(), Loader=CfnLoader)
+    return load_template()
 
 
 def resources(template: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:

@@ -58,11 +58,11 @@ from tests.iam_policies import (
     grants,
     in_environment,
     key_patterns,
-    load_template,
     queue_name,
     template_values,
     used,
 )
+from tests.templates import load_template
 
 pytestmark = pytest.mark.timeout(300)
 """The first test also plays every component, once for the module: about a minute."""
