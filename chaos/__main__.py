@@ -18,6 +18,8 @@ from chaos.ledger import Figures
 from chaos.runner import Chaos
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+MAX_LOG_LINES = 20
+"""Per process log, the last lines naming a violating run that a failure prints."""
 
 
 def _leases(values: list[float | None]) -> str:
@@ -98,6 +100,18 @@ def main(argv: list[str] | None = None) -> int:
     print(line, flush=True)
     for problem in problems:
         print(f"chaos: VIOLATION {problem}", file=sys.stderr)
+    for run_id, history in chaos.details.get("violating_runs", {}).items():
+        print(f"chaos: history of {run_id}:", file=sys.stderr)
+        for entry in sorted(
+            [("execution", e["started"], e) for e in history["executions"]]
+            + [("event", e["at"], e) for e in history["events"]],
+            key=lambda t: t[1],
+        ):
+            print(f"chaos:   {entry[1]:.3f} {entry[0]} {json.dumps(entry[2])}", file=sys.stderr)
+        for log_file in sorted(out_dir.glob("*.log")):
+            lines = [line for line in log_file.read_text().splitlines() if run_id in line]
+            for line in lines[-MAX_LOG_LINES:]:
+                print(f"chaos:   {log_file.stem}: {line}", file=sys.stderr)
     print(f"chaos: details in {out_dir}", file=sys.stderr)
     return 1 if problems else 0
 

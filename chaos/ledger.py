@@ -149,6 +149,14 @@ class Figures:
     started again elsewhere; ``None`` when the killed worker had nothing in flight."""
 
 
+def violating(figures: Figures) -> list[str]:
+    """The run ids behind any violation, each once, in order of kind."""
+    found: dict[str, None] = {}
+    for runs in (figures.lost, figures.stuck, figures.double_successes, figures.unexplained_runs):
+        found.update(dict.fromkeys(runs))
+    return list(found)
+
+
 def _zombie_ok(execution: Execution, signals: Iterable[Signalled]) -> bool:
     """It started in a worker before that worker was frozen and ended ``ok`` after."""
     return execution.outcome == OK and any(

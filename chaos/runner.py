@@ -131,9 +131,30 @@ class Chaos:
             "signals": [vars(s) for s in fleet.signals],
             "db_outages_seconds": [round(b - a, 1) for a, b in outages],
             "worker_exits": fleet.exits,
+            "violating_runs": self._histories(app, figures, per_run),
         }
         injected = self._injected(fleet, sender)
         return figures, injected, time.monotonic() - started
+
+    def _histories(
+        self, app: Runlane, figures: ledger.Figures, per_run: dict[str, list[ledger.Execution]]
+    ) -> dict[str, dict[str, Any]]:
+        """Each violating run's executions (from the ground-truth log) beside its stored
+        events, so a failed run in CI can be read from its output alone."""
+        histories: dict[str, dict[str, Any]] = {}
+        for run_id in ledger.violating(figures)[:5]:
+            try:
+                events = _retrying("events", app.runs.events, run_id)
+            except RunNotFound:
+                events = []
+            histories[run_id] = {
+                "executions": [vars(e) for e in per_run.get(run_id, [])],
+                "events": [
+                    {"seq": e.seq, "type": str(e.type), "at": e.at.timestamp(), **e.data}
+                    for e in events
+                ],
+            }
+        return histories
 
     def _injected(self, fleet: Fleet, sender: WakeupSender) -> dict[str, int]:
         actions = [s.action for s in fleet.signals]

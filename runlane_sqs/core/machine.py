@@ -207,6 +207,32 @@ def claim_lease(
     )
 
 
+def withdraw_claim(
+    run: Run, *, token: str, now: datetime, republish: RepublishPolicy | None = None
+) -> Transition:
+    """The claim's lease had already expired when its write came back (the worker was
+    paused, or the response was slow), so the handler never ran: the same run is
+    runnable at once. The ``lease_expired`` event says the attempt never started, and no
+    lease loss is counted: no handler ran that could have killed its worker. With
+    ``republish`` the caller publishes the wakeup itself."""
+    require_lease(run, token)
+    assert run.lease is not None
+    now = truncate_ms(now)
+    wake_at = eager_wake_at(now, now, republish) if republish else None
+    return advance(
+        run,
+        now,
+        [(EventType.LEASE_EXPIRED, {"worker": run.lease.owner, "before_start": True})],
+        fence=token,
+        status=RunStatus.QUEUED,
+        due_at=now,
+        wake_at=truncate_ms(wake_at) if wake_at else None,
+        publishes=0,
+        lease=None,
+        deadline_at=None,
+    )
+
+
 def require_lease(run: Run, token: str) -> None:
     if run.status not in LEASED_STATUSES or run.lease is None or run.lease.token != token:
         raise LeaseLost(run.id)

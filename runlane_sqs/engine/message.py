@@ -20,6 +20,7 @@ Timeline of a plain run (what the driver is asked for)::
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -195,8 +196,35 @@ class MessagePath:
             claimed: Run = yield Write(decision)
         except ConflictError:
             return outcomes.log_skip(wakeup, SkipReason.CLAIM_LOST, self.worker_id, run)
+        if claimed.lease is not None and not claimed.lease.is_live(self.clock.now()):
+            return (yield from self._withdraw(claimed))
         yield from self.attempt(task, claimed)
         return Disposition.EXECUTED
+
+    def _withdraw(self, claimed: Run) -> Steps:
+        """The claim came back with its lease already expired (this process was paused,
+        or the write was slow): running the handler now could overlap the attempt of a
+        worker that maintenance gave the run to. Give the run back without running it
+        (docs/concepts.md, "Leases")."""
+        token = outcomes.lease_token(claimed)
+        log.warning(
+            "the lease of run %s expired before attempt %d could start; giving the run back",
+            claimed.id,
+            claimed.attempt,
+            extra={"run_id": claimed.id, "worker_id": self.worker_id},
+        )
+        now = self.clock.now()
+        try:
+            stored: Run = yield Write(
+                machine.withdraw_claim(
+                    claimed, token=token, now=now, republish=self.config.republish
+                )
+            )
+        except RunlaneError:  # maintenance recovered it first, or storage failed
+            return Disposition.SKIPPED
+        with contextlib.suppress(RunlaneError):  # maintenance publishes it (wake_at is set)
+            yield Publish(stored, timedelta(0))
+        return Disposition.SKIPPED
 
     def _unknown_task(self, wakeup: Wakeup, run: Run, receives: int) -> Steps:
         """Leave the wakeup for a worker that registers the task; park the run once

@@ -260,6 +260,58 @@ def test_claim_lost_to_another_worker_is_skipped_without_running_the_handler(
     assert any("claim_lost" in r.getMessage() for r in caplog.records)
 
 
+def test_claim_that_comes_back_after_its_lease_expired_gives_the_run_back_unrun(
+    app: Runlane, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    run = app.trigger("echo", None)
+    path = Path(app, body(run))
+    claim = path.answer()  # the read
+    assert isinstance(claim, Write)
+    claimed = app.store.apply(claim.transition)
+    clock.advance(app.config.lease_duration)  # this process was paused past the lease
+
+    withdraw = path.send(claimed)
+
+    assert isinstance(withdraw, Write)
+    assert claimed.lease is not None and withdraw.transition.fence == claimed.lease.token
+    assert path.answer() == Publish(stored(app, run.id), timedelta(0))
+    assert path.finish() is Disposition.SKIPPED
+    assert "CallHandler" not in path.kinds() and "Begin" not in path.kinds()
+    now = stored(app, run.id)
+    assert (now.status, now.lease, now.due_at, now.lease_losses) == (
+        RunStatus.QUEUED,
+        None,
+        clock.now(),
+        0,
+    )
+    expired = app.store.get_events(run.id)[-1]
+    assert (expired.type, expired.data) == (
+        EventType.LEASE_EXPIRED,
+        {"worker": "w1", "before_start": True},
+    )
+    assert "expired before attempt 1 could start" in caplog.text
+
+
+def test_late_claim_that_maintenance_recovered_first_is_skipped_unrun(
+    app: Runlane, clock: ManualClock
+) -> None:
+    run = app.trigger("echo", None)
+    path = Path(app, body(run))
+    claim = path.answer()
+    assert isinstance(claim, Write)
+    claimed = app.store.apply(claim.transition)
+    taken = take_over(app, clock, run.id)  # expired, requeued, claimed by w2
+
+    path.send(claimed)
+    path.answer()  # the withdrawal is refused: the run moved on
+
+    assert (path.disposition, path.kinds()) == (
+        Disposition.SKIPPED,
+        ["ReadRun", "Write", "Write"],
+    )
+    assert stored(app, run.id) == taken
+
+
 def test_lease_lost_during_the_handler_writes_nothing(
     app: Runlane, clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
