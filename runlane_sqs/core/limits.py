@@ -11,6 +11,8 @@ MAX_SEND_BATCH = 10
 """Most entries in one ``SendMessageBatch`` / ``DeleteMessageBatch``."""
 MAX_WAIT_TIME_SECONDS = 20
 """Longest long poll."""
+MAX_QUEUE_NAME_CHARS = 80
+"""Longest SQS queue name (a FIFO queue's ``.fifo`` suffix included)."""
 
 # DynamoDB
 MAX_ITEM_BYTES = 400 * 1024

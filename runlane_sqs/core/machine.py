@@ -210,9 +210,9 @@ def claim_lease(
 def withdraw_claim(
     run: Run, *, token: str, now: datetime, republish: RepublishPolicy | None = None
 ) -> Transition:
-    """The claim's lease had already expired when its write came back (the worker was
-    paused, or the response was slow), so the handler never ran: the same run is
-    runnable at once. The ``lease_expired`` event says the attempt never started, and no
+    """The claim's write came back too late to start the attempt (the worker was
+    paused, or the write was retried through an outage), so the handler never ran: the
+    same run is runnable at once. The ``lease_expired`` event says the attempt never started, and no
     lease loss is counted: no handler ran that could have killed its worker. With
     ``republish`` the caller publishes the wakeup itself."""
     require_lease(run, token)

@@ -196,24 +196,36 @@ class MessagePath:
             claimed: Run = yield Write(decision)
         except ConflictError:
             return outcomes.log_skip(wakeup, SkipReason.CLAIM_LOST, self.worker_id, run)
-        if claimed.lease is not None and not claimed.lease.is_live(self.clock.now()):
+        if self._claimed_too_late(claimed):
             return (yield from self._withdraw(claimed))
         yield from self.attempt(task, claimed)
         return Disposition.EXECUTED
 
+    def _claimed_too_late(self, claimed: Run) -> bool:
+        """Whether the claim came back with less than half its lease left: the heartbeat
+        (every third of the lease) might then not renew it in time."""
+        lease = claimed.lease
+        return lease is not None and self.clock.now() >= (
+            lease.expires_at - self.config.lease_duration / 2
+        )
+
     def _withdraw(self, claimed: Run) -> Steps:
-        """The claim came back with its lease already expired (this process was paused,
-        or the write was slow): running the handler now could overlap the attempt of a
-        worker that maintenance gave the run to. Give the run back without running it
-        (docs/concepts.md, "Leases")."""
+        """The claim came back late (this process was paused, or the write was retried
+        through an outage): running the handler now could overlap the attempt of a worker
+        that maintenance gives the run to. Give the run back without running it
+        (docs/concepts.md, "Attempts and leases")."""
         token = outcomes.lease_token(claimed)
+        now = self.clock.now()
+        assert claimed.lease is not None
+        took = now - (claimed.lease.expires_at - self.config.lease_duration)
         log.warning(
-            "the lease of run %s expired before attempt %d could start; giving the run back",
+            "the claim of run %s came back %.1f s after it was decided, with less than half "
+            "its lease left; giving the run back without starting attempt %d",
             claimed.id,
+            took.total_seconds(),
             claimed.attempt,
             extra={"run_id": claimed.id, "worker_id": self.worker_id},
         )
-        now = self.clock.now()
         try:
             stored: Run = yield Write(
                 machine.withdraw_claim(

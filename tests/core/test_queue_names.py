@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 from runlane_sqs import MissingResourceError, Runlane
-from runlane_sqs.adapters.sqs.transport import MAX_QUEUE_NAME_CHARS, SqsTransport
+from runlane_sqs.adapters.sqs.transport import SqsTransport
 from runlane_sqs.core.config import RunlaneConfig
+from runlane_sqs.core.limits import MAX_QUEUE_NAME_CHARS
 
 
 def transport(app: Runlane) -> SqsTransport:

@@ -260,15 +260,16 @@ def test_claim_lost_to_another_worker_is_skipped_without_running_the_handler(
     assert any("claim_lost" in r.getMessage() for r in caplog.records)
 
 
-def test_claim_that_comes_back_after_its_lease_expired_gives_the_run_back_unrun(
-    app: Runlane, clock: ManualClock, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("late", [0.5, 1.0], ids=["half-the-lease", "past-the-lease"])
+def test_claim_that_comes_back_late_gives_the_run_back_unrun(
+    app: Runlane, clock: ManualClock, caplog: pytest.LogCaptureFixture, late: float
 ) -> None:
     run = app.trigger("echo", None)
     path = Path(app, body(run))
     claim = path.answer()  # the read
     assert isinstance(claim, Write)
     claimed = app.store.apply(claim.transition)
-    clock.advance(app.config.lease_duration)  # this process was paused past the lease
+    clock.advance(app.config.lease_duration * late)  # paused, or retried through an outage
 
     withdraw = path.send(claimed)
 
@@ -289,7 +290,22 @@ def test_claim_that_comes_back_after_its_lease_expired_gives_the_run_back_unrun(
         EventType.LEASE_EXPIRED,
         {"worker": "w1", "before_start": True},
     )
-    assert "expired before attempt 1 could start" in caplog.text
+    assert "giving the run back without starting attempt 1" in caplog.text
+
+
+def test_claim_that_comes_back_with_more_than_half_its_lease_left_runs(
+    app: Runlane, clock: ManualClock
+) -> None:
+    run = app.trigger("echo", None)
+    path = Path(app, body(run))
+    claim = path.answer()
+    assert isinstance(claim, Write)
+    claimed = app.store.apply(claim.transition)
+    clock.advance(app.config.lease_duration / 2 - timedelta(milliseconds=1))
+
+    assert isinstance(path.send(claimed), Begin)
+    assert path.finish() is Disposition.EXECUTED
+    assert stored(app, run.id).status is RunStatus.SUCCEEDED
 
 
 def test_late_claim_that_maintenance_recovered_first_is_skipped_unrun(

@@ -14,7 +14,12 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from runlane_sqs.adapters.aws import endpoint_of
 from runlane_sqs.core.errors import MissingResourceError, TransportError
-from runlane_sqs.core.limits import MAX_DELAY_SECONDS, MAX_RECEIVE_BATCH, MAX_SEND_BATCH
+from runlane_sqs.core.limits import (
+    MAX_DELAY_SECONDS,
+    MAX_QUEUE_NAME_CHARS,
+    MAX_RECEIVE_BATCH,
+    MAX_SEND_BATCH,
+)
 from runlane_sqs.core.wakeup import Wakeup
 from runlane_sqs.ports.transport import ReceivedWakeup
 
@@ -25,8 +30,6 @@ W = TypeVar("W")
 MISSING_QUEUE_CODES = frozenset(
     {"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist", "NonExistentQueue"}
 )
-MAX_QUEUE_NAME_CHARS = 80
-"""Longest SQS queue name, ``.fifo`` included."""
 
 
 def chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
