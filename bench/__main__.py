@@ -29,7 +29,7 @@ from bench import backends, chart, report, targets
 from bench.cost import measure_costs
 from bench.latency import measure_latency
 from bench.maintenance_scale import measure_maintenance
-from bench.throughput import celery_ratio, measure_throughput, runlane_worker
+from bench.throughput import celery_cpu_ratio, celery_ratio, measure_throughput, runlane_worker
 from bench.workers import ASYNC, SYNC
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -98,7 +98,12 @@ class Runner:
             self.backend, runs, lambda system: self.bar(f"throughput: {system}", runs)
         )
         self.results["throughput"] = [
-            {**r.to_json(), "celery_ratio": celery_ratio(rows, r.system)} for r in rows
+            {
+                **r.to_json(),
+                "celery_ratio": celery_ratio(rows, r.system),
+                "celery_cpu_ratio": celery_cpu_ratio(rows, r.system),
+            }
+            for r in rows
         ]
 
     def maintenance(self) -> None:

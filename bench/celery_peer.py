@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from celery import Celery
-from celery.signals import worker_ready
+from celery import Celery  # type: ignore[import-untyped]
+from celery.signals import worker_ready  # type: ignore[import-untyped]
 
 from bench.workers import DONE_FILE_VARIABLE, mark_done
 from runlane_sqs.local import LOCAL_REGION

@@ -22,7 +22,11 @@ def _throughput(ax: Axes, rows: list[dict[str, Any]]) -> None:
     for bar, row in zip(bars, rows, strict=True):
         ratio = f" ({row['celery_ratio']:.2f}x)" if row.get("celery_ratio") else ""
         label = f"{row['runs_per_second']:.0f}{ratio}" if row.get("runs_per_second") else "n/a"
-        ax.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center")
+        if row.get("cpu_ms_per_run") is not None:
+            label += f"\n{row['cpu_ms_per_run']:.1f} ms CPU/run"
+        x = bar.get_x() + bar.get_width() / 2
+        ax.annotate(label, (x, bar.get_height()), ha="center", va="bottom", fontsize=9)
+    ax.margins(y=0.2)  # room for the two-line labels
     ax.set_title("Throughput: runs/s, one worker process")
     ax.set_ylabel("runs per second")
 

@@ -49,7 +49,8 @@ def cost_table(rows: list[dict[str, Any]], backend: str) -> Table:
 
 def throughput_table(rows: list[dict[str, Any]], backend: str) -> Table:
     table = Table(title=f"Throughput, one worker process each ({backend})")
-    for header in ("system", "concurrency", "runs", "seconds", "runs/s", "x Celery", "peak RSS"):
+    headers = ("system", "concurrency", "runs", "seconds", "runs/s", "x Celery", "peak RSS")
+    for header in (*headers, "CPU ms/run", "CPU x Celery"):
         table.add_column(header, justify="left" if header == "system" else "right")
     table.add_column("status")
     for row in rows:
@@ -62,9 +63,23 @@ def throughput_table(rows: list[dict[str, Any]], backend: str) -> Table:
             _f(row.get("runs_per_second"), 1),
             _f(row.get("celery_ratio")),
             f"{rss / 2**20:.0f} MB" if rss else "-",
+            _f(row.get("cpu_ms_per_run")),
+            _f(row.get("celery_cpu_ratio")),
             row["status"],
         )
     return table
+
+
+def throughput_cpu_note(rows: list[dict[str, Any]]) -> str:
+    """What the CPU column counts, with the process counts seen."""
+    counted = ", ".join(
+        f"{r['system']} {r['cpu_processes']}" for r in rows if r.get("cpu_processes")
+    )
+    return (
+        "CPU ms/run: user + system CPU of the worker process and any children it forks "
+        "(a prefork pool's), from the first trigger to the last completion, over runs; "
+        f"processes counted: {counted or '-'}"
+    )
 
 
 def maintenance_table(rows: list[dict[str, Any]], backend: str) -> Table:
@@ -119,6 +134,7 @@ def print_results(console: Console, results: dict[str, Any], targets: list[Targe
             console.print(f"[yellow]note:[/] {MOTO_CAPACITY_NOTE}")
     if results.get("throughput"):
         console.print(throughput_table(results["throughput"], backend))
+        console.print(f"[yellow]note:[/] {throughput_cpu_note(results['throughput'])}")
     if results.get("maintenance"):
         console.print(maintenance_table(results["maintenance"], backend))
     if results.get("latency"):

@@ -13,6 +13,8 @@ MAINTENANCE_ITEMS_PER_DUE = 2.0
 TRIGGER_TO_START_P50_MS = 100.0
 TOKEN_TO_RESUME_P95_MS = 1000.0
 WORKER_RSS_MB = 120.0
+CELERY_CPU_RATIO = 1.0
+"""Our worker's CPU per run over Celery worker's: at most the same."""
 
 
 @dataclass
@@ -69,17 +71,7 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
             note="1 SendMessage per run by itself; receives and deletes add the rest",
         )
     )
-    for row in results.get("throughput", []):
-        if row["system"] != "celery":
-            targets.append(
-                at_least(
-                    f"{row['system']} runs/s vs Celery",
-                    row.get("celery_ratio"),
-                    CELERY_RATIO,
-                    "x",
-                    note=row["status"] if row["status"] != "ok" else "",
-                )
-            )
+    targets += throughput_targets(results.get("throughput", []))
     for row in results.get("maintenance", []):
         targets.append(
             at_most(
@@ -107,6 +99,37 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
                 rss / 2**20 if rss else None,
                 WORKER_RSS_MB,
                 " MB",
+            )
+        )
+    return targets
+
+
+def throughput_targets(rows: list[dict[str, Any]]) -> list[Target]:
+    """Runs per second and worker CPU per run of each of our workers against Celery's."""
+    celery_cpu = next((r.get("cpu_ms_per_run") for r in rows if r["system"] == "celery"), None)
+    targets: list[Target] = []
+    for row in rows:
+        if row["system"] == "celery":
+            continue
+        status = row["status"] if row["status"] != "ok" else ""
+        targets.append(
+            at_least(
+                f"{row['system']} runs/s vs Celery",
+                row.get("celery_ratio"),
+                CELERY_RATIO,
+                "x",
+                note=status,
+            )
+        )
+        ours = row.get("cpu_ms_per_run")
+        compared = f"{ours:.2f} vs {celery_cpu:.2f} ms" if ours and celery_cpu else ""
+        targets.append(
+            at_most(
+                f"{row['system']} worker CPU per run vs Celery's",
+                row.get("celery_cpu_ratio"),
+                CELERY_CPU_RATIO,
+                "x",
+                note=status or compared,
             )
         )
     return targets

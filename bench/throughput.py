@@ -5,7 +5,8 @@ The producer (a thread of the bench process) triggers in batches of ten while fe
 than ``AHEAD`` runs are started but not finished, so queues stay shallow and the
 emulator, not queue depth, sets the pace. Completions are counted by the size of a
 file each no-op appends one byte to. The time is from the first trigger to the last
-completion.
+completion; the worker's own CPU time (user + system, its children's included) is read
+at both ends of the same phase, so start-up and imports are not counted.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 
 from bench import celery_peer
 from bench.backends import Backend
-from bench.memory import PeakRss
+from bench.memory import CpuTime, PeakRss
 from bench.workers import ASYNC, DONE_FILE_VARIABLE, NOOP_TASK, SYNC, async_unavailable
 
 BATCH = 10
@@ -49,6 +50,11 @@ class ThroughputResult:
     self_reported_rss: int | None = None
     """The worker's own peak (``VmHWM``), exact where sampling may miss a spike (runlane
     workers only)."""
+    cpu_seconds: float | None = None
+    """User + system CPU seconds of the worker process, its live descendants and the
+    children they waited for, from the first trigger to the last completion (psutil)."""
+    cpu_processes: int | None = None
+    """Processes counted in ``cpu_seconds`` (1: the worker alone, no pool children)."""
 
     @property
     def worker_rss(self) -> int | None:
@@ -59,12 +65,33 @@ class ThroughputResult:
     def runs_per_second(self) -> float | None:
         return self.runs / self.seconds if self.seconds else None
 
+    @property
+    def cpu_ms_per_run(self) -> float | None:
+        """The worker's CPU milliseconds per run completed in the measured phase."""
+        return self.cpu_seconds * 1000 / self.runs if self.cpu_seconds is not None else None
+
+    def record(self, drained: Drained) -> None:
+        self.seconds = drained.seconds
+        self.peak_rss = drained.peak_rss
+        self.cpu_seconds = drained.cpu.seconds
+        self.cpu_processes = drained.cpu.processes
+
     def to_json(self) -> dict[str, Any]:
         return {
             **asdict(self),
             "runs_per_second": self.runs_per_second,
             "worker_rss": self.worker_rss,
+            "cpu_ms_per_run": self.cpu_ms_per_run,
         }
+
+
+@dataclass(frozen=True)
+class Drained:
+    """What :func:`timed_drain` measured."""
+
+    seconds: float
+    peak_rss: int
+    cpu: CpuTime
 
 
 class DoneFile:
@@ -111,6 +138,8 @@ def _stopped(worker: subprocess.Popen[Any]) -> Iterator[subprocess.Popen[Any]]:
     try:
         yield worker
     finally:
+        if worker.stdin is not None:
+            worker.stdin.close()  # a worker started with --hold exits on this
         if worker.poll() is None:
             worker.terminate()
             try:
@@ -126,20 +155,22 @@ def timed_drain(
     runs: int,
     done: DoneFile,
     progress: Progress,
-) -> tuple[float, int]:
-    """Produce ``runs`` runs against a ready worker; (seconds, peak RSS of the worker)."""
+) -> Drained:
+    """Produce ``runs`` runs against a ready worker: the time, the worker's peak RSS and
+    its CPU time, from the first trigger to the last completion."""
     stop = threading.Event()
     deadline = time.monotonic() + max(180.0, runs / 4)
+    producer = threading.Thread(target=produce, args=(trigger, runs, done, stop), daemon=True)
     with PeakRss(worker.pid) as rss:
-        started = time.perf_counter()
-        producer = threading.Thread(target=produce, args=(trigger, runs, done, stop), daemon=True)
-        producer.start()
         try:
-            finished = wait_for(runs, done, worker, deadline, progress)
+            with CpuTime(worker.pid) as cpu:
+                started = time.perf_counter()
+                producer.start()
+                finished = wait_for(runs, done, worker, deadline, progress)
         finally:
             stop.set()
             producer.join(timeout=30)
-    return finished - started, rss.peak
+    return Drained(finished - started, rss.peak, cpu)
 
 
 def runlane_worker(
@@ -161,9 +192,10 @@ def runlane_worker(
             RUNLANE_TABLE=table, RUNLANE_QUEUE_PREFIX=prefix, **{DONE_FILE_VARIABLE: str(done.path)}
         )
         argv = [sys.executable, "-m", "bench.workers", kind, "--runs", str(runs)]
-        argv += ["--concurrency", str(concurrency)]
+        argv += ["--concurrency", str(concurrency), "--hold"]
         log = (Path(tmp) / "worker.log").open("w+b")
-        process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=log, text=True)
+        pipe = subprocess.PIPE
+        process = subprocess.Popen(argv, env=env, stdin=pipe, stdout=pipe, stderr=log, text=True)
         with _stopped(process) as worker:
             assert worker.stdout is not None
             if worker.stdout.readline().strip() != "ready":
@@ -171,8 +203,10 @@ def runlane_worker(
                 result.status = f"failed: worker did not start: {log.read()[-400:]!r}"
                 return result
             try:
-                result.seconds, result.peak_rss = timed_drain(
-                    lambda n: _trigger_runlane(producer_app, n), worker, runs, done, progress
+                result.record(
+                    timed_drain(
+                        lambda n: _trigger_runlane(producer_app, n), worker, runs, done, progress
+                    )
                 )
             except (RuntimeError, TimeoutError) as exc:
                 log.seek(0)
@@ -215,7 +249,7 @@ def celery_worker(backend: Backend, runs: int, progress: Progress) -> Throughput
                     producer.send_task(celery_peer.NOOP_TASK, args=[n], queue=queue)
 
             try:
-                result.seconds, result.peak_rss = timed_drain(trigger, worker, runs, done, progress)
+                result.record(timed_drain(trigger, worker, runs, done, progress))
             except (RuntimeError, TimeoutError) as exc:
                 result.status = f"failed: {exc}; celery log: {log.read_text()[-400:]!r}"
     sqs.close()
@@ -234,8 +268,17 @@ def measure_throughput(
     return results
 
 
-def celery_ratio(results: list[ThroughputResult], system: str) -> float | None:
-    """``system``'s runs per second over Celery's."""
-    by_name = {r.system: r.runs_per_second for r in results}
+def celery_ratio(
+    results: list[ThroughputResult],
+    system: str,
+    figure: Callable[[ThroughputResult], float | None] = lambda r: r.runs_per_second,
+) -> float | None:
+    """``system``'s figure (runs per second unless told) over Celery's."""
+    by_name = {r.system: figure(r) for r in results}
     ours, theirs = by_name.get(system), by_name.get("celery")
     return ours / theirs if ours and theirs else None
+
+
+def celery_cpu_ratio(results: list[ThroughputResult], system: str) -> float | None:
+    """``system``'s worker CPU per run over Celery's."""
+    return celery_ratio(results, system, lambda r: r.cpu_ms_per_run)

@@ -3,9 +3,11 @@
 ``python -m bench.workers sync|async --runs N --concurrency C`` builds the app from the
 environment (``RUNLANE_TABLE``, ``RUNLANE_QUEUE_PREFIX``, boto3's variables), registers
 the no-op task, prints ``ready``, works until it has executed ``N`` runs and prints one
-JSON line: runs executed, the time it finished and its own peak RSS. The no-op task
-appends one byte to ``BENCH_DONE_FILE``, the side channel the producer counts
-completions by (Celery's task does the same, see :mod:`bench.celery_peer`).
+JSON line: runs executed, the time it finished and its own peak RSS. With ``--hold`` it
+then waits for its stdin to close before it exits, so the parent can still read its CPU
+time when the last run is done. The no-op task appends one byte to ``BENCH_DONE_FILE``,
+the side channel the producer counts completions by (Celery's task does the same, see
+:mod:`bench.celery_peer`).
 """
 
 from __future__ import annotations
@@ -106,11 +108,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("kind", choices=(SYNC, ASYNC))
     parser.add_argument("--runs", type=int, required=True)
     parser.add_argument("--concurrency", type=int, required=True)
+    parser.add_argument("--hold", action="store_true", help="exit when stdin closes")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     executed = work(args.kind, args.runs, args.concurrency)
     report = {"executed": executed, "finished_at": time.time(), "peak_rss": peak_rss_bytes()}
     print(json.dumps(report), flush=True)
+    if args.hold:
+        sys.stdin.read()
     return 0
 
 
