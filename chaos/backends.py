@@ -24,9 +24,8 @@ BACKENDS = (AWS_LOCAL, MOTO)
 
 
 class FileBackedDynamoDB:
-    """DynamoDB Local with ``-dbPath`` (its data in a SQLite file in ``data_dir``), on a
-    port that stays the same across :meth:`restart`. The java command is the one of
-    ``tests/aws_local.py`` with ``-dbPath`` instead of ``-inMemory``."""
+    """DynamoDB Local with its data in a SQLite file in ``data_dir`` (the command of
+    ``tests/aws_local.py``), on a port that stays the same across :meth:`restart`."""
 
     STOP_GRACE_SECONDS = 2.0
     """DynamoDB Local does not exit on SIGTERM for 15 s or more; SIGKILL after this."""
@@ -36,7 +35,7 @@ class FileBackedDynamoDB:
 
         self.data_dir = work_dir / "data"
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._emulator = DynamoDBLocal(work_dir=work_dir)
+        self._emulator = DynamoDBLocal(work_dir=work_dir, db_path=self.data_dir)
         self._process: subprocess.Popen[bytes] | None = None
         self.outages: list[tuple[float, float]] = []
         """(began, ended) of each restart, wall-clock (``time.time()``)."""
@@ -47,8 +46,6 @@ class FileBackedDynamoDB:
 
     def start(self, timeout: float = 60.0) -> None:
         argv, env, cwd = self._emulator.command()
-        index = argv.index("-inMemory")
-        argv = [*argv[:index], "-dbPath", str(self.data_dir), *argv[index + 1 :]]
         with (cwd / "dynamodb-local.log").open("ab") as log:
             self._process = subprocess.Popen(
                 argv,

@@ -151,7 +151,8 @@ class _Emulator:
 
 
 class DynamoDBLocal(_Emulator):
-    """Amazon DynamoDB Local, in memory, from ``.tools/dynamodb-local``."""
+    """Amazon DynamoDB Local from ``.tools/dynamodb-local``: in memory, or with its data
+    in a SQLite file in ``db_path`` (kept across a restart)."""
 
     name = "dynamodb-local"
 
@@ -162,9 +163,11 @@ class DynamoDBLocal(_Emulator):
         home: Path | None = None,
         startup_timeout: float = 60.0,
         work_dir: Path | None = None,
+        db_path: Path | None = None,
     ) -> None:
         super().__init__(port, startup_timeout, work_dir)
         self.home = home or TOOLS_DIR / "dynamodb-local"
+        self.db_path = db_path
 
     def command(self) -> tuple[list[str], dict[str, str], Path]:
         jar = self.home / "DynamoDBLocal.jar"
@@ -175,7 +178,7 @@ class DynamoDBLocal(_Emulator):
             f"-Djava.library.path={self.home / 'DynamoDBLocal_lib'}",
             "-jar",
             str(jar),
-            "-inMemory",
+            *(("-dbPath", str(self.db_path)) if self.db_path else ("-inMemory",)),
             # One database for every access key and region, so a client with other
             # (fake) credentials still sees the test's tables.
             "-sharedDb",
