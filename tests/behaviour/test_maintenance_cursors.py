@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import uuid
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -23,12 +22,16 @@ from botocore.exceptions import ClientError
 
 from runlane_sqs import Runlane, StorageError, StorageUnavailable
 from runlane_sqs.adapters.dynamodb import keys
-from runlane_sqs.core import machine
 from runlane_sqs.core.agenda import AGENDA_SHARDS, AgendaKind, agenda_partitions
 from runlane_sqs.engine.maintenance import MaintenanceConfig
-from tests.apps.recovery_tasks import PLAIN_TASK, register_recovery
+from tests.apps.recovery_tasks import register_recovery
 from tests.backends import Backend
-from tests.behaviour.maintenance_support import QUEUE, published, take_wakeups
+from tests.behaviour.maintenance_support import (
+    published,
+    run_ids_by_shard,
+    store_due_run,
+    take_wakeups,
+)
 
 DISCARDED = "discarding the saved cursor of"
 
@@ -40,24 +43,7 @@ def app(backend: Backend) -> Runlane:
 
 def due_in_every_shard(app: Runlane, per_shard: int) -> list[str]:
     """``per_shard`` runs due now, with no wakeup published, in each agenda shard."""
-    chosen: dict[int, list[str]] = {shard: [] for shard in range(AGENDA_SHARDS)}
-    while any(len(ids) < per_shard for ids in chosen.values()):
-        run_id = uuid.uuid4().hex
-        ids = chosen[int(run_id[:4], 16) % AGENDA_SHARDS]
-        if len(ids) < per_shard:
-            ids.append(run_id)
-    run_ids = [run_id for ids in chosen.values() for run_id in ids]
-    for run_id in run_ids:
-        run, event = machine.new_run(
-            run_id=run_id,
-            environment=app.config.environment,
-            task=PLAIN_TASK,
-            queue=QUEUE,
-            payload={"id": run_id},
-            now=app.clock.now(),
-        )
-        app.store.create_run(run, event, json.dumps(run.payload))
-    return run_ids
+    return [store_due_run(app, run_id).id for run_id in run_ids_by_shard(per_shard)]
 
 
 def every_partition(app: Runlane) -> list[str]:

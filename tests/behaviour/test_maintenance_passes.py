@@ -47,6 +47,8 @@ from tests.behaviour.maintenance_support import (
     due_runs,
     published,
     resend,
+    run_ids_by_shard,
+    store_due_run,
     take_wakeups,
 )
 from tests.behaviour.worker_support import drain, event_types
@@ -60,31 +62,6 @@ DUE_RUNS = 10
 def app(backend: Backend) -> Runlane:
     """An app on the test's backend with the tasks of the recovery worker apps."""
     return backend.app(register=register_recovery)
-
-
-def store_due_run(app: Runlane, run_id: str) -> Run:
-    """Write a run due now with no wakeup published (as maintenance would find it)."""
-    run, event = machine.new_run(
-        run_id=run_id,
-        environment=app.config.environment,
-        task=PLAIN_TASK,
-        queue=QUEUE,
-        payload={"id": run_id},
-        now=app.clock.now(),
-    )
-    app.store.create_run(run, event, json.dumps(run.payload))
-    return run
-
-
-def run_ids_by_shard(per_shard: int) -> list[str]:
-    """Run ids spread evenly over the agenda shards (``per_shard`` in each)."""
-    chosen: dict[int, list[str]] = {s: [] for s in range(AGENDA_SHARDS)}
-    while any(len(ids) < per_shard for ids in chosen.values()):
-        run_id = uuid.uuid4().hex
-        ids = chosen[int(run_id[:4], 16) % AGENDA_SHARDS]
-        if len(ids) < per_shard:
-            ids.append(run_id)
-    return [run_id for ids in chosen.values() for run_id in ids]
 
 
 class StoreHandle:
