@@ -80,6 +80,11 @@ class Transition:
     guard: tuple[str, ...] = ()
     """Further state attributes (by storage name) that must still hold ``before``'s value:
     for writes that append no event and so do not advance ``seq``."""
+    recovery: bool = False
+    """Maintenance's write fenced on the token of an attempt it found expired or timed
+    out: two passes can make the very same write, so a refused resend of it is never
+    taken for this writer's own (``adapters/dynamodb/replays.py``), unlike a write fenced
+    on the writer's own lease."""
 
     @property
     def run_id(self) -> str:

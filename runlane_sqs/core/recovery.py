@@ -7,7 +7,7 @@ decided on, and terminal runs are always skipped.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from runlane_sqs.core.agenda import RepublishPolicy
@@ -87,16 +87,22 @@ def recover_lease(
     if lease.is_live(now):
         return Skip(SkipReason.LEASED)
     if run.status is RunStatus.CANCEL_REQUESTED:
-        return advance(
-            run,
-            now,
-            [(EventType.CANCELLED, {"after": "lease_expired", "worker": lease.owner})],
-            lease.token,
-            status=RunStatus.CANCELLED,
-            lease=None,
-            deadline_at=None,
+        return _recovery(
+            advance(
+                run,
+                now,
+                [(EventType.CANCELLED, {"after": "lease_expired", "worker": lease.owner})],
+                lease.token,
+                status=RunStatus.CANCELLED,
+                lease=None,
+                deadline_at=None,
+            )
         )
     return expire_lease(run, now=now, settings=settings)
+
+
+def _recovery(transition: Transition) -> Transition:
+    return replace(transition, recovery=True)
 
 
 def expire_lease(
@@ -121,26 +127,30 @@ def expire_lease(
             "running this run (out of memory, killed)",
             retryable=False,
         )
-        return advance(
+        return _recovery(
+            advance(
+                run,
+                now,
+                [expired, (EventType.FAILED, {"attempts": run.attempt})],
+                lease.token,
+                status=RunStatus.FAILED,
+                failure=failure,
+                due_at=None,
+                **ended,
+            )
+        )
+    return _recovery(
+        advance(
             run,
             now,
-            [expired, (EventType.FAILED, {"attempts": run.attempt})],
+            [expired],
             lease.token,
-            status=RunStatus.FAILED,
-            failure=failure,
-            due_at=None,
+            status=RunStatus.QUEUED,
+            due_at=now,
+            wake_at=truncate_ms(settings.republish.next_wake(now, 0)),
+            publishes=0,
             **ended,
         )
-    return advance(
-        run,
-        now,
-        [expired],
-        lease.token,
-        status=RunStatus.QUEUED,
-        due_at=now,
-        wake_at=truncate_ms(settings.republish.next_wake(now, 0)),
-        publishes=0,
-        **ended,
     )
 
 
@@ -156,4 +166,6 @@ def time_out_attempt(
     )
     first = (EventType.ATTEMPT_TIMED_OUT, {"failure": failure.to_json()})
     decision = retry.decide(run.failures + 1, now)
-    return fail_attempt(run, now, first, failure, decision, run.lease.token, settings.republish)
+    return _recovery(
+        fail_attempt(run, now, first, failure, decision, run.lease.token, settings.republish)
+    )

@@ -10,8 +10,9 @@ from runlane_sqs.adapters.dynamodb.codec import run_to_wire
 from runlane_sqs.adapters.dynamodb.replays import landed_creation, landed_transition
 from runlane_sqs.core import machine
 from runlane_sqs.core.machine import Transition
-from runlane_sqs.core.model import Run, RunEvent
-from runlane_sqs.core.recovery import expire_lease
+from runlane_sqs.core.model import Run, RunEvent, RunStatus
+from runlane_sqs.core.recovery import RecoverySettings, expire_lease, recover_lease
+from runlane_sqs.core.retry import RetryPolicy
 
 NOW = datetime(2030, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
 
@@ -111,3 +112,44 @@ def test_a_recovery_by_maintenance_fenced_on_the_lease_is_never_taken_for_ours()
     stored = [first, *claimed.events, *expired.events]
 
     assert landed_transition(expired, run_to_wire(expired.after, stored, "{}")) is None
+
+
+def test_a_claim_the_attempt_gave_back_unrun_is_recognized_as_its_own() -> None:
+    """The give-back writes ``lease_expired`` like a recovery, but fenced on the
+    attempt's own token: only that attempt can have written it."""
+    run, first = created()
+    claimed = claim(run)
+    withdrawn = machine.withdraw_claim(
+        claimed.after, token="tok-1", now=NOW + timedelta(seconds=40)
+    )
+    assert not withdrawn.recovery
+    stored = [first, *claimed.events, *withdrawn.events]
+
+    landed = landed_transition(withdrawn, run_to_wire(withdrawn.after, stored, "{}"))
+
+    assert landed is not None and landed.lease is None and landed.seq == withdrawn.after.seq
+
+
+def test_every_write_maintenance_fences_on_an_attempts_token_is_marked_a_recovery() -> None:
+    run, _ = created()
+    claimed = claim(run).after
+    later = NOW + timedelta(minutes=5)
+    settings = RecoverySettings()
+    expired = expire_lease(claimed, now=later, settings=settings)
+    lost = expire_lease(claimed.with_changes(lease_losses=2), now=later, settings=settings)
+    cancelled = recover_lease(
+        claimed.with_changes(status=RunStatus.CANCEL_REQUESTED),
+        now=later,
+        retry=RetryPolicy(),
+        settings=settings,
+    )
+    timed_out = recover_lease(
+        claimed.with_changes(deadline_at=NOW + timedelta(seconds=2)),
+        now=later,
+        retry=RetryPolicy(),
+        settings=settings,
+    )
+
+    for transition in (expired, lost, cancelled, timed_out):
+        assert isinstance(transition, Transition)
+        assert transition.fence == "tok-1" and transition.recovery

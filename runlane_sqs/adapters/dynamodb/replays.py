@@ -21,7 +21,7 @@ from runlane_sqs.adapters.dynamodb.codec import (
 )
 from runlane_sqs.core.durations import to_epoch_ms
 from runlane_sqs.core.machine import Transition
-from runlane_sqs.core.model import EventType, Run, RunEvent
+from runlane_sqs.core.model import Run, RunEvent
 
 log = logging.getLogger("runlane_sqs.storage")
 
@@ -36,10 +36,6 @@ def _same_events(stored: list[RunEvent], ours: tuple[RunEvent, ...]) -> bool:
     return [_stored_form(e) for e in tail] == [_stored_form(e) for e in ours]
 
 
-RECOVERY_EVENTS = frozenset({EventType.LEASE_EXPIRED, EventType.ATTEMPT_TIMED_OUT})
-"""Maintenance's writes fenced on an attempt's token: two passes can make them alike."""
-
-
 def _by_the_attempt(transition: Transition) -> bool:
     """A claim (it writes a new, random lease token) or an attempt's own write (fenced
     on its token): only this attempt can have written that state. Other writes (an
@@ -48,13 +44,7 @@ def _by_the_attempt(transition: Transition) -> bool:
     before, after = transition.before.lease, transition.after.lease
     if after is not None and (before is None or before.token != after.token):
         return True
-    if transition.fence is None:
-        return False
-    return not any(
-        event.type in RECOVERY_EVENTS
-        or (event.type is EventType.CANCELLED and event.data.get("after") == "lease_expired")
-        for event in transition.events
-    )
+    return transition.fence is not None and not transition.recovery
 
 
 def landed_transition(transition: Transition, wire: dict[str, Any] | None) -> Run | None:
