@@ -167,15 +167,25 @@ def worker(
     if use_async:
         async_worker = app.async_worker(chosen, **options)
         if draining:
-            click.echo(f"executed {asyncio.run(async_worker.drain(max_runs))} run(s)")
+            executed = asyncio.run(async_worker.drain(max_runs))
+            click.echo(_drained(executed, async_worker.returned))
         else:
             asyncio.run(async_worker.run())
         return
     sync_worker = app.worker(chosen, **options)
     if draining:
-        click.echo(f"executed {sync_worker.drain(max_runs=max_runs)} run(s)")
+        click.echo(_drained(sync_worker.drain(max_runs=max_runs), sync_worker.returned))
     else:
         sync_worker.run()
+
+
+def _drained(executed: int, returned: int) -> str:
+    """What ``worker --drain`` prints: the runs it executed and, if any, how often it
+    received a wakeup of another environment and left it on the queue."""
+    line = f"executed {executed} run(s)"
+    if returned:
+        line += f"; {returned} receive(s) of wakeups of other environments, left on the queue"
+    return line
 
 
 @click.group()

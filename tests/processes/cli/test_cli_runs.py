@@ -186,3 +186,21 @@ def test_the_async_worker_drains_from_the_command_line_with_json_logs(
     assert all(_run(cli, run_id)["result"] == {"echo": {"n": n}} for n, run_id in enumerate(ids))
     started = [r for r in _json_lines(worker.stderr) if r["message"] == "attempt 1 started"]
     assert {r["run_id"] for r in started} == set(ids)
+
+
+def test_a_drain_says_how_many_wakeups_of_another_environment_it_left_on_the_queue(
+    cli: Cli,
+) -> None:
+    shared = {"RUNLANE_QUEUE_PREFIX": "shared-"}
+    assert "ready" in cli.ok("provision", env=shared).stdout
+    staging = {**shared, "RUNLANE_ENVIRONMENT": "staging"}
+    run_id = str(cli.ok("trigger", ECHO, "--json", env=staging).json()["id"])
+
+    drained = cli.ok("worker", "--drain", env=shared)
+
+    # received twice in the session: returned at once, then held to the end of it
+    assert drained.stdout.strip() == (
+        "executed 0 run(s); 2 receive(s) of wakeups of other environments, left on the queue"
+    )
+    assert cli.ok("worker", "--drain", env=staging).stdout.strip() == "executed 1 run(s)"
+    assert cli.ok("runs", "get", run_id, "--json", env=staging).json()["status"] == "succeeded"
