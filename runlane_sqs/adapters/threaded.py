@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Sequence
 from datetime import timedelta
 
+from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Lease, Run
 from runlane_sqs.core.wakeup import Wakeup
@@ -25,6 +26,9 @@ class ThreadedStore:
 
     async def apply(self, transition: Transition) -> Run:
         return await asyncio.to_thread(self._store.apply, transition)
+
+    async def claim_hinted(self, claim: HintedClaim) -> Run:
+        return await asyncio.to_thread(self._store.claim_hinted, claim)
 
     async def renew_lease(self, run: Run, lease: Lease) -> Run:
         return await asyncio.to_thread(self._store.renew_lease, run, lease)

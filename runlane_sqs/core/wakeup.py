@@ -1,5 +1,10 @@
 """Wakeup messages: small JSON hints naming a run. Never payload, never state.
 
+A wakeup may carry a :class:`ClaimHint`: the run's sequence, attempt count and task when
+it was published, so a worker can claim it with one conditional write instead of a read
+and a write. The hint is only a guess the write is conditioned on: a stale or forged
+hint costs a refused write, never a wrong claim (docs/design/storage.md, "Claims").
+
 Parsing is strict: anything that is not exactly a wakeup of a known version is
 rejected with :class:`MalformedWakeup`, which the worker logs and deletes.
 """
@@ -12,8 +17,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from runlane_sqs.core.errors import RunlaneError
-from runlane_sqs.core.model import Run
-from runlane_sqs.core.names import ENVIRONMENT_PATTERN, QUEUE_PATTERN, is_run_id
+from runlane_sqs.core.model import Run, WaitKind
+from runlane_sqs.core.names import ENVIRONMENT_PATTERN, QUEUE_PATTERN, TASK_PATTERN, is_run_id
 
 WAKEUP_VERSION = 1
 MAX_WAKEUP_BYTES = 4096
@@ -21,8 +26,10 @@ MAX_WAKEUP_BYTES = 4096
 MAX_TRACE_CHARS = 512
 """Longest trace context (e.g. a W3C ``traceparent`` or X-Ray header) carried along."""
 
-_FIELDS = frozenset({"version", "environment", "run_id", "queue", "requested_at", "trace"})
-_REQUIRED = _FIELDS - {"trace"}
+_FIELDS = frozenset({"version", "environment", "run_id", "queue", "requested_at", "trace", "hint"})
+_REQUIRED = _FIELDS - {"trace", "hint"}
+_HINT_FIELDS = frozenset({"seq", "attempt", "task"})
+MAX_HINT_NUMBER = 2**31 - 1
 
 
 class MalformedWakeup(RunlaneError):
@@ -30,18 +37,43 @@ class MalformedWakeup(RunlaneError):
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimHint:
+    """What the run looked like when its wakeup was published: runnable, not waiting for
+    anything but a time, at sequence ``seq`` after ``attempt`` attempts of ``task``."""
+
+    seq: int
+    attempt: int
+    task: str
+
+    @classmethod
+    def of(cls, run: Run) -> ClaimHint | None:
+        """The hint for ``run``, or ``None`` when a claim needs more of it than a hint
+        says (a run that is not runnable, or waits for a signal, a token or a run)."""
+        if not run.status.is_runnable:
+            return None
+        if run.waiting is not None and run.waiting.kind is not WaitKind.TIME:
+            return None
+        return cls(run.seq, run.attempt, run.task)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seq": self.seq, "attempt": self.attempt, "task": self.task}
+
+
+@dataclass(frozen=True, slots=True)
 class Wakeup:
-    """Tells a worker which run to look at; the worker re-reads storage before acting."""
+    """Tells a worker which run to look at; the worker re-reads storage before acting
+    (or claims with a write conditioned on the ``hint``)."""
 
     environment: str
     run_id: str
     queue: str
     requested_at: datetime
     trace: str | None = None
+    hint: ClaimHint | None = None
 
     @classmethod
     def for_run(cls, run: Run, requested_at: datetime) -> Wakeup:
-        return cls(run.environment, run.id, run.queue, requested_at)
+        return cls(run.environment, run.id, run.queue, requested_at, hint=ClaimHint.of(run))
 
     def to_json(self) -> str:
         body: dict[str, Any] = {
@@ -53,6 +85,8 @@ class Wakeup:
         }
         if self.trace is not None:
             body["trace"] = self.trace
+        if self.hint is not None:
+            body["hint"] = self.hint.to_json()
         return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -97,7 +131,22 @@ def _build(data: dict[str, Any]) -> Wakeup:
         queue=queue,
         requested_at=_parse_time(data["requested_at"]),
         trace=trace,
+        hint=_parse_hint(data["hint"]) if "hint" in data else None,
     )
+
+
+def _parse_hint(value: object) -> ClaimHint:
+    if not isinstance(value, dict) or set(value) != _HINT_FIELDS:
+        raise MalformedWakeup(f"hint must be an object with {sorted(_HINT_FIELDS)}")
+    seq, attempt, task = value["seq"], value["attempt"], value["task"]
+    for name, number in (("seq", seq), ("attempt", attempt)):
+        if type(number) is not int or not 0 <= number <= MAX_HINT_NUMBER:
+            raise MalformedWakeup(f"hint {name} must be a whole number, not {number!r}")
+    if seq < 1:
+        raise MalformedWakeup(f"hint seq must be at least 1, not {seq}")
+    if not isinstance(task, str) or not TASK_PATTERN.fullmatch(task):
+        raise MalformedWakeup(f"bad hint task {task!r}")
+    return ClaimHint(seq=seq, attempt=attempt, task=task)
 
 
 def _parse_time(value: object) -> datetime:

@@ -1,33 +1,39 @@
 """One wakeup in, at most one attempt out: the per-message path, written once.
 
-parse -> re-read the run -> claim the lease (conditional write) -> run the handler
--> record the outcome under the lease token -> follow up (next wakeup, finished-run
-bookkeeping). A wakeup of another environment is returned to its queue for that
-environment's workers; anything else that is not a runnable, due run is acknowledged
-and ignored.
+parse -> claim the lease (a conditional write on the wakeup's hint; when the hint no
+longer holds, the refusal returns the run and the claim is decided on it) -> run the
+handler -> record the outcome under the lease token -> follow up (next wakeup,
+finished-run bookkeeping). A wakeup without a hint re-reads the run first. A wakeup
+of another environment is returned to its queue for that environment's workers;
+anything else that is not a runnable, due run is acknowledged and ignored.
 
 The path sends no request itself. :meth:`MessagePath.handle` is a generator that yields
-the requests it needs (the classes below) and is sent each one's result, or thrown its
-error. A driver performs them with its own I/O: :func:`drive` here for the sync worker
-and the Lambda consumer, :func:`runlane_sqs.runtime.aio.executor.drive_async` for the
-async worker. Tests step the generator by hand to put a race at an exact point
-(tests/engine/test_message_path.py; docs/design/architecture.md shows how).
+the requests it needs (the classes of :mod:`runlane_sqs.engine.steps`) and is sent each
+one's result, or thrown its error. A driver performs them with its own I/O:
+:func:`~runlane_sqs.engine.steps.drive` for the sync worker and the Lambda consumer,
+:func:`runlane_sqs.runtime.aio.executor.drive_async` for the async worker. Tests step
+the generator by hand to put a race at an exact point (tests/engine/test_message_path.py;
+docs/design/architecture.md shows how).
 
 Timeline of a plain run (what the driver is asked for)::
 
-    ReadRun -> Write(claim) -> Begin -> CallHandler -> End -> Write(outcome) [-> follow-up]
+    ClaimHinted -> Begin -> CallHandler -> End -> Write(outcome) [-> follow-up]
+
+and of a wakeup without a hint, or whose hint no longer holds::
+
+    ReadRun | ClaimHinted (refused) -> Write(claim) -> Begin -> ...
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from collections.abc import Generator
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any
 
 from runlane_sqs.core import machine
+from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.errors import (
@@ -37,8 +43,9 @@ from runlane_sqs.core.errors import (
     StorageError,
     StorageUnavailable,
 )
-from runlane_sqs.core.machine import Skip, SkipReason, Transition
-from runlane_sqs.core.model import JSON, Run
+from runlane_sqs.core.machine import Skip, SkipReason
+from runlane_sqs.core.model import Run
+from runlane_sqs.core.names import new_lease_token
 from runlane_sqs.core.parking import park_unknown_task
 from runlane_sqs.core.wakeup import MalformedWakeup, Wakeup, parse_wakeup
 from runlane_sqs.engine import outcomes
@@ -46,80 +53,47 @@ from runlane_sqs.engine.context import TaskContext
 from runlane_sqs.engine.engine import Engine
 from runlane_sqs.engine.finishing import finishing_needs_storage
 from runlane_sqs.engine.outcomes import Decide, Disposition, FollowUp
+from runlane_sqs.engine.steps import (
+    Begin,
+    CallHandler,
+    ClaimHinted,
+    End,
+    Finish,
+    Perform,
+    Performer,
+    Publish,
+    ReadRun,
+    Recheck,
+    Request,
+    Steps,
+    Write,
+    advance,
+    drive,
+    performer_table,
+)
 from runlane_sqs.engine.tasks import Task, TaskRegistry
 from runlane_sqs.ports.transport import ReceivedWakeup
 
+__all__ = [
+    "Begin",
+    "CallHandler",
+    "ClaimHinted",
+    "End",
+    "Finish",
+    "MessagePath",
+    "Perform",
+    "Performer",
+    "Publish",
+    "ReadRun",
+    "Recheck",
+    "Request",
+    "Steps",
+    "Write",
+    "advance",
+    "drive",
+    "performer_table",
+]
 log = logging.getLogger("runlane_sqs.worker")
-
-
-@dataclass(frozen=True, slots=True)
-class ReadRun:
-    """Read the run a wakeup names. Result: the run, or ``None`` if it is unknown."""
-
-    run_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class Write:
-    """Apply a conditional transition. Result: the stored run; raises
-    :class:`~runlane_sqs.errors.ConflictError` (with the stored run) if it changed."""
-
-    transition: Transition
-
-
-@dataclass(frozen=True, slots=True)
-class Begin:
-    """Start an attempt of a claimed run: build its context and keep its lease alive.
-    Result: the :class:`~runlane_sqs.engine.context.TaskContext`."""
-
-    run: Run
-    token: str
-
-
-@dataclass(frozen=True, slots=True)
-class CallHandler:
-    """Call the task's handler. Result: what it returned; raises what it raised."""
-
-    task: Task
-    ctx: TaskContext
-    payload: JSON
-
-
-@dataclass(frozen=True, slots=True)
-class End:
-    """Stop renewing the attempt's lease. Result: ``(latest run, lease lost)``, or
-    ``None`` if the attempt was not tracked."""
-
-    run_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class Publish:
-    """Publish the run's next wakeup after ``delay`` (repairing a refused send). Result:
-    ``None``."""
-
-    run: Run
-    delay: timedelta
-
-
-@dataclass(frozen=True, slots=True)
-class Finish:
-    """Free a finished run's keys and resume its first waiters. Result: ``None``."""
-
-    run: Run
-
-
-@dataclass(frozen=True, slots=True)
-class Recheck:
-    """Resume a run released to wait if its target decided meanwhile. Result: ``None``."""
-
-    run: Run
-
-
-Request = ReadRun | Write | Begin | CallHandler | End | Publish | Finish | Recheck
-Steps = Generator[Request, Any, Disposition]
-"""One message's path: yields requests, returns what became of the message."""
-Perform = Callable[[Request], Any]
 
 
 class MessagePath:
@@ -181,9 +155,40 @@ class MessagePath:
         )
 
     def _wakeup(self, wakeup: Wakeup, receives: int) -> Steps:
-        run: Run | None = yield ReadRun(wakeup.run_id)
+        hinted = self._hinted_claim(wakeup)
+        if hinted is None:
+            run: Run | None = yield ReadRun(wakeup.run_id)
+        else:
+            try:
+                claimed: Run = yield ClaimHinted(hinted)
+            except ConflictError as conflict:  # the run moved on: decide on what it is now
+                run = conflict.current
+            else:
+                return (yield from self._claimed(claimed))
         if run is None:
             return outcomes.log_skip(wakeup, SkipReason.UNKNOWN_RUN, self.worker_id)
+        return (yield from self._read(wakeup, run, receives))
+
+    def _hinted_claim(self, wakeup: Wakeup) -> HintedClaim | None:
+        """The one-write claim a wakeup's hint allows, if it names a task registered here."""
+        hint = wakeup.hint
+        task = self.tasks.get(hint.task) if hint is not None else None
+        if hint is None or task is None:
+            return None
+        return HintedClaim(
+            environment=wakeup.environment,
+            run_id=wakeup.run_id,
+            queue=wakeup.queue,
+            hint=hint,
+            owner=self.worker_id,
+            token=new_lease_token(),
+            now=self.clock.now(),
+            duration=self.config.lease_duration,
+            timeout=task.timeout,
+        )
+
+    def _read(self, wakeup: Wakeup, run: Run, receives: int) -> Steps:
+        """Decide on the stored ``run`` (read, or returned by a refused hinted claim)."""
         task = self.tasks.get(run.task)
         if task is None:
             return (yield from self._unknown_task(wakeup, run, receives))
@@ -196,8 +201,14 @@ class MessagePath:
             claimed: Run = yield Write(decision)
         except ConflictError:
             return outcomes.log_skip(wakeup, SkipReason.CLAIM_LOST, self.worker_id, run)
+        return (yield from self._claimed(claimed))
+
+    def _claimed(self, claimed: Run) -> Steps:
+        """Run the attempt of a claimed run (or give it back if the claim came late)."""
         if self._claimed_too_late(claimed):
             return (yield from self._withdraw(claimed))
+        task = self.tasks.get(claimed.task)
+        assert task is not None  # claims are only made for registered tasks
         yield from self.attempt(task, claimed)
         return Disposition.EXECUTED
 
@@ -352,52 +363,3 @@ class MessagePath:
         if step is FollowUp.RECHECK:
             return Recheck(run)
         return None
-
-
-class Performer(Protocol):
-    """What a driver implements: one method per request (sync or ``async def``)."""
-
-    def read(self, request: ReadRun) -> Any: ...
-    def write(self, request: Write) -> Any: ...
-    def begin(self, request: Begin) -> Any: ...
-    def call(self, request: CallHandler) -> Any: ...
-    def end(self, request: End) -> Any: ...
-    def publish(self, request: Publish) -> Any: ...
-    def finish(self, request: Finish) -> Any: ...
-    def recheck(self, request: Recheck) -> Any: ...
-
-
-def performer_table(driver: Performer) -> dict[type, Callable[[Any], Any]]:
-    """The driver's method for each request type."""
-    return {
-        ReadRun: driver.read,
-        Write: driver.write,
-        Begin: driver.begin,
-        CallHandler: driver.call,
-        End: driver.end,
-        Publish: driver.publish,
-        Finish: driver.finish,
-        Recheck: driver.recheck,
-    }
-
-
-def advance(steps: Steps, reply: Any, error: BaseException | None) -> Request | Disposition:
-    """Hand the path the last request's result (or error); returns its next request, or
-    what became of the message once the path is done."""
-    try:
-        return steps.send(reply) if error is None else steps.throw(error)
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-
-
-def drive(steps: Steps, perform: Perform) -> Disposition:
-    """Run ``steps`` to the end, performing each request with ``perform`` (sync I/O)."""
-    request = advance(steps, None, None)
-    while not isinstance(request, Disposition):
-        try:
-            reply = perform(request)
-        except BaseException as exc:  # the path decides what a failed request means
-            request = advance(steps, None, exc)
-        else:
-            request = advance(steps, reply, None)
-    return request

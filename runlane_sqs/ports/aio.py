@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Protocol
 
+from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Lease, Run
 from runlane_sqs.core.wakeup import Wakeup
@@ -24,6 +25,8 @@ class AsyncRunStore(Protocol):
     async def get_run(self, run_id: str) -> Run | None: ...
 
     async def apply(self, transition: Transition) -> Run: ...
+
+    async def claim_hinted(self, claim: HintedClaim) -> Run: ...
 
     async def renew_lease(self, run: Run, lease: Lease) -> Run: ...
 

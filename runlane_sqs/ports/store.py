@@ -12,6 +12,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Protocol
 
+from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.errors import RunlaneError
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Lease, Run, RunEvent, RunStatus, WaitKind
@@ -79,6 +80,13 @@ class RunStore(Protocol):
 
         Raises :class:`~runlane_sqs.core.errors.ConflictError` carrying the stored run otherwise.
         """
+        ...
+
+    def claim_hinted(self, claim: HintedClaim) -> Run:
+        """Write ``claim`` without reading the run first, if its hint still holds
+        (:meth:`HintedClaim.holds <runlane_sqs.core.claims.HintedClaim.holds>`); returns
+        the claimed run. Raises :class:`~runlane_sqs.core.errors.ConflictError` carrying
+        the stored run (``None`` if there is none) otherwise."""
         ...
 
     def renew_lease(self, run: Run, lease: Lease) -> Run:

@@ -56,6 +56,9 @@ class Executor:
     def read(self, request: message.ReadRun) -> Run | None:
         return storage_retry()(self.engine.store.get_run)(request.run_id)
 
+    def claim_hinted(self, request: message.ClaimHinted) -> Run:
+        return storage_retry()(self.engine.store.claim_hinted)(request.claim)
+
     def write(self, request: message.Write) -> Run:
         budget = write_budget(request.transition, self.engine.clock.now())
         return storage_retry(budget)(self.engine.store.apply)(request.transition)

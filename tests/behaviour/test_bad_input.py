@@ -281,7 +281,8 @@ def test_wakeup_bodies_name_no_payload_or_state(app: Runlane, sqs: Any) -> None:
     run = app.trigger(TASK, {"secret": "s3cr3t"})
     message = sqs.receive_message(QueueUrl=queue_url(sqs, app), WaitTimeSeconds=0)["Messages"][0]
     body = json.loads(message["Body"])
-    assert set(body) == {"version", "environment", "run_id", "queue", "requested_at"}
+    assert set(body) == {"version", "environment", "run_id", "queue", "requested_at", "hint"}
+    assert body["hint"] == {"seq": 1, "attempt": 0, "task": TASK}  # what the claim checks
     assert body["run_id"] == run.id
     assert "s3cr3t" not in message["Body"]
 

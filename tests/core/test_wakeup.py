@@ -13,8 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runlane_sqs.core.wakeup import (
+    MAX_HINT_NUMBER,
     MAX_TRACE_CHARS,
     MAX_WAKEUP_BYTES,
+    ClaimHint,
     MalformedWakeup,
     Wakeup,
     parse_wakeup,
@@ -37,8 +39,20 @@ times = st.datetimes(
 traces = st.none() | st.text(
     alphabet=string.ascii_letters + string.digits + "-=;,:/_. ", max_size=MAX_TRACE_CHARS
 )
+hints = st.none() | st.builds(
+    ClaimHint,
+    seq=st.integers(min_value=1, max_value=MAX_HINT_NUMBER),
+    attempt=st.integers(min_value=0, max_value=MAX_HINT_NUMBER),
+    task=st.from_regex(r"\A[A-Za-z0-9_.:-]{1,128}\Z"),
+)
 wakeups = st.builds(
-    Wakeup, environment=environments, run_id=run_ids, queue=queues, requested_at=times, trace=traces
+    Wakeup,
+    environment=environments,
+    run_id=run_ids,
+    queue=queues,
+    requested_at=times,
+    trace=traces,
+    hint=hints,
 )
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
@@ -136,7 +150,9 @@ def test_arbitrary_json_raises_nothing_but_malformed(value: Any) -> None:
 
 @FAST
 @given(
-    field=st.sampled_from(["version", "environment", "run_id", "queue", "requested_at", "trace"]),
+    field=st.sampled_from(
+        ["version", "environment", "run_id", "queue", "requested_at", "trace", "hint"]
+    ),
     value=json_values,
 )
 def test_any_value_in_any_field_raises_nothing_but_malformed(field: str, value: Any) -> None:
@@ -281,3 +297,41 @@ def test_invalid_utf8_bytes_are_malformed(body: bytes) -> None:
 
 def test_a_lone_surrogate_in_text_is_malformed() -> None:
     rejects('{"version": 1, "environment": "\ud800"}')
+
+
+# the claim hint ------------------------------------------------------------------------
+
+HINT = {"seq": 3, "attempt": 1, "task": "billing.charge"}
+
+
+def test_a_hint_parses_to_what_the_claim_is_conditioned_on() -> None:
+    wakeup = parse_wakeup(json.dumps(valid_body(hint=HINT)))
+
+    assert wakeup.hint == ClaimHint(seq=3, attempt=1, task="billing.charge")
+
+
+@pytest.mark.parametrize(
+    ("hint", "match"),
+    [
+        ([3, 1, "t"], "hint must be an object"),
+        ({"seq": 3, "attempt": 1}, "hint must be an object"),
+        ({**HINT, "status": "queued"}, "hint must be an object"),
+        ({**HINT, "seq": 0}, "seq must be at least 1"),
+        ({**HINT, "seq": -1}, "seq must be a whole number"),
+        ({**HINT, "seq": 2.0}, "seq must be a whole number"),
+        ({**HINT, "attempt": True}, "attempt must be a whole number"),
+        ({**HINT, "attempt": MAX_HINT_NUMBER + 1}, "attempt must be a whole number"),
+        ({**HINT, "task": ""}, "bad hint task"),
+        ({**HINT, "task": "a#b"}, "bad hint task"),
+        ({**HINT, "task": "\u202e"}, "bad hint task"),
+        ({**HINT, "task": None}, "bad hint task"),
+    ],
+)
+def test_a_malformed_hint_makes_the_wakeup_malformed(hint: Any, match: str) -> None:
+    rejects(valid_body(hint=hint), match=match)
+
+
+@FAST
+@given(value=json_values)
+def test_any_hint_value_raises_nothing_but_malformed(value: Any) -> None:
+    _parse_or_malformed(json.dumps(valid_body(hint=value)))

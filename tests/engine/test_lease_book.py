@@ -20,7 +20,7 @@ from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Lease, Run
 from runlane_sqs.core.recovery import expire_lease
 from runlane_sqs.engine.leases import LeaseBook
-from runlane_sqs.engine.message import Begin, CallHandler, End, MessagePath, ReadRun, Write
+from runlane_sqs.engine.message import Begin, CallHandler, ClaimHinted, End, MessagePath, Write
 from runlane_sqs.runtime.executor import begin_attempt
 from runlane_sqs.runtime.leases import LeaseKeeper
 from runlane_sqs.testing import ManualClock, in_memory_app
@@ -60,10 +60,9 @@ class Attempt:
         [message] = app.transport.receive("default", 10, 0)
         path = MessagePath(tasks=app.tasks, clock=app.clock, config=app.config, worker_id=worker_id)
         steps = path.handle(message)
-        assert isinstance(next(steps), ReadRun)
-        claim = steps.send(app.store.get_run(run.id))
-        assert isinstance(claim, Write)
-        begin = steps.send(app.store.apply(claim.transition))
+        claim = next(steps)  # a trigger's wakeup carries a hint: one write claims the run
+        assert isinstance(claim, ClaimHinted) and claim.claim.run_id == run.id
+        begin = steps.send(app.store.claim_hinted(claim.claim))
         assert isinstance(begin, Begin)
         call = steps.send(begin_attempt(begin, app.engine, leases, worker_id))
         assert isinstance(call, CallHandler)

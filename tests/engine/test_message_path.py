@@ -1,5 +1,6 @@
 """The per-message path stepped by hand: each race is put at an exact point of the timeline
-ReadRun -> Write(claim) -> Begin -> CallHandler -> End -> Write(outcome) [-> follow-up]."""
+ClaimHinted | ReadRun -> Write(claim) -> Begin -> CallHandler -> End -> Write(outcome)
+[-> follow-up]."""
 
 from __future__ import annotations
 
@@ -16,12 +17,13 @@ from runlane_sqs.core.errors import ConflictError, StorageError, StorageUnavaila
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import EventType, Run, Wait, WaitKind
 from runlane_sqs.core.recovery import expire_lease
-from runlane_sqs.core.wakeup import Wakeup
+from runlane_sqs.core.wakeup import ClaimHint, Wakeup
 from runlane_sqs.engine.context import WaitRequested
 from runlane_sqs.engine.leases import LeaseBook
 from runlane_sqs.engine.message import (
     Begin,
     CallHandler,
+    ClaimHinted,
     End,
     Finish,
     MessagePath,
@@ -115,17 +117,16 @@ class Path:
 
     def perform(self, request: Request) -> Any:
         store = self.app.store
-        if isinstance(request, ReadRun):
-            return store.get_run(request.run_id)
-        if isinstance(request, Write):
-            return store.apply(request.transition)
-        if isinstance(request, Begin):
-            return begin_attempt(request, self.app.engine, self.leases, "w1")
-        if isinstance(request, CallHandler):
-            return request.task.fn(request.ctx, request.payload)
-        if isinstance(request, End):
-            return self.leases.untrack(request.run_id)
-        return None
+        performers: dict[type, Callable[[Any], Any]] = {
+            ReadRun: lambda r: store.get_run(r.run_id),
+            ClaimHinted: lambda r: store.claim_hinted(r.claim),
+            Write: lambda r: store.apply(r.transition),
+            Begin: lambda r: begin_attempt(r, self.app.engine, self.leases, "w1"),
+            CallHandler: lambda r: r.task.fn(r.ctx, r.payload),
+            End: lambda r: self.leases.untrack(r.run_id),
+        }
+        perform = performers.get(type(request))
+        return perform(request) if perform else None
 
     def answer(self, request: Request | None = None) -> Any:
         """Perform ``request`` (default: the pending one) and send its result or error."""
@@ -181,29 +182,34 @@ def stored(app: Runlane, run_id: str) -> Run:
     return run
 
 
-def test_plain_timeline_claims_runs_the_handler_and_records_success(app: Runlane) -> None:
+def test_plain_timeline_claims_on_the_hint_runs_the_handler_and_records_success(
+    app: Runlane,
+) -> None:
     run = app.trigger("echo", {"n": 1})
     [message] = app.transport.receive("default", 10, 0)
     path = MessagePath(tasks=app.tasks, clock=app.clock, config=app.config, worker_id="w1")
     steps = path.handle(message)
     leases = LeaseBook(app.clock, app.config.lease_duration)
 
-    assert next(steps) == ReadRun(run.id)
-    claim = steps.send(app.store.get_run(run.id))
-    assert isinstance(claim, Write)
-    after = claim.transition.after
-    assert (after.status, after.attempt, claim.transition.fence) == (RunStatus.RUNNING, 1, None)
-    assert after.lease is not None and after.lease.owner == "w1"
-    claimed = app.store.apply(claim.transition)
+    claim = next(steps)  # no read: one write conditioned on the trigger's hint
+    assert isinstance(claim, ClaimHinted)
+    assert (claim.claim.run_id, claim.claim.hint, claim.claim.owner) == (
+        run.id,
+        ClaimHint(seq=1, attempt=0, task="echo"),
+        "w1",
+    )
+    claimed = app.store.claim_hinted(claim.claim)
+    assert (claimed.status, claimed.attempt) == (RunStatus.RUNNING, 1)
+    assert claimed.lease is not None and claimed.lease.owner == "w1"
     begin = steps.send(claimed)
-    assert begin == Begin(claimed, after.lease.token)
+    assert begin == Begin(claimed, claimed.lease.token)
     call = steps.send(begin_attempt(begin, app.engine, leases, "w1"))
     assert isinstance(call, CallHandler)
     assert (call.task.name, call.payload, call.ctx.attempt) == ("echo", {"n": 1}, 1)
     assert steps.send(call.task.fn(call.ctx, call.payload)) == End(run.id)
     outcome = steps.send(leases.untrack(run.id))
     assert isinstance(outcome, Write)
-    assert outcome.transition.fence == after.lease.token
+    assert outcome.transition.fence == claimed.lease.token
     assert outcome.transition.after.status is RunStatus.SUCCEEDED
     with pytest.raises(StopIteration) as done:  # no keys, not watched: no follow-up
         steps.send(app.store.apply(outcome.transition))
@@ -213,6 +219,57 @@ def test_plain_timeline_claims_runs_the_handler_and_records_success(app: Runlane
     assert (final.status, final.result) == (RunStatus.SUCCEEDED, {"echo": {"n": 1}})
     events = [e.type for e in app.store.get_events(run.id)]
     assert events == [EventType.TRIGGERED, EventType.STARTED, EventType.SUCCEEDED]
+
+
+def test_a_wakeup_without_a_hint_reads_the_run_then_claims_it(app: Runlane) -> None:
+    run = app.trigger("echo", 1)
+    path = Path(app, body(run))  # written by hand: no hint
+
+    assert path.finish() is Disposition.EXECUTED
+    assert path.kinds() == TIMELINE
+    assert isinstance(path.requests[1], Write)
+    assert path.requests[1].transition.before.seq == 1
+
+
+def test_a_hint_gone_stale_is_decided_on_the_run_the_refusal_returns(app: Runlane) -> None:
+    """An old wakeup of a run that failed since: its retry is claimed without a read."""
+    run = app.trigger("boom", None)
+    [first] = app.transport.receive("default", 10, 0)
+    assert Path(app, first.body).finish() is Disposition.EXECUTED  # attempt 1 fails
+    app.clock.advance(timedelta(seconds=61))  # the retry is due
+
+    again = Path(app, first.body)  # the trigger's wakeup again, its hint at seq 1
+
+    assert again.finish() is Disposition.EXECUTED
+    assert again.kinds() == ["ClaimHinted", *TIMELINE[1:], "Publish"]  # fails again
+    assert stored(app, run.id).attempt == 2
+
+
+def test_a_hint_of_a_run_another_worker_holds_is_skipped_after_one_refused_write(
+    app: Runlane, clock: ManualClock
+) -> None:
+    run = app.trigger("echo", None)
+    [message] = app.transport.receive("default", 10, 0)
+    rival = machine.claim_lease(run, now=clock.now(), owner="w2", token="t2", duration=MINUTE)
+    assert isinstance(rival, Transition)
+    held = app.store.apply(rival)
+
+    path = Path(app, message.body)
+
+    assert path.finish() is Disposition.SKIPPED
+    assert path.kinds() == ["ClaimHinted"]
+    assert stored(app, run.id) == held
+
+
+def test_a_hint_naming_a_task_this_worker_lacks_reads_the_run(app: Runlane) -> None:
+    run = app.trigger("echo", None)
+    [message] = app.transport.receive("default", 10, 0)
+
+    path = Path(app, message.body, tasks=TaskRegistry())
+
+    assert path.finish() is Disposition.DEFERRED  # unknown task: left for another worker
+    assert path.kinds() == ["ReadRun"]
+    assert stored(app, run.id).status is RunStatus.QUEUED
 
 
 def test_sync_drive_with_a_table_of_lambdas_matches_stepping_by_hand(app: Runlane) -> None:

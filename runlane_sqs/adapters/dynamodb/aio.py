@@ -10,7 +10,14 @@ from botocore.exceptions import ClientError
 from runlane_sqs.adapters.dynamodb import requests
 from runlane_sqs.adapters.dynamodb.codec import run_from_wire
 from runlane_sqs.adapters.dynamodb.errors import call_async
-from runlane_sqs.adapters.dynamodb.store import applied, refused_renewal, refused_transition, run_in
+from runlane_sqs.adapters.dynamodb.store import (
+    applied,
+    refused_claim,
+    refused_renewal,
+    refused_transition,
+    run_in,
+)
+from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Lease, Run
 
@@ -39,6 +46,14 @@ class AsyncDynamoRunStore:
         except ClientError as exc:
             return refused_transition(transition, exc)
         return applied(transition, response)
+
+    async def claim_hinted(self, claim: HintedClaim) -> Run:
+        request = requests.claim_hinted(self.table, claim)
+        try:
+            response = await self._send("update_item", request)
+        except ClientError as exc:
+            return refused_claim(claim, exc)
+        return run_from_wire(response["Attributes"])
 
     async def renew_lease(self, run: Run, lease: Lease) -> Run:
         try:

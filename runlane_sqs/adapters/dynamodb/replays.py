@@ -19,6 +19,7 @@ from runlane_sqs.adapters.dynamodb.codec import (
     run_from_item,
     run_state_attributes,
 )
+from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.durations import to_epoch_ms
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Run, RunEvent
@@ -85,5 +86,21 @@ def landed_creation(run: Run, payload_json: str, wire: dict[str, Any] | None) ->
         "stored (the first response was lost); carrying on",
         run.id,
         extra={"run_id": run.id},
+    )
+    return True
+
+
+def landed_claim(claim: HintedClaim, stored: Run | None) -> bool:
+    """Whether a refused hinted claim is our own, already applied: the stored run carries
+    its random lease token at the sequence it wrote."""
+    if stored is None or stored.lease is None or stored.lease.token != claim.token:
+        return False
+    if stored.seq != claim.hint.seq + 1:
+        return False
+    log.info(
+        "run %s: a claim refused on resending was our own, already applied (its first "
+        "response was lost); carrying on",
+        stored.id,
+        extra={"run_id": stored.id, "seq": stored.seq},
     )
     return True

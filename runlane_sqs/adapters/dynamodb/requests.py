@@ -4,11 +4,14 @@ Builders return the keyword arguments of the low-level client call, so the sync
 (boto3) and async (aioboto3) adapters send exactly the same requests. Conditions and
 updates are written with PynamoDB's expression language over :mod:`.items`.
 
-Timeline of a plain run (three writes, no transaction):
+Timeline of a plain run (three writes, no transaction, no read):
 
     trigger   PutItem     if the run item does not exist
-    claim     UpdateItem  if seq = seen seq                       (status -> running)
+    claim     UpdateItem  if seq, attempt, task = the wakeup's hint, runnable, due  (-> running)
     outcome   UpdateItem  if seq = seen seq and lease_token = own (-> succeeded/retrying/failed)
+
+A wakeup without a hint (or whose hint no longer holds) is claimed after a read, with
+``UpdateItem if seq = seen seq``.
 
 Heartbeats are ``UpdateItem if lease_token = own and status is leased`` and append
 no event. Triggers with idempotency or singleton keys write the key items and the
@@ -38,10 +41,19 @@ from runlane_sqs.adapters.dynamodb.items import (
     RunItem,
     TokenItem,
 )
+from runlane_sqs.core.claims import HintedClaim
+from runlane_sqs.core.durations import to_epoch_ms
 from runlane_sqs.core.machine import Transition
-from runlane_sqs.core.model import LEASED_STATUSES, TERMINAL_STATUSES, Lease, Run
+from runlane_sqs.core.model import (
+    LEASED_STATUSES,
+    RUNNABLE_STATUSES,
+    TERMINAL_STATUSES,
+    Lease,
+    Run,
+)
 
 Request = dict[str, Any]
+RUNNABLE = sorted(status.value for status in RUNNABLE_STATUSES)
 
 
 def _expressions(
@@ -107,6 +119,59 @@ def apply_transition(table: str, transition: Transition) -> Request:
     }
     if after.is_terminal:
         request["ReturnValues"] = "ALL_NEW"  # says whether another run waits for this one
+    return _expressions(request, condition=condition, actions=actions)
+
+
+CLAIM_WRITES = (
+    "status",
+    "seq",
+    "attempt",
+    "updated_at",
+    "due_at",
+    "lease_owner",
+    "lease_token",
+    "lease_expires_at",
+    "deadline_at",
+    "wake_at",
+    "publishes",
+    "waiting",
+    "wait_pk",
+    "wait_sk",
+    "status_pk",
+    "agenda_pk",
+    "agenda_at",
+)
+"""Every attribute a claim sets or removes (the rest of the run item stays as it is)."""
+
+
+def claim_hinted(table: str, claim: HintedClaim) -> Request:
+    """Claim without a read: write every attribute a claim sets, if the run is still as
+    the wakeup's hint says (same seq, attempt and task), runnable, due, and waiting for
+    nothing but a time (no waits-index entry). Returns the claimed item."""
+    blind = claim.blind()
+    values = run_state_attributes(blind.after)
+    actions: list[Action] = []
+    for name in CLAIM_WRITES:
+        attribute = getattr(RunItem, name)
+        value = values[name]
+        actions.append(attribute.remove() if value is None else attribute.set(value))
+    appended = RunItem.events.append([event_to_map(e) for e in blind.events])
+    actions.append(RunItem.events.set(appended))
+    hint = claim.hint
+    condition = (
+        (RunItem.seq == hint.seq)
+        & (RunItem.attempt == hint.attempt)
+        & (RunItem.task == hint.task)
+        & RunItem.status.is_in(*RUNNABLE)
+        & (RunItem.due_at <= to_epoch_ms(blind.after.updated_at))
+        & RunItem.wait_pk.does_not_exist()
+    )
+    request: Request = {
+        "TableName": table,
+        "Key": keys.run_key(claim.environment, claim.run_id),
+        "ReturnValues": "ALL_NEW",
+        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+    }
     return _expressions(request, condition=condition, actions=actions)
 
 

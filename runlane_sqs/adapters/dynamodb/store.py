@@ -28,7 +28,8 @@ from runlane_sqs.adapters.dynamodb.cursors import (
 )
 from runlane_sqs.adapters.dynamodb.errors import call, error_code, refused_as_malformed
 from runlane_sqs.adapters.dynamodb.listing import list_run_keys
-from runlane_sqs.adapters.dynamodb.replays import landed_creation, landed_transition
+from runlane_sqs.adapters.dynamodb.replays import landed_claim, landed_creation, landed_transition
+from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.durations import to_epoch_ms
 from runlane_sqs.core.errors import ConflictError, LeaseLost, StorageError, StorageUnavailable
 from runlane_sqs.core.machine import Transition
@@ -66,6 +67,20 @@ def refused_transition(transition: Transition, exc: ClientError) -> Run:
     if landed is not None:
         return landed
     raise ConflictError(transition.run_id, run_from_wire(wire) if wire else None) from None
+
+
+def refused_claim(claim: HintedClaim, exc: ClientError) -> Run:
+    """After a refused hinted claim: the stored run if the refusal shows the claim itself
+    already applied; else raise a :class:`ConflictError` carrying the stored run (``None``
+    when there is none), or ``exc`` if it was no conflict."""
+    if error_code(exc) != "ConditionalCheckFailedException":
+        raise exc
+    wire: dict[str, Any] | None = exc.response.get("Item")  # type: ignore[assignment]
+    current = run_from_wire(wire) if wire else None
+    if landed_claim(claim, current):
+        assert current is not None
+        return current
+    raise ConflictError(claim.run_id, current) from None
 
 
 def refused_renewal(run: Run, exc: ClientError) -> Exception:
@@ -185,6 +200,13 @@ class DynamoRunStore:
         except ClientError as exc:
             return refused_transition(transition, exc)
         return applied(transition, response)
+
+    def claim_hinted(self, claim: HintedClaim) -> Run:
+        try:
+            response = self._send("update_item", requests.claim_hinted(self.table, claim))
+        except ClientError as exc:
+            return refused_claim(claim, exc)
+        return run_from_wire(response["Attributes"])
 
     def renew_lease(self, run: Run, lease: Lease) -> Run:
         try:

@@ -30,6 +30,7 @@ from runlane_sqs.adapters.dynamodb.cursors import (
     encode_cursor,
     waits_key,
 )
+from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.durations import to_epoch_ms
 from runlane_sqs.core.errors import ConflictError, LeaseLost
 from runlane_sqs.core.machine import Transition
@@ -153,6 +154,17 @@ class InMemoryRunStore:
                 raise ConflictError(transition.run_id, current)
             after = replace(transition.after, watched=current.watched)
             stored.run = _as_stored(after, stored.payload_json)
+            stored.events.extend(_event_as_stored(e) for e in transition.events)
+            return stored.run
+
+    def claim_hinted(self, claim: HintedClaim) -> Run:
+        with self._lock:
+            stored = self._runs.get(claim.run_id)
+            current = stored.run if stored else None
+            if stored is None or current is None or not claim.holds(current):
+                raise ConflictError(claim.run_id, current)
+            transition = claim.transition(current)
+            stored.run = _as_stored(transition.after, stored.payload_json)
             stored.events.extend(_event_as_stored(e) for e in transition.events)
             return stored.run
 

@@ -73,6 +73,9 @@ class AsyncExecutor:
     async def read(self, request: message.ReadRun) -> Run | None:
         return await storage_retry()(self.store.get_run)(request.run_id)
 
+    async def claim_hinted(self, request: message.ClaimHinted) -> Run:
+        return await storage_retry()(self.store.claim_hinted)(request.claim)
+
     async def write(self, request: message.Write) -> Run:
         budget = write_budget(request.transition, self.engine.clock.now())
         return await storage_retry(budget)(self.store.apply)(request.transition)

@@ -1,0 +1,82 @@
+"""Claiming a run with one write, conditioned on its wakeup's hint instead of a read.
+
+A worker that receives a wakeup with a :class:`~runlane_sqs.core.wakeup.ClaimHint`
+writes the claim at once: the write holds only if the stored run is still at the hinted
+sequence, attempt and task, runnable, due, and waiting for nothing but a time. Those
+are exactly the runs a read would have let the worker claim without more than a
+``started`` event, so the write is the claim :func:`~runlane_sqs.core.machine.claim_lease`
+decides on the stored run. A refused write returns the stored run, and the worker
+decides on it as if it had read it (docs/design/storage.md, "Claims").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from runlane_sqs.core import machine
+from runlane_sqs.core.durations import truncate_ms
+from runlane_sqs.core.machine import Transition
+from runlane_sqs.core.model import Run, RunStatus, WaitKind
+from runlane_sqs.core.wakeup import ClaimHint
+
+
+@dataclass(frozen=True, slots=True)
+class HintedClaim:
+    """One worker's claim of the run ``run_id`` names, conditioned on ``hint``."""
+
+    environment: str
+    run_id: str
+    queue: str
+    hint: ClaimHint
+    owner: str
+    token: str
+    now: datetime
+    duration: timedelta
+    timeout: timedelta | None = None
+
+    def holds(self, run: Run) -> bool:
+        """Whether the write's condition holds on the stored ``run``."""
+        hint = self.hint
+        return (
+            run.seq == hint.seq
+            and run.attempt == hint.attempt
+            and run.task == hint.task
+            and run.status.is_runnable
+            and run.is_due(truncate_ms(self.now))
+            and (run.waiting is None or run.waiting.kind is WaitKind.TIME)
+        )
+
+    def transition(self, run: Run) -> Transition:
+        """The claim on a stored ``run`` it :meth:`holds` for (what a read would decide)."""
+        decision = machine.claim_lease(
+            run,
+            now=self.now,
+            owner=self.owner,
+            token=self.token,
+            duration=self.duration,
+            timeout=self.timeout,
+        )
+        assert isinstance(decision, Transition), decision
+        return decision
+
+    def blind(self) -> Transition:
+        """The claim decided on the run as the hint describes it, for a store that writes
+        it without reading: its ``after`` holds every attribute the claim sets and its
+        events are the ones it appends. Attributes a claim leaves alone (payload, keys,
+        results) are placeholders: never write or return them."""
+        now = truncate_ms(self.now)
+        described = Run(
+            id=self.run_id,
+            environment=self.environment,
+            task=self.hint.task,
+            queue=self.queue,
+            status=RunStatus.QUEUED,
+            payload=None,
+            created_at=now,
+            updated_at=now,
+            seq=self.hint.seq,
+            attempt=self.hint.attempt,
+            due_at=now,
+        )
+        return self.transition(described)
