@@ -23,6 +23,7 @@ from runlane_sqs import (
 )
 from runlane_sqs.adapters.memory.store import InMemoryRunStore
 from runlane_sqs.adapters.memory.transport import InMemoryTransport
+from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.wakeup import Wakeup, parse_wakeup
 from runlane_sqs.lambdas.consumer import NotAnSqsEvent, logical_queue, sqs_handler
 from runlane_sqs.ports.transport import ReceivedWakeup
@@ -37,7 +38,8 @@ INVOCATION_THREADS = ("runlane-heartbeat", "runlane-lambda-deadline")
 
 
 class FlakyStore:
-    """The in-memory store, except that reads of the runs in ``down_for`` are throttled."""
+    """The in-memory store, except that the first request of a message's path (the
+    claim on the wakeup's hint, or the read) for the runs in ``down_for`` is throttled."""
 
     def __init__(self, inner: InMemoryRunStore) -> None:
         self.inner = inner
@@ -45,14 +47,21 @@ class FlakyStore:
         self.refused: Counter[str] = Counter()
         self.table_missing = False
 
-    def get_run(self, run_id: str) -> Run | None:
+    def _refuse(self, run_id: str) -> None:
         if self.table_missing:
             self.refused[run_id] += 1
             raise MissingResourceError("DynamoDB table 'runlane' does not exist")
         if run_id in self.down_for:
             self.refused[run_id] += 1
-            raise StorageUnavailable(f"throttled reading run {run_id}")
+            raise StorageUnavailable(f"throttled reaching run {run_id}")
+
+    def get_run(self, run_id: str) -> Run | None:
+        self._refuse(run_id)
         return self.inner.get_run(run_id)
+
+    def claim_hinted(self, claim: HintedClaim) -> Run:
+        self._refuse(claim.run_id)
+        return self.inner.claim_hinted(claim)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
