@@ -96,13 +96,19 @@ def recover_lease(
                 status=RunStatus.CANCELLED,
                 lease=None,
                 deadline_at=None,
-            )
+            ),
+            lease_expired=True,
         )
     return expire_lease(run, now=now, settings=settings)
 
 
-def _recovery(transition: Transition) -> Transition:
-    return replace(transition, recovery=True)
+def _recovery(transition: Transition, *, lease_expired: bool = False) -> Transition:
+    """Mark ``transition`` as maintenance's. One decided because the lease expired is
+    also guarded on the expiry it saw: a heartbeat that renewed the lease after this
+    pass read it (from the index, a moment old) makes the write fail, so a live lease is
+    never taken from a running attempt."""
+    guard = ("lease_expires_at",) if lease_expired else ()
+    return replace(transition, recovery=True, guard=transition.guard + guard)
 
 
 def expire_lease(
@@ -137,7 +143,8 @@ def expire_lease(
                 failure=failure,
                 due_at=None,
                 **ended,
-            )
+            ),
+            lease_expired=True,
         )
     return _recovery(
         advance(
@@ -150,7 +157,8 @@ def expire_lease(
             wake_at=truncate_ms(settings.republish.next_wake(now, 0)),
             publishes=0,
             **ended,
-        )
+        ),
+        lease_expired=True,
     )
 
 
