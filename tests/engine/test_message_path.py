@@ -164,6 +164,15 @@ class Path:
         return [type(r).__name__ for r in self.requests]
 
 
+def claimed_unanswered(app: Runlane) -> tuple[Run, Path, Run]:
+    """A run whose claim (after a read) is stored, its answer not yet sent to the path."""
+    run = app.trigger("echo", None)
+    path = Path(app, body(run))
+    claim = path.answer()  # the read
+    assert isinstance(claim, Write)
+    return run, path, app.store.apply(claim.transition)
+
+
 def take_over(app: Runlane, clock: ManualClock, run_id: str) -> Run:
     """The attempt's lease expires, maintenance requeues the run and w2 claims it."""
     clock.advance(app.config.lease_duration + timedelta(seconds=1))
@@ -321,11 +330,7 @@ def test_claim_lost_to_another_worker_is_skipped_without_running_the_handler(
 def test_claim_that_comes_back_late_gives_the_run_back_unrun(
     app: Runlane, clock: ManualClock, caplog: pytest.LogCaptureFixture, late: float
 ) -> None:
-    run = app.trigger("echo", None)
-    path = Path(app, body(run))
-    claim = path.answer()  # the read
-    assert isinstance(claim, Write)
-    claimed = app.store.apply(claim.transition)
+    run, path, claimed = claimed_unanswered(app)
     clock.advance(app.config.lease_duration * late)  # paused, or retried through an outage
 
     withdraw = path.send(claimed)
@@ -353,11 +358,7 @@ def test_claim_that_comes_back_late_gives_the_run_back_unrun(
 def test_claim_that_comes_back_with_more_than_half_its_lease_left_runs(
     app: Runlane, clock: ManualClock
 ) -> None:
-    run = app.trigger("echo", None)
-    path = Path(app, body(run))
-    claim = path.answer()
-    assert isinstance(claim, Write)
-    claimed = app.store.apply(claim.transition)
+    run, path, claimed = claimed_unanswered(app)
     clock.advance(app.config.lease_duration / 2 - timedelta(milliseconds=1))
 
     assert isinstance(path.send(claimed), Begin)
@@ -368,11 +369,7 @@ def test_claim_that_comes_back_with_more_than_half_its_lease_left_runs(
 def test_late_claim_that_maintenance_recovered_first_is_skipped_unrun(
     app: Runlane, clock: ManualClock
 ) -> None:
-    run = app.trigger("echo", None)
-    path = Path(app, body(run))
-    claim = path.answer()
-    assert isinstance(claim, Write)
-    claimed = app.store.apply(claim.transition)
+    run, path, claimed = claimed_unanswered(app)
     taken = take_over(app, clock, run.id)  # expired, requeued, claimed by w2
 
     path.send(claimed)

@@ -7,7 +7,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from runlane_sqs.adapters.dynamodb import requests
+from runlane_sqs.adapters.dynamodb import claims, requests
 from runlane_sqs.adapters.dynamodb.codec import run_from_wire
 from runlane_sqs.adapters.dynamodb.errors import call_async
 from runlane_sqs.adapters.dynamodb.store import (
@@ -48,7 +48,7 @@ class AsyncDynamoRunStore:
         return applied(transition, response)
 
     async def claim_hinted(self, claim: HintedClaim) -> Run:
-        request = requests.claim_hinted(self.table, claim)
+        request = claims.claim_hinted(self.table, claim)
         try:
             response = await self._send("update_item", request)
         except ClientError as exc:

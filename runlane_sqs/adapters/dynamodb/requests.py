@@ -10,8 +10,8 @@ Timeline of a plain run (three writes, no transaction, no read):
     claim     UpdateItem  if seq, attempt, task = the wakeup's hint, runnable, due  (-> running)
     outcome   UpdateItem  if seq = seen seq and lease_token = own (-> succeeded/retrying/failed)
 
-A wakeup without a hint (or whose hint no longer holds) is claimed after a read, with
-``UpdateItem if seq = seen seq``.
+The claim on a wakeup's hint is built in :mod:`.claims`; a wakeup without a hint (or
+whose hint no longer holds) is claimed after a read, with ``UpdateItem if seq = seen seq``.
 
 Heartbeats are ``UpdateItem if lease_token = own and status is leased`` and append
 no event. Triggers with idempotency or singleton keys write the key items and the
@@ -41,22 +41,13 @@ from runlane_sqs.adapters.dynamodb.items import (
     RunItem,
     TokenItem,
 )
-from runlane_sqs.core.claims import HintedClaim
-from runlane_sqs.core.durations import to_epoch_ms
 from runlane_sqs.core.machine import Transition
-from runlane_sqs.core.model import (
-    LEASED_STATUSES,
-    RUNNABLE_STATUSES,
-    TERMINAL_STATUSES,
-    Lease,
-    Run,
-)
+from runlane_sqs.core.model import LEASED_STATUSES, TERMINAL_STATUSES, Lease, Run
 
 Request = dict[str, Any]
-RUNNABLE = sorted(status.value for status in RUNNABLE_STATUSES)
 
 
-def _expressions(
+def expressions(
     request: Request, *, condition: Condition | None = None, actions: list[Action] | None = None
 ) -> Request:
     names: dict[str, str] = {}
@@ -79,7 +70,7 @@ def get_run(table: str, environment: str, run_id: str) -> Request:
 
 def put_run(table: str, item: AttributeMap) -> Request:
     """Create a run; run ids are random, the condition guards against reuse."""
-    return _expressions(
+    return expressions(
         {"TableName": table, "Item": item, "ReturnValuesOnConditionCheckFailure": "ALL_OLD"},
         condition=RunItem.pk.does_not_exist(),
     )
@@ -119,65 +110,12 @@ def apply_transition(table: str, transition: Transition) -> Request:
     }
     if after.is_terminal:
         request["ReturnValues"] = "ALL_NEW"  # says whether another run waits for this one
-    return _expressions(request, condition=condition, actions=actions)
-
-
-CLAIM_WRITES = (
-    "status",
-    "seq",
-    "attempt",
-    "updated_at",
-    "due_at",
-    "lease_owner",
-    "lease_token",
-    "lease_expires_at",
-    "deadline_at",
-    "wake_at",
-    "publishes",
-    "waiting",
-    "wait_pk",
-    "wait_sk",
-    "status_pk",
-    "agenda_pk",
-    "agenda_at",
-)
-"""Every attribute a claim sets or removes (the rest of the run item stays as it is)."""
-
-
-def claim_hinted(table: str, claim: HintedClaim) -> Request:
-    """Claim without a read: write every attribute a claim sets, if the run is still as
-    the wakeup's hint says (same seq, attempt and task), runnable, due, and waiting for
-    nothing but a time (no waits-index entry). Returns the claimed item."""
-    blind = claim.blind()
-    values = run_state_attributes(blind.after)
-    actions: list[Action] = []
-    for name in CLAIM_WRITES:
-        attribute = getattr(RunItem, name)
-        value = values[name]
-        actions.append(attribute.remove() if value is None else attribute.set(value))
-    appended = RunItem.events.append([event_to_map(e) for e in blind.events])
-    actions.append(RunItem.events.set(appended))
-    hint = claim.hint
-    condition = (
-        (RunItem.seq == hint.seq)
-        & (RunItem.attempt == hint.attempt)
-        & (RunItem.task == hint.task)
-        & RunItem.status.is_in(*RUNNABLE)
-        & (RunItem.due_at <= to_epoch_ms(blind.after.updated_at))
-        & RunItem.wait_pk.does_not_exist()
-    )
-    request: Request = {
-        "TableName": table,
-        "Key": keys.run_key(claim.environment, claim.run_id),
-        "ReturnValues": "ALL_NEW",
-        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-    }
-    return _expressions(request, condition=condition, actions=actions)
+    return expressions(request, condition=condition, actions=actions)
 
 
 def watch_run(table: str, environment: str, run_id: str) -> Request:
     """Mark a run as awaited by another; returns it (no event, no sequence change)."""
-    return _expressions(
+    return expressions(
         {
             "TableName": table,
             "Key": keys.run_key(environment, run_id),
@@ -209,7 +147,7 @@ def renew_lease(table: str, run: Run, lease: Lease) -> Request:
     condition = (RunItem.lease_token == lease.token) & RunItem.status.is_in(
         *(s.value for s in LEASED_STATUSES)
     )
-    return _expressions(
+    return expressions(
         {
             "TableName": table,
             "Key": keys.run_key(run.environment, run.id),
@@ -242,7 +180,7 @@ def claim_key(
     free = KeyItem.pk.does_not_exist() | (KeyItem.expires_at < now_ms // 1000)
     if previous_owner is not None:
         free |= KeyItem.run_id == previous_owner
-    return _expressions(
+    return expressions(
         {
             "TableName": table,
             "Item": item.serialize(),
@@ -254,7 +192,7 @@ def claim_key(
 
 def release_key(table: str, pk: str, run_id: str) -> Request:
     """Give a key back, only if ``run_id`` still holds it."""
-    return _expressions(
+    return expressions(
         {"TableName": table, "Key": keys.key_item_key(pk)},
         condition=KeyItem.run_id == run_id,
     )
@@ -314,7 +252,7 @@ def delete_cursor(table: str, environment: str, partition: str) -> Request:
 
 
 def put_token(table: str, item: AttributeMap) -> Request:
-    return _expressions({"TableName": table, "Item": item}, condition=TokenItem.pk.does_not_exist())
+    return expressions({"TableName": table, "Item": item}, condition=TokenItem.pk.does_not_exist())
 
 
 def get_token(table: str, environment: str, token_id: str) -> Request:
@@ -327,7 +265,7 @@ def get_token(table: str, environment: str, token_id: str) -> Request:
 
 def decide_token(table: str, item: AttributeMap) -> Request:
     """Store a token's one decision: only while it is still pending (first one wins)."""
-    return _expressions(
+    return expressions(
         {"TableName": table, "Item": item, "ReturnValuesOnConditionCheckFailure": "ALL_OLD"},
         condition=TokenItem.token_status == "pending",
     )
@@ -335,7 +273,7 @@ def decide_token(table: str, item: AttributeMap) -> Request:
 
 def finish_token_resume(table: str, environment: str, token_id: str) -> Request:
     """Take a decided token off the agenda once no waiter is left to resume."""
-    return _expressions(
+    return expressions(
         {"TableName": table, "Key": keys.token_key(environment, token_id)},
         condition=TokenItem.token_status != "pending",
         actions=[TokenItem.agenda_pk.remove(), TokenItem.agenda_at.remove()],
@@ -401,7 +339,7 @@ def delete_run(table: str, run: Run) -> Request:
     condition = (RunItem.seq == run.seq) & RunItem.status.is_in(
         *(s.value for s in TERMINAL_STATUSES)
     )
-    return _expressions(
+    return expressions(
         {"TableName": table, "Key": keys.run_key(run.environment, run.id)}, condition=condition
     )
 

@@ -10,7 +10,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from runlane_sqs.adapters.aws import endpoint_of
-from runlane_sqs.adapters.dynamodb import keys, requests
+from runlane_sqs.adapters.dynamodb import claims, keys, requests
 from runlane_sqs.adapters.dynamodb.codec import (
     events_from_item,
     item_from_wire,
@@ -203,7 +203,7 @@ class DynamoRunStore:
 
     def claim_hinted(self, claim: HintedClaim) -> Run:
         try:
-            response = self._send("update_item", requests.claim_hinted(self.table, claim))
+            response = self._send("update_item", claims.claim_hinted(self.table, claim))
         except ClientError as exc:
             return refused_claim(claim, exc)
         return run_from_wire(response["Attributes"])
