@@ -19,10 +19,10 @@ from runlane_sqs.adapters.dynamodb.cursors import (
     agenda_key,
     decode_cursor,
     encode_cursor,
-    status_key,
     waits_key,
 )
 from runlane_sqs.adapters.dynamodb.listing import list_run_keys
+from runlane_sqs.core.shards import SHARDS
 from runlane_sqs.errors import InvalidCursor
 from runlane_sqs.ports.store import RunQuery
 
@@ -43,15 +43,6 @@ WAITS_KEY = {
 }
 
 
-def status_position(status: str, environment: str = ENV) -> dict[str, Any]:
-    return {
-        "pk": {"S": f"RUN#{environment}#0123"},
-        "sk": {"S": "RUN"},
-        "status_pk": {"S": keys.status_pk(environment, status)},
-        "created_sk": {"S": keys.created_sk(1893499200000, "0123")},
-    }
-
-
 def b64(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
@@ -67,9 +58,6 @@ def forged(value: object) -> str:
 def test_a_cursor_decodes_to_the_key_it_was_made_from() -> None:
     assert decode_cursor(encode_cursor(AGENDA_KEY), agenda_key(PARTITION)) == AGENDA_KEY
     assert decode_cursor(encode_cursor(WAITS_KEY), waits_key(WAITS_PARTITION)) == WAITS_KEY
-    position = status_position("queued")
-    shape = status_key(keys.status_pk(ENV, "queued"))
-    assert decode_cursor(encode_cursor(position), shape) == position
 
 
 @pytest.mark.parametrize("number", ["0", "-12", "1.5", "1e3", "2.5E-3"])
@@ -166,30 +154,40 @@ def test_the_error_quotes_only_the_start_of_a_long_cursor() -> None:
     assert cursor[:41] not in str(refused.value)
 
 
-# --- listing: one position per status --------------------------------------------------
+# --- listing: one position below which every partition continues ---------------------
 
 
 class Queries:
-    """Records the ``Query`` requests a listing sends and answers each with no items."""
+    """Records the ``Query`` requests a listing sends and answers each from ``pages``
+    (one response per partition, in order; no items once they run out)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *pages: dict[str, Any]) -> None:
         self.sent: list[dict[str, Any]] = []
+        self.pages = list(pages)
 
     def __call__(self, request: dict[str, Any]) -> dict[str, Any]:
         self.sent.append(request)
-        return {"Items": []}
+        return self.pages.pop(0) if self.pages else {"Items": []}
 
 
+POSITION = keys.created_sk(1893499200000, "0123456789abcdef0123456789abcdef")
 QUEUED_ONLY = RunQuery(statuses=(RunStatus.QUEUED,))
+LISTING = {"below": POSITION, "done": "0", "in": ENV}
 FORGED_LISTINGS: dict[str, object] = {
-    "a status not asked for": {"failed": "done"},
-    "a status that does not exist": {"nonsense": "done"},
-    "another status's partition": {"queued": status_position("failed")},
-    "another environment's partition": {"queued": status_position("queued", "staging")},
-    "an agenda key": {"queued": AGENDA_KEY},
-    "a word other than done": {"queued": "finished"},
-    "a null position": {"queued": None},
-    "a list": [{"queued": "done"}],
+    "another word than below": {"after": POSITION, "done": "0", "in": ENV},
+    "a key too many": {**LISTING, "status": "queued"},
+    "a key missing": {"below": POSITION, "in": ENV},
+    "another environment": {**LISTING, "in": "staging"},
+    "a position that is not a string": {**LISTING, "below": 1893499200000},
+    "a null position": {**LISTING, "below": None},
+    "a time without a run id": {**LISTING, "below": "1893499200000"},
+    "a run id that is not hex": {**LISTING, "below": "1893499200000#" + "z" * 32},
+    "an agenda key": {**LISTING, "below": AGENDA_KEY},
+    "a markup position": {**LISTING, "below": "<script>alert(1)</script>"},
+    "finished partitions that are not hex": {**LISTING, "done": "zz"},
+    "a finished partition the listing does not have": {**LISTING, "done": f"{1 << SHARDS:x}"},
+    "finished partitions as a number": {**LISTING, "done": 1},
+    "a list": [LISTING],
 }
 
 
@@ -201,12 +199,54 @@ def test_a_forged_listing_cursor_is_refused_before_any_query(case: str) -> None:
     assert queries.sent == []
 
 
-def test_a_listing_cursor_resumes_each_status_where_it_stopped() -> None:
+def test_a_listing_reads_every_shard_of_each_status_group_once() -> None:
     queries = Queries()
-    position = status_position("queued")
-    cursor = forged({"queued": position, "failed": "done"})
-    query = RunQuery(statuses=(RunStatus.QUEUED, RunStatus.FAILED))
+    query = RunQuery(statuses=(RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.FAILED))
 
-    assert list_run_keys(queries, "runlane", ENV, query, 10, cursor) == ([], None)
+    assert list_run_keys(queries, "runlane", ENV, query, 10, None) == ([], None)
 
-    assert [request["ExclusiveStartKey"] for request in queries.sent] == [position]
+    partitions = [request["ExpressionAttributeValues"][":pk"]["S"] for request in queries.sent]
+    assert partitions == [f"{ENV}#active#{s}" for s in range(SHARDS)] + [
+        f"{ENV}#failed#{s}" for s in range(SHARDS)
+    ]
+
+
+def test_a_listing_cursor_continues_every_partition_below_its_position() -> None:
+    queries = Queries()
+
+    done = f"{0b101:x}"  # shards 0 and 2 were read to their end
+    cursor = forged({**LISTING, "done": done})
+
+    assert list_run_keys(queries, "runlane", ENV, QUEUED_ONLY, 10, cursor) == ([], None)
+
+    partitions = [request["ExpressionAttributeValues"][":pk"]["S"] for request in queries.sent]
+    assert partitions == [f"{ENV}#active#{s}" for s in range(SHARDS) if s not in (0, 2)]
+    assert {request["ExpressionAttributeValues"][":below"]["S"] for request in queries.sent} == {
+        POSITION
+    }
+
+
+def entry(created_ms: int, run_id: str) -> dict[str, Any]:
+    return {
+        "pk": {"S": f"RUN#{ENV}#{run_id}"},
+        "sk": {"S": "RUN"},
+        "created_sk": {"S": keys.created_sk(created_ms, run_id)},
+    }
+
+
+def test_a_short_partition_page_holds_back_older_runs_of_other_partitions() -> None:
+    # shard 0 stopped early (a filter, or its Limit) at 500: runs older than that in any
+    # partition wait for the next page, which continues below 500
+    first = entry(900, "a" * 32)
+    stopped = entry(500, "b" * 32)
+    older = entry(100, "c" * 32)
+    queries = Queries({"Items": [first], "LastEvaluatedKey": stopped}, {"Items": [older]})
+
+    run_keys, cursor = list_run_keys(queries, "runlane", ENV, QUEUED_ONLY, 10, None)
+
+    assert [key["pk"]["S"] for key in run_keys] == [first["pk"]["S"]]
+    assert cursor is not None
+    position = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    # every partition but shard 0 was read to its end, shard 1 only down to 100
+    assert position["below"] == stopped["created_sk"]["S"]
+    assert int(position["done"], 16) == (1 << SHARDS) - 1 - 0b11

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.core.agenda import AgendaKind
 from runlane_sqs.core.errors import ConfigurationError, InvalidKeyError
+from runlane_sqs.core.model import RunStatus
 from runlane_sqs.core.names import (
     MAX_KEY_CHARS,
     check_environment,
@@ -21,6 +22,7 @@ from runlane_sqs.core.names import (
     new_lease_token,
     new_run_id,
 )
+from runlane_sqs.core.shards import SHARDS
 
 FAST = settings(database=None, deadline=None, max_examples=200)
 RUN_ID = "0123456789abcdef0123456789abcdef"
@@ -59,8 +61,17 @@ def test_idempotency_and_singleton_keys_are_scoped_by_kind_environment_and_task(
     }
 
 
-def test_status_pk() -> None:
-    assert keys.status_pk("prod", "running") == "prod#running"
+def test_unfinished_runs_share_a_status_group_and_finished_ones_have_their_own() -> None:
+    # shard 0x0123 % 32 = 3
+    for status in (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.RELEASED):
+        assert keys.status_pk("prod", status, RUN_ID) == "prod#active#3"
+    for status in (RunStatus.PARKED, RunStatus.SUCCEEDED, RunStatus.FAILED):
+        assert keys.status_pk("prod", status, RUN_ID) == f"prod#{status.value}#3"
+
+
+def test_status_partitions_cover_every_shard_of_each_group_once() -> None:
+    partitions = keys.status_partitions("prod", [RunStatus.QUEUED, RunStatus.RETRYING])
+    assert partitions == [f"prod#active#{shard}" for shard in range(SHARDS)]
 
 
 def test_agenda_shard_is_taken_from_the_run_id() -> None:

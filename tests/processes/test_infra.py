@@ -485,6 +485,6 @@ def test_runs_complete_through_the_deployed_resources(stack: Stack, deployed_app
         {Access("sqs:ReceiveMessage", stack.outputs["StandardQueueArn"])},
     )
     list_runs = Access(
-        "dynamodb:Query", f"{stack.outputs['TableArn']}/index/by_status", ("test#succeeded",)
+        "dynamodb:Query", f"{stack.outputs['TableArn']}/index/by_status", ("test#succeeded#0",)
     )
     assert refused(producer, {list_runs})

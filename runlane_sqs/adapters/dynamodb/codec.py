@@ -95,7 +95,7 @@ def run_state_attributes(run: Run) -> dict[str, Any]:
         "parked_from": run.parked_from.value if run.parked_from else None,
         "wait_pk": wait_partition(run),
         "wait_sk": run.id if waiting else None,
-        "status_pk": keys.status_pk(run.environment, run.status.value),
+        "status_pk": keys.status_pk(run.environment, run.status, run.id),
         "agenda_pk": keys.agenda_pk(run.environment, entry[0], run.id) if entry else None,
         "agenda_at": to_epoch_ms(entry[1]) if entry else None,
     }

@@ -30,7 +30,6 @@ __all__ = [
     "decode_object",
     "encode_cursor",
     "invalid_cursor",
-    "status_key",
     "waits_key",
 ]
 
@@ -89,12 +88,6 @@ def waits_key(partition: str) -> KeyShape:
     """Where a page of the ``waits`` index ended, in ``partition``."""
     types = {"pk": STRING, "sk": STRING, "wait_pk": STRING, "wait_sk": STRING}
     return KeyShape(types, ("wait_pk", partition))
-
-
-def status_key(partition: str) -> KeyShape:
-    """Where a page of the ``by_status`` index ended, in ``partition``."""
-    types = {"pk": STRING, "sk": STRING, "status_pk": STRING, "created_sk": STRING}
-    return KeyShape(types, ("status_pk", partition))
 
 
 def encode_cursor(position: Mapping[str, Any] | None) -> str | None:

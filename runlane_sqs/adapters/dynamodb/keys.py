@@ -7,7 +7,11 @@ idempotency and singleton keys may contain any printable character.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from runlane_sqs.core.agenda import AGENDA_SHARDS, agenda_partitions, agenda_pk
+from runlane_sqs.core.model import RunStatus
+from runlane_sqs.core.shards import SHARDS, shard_of, status_group, status_groups
 
 __all__ = ["AGENDA_SHARDS", "agenda_partitions", "agenda_pk"]
 
@@ -55,8 +59,18 @@ def wait_pk(environment: str, kind: str, target: str) -> str:
     return f"{environment}#{kind}#{target}"
 
 
-def status_pk(environment: str, status: str) -> str:
-    return f"{environment}#{status}"
+def status_pk(environment: str, status: RunStatus, run_id: str) -> str:
+    """The status-index partition of one run: its status group and its shard."""
+    return f"{environment}#{status_group(status)}#{shard_of(run_id)}"
+
+
+def status_partitions(environment: str, statuses: Iterable[RunStatus]) -> list[str]:
+    """Every status-index partition that may hold runs of ``statuses``."""
+    return [
+        f"{environment}#{group}#{shard}"
+        for group in status_groups(statuses)
+        for shard in range(SHARDS)
+    ]
 
 
 def created_sk(created_at_ms: int, run_id: str) -> str:

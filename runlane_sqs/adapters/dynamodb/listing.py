@@ -1,30 +1,38 @@
-"""Listing runs from the status index: one query per status, merged newest first.
+"""Listing runs from the status index: one query per partition, merged newest first.
 
-The opaque cursor holds each status partition's position, so a page never repeats or
-skips a run even though it draws from several partitions.
+The status index holds each run under its status group (``active``, ``parked`` or a
+terminal status) and its shard (docs/design/storage.md, "Indexes"), so a listing reads
+every shard of every group its statuses live in. Entries sort by ``created_sk``
+(creation time, then run id), which is unique, so the opaque cursor holds one
+position: the ``created_sk`` the next page starts below. Every page queries each
+partition below that position, so a page never repeats or skips a run. The cursor also
+names its environment and which partitions are read to their end (a bit each, in the
+order of :func:`~runlane_sqs.adapters.dynamodb.keys.status_partitions`), which later
+pages do not query again.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from runlane_sqs.adapters.dynamodb import keys, requests
-from runlane_sqs.adapters.dynamodb.cursors import (
-    decode_object,
-    encode_cursor,
-    invalid_cursor,
-    status_key,
-)
+from runlane_sqs.adapters.dynamodb.cursors import decode_object, encode_cursor, invalid_cursor
 from runlane_sqs.core.durations import from_epoch_ms, to_epoch_ms
 from runlane_sqs.ports.store import RunQuery
 
 SendQuery = Callable[[dict[str, Any]], Any]
 """Sends one ``Query`` request and returns the response."""
-DONE = "done"
+POSITION = re.compile(r"\d{13}#[0-9a-f]{32}")
+"""A ``created_sk``: where a listing cursor continues below."""
+DONE = re.compile(r"[0-9a-f]{1,64}")
+"""The bits of the partitions read to their end, as hex."""
 
 
 def _bounds(query: RunQuery) -> tuple[str | None, str | None]:
+    """The creation window as ``created_sk`` bounds: at or after, strictly before."""
     after = None
     if query.created_after is not None:
         ms = to_epoch_ms(query.created_after)
@@ -36,25 +44,73 @@ def _bounds(query: RunQuery) -> tuple[str | None, str | None]:
     return after, before
 
 
-def _position(item: dict[str, Any]) -> dict[str, Any]:
-    """The index key of an item, as an ExclusiveStartKey."""
-    return {name: item[name] for name in ("pk", "sk", "status_pk", "created_sk")}
+def _start(cursor: str | None, environment: str, partitions: int) -> tuple[str | None, int]:
+    """The ``created_sk`` a cursor says to continue below and the bits of the partitions
+    it read to their end; raises :class:`~runlane_sqs.errors.InvalidCursor` for a cursor
+    this listing did not make."""
+    position = decode_object(cursor)
+    if position is None:
+        return None, 0
+    below, done, scope = position.get("below"), position.get("done"), position.get("in")
+    if set(position) != {"below", "done", "in"} or not isinstance(below, str):
+        raise invalid_cursor(cursor, "it is not a listing position")
+    if scope != environment:
+        raise invalid_cursor(cursor, "it was made in another environment")
+    if not POSITION.fullmatch(below):
+        raise invalid_cursor(cursor, "its position is not a creation time and run id")
+    if not isinstance(done, str) or not DONE.fullmatch(done) or int(done, 16) >> partitions:
+        raise invalid_cursor(cursor, "its finished partitions are not this listing's")
+    return below, int(done, 16)
 
 
-def _positions(cursor: str | None, environment: str, query: RunQuery) -> dict[str, Any]:
-    """Where the cursor left each status partition of ``query``: ``DONE`` or the key to
-    start after. Raises :class:`~runlane_sqs.errors.InvalidCursor` for anything else."""
-    positions = decode_object(cursor) or {}
-    statuses = {status.value for status in query.statuses}
-    for status, position in positions.items():
-        if status not in statuses:
-            raise invalid_cursor(cursor, f"it has a position for {status!r}, not asked for")
-        if position == DONE:
+@dataclass
+class _Read:
+    """What one page's queries found."""
+
+    found: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    horizon: str = ""
+    """The newest position some partition was not read below (``""``: none)."""
+    exhausted: dict[int, str] = field(default_factory=dict)
+    """Partitions read to their end, by bit: the oldest position each returned."""
+
+
+def _read(
+    send_query: SendQuery,
+    table: str,
+    partitions: list[str],
+    done: int,
+    query: RunQuery,
+    bounds: tuple[str | None, str | None],
+    limit: int,
+) -> _Read:
+    after, before = bounds
+    read = _Read()
+    for bit, partition in enumerate(partitions):
+        if done >> bit & 1:
             continue
-        problem = status_key(keys.status_pk(environment, status)).problem(position)
-        if problem is not None:
-            raise invalid_cursor(cursor, problem)
-    return positions
+        request = requests.query_status(
+            table,
+            partition,
+            after_sk=after,
+            below_sk=before,
+            task=query.task,
+            queue=query.queue,
+            limit=limit,
+        )
+        response = send_query(request)
+        oldest = "~"
+        for item in response.get("Items", []):
+            position = item["created_sk"]["S"]
+            if before is None or position < before:  # BETWEEN includes its upper bound
+                read.found.append((position, item))
+                oldest = min(oldest, position)
+        end = response.get("LastEvaluatedKey")
+        if end:
+            # this partition is read down to ``end`` only: older runs may follow
+            read.horizon = max(read.horizon, end["created_sk"]["S"])
+        else:
+            read.exhausted[bit] = oldest
+    return read
 
 
 def list_run_keys(
@@ -65,46 +121,27 @@ def list_run_keys(
     limit: int,
     cursor: str | None,
 ) -> tuple[list[dict[str, Any]], str | None]:
-    """Keys of the next ``limit`` matching runs, newest first, and the next cursor."""
-    positions = _positions(cursor, environment, query)
+    """Keys of the next ``limit`` runs of the query's status groups (the caller keeps
+    the runs of the asked statuses), newest first, and the next cursor."""
+    partitions = keys.status_partitions(environment, query.statuses)
+    below, done = _start(cursor, environment, len(partitions))
     after, before = _bounds(query)
-    found: list[tuple[str, str, dict[str, Any]]] = []
-    ends: dict[str, Any] = {}
-    for status in query.statuses:
-        start = positions.get(status.value)
-        if start == DONE:
-            continue
-        request = requests.query_status(
-            table,
-            keys.status_pk(environment, status.value),
-            after_sk=after,
-            before_sk=before,
-            task=query.task,
-            queue=query.queue,
-            limit=limit,
-            start=start,
-        )
-        response = send_query(request)
-        items = response.get("Items", [])
-        ends[status.value] = response.get("LastEvaluatedKey")
-        found.extend((item["created_sk"]["S"], status.value, item) for item in items)
-        if not items:
-            positions[status.value] = ends[status.value] or DONE
-    found.sort(key=lambda entry: entry[0], reverse=True)
-    # A status with more to read may hold unread runs just older than its last key (the
-    # last item it read): only runs at or above every such key can be placed now. With a
-    # filter, pages can be short; every call still moves at least one position forward.
-    horizon = max((end["created_sk"]["S"] for end in ends.values() if end), default="")
-    page = [entry for entry in found if entry[0] >= horizon][:limit]
-    for status_value, end in ends.items():
-        returned = [item for _, s, item in found if s == status_value]
-        taken = [item for _, s, item in page if s == status_value]
-        if not returned:
-            continue
-        if len(taken) == len(returned):
-            positions[status_value] = end or DONE
-        elif taken:
-            positions[status_value] = _position(taken[-1])
-    done = all(positions.get(s.value) == DONE for s in query.statuses)
-    run_keys = [{"pk": item["pk"], "sk": item["sk"]} for _, _, item in page]
-    return run_keys, None if done else encode_cursor(positions)
+    if below is not None and (before is None or below < before):
+        before = below
+    read = _read(send_query, table, partitions, done, query, (after, before), limit)
+    read.found.sort(key=lambda entry: entry[0], reverse=True)
+    # Every partition is read at least down to the horizon, so every run at or above it
+    # was seen; a full page continues below its last run, a short one below the horizon.
+    placed = [entry for entry in read.found if entry[0] >= read.horizon]
+    page = placed[:limit]
+    run_keys = [{"pk": item["pk"], "sk": item["sk"]} for _, item in page]
+    if len(page) == limit and (read.horizon or len(placed) > limit):
+        next_below = page[-1][0]
+    elif read.horizon:
+        next_below = read.horizon
+    else:
+        return run_keys, None
+    for bit, oldest in read.exhausted.items():
+        if oldest >= next_below:  # nothing of it is left below the next position
+            done |= 1 << bit
+    return run_keys, encode_cursor({"below": next_below, "done": f"{done:x}", "in": environment})

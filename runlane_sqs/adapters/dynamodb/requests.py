@@ -285,28 +285,29 @@ def query_status(
     partition: str,
     *,
     after_sk: str | None,
-    before_sk: str | None,
+    below_sk: str | None,
     task: str | None,
     queue: str | None,
     limit: int,
-    start: AttributeMap | None,
 ) -> Request:
-    """Runs of one environment and status, newest first, optionally within a creation
-    window and filtered by task and queue (attributes the index carries)."""
+    """Runs of one status-index partition, newest first, optionally created at or after
+    ``after_sk`` and strictly below ``below_sk``, filtered by task and queue (attributes
+    the index carries)."""
     names = {"#pk": "status_pk"}
     values: dict[str, Any] = {":pk": {"S": partition}}
     condition = "#pk = :pk"
-    if after_sk is not None or before_sk is not None:
+    if after_sk is not None or below_sk is not None:
         names["#sk"] = "created_sk"  # DynamoDB rejects names an expression does not use
-    if after_sk is not None and before_sk is not None:
-        condition += " AND #sk BETWEEN :after AND :before"
-        values.update({":after": {"S": after_sk}, ":before": {"S": before_sk}})
+    if after_sk is not None and below_sk is not None:
+        # BETWEEN includes its upper bound: the caller drops a run at exactly below_sk
+        condition += " AND #sk BETWEEN :after AND :below"
+        values.update({":after": {"S": after_sk}, ":below": {"S": below_sk}})
     elif after_sk is not None:
         condition += " AND #sk >= :after"
         values[":after"] = {"S": after_sk}
-    elif before_sk is not None:
-        condition += " AND #sk <= :before"
-        values[":before"] = {"S": before_sk}
+    elif below_sk is not None:
+        condition += " AND #sk < :below"
+        values[":below"] = {"S": below_sk}
     filters = []
     for name, value in (("task", task), ("queue", queue)):
         if value is not None:
@@ -324,8 +325,6 @@ def query_status(
     }
     if filters:
         request["FilterExpression"] = " AND ".join(filters)
-    if start:
-        request["ExclusiveStartKey"] = start
     return request
 
 

@@ -319,7 +319,9 @@ class DynamoRunStore:
             limit,
             cursor,
         )
-        return self._batch_get(run_keys), next_cursor
+        # a status group holds several statuses (``active``): keep the ones asked for
+        wanted = set(query.statuses)
+        return [run for run in self._batch_get(run_keys) if run.status in wanted], next_cursor
 
     def _batch_get(self, run_keys: list[dict[str, Any]]) -> list[Run]:
         """Full runs for index keys, in the keys' order. Unprocessed keys (throttling) are
