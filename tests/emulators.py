@@ -11,6 +11,7 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
@@ -152,9 +153,11 @@ def count_requests(client: Any) -> Counter[str]:
     """
     counts: Counter[str] = Counter()
     service = client.meta.service_model.service_id.hyphenize()
+    lock = threading.Lock()  # a listing sends its queries from several threads
 
     def hook(model: Any, **_: Any) -> None:
-        counts[model.name] += 1
+        with lock:
+            counts[model.name] += 1
 
     client.meta.events.register(f"before-call.{service}.*", hook)
     return counts

@@ -14,6 +14,7 @@ from typing import Any
 
 from runlane_sqs import ManualClock, RetryPolicy, Run, Runlane, RunStatus, TaskContext
 from runlane_sqs.core import machine
+from runlane_sqs.core.agenda import AGENDA_SHARDS
 from runlane_sqs.core.names import new_lease_token
 from runlane_sqs.engine.maintenance import MaintenanceConfig
 from runlane_sqs.lambdas.consumer import sqs_handler
@@ -357,11 +358,12 @@ def maintain(c: Components, runs: dict[str, Run]) -> None:
         assert c.status(runs[name].id) is RunStatus.SUCCEEDED, name
     assert c.status(runs["victim"].id) is RunStatus.CANCELLED
     assert c.status(runs["overdue"].id) is RunStatus.FAILED
-    # Cursors: the agenda partitions hold more than a pass reads.
-    for n in range(12):
+    # Cursors: the agenda partitions hold more than a pass reads (one run each): more
+    # runs than partitions put two in at least one of them.
+    for n in range(AGENDA_SHARDS + 8):
         c.producer.trigger(OK, n, delay=timedelta(hours=2))
     c.clock.advance(timedelta(hours=3))
-    maintenance.config = MaintenanceConfig(limit_per_job=4)
+    maintenance.config = MaintenanceConfig(limit_per_job=AGENDA_SHARDS)
     while maintenance.run_pass().cursors:
         pass
 

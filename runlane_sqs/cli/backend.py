@@ -18,6 +18,7 @@ import click
 from runlane_sqs.api.app import Runlane
 from runlane_sqs.api.loading import ENV_APP
 from runlane_sqs.cli.options import app_option, load_app, load_app_or_env, optional_app_option
+from runlane_sqs.core.agenda import AGENDA_SHARDS
 from runlane_sqs.core.config import ENV_ENVIRONMENT, ENV_TABLE
 from runlane_sqs.core.errors import ConfigurationError, StorageUnavailable, TransportError
 from runlane_sqs.engine.maintenance import MaintenanceConfig
@@ -197,7 +198,11 @@ def maintenance() -> None:
 @app_option
 @click.option("--once", is_flag=True, help="One pass, then exit (the default).")
 @click.option("--every", type=click.FloatRange(min=1), help="A pass every N seconds until stopped.")
-@click.option("--limit", type=click.IntRange(min=1), help="Candidates per job per pass.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=AGENDA_SHARDS),
+    help=f"Candidates per scan per pass, at least {AGENDA_SHARDS} (one per agenda partition).",
+)
 @click.option(
     "--republish-after",
     type=click.FloatRange(min=1),

@@ -1,9 +1,16 @@
 """When maintenance should next look at a run, and how often it republishes wakeups.
 
-Every non-terminal run is on the agenda index under one of two kinds:
+Every unfinished run is on the agenda index under one kind, ``run``, at the time
+maintenance must look at it next (:func:`agenda_entry`):
 
-- ``due``: a runnable run, listed at the time a wakeup should be (re)published;
-- ``lease``: a leased run, listed at the earlier of its lease expiry and its deadline.
+- a runnable run at the time a wakeup should be (re)published;
+- a leased run at the earlier of its lease expiry and its deadline.
+
+A run may be listed earlier than that (:attr:`~runlane_sqs.core.model.Run.review_at`):
+a run whose wakeup was just published is listed at its due time plus the lease
+duration, where the claim finds it and leaves it, so the claim does not move the run's
+entry. Maintenance looks at the run then, and moves the entry to the time above when it
+has nothing to do (docs/design/storage.md, "Indexes").
 
 Terminal runs (and runs waiting without a due time) are not listed, so the index only
 ever holds work that maintenance may have to act on.
@@ -17,16 +24,16 @@ from enum import StrEnum
 
 from runlane_sqs.core.limits import MAX_DELAY_SECONDS
 from runlane_sqs.core.model import LEASED_STATUSES, Run
+from runlane_sqs.core.shards import SHARDS, shard_count, shard_of
 
 
 class AgendaKind(StrEnum):
     """The partitions of the agenda index."""
 
-    DUE = "due"
-    """Runnable runs, by when a wakeup should be published (or, for runs waiting on a
-    token or a run, when to check that target again)."""
-    LEASE = "lease"
-    """Leased runs, by when the lease or the attempt deadline expires."""
+    RUN = "run"
+    """Unfinished runs: runnable ones by when a wakeup should be published (or, for runs
+    waiting on a token or a run, when to check that target again), leased ones by when
+    the lease or the attempt deadline expires (or earlier, see :func:`listed_at`)."""
     TOKEN = "token"
     """Tokens: pending ones by their timeout, decided ones while waiters remain."""
 
@@ -42,6 +49,10 @@ class RepublishPolicy:
 
     after: timedelta = timedelta(minutes=5)
     max_after: timedelta = timedelta(hours=1)
+    review_after: timedelta | None = None
+    """With a wakeup published at once, when maintenance first looks at the run, past
+    its due time: the lease duration, so the claim finds the run listed no later than
+    its lease expires and leaves its agenda entry alone (``None``: at ``wake_at``)."""
 
     def next_wake(self, now: datetime, publishes: int) -> datetime:
         factor = 1 << min(publishes, 20)
@@ -60,31 +71,52 @@ def eager_wake_at(due_at: datetime, now: datetime, policy: RepublishPolicy) -> d
     return max(due_at, now) + policy.after
 
 
+def eager_review_at(due_at: datetime, now: datetime, policy: RepublishPolicy) -> datetime | None:
+    """``review_at`` for a run whose wakeup is published right away: its due time plus
+    ``policy.review_after``, when that is earlier than its ``wake_at`` (else ``None``)."""
+    wake = eager_wake_at(due_at, now, policy)
+    if wake is None or policy.review_after is None:
+        return None
+    review = max(due_at, now) + policy.review_after
+    return review if review < wake else None
+
+
 def agenda_entry(run: Run) -> tuple[AgendaKind, datetime] | None:
-    """Where the run is listed on the agenda index, if anywhere."""
+    """Where the run must be listed on the agenda index at the latest, if anywhere."""
     if run.status.is_terminal:
         return None
     if run.status in LEASED_STATUSES and run.lease is not None:
         at = run.lease.expires_at
         if run.deadline_at is not None:
             at = min(at, run.deadline_at)
-        return AgendaKind.LEASE, at
+        return AgendaKind.RUN, at
     if run.status.is_runnable:
         wake = run.wake_at or run.due_at
-        return (AgendaKind.DUE, wake) if wake is not None else None
+        return (AgendaKind.RUN, wake) if wake is not None else None
     return None
 
 
-AGENDA_SHARDS = 4
-"""Agenda index partitions per environment and kind, so no single partition takes every
-write."""
+def listed_at(run: Run) -> datetime | None:
+    """When the run is listed on the agenda: its :func:`agenda_entry` time, or its
+    earlier ``review_at``. ``None``: not listed."""
+    entry = agenda_entry(run)
+    if entry is None:
+        return None
+    if run.review_at is not None and run.review_at < entry[1]:
+        return run.review_at
+    return entry[1]
+
+
+AGENDA_SHARDS = SHARDS
+"""Agenda index partitions per environment for runs, so no single partition takes every
+write (tokens have ``FEW_SHARDS``)."""
 
 
 def agenda_pk(environment: str, kind: str, item_id: str) -> str:
     """Run and token ids are random hex, so their first digits spread the shards."""
-    return f"{environment}#{kind}#{int(item_id[:4], 16) % AGENDA_SHARDS}"
+    return f"{environment}#{kind}#{shard_of(item_id, kind)}"
 
 
 def agenda_partitions(environment: str, kind: str) -> list[str]:
     """Every agenda partition of one environment and kind (what maintenance scans)."""
-    return [f"{environment}#{kind}#{shard}" for shard in range(AGENDA_SHARDS)]
+    return [f"{environment}#{kind}#{shard}" for shard in range(shard_count(kind))]

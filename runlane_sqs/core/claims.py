@@ -2,7 +2,9 @@
 
 A worker that receives a wakeup with a :class:`~runlane_sqs.core.wakeup.ClaimHint`
 writes the claim at once: the write holds only if the stored run is still at the hinted
-sequence, attempt and task, runnable, due, and waiting for nothing but a time. Those
+sequence, attempt and task, runnable, due, and waiting for nothing but a time (and, when
+the hint says the run is listed early enough, still listed then: the claim leaves its
+agenda entry where it is, see :meth:`HintedClaim.keeps_listing`). Those
 are exactly the runs a read would have let the worker claim without more than a
 ``started`` event, so the write is the claim :func:`~runlane_sqs.core.machine.claim_lease`
 decides on the stored run. A refused write returns the stored run, and the worker
@@ -35,6 +37,19 @@ class HintedClaim:
     duration: timedelta
     timeout: timedelta | None = None
 
+    def keeps_listing(self) -> bool:
+        """Whether the claim leaves the run's agenda entry alone: the hint says the run is
+        listed (early) no later than this attempt's lease or deadline expires, so
+        maintenance looks at it in time. The write is then also conditioned on that
+        listing (a run maintenance listed later since is refused and decided as read)."""
+        review_at = self.hint.review_at
+        if review_at is None:
+            return False
+        limit = self.now + self.duration
+        if self.timeout is not None:
+            limit = min(limit, self.now + self.timeout)
+        return review_at <= truncate_ms(limit)
+
     def holds(self, run: Run) -> bool:
         """Whether the write's condition holds on the stored ``run``."""
         hint = self.hint
@@ -45,6 +60,7 @@ class HintedClaim:
             and run.status.is_runnable
             and run.is_due(truncate_ms(self.now))
             and (run.waiting is None or run.waiting.kind is WaitKind.TIME)
+            and (not self.keeps_listing() or run.review_at == hint.review_at)
         )
 
     def transition(self, run: Run) -> Transition:

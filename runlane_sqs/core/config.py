@@ -88,7 +88,11 @@ class RunlaneConfig:
 
     @property
     def republish(self) -> RepublishPolicy:
-        return RepublishPolicy(after=self.republish_after, max_after=self.republish_max)
+        return RepublishPolicy(
+            after=self.republish_after,
+            max_after=self.republish_max,
+            review_after=self.lease_duration,
+        )
 
     def __post_init__(self) -> None:
         check_environment(self.environment)

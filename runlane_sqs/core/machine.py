@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from runlane_sqs.core.agenda import RepublishPolicy, eager_wake_at
+from runlane_sqs.core.agenda import RepublishPolicy, eager_review_at, eager_wake_at
 from runlane_sqs.core.durations import truncate_ms
 from runlane_sqs.core.errors import IllegalTransition, LeaseLost
 from runlane_sqs.core.model import (
@@ -110,6 +110,7 @@ def advance(
     events = _events(
         before.with_changes(attempt=changes.get("attempt", before.attempt)), now, *specs
     )
+    changes.setdefault("review_at", None)  # every state change ends an early look
     after = before.with_changes(
         seq=before.seq + len(events), updated_at=now, created=False, **changes
     )
@@ -138,6 +139,7 @@ def new_run(
     now = truncate_ms(now)
     due = truncate_ms(due_at) if due_at is not None else now
     wake_at = eager_wake_at(due, now, republish) if republish else None
+    review_at = eager_review_at(due, now, republish) if republish else None
     run = Run(
         id=run_id,
         environment=environment,
@@ -150,6 +152,7 @@ def new_run(
         seq=1,
         due_at=due,
         wake_at=truncate_ms(wake_at) if wake_at else None,
+        review_at=truncate_ms(review_at) if review_at else None,
         idempotency_key=idempotency_key,
         singleton_key=singleton_key,
         source_run_id=source[0] if source else None,
@@ -224,6 +227,7 @@ def withdraw_claim(
     assert run.lease is not None
     now = truncate_ms(now)
     wake_at = eager_wake_at(now, now, republish) if republish else None
+    review_at = eager_review_at(now, now, republish) if republish else None
     return advance(
         run,
         now,
@@ -232,6 +236,7 @@ def withdraw_claim(
         status=RunStatus.QUEUED,
         due_at=now,
         wake_at=truncate_ms(wake_at) if wake_at else None,
+        review_at=truncate_ms(review_at) if review_at else None,
         publishes=0,
         lease=None,
         deadline_at=None,
@@ -298,6 +303,7 @@ def fail_attempt(
         retry_at = truncate_ms(decision.retry_at)
         first[1]["retry_at"] = retry_at.isoformat()
         wake_at = eager_wake_at(retry_at, now, republish) if republish else None
+        review_at = eager_review_at(retry_at, now, republish) if republish else None
         return advance(
             run,
             now,
@@ -308,6 +314,7 @@ def fail_attempt(
             failures=run.failures + 1,
             due_at=retry_at,
             wake_at=truncate_ms(wake_at) if wake_at else None,
+            review_at=truncate_ms(review_at) if review_at else None,
             **_ENDED_ATTEMPT,
         )
     return advance(

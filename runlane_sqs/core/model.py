@@ -231,6 +231,11 @@ class Run:
     (``None``: at ``due_at``). Moves forward each time a wakeup is published."""
     publishes: int = 0
     """Wakeups published by maintenance since the run last became runnable."""
+    review_at: datetime | None = None
+    """An earlier look maintenance takes at this run than its agenda time: set when its
+    wakeup was published at once, to its due time plus the lease duration (see
+    :func:`~runlane_sqs.core.agenda.listed_at`). Cleared by every state change; a claim on
+    the wakeup's hint leaves the stored listing as it is."""
     failures: int = 0
     """Attempts that failed or timed out: what the retry policy counts (releases do not)."""
     waiting: Wait | None = None

@@ -44,6 +44,7 @@ def plan_publish(run: Run, *, now: datetime, policy: RepublishPolicy) -> Transit
         after=run.with_changes(
             wake_at=truncate_ms(policy.next_wake(now, run.publishes)),
             publishes=run.publishes + 1,
+            review_at=None,
             created=False,
         ),
         events=(),
@@ -58,10 +59,20 @@ def publish_failed(run: Run) -> Transition | Skip:
         return Skip(SkipReason.NOT_DUE)
     return Transition(
         before=run,
-        after=run.with_changes(wake_at=None, created=False),
+        after=run.with_changes(wake_at=None, review_at=None, created=False),
         events=(),
         guard=("wake_at",),
     )
+
+
+def relist(run: Run) -> Transition | None:
+    """A run maintenance looked at early (at its ``review_at``) and found nothing to do
+    for: list it at its agenda time instead (a write with no event, on the same
+    sequence; docs/design/storage.md, "Indexes"). ``None`` when it is listed there
+    already."""
+    if run.review_at is None or run.is_terminal:
+        return None
+    return Transition(before=run, after=run.with_changes(review_at=None, created=False), events=())
 
 
 def recover_lease(

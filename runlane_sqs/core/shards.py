@@ -13,16 +13,35 @@ from collections.abc import Iterable
 from runlane_sqs.core.model import RunStatus
 
 SHARDS = 32
-"""Partitions per environment of each sharded index key. Only ever grows: an entry is
-found in shard ``hash % SHARDS`` and readers scan every shard below ``SHARDS``."""
+"""Partitions per environment of the index keys every run writes twice (the agenda's
+``run`` kind and the status index's ``active`` group: an entry made, then removed). A
+count only ever grows: an entry is found in shard ``hash % count`` and readers scan
+every shard below the count."""
+FINISHED_SHARDS = 16
+"""Partitions of each terminal status on the status index (one entry per run, once)."""
+FEW_SHARDS = 4
+"""Partitions of the keys few runs write: tokens on the agenda, parked runs on the status
+index."""
+_COUNTS = {
+    "succeeded": FINISHED_SHARDS,
+    "failed": FINISHED_SHARDS,
+    "cancelled": FINISHED_SHARDS,
+    "token": FEW_SHARDS,
+    "parked": FEW_SHARDS,
+}
 
 ACTIVE = "active"
 """The status-index group of every unfinished run that is not parked."""
 
 
-def shard_of(item_id: str) -> int:
+def shard_count(kind: str) -> int:
+    """Partitions of an agenda kind or a status group, per environment."""
+    return _COUNTS.get(kind, SHARDS)
+
+
+def shard_of(item_id: str, kind: str) -> int:
     """Run and token ids are random hex, so their first digits spread the shards."""
-    return int(item_id[:4], 16) % SHARDS
+    return int(item_id[:4], 16) % shard_count(kind)
 
 
 def status_group(status: RunStatus) -> str:

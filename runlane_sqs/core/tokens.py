@@ -84,19 +84,35 @@ def new_token(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class TokenDecision:
+    """A token's one decision, as written: it holds only while the token is pending, so
+    it needs no read of the token first (the first decision stays)."""
+
+    token_id: str
+    status: TokenStatus
+    value: JSON
+    decided_at: datetime
+
+    @classmethod
+    def of(cls, token_id: str, status: TokenStatus, value: JSON, now: datetime) -> TokenDecision:
+        if status is TokenStatus.PENDING:
+            raise ValueError("a decision is completed or timed_out")
+        completed = status is TokenStatus.COMPLETED
+        return cls(token_id, status, value if completed else None, truncate_ms(now))
+
+    def applied_to(self, token: Token) -> Token:
+        """The token with this decision; raises if it already has one."""
+        if token.is_decided:
+            raise TokenAlreadyDecided(token)
+        return replace(
+            token, status=self.status, value=self.value, decided_at=self.decided_at, resuming=True
+        )
+
+
 def decide(token: Token, status: TokenStatus, value: JSON, now: datetime) -> Token:
     """The token with its one decision; raises if it already has one."""
-    if token.is_decided:
-        raise TokenAlreadyDecided(token)
-    if status is TokenStatus.PENDING:
-        raise ValueError("a decision is completed or timed_out")
-    return replace(
-        token,
-        status=status,
-        value=value if status is TokenStatus.COMPLETED else None,
-        decided_at=truncate_ms(now),
-        resuming=True,
-    )
+    return TokenDecision.of(token.id, status, value, now).applied_to(token)
 
 
 def agenda_entry(token: Token) -> tuple[AgendaKind, datetime] | None:

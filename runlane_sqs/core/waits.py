@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from runlane_sqs.core.agenda import RepublishPolicy, eager_wake_at
+from runlane_sqs.core.agenda import RepublishPolicy, eager_review_at, eager_wake_at
 from runlane_sqs.core.durations import truncate_ms
 from runlane_sqs.core.errors import IllegalTransition
 from runlane_sqs.core.machine import (
@@ -43,9 +43,11 @@ def release(
     if run.status is RunStatus.CANCEL_REQUESTED:
         return cancelled_after_attempt(run, now, token, "released")
     until = truncate_ms(wait.until) if wait.until is not None else None
+    review_at = None
     if wait.kind is WaitKind.TIME:
         assert until is not None
         wake_at = eager_wake_at(until, now, republish)
+        review_at = eager_review_at(until, now, republish)
     elif wait.kind in (WaitKind.TOKEN, WaitKind.RUN):
         wake_at = republish.next_wake(now, 0)
     elif until is not None:  # a signal wait with a timeout: wake up at the timeout
@@ -61,6 +63,7 @@ def release(
         waiting=Wait(wait.kind, wait.name, wait.target, until),
         due_at=until,
         wake_at=truncate_ms(wake_at) if wake_at else None,
+        review_at=truncate_ms(review_at) if review_at else None,
         publishes=0,
         lease=None,
         deadline_at=None,

@@ -1,9 +1,10 @@
 """Wakeup messages: small JSON hints naming a run. Never payload, never state.
 
 A wakeup may carry a :class:`ClaimHint`: the run's sequence, attempt count and task when
-it was published, so a worker can claim it with one conditional write instead of a read
-and a write. The hint is only a guess the write is conditioned on: a stale or forged
-hint costs a refused write, never a wrong claim (docs/design/storage.md, "Claims").
+it was published (and, when maintenance first looks at the run early, that time), so a
+worker can claim it with one conditional write instead of a read and a write. The hint
+is only a guess the write is conditioned on: a stale or forged hint costs a refused
+write, never a wrong claim (docs/design/storage.md, "Claims").
 
 Parsing is strict: anything that is not exactly a wakeup of a known version is
 rejected with :class:`MalformedWakeup`, which the worker logs and deletes.
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from runlane_sqs.core.durations import from_epoch_ms, to_epoch_ms
 from runlane_sqs.core.errors import RunlaneError
 from runlane_sqs.core.model import Run, WaitKind
 from runlane_sqs.core.names import ENVIRONMENT_PATTERN, QUEUE_PATTERN, TASK_PATTERN, is_run_id
@@ -28,8 +30,11 @@ MAX_TRACE_CHARS = 512
 
 _FIELDS = frozenset({"version", "environment", "run_id", "queue", "requested_at", "trace", "hint"})
 _REQUIRED = _FIELDS - {"trace", "hint"}
-_HINT_FIELDS = frozenset({"seq", "attempt", "task"})
+_HINT_FIELDS = frozenset({"seq", "attempt", "task", "at"})
+_REQUIRED_HINT_FIELDS = _HINT_FIELDS - {"at"}
 MAX_HINT_NUMBER = 2**31 - 1
+MAX_HINT_TIME_MS = 253402300799999
+"""9999-12-31T23:59:59.999Z: the latest ``at`` a hint may carry."""
 
 
 class MalformedWakeup(RunlaneError):
@@ -44,6 +49,8 @@ class ClaimHint:
     seq: int
     attempt: int
     task: str
+    review_at: datetime | None = None
+    """The run's early agenda listing (its ``review_at``), if it had one."""
 
     @classmethod
     def of(cls, run: Run) -> ClaimHint | None:
@@ -53,10 +60,13 @@ class ClaimHint:
             return None
         if run.waiting is not None and run.waiting.kind is not WaitKind.TIME:
             return None
-        return cls(run.seq, run.attempt, run.task)
+        return cls(run.seq, run.attempt, run.task, run.review_at)
 
     def to_json(self) -> dict[str, Any]:
-        return {"seq": self.seq, "attempt": self.attempt, "task": self.task}
+        data: dict[str, Any] = {"seq": self.seq, "attempt": self.attempt, "task": self.task}
+        if self.review_at is not None:
+            data["at"] = to_epoch_ms(self.review_at)
+        return data
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,8 +146,14 @@ def _build(data: dict[str, Any]) -> Wakeup:
 
 
 def _parse_hint(value: object) -> ClaimHint:
-    if not isinstance(value, dict) or set(value) != _HINT_FIELDS:
-        raise MalformedWakeup(f"hint must be an object with {sorted(_HINT_FIELDS)}")
+    if (
+        not isinstance(value, dict)
+        or not set(value) >= _REQUIRED_HINT_FIELDS
+        or not set(value) <= _HINT_FIELDS
+    ):
+        raise MalformedWakeup(
+            f"hint must be an object with {sorted(_REQUIRED_HINT_FIELDS)} and optionally 'at'"
+        )
     seq, attempt, task = value["seq"], value["attempt"], value["task"]
     for name, number in (("seq", seq), ("attempt", attempt)):
         if type(number) is not int or not 0 <= number <= MAX_HINT_NUMBER:
@@ -146,7 +162,13 @@ def _parse_hint(value: object) -> ClaimHint:
         raise MalformedWakeup(f"hint seq must be at least 1, not {seq}")
     if not isinstance(task, str) or not TASK_PATTERN.fullmatch(task):
         raise MalformedWakeup(f"bad hint task {task!r}")
-    return ClaimHint(seq=seq, attempt=attempt, task=task)
+    review_at = None
+    if "at" in value:
+        at = value["at"]
+        if type(at) is not int or not 0 <= at <= MAX_HINT_TIME_MS:
+            raise MalformedWakeup(f"hint at must be a time in epoch milliseconds, not {at!r}")
+        review_at = from_epoch_ms(at)
+    return ClaimHint(seq=seq, attempt=attempt, task=task, review_at=review_at)
 
 
 def _parse_time(value: object) -> datetime:

@@ -1,20 +1,21 @@
 """Maintenance: connects due work back to delivery and repairs the same run when
 delivery or ownership stopped making progress.
 
-One pass runs three bounded scans of the agenda index (never a table Scan):
+One pass runs two bounded scans of the agenda index (never a table Scan):
 
-- ``due``: runnable runs whose wakeup time has come (retry backoff over, release time
+- ``run``: runnable runs whose wakeup time has come (retry backoff over, release time
   reached, a queued run whose eager publish failed or was lost) get a fresh wakeup;
-- ``lease``: leased runs whose lease or attempt deadline has passed are finalized as
-  timed out, cancelled (abandoned cancellation), made runnable again (expired lease)
-  or failed with ``lease_lost``;
+  leased runs whose lease or attempt deadline has passed are finalized as timed out,
+  cancelled (abandoned cancellation), made runnable again (expired lease) or failed
+  with ``lease_lost``; a run listed early with nothing to do yet (a live lease, a
+  wakeup still trusted) is listed again at its agenda time;
 - ``token``: pending tokens past their timeout are timed out, and decided tokens resume
   their remaining waiters in batches.
 
 Then parked runs of tasks this app registers are unparked (``parked_runs``; from the
 status index, see :mod:`runlane_sqs.engine.parking`).
 
-The ``due`` scan also checks runs waiting on a token or a run whose resume may have been
+The ``run`` scan also checks runs waiting on a token or a run whose resume may have been
 missed (``wait_checks``).
 
 Each candidate is re-checked by a conditional write; one that changed meanwhile is
@@ -31,15 +32,14 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from runlane_sqs.core.agenda import AgendaKind, agenda_partitions
+from runlane_sqs.core.agenda import AGENDA_SHARDS, AgendaKind, agenda_partitions
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.config import RunlaneConfig
-from runlane_sqs.core.errors import ConflictError, RunlaneError
+from runlane_sqs.core.errors import ConfigurationError, ConflictError, RunlaneError
 from runlane_sqs.core.machine import Skip, Transition
-from runlane_sqs.core.model import EventType, Run, RunStatus, WaitKind
-from runlane_sqs.core.recovery import RecoverySettings, plan_publish, recover_lease
-from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenStatus
-from runlane_sqs.core.tokens import decide as decide_token
+from runlane_sqs.core.model import LEASED_STATUSES, EventType, Run, RunStatus, WaitKind
+from runlane_sqs.core.recovery import RecoverySettings, plan_publish, recover_lease, relist
+from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenDecision, TokenStatus
 from runlane_sqs.core.waits import poll_later
 from runlane_sqs.engine.agenda_scan import AgendaScan, Page
 from runlane_sqs.engine.finishing import Finisher
@@ -51,6 +51,10 @@ from runlane_sqs.engine.tokens import TokensApi
 from runlane_sqs.ports.store import RunStore
 
 log = logging.getLogger("runlane_sqs.maintenance")
+PendingWakeup = tuple[Run, "JobReport", timedelta | None]
+"""A run to publish, the job to credit and the SQS delay of its wakeup."""
+PUBLISH_BATCH = 10
+"""Wakeups gathered across pages before they are sent (SQS's batch size)."""
 MAINTENANCE_RESUME_BATCH = 100
 """Waiters of one decided token resumed per pass."""
 
@@ -60,9 +64,21 @@ class MaintenanceConfig:
     """Bounds and thresholds of one maintenance pass."""
 
     limit_per_job: int = 200
-    """Most candidates each scan (due, lease, token) examines per pass."""
+    """Most candidates each scan (runs, tokens) examines per pass, split evenly across
+    the scan's partitions: at least one per partition (``AGENDA_SHARDS``)."""
     max_lease_losses: int = 3
     """Consecutive lease expiries after which a run fails with ``lease_lost``."""
+
+    def __post_init__(self) -> None:
+        if self.limit_per_job < AGENDA_SHARDS:
+            raise ConfigurationError(
+                f"limit_per_job must be at least {AGENDA_SHARDS}, one candidate for each "
+                f"agenda partition of a scan; got {self.limit_per_job}"
+            )
+        if self.max_lease_losses < 1:
+            raise ConfigurationError(
+                f"max_lease_losses must be at least 1; got {self.max_lease_losses}"
+            )
 
 
 @dataclass
@@ -186,16 +202,22 @@ class Maintenance:
                 return False
             return time.monotonic() - started > time_budget_seconds
 
-        scan = AgendaScan(
-            self._store,
-            now,
-            cursors,
-            out_of_time,
-            lambda k, page: self._handle(k, page, now, report),
-        )
-        for kind in (AgendaKind.DUE, AgendaKind.LEASE, AgendaKind.TOKEN):
+        wakeups: list[PendingWakeup] = []
+
+        def handle(kind: AgendaKind, page: Page) -> None:
+            wakeups.extend(self._handle(page, now, report))
+            if len(wakeups) >= PUBLISH_BATCH:  # a full SendMessageBatch or more
+                self._publish(wakeups)
+                wakeups.clear()
+
+        scan = AgendaScan(self._store, now, cursors, out_of_time, handle)
+        for kind in (AgendaKind.RUN, AgendaKind.TOKEN):
             partitions = agenda_partitions(self._settings.environment, kind.value)
-            scan.scan(kind, partitions, max(1, self.config.limit_per_job // len(partitions)))
+            try:
+                scan.scan(kind, partitions, self.config.limit_per_job // len(partitions))
+            finally:  # what this pass wrote is published even if a later page fails
+                self._publish(wakeups)
+                wakeups.clear()
         if not out_of_time():
             self._unpark(report.job(JOB_PARKED))
         report.cursors = {p: c for p, c in cursors.items() if c}
@@ -216,17 +238,18 @@ class Maintenance:
         job.acted += unparked.unparked
         job.published += unparked.unparked
 
-    def _handle(self, kind: AgendaKind, listed: Page, now: datetime, report: PassReport) -> None:
-        """Decide and write each candidate of a page, then publish the wakeups they need."""
-        wakeups: list[tuple[Run, JobReport, timedelta | None]] = []
+    def _handle(self, listed: Page, now: datetime, report: PassReport) -> list[PendingWakeup]:
+        """Decide and write each candidate of a page; returns the wakeups they call for
+        (published in batches across the scan's pages)."""
+        wakeups: list[PendingWakeup] = []
         for item in listed:
             if isinstance(item, Token):
                 self._token(item, now, report.job(JOB_TOKENS))
                 continue
-            wakeup = self._candidate(kind, item, now, report)
+            wakeup = self._candidate(item, now, report)
             if wakeup is not None:
                 wakeups.append(wakeup)
-        self._publish(wakeups)
+        return wakeups
 
     def _token(self, listed: Token, now: datetime, job: JobReport) -> None:
         """Time out a pending token past its timeout; resume a batch of a decided one."""
@@ -241,7 +264,7 @@ class Maintenance:
                 return
             try:
                 token = self._store.decide_token(
-                    decide_token(token, TokenStatus.TIMED_OUT, None, now)
+                    TokenDecision.of(token.id, TokenStatus.TIMED_OUT, None, now)
                 )
             except TokenAlreadyDecided as lost:
                 job.conflicts += 1
@@ -274,15 +297,14 @@ class Maintenance:
         job.skipped += 1
         return None
 
-    def _candidate(
-        self, kind: AgendaKind, run: Run, now: datetime, report: PassReport
-    ) -> tuple[Run, JobReport, timedelta | None] | None:
+    def _candidate(self, run: Run, now: datetime, report: PassReport) -> PendingWakeup | None:
         """Decide and write one candidate; returns the wakeup it calls for, if any."""
-        if kind is AgendaKind.DUE and _polls_target(run):
+        if _polls_target(run):
             job = report.job(JOB_WAITS)
             resumed = self._waiting(run, now, job)
             return (resumed, job, None) if resumed is not None else None
-        if kind is AgendaKind.DUE:
+        recovering = run.status in LEASED_STATUSES
+        if not recovering:
             decision = plan_publish(run, now=now, policy=self.settings.republish)
             job = report.job(JOB_DUE)
         else:
@@ -294,6 +316,7 @@ class Maintenance:
         job.examined += 1
         if isinstance(decision, Skip):
             job.skipped += 1
+            self._relist(run, job)
             return None
         try:
             stored = self._store.apply(decision)
@@ -309,18 +332,35 @@ class Maintenance:
             )
             return None
         job.acted += 1
-        return self._follow_up(stored, kind, job, now)
+        return self._follow_up(stored, recovering, job, now)
+
+    def _relist(self, run: Run, job: JobReport) -> None:
+        """List a run looked at early, with nothing to do yet, at its agenda time."""
+        decision = relist(run)
+        if decision is None:
+            return
+        try:
+            self._store.apply(decision)
+        except ConflictError:
+            job.conflicts += 1
+        except RunlaneError as exc:  # listed early still: the next pass tries again
+            log.warning(
+                "could not list run %s at its agenda time: %s",
+                run.id,
+                exc,
+                extra={"run_id": run.id, "task": run.task, "attempt": run.attempt},
+            )
 
     def _follow_up(
-        self, run: Run, kind: AgendaKind, job: JobReport, now: datetime
-    ) -> tuple[Run, JobReport, timedelta | None] | None:
+        self, run: Run, recovering: bool, job: JobReport, now: datetime
+    ) -> PendingWakeup | None:
         """Free keys of finished runs; say which wakeup a written decision calls for."""
         extra = {"run_id": run.id, "task": run.task, "attempt": run.attempt}
         if run.is_terminal:
             log.info("run %s is now %s", run.id, run.status.value, extra=extra)
             self._finisher.after_finished(run)
             return None
-        if kind is AgendaKind.DUE:
+        if not recovering:
             return run, job, None
         log.info("run %s is %s again after recovery", run.id, run.status.value, extra=extra)
         if not (run.status.is_runnable and run.wake_at is not None):
@@ -328,8 +368,8 @@ class Maintenance:
         delay = (run.due_at - now) if run.due_at and run.due_at > now else None
         return run, job, delay
 
-    def _publish(self, wakeups: list[tuple[Run, JobReport, timedelta | None]]) -> None:
-        """Send a page's wakeups in batches (one request per ten due runs)."""
+    def _publish(self, wakeups: list[PendingWakeup]) -> None:
+        """Send wakeups in batches (one request per ten due runs)."""
         groups: dict[tuple[int, timedelta | None], list[tuple[Run, JobReport]]] = {}
         for run, job, delay in wakeups:
             groups.setdefault((id(job), delay), []).append((run, job))

@@ -9,6 +9,7 @@ from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.durations import Duration, to_timedelta
 from runlane_sqs.core.model import JSON
+from runlane_sqs.core.names import is_run_id
 from runlane_sqs.core.payload import encode_json
 from runlane_sqs.core.tokens import Token, TokenNotFound, TokenStatus
 from runlane_sqs.engine.resuming import RESUME_BATCH, Resumer, ResumeReport, token_resumption
@@ -55,8 +56,12 @@ class TokensApi:
         return self._decide(token_id, TokenStatus.TIMED_OUT, None)
 
     def _decide(self, token_id: str, status: TokenStatus, value: JSON) -> Token:
-        decided = core.decide(self.get(token_id), status, value, self._clock.now())
-        stored = self._store.decide_token(decided)
+        """One conditional write, no read: the store refuses a token that is not pending
+        (``TokenAlreadyDecided``) or does not exist (``TokenNotFound``)."""
+        if not is_run_id(token_id):  # token ids are 32 hex digits, like run ids
+            raise TokenNotFound(token_id)
+        decision = core.TokenDecision.of(token_id, status, value, self._clock.now())
+        stored = self._store.decide_token(decision)
         self.resume(stored, limit=RESUME_BATCH)
         return stored
 

@@ -16,7 +16,7 @@ from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.errors import RunlaneError
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Lease, Run, RunEvent, RunStatus, WaitKind
-from runlane_sqs.core.tokens import Token
+from runlane_sqs.core.tokens import Token, TokenDecision
 
 
 class KeyKind(StrEnum):
@@ -120,9 +120,11 @@ class RunStore(Protocol):
 
     def get_token(self, token_id: str) -> Token | None: ...
 
-    def decide_token(self, decided: Token) -> Token:
-        """Store a decision if the token is still pending; raises
-        :class:`~runlane_sqs.core.tokens.TokenAlreadyDecided` carrying the stored token."""
+    def decide_token(self, decision: TokenDecision) -> Token:
+        """Store a decision if the token is still pending, without reading it first, and
+        return the decided token; raises :class:`~runlane_sqs.core.tokens.TokenNotFound`,
+        or :class:`~runlane_sqs.core.tokens.TokenAlreadyDecided` carrying the stored
+        token."""
         ...
 
     def finish_token_resume(self, token_id: str) -> None:

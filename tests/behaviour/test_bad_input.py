@@ -282,7 +282,11 @@ def test_wakeup_bodies_name_no_payload_or_state(app: Runlane, sqs: Any) -> None:
     message = sqs.receive_message(QueueUrl=queue_url(sqs, app), WaitTimeSeconds=0)["Messages"][0]
     body = json.loads(message["Body"])
     assert set(body) == {"version", "environment", "run_id", "queue", "requested_at", "hint"}
-    assert body["hint"] == {"seq": 1, "attempt": 0, "task": TASK}  # what the claim checks
+    # what the claim checks: the run's sequence, attempt and task, and when maintenance
+    # first looks at it (its due time plus the lease duration), where the claim leaves it
+    lease_ms = int(app.config.lease_duration.total_seconds() * 1000)
+    created_ms = int(run.created_at.timestamp() * 1000)
+    assert body["hint"] == {"seq": 1, "attempt": 0, "task": TASK, "at": created_ms + lease_ms}
     assert body["run_id"] == run.id
     assert "s3cr3t" not in message["Body"]
 

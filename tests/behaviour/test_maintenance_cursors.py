@@ -23,6 +23,7 @@ from botocore.exceptions import ClientError
 from runlane_sqs import Runlane, StorageError, StorageUnavailable
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.core.agenda import AGENDA_SHARDS, AgendaKind, agenda_partitions
+from runlane_sqs.core.shards import shard_count
 from runlane_sqs.engine.maintenance import MaintenanceConfig
 from tests.apps.recovery_tasks import register_recovery
 from tests.backends import Backend
@@ -57,7 +58,7 @@ def b64(raw: bytes) -> str:
 
 def other_partition(partition: str) -> str:
     environment, kind, shard = partition.split("#")
-    return f"{environment}#{kind}#{(int(shard) + 1) % AGENDA_SHARDS}"
+    return f"{environment}#{kind}#{(int(shard) + 1) % shard_count(kind)}"
 
 
 FORGED: dict[str, Callable[[str], str]] = {
@@ -156,7 +157,7 @@ def a_pass_that_saves_due_cursors(app: Runlane) -> tuple[list[str], Counter[str]
     run_ids = due_in_every_shard(app, per_shard=2)
     app.maintenance.config = MaintenanceConfig(limit_per_job=AGENDA_SHARDS)
     report = app.maintenance.run_pass()
-    due = set(agenda_partitions(app.config.environment, AgendaKind.DUE.value))
+    due = set(agenda_partitions(app.config.environment, AgendaKind.RUN.value))
     assert set(report.cursors) == due
     assert set(app.store.load_cursors()) == due
     app.maintenance.config = MaintenanceConfig()

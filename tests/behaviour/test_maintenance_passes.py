@@ -24,6 +24,7 @@ import pytest
 
 from runlane_sqs import EventType, Runlane, RunStatus
 from runlane_sqs.adapters.dynamodb.codec import run_to_wire
+from runlane_sqs.adapters.dynamodb.keys import status_partitions
 from runlane_sqs.core import machine
 from runlane_sqs.core.agenda import AGENDA_SHARDS, AgendaKind, agenda_partitions, agenda_pk
 from runlane_sqs.core.clock import ManualClock
@@ -136,8 +137,8 @@ def concurrent_passes(*apps: Runlane) -> list[PassReport]:
 @pytest.mark.parametrize(
     ("limit", "per_pass"),
     [
-        pytest.param(4, [4, 4, 4], id="one-per-partition"),
-        pytest.param(8, [8, 4], id="two-per-partition"),
+        pytest.param(AGENDA_SHARDS, [AGENDA_SHARDS] * 3, id="one-per-partition"),
+        pytest.param(2 * AGENDA_SHARDS, [2 * AGENDA_SHARDS, AGENDA_SHARDS], id="two-per-partition"),
     ],
 )
 def test_bounded_passes_resume_from_cursors_and_publish_every_due_run_once(
@@ -146,7 +147,7 @@ def test_bounded_passes_resume_from_cursors_and_publish_every_due_run_once(
     """Three due runs in each agenda partition; the budget is split between partitions."""
     app.maintenance.config = MaintenanceConfig(limit_per_job=limit)
     runs = [store_due_run(app, run_id) for run_id in run_ids_by_shard(3)]
-    assert len(runs) == 12
+    assert len(runs) == 3 * AGENDA_SHARDS
 
     wakeups: Counter[str] = Counter()
     for n, expected in enumerate(per_pass):
@@ -155,7 +156,7 @@ def test_bounded_passes_resume_from_cursors_and_publish_every_due_run_once(
         assert job.examined <= limit
         assert job.published == job.acted == expected
         if n == 0:  # every partition has more due runs than its share of the budget
-            assert set(report.cursors) == set(agenda_partitions(app.config.environment, "due"))
+            assert set(report.cursors) == set(agenda_partitions(app.config.environment, "run"))
             assert app.store.load_cursors() == report.cursors
             json.dumps(report.cursors)
         batch = take_wakeups(app)
@@ -174,11 +175,11 @@ def test_bounded_passes_resume_from_cursors_and_publish_every_due_run_once(
 
 
 def test_runs_cancelled_between_passes_are_passed_over(app: Runlane, clock: ManualClock) -> None:
-    app.maintenance.config = MaintenanceConfig(limit_per_job=4)
-    runs = due_runs(app, clock, 12)
+    app.maintenance.config = MaintenanceConfig(limit_per_job=AGENDA_SHARDS)
+    runs = [store_due_run(app, run_id) for run_id in run_ids_by_shard(2)]
     app.maintenance.run_pass()
     first = take_wakeups(app)
-    assert 1 <= sum(first.values()) <= 4
+    assert sum(first.values()) == AGENDA_SHARDS  # one of each partition
     unpublished = [r for r in runs if r.id not in first]
     cancelled = {r.id for r in unpublished[: len(unpublished) // 2]}
     for run_id in cancelled:
@@ -206,7 +207,7 @@ def test_a_stale_index_entry_loses_its_conditional_write_and_publishes_nothing(
     cancelled = runs[0].id
     app.runs.cancel(cancelled)
     real_page = app.store.agenda_page
-    stale_partition = agenda_pk(app.config.environment, "due", cancelled)
+    stale_partition = agenda_pk(app.config.environment, "run", cancelled)
 
     def stale_page(
         partition: str, until: Any, limit: int, cursor: str | None
@@ -269,11 +270,19 @@ def test_a_pass_reads_only_due_items_however_large_the_table(
     )
     assert "Scan" not in requests
     assert sum(items_read) <= 2 * DUE_RUNS
-    # one for the cursors, one per shard of each agenda kind (due, lease, token), and
-    # one of the status index for parked runs
-    assert requests["Query"] <= 1 + len(AgendaKind) * AGENDA_SHARDS + 1
+    # one for the cursors, one per shard of each agenda kind (run, token), and one per
+    # shard of the status index's parked group
+    environment = app.config.environment
+    queries = (
+        1
+        + sum(len(agenda_partitions(environment, kind.value)) for kind in AgendaKind)
+        + len(status_partitions(environment, [RunStatus.PARKED]))
+    )
+    assert requests["Query"] == queries
+    # the listed runs are read once each, one BatchGetItem per partition that lists any
+    assert requests["BatchGetItem"] <= DUE_RUNS
     assert requests["UpdateItem"] == DUE_RUNS
-    assert total <= 10 + 3 * DUE_RUNS
+    assert total <= queries + 2 * DUE_RUNS + 3
     assert take_wakeups(app) == Counter({r.id: 1 for r in runs})
 
 
@@ -311,7 +320,7 @@ def _write_terminal_runs(dynamodb: Any, app: Runlane, count: int) -> None:
 
 
 def test_the_pass_report_is_json(app: Runlane, clock: ManualClock) -> None:
-    app.maintenance.config = MaintenanceConfig(limit_per_job=4)
+    app.maintenance.config = MaintenanceConfig(limit_per_job=AGENDA_SHARDS)
     due_runs(app, clock, 6)
     report = app.maintenance.run_pass(time_budget_seconds=30)
     data = report.to_json()
@@ -363,7 +372,7 @@ def test_a_pass_that_listed_due_runs_another_pass_published_publishes_nothing(
 ) -> None:
     other = another_process(backend, app)
     runs = due_runs(app, clock, 8)
-    monkeypatch.setattr(other.store, "agenda_page", listed_before(other, "due"))
+    monkeypatch.setattr(other.store, "agenda_page", listed_before(other, "run"))
 
     assert published(app.maintenance.run_pass()) == len(runs)
     late = other.maintenance.run_pass().jobs[JOB_DUE]
@@ -382,7 +391,7 @@ def test_a_pass_that_listed_leases_another_pass_recovered_changes_nothing(
     for n, run in enumerate(runs):
         claim(app, run.id, owner=f"dead-{n}", token=f"tok-dead-{n}")
     clock.advance(app.config.lease_duration)
-    monkeypatch.setattr(other.store, "agenda_page", listed_before(other, "lease"))
+    monkeypatch.setattr(other.store, "agenda_page", listed_before(other, "run"))
 
     assert app.maintenance.run_pass().jobs[JOB_EXPIRED].acted == len(runs)
     late = other.maintenance.run_pass().jobs[JOB_EXPIRED]

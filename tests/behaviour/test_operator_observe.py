@@ -13,12 +13,13 @@ from typing import Any
 import pytest
 
 from runlane_sqs import ManualClock, RunlaneError, RunNotFound, RunStatus
+from runlane_sqs.adapters.dynamodb.keys import status_partitions
 from runlane_sqs.adapters.dynamodb.store import DynamoRunStore
 from runlane_sqs.adapters.memory.transport import InMemoryTransport
 from runlane_sqs.api.app import Runlane
 from runlane_sqs.api.runs import MAX_LIST_LIMIT, RunPage
 from runlane_sqs.core.model import Run
-from runlane_sqs.core.shards import SHARDS, status_groups
+from runlane_sqs.core.shards import FINISHED_SHARDS, SHARDS
 from tests.backends import ONLY_AWS, Backend
 from tests.behaviour.operator_support import (
     FAIL,
@@ -34,7 +35,7 @@ from tests.behaviour.operator_support import (
 from tests.behaviour.worker_support import drain
 from tests.emulators import count_requests
 
-STATUS_QUERIES = len(status_groups(RunStatus)) * SHARDS
+STATUS_QUERIES = len(status_partitions("test", RunStatus))
 """One query per shard of each status group (docs/design/storage.md, "Indexes")."""
 
 
@@ -456,7 +457,7 @@ def test_a_list_queries_the_status_index_and_never_scans(app: Runlane, clock: Ma
 
     counts.clear()
     app.runs.list(status="failed", task=FAIL, limit=10)
-    assert dict(counts) == {"Query": SHARDS, "BatchGetItem": 1}
+    assert dict(counts) == {"Query": FINISHED_SHARDS, "BatchGetItem": 1}
 
     counts.clear()
     assert app.runs.list(status="retrying").runs == []

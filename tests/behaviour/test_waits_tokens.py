@@ -31,8 +31,7 @@ from runlane_sqs import (
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.codec import events_from_item, item_from_wire, run_from_wire
 from runlane_sqs.core.model import Run, WaitKind
-from runlane_sqs.core.tokens import TokenAlreadyDecided, TokenNotFound, TokenStatus
-from runlane_sqs.core.tokens import decide as decide_token
+from runlane_sqs.core.tokens import TokenAlreadyDecided, TokenDecision, TokenNotFound, TokenStatus
 from runlane_sqs.engine.maintenance import JOB_TOKENS, JOB_WAITS, Maintenance, PassReport
 from runlane_sqs.engine.resuming import RESUME_BATCH
 from tests.backends import Backend
@@ -121,6 +120,11 @@ def test_a_token_is_created_pending_with_an_unguessable_id_and_readable(app: Run
         app.tokens.get("0" * 32)
     with pytest.raises(TokenNotFound):
         app.tokens.complete("0" * 32, 1)
+    for hostile in ("", "zz" * 16, "<b>" + "0" * 29, "0" * 31 + "\ud800", "0" * 33):
+        with pytest.raises(TokenNotFound):  # never a KeyError, ValueError or botocore error
+            app.tokens.complete(hostile, 1)
+        with pytest.raises(TokenNotFound):
+            app.tokens.time_out(hostile)
 
 
 def test_token_metadata_and_decisions_must_be_json(app: Runlane) -> None:
@@ -305,9 +309,7 @@ def test_a_resume_the_decider_missed_is_made_by_maintenance(
     run = app.trigger("token-waiter", {"token": token.id})
     assert drain(app) == 1
     # decided in storage only, then taken off the agenda: nothing resumes the run
-    app.store.decide_token(
-        decide_token(app.tokens.get(token.id), TokenStatus.COMPLETED, "late", clock.now())
-    )
+    app.store.decide_token(TokenDecision.of(token.id, TokenStatus.COMPLETED, "late", clock.now()))
     app.store.finish_token_resume(token.id)
     app.maintenance.run_pass()
     assert status(app, run.id) is RunStatus.RELEASED

@@ -30,10 +30,10 @@ EXPECTED: dict[str, tuple[dict[str, int], dict[str, float]]] = {
     "retry": ({"PutItem": 1, "UpdateItem": 4}, {"SendMessage": 2}),
     "release": ({"PutItem": 1, "UpdateItem": 4}, {"SendMessage": 2}),
     # tokens.create and trigger; attempt 1 reads the token, releases and reads it again;
-    # complete reads and decides the token, finds the waiter on the waits index, reads
-    # and resumes it
+    # complete decides the token without reading it, finds the waiter on the waits
+    # index, reads and resumes it
     "token_wait": (
-        {"PutItem": 3, "GetItem": 4, "UpdateItem": 6, "Query": 1},
+        {"PutItem": 2, "GetItem": 3, "UpdateItem": 7, "Query": 1},
         {"SendMessage": 2},
     ),
 }

@@ -23,7 +23,7 @@ from runlane_sqs.errors import InvalidCursor
 
 TABLE = "runlane"
 ENV = "test"
-PARTITION = f"{ENV}#due#0"
+PARTITION = f"{ENV}#run#0"
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 
 
@@ -128,6 +128,6 @@ def test_a_forged_cursor_never_reaches_dynamodb() -> None:
     store = DynamoRunStore(client, TABLE, ENV)
 
     with pytest.raises(InvalidCursor, match="another partition"):
-        store.agenda_page(f"{ENV}#due#1", NOW, 10, AGENDA_CURSOR)
+        store.agenda_page(f"{ENV}#run#1", NOW, 10, AGENDA_CURSOR)
 
     assert client.queries == []

@@ -22,7 +22,7 @@ import pytest
 from runlane_sqs import ConflictError, EventType, Lease, LeaseLost, Run, RunStatus
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.core import machine
-from runlane_sqs.core.agenda import AgendaKind, RepublishPolicy
+from runlane_sqs.core.agenda import AgendaKind, RepublishPolicy, listed_at
 from runlane_sqs.core.durations import truncate_ms
 from runlane_sqs.core.limits import MAX_PAYLOAD_LIMIT_BYTES
 from runlane_sqs.core.machine import Transition
@@ -325,12 +325,13 @@ def test_renew_lease_extends_the_current_lease(backend: Backend) -> None:
     assert stored.lease == lease
     assert (stored.seq, stored.status) == (claimed.seq, RunStatus.RUNNING)
     assert len(backend.store.get_events(run.id)) == 2
-    # maintenance looks at the run when the new lease expires, not the old one
-    partition = keys.agenda_pk(backend.environment, AgendaKind.LEASE, run.id)
+    # the agenda entry stays where the claim put it, at the old expiry: maintenance looks
+    # then, finds the lease alive and lists the run at the new one (no index write here)
+    partition = keys.agenda_pk(backend.environment, AgendaKind.RUN, run.id)
     at_old, _ = backend.store.agenda_page(partition, claimed.lease.expires_at, 10, None)
-    at_new, _ = backend.store.agenda_page(partition, lease.expires_at, 10, None)
-    assert run.id not in [r.id for r in at_old]
-    assert [r.id for r in at_new] == [run.id]
+    assert [r.id for r in at_old] == [run.id]
+    assert stored.review_at == claimed.lease.expires_at
+    assert listed_at(stored) == claimed.lease.expires_at
 
 
 def test_renew_lease_with_another_token_is_refused(backend: Backend) -> None:
@@ -458,7 +459,7 @@ def test_agenda_page_lists_due_runs_of_one_partition_in_time_order_page_by_page(
     cancelled = _create(backend, run_id=_in_shard(0), due_in=2)
     store.apply(machine.request_cancel(cancelled, now=now, actor="alice", reason="no"))
     _claim(backend, _create(backend, run_id=_in_shard(0)))  # now on the lease partition
-    partition = keys.agenda_pk(backend.environment, AgendaKind.DUE, listed[0].id)
+    partition = keys.agenda_pk(backend.environment, AgendaKind.RUN, listed[0].id)
 
     pages: list[list[Run]] = []
     cursor: str | None = None
@@ -480,7 +481,7 @@ def test_a_finished_run_leaves_the_agenda(backend: Backend) -> None:
     run = _create(backend, run_id=_in_shard(2))
     claimed = _claim(backend, run)
     assert claimed.lease is not None
-    partition = keys.agenda_pk(backend.environment, AgendaKind.LEASE, run.id)
+    partition = keys.agenda_pk(backend.environment, AgendaKind.RUN, run.id)
     until = claimed.lease.expires_at
     assert [r.id for r in backend.store.agenda_page(partition, until, 10, None)[0]] == [run.id]
 
@@ -505,7 +506,7 @@ def test_cursors_round_trip_and_saving_none_forgets(backend: Backend) -> None:
 
     store.save_cursor(due, "cursor-3")
     store.save_cursor(lease, None)
-    store.save_cursor(f"{backend.environment}#due#3", None)
+    store.save_cursor(f"{backend.environment}#run#3", None)
     assert store.load_cursors() == {due: "cursor-3"}
 
 

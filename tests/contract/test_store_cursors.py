@@ -68,7 +68,7 @@ def forged(value: object) -> str:
 
 FORGED = {
     "the wrong attributes": forged({"at": 0, "id": "0" * 32}),
-    "plain values": forged({"pk": "RUN#x", "sk": "RUN", "agenda_pk": "dev#due#0"}),
+    "plain values": forged({"pk": "RUN#x", "sk": "RUN", "agenda_pk": "dev#run#0"}),
     "a list": forged([{"pk": {"S": "RUN#x"}}]),
     "nested 1,000 deep": base64.urlsafe_b64encode(b"[" * 1000 + b"]" * 1000).decode(),
     "not base64 JSON": "%%% not a cursor %%%",
@@ -76,7 +76,7 @@ FORGED = {
 }
 PAGED_READS: dict[str, Callable[[RunStore, Any], object]] = {
     "agenda": lambda store, cursor: store.agenda_page(
-        agenda_partitions(store.environment, "due")[0], far_future(), 10, cursor
+        agenda_partitions(store.environment, "run")[0], far_future(), 10, cursor
     ),
     "token agenda": lambda store, cursor: store.token_agenda_page(
         agenda_partitions(store.environment, "token")[0], far_future(), 10, cursor
@@ -117,7 +117,7 @@ def remaining(
 def test_an_agenda_cursor_is_refused_in_another_partition(make: Callable[..., Runlane]) -> None:
     app = make()
     store_runs_in_shard(app, shard=0, count=2)
-    first, second = agenda_partitions(app.config.environment, "due")[:2]
+    first, second = agenda_partitions(app.config.environment, "run")[:2]
     until = app.clock.now() + timedelta(days=1)
     page, cursor = app.store.agenda_page(first, until, 1, None)
     assert len(page) == 1 and cursor is not None

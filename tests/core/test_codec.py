@@ -148,14 +148,14 @@ def test_terminal_runs_are_not_on_the_agenda(status: RunStatus) -> None:
     wire = codec.run_to_wire(run, [], "{}")
     assert "agenda_pk" not in wire
     assert "agenda_at" not in wire
-    assert wire["status_pk"] == {"S": f"prod#{status.value}#11"}  # shard 0x89ab % 32
+    assert wire["status_pk"] == {"S": f"prod#{status.value}#11"}  # shard 0x89ab % 16
 
 
 def test_a_leased_run_is_on_the_agenda_at_its_lease_expiry() -> None:
     run = make_run(status=RunStatus.RUNNING, due_at=None, lease=LEASE)
     wire = codec.run_to_wire(run, [], "{}")
     assert wire["agenda_at"] == {"N": str(to_epoch_ms(LEASE.expires_at))}
-    assert wire["agenda_pk"] == {"S": keys.agenda_pk("prod", "lease", RUN_ID)}
+    assert wire["agenda_pk"] == {"S": keys.agenda_pk("prod", "run", RUN_ID)}
     assert wire["status_pk"] == {"S": "prod#active#11"}
 
 
@@ -173,7 +173,7 @@ def test_a_runnable_run_is_on_the_agenda_at_its_due_time(status: RunStatus) -> N
     due = NOW + timedelta(hours=3)
     wire = codec.run_to_wire(make_run(status=status, due_at=due), [], "{}")
     assert wire["agenda_at"] == {"N": str(to_epoch_ms(due))}
-    assert wire["agenda_pk"] == {"S": keys.agenda_pk("prod", "due", RUN_ID)}
+    assert wire["agenda_pk"] == {"S": keys.agenda_pk("prod", "run", RUN_ID)}
 
 
 def test_a_run_whose_wakeup_was_published_is_on_the_agenda_at_its_wake_time() -> None:
@@ -312,7 +312,7 @@ def test_a_retry_puts_the_run_back_on_the_due_agenda() -> None:
     assert update.set["status"] == "retrying"
     assert update.set["due_at"] == to_epoch_ms(retry_at)
     assert update.set["agenda_at"] == to_epoch_ms(retry_at)
-    assert update.set["agenda_pk"] == keys.agenda_pk("prod", "due", RUN_ID)
+    assert update.set["agenda_pk"] == keys.agenda_pk("prod", "run", RUN_ID)
     assert update.set["status_pk"] == "prod#active#11"  # unchanged: no index write
     assert {"lease_owner", "lease_token", "lease_expires_at"} <= update.removed
 

@@ -22,12 +22,12 @@ from runlane_sqs.adapters.dynamodb.cursors import (
     waits_key,
 )
 from runlane_sqs.adapters.dynamodb.listing import list_run_keys
-from runlane_sqs.core.shards import SHARDS
+from runlane_sqs.core.shards import FINISHED_SHARDS, SHARDS
 from runlane_sqs.errors import InvalidCursor
 from runlane_sqs.ports.store import RunQuery
 
 ENV = "prod"
-PARTITION = f"{ENV}#due#1"
+PARTITION = f"{ENV}#run#1"
 AGENDA_KEY = {
     "pk": {"S": f"RUN#{ENV}#0123"},
     "sk": {"S": "RUN"},
@@ -92,9 +92,9 @@ FORGED: dict[str, object] = {
     "a map inside the type": {**AGENDA_KEY, "sk": {"S": {"S": "RUN"}}},
     "two types at once": {**AGENDA_KEY, "pk": {"S": "RUN#prod#0123", "N": "1"}},
     "an unknown type": {**AGENDA_KEY, "sk": {"B": "UlVO"}},
-    "another shard's partition": {**AGENDA_KEY, "agenda_pk": {"S": f"{ENV}#due#2"}},
-    "another kind's partition": {**AGENDA_KEY, "agenda_pk": {"S": f"{ENV}#lease#1"}},
-    "another environment's partition": {**AGENDA_KEY, "agenda_pk": {"S": "staging#due#1"}},
+    "another shard's partition": {**AGENDA_KEY, "agenda_pk": {"S": f"{ENV}#run#2"}},
+    "another kind's partition": {**AGENDA_KEY, "agenda_pk": {"S": f"{ENV}#token#1"}},
+    "another environment's partition": {**AGENDA_KEY, "agenda_pk": {"S": "staging#run#1"}},
     "a key of another index": WAITS_KEY,
     "a list": [AGENDA_KEY],
     "a string": "RUN#prod#0123",
@@ -111,7 +111,7 @@ def test_a_forged_agenda_cursor_is_refused(case: str) -> None:
 
 
 def test_a_cursor_of_another_partition_says_so() -> None:
-    other = {**AGENDA_KEY, "agenda_pk": {"S": f"{ENV}#due#2"}}
+    other = {**AGENDA_KEY, "agenda_pk": {"S": f"{ENV}#run#2"}}
     with pytest.raises(InvalidCursor, match=f"another partition than '{PARTITION}'"):
         decode_cursor(forged(other), agenda_key(PARTITION))
 
@@ -165,9 +165,9 @@ class Queries:
         self.sent: list[dict[str, Any]] = []
         self.pages = list(pages)
 
-    def __call__(self, request: dict[str, Any]) -> dict[str, Any]:
-        self.sent.append(request)
-        return self.pages.pop(0) if self.pages else {"Items": []}
+    def __call__(self, sent: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        self.sent.extend(sent)
+        return [self.pages.pop(0) if self.pages else {"Items": []} for _ in sent]
 
 
 POSITION = keys.created_sk(1893499200000, "0123456789abcdef0123456789abcdef")
@@ -207,7 +207,7 @@ def test_a_listing_reads_every_shard_of_each_status_group_once() -> None:
 
     partitions = [request["ExpressionAttributeValues"][":pk"]["S"] for request in queries.sent]
     assert partitions == [f"{ENV}#active#{s}" for s in range(SHARDS)] + [
-        f"{ENV}#failed#{s}" for s in range(SHARDS)
+        f"{ENV}#failed#{s}" for s in range(FINISHED_SHARDS)
     ]
 
 

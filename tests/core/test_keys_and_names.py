@@ -22,7 +22,7 @@ from runlane_sqs.core.names import (
     new_lease_token,
     new_run_id,
 )
-from runlane_sqs.core.shards import SHARDS
+from runlane_sqs.core.shards import FEW_SHARDS, SHARDS
 
 FAST = settings(database=None, deadline=None, max_examples=200)
 RUN_ID = "0123456789abcdef0123456789abcdef"
@@ -67,6 +67,11 @@ def test_unfinished_runs_share_a_status_group_and_finished_ones_have_their_own()
         assert keys.status_pk("prod", status, RUN_ID) == "prod#active#3"
     for status in (RunStatus.PARKED, RunStatus.SUCCEEDED, RunStatus.FAILED):
         assert keys.status_pk("prod", status, RUN_ID) == f"prod#{status.value}#3"
+    # 0x0123 % 32 = 3, % 16 = 3, % 4 = 3; 0x0031 % 32 = 17, % 16 = 1, % 4 = 1
+    other = "0031" + "0" * 28
+    assert keys.status_pk("prod", RunStatus.RUNNING, other) == "prod#active#17"
+    assert keys.status_pk("prod", RunStatus.FAILED, other) == "prod#failed#1"
+    assert keys.status_pk("prod", RunStatus.PARKED, other) == "prod#parked#1"
 
 
 def test_status_partitions_cover_every_shard_of_each_group_once() -> None:
@@ -74,19 +79,30 @@ def test_status_partitions_cover_every_shard_of_each_group_once() -> None:
     assert partitions == [f"prod#active#{shard}" for shard in range(SHARDS)]
 
 
+def test_records_few_runs_write_have_few_shards() -> None:
+    # parked runs and tokens: 4 partitions each, so a pass reads few empty ones
+    parked = keys.status_partitions("prod", [RunStatus.PARKED])
+    assert parked == [f"prod#parked#{shard}" for shard in range(FEW_SHARDS)]
+    assert len(keys.agenda_partitions("prod", "token")) == FEW_SHARDS
+    assert keys.status_pk("prod", RunStatus.PARKED, "0021" + "0" * 28) == "prod#parked#1"
+    assert keys.status_pk("prod", RunStatus.QUEUED, "0021" + "0" * 28) == "prod#active#1"
+    assert keys.status_pk("prod", RunStatus.QUEUED, "0023" + "0" * 28) == "prod#active#3"
+    assert keys.status_pk("prod", RunStatus.PARKED, "0027" + "0" * 28) == "prod#parked#3"
+
+
 def test_agenda_shard_is_taken_from_the_run_id() -> None:
-    shards = [keys.agenda_pk("prod", "due", f"{n:04x}" + "0" * 28) for n in range(8)]
-    assert shards == ["prod#due#0", "prod#due#1", "prod#due#2", "prod#due#3"] * 2
+    shards = [keys.agenda_pk("prod", "run", f"{n:04x}" + "0" * 28) for n in (0, 1, 31, 32, 33)]
+    assert shards == ["prod#run#0", "prod#run#1", "prod#run#31", "prod#run#0", "prod#run#1"]
 
 
 def test_agenda_partitions_are_scoped_by_environment_and_kind() -> None:
-    assert keys.agenda_pk("prod", AgendaKind.LEASE, RUN_ID) == "prod#lease#3"
-    assert keys.agenda_pk("prod", AgendaKind.DUE, RUN_ID) == "prod#due#3"
-    assert not set(keys.agenda_partitions("prod", "due")) & set(
-        keys.agenda_partitions("prod", "lease")
+    assert keys.agenda_pk("prod", AgendaKind.RUN, RUN_ID) == "prod#run#3"
+    assert keys.agenda_pk("prod", AgendaKind.TOKEN, RUN_ID) == "prod#token#3"
+    assert not set(keys.agenda_partitions("prod", "run")) & set(
+        keys.agenda_partitions("prod", "token")
     )
-    assert not set(keys.agenda_partitions("prod", "due")) & set(
-        keys.agenda_partitions("staging", "due")
+    assert not set(keys.agenda_partitions("prod", "run")) & set(
+        keys.agenda_partitions("staging", "run")
     )
 
 
@@ -100,9 +116,9 @@ def test_agenda_shard_is_in_range_and_stable(run_id: str, kind: AgendaKind) -> N
 
 
 def test_agenda_partitions_cover_every_shard() -> None:
-    partitions = keys.agenda_partitions("prod", "due")
+    partitions = keys.agenda_partitions("prod", "run")
     assert len(partitions) == len(set(partitions)) == keys.AGENDA_SHARDS
-    hits = Counter(keys.agenda_pk("prod", "due", new_run_id()) for _ in range(400))
+    hits = Counter(keys.agenda_pk("prod", "run", new_run_id()) for _ in range(2000))
     assert set(hits) == set(partitions)
 
 

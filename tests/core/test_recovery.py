@@ -159,34 +159,34 @@ def test_terminal_runs_are_not_on_the_agenda(status: RunStatus) -> None:
 def test_a_leased_run_is_listed_at_its_lease_expiry() -> None:
     run = running()
     assert run.lease is not None
-    assert agenda_entry(run) == (AgendaKind.LEASE, run.lease.expires_at)
+    assert agenda_entry(run) == (AgendaKind.RUN, run.lease.expires_at)
 
 
 def test_a_leased_run_with_an_earlier_deadline_is_listed_at_the_deadline() -> None:
     run = running(timeout=timedelta(seconds=20))
     assert run.deadline_at == NOW + timedelta(seconds=20)
-    assert agenda_entry(run) == (AgendaKind.LEASE, NOW + timedelta(seconds=20))
+    assert agenda_entry(run) == (AgendaKind.RUN, NOW + timedelta(seconds=20))
 
 
 def test_a_leased_run_with_a_later_deadline_is_listed_at_the_lease_expiry() -> None:
     run = running(timeout=timedelta(minutes=10))
-    assert agenda_entry(run) == (AgendaKind.LEASE, NOW + LEASE)
+    assert agenda_entry(run) == (AgendaKind.RUN, NOW + LEASE)
 
 
 def test_a_cancel_requested_run_stays_on_the_lease_agenda() -> None:
     run = cancel_requested()
-    assert agenda_entry(run) == (AgendaKind.LEASE, NOW + LEASE)
+    assert agenda_entry(run) == (AgendaKind.RUN, NOW + LEASE)
 
 
 def test_a_runnable_run_is_listed_at_its_wake_time() -> None:
     run = queued(due_at=NOW + timedelta(minutes=1)).with_changes(wake_at=NOW + timedelta(minutes=6))
-    assert agenda_entry(run) == (AgendaKind.DUE, NOW + timedelta(minutes=6))
+    assert agenda_entry(run) == (AgendaKind.RUN, NOW + timedelta(minutes=6))
 
 
 def test_a_runnable_run_without_a_wake_time_is_listed_at_its_due_time() -> None:
     run = queued(due_at=NOW + timedelta(hours=3))
     assert run.wake_at is None
-    assert agenda_entry(run) == (AgendaKind.DUE, NOW + timedelta(hours=3))
+    assert agenda_entry(run) == (AgendaKind.RUN, NOW + timedelta(hours=3))
 
 
 def test_a_runnable_run_without_a_due_time_is_not_listed() -> None:

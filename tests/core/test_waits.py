@@ -162,7 +162,7 @@ def test_a_long_time_release_is_left_to_maintenance_at_its_due_time() -> None:
     until = NOW + timedelta(hours=3)
     run = released(time_wait(until))
     assert run.wake_at is None
-    assert agenda_entry(run) == (AgendaKind.DUE, until)
+    assert agenda_entry(run) == (AgendaKind.RUN, until)
     assert not run.is_due(until - timedelta(milliseconds=1))
     assert run.is_due(until)
 
@@ -176,7 +176,7 @@ def test_a_short_time_release_is_published_at_once_and_looked_at_after_the_delay
     run = released(time_wait(NOW + delay))
     assert run.due_at == NOW + delay
     assert run.wake_at == NOW + delay + POLICY.after
-    assert agenda_entry(run) == (AgendaKind.DUE, NOW + delay + POLICY.after)
+    assert agenda_entry(run) == (AgendaKind.RUN, NOW + delay + POLICY.after)
 
 
 def test_a_time_release_just_past_the_sqs_delay_limit_waits_for_maintenance() -> None:
@@ -200,7 +200,7 @@ def test_a_signal_wait_with_a_timeout_is_due_at_the_timeout() -> None:
     assert run.status is RunStatus.RELEASED
     assert run.due_at == timeout_at
     assert run.wake_at is None
-    assert agenda_entry(run) == (AgendaKind.DUE, timeout_at)
+    assert agenda_entry(run) == (AgendaKind.RUN, timeout_at)
 
 
 def test_a_signal_wait_without_timeout_has_no_due_time_and_is_not_on_the_agenda() -> None:
@@ -220,7 +220,7 @@ def test_token_and_run_waits_have_no_due_time_and_are_polled_after_the_republish
     assert run.waiting == wait
     assert run.due_at is None
     assert run.wake_at == NOW + POLICY.after
-    assert agenda_entry(run) == (AgendaKind.DUE, NOW + POLICY.after)
+    assert agenda_entry(run) == (AgendaKind.RUN, NOW + POLICY.after)
     assert not run.is_due(NOW + timedelta(days=1))
 
 

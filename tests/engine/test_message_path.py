@@ -204,9 +204,10 @@ def test_plain_timeline_claims_on_the_hint_runs_the_handler_and_records_success(
     assert isinstance(claim, ClaimHinted)
     assert (claim.claim.run_id, claim.claim.hint, claim.claim.owner) == (
         run.id,
-        ClaimHint(seq=1, attempt=0, task="echo"),
+        ClaimHint(seq=1, attempt=0, task="echo", review_at=run.review_at),
         "w1",
     )
+    assert run.review_at == run.created_at + app.config.lease_duration
     claimed = app.store.claim_hinted(claim.claim)
     assert (claimed.status, claimed.attempt) == (RunStatus.RUNNING, 1)
     assert claimed.lease is not None and claimed.lease.owner == "w1"

@@ -31,20 +31,25 @@ CLAIM_WRITES = (
     "wait_pk",
     "wait_sk",
     "status_pk",
-    "agenda_pk",
-    "agenda_at",
 )
-"""Every attribute a claim sets or removes (the rest of the run item stays as it is)."""
+"""Every attribute a claim sets or removes (the rest of the run item stays as it is),
+besides its agenda entry."""
+LISTING = ("agenda_pk", "agenda_at")
 
 
 def claim_hinted(table: str, claim: HintedClaim) -> Request:
     """Claim without a read: write every attribute a claim sets, if the run is still as
     the wakeup's hint says (same seq, attempt and task), runnable, due, and waiting for
-    nothing but a time (no waits-index entry). Returns the claimed item."""
+    nothing but a time (no waits-index entry). Returns the claimed item.
+
+    A run listed on the agenda early enough (:meth:`HintedClaim.keeps_listing`) keeps
+    its entry: the write leaves ``agenda_at`` as it is, on condition that it is still
+    the hinted time, so the claim writes nothing to the agenda index."""
     blind = claim.blind()
     values = run_state_attributes(blind.after)
+    keeps_listing = claim.keeps_listing()
     actions: list[Action] = []
-    for name in CLAIM_WRITES:
+    for name in CLAIM_WRITES if keeps_listing else CLAIM_WRITES + LISTING:
         attribute = getattr(RunItem, name)
         value = values[name]
         actions.append(attribute.remove() if value is None else attribute.set(value))
@@ -59,6 +64,9 @@ def claim_hinted(table: str, claim: HintedClaim) -> Request:
         & (RunItem.due_at <= to_epoch_ms(blind.after.updated_at))
         & RunItem.wait_pk.does_not_exist()
     )
+    if keeps_listing:
+        assert hint.review_at is not None
+        condition &= RunItem.agenda_at == to_epoch_ms(hint.review_at)
     request: Request = {
         "TableName": table,
         "Key": keys.run_key(claim.environment, claim.run_id),

@@ -14,7 +14,7 @@ from urllib.parse import quote, unquote
 
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.items import EventMap, RunItem, TokenItem
-from runlane_sqs.core.agenda import agenda_entry
+from runlane_sqs.core.agenda import agenda_entry, listed_at
 from runlane_sqs.core.durations import from_epoch_ms, to_epoch_ms
 from runlane_sqs.core.model import (
     EventType,
@@ -36,6 +36,11 @@ AttributeMap = dict[str, Any]
 
 def _compact(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def compact_json(value: Any) -> str:
+    """JSON text as stored: compact, Unicode kept as is."""
+    return _compact(value)
 
 
 def _ms(at: datetime | None) -> int | None:
@@ -74,6 +79,7 @@ def run_state_attributes(run: Run) -> dict[str, Any]:
     """The python values of every state attribute (``None`` means absent)."""
     lease = run.lease
     entry = agenda_entry(run)
+    listed = listed_at(run)
     waiting = run.waiting if run.status in _KEEPS_WAIT else None
     return {
         "status": run.status.value,
@@ -97,7 +103,7 @@ def run_state_attributes(run: Run) -> dict[str, Any]:
         "wait_sk": run.id if waiting else None,
         "status_pk": keys.status_pk(run.environment, run.status, run.id),
         "agenda_pk": keys.agenda_pk(run.environment, entry[0], run.id) if entry else None,
-        "agenda_at": to_epoch_ms(entry[1]) if entry else None,
+        "agenda_at": to_epoch_ms(listed) if listed else None,
     }
 
 
@@ -179,7 +185,7 @@ def run_from_item(item: RunItem) -> Run:
             token=item.lease_token,
             expires_at=from_epoch_ms(int(item.lease_expires_at)),
         )
-    return Run(
+    run = Run(
         id=item.run_id,
         environment=item.environment,
         task=item.task,
@@ -209,6 +215,18 @@ def run_from_item(item: RunItem) -> Run:
         idempotency_key=item.idempotency_key,
         singleton_key=item.singleton_key,
     )
+    return _with_review(run, item.agenda_at)
+
+
+def _with_review(run: Run, agenda_at: Any) -> Run:
+    """A run listed earlier than its agenda time carries that time as ``review_at``."""
+    if agenda_at is None:
+        return run
+    entry = agenda_entry(run)
+    listed = from_epoch_ms(int(agenda_at))
+    if entry is None or listed >= entry[1]:
+        return run
+    return run.with_changes(review_at=listed)
 
 
 def _json_map(attribute: Any) -> dict[str, Any]:

@@ -23,43 +23,27 @@ STATUS_INDEX = "by_status"
 WAITS_INDEX = "waits"
 TTL_ATTRIBUTE = "expires_at"
 
-_SUMMARY = [
-    "run_id",
+_AGENDA_PROJECTION = [
     "environment",
-    "task",
-    "queue",
-    "status",
-    "attempt",
-    "seq",
-    "due_at",
     "created_at",
-    "updated_at",
-    "lease_owner",
-    "lease_token",
-    "lease_expires_at",
-    "deadline_at",
-    "lease_losses",
-    "wake_at",
-    "publishes",
-    "idempotency_key",
-    "singleton_key",
-    "failures",
-    "waiting",
     "token_id",
     "token_status",
     "timeout_at",
     "decided_at",
 ]
-"""Attributes the indexes carry: enough for maintenance to decide and write a transition
-without reading the item (payload, result and history stay in the table only)."""
+"""What the agenda index carries besides its keys: a token's state (maintenance decides
+tokens from their entries), and for runs only attributes that never change, so no write
+but one that moves a run's listing writes to the index; maintenance reads the listed
+runs themselves."""
 
 
 class AgendaIndex(GlobalSecondaryIndex[Any]):  # type: ignore[no-untyped-call]
-    """Non-terminal runs by the time maintenance should next look at them (sparse)."""
+    """Unfinished runs and tokens with work left, by the time maintenance should next
+    look at them (sparse)."""
 
     class Meta:
         index_name = AGENDA_INDEX
-        projection = IncludeProjection(_SUMMARY)
+        projection = IncludeProjection(_AGENDA_PROJECTION)
 
     agenda_pk = UnicodeAttribute(hash_key=True)
     agenda_at = NumberAttribute(range_key=True)

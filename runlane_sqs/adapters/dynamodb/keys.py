@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from runlane_sqs.core.agenda import AGENDA_SHARDS, agenda_partitions, agenda_pk
 from runlane_sqs.core.model import RunStatus
-from runlane_sqs.core.shards import SHARDS, shard_of, status_group, status_groups
+from runlane_sqs.core.shards import shard_count, shard_of, status_group, status_groups
 
 __all__ = ["AGENDA_SHARDS", "agenda_partitions", "agenda_pk"]
 
@@ -61,7 +61,8 @@ def wait_pk(environment: str, kind: str, target: str) -> str:
 
 def status_pk(environment: str, status: RunStatus, run_id: str) -> str:
     """The status-index partition of one run: its status group and its shard."""
-    return f"{environment}#{status_group(status)}#{shard_of(run_id)}"
+    group = status_group(status)
+    return f"{environment}#{group}#{shard_of(run_id, group)}"
 
 
 def status_partitions(environment: str, statuses: Iterable[RunStatus]) -> list[str]:
@@ -69,7 +70,7 @@ def status_partitions(environment: str, statuses: Iterable[RunStatus]) -> list[s
     return [
         f"{environment}#{group}#{shard}"
         for group in status_groups(statuses)
-        for shard in range(SHARDS)
+        for shard in range(shard_count(group))
     ]
 
 

@@ -23,8 +23,9 @@ from runlane_sqs.adapters.dynamodb.cursors import decode_object, encode_cursor, 
 from runlane_sqs.core.durations import from_epoch_ms, to_epoch_ms
 from runlane_sqs.ports.store import RunQuery
 
-SendQuery = Callable[[dict[str, Any]], Any]
-"""Sends one ``Query`` request and returns the response."""
+SendQueries = Callable[[list[dict[str, Any]]], list[Any]]
+"""Sends ``Query`` requests (the store sends them at once) and returns their responses,
+in order."""
 POSITION = re.compile(r"\d{13}#[0-9a-f]{32}")
 """A ``created_sk``: where a listing cursor continues below."""
 DONE = re.compile(r"[0-9a-f]{1,64}")
@@ -75,7 +76,7 @@ class _Read:
 
 
 def _read(
-    send_query: SendQuery,
+    send_queries: SendQueries,
     table: str,
     partitions: list[str],
     done: int,
@@ -85,19 +86,20 @@ def _read(
 ) -> _Read:
     after, before = bounds
     read = _Read()
-    for bit, partition in enumerate(partitions):
-        if done >> bit & 1:
-            continue
-        request = requests.query_status(
+    bits = [bit for bit in range(len(partitions)) if not done >> bit & 1]
+    sent = [
+        requests.query_status(
             table,
-            partition,
+            partitions[bit],
             after_sk=after,
             below_sk=before,
             task=query.task,
             queue=query.queue,
             limit=limit,
         )
-        response = send_query(request)
+        for bit in bits
+    ]
+    for bit, response in zip(bits, send_queries(sent), strict=True):
         oldest = "~"
         for item in response.get("Items", []):
             position = item["created_sk"]["S"]
@@ -114,7 +116,7 @@ def _read(
 
 
 def list_run_keys(
-    send_query: SendQuery,
+    send_queries: SendQueries,
     table: str,
     environment: str,
     query: RunQuery,
@@ -128,7 +130,7 @@ def list_run_keys(
     after, before = _bounds(query)
     if below is not None and (before is None or below < before):
         before = below
-    read = _read(send_query, table, partitions, done, query, (after, before), limit)
+    read = _read(send_queries, table, partitions, done, query, (after, before), limit)
     read.found.sort(key=lambda entry: entry[0], reverse=True)
     # Every partition is read at least down to the horizon, so every run at or above it
     # was seen; a full page continues below its last run, a short one below the horizon.

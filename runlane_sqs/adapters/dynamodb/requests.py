@@ -29,6 +29,7 @@ from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.codec import (
     INDEX_ATTRIBUTES,
     AttributeMap,
+    compact_json,
     event_to_map,
     map_additions,
     run_state_attributes,
@@ -41,8 +42,11 @@ from runlane_sqs.adapters.dynamodb.items import (
     RunItem,
     TokenItem,
 )
+from runlane_sqs.core.agenda import AgendaKind
+from runlane_sqs.core.durations import to_epoch_ms
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import LEASED_STATUSES, TERMINAL_STATUSES, Lease, Run
+from runlane_sqs.core.tokens import TokenDecision
 
 Request = dict[str, Any]
 
@@ -142,7 +146,11 @@ def query_waiters(table: str, partition: str, limit: int, start: AttributeMap | 
 
 
 def renew_lease(table: str, run: Run, lease: Lease) -> Request:
-    """Extend the attempt's lease (no event); refused once the token is no longer current."""
+    """Extend the attempt's lease (no event); refused once the token is no longer current.
+
+    The run's agenda entry stays where it is, earlier than the new expiry: maintenance
+    looks at the run then and lists it at its lease expiry (so a heartbeat writes
+    nothing to the agenda index)."""
     renewed = run_state_attributes(run.with_changes(lease=lease))
     condition = (RunItem.lease_token == lease.token) & RunItem.status.is_in(
         *(s.value for s in LEASED_STATUSES)
@@ -155,10 +163,7 @@ def renew_lease(table: str, run: Run, lease: Lease) -> Request:
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         },
         condition=condition,
-        actions=[
-            RunItem.lease_expires_at.set(renewed["lease_expires_at"]),
-            RunItem.agenda_at.set(renewed["agenda_at"]),
-        ],
+        actions=[RunItem.lease_expires_at.set(renewed["lease_expires_at"])],
     )
 
 
@@ -263,11 +268,29 @@ def get_token(table: str, environment: str, token_id: str) -> Request:
     }
 
 
-def decide_token(table: str, item: AttributeMap) -> Request:
-    """Store a token's one decision: only while it is still pending (first one wins)."""
+def decide_token(table: str, environment: str, decision: TokenDecision) -> Request:
+    """Store a token's one decision without reading it first: only while it is still
+    pending (first one wins). It stays on the agenda at its decision time until no
+    waiter is left; returns the decided token."""
+    decided_ms = to_epoch_ms(decision.decided_at)
+    kind = AgendaKind.TOKEN.value
+    actions: list[Action] = [
+        TokenItem.token_status.set(decision.status.value),
+        TokenItem.decided_at.set(decided_ms),
+        TokenItem.agenda_pk.set(keys.agenda_pk(environment, kind, decision.token_id)),
+        TokenItem.agenda_at.set(decided_ms),
+    ]
+    if decision.value is not None:
+        actions.append(TokenItem.value.set(compact_json(decision.value)))
     return expressions(
-        {"TableName": table, "Item": item, "ReturnValuesOnConditionCheckFailure": "ALL_OLD"},
-        condition=TokenItem.token_status == "pending",
+        {
+            "TableName": table,
+            "Key": keys.token_key(environment, decision.token_id),
+            "ReturnValues": "ALL_NEW",
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        },
+        condition=TokenItem.pk.exists() & (TokenItem.token_status == "pending"),
+        actions=actions,
     )
 
 

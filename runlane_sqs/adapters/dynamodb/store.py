@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
@@ -34,7 +35,7 @@ from runlane_sqs.core.durations import to_epoch_ms
 from runlane_sqs.core.errors import ConflictError, LeaseLost, StorageError, StorageUnavailable
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Lease, Run, RunEvent, WaitKind
-from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenNotFound
+from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenDecision, TokenNotFound
 from runlane_sqs.ports.store import KeyClaim, KeyConflict, KeyKind, RunQuery
 
 
@@ -90,6 +91,8 @@ def refused_renewal(run: Run, exc: ClientError) -> Exception:
     return LeaseLost(run.id)
 
 
+QUERY_THREADS = 8
+"""Queries of one listing in flight at once (botocore's pool keeps 10 connections)."""
 BATCH_GET_ATTEMPTS = 6
 """BatchGetItem requests for one page of runs before unprocessed keys are an error."""
 BATCH_GET_FIRST_WAIT_SECONDS = 0.05
@@ -129,6 +132,15 @@ class DynamoRunStore:
             if cursor and "ExclusiveStartKey" in request and refused_as_malformed(exc):
                 raise invalid_cursor(cursor, f"DynamoDB refused it ({exc})") from exc
             raise
+
+    def _query_all(self, sent: list[dict[str, Any]], cursor: str | None) -> list[Any]:
+        """Send ``Query`` requests at once, up to ``QUERY_THREADS`` in flight (a listing
+        reads every shard of a status group); the responses come back in order and the
+        first error is raised."""
+        if len(sent) <= 1:
+            return [self._query(request, cursor) for request in sent]
+        with ThreadPoolExecutor(min(QUERY_THREADS, len(sent))) as pool:
+            return list(pool.map(lambda request: self._query(request, cursor), sent))
 
     def create_run(
         self, run: Run, event: RunEvent, payload_json: str, claims: Sequence[KeyClaim] = ()
@@ -229,8 +241,9 @@ class DynamoRunStore:
         start = decode_cursor(cursor, agenda_key(partition))
         request = requests.query_agenda(self.table, partition, to_epoch_ms(until), limit, start)
         response = self._query(request, cursor)
-        runs = [run_from_wire(item) for item in response.get("Items", [])]
-        return runs, encode_cursor(response.get("LastEvaluatedKey"))
+        # the index holds no run state: read the listed runs themselves (consistently)
+        listed = [{"pk": item["pk"], "sk": item["sk"]} for item in response.get("Items", [])]
+        return self._batch_get(listed), encode_cursor(response.get("LastEvaluatedKey"))
 
     def load_cursors(self) -> dict[str, str]:
         response = self._send("query", requests.query_cursors(self.table, self.environment))
@@ -279,17 +292,18 @@ class DynamoRunStore:
         wire = self._send("get_item", request).get("Item")
         return token_from_wire(wire) if wire else None
 
-    def decide_token(self, decided: Token) -> Token:
+    def decide_token(self, decision: TokenDecision) -> Token:
+        request = requests.decide_token(self.table, self.environment, decision)
         try:
-            self._send("put_item", requests.decide_token(self.table, token_to_wire(decided)))
+            response = self._send("update_item", request)
         except ClientError as exc:
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise
             wire: dict[str, Any] | None = exc.response.get("Item")  # type: ignore[assignment]
             if not wire:
-                raise TokenNotFound(decided.id) from None
+                raise TokenNotFound(decision.token_id) from None
             raise TokenAlreadyDecided(token_from_wire(wire)) from None
-        return decided
+        return token_from_wire(response["Attributes"])
 
     def finish_token_resume(self, token_id: str) -> None:
         request = requests.finish_token_resume(self.table, self.environment, token_id)
@@ -312,7 +326,7 @@ class DynamoRunStore:
         self, query: RunQuery, limit: int, cursor: str | None
     ) -> tuple[list[Run], str | None]:
         run_keys, next_cursor = list_run_keys(
-            lambda request: self._query(request, cursor),
+            lambda sent: self._query_all(sent, cursor),
             self.table,
             self.environment,
             query,

@@ -30,12 +30,13 @@ from runlane_sqs.adapters.dynamodb.cursors import (
     encode_cursor,
     waits_key,
 )
+from runlane_sqs.core.agenda import listed_at
 from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.durations import to_epoch_ms
 from runlane_sqs.core.errors import ConflictError, LeaseLost
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import LEASED_STATUSES, Lease, Run, RunEvent, WaitKind
-from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenNotFound
+from runlane_sqs.core.tokens import Token, TokenDecision, TokenNotFound
 from runlane_sqs.core.tokens import agenda_entry as token_agenda_entry
 from runlane_sqs.ports.store import KeyClaim, KeyConflict, KeyKind, RunQuery
 
@@ -164,7 +165,10 @@ class InMemoryRunStore:
             if stored is None or current is None or not claim.holds(current):
                 raise ConflictError(claim.run_id, current)
             transition = claim.transition(current)
-            stored.run = _as_stored(transition.after, stored.payload_json)
+            after = transition.after
+            if claim.keeps_listing():  # as on DynamoDB: the agenda entry stays
+                after = replace(after, review_at=current.review_at)
+            stored.run = _as_stored(after, stored.payload_json)
             stored.events.extend(_event_as_stored(e) for e in transition.events)
             return stored.run
 
@@ -180,7 +184,8 @@ class InMemoryRunStore:
                 or current.lease.token != lease.token
             ):
                 raise LeaseLost(run.id)
-            stored.run = replace(current, lease=lease)
+            # as on DynamoDB: the agenda entry stays where it is
+            stored.run = replace(current, lease=lease, review_at=listed_at(current))
             return stored.run
 
     def release_key(self, kind: KeyKind, task: str, key: str, run_id: str) -> None:
@@ -250,15 +255,14 @@ class InMemoryRunStore:
         with self._lock:
             return self._tokens.get(token_id)
 
-    def decide_token(self, decided: Token) -> Token:
+    def decide_token(self, decision: TokenDecision) -> Token:
         with self._lock:
-            current = self._tokens.get(decided.id)
+            current = self._tokens.get(decision.token_id)
             if current is None:
-                raise TokenNotFound(decided.id)
-            if current.is_decided:
-                raise TokenAlreadyDecided(current)
+                raise TokenNotFound(decision.token_id)
+            decided = decision.applied_to(current)  # raises TokenAlreadyDecided
             stored = replace(decided, value=_json_copy(decided.value))
-            self._tokens[decided.id] = stored
+            self._tokens[decision.token_id] = stored
             return stored
 
     def finish_token_resume(self, token_id: str) -> None:
