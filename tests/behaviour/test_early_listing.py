@@ -13,11 +13,9 @@ import pytest
 
 from runlane_sqs import EventType, Runlane, RunStatus
 from runlane_sqs.core.agenda import AGENDA_SHARDS, listed_at
-from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.clock import ManualClock
 from runlane_sqs.core.errors import ConfigurationError
 from runlane_sqs.core.model import Lease
-from runlane_sqs.core.wakeup import ClaimHint
 from runlane_sqs.engine.maintenance import (
     JOB_DUE,
     JOB_EXPIRED,
@@ -27,6 +25,7 @@ from tests.apps.recovery_tasks import PLAIN_TASK, register_recovery
 from tests.backends import Backend
 from tests.behaviour.maintenance_support import take_wakeups
 from tests.behaviour.worker_support import event_types
+from tests.core.test_claims import claim_of
 
 
 @pytest.fixture
@@ -37,17 +36,14 @@ def app(backend: Backend) -> Runlane:
 def claim_on_hint(app: Runlane, run_id: str, token: str) -> None:
     """Claim as a worker that received the run's wakeup would, then stops heartbeating."""
     run = app.runs.get(run_id)
-    hint = ClaimHint.of(run)
-    assert hint is not None and hint.review_at is not None
-    claim = HintedClaim(
-        environment=run.environment,
-        run_id=run.id,
-        queue=run.queue,
-        hint=hint,
+    assert run.review_at is not None
+    claim = claim_of(
+        run,
         owner="worker-1",
         token=token,
         now=app.clock.now(),
         duration=app.config.lease_duration,
+        timeout=None,
     )
     assert claim.keeps_listing()
     app.store.claim_hinted(claim)
