@@ -34,13 +34,9 @@ AttributeMap = dict[str, Any]
 """An item in the low-level DynamoDB wire format (``{"name": {"S": ...}}``)."""
 
 
-def _compact(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
 def compact_json(value: Any) -> str:
     """JSON text as stored: compact, Unicode kept as is."""
-    return _compact(value)
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def _ms(at: datetime | None) -> int | None:
@@ -57,7 +53,7 @@ def event_to_map(event: RunEvent) -> EventMap:
         type=event.type.value,
         at=to_epoch_ms(event.at),
         attempt=event.attempt,
-        data=_compact(event.data) if event.data else None,
+        data=compact_json(event.data) if event.data else None,
     )
 
 
@@ -90,14 +86,14 @@ def run_state_attributes(run: Run) -> dict[str, Any]:
         "lease_owner": lease.owner if lease else None,
         "lease_token": lease.token if lease else None,
         "lease_expires_at": to_epoch_ms(lease.expires_at) if lease else None,
-        "result": _compact(run.result) if run.result is not None else None,
-        "failure": _compact(run.failure.to_json()) if run.failure else None,
+        "result": compact_json(run.result) if run.result is not None else None,
+        "failure": compact_json(run.failure.to_json()) if run.failure else None,
         "deadline_at": _ms(run.deadline_at),
         "lease_losses": run.lease_losses or None,
         "wake_at": _ms(run.wake_at),
         "publishes": run.publishes or None,
         "failures": run.failures or None,
-        "waiting": _compact(waiting.to_json()) if waiting else None,
+        "waiting": compact_json(waiting.to_json()) if waiting else None,
         "parked_from": run.parked_from.value if run.parked_from else None,
         "wait_pk": wait_partition(run),
         "wait_sk": run.id if waiting else None,
@@ -134,7 +130,7 @@ def map_additions(before: Run, after: Run) -> dict[str, dict[str, str]]:
     additions: dict[str, dict[str, str]] = {}
     for name in MAP_ATTRIBUTES:
         old, new = getattr(before, name), getattr(after, name)
-        added = {map_key(k): _compact(v) for k, v in new.items() if k not in old}
+        added = {map_key(k): compact_json(v) for k, v in new.items() if k not in old}
         if added:
             additions[name] = added
     return additions
@@ -159,8 +155,8 @@ def run_to_item(run: Run, events: list[RunEvent], payload_json: str) -> RunItem:
         source_run_id=run.source_run_id,
         source_kind=run.source_kind,
         events=[event_to_map(e) for e in events],
-        steps={map_key(k): _compact(v) for k, v in run.steps.items()},
-        wait_results={map_key(k): _compact(v) for k, v in run.wait_results.items()},
+        steps={map_key(k): compact_json(v) for k, v in run.steps.items()},
+        wait_results={map_key(k): compact_json(v) for k, v in run.wait_results.items()},
         created_sk=keys.created_sk(created_ms, run.id),
         **run_state_attributes(run),
     )
@@ -258,8 +254,8 @@ def token_to_wire(token: Token) -> AttributeMap:
         token_id=token.id,
         environment=token.environment,
         token_status=token.status.value,
-        value=_compact(token.value) if token.value is not None else None,
-        metadata=_compact(token.metadata) if token.metadata is not None else None,
+        value=compact_json(token.value) if token.value is not None else None,
+        metadata=compact_json(token.metadata) if token.metadata is not None else None,
         created_at=to_epoch_ms(token.created_at),
         timeout_at=_ms(token.timeout_at),
         decided_at=_ms(token.decided_at),
