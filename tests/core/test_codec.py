@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from runlane_sqs.adapters.dynamodb import codec, keys, requests
+from runlane_sqs.adapters.dynamodb import codec, keys, requests, writes
 from runlane_sqs.core import machine
 from runlane_sqs.core.durations import to_epoch_ms
 from runlane_sqs.core.machine import Transition
@@ -329,3 +329,41 @@ def test_guarded_attributes_join_the_condition() -> None:
     assert update.required == {"seq": 1, "due_at": to_epoch_ms(NOW)}
     assert update.required_absent == {"publishes"}
     assert update.set["publishes"] == 1
+
+
+def test_appended_events_are_stored_as_a_new_run_stores_them() -> None:
+    """The attempt writes append events in the wire format the model serialises them to,
+    so a history read back decodes alike whichever write stored each event."""
+    running = claim(queued_run()).after
+    transition = machine.record_failure(
+        running, token="tok-1", failure=FAILURE, decision=RetryDecision(None), now=NOW
+    )
+    request = requests.apply_transition("runs", transition)
+    (appended,) = (v["L"] for v in request["ExpressionAttributeValues"].values() if "L" in v)
+    stored = codec.run_to_wire(transition.after, list(transition.events), "{}")["events"]["L"]
+    assert appended == stored
+    item = codec.item_from_wire({**codec.run_to_wire(running, [], "{}"), "events": {"L": appended}})
+    assert codec.events_from_item(item) == list(transition.events)
+
+
+def test_step_names_with_path_characters_are_written_as_one_map_key() -> None:
+    running = claim(queued_run()).after
+    after = running.with_changes(steps={"fetch.v2[0]": {"n": 1}}, seq=running.seq + 1)
+    request = requests.apply_transition("runs", Transition(before=running, after=after, events=()))
+    names = request["ExpressionAttributeNames"]
+    (path,) = re.findall(r"(#\w+\.#\w+) = :\w+", request["UpdateExpression"])
+    assert [names[part] for part in path.split(".")] == ["steps", "fetch.v2%5B0%5D"]
+    assert codec.map_key("fetch.v2[0]") == "fetch.v2%5B0%5D"
+
+
+def test_a_run_item_missing_a_required_attribute_is_a_clear_error() -> None:
+    wire = codec.run_to_wire(make_run(), [], "{}")
+    del wire["task"]
+    with pytest.raises(ValueError, match="run item without 'task'"):
+        codec.run_from_wire(wire)
+
+
+def test_a_value_of_the_wrong_type_is_refused_before_it_is_sent() -> None:
+    with pytest.raises(TypeError, match="'status' takes text, not int"):
+        writes.wire_value("status", 3)
+    assert writes.wire_value("seq", 3) == {"N": "3"}

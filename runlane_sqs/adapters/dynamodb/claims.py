@@ -3,12 +3,13 @@ sets, with no read before it (docs/design/storage.md, "Claims")."""
 
 from __future__ import annotations
 
-from pynamodb.expressions.update import Action
-
 from runlane_sqs.adapters.dynamodb import keys
-from runlane_sqs.adapters.dynamodb.codec import event_to_map, run_state_attributes
-from runlane_sqs.adapters.dynamodb.items import RunItem
-from runlane_sqs.adapters.dynamodb.requests import Request, expressions
+from runlane_sqs.adapters.dynamodb.codec import (
+    HISTORY_ATTRIBUTE,
+    event_to_wire,
+    run_state_attributes,
+)
+from runlane_sqs.adapters.dynamodb.writes import Request, RunWrite
 from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.durations import to_epoch_ms
 from runlane_sqs.core.model import RUNNABLE_STATUSES
@@ -48,29 +49,25 @@ def claim_hinted(table: str, claim: HintedClaim) -> Request:
     blind = claim.blind()
     values = run_state_attributes(blind.after)
     keeps_listing = claim.keeps_listing()
-    actions: list[Action] = []
+    write = RunWrite()
     for name in CLAIM_WRITES if keeps_listing else CLAIM_WRITES + LISTING:
-        attribute = getattr(RunItem, name)
-        value = values[name]
-        actions.append(attribute.remove() if value is None else attribute.set(value))
-    appended = RunItem.events.append([event_to_map(e) for e in blind.events])
-    actions.append(RunItem.events.set(appended))
+        write.set(name, values[name])
+    write.append(HISTORY_ATTRIBUTE, [event_to_wire(e) for e in blind.events])
     hint = claim.hint
-    condition = (
-        (RunItem.seq == hint.seq)
-        & (RunItem.attempt == hint.attempt)
-        & (RunItem.task == hint.task)
-        & RunItem.status.is_in(*RUNNABLE)
-        & (RunItem.due_at <= to_epoch_ms(blind.after.updated_at))
-        & RunItem.wait_pk.does_not_exist()
-    )
+    write.require("seq", "=", hint.seq)
+    write.require("attempt", "=", hint.attempt)
+    write.require("task", "=", hint.task)
+    write.require_in("status", RUNNABLE)
+    write.require("due_at", "<=", to_epoch_ms(blind.after.updated_at))
+    write.require_equal_or_absent("wait_pk", None)
     if keeps_listing:
         assert hint.review_at is not None
-        condition &= RunItem.agenda_at == to_epoch_ms(hint.review_at)
-    request: Request = {
-        "TableName": table,
-        "Key": keys.run_key(claim.environment, claim.run_id),
-        "ReturnValues": "ALL_NEW",
-        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-    }
-    return expressions(request, condition=condition, actions=actions)
+        write.require("agenda_at", "=", to_epoch_ms(hint.review_at))
+    return write.request(
+        {
+            "TableName": table,
+            "Key": keys.run_key(claim.environment, claim.run_id),
+            "ReturnValues": "ALL_NEW",
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+    )

@@ -57,6 +57,19 @@ def event_to_map(event: RunEvent) -> EventMap:
     )
 
 
+def event_to_wire(event: RunEvent) -> AttributeMap:
+    """An event in the wire format :func:`event_to_map` serialises to."""
+    entry: AttributeMap = {
+        "seq": {"N": str(event.seq)},
+        "type": {"S": event.type.value},
+        "at": {"N": str(to_epoch_ms(event.at))},
+        "attempt": {"N": str(event.attempt)},
+    }
+    if event.data:
+        entry["data"] = {"S": compact_json(event.data)}
+    return {"M": entry}
+
+
 def event_from_map(entry: EventMap) -> RunEvent:
     return RunEvent(
         seq=int(entry.seq),
@@ -103,6 +116,8 @@ def run_state_attributes(run: Run) -> dict[str, Any]:
     }
 
 
+HISTORY_ATTRIBUTE = "events"
+"""The run's events, appended to by every write that records one."""
 INDEX_ATTRIBUTES = ("status_pk", "agenda_pk", "agenda_at", "wait_pk", "wait_sk")
 MAP_ATTRIBUTES = ("wait_results", "steps")
 """Maps whose entries are only ever added: a write sets the new entries by path, so it
@@ -173,73 +188,105 @@ def item_from_wire(wire: AttributeMap) -> RunItem:
     return item
 
 
-def run_from_item(item: RunItem) -> Run:
-    lease = None
-    if item.lease_token is not None:
-        lease = Lease(
-            owner=item.lease_owner or "",
-            token=item.lease_token,
-            expires_at=from_epoch_ms(int(item.lease_expires_at)),
-        )
-    run = Run(
-        id=item.run_id,
-        environment=item.environment,
-        task=item.task,
-        queue=item.queue,
-        status=RunStatus(item.status),
-        payload=decode_json(item.payload),
-        deadline_at=_at(item.deadline_at),
-        lease_losses=int(item.lease_losses or 0),
-        wake_at=_at(item.wake_at),
-        publishes=int(item.publishes or 0),
-        failures=int(item.failures or 0),
-        waiting=Wait.from_json(json.loads(item.waiting)) if item.waiting else None,
-        wait_results=_json_map(item.wait_results),
-        steps=_json_map(item.steps),
-        watched=bool(item.watched),
-        source_run_id=item.source_run_id,
-        source_kind=item.source_kind,
-        parked_from=RunStatus(item.parked_from) if item.parked_from else None,
-        created_at=from_epoch_ms(int(item.created_at)),
-        updated_at=from_epoch_ms(int(item.updated_at)),
-        seq=int(item.seq),
-        attempt=int(item.attempt),
-        due_at=_at(item.due_at),
-        lease=lease,
-        result=decode_json(item.result),
-        failure=Failure.from_json(json.loads(item.failure)) if item.failure else None,
-        idempotency_key=item.idempotency_key,
-        singleton_key=item.singleton_key,
-    )
-    return _with_review(run, item.agenda_at)
+class _Attributes:
+    """Reads one item's attributes straight from the wire format: every run attribute is
+    a string, a number, or a map of strings (PynamoDB's model would build and copy an
+    attribute object per value, a fifth of the worker's own CPU per run)."""
 
+    __slots__ = ("wire",)
 
-def _with_review(run: Run, agenda_at: Any) -> Run:
-    """A run listed earlier than its agenda time carries that time as ``review_at``."""
-    if agenda_at is None:
-        return run
-    entry = agenda_entry(run)
-    listed = from_epoch_ms(int(agenda_at))
-    if entry is None or listed >= entry[1]:
-        return run
-    return run.with_changes(review_at=listed)
+    def __init__(self, wire: AttributeMap) -> None:
+        self.wire = wire
 
+    def text(self, name: str) -> str | None:
+        value = self.wire.get(name)
+        return value["S"] if value is not None and "S" in value else None
 
-def _json_map(attribute: Any) -> dict[str, Any]:
-    if attribute is None:
-        return {}
-    raw = attribute.as_dict() if hasattr(attribute, "as_dict") else dict(attribute)
-    return {unquote(k): json.loads(v) for k, v in raw.items()}
+    def required_text(self, name: str) -> str:
+        value = self.text(name)
+        if value is None:
+            raise ValueError(f"run item without {name!r}")
+        return value
+
+    def number(self, name: str) -> int | None:
+        value = self.wire.get(name)
+        return int(value["N"]) if value is not None and "N" in value else None
+
+    def time(self, name: str) -> datetime | None:
+        value = self.number(name)
+        return from_epoch_ms(value) if value is not None else None
+
+    def required_time(self, name: str) -> datetime:
+        value = self.time(name)
+        if value is None:
+            raise ValueError(f"run item without {name!r}")
+        return value
+
+    def json_map(self, name: str) -> dict[str, Any]:
+        value = self.wire.get(name)
+        if value is None or "M" not in value:
+            return {}
+        return {unquote(k): json.loads(v["S"]) for k, v in value["M"].items()}
 
 
 def run_from_wire(wire: AttributeMap) -> Run:
     """The run an item holds. Its history is not part of a ``Run`` and is not decoded
     (it is the largest attribute, and every attempt write reads the item back)."""
-    state = {name: value for name, value in wire.items() if name != HISTORY_ATTRIBUTE}
-    return run_from_item(item_from_wire(state))
+    item = _Attributes(wire)
+    lease = None
+    token = item.text("lease_token")
+    if token is not None:
+        lease = Lease(
+            owner=item.text("lease_owner") or "",
+            token=token,
+            expires_at=item.required_time("lease_expires_at"),
+        )
+    waiting, failure, parked_from = (
+        item.text("waiting"),
+        item.text("failure"),
+        item.text("parked_from"),
+    )
+    run = Run(
+        id=item.required_text("run_id"),
+        environment=item.required_text("environment"),
+        task=item.required_text("task"),
+        queue=item.required_text("queue"),
+        status=RunStatus(item.required_text("status")),
+        payload=decode_json(item.text("payload")),
+        deadline_at=item.time("deadline_at"),
+        lease_losses=item.number("lease_losses") or 0,
+        wake_at=item.time("wake_at"),
+        publishes=item.number("publishes") or 0,
+        failures=item.number("failures") or 0,
+        waiting=Wait.from_json(json.loads(waiting)) if waiting else None,
+        wait_results=item.json_map("wait_results"),
+        steps=item.json_map("steps"),
+        watched=bool(item.number("watched")),
+        source_run_id=item.text("source_run_id"),
+        source_kind=item.text("source_kind"),
+        parked_from=RunStatus(parked_from) if parked_from else None,
+        created_at=item.required_time("created_at"),
+        updated_at=item.required_time("updated_at"),
+        seq=item.number("seq") or 0,
+        attempt=item.number("attempt") or 0,
+        due_at=item.time("due_at"),
+        lease=lease,
+        result=decode_json(item.text("result")),
+        failure=Failure.from_json(json.loads(failure)) if failure else None,
+        idempotency_key=item.text("idempotency_key"),
+        singleton_key=item.text("singleton_key"),
+    )
+    return _with_review(run, item.time("agenda_at"))
 
 
-HISTORY_ATTRIBUTE = "events"
+def _with_review(run: Run, listed: datetime | None) -> Run:
+    """A run listed earlier than its agenda time carries that time as ``review_at``."""
+    if listed is None:
+        return run
+    entry = agenda_entry(run)
+    if entry is None or listed >= entry[1]:
+        return run
+    return run.with_changes(review_at=listed)
 
 
 def events_from_item(item: RunItem) -> list[RunEvent]:

@@ -16,7 +16,7 @@ from typing import Any
 from runlane_sqs.adapters.dynamodb.codec import (
     events_from_item,
     item_from_wire,
-    run_from_item,
+    run_from_wire,
     run_state_attributes,
 )
 from runlane_sqs.core.claims import HintedClaim
@@ -55,12 +55,11 @@ def landed_transition(transition: Transition, wire: dict[str, Any] | None) -> Ru
     ``None`` (another writer changed the run)."""
     if not wire or not _by_the_attempt(transition):
         return None
-    item = item_from_wire(wire)
-    stored = run_from_item(item)
+    stored = run_from_wire(wire)
     after = transition.after
     if stored.seq != after.seq or run_state_attributes(stored) != run_state_attributes(after):
         return None
-    if not _same_events(events_from_item(item), transition.events):
+    if not _same_events(events_from_item(item_from_wire(wire)), transition.events):
         return None
     log.info(
         "run %s: a write refused on resending was our own, already applied (its first "

@@ -27,10 +27,11 @@ from pynamodb.expressions.update import Action, Update
 
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.codec import (
+    HISTORY_ATTRIBUTE,
     INDEX_ATTRIBUTES,
     AttributeMap,
     compact_json,
-    event_to_map,
+    event_to_wire,
     map_additions,
     run_state_attributes,
 )
@@ -42,6 +43,7 @@ from runlane_sqs.adapters.dynamodb.items import (
     RunItem,
     TokenItem,
 )
+from runlane_sqs.adapters.dynamodb.writes import RunWrite
 from runlane_sqs.core.agenda import AgendaKind
 from runlane_sqs.core.durations import to_epoch_ms
 from runlane_sqs.core.machine import Transition
@@ -88,25 +90,20 @@ def apply_transition(table: str, transition: Transition) -> Request:
     """
     before, after = transition.before, transition.after
     old, new = run_state_attributes(before), run_state_attributes(after)
-    actions: list[Action] = []
+    write = RunWrite()
     for name, value in new.items():
-        if value == old[name] and name not in INDEX_ATTRIBUTES:
-            continue
-        attribute = getattr(RunItem, name)
-        actions.append(attribute.remove() if value is None else attribute.set(value))
+        if value != old[name] or name in INDEX_ATTRIBUTES:
+            write.set(name, value)
     for name, added in map_additions(before, after).items():
-        attribute = getattr(RunItem, name)
-        actions.extend(attribute[key].set(value) for key, value in added.items())
+        for key, text in added.items():
+            write.set_entry(name, key, text)
     if transition.events:
-        appended = RunItem.events.append([event_to_map(e) for e in transition.events])
-        actions.append(RunItem.events.set(appended))
-    condition = RunItem.seq == before.seq
+        write.append(HISTORY_ATTRIBUTE, [event_to_wire(e) for e in transition.events])
+    write.require("seq", "=", before.seq)
     if transition.fence is not None:
-        condition &= RunItem.lease_token == transition.fence
+        write.require("lease_token", "=", transition.fence)
     for name in transition.guard:
-        attribute = getattr(RunItem, name)
-        value = old[name]
-        condition &= attribute.does_not_exist() if value is None else attribute == value
+        write.require_equal_or_absent(name, old[name])
     request: Request = {
         "TableName": table,
         "Key": keys.run_key(after.environment, after.id),
@@ -114,7 +111,7 @@ def apply_transition(table: str, transition: Transition) -> Request:
     }
     if after.is_terminal:
         request["ReturnValues"] = "ALL_NEW"  # says whether another run waits for this one
-    return expressions(request, condition=condition, actions=actions)
+    return write.request(request)
 
 
 def watch_run(table: str, environment: str, run_id: str) -> Request:
@@ -151,19 +148,17 @@ def renew_lease(table: str, run: Run, lease: Lease) -> Request:
     The run's agenda entry stays where it is, earlier than the new expiry: maintenance
     looks at the run then and lists it at its lease expiry (so a heartbeat writes
     nothing to the agenda index)."""
-    renewed = run_state_attributes(run.with_changes(lease=lease))
-    condition = (RunItem.lease_token == lease.token) & RunItem.status.is_in(
-        *(s.value for s in LEASED_STATUSES)
-    )
-    return expressions(
+    write = RunWrite()
+    write.set("lease_expires_at", to_epoch_ms(lease.expires_at))
+    write.require("lease_token", "=", lease.token)
+    write.require_in("status", [s.value for s in LEASED_STATUSES])
+    return write.request(
         {
             "TableName": table,
             "Key": keys.run_key(run.environment, run.id),
             "ReturnValues": "ALL_NEW",
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-        },
-        condition=condition,
-        actions=[RunItem.lease_expires_at.set(renewed["lease_expires_at"])],
+        }
     )
 
 

@@ -1,0 +1,66 @@
+"""The app's boto3 clients send a user agent built once, so botocore does not rebuild
+it for every request; a user agent the user configures is kept."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import boto3
+from botocore.awsrequest import AWSResponse
+from botocore.config import Config
+
+from runlane_sqs.adapters.aws import USER_AGENT, AwsClients
+
+
+def clients(config: Config | None = None) -> AwsClients:
+    session = boto3.session.Session(aws_access_key_id="test", aws_secret_access_key="test")
+    return AwsClients(
+        region="us-east-1",
+        endpoint_url="http://127.0.0.1:9",
+        session=session,
+        botocore_config=config,
+    )
+
+
+class Body:
+    """An empty JSON answer."""
+
+    def stream(self, **_: Any) -> Any:
+        return iter([b"{}"])
+
+    def read(self, *_: Any, **__: Any) -> bytes:
+        return b"{}"
+
+
+def sent_user_agents(client: Any, requests: int) -> list[str]:
+    """The ``User-Agent`` of ``requests`` calls, answered without a network."""
+    seen: list[str] = []
+
+    def answer(request: Any, **_: Any) -> AWSResponse:
+        seen.append(request.headers["User-Agent"].decode())
+        return AWSResponse(request.url, 200, {}, Body())
+
+    client.meta.events.register("before-send", answer)
+    for _ in range(requests):
+        client.list_tables()
+    return seen
+
+
+def test_every_request_carries_the_user_agent_built_once() -> None:
+    client = clients().client("dynamodb")
+    agents = sent_user_agents(client, 2)
+    assert agents[0] == agents[1]
+    assert agents[0].startswith(USER_AGENT)
+    assert agents[0].startswith("runlane-sqs/")
+
+
+def test_a_users_config_gets_the_fixed_user_agent_and_keeps_its_settings() -> None:
+    config = clients(Config(retries={"max_attempts": 2}, read_timeout=3)).botocore_config
+    assert config.user_agent == USER_AGENT
+    assert config.retries == {"max_attempts": 2}
+    assert config.read_timeout == 3
+
+
+def test_a_users_own_user_agent_is_kept() -> None:
+    config = clients(Config(user_agent="billing-service/1.0")).botocore_config
+    assert config.user_agent == "billing-service/1.0"
