@@ -18,16 +18,21 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m runlane_sqs.local.demo
 
+# Test files are shared between TEST_WORKERS processes (pytest-xdist), each with its own
+# moto server; one file's tests stay in one process. TEST_WORKERS=0 runs them in this one.
+TEST_WORKERS ?= 2
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+
 test: $(STAMP)
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests $(XDIST)
 
 # Groups (tests/conftest.py): test-unit runs everything that needs no emulator,
 # test-integration everything that does, test-acceptance the CLI as a user drives it.
 test-unit: $(STAMP)
-	$(BIN)/python -m pytest tests -m "not integration"
+	$(BIN)/python -m pytest tests -m "not integration" $(XDIST)
 
 test-integration: $(STAMP)
-	$(BIN)/python -m pytest tests -m integration
+	$(BIN)/python -m pytest tests -m integration $(XDIST)
 
 test-acceptance: $(STAMP)
 	$(BIN)/python -m pytest tests/processes/cli

@@ -15,6 +15,7 @@ in ``tests/emulators.py``.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,13 @@ pytest_plugins = ["tests.emulators", "pytester"]
 GROUPS = ("core", "engine", "contract", "behaviour", "processes")
 EMULATOR_FIXTURES = frozenset({"session_backend", "moto_server"})
 TESTS = Path(__file__).parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Output is read as from a pipe of no set width (pytest-xdist's worker processes are
+    given ``COLUMNS=80``); tests of the width set ``COLUMNS`` themselves."""
+    for name in ("COLUMNS", "LINES"):
+        os.environ.pop(name, None)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import platform
+from collections.abc import Mapping
 from importlib import metadata
-from typing import Any
+from typing import Any, Final
 
 import boto3
 from botocore.config import Config
@@ -30,8 +32,12 @@ USER_AGENT = (
 Without a fixed one, botocore rebuilds and sanitises its default string twice per
 request: about half of its own CPU time per call (docs/performance.md, "Worker CPU")."""
 
+DEFAULT_RETRY_MODE: Final = "standard"
+DEFAULT_MAX_ATTEMPTS: Final = 5
+"""Attempts per request in all: the first and up to four retries (``AWS_MAX_ATTEMPTS``
+counts the same way)."""
 DEFAULT_BOTOCORE_CONFIG = Config(
-    retries={"mode": "standard", "max_attempts": 5},
+    retries={"mode": DEFAULT_RETRY_MODE, "total_max_attempts": DEFAULT_MAX_ATTEMPTS},
     connect_timeout=5,
     read_timeout=30,
     max_pool_connections=50,
@@ -42,6 +48,34 @@ DEFAULT_BOTOCORE_CONFIG = Config(
     parameter_validation=False,
     user_agent=USER_AGENT,
 )
+
+
+RETRY_MODES = ("legacy", "standard", "adaptive")
+ENV_MAX_ATTEMPTS = "AWS_MAX_ATTEMPTS"
+ENV_RETRY_MODE = "AWS_RETRY_MODE"
+
+
+def default_botocore_config(environ: Mapping[str, str] = os.environ) -> Config:
+    """:data:`DEFAULT_BOTOCORE_CONFIG`, with the retries that ``AWS_MAX_ATTEMPTS`` and
+    ``AWS_RETRY_MODE`` ask for (the AWS SDKs' own variables; a client config would
+    otherwise hide them). A bad value is a :class:`ConfigurationError`."""
+    mode = environ.get(ENV_RETRY_MODE, "").strip()
+    attempts = environ.get(ENV_MAX_ATTEMPTS, "").strip()
+    if not mode and not attempts:
+        return DEFAULT_BOTOCORE_CONFIG
+    if mode and mode not in RETRY_MODES:
+        raise ConfigurationError(
+            f"{ENV_RETRY_MODE} must be one of {', '.join(RETRY_MODES)}, not {mode!r}"
+        )
+    if attempts and (not attempts.isdigit() or not 1 <= int(attempts) <= 100):
+        raise ConfigurationError(
+            f"{ENV_MAX_ATTEMPTS} must be a whole number from 1 to 100, not {attempts!r}"
+        )
+    retries: Any = {
+        "mode": mode or DEFAULT_RETRY_MODE,
+        "total_max_attempts": int(attempts) if attempts else DEFAULT_MAX_ATTEMPTS,
+    }
+    return DEFAULT_BOTOCORE_CONFIG.merge(Config(retries=retries))
 
 
 def with_fixed_user_agent(config: Config) -> Config:
@@ -68,7 +102,7 @@ class AwsClients:
         self.region = region
         self.endpoint_url = endpoint_url
         self.botocore_config = (
-            with_fixed_user_agent(botocore_config) if botocore_config else DEFAULT_BOTOCORE_CONFIG
+            with_fixed_user_agent(botocore_config) if botocore_config else default_botocore_config()
         )
         self._session = session
         self._clients: dict[str, Any] = {}

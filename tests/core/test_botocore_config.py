@@ -6,10 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 import boto3
+import botocore.endpoint
+import pytest
 from botocore.awsrequest import AWSResponse
 from botocore.config import Config
+from botocore.exceptions import ClientError
 
-from runlane_sqs.adapters.aws import USER_AGENT, AwsClients
+from runlane_sqs.adapters.aws import USER_AGENT, AwsClients, default_botocore_config
+from runlane_sqs.core.errors import ConfigurationError
 
 
 def clients(config: Config | None = None) -> AwsClients:
@@ -64,3 +68,42 @@ def test_a_users_config_gets_the_fixed_user_agent_and_keeps_its_settings() -> No
 def test_a_users_own_user_agent_is_kept() -> None:
     config = clients(Config(user_agent="billing-service/1.0")).botocore_config
     assert config.user_agent == "billing-service/1.0"
+
+
+def test_the_sdks_retry_variables_set_the_default_retries() -> None:
+    environ = {"AWS_MAX_ATTEMPTS": "2", "AWS_RETRY_MODE": "adaptive"}
+    config = default_botocore_config(environ)
+    assert config.retries == {"mode": "adaptive", "total_max_attempts": 2}
+    assert config.user_agent == USER_AGENT
+    assert default_botocore_config({}).retries == {"mode": "standard", "total_max_attempts": 5}
+
+
+def test_a_request_is_tried_five_times_in_all_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first try and four retries, as docs/operations.md says."""
+    waits: list[float] = []
+    monkeypatch.setattr(botocore.endpoint.time, "sleep", waits.append)
+    client = clients().client("dynamodb")
+    tries = []
+
+    def refuse(request: Any, **_: Any) -> AWSResponse:
+        tries.append(request)
+        return AWSResponse(request.url, 500, {}, Body())
+
+    client.meta.events.register("before-send", refuse)
+    with pytest.raises(ClientError):
+        client.list_tables()
+    assert len(tries) == 5
+    assert len(waits) == 4
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        ({"AWS_MAX_ATTEMPTS": "many"}, "AWS_MAX_ATTEMPTS must be a whole number"),
+        ({"AWS_MAX_ATTEMPTS": "0"}, "from 1 to 100, not '0'"),
+        ({"AWS_RETRY_MODE": "eager"}, "AWS_RETRY_MODE must be one of legacy, standard"),
+    ],
+)
+def test_a_bad_retry_variable_is_a_clear_error(environ: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        default_botocore_config(environ)

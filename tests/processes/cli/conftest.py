@@ -18,12 +18,22 @@ from typing import Any
 import pytest
 
 from runlane_sqs import Runlane
-from runlane_sqs.local import MotoServer
+from runlane_sqs.local import MotoServer, free_port
 from tests.processes.cli.apps.names import APP_SPEC, MARKERS_ENV
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 CLI_TIMEOUT_SECONDS = 60
 PARALLEL = 4
+
+
+def unreachable_backend() -> tuple[str, dict[str, str]]:
+    """An endpoint nothing listens on, and the environment that points the CLI at it
+    with one try per request (botocore's backoff between retries would only make the
+    test wait)."""
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    return endpoint, {"AWS_ENDPOINT_URL": endpoint, "AWS_MAX_ATTEMPTS": "1"}
+
+
 """CLI processes started at once by ``Cli.many`` (each spends most of its time importing)."""
 
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from runlane_sqs.local import free_port
 from tests.processes.cli.apps.names import ECHO
-from tests.processes.cli.conftest import Cli
+from tests.processes.cli.conftest import Cli, unreachable_backend
 
 EXIT_USAGE = 2
 EXIT_APP_NOT_IMPORTABLE = 3
@@ -35,8 +34,8 @@ def test_an_app_that_cannot_be_imported(cli: Cli) -> None:
 
 
 def test_an_unreachable_backend_names_the_endpoint(cli: Cli) -> None:
-    endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    message = _fails(cli, EXIT_BACKEND, "runs", "get", "x" * 32, env={"AWS_ENDPOINT_URL": endpoint})
+    endpoint, unreachable = unreachable_backend()
+    message = _fails(cli, EXIT_BACKEND, "runs", "get", "x" * 32, env=unreachable)
     assert f"cannot reach DynamoDB at {endpoint}" in message
 
 

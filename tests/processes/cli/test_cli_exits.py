@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from runlane_sqs import RetryPolicy, Runlane
-from runlane_sqs.local import free_port
 from tests.processes.cli.apps.names import APP_SPEC, CHARGE, ECHO
 from tests.processes.cli.conftest import (
     CLI_TIMEOUT_SECONDS,
@@ -23,6 +22,7 @@ from tests.processes.cli.conftest import (
     Cli,
     Done,
     command,
+    unreachable_backend,
     wait_until,
 )
 
@@ -167,9 +167,9 @@ def test_answering_no_to_a_confirmation_exits_1(cli: Cli) -> None:
 def test_draining_an_unreachable_backend_exits_4_naming_the_endpoint(
     cli: Cli, kind: tuple[str, ...]
 ) -> None:
-    endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    endpoint, unreachable = unreachable_backend()
 
-    done = cli("worker", "--drain", *kind, env={"AWS_ENDPOINT_URL": endpoint})
+    done = cli("worker", "--drain", *kind, env=unreachable)
 
     assert done.code == EXIT_BACKEND, f"exited {done.code}:\n{done.stderr}"
     reason = reason_line(done)
@@ -178,8 +178,8 @@ def test_draining_an_unreachable_backend_exits_4_naming_the_endpoint(
 
 
 def test_a_worker_without_drain_keeps_retrying_an_unreachable_backend(cli: Cli) -> None:
-    endpoint = f"http://127.0.0.1:{free_port()}"
-    worker = cli.start("worker", env={"AWS_ENDPOINT_URL": endpoint})
+    _, unreachable = unreachable_backend()
+    worker = cli.start("worker", env=unreachable)
 
     def failed_twice() -> bool:
         assert worker.alive(), f"worker exited:\n{worker.stderr()}"

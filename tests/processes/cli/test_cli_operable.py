@@ -16,9 +16,15 @@ from typing import Any
 import boto3
 import pytest
 
-from runlane_sqs.local import free_port
 from tests.processes.cli.apps.names import PATIENT
-from tests.processes.cli.conftest import CLI_TIMEOUT_SECONDS, Cli, Done, Started, wait_until
+from tests.processes.cli.conftest import (
+    CLI_TIMEOUT_SECONDS,
+    Cli,
+    Done,
+    Started,
+    unreachable_backend,
+    wait_until,
+)
 
 EXIT_BACKEND = 4
 PROMPTLY_SECONDS = 20
@@ -62,8 +68,8 @@ def test_every_exits_4_when_dynamodb_refuses_the_requests_as_invalid(
 
 
 def test_every_carries_on_while_dynamodb_cannot_be_reached(cli: Cli) -> None:
-    endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    loop = cli.start("maintenance", "run", "--every", "1", env={"AWS_ENDPOINT_URL": endpoint})
+    _, unreachable = unreachable_backend()
+    loop = cli.start("maintenance", "run", "--every", "1", env=unreachable)
 
     def failed_once() -> bool:
         assert loop.alive(), f"maintenance exited:\n{loop.stderr()}"
