@@ -8,7 +8,7 @@ import logging
 import os
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,9 @@ class Backend:
     description: str
     authoritative_capacity: bool
     """DynamoDB Local is AWS's own implementation; moto's capacity figures are not."""
+    emulators: dict[str, int] = field(default_factory=dict)
+    """The emulator processes by name (their pids): the throughput figures count their
+    CPU time too, which runs on this host here and on AWS's side in production."""
 
     def environment(self) -> dict[str, str]:
         return dict(self.variables)
@@ -81,6 +84,7 @@ def start(name: str) -> Iterator[Backend]:
                 server.environment(),
                 f"embedded moto server at {server.endpoint_url}",
                 authoritative_capacity=False,
+                emulators=_running({"moto": server.pid}),
             )
         return
     if name != AWS_LOCAL:
@@ -95,4 +99,11 @@ def start(name: str) -> Iterator[Backend]:
             f"DynamoDB Local at {emulators.dynamodb_endpoint}, LocalStack SQS at "
             f"{emulators.sqs_endpoint}",
             authoritative_capacity=True,
+            emulators=_running(
+                {"DynamoDB Local": emulators.dynamodb.pid, "LocalStack": emulators.localstack.pid}
+            ),
         )
+
+
+def _running(pids: dict[str, int | None]) -> dict[str, int]:
+    return {name: pid for name, pid in pids.items() if pid is not None}

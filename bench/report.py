@@ -50,7 +50,7 @@ def cost_table(rows: list[dict[str, Any]], backend: str) -> Table:
 def throughput_table(rows: list[dict[str, Any]], backend: str) -> Table:
     table = Table(title=f"Throughput, one worker process each ({backend})")
     headers = ("system", "concurrency", "runs", "seconds", "runs/s", "x Celery", "peak RSS")
-    for header in (*headers, "CPU ms/run", "CPU x Celery"):
+    for header in (*headers, "CPU ms/run", "CPU x Celery", "emulators' CPU ms/run"):
         table.add_column(header, justify="left" if header == "system" else "right")
     table.add_column("status")
     for row in rows:
@@ -65,6 +65,10 @@ def throughput_table(rows: list[dict[str, Any]], backend: str) -> Table:
             f"{rss / 2**20:.0f} MB" if rss else "-",
             _f(row.get("cpu_ms_per_run")),
             _f(row.get("celery_cpu_ratio")),
+            ", ".join(
+                f"{name} {_f(ms)}" for name, ms in row.get("emulator_cpu_ms_per_run", {}).items()
+            )
+            or "-",
             row["status"],
         )
     return table
@@ -78,7 +82,8 @@ def throughput_cpu_note(rows: list[dict[str, Any]]) -> str:
     return (
         "CPU ms/run: user + system CPU of the worker process and any children it forks "
         "(a prefork pool's), from the first trigger to the last completion, over runs; "
-        f"processes counted: {counted or '-'}"
+        f"processes counted: {counted or '-'}. The emulators' CPU is theirs over the same "
+        "phase: on AWS it is not the worker host's."
     )
 
 

@@ -19,7 +19,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,8 @@ class ThroughputResult:
     children they waited for, from the first trigger to the last completion (psutil)."""
     cpu_processes: int | None = None
     """Processes counted in ``cpu_seconds`` (1: the worker alone, no pool children)."""
+    emulator_cpu_seconds: dict[str, float] = field(default_factory=dict)
+    """The same for each emulator process (with its children), by name."""
 
     @property
     def worker_rss(self) -> int | None:
@@ -70,11 +72,19 @@ class ThroughputResult:
         """The worker's CPU milliseconds per run completed in the measured phase."""
         return self.cpu_seconds * 1000 / self.runs if self.cpu_seconds is not None else None
 
+    @property
+    def emulator_cpu_ms_per_run(self) -> dict[str, float]:
+        """Each emulator's CPU milliseconds per run in the same phase."""
+        return {name: s * 1000 / self.runs for name, s in self.emulator_cpu_seconds.items()}
+
     def record(self, drained: Drained) -> None:
         self.seconds = drained.seconds
         self.peak_rss = drained.peak_rss
         self.cpu_seconds = drained.cpu.seconds
         self.cpu_processes = drained.cpu.processes
+        self.emulator_cpu_seconds = {
+            name: cpu.seconds for name, cpu in drained.emulators.items() if cpu.seconds is not None
+        }
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -82,6 +92,7 @@ class ThroughputResult:
             "runs_per_second": self.runs_per_second,
             "worker_rss": self.worker_rss,
             "cpu_ms_per_run": self.cpu_ms_per_run,
+            "emulator_cpu_ms_per_run": self.emulator_cpu_ms_per_run,
         }
 
 
@@ -92,6 +103,7 @@ class Drained:
     seconds: float
     peak_rss: int
     cpu: CpuTime
+    emulators: dict[str, CpuTime]
 
 
 class DoneFile:
@@ -155,22 +167,27 @@ def timed_drain(
     runs: int,
     done: DoneFile,
     progress: Progress,
+    emulators: dict[str, int],
 ) -> Drained:
     """Produce ``runs`` runs against a ready worker: the time, the worker's peak RSS and
-    its CPU time, from the first trigger to the last completion."""
+    its CPU time (and each emulator's), from the first trigger to the last completion."""
     stop = threading.Event()
     deadline = time.monotonic() + max(180.0, runs / 4)
     producer = threading.Thread(target=produce, args=(trigger, runs, done, stop), daemon=True)
     with PeakRss(worker.pid) as rss:
         try:
-            with CpuTime(worker.pid) as cpu:
+            with contextlib.ExitStack() as measured:
+                cpu = measured.enter_context(CpuTime(worker.pid))
+                emulator_cpu = {
+                    name: measured.enter_context(CpuTime(pid)) for name, pid in emulators.items()
+                }
                 started = time.perf_counter()
                 producer.start()
                 finished = wait_for(runs, done, worker, deadline, progress)
         finally:
             stop.set()
             producer.join(timeout=30)
-    return Drained(finished - started, rss.peak, cpu)
+    return Drained(finished - started, rss.peak, cpu, emulator_cpu)
 
 
 def runlane_worker(
@@ -205,7 +222,12 @@ def runlane_worker(
             try:
                 result.record(
                     timed_drain(
-                        lambda n: _trigger_runlane(producer_app, n), worker, runs, done, progress
+                        lambda n: _trigger_runlane(producer_app, n),
+                        worker,
+                        runs,
+                        done,
+                        progress,
+                        backend.emulators,
                     )
                 )
             except (RuntimeError, TimeoutError) as exc:
@@ -249,7 +271,7 @@ def celery_worker(backend: Backend, runs: int, progress: Progress) -> Throughput
                     producer.send_task(celery_peer.NOOP_TASK, args=[n], queue=queue)
 
             try:
-                result.record(timed_drain(trigger, worker, runs, done, progress))
+                result.record(timed_drain(trigger, worker, runs, done, progress, backend.emulators))
             except (RuntimeError, TimeoutError) as exc:
                 result.status = f"failed: {exc}; celery log: {log.read_text()[-400:]!r}"
     sqs.close()

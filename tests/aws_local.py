@@ -75,6 +75,11 @@ class _Emulator:
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
+    @property
+    def pid(self) -> int | None:
+        """The emulator process's id while it runs (the bench reads its CPU time)."""
+        return self._process.pid if self.running and self._process else None
+
     def command(self) -> tuple[list[str], dict[str, str], Path]:
         """argv, environment and working directory of the child process."""
         raise NotImplementedError

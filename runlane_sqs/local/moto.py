@@ -102,6 +102,11 @@ class MotoServer:
         """True while the server process is alive."""
         return self._process is not None and self._process.poll() is None
 
+    @property
+    def pid(self) -> int | None:
+        """The server process's id while it runs."""
+        return self._process.pid if self._process is not None and self.running else None
+
     def environment(self) -> dict[str, str]:
         """Variables that point boto3 (and ``Runlane.from_env``) at this server."""
         return {
