@@ -59,7 +59,7 @@ def claim_hinted(table: str, claim: HintedClaim) -> Request:
     write.require("task", "=", hint.task)
     write.require_in("status", RUNNABLE)
     write.require("due_at", "<=", to_epoch_ms(blind.after.updated_at))
-    write.require_equal_or_absent("wait_pk", None)
+    write.require_absent("wait_pk")
     if keeps_listing:
         assert hint.review_at is not None
         write.require("agenda_at", "=", to_epoch_ms(hint.review_at))

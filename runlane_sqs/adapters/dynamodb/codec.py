@@ -190,8 +190,9 @@ def item_from_wire(wire: AttributeMap) -> RunItem:
 
 class _Attributes:
     """Reads one item's attributes straight from the wire format: every run attribute is
-    a string, a number, or a map of strings (PynamoDB's model would build and copy an
-    attribute object per value, a fifth of the worker's own CPU per run)."""
+    a string, a number, or a map of strings. PynamoDB's model builds and copies an
+    attribute object per value: 118 µs per claimed item against 18 µs read here
+    (docs/performance.md, "Worker CPU")."""
 
     __slots__ = ("wire",)
 

@@ -114,8 +114,8 @@ class DynamoRunStore:
     @functools.cached_property
     def _endpoint(self) -> str | None:
         """Where the client sends requests (named in errors); read when first needed, so a
-        lazily built client is not built by constructing the store, and then kept (it was
-        a tenth of the store's own CPU per request)."""
+        lazily built client is not built by constructing the store, and then kept rather
+        than read through the lazy client on every request."""
         return endpoint_of(self._client)
 
     def _send(self, operation: str, request: dict[str, Any]) -> Any:
