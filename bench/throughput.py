@@ -278,27 +278,11 @@ def celery_worker(backend: Backend, runs: int, progress: Progress) -> Throughput
     return result
 
 
-WARM_UP_SHARE = 4
-"""Runs drained before the measurements, as a share of one measurement's runs."""
-
-
 def measure_throughput(
     backend: Backend, runs: int, progress: Callable[[str, int], Progress]
 ) -> list[ThroughputResult]:
     """Sync, async, then Celery; ``progress(system, runs)`` gives each one's progress
-    callback.
-
-    First a quarter as many runs through a sync worker, not measured: DynamoDB Local is
-    a JVM whose requests run slower until its just-in-time compiler has warmed up, and
-    the first system measured would otherwise pay for that alone (Celery, measured
-    last, sends DynamoDB Local nothing)."""
-    warm_up_runs = max(1, runs // WARM_UP_SHARE)
-    warm_up = runlane_worker(
-        backend, SYNC, warm_up_runs, RUNLANE_CONCURRENCY, progress("warm-up", warm_up_runs)
-    )
-    if warm_up.status != "ok":
-        warm_up.system = "warm-up (runlane sync)"
-        return [warm_up]
+    callback."""
     results = [
         runlane_worker(backend, kind, runs, RUNLANE_CONCURRENCY, progress(f"runlane {kind}", runs))
         for kind in (SYNC, ASYNC)
