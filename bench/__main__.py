@@ -95,7 +95,7 @@ class Runner:
     def throughput(self) -> None:
         runs = self.sizes.throughput_runs
         rows = measure_throughput(
-            self.backend, runs, lambda system, total: self.bar(f"throughput: {system}", total)
+            self.backend, runs, lambda system: self.bar(f"throughput: {system}", runs)
         )
         self.results["throughput"] = [
             {

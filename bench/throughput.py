@@ -279,15 +279,14 @@ def celery_worker(backend: Backend, runs: int, progress: Progress) -> Throughput
 
 
 def measure_throughput(
-    backend: Backend, runs: int, progress: Callable[[str, int], Progress]
+    backend: Backend, runs: int, progress: Callable[[str], Progress]
 ) -> list[ThroughputResult]:
-    """Sync, async, then Celery; ``progress(system, runs)`` gives each one's progress
-    callback."""
+    """Sync, async, then Celery; ``progress(system)`` gives each one's progress callback."""
     results = [
-        runlane_worker(backend, kind, runs, RUNLANE_CONCURRENCY, progress(f"runlane {kind}", runs))
+        runlane_worker(backend, kind, runs, RUNLANE_CONCURRENCY, progress(f"runlane {kind}"))
         for kind in (SYNC, ASYNC)
     ]
-    results.append(celery_worker(backend, runs, progress("celery", runs)))
+    results.append(celery_worker(backend, runs, progress("celery")))
     return results
 
 

@@ -43,14 +43,12 @@ from runlane_sqs.adapters.dynamodb.items import (
     RunItem,
     TokenItem,
 )
-from runlane_sqs.adapters.dynamodb.writes import RunWrite
+from runlane_sqs.adapters.dynamodb.writes import Request, RunWrite
 from runlane_sqs.core.agenda import AgendaKind
 from runlane_sqs.core.durations import to_epoch_ms
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import LEASED_STATUSES, TERMINAL_STATUSES, Lease, Run
 from runlane_sqs.core.tokens import TokenDecision
-
-Request = dict[str, Any]
 
 
 def expressions(

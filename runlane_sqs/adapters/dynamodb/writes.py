@@ -18,22 +18,19 @@ from runlane_sqs.adapters.dynamodb.items import RunItem
 
 Request = dict[str, Any]
 
-ATTRIBUTE_TYPES: dict[str, str] = {
-    name: attribute.attr_type for name, attribute in RunItem.get_attributes().items()
-}
-"""``S`` or ``N`` (or ``L``/``M``) for each run attribute, as the model declares it."""
+ATTRIBUTES = RunItem.get_attributes()
+"""The run item's attributes as the model declares them: type and serialisation."""
 
 
 def wire_value(name: str, value: Any) -> dict[str, Any]:
     """A run attribute's value in the wire format its declared type asks for."""
-    kind = ATTRIBUTE_TYPES[name]
-    if kind == "N":
-        return {"N": str(int(value))}
-    if kind == "S":
-        if not isinstance(value, str):
-            raise TypeError(f"run attribute {name!r} takes text, not {type(value).__name__}")
-        return {"S": value}
-    raise TypeError(f"run attribute {name!r} ({kind}) is not written by value")
+    attribute = ATTRIBUTES[name]
+    kind = attribute.attr_type
+    if kind not in ("S", "N"):
+        raise TypeError(f"run attribute {name!r} ({kind}) is not written by value")
+    if kind == "S" and not isinstance(value, str):
+        raise TypeError(f"run attribute {name!r} takes text, not {type(value).__name__}")
+    return {kind: attribute.serialize(value)}
 
 
 class RunWrite:
