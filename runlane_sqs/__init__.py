@@ -17,6 +17,7 @@ from runlane_sqs.core.errors import (
     RunlaneError,
     RunNotFound,
     RunWaitTimedOut,
+    ScheduleNotFound,
     StepError,
     StorageError,
     StorageUnavailable,
@@ -35,6 +36,8 @@ from runlane_sqs.core.model import (
     WaitKind,
 )
 from runlane_sqs.core.retry import Backoff, RetryPolicy
+from runlane_sqs.core.schedule_state import ScheduleState, ScheduleStatus
+from runlane_sqs.core.schedules import CatchUp, Schedule, ScheduleKind
 from runlane_sqs.core.tokens import (
     Token,
     TokenAlreadyDecided,
@@ -54,6 +57,7 @@ from runlane_sqs.runtime.worker import Worker
 __all__ = [
     "Attempt",
     "Backoff",
+    "CatchUp",
     "Clock",
     "ConfigurationError",
     "ConflictError",
@@ -80,6 +84,11 @@ __all__ = [
     "Runlane",
     "RunlaneConfig",
     "RunlaneError",
+    "Schedule",
+    "ScheduleKind",
+    "ScheduleNotFound",
+    "ScheduleState",
+    "ScheduleStatus",
     "SignalResult",
     "StepError",
     "StorageError",

@@ -18,6 +18,7 @@ from runlane_sqs.adapters.dynamodb.store import DynamoRunStore
 from runlane_sqs.adapters.provision import provision_queues, provision_table
 from runlane_sqs.adapters.sqs.transport import SqsTransport
 from runlane_sqs.api.runs import IdempotencyApi, RunsApi
+from runlane_sqs.api.schedules import SchedulesApi
 from runlane_sqs.core.clock import Clock, SystemClock
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.durations import Duration
@@ -26,11 +27,12 @@ from runlane_sqs.core.model import JSON, LinkKind, Run
 from runlane_sqs.core.parking import DEFAULT_PARK_AFTER_RECEIVES
 from runlane_sqs.core.redaction import Redact
 from runlane_sqs.core.retry import RetryPolicy
+from runlane_sqs.core.schedules import Schedule
 from runlane_sqs.engine.engine import Engine
 from runlane_sqs.engine.maintenance import Maintenance
 from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.signals import SignalsApi
-from runlane_sqs.engine.tasks import Handler, Task, TaskRegistry
+from runlane_sqs.engine.tasks import Handler, ScheduleRules, Task, TaskRegistry
 from runlane_sqs.engine.tokens import TokensApi
 from runlane_sqs.ports.store import RunStore
 from runlane_sqs.ports.transport import WakeupTransport
@@ -71,6 +73,7 @@ class Runlane:
         idempotency_retention: Duration = timedelta(days=30),
         republish_after: Duration = timedelta(minutes=5),
         republish_max: Duration = timedelta(hours=1),
+        maintenance_period: Duration = timedelta(minutes=1),
         park_after_receives: int = DEFAULT_PARK_AFTER_RECEIVES,
         redact: Redact | None = None,
         config: RunlaneConfig | None = None,
@@ -92,13 +95,18 @@ class Runlane:
                 idempotency_retention=idempotency_retention,
                 republish_after=republish_after,
                 republish_max=republish_max,
+                maintenance_period=maintenance_period,
                 park_after_receives=park_after_receives,
                 redact=redact,
                 **extra,
             )
         self.config = config
         self.clock: Clock = clock or SystemClock()
-        self.tasks = TaskRegistry()
+        self.tasks = TaskRegistry(
+            ScheduleRules(
+                maintenance_period=config.maintenance_period, payload_limit=config.payload_limit
+            )
+        )
         self.aws = AwsClients(
             region=config.region,
             endpoint_url=config.endpoint_url,
@@ -131,6 +139,7 @@ class Runlane:
         )
         self.runs = RunsApi(self.engine)
         self.idempotency = IdempotencyApi(self.engine)
+        self.schedules = SchedulesApi(self.engine)
 
     @property
     def publisher(self) -> Publisher:
@@ -194,6 +203,7 @@ class Runlane:
         queue: str = "default",
         retry: RetryPolicy | None = None,
         timeout: Duration | None = None,
+        schedules: Sequence[Schedule] = (),
     ) -> Task: ...
 
     @overload
@@ -206,6 +216,7 @@ class Runlane:
         queue: str = "default",
         retry: RetryPolicy | None = None,
         timeout: Duration | None = None,
+        schedules: Sequence[Schedule] = (),
     ) -> Callable[[Handler], Task]: ...
 
     def task(
@@ -217,15 +228,23 @@ class Runlane:
         queue: str = "default",
         retry: RetryPolicy | None = None,
         timeout: Duration | None = None,
+        schedules: Sequence[Schedule] = (),
     ) -> Task | Callable[[Handler], Task]:
         """Register ``def handler(ctx, payload)`` as a task; usable bare or with options.
 
-        ``name`` defaults to ``module.function``; ``timeout`` is a fixed attempt deadline.
+        ``name`` defaults to ``module.function``; ``timeout`` is a fixed attempt deadline;
+        ``schedules`` (:class:`~runlane_sqs.Schedule` values) make maintenance create runs
+        of it by itself.
         """
 
         def register(handler: Handler) -> Task:
             return self.tasks.register(
-                handler, name=name, queue=queue, retry=retry, timeout=timeout
+                handler,
+                name=name,
+                queue=queue,
+                retry=retry,
+                timeout=timeout,
+                schedules=schedules,
             )
 
         return register(fn) if fn is not None else register

@@ -21,6 +21,7 @@ from runlane_sqs.core.errors import ConflictError, IllegalTransition, RunlaneErr
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import JSON, TERMINAL_STATUSES, LinkKind, Run, RunEvent, RunStatus
 from runlane_sqs.core.names import check_key, new_run_id
+from runlane_sqs.core.schedules import check_schedule_id
 from runlane_sqs.engine.engine import Engine
 from runlane_sqs.ports.store import KeyKind, RunQuery
 
@@ -91,10 +92,13 @@ class RunsApi:
         queue: str | None = None,
         created_after: datetime | None = None,
         created_before: datetime | None = None,
+        schedule: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
     ) -> RunPage:
-        """Runs newest first, from the status index (never a table scan)."""
+        """Runs newest first, from the status index (never a table scan). With
+        ``schedule``, only runs that schedule made: the other runs read are left out, so
+        a page may hold fewer than ``limit`` runs while ``cursor`` goes on."""
         if not 1 <= limit <= MAX_LIST_LIMIT:
             raise RunlaneError(f"limit must be between 1 and {MAX_LIST_LIMIT}")
         query = RunQuery(
@@ -103,6 +107,7 @@ class RunsApi:
             queue=queue,
             created_after=created_after,
             created_before=created_before,
+            schedule=check_schedule_id(schedule) if schedule is not None else None,
         )
         runs, next_cursor = self._engine.store.list_runs(query, limit, cursor)
         return RunPage(runs, next_cursor)

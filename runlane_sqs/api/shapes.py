@@ -69,6 +69,8 @@ def run_to_json(run: Run) -> dict[str, JSON]:
         "singleton_key": run.singleton_key,
         "source_run_id": run.source_run_id,
         "source_kind": run.source_kind,
+        "schedule_id": run.schedule_id,
+        "scheduled_for": iso(run.scheduled_for),
         "seq": run.seq,
     }
 

@@ -18,6 +18,7 @@ ever holds work that maintenance may have to act on.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -36,6 +37,8 @@ class AgendaKind(StrEnum):
     the lease or the attempt deadline expires (or earlier, see :func:`listed_at`)."""
     TOKEN = "token"
     """Tokens: pending ones by their timeout, decided ones while waiters remain."""
+    SCHEDULE = "schedule"
+    """Active schedules by their next occurrence."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +118,12 @@ write (tokens have ``FEW_SHARDS``)."""
 def agenda_pk(environment: str, kind: str, item_id: str) -> str:
     """Run and token ids are random hex, so their first digits spread the shards."""
     return f"{environment}#{kind}#{shard_of(item_id, kind)}"
+
+
+def schedule_agenda_pk(environment: str, schedule_id: str) -> str:
+    """Schedule ids are names, not random hex: their digest spreads the shards."""
+    digest = hashlib.blake2b(schedule_id.encode(), digest_size=4).hexdigest()
+    return agenda_pk(environment, AgendaKind.SCHEDULE.value, digest)
 
 
 def agenda_partitions(environment: str, kind: str) -> list[str]:

@@ -32,7 +32,9 @@ ENV_LEASE_SECONDS = "RUNLANE_LEASE_SECONDS"
 ENV_REPUBLISH_AFTER_SECONDS = "RUNLANE_REPUBLISH_AFTER_SECONDS"
 ENV_REPUBLISH_MAX_SECONDS = "RUNLANE_REPUBLISH_MAX_SECONDS"
 ENV_PARK_AFTER_RECEIVES = "RUNLANE_PARK_AFTER_RECEIVES"
+ENV_MAINTENANCE_PERIOD_SECONDS = "RUNLANE_MAINTENANCE_PERIOD_SECONDS"
 SECONDS_VARIABLES = {
+    ENV_MAINTENANCE_PERIOD_SECONDS: "maintenance_period",
     ENV_LEASE_SECONDS: "lease_duration",
     ENV_REPUBLISH_AFTER_SECONDS: "republish_after",
     ENV_REPUBLISH_MAX_SECONDS: "republish_max",
@@ -66,6 +68,9 @@ class RunlaneConfig:
     redact: Redact | None = field(default=None, compare=False, repr=False)
     """Applied to every failure message and traceback before it is stored or logged
     (docs/operations.md, "Secrets in failures and logs")."""
+    maintenance_period: timedelta = timedelta(minutes=1)
+    """How often maintenance runs (the template's EventBridge rate): no schedule may fire
+    more often, and a schedule's occurrence found within a few periods is on time."""
     park_after_receives: int = DEFAULT_PARK_AFTER_RECEIVES
     """Receives of a wakeup by workers that do not register its task before the run is
     parked (docs/operations.md, "Parked runs")."""
@@ -108,6 +113,8 @@ class RunlaneConfig:
             raise ConfigurationError("lease_duration must be at least 3 seconds")
         if not isinstance(self.park_after_receives, int) or self.park_after_receives < 1:
             raise ConfigurationError("park_after_receives must be a whole number of at least 1")
+        if self.maintenance_period < timedelta(seconds=1):
+            raise ConfigurationError("maintenance_period must be at least 1 second")
         if not timedelta(seconds=1) <= self.republish_after <= self.republish_max:
             raise ConfigurationError(
                 "republish_after must be at least 1 s and at most republish_max"
@@ -121,6 +128,7 @@ class RunlaneConfig:
         idempotency_retention: Duration = timedelta(days=DEFAULT_IDEMPOTENCY_RETENTION_DAYS),
         republish_after: Duration = timedelta(minutes=5),
         republish_max: Duration = timedelta(hours=1),
+        maintenance_period: Duration = timedelta(minutes=1),
         **values: object,
     ) -> RunlaneConfig:
         """Like the constructor, but durations may be given as seconds."""
@@ -129,6 +137,7 @@ class RunlaneConfig:
             idempotency_retention=to_timedelta(idempotency_retention, "idempotency_retention"),
             republish_after=to_timedelta(republish_after, "republish_after"),
             republish_max=to_timedelta(republish_max, "republish_max"),
+            maintenance_period=to_timedelta(maintenance_period, "maintenance_period"),
             **values,  # type: ignore[arg-type]
         )
 

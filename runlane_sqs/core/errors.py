@@ -53,6 +53,14 @@ class RunNotFound(RunlaneError):
         self.run_id = run_id
 
 
+class ScheduleNotFound(RunlaneError):
+    """No stored schedule with that id in this environment (and none the app defines)."""
+
+    def __init__(self, schedule_id: str) -> None:
+        super().__init__(f"schedule {schedule_id!r} not found")
+        self.schedule_id = schedule_id
+
+
 class RunWaitTimedOut(RunlaneError):
     """``app.runs.wait`` gave up before the run finished; ``run`` is its last state."""
 

@@ -130,6 +130,7 @@ def new_run(
     singleton_key: str | None = None,
     republish: RepublishPolicy | None = None,
     source: tuple[str, LinkKind, str, str] | None = None,
+    schedule: tuple[str, datetime | None] | None = None,
 ) -> tuple[Run, RunEvent]:
     """A freshly triggered run and its first event.
 
@@ -157,12 +158,18 @@ def new_run(
         singleton_key=singleton_key,
         source_run_id=source[0] if source else None,
         source_kind=source[1].value if source else None,
+        schedule_id=schedule[0] if schedule else None,
+        scheduled_for=schedule[1] if schedule else None,
         created=True,
     )
     data: dict[str, JSON] = {}
     if source is not None:
         source_id, kind, actor, reason = source
         data.update({"source": source_id, "kind": kind.value, "actor": actor, "reason": reason})
+    if schedule is not None:
+        occurrence = schedule[1]
+        data["schedule"] = schedule[0]
+        data["occurrence"] = occurrence.isoformat() if occurrence else None
     if due_at is not None and due_at > now:
         data["due_at"] = truncate_ms(due_at).isoformat()
     return run, RunEvent(seq=1, type=EventType.TRIGGERED, at=now, attempt=0, data=data)

@@ -252,6 +252,10 @@ class Run:
     """``retry`` or ``rerun`` when ``source_run_id`` is set."""
     parked_from: RunStatus | None = None
     """The runnable status a parked run returns to when it is unparked."""
+    schedule_id: str | None = None
+    """The schedule that made this run (an occurrence, or an operator's ``trigger``)."""
+    scheduled_for: datetime | None = None
+    """The occurrence this run is (``None`` for a run an operator triggered by hand)."""
     created: bool = False
     """True only on the ``Run`` returned by the trigger that created it."""
 

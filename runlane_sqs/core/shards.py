@@ -20,14 +20,15 @@ every shard below the count."""
 FINISHED_SHARDS = 16
 """Partitions of each terminal status on the status index (one entry per run, once)."""
 FEW_SHARDS = 4
-"""Partitions of the keys few runs write: tokens on the agenda, parked runs on the status
-index."""
+"""Partitions of the keys few items write: tokens and schedules on the agenda, parked
+runs on the status index."""
 _COUNTS = {
     "succeeded": FINISHED_SHARDS,
     "failed": FINISHED_SHARDS,
     "cancelled": FINISHED_SHARDS,
     "token": FEW_SHARDS,
     "parked": FEW_SHARDS,
+    "schedule": FEW_SHARDS,
 }
 
 ACTIVE = "active"

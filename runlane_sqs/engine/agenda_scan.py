@@ -19,6 +19,7 @@ from datetime import datetime
 from runlane_sqs.core.agenda import AgendaKind
 from runlane_sqs.core.errors import InvalidCursor, StorageError, StorageUnavailable
 from runlane_sqs.core.model import Run
+from runlane_sqs.core.schedule_state import ScheduleState
 from runlane_sqs.core.tokens import Token
 from runlane_sqs.ports.store import RunStore
 
@@ -26,8 +27,8 @@ log = logging.getLogger("runlane_sqs.maintenance")
 PAGE_SIZE = 25
 """Candidates asked for in one ``Query``."""
 
-Page = list[Run] | list[Token]
-"""One page of an agenda partition: runs, or tokens for the ``token`` partitions."""
+Page = list[Run] | list[Token] | list[ScheduleState]
+"""One page of an agenda partition: runs, tokens or schedules, by the partition's kind."""
 
 
 @dataclass
@@ -84,6 +85,8 @@ class AgendaScan:
     ) -> tuple[Page, str | None]:
         if kind is AgendaKind.TOKEN:
             return self.store.token_agenda_page(partition, self.now, limit, cursor)
+        if kind is AgendaKind.SCHEDULE:
+            return self.store.schedules.schedule_agenda_page(partition, self.now, limit, cursor)
         return self.store.agenda_page(partition, self.now, limit, cursor)
 
     def _discard(self, partition: str, exc: Exception) -> None:

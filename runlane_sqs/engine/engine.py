@@ -17,6 +17,7 @@ from runlane_sqs.engine.maintenance import Maintenance
 from runlane_sqs.engine.parking import Parking
 from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.resuming import Resumer
+from runlane_sqs.engine.scheduling import Scheduler
 from runlane_sqs.engine.signals import SignalsApi
 from runlane_sqs.engine.tasks import TaskRegistry
 from runlane_sqs.engine.tokens import TokensApi
@@ -27,7 +28,7 @@ from runlane_sqs.ports.transport import WakeupTransport
 
 class Engine:
     """The services of one app: triggering, publishing, resuming, finishing, tokens,
-    signals and maintenance, over ``store`` and ``transport``."""
+    signals, schedules and maintenance, over ``store`` and ``transport``."""
 
     def __init__(
         self,
@@ -59,6 +60,7 @@ class Engine:
         self.parking = Parking(
             store=store, publisher=self.publisher, tasks=tasks, clock=clock, config=config
         )
+        self.scheduler = Scheduler(store=store, tasks=tasks, clock=clock, config=config)
         self.maintenance = Maintenance(
             store=store,
             publisher=self.publisher,
@@ -66,6 +68,7 @@ class Engine:
             finisher=self.finisher,
             tokens=self.tokens,
             parking=self.parking,
+            scheduler=self.scheduler,
             tasks=tasks,
             clock=clock,
             settings=config,

@@ -12,8 +12,10 @@ One pass runs two bounded scans of the agenda index (never a table Scan):
 - ``token``: pending tokens past their timeout are timed out, and decided tokens resume
   their remaining waiters in batches.
 
-Then parked runs of tasks this app registers are unparked (``parked_runs``; from the
-status index, see :mod:`runlane_sqs.engine.parking`).
+Then the app's schedules are synced with storage and a third scan, ``schedule``, turns
+due occurrences into runs (``schedules``; :mod:`runlane_sqs.engine.scheduling`), and
+parked runs of tasks this app registers are unparked (``parked_runs``; from the status
+index, see :mod:`runlane_sqs.engine.parking`).
 
 The ``run`` scan also checks runs waiting on a token or a run whose resume may have been
 missed (``wait_checks``).
@@ -39,6 +41,7 @@ from runlane_sqs.core.errors import ConfigurationError, ConflictError, RunlaneEr
 from runlane_sqs.core.machine import Skip, Transition
 from runlane_sqs.core.model import LEASED_STATUSES, EventType, Run, RunStatus, WaitKind
 from runlane_sqs.core.recovery import RecoverySettings, plan_publish, recover_lease, relist
+from runlane_sqs.core.schedule_state import ScheduleState
 from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenDecision, TokenStatus
 from runlane_sqs.core.waits import poll_later
 from runlane_sqs.engine.agenda_scan import AgendaScan, Page
@@ -46,6 +49,7 @@ from runlane_sqs.engine.finishing import Finisher
 from runlane_sqs.engine.parking import Parking
 from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.resuming import Resumer
+from runlane_sqs.engine.scheduling import Scheduler
 from runlane_sqs.engine.tasks import TaskRegistry
 from runlane_sqs.engine.tokens import TokensApi
 from runlane_sqs.ports.store import RunStore
@@ -122,6 +126,7 @@ JOB_CANCELLATIONS = "abandoned_cancellations"
 JOB_WAITS = "wait_checks"
 JOB_TOKENS = "tokens"
 JOB_PARKED = "parked_runs"
+JOB_SCHEDULES = "schedules"
 JOBS = (
     JOB_DUE,
     JOB_EXPIRED,
@@ -129,6 +134,7 @@ JOBS = (
     JOB_CANCELLATIONS,
     JOB_WAITS,
     JOB_TOKENS,
+    JOB_SCHEDULES,
     JOB_PARKED,
 )
 
@@ -166,6 +172,7 @@ class Maintenance:
         finisher: Finisher,
         tokens: TokensApi,
         parking: Parking,
+        scheduler: Scheduler,
         tasks: TaskRegistry,
         clock: Clock,
         settings: RunlaneConfig,
@@ -177,6 +184,7 @@ class Maintenance:
         self._finisher = finisher
         self._tokens = tokens
         self._parking = parking
+        self._scheduler = scheduler
         self._tasks = tasks
         self._clock = clock
         self._settings = settings
@@ -211,7 +219,11 @@ class Maintenance:
                 wakeups.clear()
 
         scan = AgendaScan(self._store, now, cursors, out_of_time, handle)
-        for kind in (AgendaKind.RUN, AgendaKind.TOKEN):
+        for kind in (AgendaKind.RUN, AgendaKind.TOKEN, AgendaKind.SCHEDULE):
+            if kind is AgendaKind.SCHEDULE:
+                if out_of_time():
+                    break
+                self._scheduler.sync()
             partitions = agenda_partitions(self._settings.environment, kind.value)
             try:
                 scan.scan(kind, partitions, self.config.limit_per_job // len(partitions))
@@ -246,6 +258,9 @@ class Maintenance:
             if isinstance(item, Token):
                 self._token(item, now, report.job(JOB_TOKENS))
                 continue
+            if isinstance(item, ScheduleState):
+                wakeups.extend(self._schedule(item, now, report.job(JOB_SCHEDULES)))
+                continue
             wakeup = self._candidate(item, now, report)
             if wakeup is not None:
                 wakeups.append(wakeup)
@@ -273,6 +288,23 @@ class Maintenance:
                 job.acted += 1
         resumed = self._tokens.resume(token, limit=MAINTENANCE_RESUME_BATCH)
         job.published += resumed.resumed
+
+    def _schedule(self, state: ScheduleState, now: datetime, job: JobReport) -> list[PendingWakeup]:
+        """Create the runs of a due schedule's occurrences (schedules of tasks this app
+        does not register are left to an app that does)."""
+        job.examined += 1
+        if self._tasks.get(state.schedule.task or "") is None:
+            job.skipped += 1
+            return []
+        made = self._scheduler.materialize(state, now)
+        job.acted += len(made.runs)
+        job.skipped += made.skipped
+        job.conflicts += made.existing + (0 if made.advanced else 1)
+        return [
+            (run, job, max(run.due_at - now, timedelta(0)) if run.due_at else None)
+            for run in made.runs
+            if run.wake_at is not None
+        ]
 
     def _waiting(self, run: Run, now: datetime, job: JobReport) -> Run | None:
         """A run waiting on a token or a run: resume it if the target has decided (a resume

@@ -1,18 +1,22 @@
-"""Tasks: registered handlers with their queue, retry policy and attempt timeout."""
+"""Tasks: registered handlers with their queue, retry policy, attempt timeout and
+schedules."""
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 from runlane_sqs.core.durations import Duration, to_timedelta
 from runlane_sqs.core.errors import ConfigurationError, UnknownTaskError
+from runlane_sqs.core.limits import DEFAULT_PAYLOAD_LIMIT_BYTES
 from runlane_sqs.core.model import JSON
 from runlane_sqs.core.names import check_queue, check_task_name
+from runlane_sqs.core.payload import encode_json
 from runlane_sqs.core.retry import NO_RETRY, RetryPolicy
+from runlane_sqs.core.schedules import Schedule
 from runlane_sqs.engine.context import TaskContext
 
 Handler = Callable[[TaskContext, Any], Any]
@@ -28,6 +32,8 @@ class Task:
     retry: RetryPolicy = NO_RETRY
     timeout: timedelta | None = None
     """Fixed attempt deadline; ``None`` lets an attempt run as long as it heartbeats."""
+    schedules: tuple[Schedule, ...] = field(default=())
+    """When maintenance creates runs of it by itself (bound to this task)."""
 
     def __call__(self, ctx: TaskContext, payload: JSON) -> Any:
         return self.fn(ctx, payload)
@@ -37,11 +43,21 @@ class Task:
         return inspect.iscoroutinefunction(self.fn)
 
 
-class TaskRegistry:
-    """Tasks by name. Names are unique per app."""
+@dataclass(frozen=True)
+class ScheduleRules:
+    """What the app's settings require of every schedule it registers."""
 
-    def __init__(self) -> None:
+    maintenance_period: timedelta = timedelta(minutes=1)
+    payload_limit: int = DEFAULT_PAYLOAD_LIMIT_BYTES
+
+
+class TaskRegistry:
+    """Tasks by name. Names are unique per app, and so are schedule ids."""
+
+    def __init__(self, rules: ScheduleRules | None = None) -> None:
         self._tasks: dict[str, Task] = {}
+        self._schedules: dict[str, Schedule] = {}
+        self._rules = rules or ScheduleRules()
 
     def register(
         self,
@@ -51,21 +67,62 @@ class TaskRegistry:
         queue: str,
         retry: RetryPolicy | None,
         timeout: Duration | None,
+        schedules: Iterable[Schedule] = (),
     ) -> Task:
         task_name = check_task_name(name or f"{fn.__module__}.{fn.__qualname__}")
         if task_name in self._tasks:
             raise ConfigurationError(f"task {task_name!r} is already registered")
         if not callable(fn):
             raise ConfigurationError(f"task {task_name!r} handler is not callable")
+        queue = check_queue(queue)
+        bound = self._check_schedules(task_name, queue, schedules)
         task = Task(
             name=task_name,
             fn=fn,
-            queue=check_queue(queue),
+            queue=queue,
             retry=retry or NO_RETRY,
             timeout=to_timedelta(timeout, "timeout") if timeout is not None else None,
+            schedules=bound,
         )
         self._tasks[task_name] = task
+        self._schedules.update((s.id, s) for s in bound)
         return task
+
+    def _check_schedules(
+        self, task: str, queue: str, schedules: Iterable[Schedule]
+    ) -> tuple[Schedule, ...]:
+        """Every schedule of a new task, bound to it; raises before anything is kept."""
+        if isinstance(schedules, Schedule) or not isinstance(schedules, Iterable):
+            raise ConfigurationError(f"task {task!r}: schedules must be a list of Schedule")
+        bound: list[Schedule] = []
+        for schedule in schedules:
+            if not isinstance(schedule, Schedule):
+                raise ConfigurationError(
+                    f"task {task!r}: schedules must be Schedule values, not {schedule!r}"
+                )
+            if schedule.id in self._schedules or any(s.id == schedule.id for s in bound):
+                raise ConfigurationError(f"schedule id {schedule.id!r} is already registered")
+            period = schedule.period
+            if period is not None and period < self._rules.maintenance_period:
+                raise ConfigurationError(
+                    f"schedule {schedule.id!r}: interval {period} is shorter than the "
+                    f"maintenance period {self._rules.maintenance_period} (maintenance "
+                    "creates the runs)"
+                )
+            encode_json(
+                schedule.payload,
+                what=f"schedule {schedule.id!r} payload",
+                limit_bytes=self._rules.payload_limit,
+            )
+            bound.append(schedule.for_task(task, queue))
+        return tuple(bound)
+
+    def schedules(self) -> list[Schedule]:
+        """Every schedule of every registered task, bound to its task."""
+        return list(self._schedules.values())
+
+    def schedule(self, schedule_id: str) -> Schedule | None:
+        return self._schedules.get(schedule_id)
 
     def get(self, name: str) -> Task | None:
         return self._tasks.get(name)

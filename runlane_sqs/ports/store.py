@@ -17,6 +17,7 @@ from runlane_sqs.core.errors import RunlaneError
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Lease, Run, RunEvent, RunStatus, WaitKind
 from runlane_sqs.core.tokens import Token, TokenDecision
+from runlane_sqs.ports.schedules import ScheduleStore
 
 
 class KeyKind(StrEnum):
@@ -60,10 +61,17 @@ class RunQuery:
     queue: str | None = None
     created_after: datetime | None = None
     created_before: datetime | None = None
+    schedule: str | None = None
+    """Only runs made by this schedule (read, then kept: pages may be short)."""
 
 
 class RunStore(Protocol):
     """Authoritative storage of runs. Every state change is one conditional write."""
+
+    @property
+    def schedules(self) -> ScheduleStore:
+        """The schedules of the same environment (:mod:`runlane_sqs.ports.schedules`)."""
+        ...
 
     def create_run(
         self, run: Run, event: RunEvent, payload_json: str, claims: Sequence[KeyClaim] = ()

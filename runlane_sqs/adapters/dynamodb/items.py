@@ -128,6 +128,9 @@ class RunItem(Model):
     """1 once another run waits for this one."""
     source_run_id = UnicodeAttribute(null=True)
     source_kind = UnicodeAttribute(null=True)
+    schedule_id = UnicodeAttribute(null=True)
+    """The schedule that made the run; ``scheduled_for`` its occurrence (epoch ms)."""
+    scheduled_for = NumberAttribute(null=True)
     events = ListAttribute(of=EventMap, null=True)
     # index attributes, derived from the state above on every write
     status_pk = UnicodeAttribute(null=True)
@@ -158,6 +161,31 @@ class TokenItem(Model):
     created_at = NumberAttribute()
     timeout_at = NumberAttribute(null=True)
     decided_at = NumberAttribute(null=True)
+    agenda_pk = UnicodeAttribute(null=True)
+    agenda_at = NumberAttribute(null=True)
+
+
+class ScheduleItem(Model):
+    """A schedule: its definition (as the app last defined it) and where it stands,
+    listed on the agenda at its next occurrence while it is active."""
+
+    class Meta:
+        table_name = "runlane"
+
+    pk = UnicodeAttribute(hash_key=True)
+    sk = UnicodeAttribute(range_key=True)
+    """The schedule id."""
+    environment = UnicodeAttribute()
+    task = UnicodeAttribute()
+    definition = UnicodeAttribute()
+    """JSON of the definition (:meth:`~runlane_sqs.core.schedules.Schedule.to_json`)."""
+    fingerprint = UnicodeAttribute()
+    schedule_status = UnicodeAttribute()
+    next_at = NumberAttribute(null=True)
+    last_at = NumberAttribute(null=True)
+    updated_at = NumberAttribute()
+    version = NumberAttribute()
+    runs = NumberAttribute()
     agenda_pk = UnicodeAttribute(null=True)
     agenda_at = NumberAttribute(null=True)
 

@@ -80,6 +80,22 @@ def created_sk(created_at_ms: int, run_id: str) -> str:
 
 MAINTENANCE_PREFIX = "MAINT#"
 CURSOR_SK_PREFIX = "CURSOR#"
+SYNC_SK_PREFIX = "SCHEDULES#"
+"""Beside the cursors: the schedule definitions an app's maintenance last synced."""
+SCHEDULE_PREFIX = "SCHED#"
+
+
+def schedule_pk(environment: str) -> str:
+    """Every schedule of an environment is one item collection, sorted by id."""
+    return f"{SCHEDULE_PREFIX}{environment}"
+
+
+def schedule_key(environment: str, schedule_id: str) -> dict[str, dict[str, str]]:
+    return {"pk": {"S": schedule_pk(environment)}, "sk": {"S": schedule_id}}
+
+
+def sync_sk(task_set: str) -> str:
+    return f"{SYNC_SK_PREFIX}{task_set}"
 
 
 def maintenance_pk(environment: str) -> str:

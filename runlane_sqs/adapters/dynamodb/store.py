@@ -31,6 +31,7 @@ from runlane_sqs.adapters.dynamodb.cursors import (
 from runlane_sqs.adapters.dynamodb.errors import call, error_code, refused_as_malformed
 from runlane_sqs.adapters.dynamodb.listing import list_run_keys
 from runlane_sqs.adapters.dynamodb.replays import landed_claim, landed_creation, landed_transition
+from runlane_sqs.adapters.dynamodb.schedules import DynamoScheduleStore
 from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.durations import to_epoch_ms
 from runlane_sqs.core.errors import ConflictError, LeaseLost, StorageError, StorageUnavailable
@@ -110,6 +111,8 @@ class DynamoRunStore:
         self._client = client
         self.table = table
         self.environment = environment
+        self.schedules = DynamoScheduleStore(self._send, self._query, table, environment)
+        """The environment's schedules, in the same table."""
 
     @functools.cached_property
     def _endpoint(self) -> str | None:
@@ -337,7 +340,11 @@ class DynamoRunStore:
         )
         # a status group holds several statuses (``active``): keep the ones asked for
         wanted = set(query.statuses)
-        return [run for run in self._batch_get(run_keys) if run.status in wanted], next_cursor
+        return [
+            run
+            for run in self._batch_get(run_keys)
+            if run.status in wanted and query.schedule in (None, run.schedule_id)
+        ], next_cursor
 
     def _batch_get(self, run_keys: list[dict[str, Any]]) -> list[Run]:
         """Full runs for index keys, in the keys' order. Unprocessed keys (throttling) are

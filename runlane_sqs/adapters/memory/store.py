@@ -30,6 +30,7 @@ from runlane_sqs.adapters.dynamodb.cursors import (
     encode_cursor,
     waits_key,
 )
+from runlane_sqs.adapters.memory.schedules import InMemoryScheduleStore
 from runlane_sqs.core.agenda import listed_at
 from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.durations import to_epoch_ms
@@ -107,6 +108,8 @@ class InMemoryRunStore:
         self._cursors: dict[str, str] = {}
         self._tokens: dict[str, Token] = {}
         self._lock = threading.Lock()
+        self.schedules = InMemoryScheduleStore(environment)
+        """The environment's schedules."""
 
     def create_run(
         self, run: Run, event: RunEvent, payload_json: str, claims: Sequence[KeyClaim] = ()
@@ -304,6 +307,7 @@ class InMemoryRunStore:
                 if s.run.status in query.statuses
                 and query.task in (None, s.run.task)
                 and query.queue in (None, s.run.queue)
+                and query.schedule in (None, s.run.schedule_id)
                 and (query.created_after is None or s.run.created_at >= query.created_after)
                 and (query.created_before is None or s.run.created_at <= query.created_before)
             ]

@@ -1,0 +1,110 @@
+"""Operating schedules: ``app.schedules`` (list, get, pause, resume, trigger now).
+
+Schedules are read from storage, so an operator's app needs none of the code that
+defines them. Pause and resume are durable writes conditioned on the version read; a
+resumed schedule follows its catch-up policy for what it missed while paused.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from runlane_sqs.core.errors import RunlaneError, ScheduleNotFound
+from runlane_sqs.core.model import Run
+from runlane_sqs.core.schedule_state import ScheduleState, ScheduleStatus, paused, resumed
+from runlane_sqs.core.schedules import check_schedule_id
+from runlane_sqs.engine.engine import Engine
+from runlane_sqs.ports.schedules import ScheduleConflict, ScheduleStore
+
+log = logging.getLogger("runlane_sqs.schedules")
+LIST_PAGE = 100
+"""Schedules read per request by :meth:`SchedulesApi.list`."""
+MAX_WRITE_TRIES = 3
+"""Pause or resume attempts when maintenance moves the schedule on at the same moment."""
+
+
+class SchedulesApi:
+    """``app.schedules``: read and operate the environment's stored schedules."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    @property
+    def _store(self) -> ScheduleStore:
+        return self._engine.store.schedules
+
+    def list(self) -> list[ScheduleState]:
+        """Every stored schedule of the environment, by id (one ``Query`` per 100)."""
+        found: list[ScheduleState] = []
+        cursor: str | None = None
+        while True:
+            page, cursor = self._store.list_schedules(LIST_PAGE, cursor)
+            found.extend(page)
+            if cursor is None:
+                return found
+
+    def get(self, schedule_id: str) -> ScheduleState:
+        """One stored schedule; a schedule the app defines but maintenance has not stored
+        yet is stored first. Raises :class:`~runlane_sqs.errors.ScheduleNotFound`."""
+        check_schedule_id(schedule_id)
+        state = self._store.get_schedule(schedule_id)
+        if state is None and self._engine.tasks.schedule(schedule_id) is not None:
+            self._engine.scheduler.sync(force=True)
+            state = self._store.get_schedule(schedule_id)
+        if state is None:
+            raise ScheduleNotFound(schedule_id)
+        return state
+
+    def pause(self, schedule_id: str) -> ScheduleState:
+        """Stop creating runs until :meth:`resume` (durable; a no-op when paused)."""
+        return self._change(schedule_id, "paused", _pause)
+
+    def resume(self, schedule_id: str) -> ScheduleState:
+        """Create runs again; missed occurrences follow the schedule's catch-up policy."""
+        return self._change(schedule_id, "resumed", _resume)
+
+    def trigger_now(self, schedule_id: str) -> Run:
+        """An extra run of the schedule's task with its payload, linked to the schedule
+        (``run.schedule_id``); the schedule's next occurrence does not move."""
+        state = self.get(schedule_id)
+        if state.status is ScheduleStatus.REMOVED:
+            raise RunlaneError(f"schedule {schedule_id!r} was removed from the app's code")
+        run = self._engine.scheduler.trigger_now(state)
+        self._engine.publisher.publish_new([run])
+        return run
+
+    def _change(
+        self,
+        schedule_id: str,
+        what: str,
+        change: Callable[[ScheduleState, Engine], ScheduleState | None],
+    ) -> ScheduleState:
+        for _ in range(MAX_WRITE_TRIES):
+            state = self.get(schedule_id)
+            after = change(state, self._engine)
+            if after is None:
+                return state
+            try:
+                self._store.put_schedule(after, expected_version=state.version)
+            except ScheduleConflict:
+                continue
+            log.info("schedule %s %s", schedule_id, what, extra={"schedule": schedule_id})
+            return after
+        raise RunlaneError(f"schedule {schedule_id!r} kept changing; try again")
+
+
+def _pause(state: ScheduleState, engine: Engine) -> ScheduleState | None:
+    if state.status is ScheduleStatus.PAUSED:
+        return None
+    if state.status is not ScheduleStatus.ACTIVE:
+        raise RunlaneError(
+            f"schedule {state.id!r} is {state.status.value}; only an active one pauses"
+        )
+    return paused(state, engine.clock.now())
+
+
+def _resume(state: ScheduleState, engine: Engine) -> ScheduleState | None:
+    if state.status is not ScheduleStatus.PAUSED:
+        return None
+    return resumed(state, engine.clock.now())

@@ -1,0 +1,236 @@
+"""Schedules at work: keeping stored schedules in step with the app's code, and turning
+due occurrences into runs.
+
+**Sync.** The app's schedules are defined in code; their state is stored. At the start
+of a pass, maintenance compares one fingerprint of every schedule the app defines with
+the one it last stored for the app's task set (one ``GetItem``); only when they differ
+does it read the stored schedules and write the ones that are new, changed or gone. A
+schedule belongs to its task: an app removes only schedules of tasks it registers, so
+apps with different tasks can share an environment.
+
+**Occurrences.** An occurrence's run has a deterministic id (schedule, time), so its
+creation, conditioned on no run having that id, is the one write that claims it: two
+passes at once create it once. Then the schedule's state moves on, conditioned on the
+version read; a pass that crashes in between leaves the state behind, and the next pass
+meets the existing run and moves the state on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from runlane_sqs.core import machine
+from runlane_sqs.core.clock import Clock
+from runlane_sqs.core.config import RunlaneConfig
+from runlane_sqs.core.errors import ConflictError
+from runlane_sqs.core.model import Run
+from runlane_sqs.core.names import new_run_id
+from runlane_sqs.core.payload import encode_json
+from runlane_sqs.core.schedule_state import (
+    DuePlan,
+    ScheduleState,
+    ScheduleStatus,
+    new_state,
+    plan_due,
+    redefined,
+    removed,
+)
+from runlane_sqs.core.schedules import Schedule, occurrence_run_id
+from runlane_sqs.engine.tasks import TaskRegistry
+from runlane_sqs.ports.schedules import ScheduleConflict, ScheduleStore
+from runlane_sqs.ports.store import RunStore
+
+log = logging.getLogger("runlane_sqs.schedules")
+SYNC_PAGE = 100
+"""Stored schedules read per ``Query`` when syncing."""
+
+
+@dataclass
+class SyncReport:
+    """What one sync wrote."""
+
+    created: int = 0
+    changed: int = 0
+    removed: int = 0
+    conflicts: int = 0
+
+    @property
+    def wrote(self) -> int:
+        return self.created + self.changed + self.removed
+
+
+@dataclass
+class Materialized:
+    """What one due schedule gave: runs to publish and what happened to its state."""
+
+    runs: list[Run]
+    """Runs this pass created (their wakeups are still to publish)."""
+    existing: int = 0
+    """Occurrences whose run another pass created first."""
+    skipped: int = 0
+    """Missed occurrences the catch-up policy left out."""
+    advanced: bool = False
+    """The schedule's state moved on (False: another pass moved it first)."""
+
+
+def task_set_key(tasks: TaskRegistry) -> str:
+    """Names the set of tasks an app registers (its sync mark is kept under it)."""
+    text = "\n".join(tasks.names())
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+def definitions_fingerprint(schedules: list[Schedule]) -> str:
+    text = "\n".join(sorted(f"{s.id}={s.fingerprint}" for s in schedules))
+    return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+
+
+class Scheduler:
+    """Syncs the app's schedules and materializes due occurrences."""
+
+    def __init__(
+        self, *, store: RunStore, tasks: TaskRegistry, clock: Clock, config: RunlaneConfig
+    ) -> None:
+        self._runs = store
+        self._store: ScheduleStore = store.schedules
+        self._tasks = tasks
+        self._clock = clock
+        self._config = config
+
+    @property
+    def period(self) -> timedelta:
+        return self._config.maintenance_period
+
+    # sync ---------------------------------------------------------------------------
+
+    def sync(self, *, force: bool = False) -> SyncReport:
+        """Store what the app's code defines, unless it is already stored."""
+        report = SyncReport()
+        defined = {s.id: s for s in self._tasks.schedules()}
+        mark_key = task_set_key(self._tasks)
+        fingerprint = definitions_fingerprint(list(defined.values()))
+        if not force and self._store.load_sync_mark(mark_key) == fingerprint:
+            return report
+        now = self._clock.now()
+        registered = set(self._tasks.names())
+        for stored in self._stored():
+            schedule = defined.pop(stored.id, None)
+            if schedule is None:
+                if stored.schedule.task in registered and stored.status is not (
+                    ScheduleStatus.REMOVED
+                ):
+                    self._write(stored, removed(stored, now), report, "removed")
+            elif schedule.fingerprint != stored.schedule.fingerprint or (
+                stored.status is ScheduleStatus.REMOVED
+            ):
+                self._write(stored, redefined(stored, schedule, now), report, "changed")
+        for schedule in defined.values():
+            self._write(None, new_state(schedule, now), report, "created")
+        if not report.conflicts:
+            self._store.save_sync_mark(mark_key, fingerprint)
+        if report.wrote:
+            log.info(
+                "schedules synced: %d new, %d changed, %d removed",
+                report.created,
+                report.changed,
+                report.removed,
+            )
+        return report
+
+    def _stored(self) -> Iterator[ScheduleState]:
+        cursor: str | None = None
+        while True:
+            page, cursor = self._store.list_schedules(SYNC_PAGE, cursor)
+            yield from page
+            if cursor is None:
+                return
+
+    def _write(
+        self, before: ScheduleState | None, after: ScheduleState, report: SyncReport, what: str
+    ) -> None:
+        try:
+            self._store.put_schedule(after, expected_version=before.version if before else None)
+        except ScheduleConflict:
+            report.conflicts += 1
+            return
+        setattr(report, what, getattr(report, what) + 1)
+        log.info("schedule %s %s", after.id, what, extra={"schedule": after.id})
+
+    # occurrences --------------------------------------------------------------------
+
+    def materialize(self, state: ScheduleState, now: datetime) -> Materialized:
+        """Create the runs of the due occurrences of ``state`` (by its catch-up policy)
+        and move its state on."""
+        plan = plan_due(state, now, self.period)
+        result = Materialized(runs=[], skipped=plan.skipped)
+        for occurrence in plan.occurrences:
+            run = self._occurrence_run(state.schedule, occurrence, now)
+            if run is None:
+                result.existing += 1
+            else:
+                result.runs.append(run)
+        result.advanced = self._advance(state, plan)
+        if plan.skipped:
+            log.info(
+                "schedule %s skipped %s missed occurrence(s) (catch-up %s)",
+                state.id,
+                plan.skipped,
+                state.schedule.catch_up.value,
+                extra={"schedule": state.id},
+            )
+        return result
+
+    def _advance(self, state: ScheduleState, plan: DuePlan) -> bool:
+        if plan.after == state:
+            return False
+        try:
+            self._store.put_schedule(plan.after, expected_version=state.version)
+        except ScheduleConflict:
+            return False
+        return True
+
+    def _occurrence_run(
+        self, schedule: Schedule, occurrence: datetime, now: datetime
+    ) -> Run | None:
+        """The new run of one occurrence, or ``None`` if it exists already."""
+        run_id = occurrence_run_id(self._config.environment, schedule.id, occurrence)
+        try:
+            return self._create(schedule, run_id, occurrence, now)
+        except ConflictError:
+            return None
+
+    def trigger_now(self, state: ScheduleState) -> Run:
+        """An extra run of the schedule now, linked to it; its cadence does not move."""
+        return self._create(state.schedule, new_run_id(), None, self._clock.now())
+
+    def _create(
+        self, schedule: Schedule, run_id: str, occurrence: datetime | None, now: datetime
+    ) -> Run:
+        assert schedule.task is not None and schedule.queue is not None
+        due = occurrence + schedule.jitter_of(occurrence) if occurrence else None
+        run, event = machine.new_run(
+            run_id=run_id,
+            environment=self._config.environment,
+            task=schedule.task,
+            queue=schedule.queue,
+            payload=schedule.payload,
+            now=now,
+            due_at=due if due and due > now else None,
+            republish=self._config.republish,
+            schedule=(schedule.id, occurrence),
+        )
+        payload_json = encode_json(
+            schedule.payload, what="payload", limit_bytes=self._config.payload_limit
+        )
+        self._runs.create_run(run, event, payload_json)
+        log.info(
+            "schedule %s created run %s of %s",
+            schedule.id,
+            run.id,
+            run.task,
+            extra={"run_id": run.id, "task": run.task, "schedule": schedule.id},
+        )
+        return run
