@@ -129,6 +129,7 @@ for _error in (
     InvalidKeyError,
     RunNotFound,
     RunWaitTimedOut,
+    ScheduleNotFound,
     StepError,
     InvalidCursor,
     IllegalTransition,

@@ -251,6 +251,7 @@ def test_a_pass_reads_only_due_items_however_large_the_table(
     app.provision()
     _write_terminal_runs(dynamodb, app, TERMINAL_RUNS)
     runs = due_runs(app, clock, DUE_RUNS)
+    app.engine.scheduler.sync()  # the app's schedules (none) stored once, as at a first pass
 
     requests = count_requests(app.client("dynamodb"))
     sqs_requests = count_requests(app.client("sqs"))
@@ -271,8 +272,8 @@ def test_a_pass_reads_only_due_items_however_large_the_table(
     )
     assert "Scan" not in requests
     assert sum(items_read) <= 2 * DUE_RUNS
-    # one for the cursors, one per shard of each agenda kind (run, token), and one per
-    # shard of the status index's parked group
+    # one for the cursors, one per shard of each agenda kind (run, token, schedule), and
+    # one per shard of the status index's parked group
     environment = app.config.environment
     queries = (
         1
@@ -283,6 +284,7 @@ def test_a_pass_reads_only_due_items_however_large_the_table(
     # the listed runs are read once each, one BatchGetItem per partition that lists any
     assert requests["BatchGetItem"] <= DUE_RUNS
     assert requests["UpdateItem"] == DUE_RUNS
+    assert requests["GetItem"] == 1  # the schedules' sync mark: nothing changed in code
     assert total <= queries + 2 * DUE_RUNS + 3
     assert take_wakeups(app) == Counter({r.id: 1 for r in runs})
 

@@ -73,7 +73,9 @@ def landed_transition(transition: Transition, wire: dict[str, Any] | None) -> Ru
 def landed_creation(run: Run, payload_json: str, wire: dict[str, Any] | None) -> bool:
     """Whether a refused ``PutItem`` of a new run found that very run already stored:
     our run id (random), our payload and our creation time, so only our own earlier put
-    can have written it (a worker may have claimed the run since)."""
+    can have written it (a worker may have claimed the run since). A schedule
+    occurrence's run id is not random: two maintenance passes creating it in the same
+    millisecond both take it for theirs, and the run (stored once) gets two wakeups."""
     if not wire or wire.get("run_id", {}).get("S") != run.id:
         return False
     if wire.get("payload", {}).get("S") != payload_json:
