@@ -29,11 +29,12 @@ from bench import backends, chart, report, targets
 from bench.cost import measure_costs
 from bench.latency import measure_latency
 from bench.maintenance_scale import measure_maintenance
+from bench.schedules import measure_schedules, per_occurrence
 from bench.throughput import celery_cpu_ratio, celery_ratio, measure_throughput, runlane_worker
 from bench.workers import ASYNC, SYNC
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-MEASUREMENTS = ("cost", "throughput", "maintenance", "latency", "memory")
+MEASUREMENTS = ("cost", "throughput", "maintenance", "schedules", "latency", "memory")
 MEMORY_CONCURRENCY = 32
 CONSOLE_WIDTH = 150
 """Tables' width when the output is not a terminal (make, CI logs)."""
@@ -46,6 +47,7 @@ class Sizes:
     maintenance_sizes: list[int] = field(default_factory=lambda: [1_000, 10_000, 100_000])
     latency_iterations: int = 20
     memory_runs: int = 1000
+    schedules: int = 1000
 
 
 SMOKE = Sizes(
@@ -54,6 +56,7 @@ SMOKE = Sizes(
     maintenance_sizes=[100, 1_000],
     latency_iterations=5,
     memory_runs=100,
+    schedules=100,
 )
 
 
@@ -113,6 +116,16 @@ class Runner:
             lambda size: self.bar(f"maintenance: seed {size:,} runs", size),
         )
         self.results["maintenance"] = [r.to_json() for r in rows]
+
+    def schedules(self) -> None:
+        done = self.bar(f"schedules: {self.sizes.schedules:,} of which 10 due", 1)
+        rows = measure_schedules(self.backend, self.sizes.schedules)
+        done(1)
+        self.results["schedules"] = {
+            "schedules": self.sizes.schedules,
+            "passes": [r.to_json() for r in rows],
+            "per_occurrence": per_occurrence(rows[1], rows[2]),
+        }
 
     def latency(self) -> None:
         n = self.sizes.latency_iterations

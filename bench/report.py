@@ -107,6 +107,33 @@ def maintenance_table(rows: list[dict[str, Any]], backend: str) -> Table:
     return table
 
 
+def schedules_table(result: dict[str, Any], backend: str) -> Table:
+    count = result["schedules"]
+    table = Table(title=f"Maintenance passes with {count:,} schedules, 10 due ({backend})")
+    for header in ("pass", "runs made", "DynamoDB req", "SQS req", "items read", "RCU", "WCU"):
+        table.add_column(header, justify="right")
+    table.add_column("requests")
+    for row in result["passes"]:
+        table.add_row(
+            row["pass"],
+            str(row["runs_created"]),
+            str(row["dynamodb_requests"]),
+            str(row["sqs_requests"]),
+            str(row["items_read"]),
+            _f(row["read_units"], 1),
+            _f(row["write_units"], 1),
+            ", ".join(f"{k.split('.')[-1]} {v}" for k, v in row["requests"].items()),
+        )
+    each = result["per_occurrence"]
+    table.caption = (
+        f"per materialized occurrence (10 due minus none due): "
+        f"{each['dynamodb_requests']:.1f} DynamoDB requests, {each['sqs_requests']:.1f} SQS, "
+        f"{each['write_units']:.1f} WCU ({each['index_write_units']:.1f} index), "
+        f"{each['read_units']:.2f} RCU"
+    )
+    return table
+
+
 def latency_table(rows: list[dict[str, Any]], backend: str) -> Table:
     table = Table(title=f"Latency, idle worker, no maintenance pass ({backend})")
     for header in ("measure", "n", "p50 ms", "p95 ms", "max ms"):
@@ -142,6 +169,8 @@ def print_results(console: Console, results: dict[str, Any], targets: list[Targe
         console.print(f"[yellow]note:[/] {throughput_cpu_note(results['throughput'])}")
     if results.get("maintenance"):
         console.print(maintenance_table(results["maintenance"], backend))
+    if results.get("schedules"):
+        console.print(schedules_table(results["schedules"], backend))
     if results.get("latency"):
         console.print(latency_table(results["latency"], backend))
     for memory in results.get("memory") or []:

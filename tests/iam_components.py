@@ -12,7 +12,16 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from runlane_sqs import ManualClock, RetryPolicy, Run, Runlane, RunStatus, TaskContext
+from runlane_sqs import (
+    ManualClock,
+    RetryPolicy,
+    Run,
+    Runlane,
+    RunStatus,
+    Schedule,
+    ScheduleStatus,
+    TaskContext,
+)
 from runlane_sqs.core import machine
 from runlane_sqs.core.agenda import AGENDA_SHARDS
 from runlane_sqs.core.names import new_lease_token
@@ -41,6 +50,7 @@ PRODUCER, WORKER, CONSUMER, MAINTENANCE, OPERATOR = (
 
 OK, ORDERED, FLAKY, BROKEN, LATER = "iam.ok", "iam.ordered", "iam.flaky", "iam.broken", "iam.later"
 SIGNAL, TOKEN, PARENT, SLOW = "iam.signal", "iam.token", "iam.parent", "iam.slow"
+SCHEDULED, SCHEDULE = "iam.scheduled", "iam.hourly"
 ELSEWHERE = "iam.elsewhere"
 """A task the workers do not register: they park its runs."""
 LEASE_SECONDS = 3
@@ -53,6 +63,11 @@ def register(app: Runlane, *, workers: bool = False) -> None:
     leave out ``ELSEWHERE``, whose code is deployed elsewhere)."""
     app.task(lambda ctx, payload: payload, name=OK)
     app.task(lambda ctx, payload: payload, name=ORDERED, queue="ordered")
+    app.task(
+        lambda ctx, payload: payload,
+        name=SCHEDULED,
+        schedules=[Schedule.every(SCHEDULE, timedelta(hours=1), payload={"n": 1})],
+    )
     register_outcomes(app)
     register_waits(app)
     if not workers:
@@ -339,12 +354,17 @@ def operate(c: Components, runs: dict[str, Run]) -> None:
     operator.signals.send("nobody-waits")
     operator.idempotency.reset(OK, "order-7")
     operator.trigger(OK, "by hand", idempotency_key="by-hand", singleton_key="by-hand")
+    assert operator.schedules.get(SCHEDULE).status is ScheduleStatus.ACTIVE  # stored now
+    assert [s.id for s in operator.schedules.list()] == [SCHEDULE]
+    operator.schedules.pause(SCHEDULE)
+    operator.schedules.resume(SCHEDULE)
+    assert operator.schedules.trigger_now(SCHEDULE).schedule_id == SCHEDULE
     c.drain()
 
 
 def maintain(c: Components, runs: dict[str, Run]) -> None:
     """Maintenance passes: due runs, the abandoned cancellation, the attempt deadline, a
-    token timeout, a parked run; then saved cursors."""
+    token timeout, a parked run, a schedule's occurrences; then saved cursors."""
     maintenance = c.maintenance.maintenance
     c.clock.advance(timedelta(hours=5))
     report = maintenance.run_pass()
@@ -353,6 +373,7 @@ def maintain(c: Components, runs: dict[str, Run]) -> None:
     assert report.jobs["attempt_deadlines"].acted == 1, report
     assert report.jobs["tokens"].acted >= 1, report
     assert report.jobs["parked_runs"].acted >= 1, report
+    assert report.jobs["schedules"].acted == 1, report  # the latest of five missed hours
     c.drain()
     for name in ("later", "ordered later", "token timing out"):
         assert c.status(runs[name].id) is RunStatus.SUCCEEDED, name

@@ -7,12 +7,19 @@ resumed schedule follows its catch-up policy for what it missed while paused.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 
-from runlane_sqs.core.errors import RunlaneError, ScheduleNotFound
+from runlane_sqs.core.errors import IllegalTransition, RunlaneError, ScheduleNotFound
 from runlane_sqs.core.model import Run
-from runlane_sqs.core.schedule_state import ScheduleState, ScheduleStatus, paused, resumed
+from runlane_sqs.core.schedule_state import (
+    ScheduleState,
+    ScheduleStatus,
+    new_state,
+    paused,
+    resumed,
+)
 from runlane_sqs.core.schedules import check_schedule_id
 from runlane_sqs.engine.engine import Engine
 from runlane_sqs.ports.schedules import ScheduleConflict, ScheduleStore
@@ -45,12 +52,17 @@ class SchedulesApi:
                 return found
 
     def get(self, schedule_id: str) -> ScheduleState:
-        """One stored schedule; a schedule the app defines but maintenance has not stored
-        yet is stored first. Raises :class:`~runlane_sqs.errors.ScheduleNotFound`."""
+        """One stored schedule; one the app defines that maintenance has not stored yet is
+        stored first (that schedule only). Raises
+        :class:`~runlane_sqs.errors.ScheduleNotFound`."""
         check_schedule_id(schedule_id)
         state = self._store.get_schedule(schedule_id)
-        if state is None and self._engine.tasks.schedule(schedule_id) is not None:
-            self._engine.scheduler.sync(force=True)
+        defined = self._engine.tasks.schedule(schedule_id)
+        if state is None and defined is not None:
+            now = self._engine.clock.now()
+            stored = new_state(defined, now, self._engine.config.maintenance_period)
+            with contextlib.suppress(ScheduleConflict):  # maintenance stored it meanwhile
+                self._store.put_schedule(stored, expected_version=None)
             state = self._store.get_schedule(schedule_id)
         if state is None:
             raise ScheduleNotFound(schedule_id)
@@ -69,7 +81,7 @@ class SchedulesApi:
         (``run.schedule_id``); the schedule's next occurrence does not move."""
         state = self.get(schedule_id)
         if state.status is ScheduleStatus.REMOVED:
-            raise RunlaneError(f"schedule {schedule_id!r} was removed from the app's code")
+            raise IllegalTransition(f"schedule {schedule_id!r} was removed from the app's code")
         run = self._engine.scheduler.trigger_now(state)
         self._engine.publisher.publish_new([run])
         return run
@@ -98,7 +110,7 @@ def _pause(state: ScheduleState, engine: Engine) -> ScheduleState | None:
     if state.status is ScheduleStatus.PAUSED:
         return None
     if state.status is not ScheduleStatus.ACTIVE:
-        raise RunlaneError(
+        raise IllegalTransition(
             f"schedule {state.id!r} is {state.status.value}; only an active one pauses"
         )
     return paused(state, engine.clock.now())

@@ -1,4 +1,4 @@
-"""The stable JSON shapes of runs, events, attempts and tokens (pure functions).
+"""The stable JSON shapes of runs, events, attempts, tokens and schedules (pure functions).
 
 What ``runlane-sqs ... --json`` prints, and what other tooling (the console) can reuse.
 Times are ISO-8601 in UTC with millisecond precision and a ``Z`` suffix
@@ -12,7 +12,11 @@ from datetime import UTC, datetime
 
 from runlane_sqs.core.attempts import Attempt
 from runlane_sqs.core.model import JSON, Failure, Lease, Run, RunEvent, Wait
+from runlane_sqs.core.schedule_state import ScheduleState
 from runlane_sqs.core.tokens import Token
+
+UPCOMING_SHOWN = 3
+"""Occurrences a schedule's shape lists in ``upcoming``."""
 
 
 def iso(value: datetime | None) -> str | None:
@@ -108,4 +112,37 @@ def token_to_json(token: Token) -> dict[str, JSON]:
         "value": token.value,
         "metadata": token.metadata,
         "resuming": token.resuming,
+    }
+
+
+def schedule_to_json(state: ScheduleState) -> dict[str, JSON]:
+    """One stored schedule: its definition (``definition`` is the one line for people,
+    the fields after it the parts), where it stands, and its next ``UPCOMING_SHOWN``
+    occurrences (none unless it is active). ``interval_seconds`` is whole seconds,
+    ``jitter_seconds`` has millisecond precision."""
+    schedule = state.schedule
+    return {
+        "id": state.id,
+        "task": schedule.task,
+        "queue": schedule.queue,
+        "kind": schedule.kind.value,
+        "definition": schedule.describe(),
+        "expression": schedule.expression,
+        "interval_seconds": (
+            int(schedule.interval.total_seconds()) if schedule.interval is not None else None
+        ),
+        "at": iso(schedule.at),
+        "tz": schedule.tz,
+        "catch_up": schedule.catch_up.value,
+        "jitter_seconds": schedule.jitter.total_seconds(),
+        "start_at": iso(schedule.start_at),
+        "end_at": iso(schedule.end_at),
+        "payload": schedule.payload,
+        "status": state.status.value,
+        "next_at": iso(state.next_at),
+        "last_at": iso(state.last_at),
+        "updated_at": iso(state.updated_at),
+        "runs": state.runs,
+        "version": state.version,
+        "upcoming": [iso(at) for at in state.upcoming(UPCOMING_SHOWN)],
     }

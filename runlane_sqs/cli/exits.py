@@ -22,6 +22,7 @@ from runlane_sqs.core.errors import (
     RunlaneError,
     RunNotFound,
     RunWaitTimedOut,
+    ScheduleNotFound,
     UnknownTaskError,
 )
 from runlane_sqs.core.tokens import TokenAlreadyDecided, TokenNotFound
@@ -30,8 +31,9 @@ EXIT_OK = 0
 EXIT_ABORTED = 1
 """The operator answered no to a confirmation (click's ``Abort``), or an unexpected crash."""
 EXIT_USAGE = 2
-"""Bad usage: unknown option, invalid value, bad JSON, an invalid key, payload or cursor,
-or a confirmation needed with no terminal to ask on (click's own code for usage errors)."""
+"""Bad usage: unknown option, invalid value, bad JSON, an invalid key, payload, cursor or
+schedule id, or a confirmation needed with no terminal to ask on (click's own code for
+usage errors)."""
 EXIT_APP_NOT_IMPORTABLE = 3
 """No app named, a name that is not ``module:attribute``, it cannot be imported, or an
 optional extra it needs is not installed (``worker --async`` without aioboto3)."""
@@ -39,7 +41,8 @@ EXIT_BACKEND = 4
 """DynamoDB or SQS unreachable or failing (also a receive that ends ``worker --drain``),
 the table or a queue missing, or another runlane error from the backend."""
 EXIT_NOT_FOUND = 5
-"""No such run or token in this environment, or no such task registered in the app."""
+"""No such run, token or schedule in this environment, or no such task registered in the
+app."""
 EXIT_ILLEGAL = 6
 """The action is not allowed in the current state (retry a succeeded run, cancel a
 finished run, complete a decided token)."""
@@ -66,7 +69,7 @@ def fail(message: str, exit_code: int, hint: str | None = None) -> NoReturn:
 
 ERROR_EXIT_CODES: tuple[tuple[tuple[type[BaseException], ...], int], ...] = (
     ((AppNotImportable,), EXIT_APP_NOT_IMPORTABLE),
-    ((RunNotFound, TokenNotFound, UnknownTaskError), EXIT_NOT_FOUND),
+    ((RunNotFound, TokenNotFound, ScheduleNotFound, UnknownTaskError), EXIT_NOT_FOUND),
     ((IllegalTransition, TokenAlreadyDecided), EXIT_ILLEGAL),
     ((InvalidPayloadError, InvalidKeyError, InvalidCursor), EXIT_USAGE),
     ((RunWaitTimedOut,), EXIT_WAIT_TIMED_OUT),

@@ -35,6 +35,7 @@ from runlane_sqs.cli.options import (
     parse_iso_time,
     parse_json,
 )
+from runlane_sqs.cli.schedules import parse_schedule_id
 from runlane_sqs.core.errors import RunWaitTimedOut
 from runlane_sqs.core.model import JSON, TERMINAL_STATUSES, Run, RunStatus
 
@@ -103,6 +104,7 @@ def runs() -> None:
 )
 @click.option("--task", help="Only runs of this task.")
 @click.option("--queue", help="Only runs on this queue.")
+@click.option("--schedule", callback=parse_schedule_id, help="Only runs this schedule made.")
 @click.option(
     "--created-after",
     callback=parse_iso_time,
@@ -123,6 +125,7 @@ def list_runs(
     statuses: tuple[str, ...],
     task: str | None,
     queue: str | None,
+    schedule: str | None,
     created_after: datetime | None,
     created_before: datetime | None,
     limit: int,
@@ -137,6 +140,7 @@ def list_runs(
         queue=queue,
         created_after=created_after,
         created_before=created_before,
+        schedule=schedule,
         limit=limit,
         cursor=cursor,
     )

@@ -78,7 +78,7 @@ class InvalidCursor(RunlaneError):
 
 
 class IllegalTransition(RunlaneError):
-    """The run's current status does not allow the requested change."""
+    """The run's (or schedule's) current status does not allow the requested change."""
 
 
 class StorageError(RunlaneError):

@@ -131,6 +131,7 @@ def new_run(
     republish: RepublishPolicy | None = None,
     source: tuple[str, LinkKind, str, str] | None = None,
     schedule: tuple[str, datetime | None] | None = None,
+    pass_id: str | None = None,
 ) -> tuple[Run, RunEvent]:
     """A freshly triggered run and its first event.
 
@@ -170,6 +171,8 @@ def new_run(
         occurrence = schedule[1]
         data["schedule"] = schedule[0]
         data["occurrence"] = occurrence.isoformat() if occurrence else None
+    if pass_id is not None:
+        data["pass"] = pass_id
     if due_at is not None and due_at > now:
         data["due_at"] = truncate_ms(due_at).isoformat()
     return run, RunEvent(seq=1, type=EventType.TRIGGERED, at=now, attempt=0, data=data)

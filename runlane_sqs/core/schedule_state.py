@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
+from itertools import islice
 
 from runlane_sqs.core.schedules import CatchUp, Schedule
 
@@ -68,10 +69,16 @@ class ScheduleState:
         return found
 
 
-def new_state(schedule: Schedule, now: datetime) -> ScheduleState:
-    """A schedule seen for the first time: its first occurrence after ``now`` (earlier
-    ones were not missed: the schedule did not exist)."""
-    next_at = schedule.next_after(now)
+def on_time_since(now: datetime, period: timedelta) -> datetime:
+    """The oldest an occurrence found at ``now`` may be and still count as on time."""
+    return now - period * LATE_OCCURRENCES
+
+
+def new_state(schedule: Schedule, now: datetime, period: timedelta) -> ScheduleState:
+    """A schedule seen for the first time: its first occurrence that is still on time
+    (a deploy just before an occurrence must not miss it; older ones were not missed,
+    the schedule did not exist)."""
+    next_at = schedule.next_after(on_time_since(now, period) - timedelta(milliseconds=1))
     return ScheduleState(
         schedule=schedule,
         status=ScheduleStatus.ACTIVE if next_at else ScheduleStatus.FINISHED,
@@ -81,11 +88,15 @@ def new_state(schedule: Schedule, now: datetime) -> ScheduleState:
     )
 
 
-def redefined(state: ScheduleState, schedule: Schedule, now: datetime) -> ScheduleState:
+def redefined(
+    state: ScheduleState, schedule: Schedule, now: datetime, period: timedelta
+) -> ScheduleState:
     """A stored schedule whose definition changed in code: the new one takes effect from
-    its next occurrence after both ``now`` and the last one created. A paused schedule
-    stays paused; a removed one comes back."""
-    after = max(now, state.last_at) if state.last_at else now
+    its next occurrence that is on time and after the last one created. A paused
+    schedule stays paused; a removed one comes back."""
+    after = on_time_since(now, period) - timedelta(milliseconds=1)
+    if state.last_at is not None:
+        after = max(after, state.last_at)
     next_at = schedule.next_after(after)
     status = state.status
     if status is not ScheduleStatus.PAUSED:
@@ -130,13 +141,13 @@ def plan_due(state: ScheduleState, now: datetime, period: timedelta) -> DuePlan:
     if state.status is not ScheduleStatus.ACTIVE or first is None or first > now:
         return DuePlan([], 0, state)
     if schedule.catch_up is CatchUp.ALL:
-        due = [first, *schedule.occurrences(first, now)][:CATCH_UP_PER_PASS]
+        due = [first, *islice(schedule.occurrences(first, now), CATCH_UP_PER_PASS - 1)]
         return _plan(state, due, 0, schedule.next_after(due[-1]), now)
     latest = schedule.latest_until(now)
     if latest is None or latest < first:  # ``first`` is one: only if storage was edited
         latest = first
     skipped = 0 if latest == first else 1 + _count(schedule, first, latest)
-    if schedule.catch_up is CatchUp.SKIP and now - latest > period * LATE_OCCURRENCES:
+    if schedule.catch_up is CatchUp.SKIP and latest < on_time_since(now, period):
         return _plan(state, [], skipped + 1, schedule.next_after(now), now, last=latest)
     return _plan(state, [latest], skipped, schedule.next_after(now), now)
 

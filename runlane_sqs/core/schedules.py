@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from itertools import islice, pairwise
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
@@ -38,6 +39,11 @@ from runlane_sqs.core.names import check_queue
 SCHEDULE_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 MAX_CRON_CHARS = 256
 """Longest cron expression accepted."""
+CRON_FIELDS = 5
+"""Minute, hour, day of month, month, day of week (no seconds: maintenance creates the
+runs, at most once a minute by default)."""
+GAP_SAMPLE = 100
+"""Occurrences of a cron expression looked at to find its shortest gap."""
 
 
 def check_schedule_id(value: object) -> str:
@@ -91,6 +97,11 @@ def _zone(name: object) -> ZoneInfo:
 def _cron(expression: object, zone: ZoneInfo) -> str:
     if not isinstance(expression, str) or len(expression) > MAX_CRON_CHARS:
         raise ConfigurationError(f"cron expression must be a string, not {expression!r}")
+    if len(expression.split()) != CRON_FIELDS:
+        raise ConfigurationError(
+            f"invalid cron expression {expression!r}: it needs five fields (minute, hour, "
+            "day of month, month, day of week)"
+        )
     try:
         CronSim(expression, datetime(2000, 1, 1, tzinfo=zone))
     except CronSimError as exc:
@@ -241,10 +252,28 @@ class Schedule:
 
     # occurrences --------------------------------------------------------------------
 
+    def fires_more_often_than(self, period: timedelta) -> timedelta | None:
+        """The shortest gap between occurrences when it is below ``period`` (else
+        ``None``). A cron expression never fires more than once a minute."""
+        if self.kind is ScheduleKind.CRON and period <= timedelta(minutes=1):
+            return None
+        gap = self.shortest_gap
+        return gap if gap is not None and gap < period else None
+
     @property
-    def period(self) -> timedelta | None:
-        """The shortest time between two occurrences, when it is fixed (``every``)."""
-        return self.interval if self.kind is ScheduleKind.EVERY else None
+    def shortest_gap(self) -> timedelta | None:
+        """The shortest time between two occurrences (``None`` for ``once``): the
+        interval, or for cron the shortest gap among its first ``GAP_SAMPLE``
+        occurrences from 2000-01-01, which holds every minute list of its first hours."""
+        if self.kind is ScheduleKind.EVERY:
+            return self.interval
+        if self.kind is ScheduleKind.ONCE:
+            return None
+        assert self.expression is not None
+        start = datetime(2000, 1, 1, tzinfo=ZoneInfo(self.tz))
+        sample = list(islice(CronSim(self.expression, start), GAP_SAMPLE))
+        gaps = [b.astimezone(UTC) - a.astimezone(UTC) for a, b in pairwise(sample)]
+        return min(gaps, default=None)
 
     def next_after(self, moment: datetime) -> datetime | None:
         """The first occurrence strictly after ``moment`` (``None``: there is none)."""

@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -106,6 +107,9 @@ class PassReport:
     """The typed result of :meth:`Maintenance.run_pass` (also logged as JSON)."""
 
     started_at: str
+    pass_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
+    """Names the pass in its log line and in the first event of the runs its schedules
+    create."""
     duration_ms: int = 0
     jobs: dict[str, JobReport] = field(default_factory=dict)
     cursors: dict[str, str] = field(default_factory=dict)
@@ -259,7 +263,8 @@ class Maintenance:
                 self._token(item, now, report.job(JOB_TOKENS))
                 continue
             if isinstance(item, ScheduleState):
-                wakeups.extend(self._schedule(item, now, report.job(JOB_SCHEDULES)))
+                job = report.job(JOB_SCHEDULES)
+                wakeups.extend(self._schedule(item, now, job, report.pass_id))
                 continue
             wakeup = self._candidate(item, now, report)
             if wakeup is not None:
@@ -289,14 +294,16 @@ class Maintenance:
         resumed = self._tokens.resume(token, limit=MAINTENANCE_RESUME_BATCH)
         job.published += resumed.resumed
 
-    def _schedule(self, state: ScheduleState, now: datetime, job: JobReport) -> list[PendingWakeup]:
+    def _schedule(
+        self, state: ScheduleState, now: datetime, job: JobReport, pass_id: str
+    ) -> list[PendingWakeup]:
         """Create the runs of a due schedule's occurrences (schedules of tasks this app
         does not register are left to an app that does)."""
         job.examined += 1
         if self._tasks.get(state.schedule.task or "") is None:
             job.skipped += 1
             return []
-        made = self._scheduler.materialize(state, now)
+        made = self._scheduler.materialize(state, now, pass_id)
         job.acted += len(made.runs)
         job.skipped += made.skipped
         job.conflicts += made.existing + (0 if made.advanced else 1)

@@ -126,9 +126,10 @@ class Scheduler:
             elif schedule.fingerprint != stored.schedule.fingerprint or (
                 stored.status is ScheduleStatus.REMOVED
             ):
-                self._write(stored, redefined(stored, schedule, now), report, "changed")
+                changed = redefined(stored, schedule, now, self.period)
+                self._write(stored, changed, report, "changed")
         for schedule in defined.values():
-            self._write(None, new_state(schedule, now), report, "created")
+            self._write(None, new_state(schedule, now, self.period), report, "created")
         if not report.conflicts:
             self._store.save_sync_mark(mark_key, fingerprint)
         if report.wrote:
@@ -161,13 +162,14 @@ class Scheduler:
 
     # occurrences --------------------------------------------------------------------
 
-    def materialize(self, state: ScheduleState, now: datetime) -> Materialized:
+    def materialize(self, state: ScheduleState, now: datetime, pass_id: str) -> Materialized:
         """Create the runs of the due occurrences of ``state`` (by its catch-up policy)
-        and move its state on."""
+        and move its state on; ``pass_id`` names the maintenance pass in each run's first
+        event."""
         plan = plan_due(state, now, self.period)
         result = Materialized(runs=[], skipped=plan.skipped)
         for occurrence in plan.occurrences:
-            run = self._occurrence_run(state.schedule, occurrence, now)
+            run = self._occurrence_run(state.schedule, occurrence, now, pass_id)
             if run is None:
                 result.existing += 1
             else:
@@ -193,21 +195,26 @@ class Scheduler:
         return True
 
     def _occurrence_run(
-        self, schedule: Schedule, occurrence: datetime, now: datetime
+        self, schedule: Schedule, occurrence: datetime, now: datetime, pass_id: str
     ) -> Run | None:
         """The new run of one occurrence, or ``None`` if it exists already."""
         run_id = occurrence_run_id(self._config.environment, schedule.id, occurrence)
         try:
-            return self._create(schedule, run_id, occurrence, now)
+            return self._create(schedule, run_id, occurrence, now, pass_id)
         except ConflictError:
             return None
 
     def trigger_now(self, state: ScheduleState) -> Run:
         """An extra run of the schedule now, linked to it; its cadence does not move."""
-        return self._create(state.schedule, new_run_id(), None, self._clock.now())
+        return self._create(state.schedule, new_run_id(), None, self._clock.now(), None)
 
     def _create(
-        self, schedule: Schedule, run_id: str, occurrence: datetime | None, now: datetime
+        self,
+        schedule: Schedule,
+        run_id: str,
+        occurrence: datetime | None,
+        now: datetime,
+        pass_id: str | None,
     ) -> Run:
         assert schedule.task is not None and schedule.queue is not None
         due = occurrence + schedule.jitter_of(occurrence) if occurrence else None
@@ -221,6 +228,7 @@ class Scheduler:
             due_at=due if due and due > now else None,
             republish=self._config.republish,
             schedule=(schedule.id, occurrence),
+            pass_id=pass_id,
         )
         payload_json = encode_json(
             schedule.payload, what="payload", limit_bytes=self._config.payload_limit

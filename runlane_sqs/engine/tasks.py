@@ -102,12 +102,12 @@ class TaskRegistry:
                 )
             if schedule.id in self._schedules or any(s.id == schedule.id for s in bound):
                 raise ConfigurationError(f"schedule id {schedule.id!r} is already registered")
-            period = schedule.period
-            if period is not None and period < self._rules.maintenance_period:
+            gap = schedule.fires_more_often_than(self._rules.maintenance_period)
+            if gap is not None:
                 raise ConfigurationError(
-                    f"schedule {schedule.id!r}: interval {period} is shorter than the "
-                    f"maintenance period {self._rules.maintenance_period} (maintenance "
-                    "creates the runs)"
+                    f"schedule {schedule.id!r}: its occurrences can be {gap} apart, less "
+                    f"than the maintenance period {self._rules.maintenance_period} "
+                    "(maintenance creates the runs)"
                 )
             encode_json(
                 schedule.payload,

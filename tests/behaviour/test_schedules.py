@@ -29,8 +29,9 @@ from tests.behaviour.worker_support import drain, second_app
 
 TASK = "digests.send"
 OTHER_TASK = "reports.build"
-T0 = datetime(2028, 3, 25, 23, 0, 30, tzinfo=UTC)
-"""Half a minute past 23:00 UTC, the evening before Paris springs forward."""
+T0 = datetime(2028, 3, 25, 23, 5, tzinfo=UTC)
+"""Five minutes past 23:00 UTC (that occurrence is not on time any more), the evening
+before Paris springs forward."""
 HOUR = timedelta(hours=1)
 MINUTE = timedelta(minutes=1)
 
@@ -100,22 +101,19 @@ def test_due_occurrences_become_runs_that_record_them(backend: Backend, clock: M
 def test_two_passes_at_the_same_moment_create_each_occurrence_once(
     backend: Backend, clock: ManualClock
 ) -> None:
-    """Both passes read the schedule due before either writes (a millisecond apart): one
+    """Both passes read the schedule due before either writes, at the same moment: one
     run per occurrence, and the loser counts its lost writes as conflicts."""
     catching_up = Schedule.every("every.hour", HOUR, catch_up="all")
     app = backend.app(register=register([catching_up]))
     app.maintenance.run_pass()
     clock.advance(timedelta(hours=5))
     state = app.schedules.get("every.hour")
-    now = clock.now()
-    made = [
-        app.engine.scheduler.materialize(state, now + timedelta(milliseconds=m)) for m in (0, 1)
-    ]
+    made = [app.engine.scheduler.materialize(state, clock.now(), name) for name in ("a", "b")]
     assert [len(m.runs) for m in made] == [5, 0]
     assert (made[1].existing, made[0].advanced, made[1].advanced) == (5, True, False)
     report = app.maintenance.run_pass()  # finds nothing left to do
     assert report.jobs[JOB_SCHEDULES].acted == 0
-    assert scheduled(app, "every.hour") == [T0.replace(second=0) + HOUR * h for h in range(1, 6)]
+    assert scheduled(app, "every.hour") == [T0.replace(minute=0) + HOUR * h for h in range(1, 6)]
 
 
 def test_a_pass_that_stopped_between_the_run_and_the_state_is_finished_by_the_next(
@@ -128,8 +126,7 @@ def test_a_pass_that_stopped_between_the_run_and_the_state_is_finished_by_the_ne
     occurrence = state.next_at
     assert occurrence is not None
     scheduler = app.engine.scheduler
-    scheduler._occurrence_run(state.schedule, occurrence, clock.now())  # the run, no state
-    clock.advance(timedelta(seconds=1))
+    scheduler._occurrence_run(state.schedule, occurrence, clock.now(), "a")  # no state write
     report = app.maintenance.run_pass()
     assert report.jobs[JOB_SCHEDULES].acted == 0 and report.jobs[JOB_SCHEDULES].conflicts == 1
     assert app.schedules.get("digests.hourly").last_at == occurrence

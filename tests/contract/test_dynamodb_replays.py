@@ -4,6 +4,7 @@ difference is another writer's change."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from runlane_sqs.adapters.dynamodb.codec import run_to_wire
@@ -96,11 +97,14 @@ def test_a_refused_creation_is_ours_only_if_the_stored_run_is_the_one_we_put() -
         run.with_changes(created_at=NOW + timedelta(seconds=1)), [first], payload
     )
 
-    assert landed_creation(run, payload, ours)
-    assert not landed_creation(run, payload, other_id)
-    assert not landed_creation(run, payload, other_payload)
-    assert not landed_creation(run, payload, other_time)
-    assert not landed_creation(run, payload, None)
+    other_event = run_to_wire(run, [replace(first, data={"pass": "another"})], payload)
+
+    assert landed_creation(run, first, payload, ours)
+    assert not landed_creation(run, first, payload, other_id)
+    assert not landed_creation(run, first, payload, other_payload)
+    assert not landed_creation(run, first, payload, other_time)
+    assert not landed_creation(run, first, payload, other_event)
+    assert not landed_creation(run, first, payload, None)
 
 
 def test_a_recovery_by_maintenance_fenced_on_the_lease_is_never_taken_for_ours() -> None:

@@ -22,7 +22,7 @@ def state(schedule_id: str, minutes: int = 60) -> ScheduleState:
     schedule = Schedule.every(
         schedule_id, timedelta(minutes=minutes), payload={"id": schedule_id, "text": "<é>"}
     )
-    return new_state(schedule.for_task("contract.task", "contract"), NOW)
+    return new_state(schedule.for_task("contract.task", "contract"), NOW, timedelta(minutes=1))
 
 
 @pytest.fixture

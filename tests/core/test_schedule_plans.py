@@ -20,10 +20,11 @@ from runlane_sqs.core.schedule_state import (
 )
 
 PERIOD = timedelta(minutes=1)
-START = datetime(2028, 1, 1, 0, 0, 30, tzinfo=UTC)
+START = datetime(2028, 1, 1, 0, 5, tzinfo=UTC)
+"""Five minutes past midnight: the 00:00 occurrence is no longer on time."""
 HOURLY = Schedule.every("hourly", timedelta(hours=1)).for_task("t", "default")
 OUTAGE = timedelta(days=3, minutes=10)
-"""From 00:00:30 on 1 January to 00:10:30 on the 4th: 72 hourly occurrences missed."""
+"""From 00:05 on 1 January to 00:15 on the 4th: 72 hourly occurrences missed."""
 
 
 def passes(
@@ -41,16 +42,28 @@ def passes(
 
 
 def test_a_new_schedule_starts_after_now_and_nothing_before_counts_as_missed() -> None:
-    state = new_state(HOURLY, START)
+    state = new_state(HOURLY, START, PERIOD)
     assert state.next_at == datetime(2028, 1, 1, 1, tzinfo=UTC)
     assert plan_due(state, START, PERIOD).occurrences == []
     assert state.upcoming(3) == [datetime(2028, 1, 1, h, tzinfo=UTC) for h in (1, 2, 3)]
 
 
+def test_a_schedule_stored_just_after_an_occurrence_still_creates_it() -> None:
+    """A deploy just before 01:00 whose first pass runs just after: on time within
+    ``LATE_OCCURRENCES`` maintenance periods, not later."""
+    one = datetime(2028, 1, 1, 1, tzinfo=UTC)
+    assert new_state(HOURLY, one + PERIOD * LATE_OCCURRENCES, PERIOD).next_at == one
+    late = one + PERIOD * LATE_OCCURRENCES + timedelta(milliseconds=1)
+    assert new_state(HOURLY, late, PERIOD).next_at == one + timedelta(hours=1)
+    once = Schedule.once("launch", at=one).for_task("t", "q")
+    stored = new_state(once, one + timedelta(seconds=40), PERIOD)
+    assert plan_due(stored, one + timedelta(seconds=40), PERIOD).occurrences == [one]
+
+
 def test_a_simulated_year_of_passes_creates_every_occurrence_once() -> None:
     """A pass every minute through a leap year, on cron in Paris (DST both ways)."""
     daily = Schedule.cron("daily", "30 2 * * *", tz="Europe/Paris").for_task("t", "default")
-    state = new_state(daily, datetime(2027, 12, 31, 12, tzinfo=UTC))
+    state = new_state(daily, datetime(2027, 12, 31, 12, tzinfo=UTC), PERIOD)
     # passes step by a minute around each occurrence only (the year would be 527k passes)
     created: list[datetime] = []
     end = datetime(2029, 1, 1, tzinfo=UTC)
@@ -69,7 +82,7 @@ def test_a_simulated_year_of_passes_creates_every_occurrence_once() -> None:
 
 
 def test_catch_up_latest_creates_only_the_most_recent_missed_occurrence() -> None:
-    state = new_state(HOURLY, START)
+    state = new_state(HOURLY, START, PERIOD)
     plan = plan_due(state, START + OUTAGE, PERIOD)
     assert plan.occurrences == [datetime(2028, 1, 4, 0, tzinfo=UTC)]
     assert plan.skipped == 71  # 72 missed (01:00 on the 1st to 00:00 on the 4th), 1 created
@@ -80,7 +93,7 @@ def test_catch_up_latest_creates_only_the_most_recent_missed_occurrence() -> Non
 
 def test_catch_up_all_creates_every_missed_occurrence_bounded_per_pass() -> None:
     state = new_state(
-        Schedule.every("all", timedelta(hours=1), catch_up="all").for_task("t", "q"), START
+        Schedule.every("all", timedelta(hours=1), catch_up="all").for_task("t", "q"), START, PERIOD
     )
     now = START + OUTAGE
     first = plan_due(state, now, PERIOD)
@@ -95,7 +108,7 @@ def test_catch_up_all_creates_every_missed_occurrence_bounded_per_pass() -> None
 
 def test_catch_up_skip_creates_none_of_the_missed_occurrences_but_keeps_on_time_ones() -> None:
     skipping = Schedule.every("skip", timedelta(hours=1), catch_up="skip").for_task("t", "q")
-    state = new_state(skipping, START)
+    state = new_state(skipping, START, PERIOD)
     late = plan_due(state, START + OUTAGE, PERIOD)
     assert late.occurrences == [] and late.skipped == 72
     assert late.after.next_at == datetime(2028, 1, 4, 1, tzinfo=UTC)
@@ -106,7 +119,7 @@ def test_catch_up_skip_creates_none_of_the_missed_occurrences_but_keeps_on_time_
 
 
 def test_a_paused_schedule_creates_nothing_and_resumes_by_its_catch_up_policy() -> None:
-    state = new_state(HOURLY, START)
+    state = new_state(HOURLY, START, PERIOD)
     held = paused(state, START)
     assert held.status is ScheduleStatus.PAUSED and held.due_at is None and held.upcoming() == []
     created, held = passes(held, START, START + timedelta(hours=5), timedelta(minutes=30))
@@ -119,24 +132,26 @@ def test_a_paused_schedule_creates_nothing_and_resumes_by_its_catch_up_policy() 
 
 def test_a_changed_definition_takes_effect_from_its_next_occurrence_after_now() -> None:
     state = plan_due(
-        new_state(HOURLY, START), datetime(2028, 1, 1, 1, 0, 5, tzinfo=UTC), PERIOD
+        new_state(HOURLY, START, PERIOD), datetime(2028, 1, 1, 1, 0, 5, tzinfo=UTC), PERIOD
     ).after
     daily = Schedule.cron("hourly", "0 9 * * *").for_task("t", "default")
     now = datetime(2028, 1, 1, 1, 30, tzinfo=UTC)
-    changed = redefined(state, daily, now)
+    changed = redefined(state, daily, now, PERIOD)
     assert changed.next_at == datetime(2028, 1, 1, 9, tzinfo=UTC)
     assert changed.last_at == state.last_at and changed.runs == state.runs
     assert plan_due(changed, datetime(2028, 1, 1, 8, 59, tzinfo=UTC), PERIOD).occurrences == []
 
 
 def test_a_removed_schedule_is_off_the_agenda_and_a_finished_once_stays_finished() -> None:
-    state = new_state(HOURLY, START)
+    state = new_state(HOURLY, START, PERIOD)
     gone = removed(state, START)
     assert gone.status is ScheduleStatus.REMOVED and gone.due_at is None
     assert plan_due(gone, START + OUTAGE, PERIOD).occurrences == []
     once = Schedule.once("launch", at=datetime(2028, 1, 1, 9, tzinfo=UTC)).for_task("t", "q")
-    plan = plan_due(new_state(once, START), datetime(2028, 1, 1, 9, 0, 40, tzinfo=UTC), PERIOD)
+    plan = plan_due(
+        new_state(once, START, PERIOD), datetime(2028, 1, 1, 9, 0, 40, tzinfo=UTC), PERIOD
+    )
     assert plan.occurrences == [datetime(2028, 1, 1, 9, tzinfo=UTC)]
     assert plan.after.status is ScheduleStatus.FINISHED and plan.after.due_at is None
-    past = new_state(once, datetime(2028, 6, 1, tzinfo=UTC))
+    past = new_state(once, datetime(2028, 6, 1, tzinfo=UTC), PERIOD)
     assert past.status is ScheduleStatus.FINISHED and past.next_at is None

@@ -178,6 +178,8 @@ def test_a_stored_definition_reads_back_equal_and_a_change_changes_its_fingerpri
 BAD_SCHEDULES = {
     "invalid cron": lambda: Schedule.cron("a", "61 * * * *"),
     "cron with too few fields": lambda: Schedule.cron("a", "* * *"),
+    "cron with seconds": lambda: Schedule.cron("a", "* * * * * *"),
+    "cron alias": lambda: Schedule.cron("a", "@daily"),
     "cron that is not text": lambda: Schedule.cron("a", 5),  # type: ignore[arg-type]
     "unknown time zone": lambda: Schedule.cron("a", "0 9 * * *", tz="Mars/Olympus"),
     "time zone path": lambda: Schedule.cron("a", "0 9 * * *", tz="../../etc/passwd"),
@@ -228,12 +230,23 @@ def test_registration_refuses_duplicate_ids_and_keeps_nothing_of_the_task() -> N
     assert [s.id for s in app.tasks.schedules()] == ["shared"]
 
 
-def test_registration_refuses_an_interval_shorter_than_the_maintenance_period() -> None:
+def test_registration_refuses_a_schedule_firing_more_often_than_maintenance_runs() -> None:
     app = in_memory_app(maintenance_period=300)
-    with pytest.raises(ConfigurationError, match="shorter than the maintenance period"):
-        app.task(_noop, name="a", schedules=[Schedule.every("fast", 60)])
-    app.task(_noop, name="b", schedules=[Schedule.every("ok", 300)])
-    assert [s.id for s in app.tasks.schedules()] == ["ok"]
+    for fast in (
+        Schedule.every("fast", 60),
+        Schedule.cron("fast", "*/2 * * * *"),
+        Schedule.cron("fast", "0,1 9 * * *"),  # twice a day, a minute apart
+    ):
+        with pytest.raises(ConfigurationError, match="less than the maintenance period"):
+            app.task(_noop, name="a", schedules=[fast])
+    app.task(
+        _noop,
+        name="b",
+        schedules=[Schedule.every("ok", 300), Schedule.cron("ok.cron", "*/5 * * * *")],
+    )
+    assert [s.id for s in app.tasks.schedules()] == ["ok", "ok.cron"]
+    every_minute = in_memory_app()  # the default period: any five-field cron expression
+    every_minute.task(_noop, name="a", schedules=[Schedule.cron("each", "* * * * *")])
 
 
 def test_registration_refuses_a_payload_that_is_not_json_or_too_large() -> None:

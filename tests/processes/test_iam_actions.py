@@ -161,7 +161,7 @@ def test_no_policy_reaches_the_items_of_another_environment(
 
 def test_a_producer_can_neither_list_nor_delete_runs(recorded: Recorded) -> None:
     """What the operator did beyond producing (listing runs, deleting runs and keys,
-    reading keys) is refused to the producer policy."""
+    reading keys, operating schedules) is refused to the producer policy."""
     producer = recorded.policy("ProducerPolicy")
     refused = {a for a in recorded.needs[OPERATOR] if not allowed(producer, a)}
     assert {(a.action, a.resource.rsplit("/", 1)[-1]) for a in refused} == {
@@ -170,6 +170,8 @@ def test_a_producer_can_neither_list_nor_delete_runs(recorded: Recorded) -> None
         ("dynamodb:BatchGetItem", recorded.values.parameters["TableName"]),
         ("dynamodb:DeleteItem", recorded.values.parameters["TableName"]),
         ("dynamodb:GetItem", recorded.values.parameters["TableName"]),  # key owners
+        ("dynamodb:PutItem", recorded.values.parameters["TableName"]),  # pause a schedule
+        ("dynamodb:Query", recorded.values.parameters["TableName"]),  # list schedules
     }
 
 
@@ -187,7 +189,7 @@ def test_every_dynamodb_statement_is_limited_to_the_environments_items() -> None
             assert patterns, (name, statement.get("Sid"))
             for pattern in patterns:
                 assert re.fullmatch(
-                    r"((RUN|IDEM|SINGLETON|TOKEN)#\$\{Environment\}#\*|MAINT#\$\{Environment\})"
+                    r"((RUN|IDEM|SINGLETON|TOKEN)#\$\{Environment\}#\*|(MAINT|SCHED)#\$\{Environment\})"
                     r"|\$\{Environment\}#[a-z_]*#?\*?",
                     pattern["Fn::Sub"],
                 ), (name, pattern)

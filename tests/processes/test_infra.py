@@ -59,7 +59,16 @@ RUNLANE_VARIABLES = (
     "RUNLANE_ENVIRONMENT",
     "RUNLANE_QUEUE_PREFIX",
     "RUNLANE_QUEUE_URLS",
+    "RUNLANE_MAINTENANCE_PERIOD_SECONDS",
 )
+
+
+def _strings(variables: dict[str, Any]) -> dict[str, str]:
+    """A function's variables as AWS gives them (moto hands a Number parameter back as a
+    number)."""
+    return {name: str(value) for name, value in variables.items()}
+
+
 SCHEDULED_EVENT: dict[str, Any] = {
     "version": "0",
     "id": "89d1a02d-5ec7-412e-82f5-13505f849b41",
@@ -224,12 +233,13 @@ def test_the_stack_creates_the_table_queues_and_compute_the_library_expects(
     assert maintenance["Handler"] == "runlane_sqs.lambdas.maintenance.handler"
     for function in (consumer, maintenance):
         assert function["Runtime"] == "python3.11"
-        assert function["Environment"]["Variables"] == {
+        assert _strings(function["Environment"]["Variables"]) == {
             "RUNLANE_APP": f"{APP_MODULE}:app",
             "RUNLANE_TABLE": outputs["TableName"],
             "RUNLANE_ENVIRONMENT": "test",
             "RUNLANE_QUEUE_PREFIX": "runlane-",
             "RUNLANE_QUEUE_URLS": outputs["QueueUrls"],
+            "RUNLANE_MAINTENANCE_PERIOD_SECONDS": "60",
         }
     mappings = functions.list_event_source_mappings()["EventSourceMappings"]
     by_queue = {m["EventSourceArn"]: m for m in mappings}
@@ -360,7 +370,7 @@ def deployed_app(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]
         FunctionName=stack.outputs["ConsumerFunctionName"]
     )
     for name, value in consumer["Environment"]["Variables"].items():
-        monkeypatch.setenv(name, value)
+        monkeypatch.setenv(name, str(value))  # moto: a Number parameter stays a number
     monkeypatch.delitem(sys.modules, APP_MODULE, raising=False)
     monkeypatch.setattr(lambda_handler, "_app", None)
     module_name, _, attribute = consumer["Handler"].rpartition(".")

@@ -14,6 +14,7 @@ import logging
 from typing import Any
 
 from runlane_sqs.adapters.dynamodb.codec import (
+    event_to_wire,
     events_from_item,
     item_from_wire,
     run_from_wire,
@@ -70,17 +71,23 @@ def landed_transition(transition: Transition, wire: dict[str, Any] | None) -> Ru
     return stored.with_changes(created=False)
 
 
-def landed_creation(run: Run, payload_json: str, wire: dict[str, Any] | None) -> bool:
+def landed_creation(
+    run: Run, event: RunEvent, payload_json: str, wire: dict[str, Any] | None
+) -> bool:
     """Whether a refused ``PutItem`` of a new run found that very run already stored:
-    our run id (random), our payload and our creation time, so only our own earlier put
-    can have written it (a worker may have claimed the run since). A schedule
-    occurrence's run id is not random: two maintenance passes creating it in the same
-    millisecond both take it for theirs, and the run (stored once) gets two wakeups."""
+    our run id (random), our payload, our creation time and our first event, so only our
+    own earlier put can have written it (a worker may have claimed the run since). A
+    schedule occurrence's run id is not random: its first event names the maintenance
+    pass that created it (``pass``), so another pass creating it in the same millisecond
+    is told apart."""
     if not wire or wire.get("run_id", {}).get("S") != run.id:
         return False
     if wire.get("payload", {}).get("S") != payload_json:
         return False
     if wire.get("created_at", {}).get("N") != str(to_epoch_ms(run.created_at)):
+        return False
+    stored_events = wire.get("events", {}).get("L") or [{}]
+    if stored_events[0] != event_to_wire(event):
         return False
     log.info(
         "run %s: its creation was refused on resending because it had already been "

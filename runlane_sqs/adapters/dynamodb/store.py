@@ -157,7 +157,7 @@ class DynamoRunStore:
                 self._send("put_item", put)
             except ClientError as exc:
                 wire: dict[str, Any] | None = exc.response.get("Item")  # type: ignore[assignment]
-                if not landed_creation(run, payload_json, wire):
+                if not landed_creation(run, event, payload_json, wire):
                     self._raise_conflict(run.id, wire, exc)
             return
         now_ms = to_epoch_ms(run.created_at)
