@@ -45,7 +45,7 @@ EXIT_NOT_FOUND = 5
 app."""
 EXIT_ILLEGAL = 6
 """The action is not allowed in the current state (retry a succeeded run, cancel a
-finished run, complete a decided token)."""
+finished run, complete a decided token, pause a finished schedule)."""
 EXIT_RUN_UNSUCCESSFUL = 7
 """``runs wait``: the run finished, but ``failed`` or ``cancelled``."""
 EXIT_WAIT_TIMED_OUT = 8

@@ -3,10 +3,9 @@ expression in a time zone). Pure definitions and occurrence arithmetic, no I/O.
 
 An occurrence is identified by its schedule and its scheduled time; maintenance turns
 each one into exactly one run (docs/concepts.md, "Schedules"). Times are whole
-milliseconds in UTC, as storage keeps them. Cron expressions are read by ``cronsim``,
-which treats daylight-saving changes as Debian's cron does: a daily time that a zone
-skips fires once, at the first valid time after it; one that a zone repeats fires once,
-at its first instance. Time zones are the standard library's ``zoneinfo``.
+milliseconds in UTC, as storage keeps them. Cron expressions in a time zone are read in
+:mod:`runlane_sqs.core.cron`: a daily time that a zone skips fires once, at the first
+valid time after it; one that a zone repeats fires once, at its first instance.
 """
 
 from __future__ import annotations
@@ -18,11 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from itertools import islice, pairwise
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from cronsim import CronSim, CronSimError
-
+from runlane_sqs.core.cron import check_cron, cron_step, shortest_gap, zone_named
 from runlane_sqs.core.durations import (
     EPOCH,
     ONE_MS,
@@ -37,13 +33,6 @@ from runlane_sqs.core.model import JSON
 from runlane_sqs.core.names import check_queue
 
 SCHEDULE_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
-MAX_CRON_CHARS = 256
-"""Longest cron expression accepted."""
-CRON_FIELDS = 5
-"""Minute, hour, day of month, month, day of week (no seconds: maintenance creates the
-runs, at most once a minute by default)."""
-GAP_SAMPLE = 100
-"""Occurrences of a cron expression looked at to find its shortest gap."""
 
 
 def check_schedule_id(value: object) -> str:
@@ -85,30 +74,6 @@ def _aware(value: object, what: str) -> datetime:
     return truncate_ms(value.astimezone(UTC))
 
 
-def _zone(name: object) -> ZoneInfo:
-    if not isinstance(name, str) or not name or len(name) > 64:
-        raise ConfigurationError(f"time zone must be an IANA zone name, not {name!r}")
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError) as exc:
-        raise ConfigurationError(f"unknown time zone {name!r}") from exc
-
-
-def _cron(expression: object, zone: ZoneInfo) -> str:
-    if not isinstance(expression, str) or len(expression) > MAX_CRON_CHARS:
-        raise ConfigurationError(f"cron expression must be a string, not {expression!r}")
-    if len(expression.split()) != CRON_FIELDS:
-        raise ConfigurationError(
-            f"invalid cron expression {expression!r}: it needs five fields (minute, hour, "
-            "day of month, month, day of week)"
-        )
-    try:
-        CronSim(expression, datetime(2000, 1, 1, tzinfo=zone))
-    except CronSimError as exc:
-        raise ConfigurationError(f"invalid cron expression {expression!r}: {exc}") from exc
-    return expression
-
-
 @dataclass(frozen=True)
 class Schedule:
     """One schedule of a task. Build it with :meth:`cron`, :meth:`every` or :meth:`once`
@@ -141,11 +106,11 @@ class Schedule:
 
     def __post_init__(self) -> None:
         check_schedule_id(self.id)
-        zone = _zone(self.tz)
+        zone = zone_named(self.tz)
         object.__setattr__(self, "kind", ScheduleKind(self.kind))
         object.__setattr__(self, "catch_up", _catch_up(self.catch_up))
         if self.kind is ScheduleKind.CRON:
-            _cron(self.expression, zone)
+            check_cron(self.expression, zone)
         elif self.kind is ScheduleKind.EVERY:
             interval = to_timedelta(self.interval, "interval")  # type: ignore[arg-type]
             if interval < timedelta(seconds=1) or interval % timedelta(seconds=1):
@@ -263,17 +228,14 @@ class Schedule:
     @property
     def shortest_gap(self) -> timedelta | None:
         """The shortest time between two occurrences (``None`` for ``once``): the
-        interval, or for cron the shortest gap among its first ``GAP_SAMPLE``
-        occurrences from 2000-01-01, which holds every minute list of its first hours."""
+        interval, or for cron the shortest gap :func:`~runlane_sqs.core.cron.shortest_gap`
+        finds."""
         if self.kind is ScheduleKind.EVERY:
             return self.interval
         if self.kind is ScheduleKind.ONCE:
             return None
         assert self.expression is not None
-        start = datetime(2000, 1, 1, tzinfo=ZoneInfo(self.tz))
-        sample = list(islice(CronSim(self.expression, start), GAP_SAMPLE))
-        gaps = [b.astimezone(UTC) - a.astimezone(UTC) for a, b in pairwise(sample)]
-        return min(gaps, default=None)
+        return shortest_gap(self.expression, self.tz)
 
     def next_after(self, moment: datetime) -> datetime | None:
         """The first occurrence strictly after ``moment`` (``None``: there is none)."""
@@ -316,7 +278,8 @@ class Schedule:
                 return anchor
             steps = (moment - anchor) // self.interval + 1
             return anchor + steps * self.interval
-        return self._cron_step(moment, reverse=False)
+        assert self.expression is not None
+        return cron_step(self.expression, self.tz, moment, reverse=False)
 
     def _raw_before(self, moment: datetime) -> datetime | None:
         """The last occurrence strictly before ``moment``."""
@@ -330,16 +293,8 @@ class Schedule:
                 return None
             steps = (moment - anchor - ONE_MS) // self.interval
             return anchor + steps * self.interval
-        return self._cron_step(moment, reverse=True)
-
-    def _cron_step(self, moment: datetime, *, reverse: bool) -> datetime | None:
         assert self.expression is not None
-        local = moment.astimezone(ZoneInfo(self.tz))
-        try:
-            found = next(iter(CronSim(self.expression, local, reverse=reverse)))
-        except StopIteration:  # an expression that never matches (e.g. 30 February)
-            return None
-        return truncate_ms(found.astimezone(UTC))
+        return cron_step(self.expression, self.tz, moment, reverse=True)
 
     # storage ------------------------------------------------------------------------
 

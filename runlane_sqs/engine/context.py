@@ -141,6 +141,11 @@ class TaskContext:
     environment: str
     worker_id: str
     log: RunLogger
+    schedule_id: str | None = None
+    """The schedule that made the run, if one did."""
+    scheduled_for: datetime | None = None
+    """The schedule occurrence the run is (``None``: not an occurrence), e.g. the hour an
+    hourly report covers, whenever the run actually starts."""
     cancellation: Cancellation = field(default_factory=Cancellation)
     services: AttemptServices | None = field(default=None, repr=False)
     _waits: dict[tuple[WaitKind, str | None], int] = field(default_factory=dict, repr=False)

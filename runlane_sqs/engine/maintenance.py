@@ -30,10 +30,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from runlane_sqs.core.agenda import AGENDA_SHARDS, AgendaKind, agenda_partitions
 from runlane_sqs.core.clock import Clock
@@ -49,6 +47,19 @@ from runlane_sqs.engine.agenda_scan import AgendaScan, Page
 from runlane_sqs.engine.finishing import Finisher
 from runlane_sqs.engine.parking import Parking
 from runlane_sqs.engine.publishing import Publisher
+from runlane_sqs.engine.reports import (
+    JOB_CANCELLATIONS,
+    JOB_DEADLINES,
+    JOB_DUE,
+    JOB_EXPIRED,
+    JOB_PARKED,
+    JOB_SCHEDULES,
+    JOB_TOKENS,
+    JOB_WAITS,
+    JOBS,
+    JobReport,
+    PassReport,
+)
 from runlane_sqs.engine.resuming import Resumer
 from runlane_sqs.engine.scheduling import Scheduler
 from runlane_sqs.engine.tasks import TaskRegistry
@@ -56,7 +67,7 @@ from runlane_sqs.engine.tokens import TokensApi
 from runlane_sqs.ports.store import RunStore
 
 log = logging.getLogger("runlane_sqs.maintenance")
-PendingWakeup = tuple[Run, "JobReport", timedelta | None]
+PendingWakeup = tuple[Run, JobReport, timedelta | None]
 """A run to publish, the job to credit and the SQS delay of its wakeup."""
 PUBLISH_BATCH = 10
 """Wakeups gathered across pages before they are sent (SQS's batch size)."""
@@ -84,63 +95,6 @@ class MaintenanceConfig:
             raise ConfigurationError(
                 f"max_lease_losses must be at least 1; got {self.max_lease_losses}"
             )
-
-
-@dataclass
-class JobReport:
-    """What one job did in one pass."""
-
-    examined: int = 0
-    """Candidates read from the index."""
-    acted: int = 0
-    """Conditional writes that succeeded."""
-    published: int = 0
-    """Wakeups sent."""
-    skipped: int = 0
-    """Candidates no longer eligible (changed since they were listed, or not yet due)."""
-    conflicts: int = 0
-    """Writes lost to a concurrent change (another pass, a worker, an operator)."""
-
-
-@dataclass
-class PassReport:
-    """The typed result of :meth:`Maintenance.run_pass` (also logged as JSON)."""
-
-    started_at: str
-    pass_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
-    """Names the pass in its log line and in the first event of the runs its schedules
-    create."""
-    duration_ms: int = 0
-    jobs: dict[str, JobReport] = field(default_factory=dict)
-    cursors: dict[str, str] = field(default_factory=dict)
-    """Where each partition's scan stopped; absent when it reached the end."""
-    out_of_time: bool = False
-
-    def job(self, name: str) -> JobReport:
-        return self.jobs.setdefault(name, JobReport())
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-JOB_DUE = "due_wakeups"
-JOB_EXPIRED = "expired_leases"
-JOB_DEADLINES = "attempt_deadlines"
-JOB_CANCELLATIONS = "abandoned_cancellations"
-JOB_WAITS = "wait_checks"
-JOB_TOKENS = "tokens"
-JOB_PARKED = "parked_runs"
-JOB_SCHEDULES = "schedules"
-JOBS = (
-    JOB_DUE,
-    JOB_EXPIRED,
-    JOB_DEADLINES,
-    JOB_CANCELLATIONS,
-    JOB_WAITS,
-    JOB_TOKENS,
-    JOB_SCHEDULES,
-    JOB_PARKED,
-)
 
 
 def _polls_target(run: Run) -> bool:

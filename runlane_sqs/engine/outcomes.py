@@ -193,6 +193,8 @@ def new_context(run: Run, worker_id: str, services: AttemptServices) -> TaskCont
         environment=run.environment,
         worker_id=worker_id,
         log=run_logger("runlane_sqs.task", run, worker_id),
+        schedule_id=run.schedule_id,
+        scheduled_for=run.scheduled_for,
         services=services,
     )
 

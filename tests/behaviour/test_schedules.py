@@ -42,7 +42,8 @@ def clock() -> ManualClock:
 
 
 def _send(ctx: Any, payload: Any) -> Any:
-    return payload
+    at = ctx.scheduled_for.isoformat() if ctx.scheduled_for else None
+    return {"payload": payload, "schedule": ctx.schedule_id, "occurrence": at}
 
 
 def register(schedules: list[Schedule], task: str = TASK) -> Any:
@@ -90,7 +91,13 @@ def test_due_occurrences_become_runs_that_record_them(backend: Backend, clock: M
     assert triggered.data["schedule"] == "digests.hourly"
     assert triggered.data["occurrence"] == occurrence.isoformat()
     assert drain(app) == 1
-    assert app.runs.get(run.id).status is RunStatus.SUCCEEDED
+    done = app.runs.get(run.id)
+    assert done.status is RunStatus.SUCCEEDED
+    assert done.result == {  # the handler sees its occurrence
+        "payload": {"kind": "hourly"},
+        "schedule": "digests.hourly",
+        "occurrence": occurrence.isoformat(),
+    }
     # 01:00 UTC is 03:00 in Paris on the day 02:30 does not exist: the daily one fires
     clock.advance(HOUR)
     app.maintenance.run_pass()

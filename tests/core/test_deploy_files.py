@@ -125,8 +125,17 @@ def test_lambdas_schedule_and_event_source_mappings(template: dict[str, Any]) ->
     assert callable(lambda_handler.handler)
     assert functions["ConsumerFunction"]["Properties"]["Handler"] == {"Ref": "ConsumerHandler"}
     [rule] = resources(template, "AWS::Events::Rule").values()
-    assert rule["Properties"]["ScheduleExpression"] == {"Ref": "ScheduleRate"}
-    assert template["Parameters"]["ScheduleRate"]["Default"] == "rate(1 minute)"
+    period = template["Parameters"]["MaintenancePeriodMinutes"]
+    periods = template["Mappings"]["MaintenancePeriods"]
+    assert rule["Properties"]["ScheduleExpression"] == {
+        "Fn::FindInMap": ["MaintenancePeriods", {"Ref": "MaintenancePeriodMinutes"}, "Rate"]
+    }
+    assert periods[period["Default"]]["Rate"] == "rate(1 minute)"
+    # the rate and every app process's setting come from the one parameter
+    assert set(period["AllowedValues"]) == set(periods)
+    for minutes, values in periods.items():
+        plural = "minute" if minutes == "1" else "minutes"
+        assert values == {"Rate": f"rate({minutes} {plural})", "Seconds": str(int(minutes) * 60)}
     mappings = resources(template, "AWS::Lambda::EventSourceMapping")
     assert {m["Properties"]["EventSourceArn"]["Fn::GetAtt"][0] for m in mappings.values()} == {
         "StandardQueue",

@@ -245,6 +245,12 @@ def test_registration_refuses_a_schedule_firing_more_often_than_maintenance_runs
         schedules=[Schedule.every("ok", 300), Schedule.cron("ok.cron", "*/5 * * * *")],
     )
     assert [s.id for s in app.tasks.schedules()] == ["ok", "ok.cron"]
+    two_hours = in_memory_app(maintenance_period=7200)
+    two_hours.task(_noop, name="a", schedules=[Schedule.cron("even", "0 */2 * * *")])
+    with pytest.raises(ConfigurationError, match="1:00:00 apart"):  # Paris falls back
+        two_hours.task(
+            _noop, name="b", schedules=[Schedule.cron("paris", "0 */2 * * *", tz="Europe/Paris")]
+        )
     every_minute = in_memory_app()  # the default period: any five-field cron expression
     every_minute.task(_noop, name="a", schedules=[Schedule.cron("each", "* * * * *")])
 

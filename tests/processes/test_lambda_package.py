@@ -165,7 +165,7 @@ def test_the_build_prints_the_zip_size_within_the_limit(lambda_zip: tuple[Path, 
     size = out.stat().st_size
     assert size <= ZIP_LIMIT_BYTES
     assert f"built {out}: {size} bytes ({size / 1_000_000:.2f} MB" in printed
-    assert "packages: runlane-sqs pynamodb==" in printed
+    assert "packages: runlane-sqs cronsim==" in printed
 
 
 def test_the_zip_holds_the_entry_points_and_neither_the_sdk_nor_the_cli_packages(

@@ -1,0 +1,65 @@
+"""What a maintenance pass reports: one :class:`JobReport` per job, in a
+:class:`PassReport` that is also logged as JSON (docs/operations.md, "Maintenance")."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class JobReport:
+    """What one job did in one pass."""
+
+    examined: int = 0
+    """Candidates read from the index."""
+    acted: int = 0
+    """Conditional writes that succeeded."""
+    published: int = 0
+    """Wakeups sent."""
+    skipped: int = 0
+    """Candidates no longer eligible (changed since they were listed, or not yet due)."""
+    conflicts: int = 0
+    """Writes lost to a concurrent change (another pass, a worker, an operator)."""
+
+
+@dataclass
+class PassReport:
+    """The typed result of :meth:`Maintenance.run_pass` (also logged as JSON)."""
+
+    started_at: str
+    pass_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
+    """Names the pass in its log line and in the first event of the runs its schedules
+    create."""
+    duration_ms: int = 0
+    jobs: dict[str, JobReport] = field(default_factory=dict)
+    cursors: dict[str, str] = field(default_factory=dict)
+    """Where each partition's scan stopped; absent when it reached the end."""
+    out_of_time: bool = False
+
+    def job(self, name: str) -> JobReport:
+        return self.jobs.setdefault(name, JobReport())
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+JOB_DUE = "due_wakeups"
+JOB_EXPIRED = "expired_leases"
+JOB_DEADLINES = "attempt_deadlines"
+JOB_CANCELLATIONS = "abandoned_cancellations"
+JOB_WAITS = "wait_checks"
+JOB_TOKENS = "tokens"
+JOB_PARKED = "parked_runs"
+JOB_SCHEDULES = "schedules"
+JOBS = (
+    JOB_DUE,
+    JOB_EXPIRED,
+    JOB_DEADLINES,
+    JOB_CANCELLATIONS,
+    JOB_WAITS,
+    JOB_TOKENS,
+    JOB_SCHEDULES,
+    JOB_PARKED,
+)
