@@ -106,13 +106,13 @@ class Scheduler:
 
     # sync ---------------------------------------------------------------------------
 
-    def sync(self, *, force: bool = False) -> SyncReport:
+    def sync(self) -> SyncReport:
         """Store what the app's code defines, unless it is already stored."""
         report = SyncReport()
         defined = {s.id: s for s in self._tasks.schedules()}
         mark_key = task_set_key(self._tasks)
         fingerprint = definitions_fingerprint(list(defined.values()))
-        if not force and self._store.load_sync_mark(mark_key) == fingerprint:
+        if self._store.load_sync_mark(mark_key) == fingerprint:
             return report
         now = self._clock.now()
         registered = set(self._tasks.names())

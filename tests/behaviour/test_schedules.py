@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -24,9 +25,10 @@ from runlane_sqs import (
 from runlane_sqs.core.clock import ManualClock
 from runlane_sqs.core.schedules import occurrence_run_id
 from runlane_sqs.engine.maintenance import JOB_SCHEDULES
-from tests.backends import Backend
+from tests.backends import ONLY_MEMORY, Backend
 from tests.behaviour.worker_support import drain, second_app
 
+PARIS = "Europe/Paris"
 TASK = "digests.send"
 OTHER_TASK = "reports.build"
 T0 = datetime(2028, 3, 25, 23, 5, tzinfo=UTC)
@@ -252,3 +254,31 @@ def test_operators_get_clear_errors_for_unknown_and_malformed_ids(
     with pytest.raises(RunlaneError):
         app.runs.list(schedule="a#b")
     assert Counter(s.status for s in app.schedules.list()) == {ScheduleStatus.ACTIVE: 1}
+
+
+@ONLY_MEMORY
+def test_passes_across_both_daylight_saving_changes_create_one_run_a_day(
+    backend: Backend, clock: ManualClock
+) -> None:
+    """Maintenance every 15 minutes (time moved by hand) through the weekends Paris
+    springs forward and falls back: a daily 02:30 in Paris, one run a day, at 03:00 on
+    the day 02:30 does not exist and at the first 02:30 on the day it comes twice. The
+    months between are one gap: catch-up ``latest`` makes one run for it. (Memory only:
+    about 600 passes.)"""
+    app = backend.app(register=register([Schedule.cron("paris.night", "30 2 * * *", tz=PARIS)]))
+    for start in (datetime(2028, 3, 25, tzinfo=UTC), datetime(2028, 10, 28, tzinfo=UTC)):
+        clock.set(start)
+        for _ in range(3 * 24 * 4):  # three days
+            app.maintenance.run_pass()
+            clock.advance(timedelta(minutes=15))
+    local = [t.astimezone(ZoneInfo(PARIS)) for t in scheduled(app, "paris.night")]
+    assert [(t.month, t.day, t.hour, t.minute) for t in local] == [
+        (3, 25, 2, 30),
+        (3, 26, 3, 0),  # 02:30 does not exist that day
+        (3, 27, 2, 30),
+        (10, 27, 2, 30),  # the latest of the occurrences missed from March to October
+        (10, 28, 2, 30),
+        (10, 29, 2, 30),  # 02:30 comes twice that day: once, summer time
+        (10, 30, 2, 30),
+    ]
+    assert local[5].utcoffset() == timedelta(hours=2)
