@@ -1,7 +1,7 @@
 """Maintenance: connects due work back to delivery and repairs the same run when
 delivery or ownership stopped making progress.
 
-One pass runs two bounded scans of the agenda index (never a table Scan):
+One pass runs three bounded scans of the agenda index (never a table Scan):
 
 - ``run``: runnable runs whose wakeup time has come (retry backoff over, release time
   reached, a queued run whose eager publish failed or was lost) get a fresh wakeup;
@@ -10,12 +10,13 @@ One pass runs two bounded scans of the agenda index (never a table Scan):
   with ``lease_lost``; a run listed early with nothing to do yet (a live lease, a
   wakeup still trusted) is listed again at its agenda time;
 - ``token``: pending tokens past their timeout are timed out, and decided tokens resume
-  their remaining waiters in batches.
+  their remaining waiters in batches;
+- ``schedule``: after the app's schedules are synced with storage, due occurrences of
+  schedules of tasks this app registers become runs (``schedules``;
+  :mod:`runlane_sqs.engine.scheduling`).
 
-Then the app's schedules are synced with storage and a third scan, ``schedule``, turns
-due occurrences into runs (``schedules``; :mod:`runlane_sqs.engine.scheduling`), and
-parked runs of tasks this app registers are unparked (``parked_runs``; from the status
-index, see :mod:`runlane_sqs.engine.parking`).
+Then parked runs of tasks this app registers are unparked (``parked_runs``; from the
+status index, see :mod:`runlane_sqs.engine.parking`).
 
 The ``run`` scan also checks runs waiting on a token or a run whose resume may have been
 missed (``wait_checks``).
