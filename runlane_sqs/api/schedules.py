@@ -25,8 +25,6 @@ from runlane_sqs.engine.engine import Engine
 from runlane_sqs.ports.schedules import ScheduleConflict, ScheduleStore
 
 log = logging.getLogger("runlane_sqs.schedules")
-LIST_PAGE = 100
-"""Schedules read per request by :meth:`SchedulesApi.list`."""
 MAX_WRITE_TRIES = 3
 """Pause or resume attempts when maintenance moves the schedule on at the same moment."""
 
@@ -43,13 +41,7 @@ class SchedulesApi:
 
     def list(self) -> list[ScheduleState]:
         """Every stored schedule of the environment, by id (one ``Query`` per 100)."""
-        found: list[ScheduleState] = []
-        cursor: str | None = None
-        while True:
-            page, cursor = self._store.list_schedules(LIST_PAGE, cursor)
-            found.extend(page)
-            if cursor is None:
-                return found
+        return list(self._engine.scheduler.stored())
 
     def get(self, schedule_id: str) -> ScheduleState:
         """One stored schedule; one the app defines that maintenance has not stored yet is

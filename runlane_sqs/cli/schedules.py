@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import click
-from rich import box
-from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -30,6 +28,7 @@ NARROW_DROPS = ("last", "task")
 console; past that the definition folds onto more lines. The id, the status, the next
 occurrence and the runs count always stay whole."""
 FOLDING_COLUMNS = frozenset({"task", "definition"})
+SCHEDULES = tables.Listing(SCHEDULE_COLUMNS, NARROW_DROPS, FOLDING_COLUMNS, frozenset({"runs"}))
 SCHEDULE_STYLES = {
     "active": "green",
     "paused": "bold yellow",
@@ -72,35 +71,11 @@ def _schedule_row(state: ScheduleState) -> dict[str, str | Text]:
     }
 
 
-def _schedules_table(rows: Sequence[dict[str, str | Text]], columns: Sequence[str]) -> Table:
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
-    for name in columns:
-        folds = name in FOLDING_COLUMNS
-        table.add_column(
-            name,
-            no_wrap=not folds,
-            overflow="fold" if folds else "ellipsis",
-            min_width=8 if folds else None,
-            justify="right" if name == "runs" else "left",
-        )
-    for row in rows:
-        table.add_row(*tables.cells(*(row[name] for name in columns)))
-    return table
-
-
 def print_schedules(states: Sequence[ScheduleState]) -> None:
     """Every schedule, one row each (``next`` is empty unless it is active); at narrow
     widths the columns in ``NARROW_DROPS`` give way."""
     out = tables.console()
-    rows = [_schedule_row(state) for state in states]
-    columns = list(SCHEDULE_COLUMNS)
-    table = _schedules_table(rows, columns)
-    unbounded = out.options.update_width(tables.UNBOUNDED_WIDTH)
-    for name in NARROW_DROPS:
-        if Measurement.get(out, unbounded, table).maximum <= out.width:
-            break
-        columns.remove(name)
-        table = _schedules_table(rows, columns)
+    table = SCHEDULES.fit([_schedule_row(state) for state in states], out)
     tables.show(f"{len(states)} schedule(s), by id", table, out)
 
 

@@ -12,6 +12,7 @@ import math
 import os
 import sys
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from rich import box
@@ -149,34 +150,54 @@ def _run_row(run: Run, now: datetime) -> dict[str, str | Text]:
     }
 
 
-def _runs_table(rows: Sequence[dict[str, str | Text]], columns: Sequence[str]) -> Table:
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
-    for name in columns:
-        folds = name in FOLDING_COLUMNS
-        table.add_column(
-            name,
-            no_wrap=not folds,
-            overflow="fold" if folds else "ellipsis",
-            min_width=8 if folds else None,
-            justify="right" if name == "attempt" else "left",
-        )
-    for row in rows:
-        table.add_row(*cells(*(row[name] for name in columns)))
-    return table
+@dataclass(frozen=True)
+class Listing:
+    """The columns of a one-row-per-item table (``runs list``, ``schedules list``)."""
+
+    columns: tuple[str, ...]
+    """Left to right."""
+    drops: tuple[str, ...]
+    """Left out, in this order, while the table is wider than the console; past that the
+    folding columns fold onto more lines."""
+    folding: frozenset[str]
+    right: frozenset[str]
+    """Right-justified (numbers)."""
+
+    def table(self, rows: Sequence[dict[str, str | Text]], columns: Sequence[str]) -> Table:
+        table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+        for name in columns:
+            folds = name in self.folding
+            table.add_column(
+                name,
+                no_wrap=not folds,
+                overflow="fold" if folds else "ellipsis",
+                min_width=8 if folds else None,
+                justify="right" if name in self.right else "left",
+            )
+        for row in rows:
+            table.add_row(*cells(*(row[name] for name in columns)))
+        return table
+
+    def fit(self, rows: Sequence[dict[str, str | Text]], out: Console) -> Table:
+        """The table of ``rows``, with ``drops`` left out until it fits ``out``."""
+        columns = list(self.columns)
+        table = self.table(rows, columns)
+        unbounded = out.options.update_width(UNBOUNDED_WIDTH)
+        for name in self.drops:
+            if Measurement.get(out, unbounded, table).maximum <= out.width:
+                break
+            columns.remove(name)
+            table = self.table(rows, columns)
+        return table
+
+
+RUNS = Listing(RUN_COLUMNS, NARROW_DROPS, FOLDING_COLUMNS, frozenset({"attempt"}))
 
 
 def print_runs(runs: Sequence[Run], cursor: str | None, now: datetime) -> None:
     """A page of runs; at narrow widths the columns in ``NARROW_DROPS`` give way."""
     out = console()
-    rows = [_run_row(run, now) for run in runs]
-    columns = list(RUN_COLUMNS)
-    table = _runs_table(rows, columns)
-    unbounded = out.options.update_width(UNBOUNDED_WIDTH)
-    for name in NARROW_DROPS:
-        if Measurement.get(out, unbounded, table).maximum <= out.width:
-            break
-        columns.remove(name)
-        table = _runs_table(rows, columns)
+    table = RUNS.fit([_run_row(run, now) for run in runs], out)
     show(f"{len(runs)} run(s), newest first", table, out)
     if cursor:
         out.print(Text(printable(f"more: --cursor {cursor}")), soft_wrap=True)

@@ -25,6 +25,7 @@ from runlane_sqs.core.model import (
     Run,
     RunEvent,
     RunStatus,
+    ScheduleOrigin,
     WaitKind,
 )
 from runlane_sqs.core.retry import RetryDecision
@@ -130,8 +131,7 @@ def new_run(
     singleton_key: str | None = None,
     republish: RepublishPolicy | None = None,
     source: tuple[str, LinkKind, str, str] | None = None,
-    schedule: tuple[str, datetime | None] | None = None,
-    pass_id: str | None = None,
+    schedule: ScheduleOrigin | None = None,
 ) -> tuple[Run, RunEvent]:
     """A freshly triggered run and its first event.
 
@@ -159,8 +159,8 @@ def new_run(
         singleton_key=singleton_key,
         source_run_id=source[0] if source else None,
         source_kind=source[1].value if source else None,
-        schedule_id=schedule[0] if schedule else None,
-        scheduled_for=schedule[1] if schedule else None,
+        schedule_id=schedule.schedule_id if schedule else None,
+        scheduled_for=schedule.occurrence if schedule else None,
         created=True,
     )
     data: dict[str, JSON] = {}
@@ -168,11 +168,7 @@ def new_run(
         source_id, kind, actor, reason = source
         data.update({"source": source_id, "kind": kind.value, "actor": actor, "reason": reason})
     if schedule is not None:
-        occurrence = schedule[1]
-        data["schedule"] = schedule[0]
-        data["occurrence"] = occurrence.isoformat() if occurrence else None
-    if pass_id is not None:
-        data["pass"] = pass_id
+        data.update(schedule.event_data())
     if due_at is not None and due_at > now:
         data["due_at"] = truncate_ms(due_at).isoformat()
     return run, RunEvent(seq=1, type=EventType.TRIGGERED, at=now, attempt=0, data=data)

@@ -200,6 +200,26 @@ class RunEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class ScheduleOrigin:
+    """How a schedule made a run: the run records it, and its ``triggered`` event says."""
+
+    schedule_id: str
+    occurrence: datetime | None
+    """The occurrence the run is (``None``: an operator's extra run, ``trigger_now``)."""
+    pass_id: str | None = None
+    """The maintenance pass that created an occurrence's run."""
+
+    def event_data(self) -> dict[str, JSON]:
+        data: dict[str, JSON] = {
+            "schedule": self.schedule_id,
+            "occurrence": self.occurrence.isoformat() if self.occurrence else None,
+        }
+        if self.pass_id is not None:
+            data["pass"] = self.pass_id
+        return data
+
+
+@dataclass(frozen=True, slots=True)
 class Run:
     """The authoritative record of one durable invocation of a task."""
 

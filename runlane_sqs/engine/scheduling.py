@@ -27,7 +27,7 @@ from runlane_sqs.core import machine
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.errors import ConflictError
-from runlane_sqs.core.model import Run
+from runlane_sqs.core.model import Run, ScheduleOrigin
 from runlane_sqs.core.names import new_run_id
 from runlane_sqs.core.payload import encode_json
 from runlane_sqs.core.schedule_state import (
@@ -116,7 +116,7 @@ class Scheduler:
             return report
         now = self._clock.now()
         registered = set(self._tasks.names())
-        for stored in self._stored():
+        for stored in self.stored():
             schedule = defined.pop(stored.id, None)
             if schedule is None:
                 if stored.schedule.task in registered and stored.status is not (
@@ -141,7 +141,8 @@ class Scheduler:
             )
         return report
 
-    def _stored(self) -> Iterator[ScheduleState]:
+    def stored(self) -> Iterator[ScheduleState]:
+        """Every stored schedule of the environment, by id (one ``Query`` per 100)."""
         cursor: str | None = None
         while True:
             page, cursor = self._store.list_schedules(SYNC_PAGE, cursor)
@@ -227,8 +228,7 @@ class Scheduler:
             now=now,
             due_at=due if due and due > now else None,
             republish=self._config.republish,
-            schedule=(schedule.id, occurrence),
-            pass_id=pass_id,
+            schedule=ScheduleOrigin(schedule.id, occurrence, pass_id),
         )
         payload_json = encode_json(
             schedule.payload, what="payload", limit_bytes=self._config.payload_limit

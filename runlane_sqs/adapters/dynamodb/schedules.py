@@ -134,7 +134,9 @@ class DynamoScheduleStore:
         response = self._query(request, cursor)
         listed = [{"pk": item["pk"], "sk": item["sk"]} for item in response.get("Items", [])]
         found: list[ScheduleState] = []
-        if listed:  # the index holds no schedule state: read the items (a page is <= 100)
+        # the index holds no schedule state: read the items (a page is <= 100); keys left
+        # unprocessed (throttling) stay due, and the next pass reads them
+        if listed:
             batch = {self.table: {"Keys": listed, "ConsistentRead": True}}
             got = self._send("batch_get_item", {"RequestItems": batch})
             states = [schedule_from_wire(w) for w in got.get("Responses", {}).get(self.table, [])]
