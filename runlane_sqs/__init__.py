@@ -51,7 +51,7 @@ from runlane_sqs.engine.context import (
     TaskContext,
     WaitRequested,
 )
-from runlane_sqs.engine.tasks import Task
+from runlane_sqs.engine.tasks import Queue, Task
 from runlane_sqs.runtime.worker import Worker
 
 __all__ = [
@@ -73,6 +73,7 @@ __all__ = [
     "MissingResourceError",
     "PayloadTooLarge",
     "PruneReport",
+    "Queue",
     "RetryPolicy",
     "Run",
     "RunEvent",

@@ -32,7 +32,14 @@ from runlane_sqs.engine.engine import Engine
 from runlane_sqs.engine.maintenance import Maintenance
 from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.signals import SignalsApi
-from runlane_sqs.engine.tasks import Handler, ScheduleRules, Task, TaskRegistry
+from runlane_sqs.engine.tasks import (
+    Handler,
+    KeyFunction,
+    Queue,
+    ScheduleRules,
+    Task,
+    TaskRegistry,
+)
 from runlane_sqs.engine.tokens import TokensApi
 from runlane_sqs.ports.store import RunStore
 from runlane_sqs.ports.transport import WakeupTransport
@@ -200,10 +207,12 @@ class Runlane:
         /,
         *,
         name: str | None = None,
-        queue: str = "default",
+        queue: str | Queue = "default",
         retry: RetryPolicy | None = None,
         timeout: Duration | None = None,
         schedules: Sequence[Schedule] = (),
+        concurrency_key: KeyFunction | None = None,
+        key_limit: int | None = None,
     ) -> Task: ...
 
     @overload
@@ -213,10 +222,12 @@ class Runlane:
         /,
         *,
         name: str | None = None,
-        queue: str = "default",
+        queue: str | Queue = "default",
         retry: RetryPolicy | None = None,
         timeout: Duration | None = None,
         schedules: Sequence[Schedule] = (),
+        concurrency_key: KeyFunction | None = None,
+        key_limit: int | None = None,
     ) -> Callable[[Handler], Task]: ...
 
     def task(
@@ -225,16 +236,21 @@ class Runlane:
         /,
         *,
         name: str | None = None,
-        queue: str = "default",
+        queue: str | Queue = "default",
         retry: RetryPolicy | None = None,
         timeout: Duration | None = None,
         schedules: Sequence[Schedule] = (),
+        concurrency_key: KeyFunction | None = None,
+        key_limit: int | None = None,
     ) -> Task | Callable[[Handler], Task]:
         """Register ``def handler(ctx, payload)`` as a task; usable bare or with options.
 
         ``name`` defaults to ``module.function``; ``timeout`` is a fixed attempt deadline;
         ``schedules`` (:class:`~runlane_sqs.Schedule` values) make maintenance create runs
-        of it by itself.
+        of it by itself. ``key_limit`` lets at most that many runs with the same
+        concurrency key (``concurrency_key(payload)``, or given at trigger time) hold a
+        lease at once, across every worker; ``queue`` may be an :meth:`queue` with its own
+        limit (docs/concurrency.md).
         """
 
         def register(handler: Handler) -> Task:
@@ -245,9 +261,18 @@ class Runlane:
                 retry=retry,
                 timeout=timeout,
                 schedules=schedules,
+                concurrency_key=concurrency_key,
+                key_limit=key_limit,
             )
 
         return register(fn) if fn is not None else register
+
+    def queue(self, name: str, *, concurrency_limit: int | None = None) -> Queue:
+        """Define queue ``name``: with ``concurrency_limit``, at most that many of its runs
+        hold a lease at once across every worker process and Lambda; a claim that finds
+        the limit reached makes the run wait, and the next free slot wakes it, oldest
+        first (docs/concurrency.md). Pass the result as a task's ``queue``."""
+        return self.tasks.define_queue(name, concurrency_limit)
 
     # triggering ---------------------------------------------------------------------
 
@@ -259,12 +284,14 @@ class Runlane:
         idempotency_key: str | None = None,
         singleton_key: str | None = None,
         delay: Duration | None = None,
+        concurrency_key: str | None = None,
     ) -> Run:
         """Create a run and publish its wakeup.
 
         Returns the new run (``run.created`` is True), or the existing run that holds
         ``idempotency_key`` / ``singleton_key`` (``run.created`` is False). If the wakeup
         cannot be published the run stays queued and maintenance publishes it later.
+        ``concurrency_key`` overrides the task's key function (tasks with a ``key_limit``).
         """
         return self.engine.triggers.trigger(
             task,
@@ -272,6 +299,7 @@ class Runlane:
             idempotency_key=idempotency_key,
             singleton_key=singleton_key,
             delay=delay,
+            concurrency_key=concurrency_key,
         )
 
     def trigger_many(

@@ -39,6 +39,9 @@ class AgendaKind(StrEnum):
     """Tokens: pending ones by their timeout, decided ones while waiters remain."""
     SCHEDULE = "schedule"
     """Active schedules by their next occurrence."""
+    SLOT = "slot"
+    """Concurrency limits' slot records with holders or waiters, by when maintenance
+    checks their holders and wakes waiters that free slots can take."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,10 +123,19 @@ def agenda_pk(environment: str, kind: str, item_id: str) -> str:
     return f"{environment}#{kind}#{shard_of(item_id, kind)}"
 
 
+def named_agenda_pk(environment: str, kind: AgendaKind, name: str) -> str:
+    """Schedule ids and slot scopes are names, not random hex: their digest spreads the
+    shards."""
+    digest = hashlib.blake2b(name.encode(), digest_size=4).hexdigest()
+    return agenda_pk(environment, kind.value, digest)
+
+
 def schedule_agenda_pk(environment: str, schedule_id: str) -> str:
-    """Schedule ids are names, not random hex: their digest spreads the shards."""
-    digest = hashlib.blake2b(schedule_id.encode(), digest_size=4).hexdigest()
-    return agenda_pk(environment, AgendaKind.SCHEDULE.value, digest)
+    return named_agenda_pk(environment, AgendaKind.SCHEDULE, schedule_id)
+
+
+def slot_agenda_pk(environment: str, scope: str) -> str:
+    return named_agenda_pk(environment, AgendaKind.SLOT, scope)
 
 
 def agenda_partitions(environment: str, kind: str) -> list[str]:

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from runlane_sqs.core import machine
+from runlane_sqs.core.agenda import RepublishPolicy, eager_review_at, eager_wake_at
 from runlane_sqs.core.durations import truncate_ms
 from runlane_sqs.core.machine import Transition
-from runlane_sqs.core.model import Run, RunStatus, WaitKind
+from runlane_sqs.core.model import EventType, Run, RunStatus, WaitKind
 from runlane_sqs.core.wakeup import ClaimHint
 
 
@@ -60,6 +61,7 @@ class HintedClaim:
             and run.status.is_runnable
             and run.is_due(truncate_ms(self.now))
             and (run.waiting is None or run.waiting.kind is WaitKind.TIME)
+            and run.slot_wait is None
             and (not self.keeps_listing() or run.review_at == hint.review_at)
         )
 
@@ -96,3 +98,31 @@ class HintedClaim:
             due_at=now,
         )
         return self.transition(described)
+
+
+def withdraw_claim(
+    run: Run, *, token: str, now: datetime, republish: RepublishPolicy | None = None
+) -> Transition:
+    """The claim's write came back too late to start the attempt (the worker was
+    paused, or the write was retried through an outage), so the handler never ran: the
+    same run is runnable at once. The ``lease_expired`` event says the attempt never started, and no
+    lease loss is counted: no handler ran that could have killed its worker. With
+    ``republish`` the caller publishes the wakeup itself."""
+    machine.require_lease(run, token)
+    assert run.lease is not None
+    now = truncate_ms(now)
+    wake_at = eager_wake_at(now, now, republish) if republish else None
+    review_at = eager_review_at(now, now, republish) if republish else None
+    return machine.advance(
+        run,
+        now,
+        [(EventType.LEASE_EXPIRED, {"worker": run.lease.owner, "before_start": True})],
+        fence=token,
+        status=RunStatus.QUEUED,
+        due_at=now,
+        wake_at=truncate_ms(wake_at) if wake_at else None,
+        review_at=truncate_ms(review_at) if review_at else None,
+        publishes=0,
+        lease=None,
+        deadline_at=None,
+    )

@@ -141,3 +141,15 @@ for _error in (
     LeaseLost,
 ):
     _error.__module__ = "runlane_sqs.errors"
+
+
+class NoFreeSlot(RunlaneError):
+    """A claim found every slot of a concurrency limit's scope held: nothing was
+    written, and the run is as the claim read it."""
+
+    def __init__(self, run_id: str, scope: str, holders: int, limit: int) -> None:
+        super().__init__(f"run {run_id!r}: all {limit} slot(s) of {scope!r} are held")
+        self.run_id = run_id
+        self.scope = scope
+        self.holders = holders
+        self.limit = limit

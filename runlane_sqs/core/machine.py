@@ -26,6 +26,7 @@ from runlane_sqs.core.model import (
     RunEvent,
     RunStatus,
     ScheduleOrigin,
+    Slot,
     WaitKind,
 )
 from runlane_sqs.core.retry import RetryDecision
@@ -59,6 +60,8 @@ class SkipReason(StrEnum):
     """Another worker claimed the run first."""
     UNKNOWN_TASK = "unknown_task"
     """This process does not register the run's task, so it cannot apply its policy."""
+    WAITING_FOR_SLOT = "waiting_for_slot"
+    """The run waits for a concurrency slot; the write that frees one wakes it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +115,8 @@ def advance(
         before.with_changes(attempt=changes.get("attempt", before.attempt)), now, *specs
     )
     changes.setdefault("review_at", None)  # every state change ends an early look
+    if changes.get("lease", before.lease) is None:
+        changes["slots"] = ()  # slots are held by an attempt (core/slots.py)
     after = before.with_changes(
         seq=before.seq + len(events), updated_at=now, created=False, **changes
     )
@@ -182,15 +187,18 @@ def claim_lease(
     token: str,
     duration: timedelta,
     timeout: timedelta | None = None,
+    slots: tuple[Slot, ...] = (),
 ) -> Transition | Skip:
-    """Start the next attempt if the run is runnable and due.
-
-    ``timeout`` (the task's fixed attempt timeout) sets the attempt's deadline.
+    """Start the next attempt if the run is runnable and due, taking ``slots`` (its
+    concurrency limits) in the same write. ``timeout`` (the task's fixed attempt timeout)
+    sets the attempt's deadline.
     """
     if run.status.is_terminal:
         return Skip(SkipReason.TERMINAL)
     if run.status in LEASED_STATUSES:
         return Skip(SkipReason.LEASED)
+    if run.slot_wait is not None:
+        return Skip(SkipReason.WAITING_FOR_SLOT)
     if not run.is_due(now):
         return Skip(SkipReason.NOT_DUE)
     now = truncate_ms(now)
@@ -212,40 +220,13 @@ def claim_lease(
         status=RunStatus.RUNNING,
         attempt=attempt,
         lease=lease,
+        slots=slots,
         due_at=None,
         wake_at=None,
         publishes=0,
         waiting=None,
         wait_results=results,
         deadline_at=truncate_ms(now + timeout) if timeout is not None else None,
-    )
-
-
-def withdraw_claim(
-    run: Run, *, token: str, now: datetime, republish: RepublishPolicy | None = None
-) -> Transition:
-    """The claim's write came back too late to start the attempt (the worker was
-    paused, or the write was retried through an outage), so the handler never ran: the
-    same run is runnable at once. The ``lease_expired`` event says the attempt never started, and no
-    lease loss is counted: no handler ran that could have killed its worker. With
-    ``republish`` the caller publishes the wakeup itself."""
-    require_lease(run, token)
-    assert run.lease is not None
-    now = truncate_ms(now)
-    wake_at = eager_wake_at(now, now, republish) if republish else None
-    review_at = eager_review_at(now, now, republish) if republish else None
-    return advance(
-        run,
-        now,
-        [(EventType.LEASE_EXPIRED, {"worker": run.lease.owner, "before_start": True})],
-        fence=token,
-        status=RunStatus.QUEUED,
-        due_at=now,
-        wake_at=truncate_ms(wake_at) if wake_at else None,
-        review_at=truncate_ms(review_at) if review_at else None,
-        publishes=0,
-        lease=None,
-        deadline_at=None,
     )
 
 

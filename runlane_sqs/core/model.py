@@ -90,6 +90,11 @@ class EventType(StrEnum):
     """No worker that received the run's wakeup registers its task; ``data`` names one."""
     UNPARKED = "unparked"
     """The parked run is runnable again; ``data`` says who unparked it."""
+    WAITING_FOR_SLOT = "waiting_for_slot"
+    """A claim found its queue's (or key's) concurrency limit reached; the run waits for
+    a slot, with no attempt counted. ``data`` names the scope and the limit."""
+    SLOT_FREED = "slot_freed"
+    """A slot of the scope the run waited on freed; the run is runnable again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +225,16 @@ class ScheduleOrigin:
 
 
 @dataclass(frozen=True, slots=True)
+class Slot:
+    """One concurrency slot an attempt holds: the limit's scope (``queue#{queue}`` or
+    ``key#{task}#{key}``, :mod:`runlane_sqs.core.slots`) and the limit it was taken
+    under."""
+
+    scope: str
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
 class Run:
     """The authoritative record of one durable invocation of a task."""
 
@@ -276,6 +291,12 @@ class Run:
     """The schedule that made this run (an occurrence, or an operator's ``trigger``)."""
     scheduled_for: datetime | None = None
     """The occurrence this run is (``None`` for a run an operator triggered by hand)."""
+    concurrency_key: str | None = None
+    """The key its task's ``key_limit`` counts runs by (fixed at trigger time)."""
+    slots: tuple[Slot, ...] = ()
+    """The concurrency slots the current attempt holds (empty without a lease)."""
+    slot_wait: str | None = None
+    """The scope whose slot this runnable run waits for (``None``: it waits for none)."""
     created: bool = False
     """True only on the ``Run`` returned by the trigger that created it."""
 

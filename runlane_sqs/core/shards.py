@@ -20,8 +20,8 @@ every shard below the count."""
 FINISHED_SHARDS = 16
 """Partitions of each terminal status on the status index (one entry per run, once)."""
 FEW_SHARDS = 4
-"""Partitions of the keys few items write: tokens and schedules on the agenda, parked
-runs on the status index."""
+"""Partitions of the keys few items write: tokens, schedules and slot records on the
+agenda, parked runs on the status index."""
 _COUNTS = {
     "succeeded": FINISHED_SHARDS,
     "failed": FINISHED_SHARDS,
@@ -29,6 +29,7 @@ _COUNTS = {
     "token": FEW_SHARDS,
     "parked": FEW_SHARDS,
     "schedule": FEW_SHARDS,
+    "slot": FEW_SHARDS,
 }
 
 ACTIVE = "active"

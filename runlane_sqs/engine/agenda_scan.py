@@ -20,6 +20,7 @@ from runlane_sqs.core.agenda import AgendaKind
 from runlane_sqs.core.errors import InvalidCursor, StorageError, StorageUnavailable
 from runlane_sqs.core.model import Run
 from runlane_sqs.core.schedule_state import ScheduleState
+from runlane_sqs.core.slots import SlotState
 from runlane_sqs.core.tokens import Token
 from runlane_sqs.ports.store import RunStore
 
@@ -27,8 +28,9 @@ log = logging.getLogger("runlane_sqs.maintenance")
 PAGE_SIZE = 25
 """Candidates asked for in one ``Query``."""
 
-Page = list[Run] | list[Token] | list[ScheduleState]
-"""One page of an agenda partition: runs, tokens or schedules, by the partition's kind."""
+Page = list[Run] | list[Token] | list[ScheduleState] | list[SlotState]
+"""One page of an agenda partition: runs, tokens, schedules or slot records, by the
+partition's kind."""
 
 
 @dataclass
@@ -87,6 +89,8 @@ class AgendaScan:
             return self.store.token_agenda_page(partition, self.now, limit, cursor)
         if kind is AgendaKind.SCHEDULE:
             return self.store.schedules.schedule_agenda_page(partition, self.now, limit, cursor)
+        if kind is AgendaKind.SLOT:
+            return self.store.slots.slot_agenda_page(partition, self.now, limit, cursor)
         return self.store.agenda_page(partition, self.now, limit, cursor)
 
     def _discard(self, partition: str, exc: Exception) -> None:

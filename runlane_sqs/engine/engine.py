@@ -19,6 +19,7 @@ from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.resuming import Resumer
 from runlane_sqs.engine.scheduling import Scheduler
 from runlane_sqs.engine.signals import SignalsApi
+from runlane_sqs.engine.slots import SlotWaker
 from runlane_sqs.engine.tasks import TaskRegistry
 from runlane_sqs.engine.tokens import TokensApi
 from runlane_sqs.engine.triggering import Triggers
@@ -47,6 +48,7 @@ class Engine:
         self.publisher = Publisher(store, transport, clock)
         self.resumer = Resumer(store, self.publisher, clock, config)
         self.finisher = Finisher(store, self.resumer)
+        self.slot_waker = SlotWaker(store, self.publisher, clock, config)
         self.triggers = Triggers(
             store=store,
             transport=transport,
@@ -69,6 +71,7 @@ class Engine:
             tokens=self.tokens,
             parking=self.parking,
             scheduler=self.scheduler,
+            slot_waker=self.slot_waker,
             tasks=tasks,
             clock=clock,
             settings=config,

@@ -42,6 +42,7 @@ from runlane_sqs.core.machine import Skip, Transition
 from runlane_sqs.core.model import LEASED_STATUSES, EventType, Run, RunStatus, WaitKind
 from runlane_sqs.core.recovery import RecoverySettings, plan_publish, recover_lease, relist
 from runlane_sqs.core.schedule_state import ScheduleState
+from runlane_sqs.core.slots import SlotState, slots_freed
 from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenDecision, TokenStatus
 from runlane_sqs.core.waits import poll_later
 from runlane_sqs.engine.agenda_scan import AgendaScan, Page
@@ -55,6 +56,7 @@ from runlane_sqs.engine.reports import (
     JOB_EXPIRED,
     JOB_PARKED,
     JOB_SCHEDULES,
+    JOB_SLOTS,
     JOB_TOKENS,
     JOB_WAITS,
     JOBS,
@@ -63,6 +65,7 @@ from runlane_sqs.engine.reports import (
 )
 from runlane_sqs.engine.resuming import Resumer
 from runlane_sqs.engine.scheduling import Scheduler
+from runlane_sqs.engine.slots import SlotWaker
 from runlane_sqs.engine.tasks import TaskRegistry
 from runlane_sqs.engine.tokens import TokensApi
 from runlane_sqs.ports.store import RunStore
@@ -132,6 +135,7 @@ class Maintenance:
         tokens: TokensApi,
         parking: Parking,
         scheduler: Scheduler,
+        slot_waker: SlotWaker,
         tasks: TaskRegistry,
         clock: Clock,
         settings: RunlaneConfig,
@@ -144,6 +148,7 @@ class Maintenance:
         self._tokens = tokens
         self._parking = parking
         self._scheduler = scheduler
+        self._slots = slot_waker
         self._tasks = tasks
         self._clock = clock
         self._settings = settings
@@ -178,7 +183,7 @@ class Maintenance:
                 wakeups.clear()
 
         scan = AgendaScan(self._store, now, cursors, out_of_time, handle)
-        for kind in (AgendaKind.RUN, AgendaKind.TOKEN, AgendaKind.SCHEDULE):
+        for kind in (AgendaKind.RUN, AgendaKind.TOKEN, AgendaKind.SCHEDULE, AgendaKind.SLOT):
             if kind is AgendaKind.SCHEDULE:
                 if out_of_time():
                     break
@@ -220,6 +225,9 @@ class Maintenance:
             if isinstance(item, ScheduleState):
                 job = report.job(JOB_SCHEDULES)
                 wakeups.extend(self._schedule(item, now, job, report.pass_id))
+                continue
+            if isinstance(item, SlotState):
+                wakeups.extend(self._slot(item, now, report.job(JOB_SLOTS)))
                 continue
             wakeup = self._candidate(item, now, report)
             if wakeup is not None:
@@ -267,6 +275,14 @@ class Maintenance:
             for run in made.runs
             if run.wake_at is not None
         ]
+
+    def _slot(self, state: SlotState, now: datetime, job: JobReport) -> list[PendingWakeup]:
+        """Drop holders that no longer hold their lease; wake waiters for free slots."""
+        job.examined += 1
+        checked = self._slots.check(state, now)
+        job.repaired += checked.repaired
+        job.acted += len(checked.woken)
+        return [(run, job, None) for run in checked.woken]
 
     def _waiting(self, run: Run, now: datetime, job: JobReport) -> Run | None:
         """A run waiting on a token or a run: resume it if the target has decided (a resume
@@ -326,6 +342,8 @@ class Maintenance:
             )
             return None
         job.acted += 1
+        if recovering and run.slots:  # the recovered attempt's slots are free
+            self._slots.wake(slot.scope for slot in slots_freed(decision))
         return self._follow_up(stored, recovering, job, now)
 
     def _relist(self, run: Run, job: JobReport) -> None:

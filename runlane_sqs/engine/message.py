@@ -33,12 +33,13 @@ from datetime import timedelta
 from typing import Any
 
 from runlane_sqs.core import machine
-from runlane_sqs.core.claims import HintedClaim
+from runlane_sqs.core.claims import HintedClaim, withdraw_claim
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.errors import (
     ConflictError,
     LeaseLost,
+    NoFreeSlot,
     RunlaneError,
     StorageError,
     StorageUnavailable,
@@ -53,6 +54,7 @@ from runlane_sqs.engine.context import TaskContext
 from runlane_sqs.engine.engine import Engine
 from runlane_sqs.engine.finishing import finishing_needs_storage
 from runlane_sqs.engine.outcomes import Decide, Disposition, FollowUp
+from runlane_sqs.engine.slot_steps import slot_wait_steps
 from runlane_sqs.engine.steps import (
     Begin,
     CallHandler,
@@ -64,8 +66,10 @@ from runlane_sqs.engine.steps import (
     Publish,
     ReadRun,
     Recheck,
+    RecheckSlot,
     Request,
     Steps,
+    WakeWaiters,
     Write,
     advance,
     drive,
@@ -86,8 +90,10 @@ __all__ = [
     "Publish",
     "ReadRun",
     "Recheck",
+    "RecheckSlot",
     "Request",
     "Steps",
+    "WakeWaiters",
     "Write",
     "advance",
     "drive",
@@ -173,8 +179,8 @@ class MessagePath:
         """The one-write claim a wakeup's hint allows, if it names a task registered here."""
         hint = wakeup.hint
         task = self.tasks.get(hint.task) if hint is not None else None
-        if hint is None or task is None:
-            return None
+        if hint is None or task is None or self.tasks.limited(task, wakeup.queue):
+            return None  # a claim that takes slots reads the run first
         return HintedClaim(
             environment=wakeup.environment,
             run_id=wakeup.run_id,
@@ -192,8 +198,9 @@ class MessagePath:
         task = self.tasks.get(run.task)
         if task is None:
             return (yield from self._unknown_task(wakeup, run, receives))
+        slots = self.tasks.slots_for(run)
         decision = outcomes.claim(
-            run, task, self.worker_id, now=self.clock.now(), config=self.config
+            run, task, self.worker_id, now=self.clock.now(), config=self.config, slots=slots
         )
         if isinstance(decision, Skip):
             return outcomes.log_skip(wakeup, decision.reason, self.worker_id, run)
@@ -201,6 +208,12 @@ class MessagePath:
             claimed: Run = yield Write(decision)
         except ConflictError:
             return outcomes.log_skip(wakeup, SkipReason.CLAIM_LOST, self.worker_id, run)
+        except NoFreeSlot as full:
+            slot = next(s for s in slots if s.scope == full.scope)
+            now = self.clock.now()
+            return (
+                yield from slot_wait_steps(wakeup, run, slot, full.holders, now, self.worker_id)
+            )
         return (yield from self._claimed(claimed))
 
     def _claimed(self, claimed: Run) -> Steps:
@@ -239,14 +252,15 @@ class MessagePath:
         )
         try:
             stored: Run = yield Write(
-                machine.withdraw_claim(
-                    claimed, token=token, now=now, republish=self.config.republish
-                )
+                withdraw_claim(claimed, token=token, now=now, republish=self.config.republish)
             )
         except RunlaneError:  # maintenance recovered it first, or storage failed
             return Disposition.SKIPPED
         with contextlib.suppress(RunlaneError):  # maintenance publishes it (wake_at is set)
             yield Publish(stored, timedelta(0))
+        if claimed.slots:
+            with contextlib.suppress(RunlaneError):  # maintenance checks the slot records
+                yield WakeWaiters(tuple(s.scope for s in claimed.slots))
         return Disposition.SKIPPED
 
     def _unknown_task(self, wakeup: Wakeup, run: Run, receives: int) -> Steps:
@@ -294,7 +308,17 @@ class MessagePath:
         stored = yield from self._record(latest, decide, ctx)
         if stored is not None:
             yield from self._follow_up(stored, ctx)
+            if latest.slots and stored.lease is None:
+                yield from self._wake_waiters(latest, ctx)
         return stored
+
+    def _wake_waiters(self, run: Run, ctx: TaskContext) -> Generator[Request, Any, None]:
+        """The attempt's end freed its slots: wake the oldest waiter of each scope (what
+        this misses, maintenance wakes)."""
+        try:
+            yield WakeWaiters(tuple(s.scope for s in run.slots))
+        except RunlaneError as exc:
+            ctx.log.warning("waking runs waiting for a slot failed: %s", exc)
 
     def _record(
         self, run: Run, decide: Decide, ctx: TaskContext

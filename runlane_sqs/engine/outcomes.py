@@ -20,7 +20,7 @@ from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.errors import InvalidPayloadError, LeaseLost, StepError
 from runlane_sqs.core.limits import MAX_TRACEBACK_CHARS
 from runlane_sqs.core.machine import Skip, SkipReason, Transition
-from runlane_sqs.core.model import Failure, Run, RunStatus, Wait
+from runlane_sqs.core.model import Failure, Run, RunStatus, Slot, Wait
 from runlane_sqs.core.names import new_lease_token
 from runlane_sqs.core.payload import encode_json
 from runlane_sqs.core.redaction import Redact, apply_redaction, shortened
@@ -172,9 +172,16 @@ def log_parked(run: Run, worker_id: str, registered: list[str]) -> Disposition:
 
 
 def claim(
-    run: Run, task: Task, worker_id: str, *, now: datetime, config: RunlaneConfig
+    run: Run,
+    task: Task,
+    worker_id: str,
+    *,
+    now: datetime,
+    config: RunlaneConfig,
+    slots: tuple[Slot, ...] = (),
 ) -> Transition | Skip:
-    """Claim the lease of a run a wakeup named, or say why not."""
+    """Claim the lease of a run a wakeup named (and ``slots``, its concurrency limits'),
+    or say why not."""
     return machine.claim_lease(
         run,
         now=now,
@@ -182,6 +189,7 @@ def claim(
         token=new_lease_token(),
         duration=config.lease_duration,
         timeout=task.timeout,
+        slots=slots,
     )
 
 

@@ -22,6 +22,9 @@ class JobReport:
     """Candidates no longer eligible (changed since they were listed, or not yet due)."""
     conflicts: int = 0
     """Writes lost to a concurrent change (another pass, a worker, an operator)."""
+    repaired: int = 0
+    """Slot holders dropped because their attempt no longer held its lease (job
+    ``slots``; always 0 unless something failed between two writes)."""
 
 
 @dataclass
@@ -53,6 +56,7 @@ JOB_WAITS = "wait_checks"
 JOB_TOKENS = "tokens"
 JOB_PARKED = "parked_runs"
 JOB_SCHEDULES = "schedules"
+JOB_SLOTS = "slots"
 JOBS = (
     JOB_DUE,
     JOB_EXPIRED,
@@ -61,5 +65,6 @@ JOBS = (
     JOB_WAITS,
     JOB_TOKENS,
     JOB_SCHEDULES,
+    JOB_SLOTS,
     JOB_PARKED,
 )

@@ -40,7 +40,7 @@ from runlane_sqs.core.schedule_state import (
     removed,
 )
 from runlane_sqs.core.schedules import Schedule, occurrence_run_id
-from runlane_sqs.engine.tasks import TaskRegistry
+from runlane_sqs.engine.tasks import TaskRegistry, concurrency_key_of
 from runlane_sqs.ports.schedules import ScheduleConflict, ScheduleStore
 from runlane_sqs.ports.store import RunStore
 
@@ -230,6 +230,9 @@ class Scheduler:
             republish=self._config.republish,
             schedule=ScheduleOrigin(schedule.id, occurrence, pass_id),
         )
+        task = self._tasks.get(schedule.task)
+        if task is not None:  # registration checked that the payload gives a key
+            run = run.with_changes(concurrency_key=concurrency_key_of(task, run.payload, None))
         payload_json = encode_json(
             schedule.payload, what="payload", limit_bytes=self._config.payload_limit
         )

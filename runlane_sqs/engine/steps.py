@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.machine import Transition
-from runlane_sqs.core.model import JSON, Run
+from runlane_sqs.core.model import JSON, Run, Slot
 from runlane_sqs.engine.context import TaskContext
 from runlane_sqs.engine.outcomes import Disposition
 from runlane_sqs.engine.tasks import Task
@@ -94,7 +94,36 @@ class Recheck:
     run: Run
 
 
-Request = ReadRun | ClaimHinted | Write | Begin | CallHandler | End | Publish | Finish | Recheck
+@dataclass(frozen=True, slots=True)
+class WakeWaiters:
+    """Slots of these scopes were just freed: wake the oldest run waiting for each.
+    Result: ``None``."""
+
+    scopes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RecheckSlot:
+    """``run`` just began waiting for ``slot``: wake it if a slot is free by now.
+    Result: ``None``."""
+
+    run: Run
+    slot: Slot
+
+
+Request = (
+    ReadRun
+    | ClaimHinted
+    | Write
+    | Begin
+    | CallHandler
+    | End
+    | Publish
+    | Finish
+    | Recheck
+    | WakeWaiters
+    | RecheckSlot
+)
 Steps = Generator[Request, Any, Disposition]
 """One message's path: yields requests, returns what became of the message."""
 Perform = Callable[[Request], Any]
@@ -112,6 +141,8 @@ class Performer(Protocol):
     def publish(self, request: Publish) -> Any: ...
     def finish(self, request: Finish) -> Any: ...
     def recheck(self, request: Recheck) -> Any: ...
+    def wake_waiters(self, request: WakeWaiters) -> Any: ...
+    def recheck_slot(self, request: RecheckSlot) -> Any: ...
 
 
 def performer_table(driver: Performer) -> dict[type, Callable[[Any], Any]]:
@@ -126,6 +157,8 @@ def performer_table(driver: Performer) -> dict[type, Callable[[Any], Any]]:
         Publish: driver.publish,
         Finish: driver.finish,
         Recheck: driver.recheck,
+        WakeWaiters: driver.wake_waiters,
+        RecheckSlot: driver.recheck_slot,
     }
 
 

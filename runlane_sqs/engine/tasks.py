@@ -1,5 +1,5 @@
-"""Tasks: registered handlers with their queue, retry policy, attempt timeout and
-schedules."""
+"""Tasks: registered handlers with their queue, retry policy, attempt timeout,
+schedules and concurrency limits; queues with their own limits."""
 
 from __future__ import annotations
 
@@ -10,16 +10,31 @@ from datetime import timedelta
 from typing import Any
 
 from runlane_sqs.core.durations import Duration, to_timedelta
-from runlane_sqs.core.errors import ConfigurationError, UnknownTaskError
+from runlane_sqs.core.errors import ConfigurationError, InvalidKeyError, UnknownTaskError
 from runlane_sqs.core.limits import DEFAULT_PAYLOAD_LIMIT_BYTES
-from runlane_sqs.core.model import JSON
+from runlane_sqs.core.model import JSON, Run, Slot
 from runlane_sqs.core.names import check_queue, check_task_name
 from runlane_sqs.core.payload import encode_json
 from runlane_sqs.core.retry import NO_RETRY, RetryPolicy
 from runlane_sqs.core.schedules import Schedule
+from runlane_sqs.core.slots import check_concurrency_key, check_limit, key_scope, queue_scope
 from runlane_sqs.engine.context import TaskContext
 
 Handler = Callable[[TaskContext, Any], Any]
+KeyFunction = Callable[[Any], str]
+"""Gives the concurrency key of a run from its payload."""
+
+
+@dataclass(frozen=True)
+class Queue:
+    """A queue of the app (``app.queue``): its name and its fleet-wide concurrency limit
+    (``None``: unlimited). Pass it, or its name, as a task's ``queue``."""
+
+    name: str
+    concurrency_limit: int | None = None
+
+    def __str__(self) -> str:
+        return self.name
 
 
 @dataclass(frozen=True)
@@ -34,6 +49,11 @@ class Task:
     """Fixed attempt deadline; ``None`` lets an attempt run as long as it heartbeats."""
     schedules: tuple[Schedule, ...] = field(default=())
     """When maintenance creates runs of it by itself (bound to this task)."""
+    concurrency_key: KeyFunction | None = None
+    """Gives a run's concurrency key from its payload (a trigger may give it instead)."""
+    key_limit: int | None = None
+    """At most this many runs of this task with the same concurrency key hold a lease at
+    once, fleet-wide (``None``: no limit per key)."""
 
     def __call__(self, ctx: TaskContext, payload: JSON) -> Any:
         return self.fn(ctx, payload)
@@ -57,24 +77,57 @@ class TaskRegistry:
     def __init__(self, rules: ScheduleRules | None = None) -> None:
         self._tasks: dict[str, Task] = {}
         self._schedules: dict[str, Schedule] = {}
+        self._queues: dict[str, Queue] = {}
         self._rules = rules or ScheduleRules()
+
+    def define_queue(self, name: str, concurrency_limit: int | None) -> Queue:
+        """A queue with its concurrency limit; defining it again with another limit is an
+        error (one deploy has one limit per queue)."""
+        queue = Queue(
+            name=check_queue(name),
+            concurrency_limit=None
+            if concurrency_limit is None
+            else check_limit(concurrency_limit, f"queue {name!r} concurrency_limit"),
+        )
+        known = self._queues.get(queue.name)
+        if known is not None and known != queue:
+            raise ConfigurationError(
+                f"queue {queue.name!r} is already defined with concurrency_limit "
+                f"{known.concurrency_limit}"
+            )
+        self._queues[queue.name] = queue
+        return queue
+
+    def queue(self, name: str) -> Queue:
+        """The queue ``name`` as defined (an undefined queue has no limit)."""
+        return self._queues.get(name) or Queue(name)
+
+    def defined_queues(self) -> list[Queue]:
+        """Every queue a task uses or ``app.queue`` defined, by name."""
+        names = set(self._queues) | {t.queue for t in self._tasks.values()}
+        return [self.queue(name) for name in sorted(names)]
 
     def register(
         self,
         fn: Handler,
         *,
         name: str | None,
-        queue: str,
+        queue: str | Queue,
         retry: RetryPolicy | None,
         timeout: Duration | None,
         schedules: Iterable[Schedule] = (),
+        concurrency_key: KeyFunction | None = None,
+        key_limit: int | None = None,
     ) -> Task:
         task_name = check_task_name(name or f"{fn.__module__}.{fn.__qualname__}")
         if task_name in self._tasks:
             raise ConfigurationError(f"task {task_name!r} is already registered")
         if not callable(fn):
             raise ConfigurationError(f"task {task_name!r} handler is not callable")
+        if isinstance(queue, Queue):
+            queue = self.define_queue(queue.name, queue.concurrency_limit).name
         queue = check_queue(queue)
+        _check_key_limit(task_name, concurrency_key, key_limit)
         bound = self._check_schedules(task_name, queue, schedules)
         task = Task(
             name=task_name,
@@ -83,7 +136,11 @@ class TaskRegistry:
             retry=retry or NO_RETRY,
             timeout=to_timedelta(timeout, "timeout") if timeout is not None else None,
             schedules=bound,
+            concurrency_key=concurrency_key,
+            key_limit=key_limit,
         )
+        for schedule in bound:  # a schedule's payload must give a key now, not at a pass
+            concurrency_key_of(task, schedule.payload, None)
         self._tasks[task_name] = task
         self._schedules.update((s.id, s) for s in bound)
         return task
@@ -139,3 +196,55 @@ class TaskRegistry:
 
     def queues(self) -> list[str]:
         return sorted({t.queue for t in self._tasks.values()})
+
+    def slots_for(self, run: Run) -> tuple[Slot, ...]:
+        """The slots a claim of ``run`` takes under this app's limits."""
+        slots: list[Slot] = []
+        limit = self.queue(run.queue).concurrency_limit
+        if limit is not None:
+            slots.append(Slot(queue_scope(run.queue), limit))
+        task = self._tasks.get(run.task)
+        if task is not None and task.key_limit is not None and run.concurrency_key is not None:
+            slots.append(Slot(key_scope(run.task, run.concurrency_key), task.key_limit))
+        return tuple(slots)
+
+    def limited(self, task: Task, queue: str) -> bool:
+        """Whether runs of ``task`` on ``queue`` may need slots (their claim reads first)."""
+        return task.key_limit is not None or self.queue(queue).concurrency_limit is not None
+
+
+def _check_key_limit(task: str, key: KeyFunction | None, limit: int | None) -> None:
+    if key is not None and not callable(key):
+        raise ConfigurationError(
+            f"task {task!r}: concurrency_key must be a function of the payload"
+        )
+    if key is not None and limit is None:
+        raise ConfigurationError(f"task {task!r}: concurrency_key needs a key_limit")
+    if limit is not None:
+        check_limit(limit, f"task {task!r} key_limit")
+
+
+def concurrency_key_of(task: Task, payload: JSON, given: object) -> str | None:
+    """A new run's concurrency key: ``given`` at trigger time, else the task's function
+    of the payload. Raises :class:`InvalidKeyError` (the trigger fails, nothing is
+    written) when the function raises or gives no valid key."""
+    if given is not None:
+        if task.key_limit is None:
+            raise InvalidKeyError(
+                f"task {task.name!r} has no key_limit: a concurrency key would limit nothing"
+            )
+        return check_concurrency_key(given)
+    if task.concurrency_key is None:
+        return None
+    try:
+        key = task.concurrency_key(payload)
+    except Exception as exc:
+        raise InvalidKeyError(
+            f"the concurrency_key function of task {task.name!r} raised {type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(key, str):
+        raise InvalidKeyError(
+            f"the concurrency_key function of task {task.name!r} returned "
+            f"{type(key).__name__}, not a string"
+        )
+    return check_concurrency_key(key)

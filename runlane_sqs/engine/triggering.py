@@ -17,7 +17,7 @@ from runlane_sqs.core.model import JSON, LinkKind, Run, RunStatus
 from runlane_sqs.core.names import check_key, new_run_id
 from runlane_sqs.core.payload import encode_json
 from runlane_sqs.engine.publishing import Publisher
-from runlane_sqs.engine.tasks import Task, TaskRegistry
+from runlane_sqs.engine.tasks import Task, TaskRegistry, concurrency_key_of
 from runlane_sqs.ports.store import KeyClaim, KeyConflict, KeyKind, RunStore
 from runlane_sqs.ports.transport import WakeupTransport
 
@@ -37,6 +37,7 @@ class TriggerRequest:
     due_at: datetime | None
     idempotency_key: str | None
     singleton_key: str | None
+    concurrency_key: str | None = None
 
 
 def validate_keys(idempotency_key: object, singleton_key: object) -> tuple[str | None, str | None]:
@@ -74,6 +75,8 @@ def create(
         singleton_key=request.singleton_key,
         republish=republish,
     )
+    if request.concurrency_key is not None:
+        run = run.with_changes(concurrency_key=request.concurrency_key)
     claims = _claims(request, now + idempotency_retention)
     for _ in range(MAX_KEY_TAKEOVERS):
         try:
@@ -136,9 +139,13 @@ class Triggers:
         idempotency_key: str | None,
         singleton_key: str | None,
         delay: Duration | None,
+        concurrency_key: str | None = None,
     ) -> Run:
         """Create a run and publish its wakeup; a run holding a key is returned instead."""
-        run = self._create(self.request(task, payload, idempotency_key, singleton_key, delay))
+        request = self.request(
+            task, payload, idempotency_key, singleton_key, delay, concurrency_key
+        )
+        run = self._create(request)
         if run.created:
             self._publisher.publish_new([run])
         return run
@@ -159,10 +166,12 @@ class Triggers:
         idempotency_key: str | None,
         singleton_key: str | None,
         delay: Duration | None,
+        concurrency_key: str | None = None,
     ) -> TriggerRequest:
         """Validate a trigger before anything is written."""
         resolved = self._tasks.resolve(task)
         idem, single = validate_keys(idempotency_key, singleton_key)
+        key = concurrency_key_of(resolved, payload, concurrency_key)
         payload_json = encode_json(payload, what="payload", limit_bytes=self._config.payload_limit)
         wait = to_timedelta(delay, "delay") if delay is not None else None
         self._transport.check_queue(resolved.queue)  # a clear error before any write
@@ -174,6 +183,7 @@ class Triggers:
             due_at=self._clock.now() + wait if wait else None,
             idempotency_key=idem,
             singleton_key=single,
+            concurrency_key=key,
         )
 
     def _create(self, request: TriggerRequest) -> Run:
@@ -210,6 +220,7 @@ class Triggers:
             republish=self._config.republish,
             source=link,
         )
+        run = run.with_changes(concurrency_key=source.concurrency_key)
         payload_json = encode_json(
             source.payload, what="payload", limit_bytes=self._config.payload_limit
         )

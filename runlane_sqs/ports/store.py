@@ -18,6 +18,7 @@ from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Lease, Run, RunEvent, RunStatus, WaitKind
 from runlane_sqs.core.tokens import Token, TokenDecision
 from runlane_sqs.ports.schedules import ScheduleStore
+from runlane_sqs.ports.slots import SlotStore
 
 
 class KeyKind(StrEnum):
@@ -73,6 +74,12 @@ class RunStore(Protocol):
         """The schedules of the same environment (:mod:`runlane_sqs.ports.schedules`)."""
         ...
 
+    @property
+    def slots(self) -> SlotStore:
+        """The concurrency slot records of the same environment (:mod:`runlane_sqs.ports.
+        slots`)."""
+        ...
+
     def create_run(
         self, run: Run, event: RunEvent, payload_json: str, claims: Sequence[KeyClaim] = ()
     ) -> None:
@@ -87,6 +94,9 @@ class RunStore(Protocol):
         """Write ``transition`` if the run is still as it was read.
 
         Raises :class:`~runlane_sqs.core.errors.ConflictError` carrying the stored run otherwise.
+        A claim that takes concurrency slots takes them in the same atomic write, or raises
+        :class:`~runlane_sqs.core.errors.NoFreeSlot` and writes nothing; a write that ends
+        an attempt frees the slots it held in the same write.
         """
         ...
 

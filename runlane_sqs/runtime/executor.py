@@ -83,3 +83,9 @@ class Executor:
 
     def recheck(self, request: message.Recheck) -> None:
         self.engine.resumer.recheck(request.run)
+
+    def wake_waiters(self, request: message.WakeWaiters) -> None:
+        self.engine.slot_waker.wake(request.scopes)
+
+    def recheck_slot(self, request: message.RecheckSlot) -> None:
+        self.engine.slot_waker.recheck(request.run, request.slot)

@@ -3,14 +3,15 @@ response handling as :class:`~runlane_sqs.adapters.dynamodb.store.DynamoRunStore
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from botocore.exceptions import ClientError
 
-from runlane_sqs.adapters.dynamodb import claims, requests
+from runlane_sqs.adapters.dynamodb import claims, requests, slots
 from runlane_sqs.adapters.dynamodb.codec import run_from_wire
 from runlane_sqs.adapters.dynamodb.errors import call_async
-from runlane_sqs.adapters.dynamodb.store import (
+from runlane_sqs.adapters.dynamodb.replays import (
     applied,
     refused_claim,
     refused_renewal,
@@ -18,6 +19,7 @@ from runlane_sqs.adapters.dynamodb.store import (
     run_in,
 )
 from runlane_sqs.core.claims import HintedClaim
+from runlane_sqs.core.errors import StorageUnavailable
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Lease, Run
 
@@ -40,12 +42,30 @@ class AsyncDynamoRunStore:
         return run_in(await self._send("get_item", request))
 
     async def apply(self, transition: Transition) -> Run:
+        slotted = slots.transaction(self.table, transition)
+        if slotted is not None:
+            return await self._apply_slotted(transition, slotted)
         request = requests.apply_transition(self.table, transition)
         try:
             response = await self._send("update_item", request)
         except ClientError as exc:
             return refused_transition(transition, exc)
         return applied(transition, response)
+
+    async def _apply_slotted(self, transition: Transition, request: dict[str, Any]) -> Run:
+        """:func:`~runlane_sqs.adapters.dynamodb.slots.apply_slotted` on aiobotocore."""
+        for attempt in range(slots.TRANSACTION_ATTEMPTS):
+            if attempt:
+                await asyncio.sleep(slots.backoff(attempt))
+            try:
+                await self._send("transact_write_items", request)
+            except ClientError as exc:
+                try:
+                    return slots.refused(transition, exc)  # type: ignore[no-any-return]
+                except slots.Contended:
+                    continue
+            return transition.after
+        raise StorageUnavailable(slots.CONTENDED)
 
     async def claim_hinted(self, claim: HintedClaim) -> Run:
         request = claims.claim_hinted(self.table, claim)

@@ -23,6 +23,7 @@ from runlane_sqs.core.model import (
     Run,
     RunEvent,
     RunStatus,
+    Slot,
     Wait,
     WaitKind,
 )
@@ -90,6 +91,7 @@ def run_state_attributes(run: Run) -> dict[str, Any]:
     entry = agenda_entry(run)
     listed = listed_at(run)
     waiting = run.waiting if run.status in _KEEPS_WAIT else None
+    slot_wait = run.slot_wait if run.status.is_runnable else None
     return {
         "status": run.status.value,
         "seq": run.seq,
@@ -108,8 +110,10 @@ def run_state_attributes(run: Run) -> dict[str, Any]:
         "failures": run.failures or None,
         "waiting": compact_json(waiting.to_json()) if waiting else None,
         "parked_from": run.parked_from.value if run.parked_from else None,
+        "slots": compact_json([[s.scope, s.limit] for s in run.slots]) if run.slots else None,
+        "slot_wait": slot_wait,
         "wait_pk": wait_partition(run),
-        "wait_sk": run.id if waiting else None,
+        "wait_sk": wait_sort_key(run) if waiting or slot_wait else None,
         "status_pk": keys.status_pk(run.environment, run.status, run.id),
         "agenda_pk": keys.agenda_pk(run.environment, entry[0], run.id) if entry else None,
         "agenda_at": to_epoch_ms(listed) if listed else None,
@@ -131,13 +135,24 @@ def map_key(name: str) -> str:
 
 
 def wait_partition(run: Run) -> str | None:
-    """Where a released run is listed on the waits index (time waits are not)."""
+    """Where a released run is listed on the waits index (time waits are not), or a
+    runnable run that waits for a concurrency slot."""
+    if run.slot_wait is not None and run.status.is_runnable:
+        return keys.wait_pk(run.environment, keys.SLOT_WAIT, run.slot_wait)
     waiting = run.waiting
     if run.status is not RunStatus.RELEASED or waiting is None or waiting.target is None:
         return None
     if waiting.kind is WaitKind.TIME:
         return None
     return keys.wait_pk(run.environment, waiting.kind.value, waiting.target)
+
+
+def wait_sort_key(run: Run) -> str:
+    """Waiters for a slot are woken oldest first: their entries sort by creation time.
+    Other waiters are all resumed at once; their entries are the run id."""
+    if run.slot_wait is None:
+        return run.id
+    return keys.created_sk(to_epoch_ms(run.created_at), run.id)
 
 
 def map_additions(before: Run, after: Run) -> dict[str, dict[str, str]]:
@@ -171,6 +186,7 @@ def run_to_item(run: Run, events: list[RunEvent], payload_json: str) -> RunItem:
         source_kind=run.source_kind,
         schedule_id=run.schedule_id,
         scheduled_for=to_epoch_ms(run.scheduled_for) if run.scheduled_for else None,
+        concurrency_key=run.concurrency_key,
         events=[event_to_map(e) for e in events],
         steps={map_key(k): compact_json(v) for k, v in run.steps.items()},
         wait_results={map_key(k): compact_json(v) for k, v in run.wait_results.items()},
@@ -269,6 +285,9 @@ def run_from_wire(wire: AttributeMap) -> Run:
         source_kind=item.text("source_kind"),
         schedule_id=item.text("schedule_id"),
         scheduled_for=item.time("scheduled_for"),
+        concurrency_key=item.text("concurrency_key"),
+        slots=_slots(item.text("slots")),
+        slot_wait=item.text("slot_wait"),
         parked_from=RunStatus(parked_from) if parked_from else None,
         created_at=item.required_time("created_at"),
         updated_at=item.required_time("updated_at"),
@@ -282,6 +301,12 @@ def run_from_wire(wire: AttributeMap) -> Run:
         singleton_key=item.text("singleton_key"),
     )
     return _with_review(run, item.time("agenda_at"))
+
+
+def _slots(text: str | None) -> tuple[Slot, ...]:
+    if not text:
+        return ()
+    return tuple(Slot(scope=str(scope), limit=int(limit)) for scope, limit in json.loads(text))
 
 
 def _with_review(run: Run, listed: datetime | None) -> Run:

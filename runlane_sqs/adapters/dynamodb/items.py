@@ -14,6 +14,7 @@ from pynamodb.attributes import (
     MapAttribute,
     NumberAttribute,
     UnicodeAttribute,
+    UnicodeSetAttribute,
 )
 from pynamodb.indexes import GlobalSecondaryIndex, IncludeProjection, KeysOnlyProjection
 from pynamodb.models import Model
@@ -131,6 +132,12 @@ class RunItem(Model):
     schedule_id = UnicodeAttribute(null=True)
     """The schedule that made the run; ``scheduled_for`` its occurrence (epoch ms)."""
     scheduled_for = NumberAttribute(null=True)
+    concurrency_key = UnicodeAttribute(null=True)
+    """The key its task's ``key_limit`` counts runs by, fixed at trigger time."""
+    slots = UnicodeAttribute(null=True)
+    """JSON ``[[scope, limit], ...]``: the slots the current attempt holds."""
+    slot_wait = UnicodeAttribute(null=True)
+    """The scope whose slot a runnable run waits for."""
     events = ListAttribute(of=EventMap, null=True)
     # index attributes, derived from the state above on every write
     status_pk = UnicodeAttribute(null=True)
@@ -186,6 +193,26 @@ class ScheduleItem(Model):
     updated_at = NumberAttribute()
     version = NumberAttribute()
     runs = NumberAttribute()
+    agenda_pk = UnicodeAttribute(null=True)
+    agenda_at = NumberAttribute(null=True)
+
+
+class SlotItem(Model):
+    """A concurrency limit's scope: the lease tokens holding its slots, listed on the
+    agenda while maintenance has something to check."""
+
+    class Meta:
+        table_name = "runlane"
+
+    pk = UnicodeAttribute(hash_key=True)
+    sk = UnicodeAttribute(range_key=True)
+    environment = UnicodeAttribute()
+    scope = UnicodeAttribute()
+    slot_limit = NumberAttribute()
+    """The limit of the last claim that took a slot."""
+    holders = UnicodeSetAttribute(null=True)
+    """``{lease token}:{run id}`` of each attempt holding a slot (absent: none)."""
+    updated_at = NumberAttribute()
     agenda_pk = UnicodeAttribute(null=True)
     agenda_at = NumberAttribute(null=True)
 

@@ -59,6 +59,20 @@ def wait_pk(environment: str, kind: str, target: str) -> str:
     return f"{environment}#{kind}#{target}"
 
 
+SLOT_WAIT = "slot"
+"""The waits-index kind of runs waiting for a concurrency slot (target: the scope)."""
+SLOT_PREFIX = "SLOT#"
+SLOT_SK = "SLOT"
+
+
+def slot_pk(environment: str, scope: str) -> str:
+    return f"{SLOT_PREFIX}{environment}#{scope}"
+
+
+def slot_key(environment: str, scope: str) -> dict[str, dict[str, str]]:
+    return {"pk": {"S": slot_pk(environment, scope)}, "sk": {"S": SLOT_SK}}
+
+
 def status_pk(environment: str, status: RunStatus, run_id: str) -> str:
     """The status-index partition of one run: its status group and its shard."""
     group = status_group(status)

@@ -30,11 +30,19 @@ from runlane_sqs.adapters.dynamodb.cursors import (
 )
 from runlane_sqs.adapters.dynamodb.errors import call, error_code, refused_as_malformed
 from runlane_sqs.adapters.dynamodb.listing import list_run_keys
-from runlane_sqs.adapters.dynamodb.replays import landed_claim, landed_creation, landed_transition
+from runlane_sqs.adapters.dynamodb.replays import (
+    applied,
+    landed_creation,
+    refused_claim,
+    refused_renewal,
+    refused_transition,
+    run_in,
+)
 from runlane_sqs.adapters.dynamodb.schedules import DynamoScheduleStore
+from runlane_sqs.adapters.dynamodb.slots import DynamoSlotStore, apply_slotted, transaction
 from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.durations import to_epoch_ms
-from runlane_sqs.core.errors import ConflictError, LeaseLost, StorageError, StorageUnavailable
+from runlane_sqs.core.errors import ConflictError, StorageError, StorageUnavailable
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Lease, Run, RunEvent, WaitKind
 from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenDecision, TokenNotFound
@@ -45,52 +53,6 @@ def key_pk(environment: str, kind: KeyKind, task: str, key: str) -> str:
     if kind is KeyKind.IDEMPOTENCY:
         return keys.idempotency_pk(environment, task, key)
     return keys.singleton_pk(environment, task, key)
-
-
-def run_in(response: dict[str, Any]) -> Run | None:
-    """The run a ``GetItem`` response carries, if any."""
-    wire = response.get("Item")
-    return run_from_wire(wire) if wire else None
-
-
-def applied(transition: Transition, response: dict[str, Any]) -> Run:
-    """The stored run after a transition's ``UpdateItem``."""
-    stored = response.get("Attributes")
-    return run_from_wire(stored) if stored else transition.after
-
-
-def refused_transition(transition: Transition, exc: ClientError) -> Run:
-    """After a refused transition: the stored run if the refusal shows the transition
-    itself already applied (a resent write whose first response was lost); else raise a
-    :class:`ConflictError` carrying the stored run, or ``exc`` if it was no conflict."""
-    if error_code(exc) != "ConditionalCheckFailedException":
-        raise exc
-    wire: dict[str, Any] | None = exc.response.get("Item")  # type: ignore[assignment]
-    landed = landed_transition(transition, wire)
-    if landed is not None:
-        return landed
-    raise ConflictError(transition.run_id, run_from_wire(wire) if wire else None) from None
-
-
-def refused_claim(claim: HintedClaim, exc: ClientError) -> Run:
-    """After a refused hinted claim: the stored run if the refusal shows the claim itself
-    already applied; else raise a :class:`ConflictError` carrying the stored run (``None``
-    when there is none), or ``exc`` if it was no conflict."""
-    if error_code(exc) != "ConditionalCheckFailedException":
-        raise exc
-    wire: dict[str, Any] | None = exc.response.get("Item")  # type: ignore[assignment]
-    current = run_from_wire(wire) if wire else None
-    if landed_claim(claim, current):
-        assert current is not None
-        return current
-    raise ConflictError(claim.run_id, current) from None
-
-
-def refused_renewal(run: Run, exc: ClientError) -> Exception:
-    """:class:`LeaseLost`, or ``exc`` if it was no failed condition."""
-    if error_code(exc) != "ConditionalCheckFailedException":
-        return exc
-    return LeaseLost(run.id)
 
 
 QUERY_THREADS = 8
@@ -113,6 +75,8 @@ class DynamoRunStore:
         self.environment = environment
         self.schedules = DynamoScheduleStore(self._send, self._query, table, environment)
         """The environment's schedules, in the same table."""
+        self.slots = DynamoSlotStore(self._send, self._query, table, environment)
+        """The environment's concurrency slot records, in the same table."""
 
     @functools.cached_property
     def _endpoint(self) -> str | None:
@@ -212,6 +176,9 @@ class DynamoRunStore:
         return events_from_item(item_from_wire(wire)) if wire else []
 
     def apply(self, transition: Transition) -> Run:
+        slotted = transaction(self.table, transition)
+        if slotted is not None:
+            return apply_slotted(self._send, self.sleep, transition, slotted)
         try:
             response = self._send("update_item", requests.apply_transition(self.table, transition))
         except ClientError as exc:

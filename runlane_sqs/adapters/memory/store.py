@@ -31,6 +31,7 @@ from runlane_sqs.adapters.dynamodb.cursors import (
     waits_key,
 )
 from runlane_sqs.adapters.memory.schedules import InMemoryScheduleStore
+from runlane_sqs.adapters.memory.slots import InMemorySlotStore
 from runlane_sqs.core.agenda import listed_at
 from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.durations import to_epoch_ms
@@ -110,6 +111,8 @@ class InMemoryRunStore:
         self._lock = threading.Lock()
         self.schedules = InMemoryScheduleStore(environment)
         """The environment's schedules."""
+        self.slots = InMemorySlotStore(environment, self._lock, self._all_runs)
+        """The environment's concurrency slot records."""
 
     def create_run(
         self, run: Run, event: RunEvent, payload_json: str, claims: Sequence[KeyClaim] = ()
@@ -156,6 +159,7 @@ class InMemoryRunStore:
             seen_state = run_state_attributes(transition.before)
             if any(stored_state[name] != seen_state[name] for name in transition.guard):
                 raise ConflictError(transition.run_id, current)
+            self.slots.take_and_free(transition)
             after = replace(transition.after, watched=current.watched)
             stored.run = _as_stored(after, stored.payload_json)
             stored.events.extend(_event_as_stored(e) for e in transition.events)
@@ -352,6 +356,10 @@ class InMemoryRunStore:
                 self._cursors.pop(partition, None)
             else:
                 self._cursors[partition] = cursor
+
+    def _all_runs(self) -> list[Run]:
+        """Every stored run; the caller holds the lock."""
+        return [s.run for s in self._runs.values()]
 
     # inspection helpers for tests
     def all_runs(self) -> list[Run]:

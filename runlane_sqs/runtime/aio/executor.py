@@ -112,6 +112,12 @@ class AsyncExecutor:
     async def recheck(self, request: message.Recheck) -> None:
         await asyncio.to_thread(self.engine.resumer.recheck, request.run)
 
+    async def wake_waiters(self, request: message.WakeWaiters) -> None:
+        await asyncio.to_thread(self.engine.slot_waker.wake, request.scopes)
+
+    async def recheck_slot(self, request: message.RecheckSlot) -> None:
+        await asyncio.to_thread(self.engine.slot_waker.recheck, request.run, request.slot)
+
 
 def _cancelled_by_worker() -> bool:
     task = asyncio.current_task()

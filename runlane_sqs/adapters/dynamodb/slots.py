@@ -1,0 +1,266 @@
+"""Concurrency limits in DynamoDB: one slot record per scope, taken and freed in the
+transaction that writes the run (docs/design/storage.md, "Concurrency limits").
+
+A slot record (``SLOT#{env}#{scope}`` / ``SLOT``) lists its holders in a string set,
+``{lease token}:{run id}`` each. A claim of a limited run is one ``TransactWriteItems``:
+the run's claim ``Update`` and, per scope, ``ADD holders :entry`` on condition that
+``attribute_not_exists(holders) OR size(holders) < :limit`` (an empty set is removed by
+DynamoDB, so the first condition covers a free record). A write that ends the attempt's
+lease is the run's ``Update`` and ``DELETE holders :entry`` per scope, unconditioned:
+the run's own condition (its sequence and lease token) fences the whole transaction.
+Writes of runs without limits stay single ``UpdateItem`` requests.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from runlane_sqs.adapters.dynamodb import keys
+from runlane_sqs.adapters.dynamodb.codec import run_from_wire
+from runlane_sqs.adapters.dynamodb.cursors import agenda_key, decode_cursor, encode_cursor
+from runlane_sqs.adapters.dynamodb.errors import error_code
+from runlane_sqs.adapters.dynamodb.replays import landed_transition
+from runlane_sqs.adapters.dynamodb.requests import apply_transition, query_agenda, query_waiters
+from runlane_sqs.core.agenda import slot_agenda_pk
+from runlane_sqs.core.durations import from_epoch_ms, to_epoch_ms
+from runlane_sqs.core.errors import ConflictError, NoFreeSlot, StorageUnavailable
+from runlane_sqs.core.machine import Transition
+from runlane_sqs.core.model import Run, Slot
+from runlane_sqs.core.slots import SlotState, holder, slots_freed, slots_taken
+
+Request = dict[str, Any]
+Send = Any
+"""The run store's ``_send``/``_query`` (operation and request to response)."""
+TRANSACTION_ATTEMPTS = 8
+"""Sends of one transaction that DynamoDB cancels for a conflicting transaction on the
+same slot record (``TransactionConflict``) before it counts as unavailable."""
+CONFLICT_FIRST_WAIT_SECONDS = 0.01
+"""Wait before sending a conflicted transaction again, doubled each time."""
+
+
+class Contended(Exception):
+    """DynamoDB cancelled the transaction for another one on the same items: nothing
+    was written, so the same transaction may be sent again."""
+
+
+def _take(table: str, environment: str, slot: Slot, entry: str, now_ms: int, at_ms: int) -> Request:
+    return {
+        "TableName": table,
+        "Key": keys.slot_key(environment, slot.scope),
+        "UpdateExpression": (
+            "ADD #h :h SET #l = :l, #e = :e, #s = :s, #u = :u, #p = :p, #a = if_not_exists(#a, :a)"
+        ),
+        "ConditionExpression": "attribute_not_exists(#h) OR size(#h) < :l",
+        "ExpressionAttributeNames": {
+            "#h": "holders",
+            "#l": "slot_limit",
+            "#e": "environment",
+            "#s": "scope",
+            "#u": "updated_at",
+            "#p": "agenda_pk",
+            "#a": "agenda_at",
+        },
+        "ExpressionAttributeValues": {
+            ":h": {"SS": [entry]},
+            ":l": {"N": str(slot.limit)},
+            ":e": {"S": environment},
+            ":s": {"S": slot.scope},
+            ":u": {"N": str(now_ms)},
+            ":p": {"S": slot_agenda_pk(environment, slot.scope)},
+            ":a": {"N": str(at_ms)},
+        },
+        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+    }
+
+
+def _free(table: str, environment: str, slot: Slot, entry: str, now_ms: int) -> Request:
+    return {
+        "TableName": table,
+        "Key": keys.slot_key(environment, slot.scope),
+        "UpdateExpression": "DELETE #h :h SET #u = :u, #e = :e, #s = :s",
+        "ExpressionAttributeNames": {
+            "#h": "holders",
+            "#u": "updated_at",
+            "#e": "environment",
+            "#s": "scope",
+        },
+        "ExpressionAttributeValues": {
+            ":h": {"SS": [entry]},
+            ":u": {"N": str(now_ms)},
+            ":e": {"S": environment},
+            ":s": {"S": slot.scope},
+        },
+    }
+
+
+def transaction(table: str, transition: Transition) -> Request | None:
+    """The ``TransactWriteItems`` of a transition that takes or frees slots (``None``
+    for every other transition: it stays one ``UpdateItem``)."""
+    taken, freed = slots_taken(transition), slots_freed(transition)
+    if not taken and not freed:
+        return None
+    run = apply_transition(table, transition)
+    run.pop("ReturnValues", None)  # a transaction returns nothing
+    if not transition.before.watched:  # what ALL_NEW would have said: nobody waits
+        run["ConditionExpression"] += " AND attribute_not_exists(#watched)"
+        run["ExpressionAttributeNames"]["#watched"] = "watched"
+    after, before = transition.after, transition.before
+    env, now_ms = after.environment, to_epoch_ms(after.updated_at)
+    items: list[Request] = [{"Update": run}]
+    if taken:
+        assert after.lease is not None
+        entry, at_ms = holder(after.lease.token, after.id), to_epoch_ms(after.lease.expires_at)
+        items += [{"Update": _take(table, env, s, entry, now_ms, at_ms)} for s in taken]
+    if freed:
+        assert before.lease is not None
+        entry = holder(before.lease.token, before.id)
+        items += [{"Update": _free(table, env, s, entry, now_ms)} for s in freed]
+    return {"TransactItems": items}
+
+
+def refused(transition: Transition, exc: ClientError) -> Any:
+    """After a cancelled slot transaction: the stored run if the run's write had landed
+    already (a resend); else raise :class:`ConflictError` (the run changed),
+    :class:`NoFreeSlot` (a scope is full), :class:`Contended` (send it again), or
+    ``exc``."""
+    if error_code(exc) != "TransactionCanceledException":
+        raise exc
+    reasons: list[dict[str, Any]] = exc.response.get("CancellationReasons") or []  # type: ignore[assignment]
+    codes = [reason.get("Code") for reason in reasons]
+    if "TransactionConflict" in codes:
+        raise Contended() from exc
+    run_reason = reasons[0] if reasons else {}
+    if run_reason.get("Code") == "ConditionalCheckFailed":
+        wire = run_reason.get("Item")
+        landed = landed_transition(transition, wire)
+        if landed is not None:
+            return landed
+        current = run_from_wire(wire) if wire else None
+        raise ConflictError(transition.run_id, current) from None
+    for slot, reason in zip(slots_taken(transition), reasons[1:], strict=False):
+        if reason.get("Code") == "ConditionalCheckFailed":
+            held = reason.get("Item", {}).get("holders", {}).get("SS", [])
+            raise NoFreeSlot(transition.run_id, slot.scope, len(held), slot.limit) from None
+    raise exc
+
+
+def slot_from_wire(wire: dict[str, Any]) -> SlotState:
+    at = wire.get("agenda_at", {}).get("N")
+    return SlotState(
+        scope=wire["scope"]["S"],
+        limit=int(wire.get("slot_limit", {}).get("N", "0")),
+        holders=frozenset(wire.get("holders", {}).get("SS", [])),
+        listed_at=from_epoch_ms(int(at)) if at is not None else None,
+    )
+
+
+class DynamoSlotStore:
+    """Slot records of one environment, in the run store's table."""
+
+    def __init__(self, send: Send, query: Send, table: str, environment: str) -> None:
+        self._send = send
+        self._query = query
+        self.table = table
+        self.environment = environment
+
+    def get_slot(self, scope: str) -> SlotState | None:
+        request = {
+            "TableName": self.table,
+            "Key": keys.slot_key(self.environment, scope),
+            "ConsistentRead": True,
+        }
+        wire = self._send("get_item", request).get("Item")
+        return slot_from_wire(wire) if wire and "scope" in wire else None
+
+    def slot_waiters(self, scope: str, limit: int) -> list[str]:
+        partition = keys.wait_pk(self.environment, keys.SLOT_WAIT, scope)
+        response = self._query(query_waiters(self.table, partition, limit, None), None)
+        prefix = keys.run_pk(self.environment, "")
+        return [item["pk"]["S"][len(prefix) :] for item in response.get("Items", [])]
+
+    def drop_holder(self, scope: str, entry: str) -> bool:
+        request = {
+            "TableName": self.table,
+            "Key": keys.slot_key(self.environment, scope),
+            "UpdateExpression": "DELETE #h :h",
+            "ConditionExpression": "contains(#h, :e)",
+            "ExpressionAttributeNames": {"#h": "holders"},
+            "ExpressionAttributeValues": {":h": {"SS": [entry]}, ":e": {"S": entry}},
+        }
+        try:
+            self._send("update_item", request)
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            return False
+        return True
+
+    def slot_agenda_page(
+        self, partition: str, until: datetime, limit: int, cursor: str | None
+    ) -> tuple[list[SlotState], str | None]:
+        start = decode_cursor(cursor, agenda_key(partition))
+        request = query_agenda(self.table, partition, to_epoch_ms(until), limit, start)
+        response = self._query(request, cursor)
+        listed = [{"pk": item["pk"], "sk": item["sk"]} for item in response.get("Items", [])]
+        slots: list[SlotState] = []
+        if listed:
+            batch = {"RequestItems": {self.table: {"Keys": listed, "ConsistentRead": True}}}
+            found = self._send("batch_get_item", batch).get("Responses", {}).get(self.table, [])
+            by_pk = {wire["pk"]["S"]: wire for wire in found if "scope" in wire}
+            slots = [slot_from_wire(by_pk[k["pk"]["S"]]) for k in listed if k["pk"]["S"] in by_pk]
+        return slots, encode_cursor(response.get("LastEvaluatedKey"))
+
+    def relist_slot(self, scope: str, at: datetime | None) -> None:
+        request: Request = {
+            "TableName": self.table,
+            "Key": keys.slot_key(self.environment, scope),
+            "ExpressionAttributeNames": {"#a": "agenda_at", "#p": "pk"},
+        }
+        if at is None:
+            request["UpdateExpression"] = "REMOVE #a, #g"
+            request["ConditionExpression"] = "attribute_exists(#p) AND attribute_not_exists(#h)"
+            request["ExpressionAttributeNames"].update({"#g": "agenda_pk", "#h": "holders"})
+        else:
+            request["UpdateExpression"] = "SET #a = :a"
+            request["ConditionExpression"] = "attribute_exists(#p)"
+            request["ExpressionAttributeValues"] = {":a": {"N": str(to_epoch_ms(at))}}
+        try:
+            self._send("update_item", request)
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+
+
+def backoff(attempt: int) -> float:
+    """Seconds to wait before the ``attempt``-th resend of a conflicted transaction."""
+    return float(CONFLICT_FIRST_WAIT_SECONDS * 2 ** (attempt - 1) * (0.5 + random.random()))
+
+
+def apply_slotted(
+    send: Send, sleep: Callable[[float], None], transition: Transition, request: Request
+) -> Run:
+    """Send a slot transaction, again while another transaction on the same slot record
+    cancels it; returns the stored run."""
+    for attempt in range(TRANSACTION_ATTEMPTS):
+        if attempt:
+            sleep(backoff(attempt))
+        try:
+            send("transact_write_items", request)
+        except ClientError as exc:
+            try:
+                return refused(transition, exc)  # type: ignore[no-any-return]
+            except Contended:
+                continue
+        return transition.after
+    raise StorageUnavailable(CONTENDED)
+
+
+CONTENDED = (
+    f"DynamoDB cancelled a slot transaction {TRANSACTION_ATTEMPTS} times for conflicting "
+    "transactions on the same slot record; try again"
+)

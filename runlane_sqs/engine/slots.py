@@ -1,0 +1,134 @@
+"""Waking runs that wait for a concurrency slot, and checking slot records.
+
+The decisions are in :mod:`runlane_sqs.core.slots`. A claim that finds its scope full
+makes the run wait (the per-message path, :mod:`runlane_sqs.engine.message`); then:
+
+- the write that frees a slot (an attempt's end, a recovered lease) is followed by
+  :meth:`SlotWaker.wake`, which wakes the oldest waiter of each freed scope;
+- the run that just began waiting is checked once more (:meth:`SlotWaker.recheck`): a
+  slot freed between its refused claim and its write would otherwise wake nobody;
+- maintenance checks each slot record listed on the agenda (:meth:`SlotWaker.check`):
+  it drops holders whose attempt no longer holds its lease (a slot never leaks) and
+  wakes as many waiters as there are free slots.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from runlane_sqs.core.clock import Clock
+from runlane_sqs.core.config import RunlaneConfig
+from runlane_sqs.core.errors import ConflictError
+from runlane_sqs.core.model import LEASED_STATUSES, Run, Slot
+from runlane_sqs.core.slots import SlotState, holder_run, slot_freed
+from runlane_sqs.engine.publishing import Publisher
+from runlane_sqs.ports.store import RunStore
+
+log = logging.getLogger("runlane_sqs.slots")
+SPARE_WAITERS = 4
+"""Waiters read beyond those to wake: the waits index lags writes by a moment, so an
+entry may name a run that was woken already."""
+
+
+@dataclass(frozen=True, slots=True)
+class SlotCheck:
+    """What maintenance's look at one slot record did."""
+
+    repaired: int
+    """Holders dropped: their attempt no longer held its lease."""
+    woken: list[Run]
+    """Waiters woken for free slots (their wakeups still to publish)."""
+
+
+class SlotWaker:
+    """Makes runs waiting for a slot runnable again and publishes their wakeups."""
+
+    def __init__(
+        self, store: RunStore, publisher: Publisher, clock: Clock, config: RunlaneConfig
+    ) -> None:
+        self._store = store
+        self._publisher = publisher
+        self._clock = clock
+        self._config = config
+
+    def wake(self, scopes: Iterable[str]) -> int:
+        """Wake the oldest waiter of each scope (one slot of each just freed)."""
+        woken = [run for scope in scopes for run in self._wake_oldest(scope, 1)]
+        if woken:
+            self._publisher.publish_many(woken)
+        return len(woken)
+
+    def recheck(self, run: Run, slot: Slot) -> Run | None:
+        """After ``run`` began waiting for ``slot``: wake it at once if its scope has a
+        free slot by now (the write that freed it may have found no waiter)."""
+        state = self._store.slots.get_slot(slot.scope)
+        if state is not None and len(state.holders) >= slot.limit:
+            return None
+        woken = self._wake_run(run)
+        if woken is not None:
+            self._publisher.publish_many([woken])
+        return woken
+
+    def check(self, listed: SlotState, now: datetime) -> SlotCheck:
+        """Maintenance's look at a listed slot record: drop leaked holders, wake waiters
+        that free slots can take, and list the record again (or take it off the agenda
+        once nothing holds or waits)."""
+        state = self._store.slots.get_slot(listed.scope) or listed
+        repaired = 0
+        live = set(state.holders)
+        for entry in state.holders:
+            token, run_id = holder_run(entry)
+            run = self._store.get_run(run_id)
+            if _holds(run, token):
+                continue
+            live.discard(entry)
+            if self._store.slots.drop_holder(state.scope, entry):
+                repaired += 1
+                log.warning(
+                    "slot of %s held by run %s without its lease; freed",
+                    state.scope,
+                    run_id,
+                    extra={"run_id": run_id, "scope": state.scope},
+                )
+        free = max(0, state.limit - len(live))
+        woken = self._wake_oldest(state.scope, free) if free else []
+        waiting = bool(self._store.slots.slot_waiters(state.scope, 1)) if not woken else True
+        keep = bool(live) or waiting
+        self._store.slots.relist_slot(
+            state.scope, now + self._config.lease_duration if keep else None
+        )
+        return SlotCheck(repaired=repaired, woken=woken)
+
+    def _wake_oldest(self, scope: str, count: int) -> list[Run]:
+        woken: list[Run] = []
+        for run_id in self._store.slots.slot_waiters(scope, count + SPARE_WAITERS):
+            if len(woken) >= count:
+                break
+            run = self._store.get_run(run_id)
+            if run is None or run.slot_wait != scope:
+                continue
+            stored = self._wake_run(run)
+            if stored is not None:
+                woken.append(stored)
+        return woken
+
+    def _wake_run(self, run: Run) -> Run | None:
+        decision = slot_freed(run, now=self._clock.now(), republish=self._config.republish)
+        if decision is None:
+            return None
+        try:
+            return self._store.apply(decision)
+        except ConflictError:  # woken by another free, or cancelled, meanwhile
+            return None
+
+
+def _holds(run: Run | None, token: str) -> bool:
+    return (
+        run is not None
+        and run.status in LEASED_STATUSES
+        and run.lease is not None
+        and run.lease.token == token
+    )
