@@ -17,6 +17,7 @@ from runlane_sqs.adapters.aws import DEFAULT_BOTOCORE_CONFIG, AwsClients
 from runlane_sqs.adapters.dynamodb.store import DynamoRunStore
 from runlane_sqs.adapters.provision import provision_queues, provision_table
 from runlane_sqs.adapters.sqs.transport import SqsTransport
+from runlane_sqs.api.queues import QueuesApi
 from runlane_sqs.api.runs import IdempotencyApi, RunsApi
 from runlane_sqs.api.schedules import SchedulesApi
 from runlane_sqs.core.clock import Clock, SystemClock
@@ -147,6 +148,7 @@ class Runlane:
         self.runs = RunsApi(self.engine)
         self.idempotency = IdempotencyApi(self.engine)
         self.schedules = SchedulesApi(self.engine)
+        self.queues = QueuesApi(self.engine)
 
     @property
     def publisher(self) -> Publisher:

@@ -28,6 +28,11 @@ class SlotStore(Protocol):
         """Ids of up to ``limit`` runs waiting for a slot of ``scope``, oldest first."""
         ...
 
+    def count_slot_waiters(self, scope: str, up_to: int) -> int:
+        """How many runs wait for a slot of ``scope``, counting no further than
+        ``up_to``."""
+        ...
+
     def drop_holder(self, scope: str, entry: str) -> bool:
         """Remove a holder entry whose attempt no longer holds its lease; False if it
         was not listed."""

@@ -328,3 +328,46 @@ def test_a_key_given_at_trigger_time_is_checked(backend: Backend) -> None:
     with pytest.raises(InvalidKeyError, match="must be a string"):
         app.trigger(KEYED, {"customer": "acme"}, concurrency_key=7)  # type: ignore[arg-type]
     assert app.runs.list().runs == []
+
+
+def test_operators_read_each_limits_occupancy(backend: Backend) -> None:
+    app = backend.app(register=limited(1, key_limit=2), queues=["billing", "invoices"])
+    first, second = app.trigger(TASK, 1), app.trigger(TASK, 2)
+    keyed = app.trigger(KEYED, {"customer": "acme"})
+    claim_as(app, first.id)
+    claim_as(app, keyed.id)
+    drain(app, queues=["billing"])
+    assert app.runs.get(second.id).slot_wait == BILLING
+    listed = {o.scope: o.to_json() for o in app.queues.list()}
+    assert listed == {
+        "key#invoices.sync#acme": {
+            "scope": "key#invoices.sync#acme",
+            "kind": "key",
+            "name": "invoices.sync#acme",
+            "limit": 2,
+            "stored_limit": 2,
+            "holding": 1,
+            "waiting": 0,
+        },
+        BILLING: {
+            "scope": BILLING,
+            "kind": "queue",
+            "name": "billing",
+            "limit": 1,
+            "stored_limit": 1,
+            "holding": 1,
+            "waiting": 1,
+        },
+        "queue#invoices": {
+            "scope": "queue#invoices",
+            "kind": "queue",
+            "name": "invoices",
+            "limit": None,
+            "stored_limit": None,
+            "holding": 0,
+            "waiting": 0,
+        },
+    }
+    operator = backend.app() if backend.real else None  # no code: the active scopes only
+    if operator is not None:
+        assert {o.scope for o in operator.queues.list()} == {BILLING, "key#invoices.sync#acme"}

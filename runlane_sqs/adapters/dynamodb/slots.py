@@ -183,6 +183,19 @@ class DynamoSlotStore:
         prefix = keys.run_pk(self.environment, "")
         return [item["pk"]["S"][len(prefix) :] for item in response.get("Items", [])]
 
+    def count_slot_waiters(self, scope: str, up_to: int) -> int:
+        partition = keys.wait_pk(self.environment, keys.SLOT_WAIT, scope)
+        counted, start = 0, None
+        while counted < up_to:
+            request = query_waiters(self.table, partition, up_to - counted, start)
+            request["Select"] = "COUNT"
+            response = self._query(request, None)
+            counted += int(response.get("Count", 0))
+            start = response.get("LastEvaluatedKey")
+            if not start:
+                break
+        return min(counted, up_to)
+
     def drop_holder(self, scope: str, entry: str) -> bool:
         request = {
             "TableName": self.table,

@@ -68,6 +68,9 @@ class InMemorySlotStore:
         waiting.sort(key=lambda r: (to_epoch_ms(r.created_at), r.id))
         return [r.id for r in waiting[:limit]]
 
+    def count_slot_waiters(self, scope: str, up_to: int) -> int:
+        return len(self.slot_waiters(scope, up_to))
+
     def drop_holder(self, scope: str, entry: str) -> bool:
         with self._lock:
             state = self._slots.get(scope)

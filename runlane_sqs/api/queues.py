@@ -1,0 +1,106 @@
+"""Reading concurrency limits: ``app.queues`` (how many slots each limit's scope has
+held and how many runs wait for one).
+
+The scopes listed are the queues the app's code defines (with their limits) and every
+scope whose slot record maintenance has listed, that is every limit with holders or
+waiters lately, read from the agenda index: an operator's app needs none of the code
+that sets the limits to see them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from runlane_sqs.core.agenda import AgendaKind, agenda_partitions
+from runlane_sqs.core.slots import KEY_SCOPE, QUEUE_SCOPE, SlotState, queue_scope
+from runlane_sqs.engine.engine import Engine
+
+WAITING_COUNTED = 1000
+"""Waiting runs counted per scope; more show as this many."""
+ACTIVE_PAGE = 100
+FAR_FUTURE = datetime(9999, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Occupancy:
+    """One concurrency limit's scope and how its slots are used now."""
+
+    scope: str
+    """``queue#{queue}`` or ``key#{task}#{key}``."""
+    kind: str
+    """``queue`` or ``key``."""
+    name: str
+    """The queue's name, or ``{task}#{key}``."""
+    limit: int | None
+    """The limit this app's code sets (``None``: not one this app defines)."""
+    stored_limit: int | None
+    """The limit of the last claim that took a slot (``None``: no slot taken yet)."""
+    holding: int
+    """Attempts holding a slot now."""
+    waiting: int
+    """Runs waiting for a slot (at most :data:`WAITING_COUNTED`)."""
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "scope": self.scope,
+            "kind": self.kind,
+            "name": self.name,
+            "limit": self.limit,
+            "stored_limit": self.stored_limit,
+            "holding": self.holding,
+            "waiting": self.waiting,
+        }
+
+
+class QueuesApi:
+    """``app.queues``: the occupancy of the environment's concurrency limits."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def _active(self) -> list[SlotState]:
+        slots = self._engine.store.slots
+        found: list[SlotState] = []
+        kind = AgendaKind.SLOT.value
+        for partition in agenda_partitions(self._engine.config.environment, kind):
+            cursor: str | None = None
+            while True:
+                page, cursor = slots.slot_agenda_page(partition, FAR_FUTURE, ACTIVE_PAGE, cursor)
+                found.extend(page)
+                if cursor is None or not page:
+                    break
+        return found
+
+    def _occupancy(
+        self, scope: str, limits: dict[str, int | None], state: SlotState | None
+    ) -> Occupancy:
+        kind, _, name = scope.partition("#")
+        limit = limits.get(scope)
+        if kind == KEY_SCOPE:
+            task = self._engine.tasks.get(name.partition("#")[0])
+            limit = task.key_limit if task is not None else None
+        assert kind in (QUEUE_SCOPE, KEY_SCOPE), scope
+        return Occupancy(
+            scope=scope,
+            kind=kind,
+            name=name,
+            limit=limit,
+            stored_limit=state.limit if state is not None else None,
+            holding=len(state.holders) if state is not None else 0,
+            waiting=self._engine.store.slots.count_slot_waiters(scope, WAITING_COUNTED),
+        )
+
+    def list(self) -> list[Occupancy]:
+        """Every queue the app defines, and every scope with holders or waiters lately,
+        by scope."""
+        tasks = self._engine.tasks
+        limits = {queue_scope(q.name): q.concurrency_limit for q in tasks.defined_queues()}
+        stored = {state.scope: state for state in self._active()}
+        for scope in limits.keys() - stored.keys():
+            state = self._engine.store.slots.get_slot(scope)
+            if state is not None:
+                stored[scope] = state
+        return [
+            self._occupancy(scope, limits, stored.get(scope)) for scope in sorted(limits | stored)
+        ]
