@@ -30,6 +30,7 @@ from runlane_sqs.core.slots import holder, key_scope, queue_scope
 from runlane_sqs.engine.reports import JOB_EXPIRED, JOB_SLOTS
 from tests.backends import Backend
 from tests.behaviour.worker_support import drain, event_types, second_app
+from tests.workers import WorkerKind
 
 TASK = "billing.sync"
 KEYED = "invoices.sync"
@@ -371,3 +372,18 @@ def test_operators_read_each_limits_occupancy(backend: Backend) -> None:
     operator = backend.app() if backend.real else None  # no code: the active scopes only
     if operator is not None:
         assert {o.scope for o in operator.queues.list()} == {BILLING, "key#invoices.sync#acme"}
+
+
+def test_both_workers_take_wait_for_and_free_slots(
+    backend: Backend, worker_kind: WorkerKind
+) -> None:
+    app = backend.app(register=limited(1), queues=["billing"])
+    first, second, third = (triggered_apart(app, backend, n) for n in range(3))
+    held = claim_as(app, first.id)
+    assert worker_kind.drain(app, queues=["billing"]) == 0
+    assert app.store.slots.slot_waiters(BILLING, 10) == [second.id, third.id]
+    succeed(app, held)
+    app.engine.slot_waker.wake([BILLING])
+    assert worker_kind.drain(app, queues=["billing"]) == 2  # the end of one wakes the next
+    assert {app.runs.get(r.id).status for r in (second, third)} == {RunStatus.SUCCEEDED}
+    assert holders(app, BILLING) == set()

@@ -110,10 +110,13 @@ class Measured:
         )
 
 
-def _measure(app: Runlane, trigger: Callable[[Runlane], list[Any]]) -> Measured:
-    app.task(lambda ctx, payload: {"n": payload["n"]}, name=TASK)
+def _measure(
+    app: Runlane, trigger: Callable[[Runlane], list[Any]], queue: str = "default"
+) -> Measured:
+    app.queue("billing", concurrency_limit=RUNS)  # a limit on another queue costs nothing
+    app.task(lambda ctx, payload: {"n": payload["n"]}, name=TASK, queue=queue)
     app.provision()
-    app.transport.check_queue("default")  # the queue URL lookup happens once per process
+    app.transport.check_queue(queue)  # the queue URL lookup happens once per process
     measured = Measured(count_requests(app.client("dynamodb")), count_requests(app.client("sqs")))
 
     runs = trigger(app)
@@ -159,3 +162,17 @@ def test_request_budget_with_single_triggers(
 
     assert measured.writes() <= budget["dynamodb writes"], measured.report("trigger")
     assert measured.reads() <= budget["dynamodb reads"], measured.report("trigger")
+
+
+def test_a_limited_run_with_a_free_slot_costs_a_read_and_two_transactions(
+    make_app: Callable[..., Runlane], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A claim that takes a slot reads the run first and writes the claim and the slot in
+    one transaction; the outcome frees it in another, and the worker looks for a run
+    waiting for the freed slot (one ``Query`` of the waits index) (docs/design/storage.md,
+    "Concurrency limits"). The limit is never reached here, so no run waits."""
+    measured = _measure(make_app(), _trigger_many, queue="billing")
+    with capsys.disabled():
+        print("\n" + measured.report("limited trigger_many x50"))
+    per_run = {op: count / RUNS for op, count in measured.dynamodb.items()}
+    assert per_run == {"PutItem": 1.0, "GetItem": 1.0, "TransactWriteItems": 2.0, "Query": 1.0}
