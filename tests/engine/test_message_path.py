@@ -13,10 +13,11 @@ import pytest
 
 from runlane_sqs import RetryPolicy, Runlane, RunStatus, TaskContext
 from runlane_sqs.core import machine
-from runlane_sqs.core.errors import ConflictError, StorageError, StorageUnavailable
+from runlane_sqs.core.errors import ConflictError, NoFreeSlot, StorageError, StorageUnavailable
 from runlane_sqs.core.machine import Transition
-from runlane_sqs.core.model import EventType, Run, Wait, WaitKind
+from runlane_sqs.core.model import EventType, Run, Slot, Wait, WaitKind
 from runlane_sqs.core.recovery import expire_lease
+from runlane_sqs.core.slots import queue_scope
 from runlane_sqs.core.wakeup import ClaimHint, Wakeup
 from runlane_sqs.engine.context import WaitRequested
 from runlane_sqs.engine.leases import LeaseBook
@@ -30,7 +31,9 @@ from runlane_sqs.engine.message import (
     Publish,
     ReadRun,
     Recheck,
+    RecheckSlot,
     Request,
+    WakeWaiters,
     Write,
     drive,
 )
@@ -681,3 +684,71 @@ def test_storage_unavailable_in_a_follow_up_keeps_the_attempt_executed(app: Runl
 
     assert stored(app, run.id).status is RunStatus.RELEASED
     assert path.disposition is Disposition.EXECUTED
+
+
+def limited_app(clock: ManualClock) -> Runlane:
+    app = in_memory_app(clock=clock)
+
+    @app.task(name="billing.sync", queue=app.queue("billing", concurrency_limit=1))
+    def sync(ctx: TaskContext, payload: Any) -> Any:
+        return payload
+
+    return app
+
+
+def test_a_limited_run_is_read_then_claimed_with_its_slot_and_its_end_wakes_a_waiter(
+    clock: ManualClock,
+) -> None:
+    """No hinted claim (the claim takes a slot): read, claim + slot, run, outcome + free,
+    then one request to wake the oldest run waiting for the freed slot."""
+    app = limited_app(clock)
+    run = app.trigger("billing.sync", 1)
+    path = Path(app, app.transport.receive("billing", 1, 0)[0].body)
+    assert isinstance(path.pending, ReadRun)
+    claim = path.answer()
+    assert isinstance(claim, Write) and claim.transition.after.slots == (
+        Slot(queue_scope("billing"), 1),
+    )
+    write = path.outcome()
+    assert write.transition.after.status is RunStatus.SUCCEEDED
+    wake = path.answer()
+    assert isinstance(wake, WakeWaiters) and wake.scopes == (queue_scope("billing"),)
+    assert path.finish() is Disposition.EXECUTED
+    assert stored(app, run.id).slots == ()
+
+
+def test_a_claim_that_finds_no_free_slot_waits_checks_again_and_acknowledges(
+    clock: ManualClock,
+) -> None:
+    app = limited_app(clock)
+    run = app.trigger("billing.sync", 1)
+    path = Path(app, body(run))
+    claim = path.answer()
+    assert isinstance(claim, Write)
+    wait = path.throw(NoFreeSlot(run.id, queue_scope("billing"), 1, 1))
+    assert isinstance(wait, Write)
+    assert wait.transition.after.slot_wait == queue_scope("billing")
+    assert wait.transition.after.attempt == 0
+    recheck = path.answer()
+    assert isinstance(recheck, RecheckSlot) and recheck.run.slot_wait == queue_scope("billing")
+    path.send(None)
+    assert path.disposition is Disposition.SKIPPED  # the wakeup is deleted
+    assert path.kinds() == ["ReadRun", "Write", "Write", "RecheckSlot"]
+
+
+def test_a_run_that_stopped_waiting_before_its_wait_was_written_is_left_alone(
+    clock: ManualClock,
+) -> None:
+    """Another worker claimed the run between the refused claim and the wait's write: the
+    wait is refused and nothing else happens."""
+    app = limited_app(clock)
+    run = app.trigger("billing.sync", 1)
+    path = Path(app, body(run))
+    path.answer()  # the read; the claim is pending
+    app.engine.store.apply(
+        machine.request_cancel(stored(app, run.id), now=clock.now(), actor="op", reason="")
+    )
+    path.throw(NoFreeSlot(run.id, queue_scope("billing"), 1, 1))
+    assert path.finish() is Disposition.SKIPPED
+    assert path.kinds() == ["ReadRun", "Write", "Write"]
+    assert stored(app, run.id).status is RunStatus.CANCELLED
