@@ -51,7 +51,8 @@ def wait_to_json(wait: Wait | None) -> dict[str, JSON] | None:
 
 
 def run_to_json(run: Run) -> dict[str, JSON]:
-    """One run as stored: identity, status, timing, lease, wait, outcome and audit link."""
+    """One run as stored: identity, status, timing, lease, wait, outcome, audit link, the
+    schedule that made it, its concurrency key and the limit's scope it waits for."""
     return {
         "id": run.id,
         "environment": run.environment,
@@ -75,6 +76,8 @@ def run_to_json(run: Run) -> dict[str, JSON]:
         "source_kind": run.source_kind,
         "schedule_id": run.schedule_id,
         "scheduled_for": iso(run.scheduled_for),
+        "concurrency_key": run.concurrency_key,
+        "slot_wait": run.slot_wait,
         "seq": run.seq,
     }
 
