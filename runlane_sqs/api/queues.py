@@ -68,7 +68,7 @@ class QueuesApi:
             while True:
                 page, cursor = slots.slot_agenda_page(partition, FAR_FUTURE, ACTIVE_PAGE, cursor)
                 found.extend(page)
-                if cursor is None or not page:
+                if cursor is None:
                     break
         return found
 

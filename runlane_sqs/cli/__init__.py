@@ -2,11 +2,11 @@
 
 Commands: ``dev``, ``provision``, ``worker``, ``maintenance run``, ``trigger``,
 ``runs list|get|events|attempts|wait|cancel|unpark|retry|rerun|prune``,
-``schedules list|get|pause|resume|trigger``, ``tokens create|get|complete|time-out``
-and ``signals send``. ``worker``, ``trigger`` and ``maintenance run`` need the app
-(``--app`` or ``RUNLANE_APP``); the others work from the ``RUNLANE_*`` variables
-without one. Exit codes are in :mod:`runlane_sqs.cli.exits`; docs/operations.md
-(section "CLI") documents them.
+``schedules list|get|pause|resume|trigger``, ``queues list``,
+``tokens create|get|complete|time-out`` and ``signals send``. ``worker``, ``trigger``
+and ``maintenance run`` need the app (``--app`` or ``RUNLANE_APP``); the others work
+from the ``RUNLANE_*`` variables without one. Exit codes are in
+:mod:`runlane_sqs.cli.exits`; docs/operations.md (section "CLI") documents them.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from runlane_sqs.cli.exits import (
     RunlaneGroup,
 )
 from runlane_sqs.cli.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
+from runlane_sqs.cli.queues import queues
 from runlane_sqs.cli.runs import runs, trigger
 from runlane_sqs.cli.schedules import schedules
 
@@ -51,7 +52,18 @@ def main(log_level: str, log_format: str | None) -> None:
     configure_logging(log_format, log_level)
 
 
-for command in (dev, provision, worker, maintenance, trigger, runs, schedules, tokens, signals):
+for command in (
+    dev,
+    provision,
+    worker,
+    maintenance,
+    trigger,
+    runs,
+    schedules,
+    queues,
+    tokens,
+    signals,
+):
     main.add_command(command)
 
 __all__ = [
