@@ -1,7 +1,7 @@
 """Maintenance: connects due work back to delivery and repairs the same run when
 delivery or ownership stopped making progress.
 
-One pass runs three bounded scans of the agenda index (never a table Scan):
+One pass runs four bounded scans of the agenda index (never a table Scan):
 
 - ``run``: runnable runs whose wakeup time has come (retry backoff over, release time
   reached, a queued run whose eager publish failed or was lost) get a fresh wakeup;
@@ -13,7 +13,11 @@ One pass runs three bounded scans of the agenda index (never a table Scan):
   their remaining waiters in batches;
 - ``schedule``: after the app's schedules are synced with storage, due occurrences of
   schedules of tasks this app registers become runs (``schedules``;
-  :mod:`runlane_sqs.engine.scheduling`).
+  :mod:`runlane_sqs.engine.scheduling`);
+- ``slot``: concurrency slot records with holders or waiters drop holders that lost
+  their lease and wake runs waiting for free slots (``slots``;
+  :mod:`runlane_sqs.engine.slots`). A recovered lease frees its slots in the recovery's
+  own write, which wakes the oldest waiter at once.
 
 Then parked runs of tasks this app registers are unparked (``parked_runs``; from the
 status index, see :mod:`runlane_sqs.engine.parking`).
@@ -161,7 +165,7 @@ class Maintenance:
         )
 
     def run_pass(self, *, time_budget_seconds: float | None = None) -> PassReport:
-        """One bounded pass over both scans; stops starting pages when out of time."""
+        """One bounded pass over the four scans; stops starting pages when out of time."""
         started = time.monotonic()
         now = self._clock.now()
         report = PassReport(started_at=now.isoformat())
