@@ -25,7 +25,9 @@ from runlane_sqs import (
 from runlane_sqs.core import machine
 from runlane_sqs.core.agenda import AGENDA_SHARDS
 from runlane_sqs.core.names import new_lease_token
+from runlane_sqs.core.slots import key_scope, queue_scope
 from runlane_sqs.engine.maintenance import MaintenanceConfig
+from runlane_sqs.engine.reports import JOB_EXPIRED, JOB_SLOTS
 from runlane_sqs.lambdas.consumer import sqs_handler
 from tests.emulators import wait_until
 from tests.iam_policies import (
@@ -51,6 +53,11 @@ PRODUCER, WORKER, CONSUMER, MAINTENANCE, OPERATOR = (
 OK, ORDERED, FLAKY, BROKEN, LATER = "iam.ok", "iam.ordered", "iam.flaky", "iam.broken", "iam.later"
 SIGNAL, TOKEN, PARENT, SLOW = "iam.signal", "iam.token", "iam.parent", "iam.slow"
 SCHEDULED, SCHEDULE = "iam.scheduled", "iam.hourly"
+KEYED = "iam.keyed"
+"""One run per customer at a time (a ``key_limit``)."""
+ORDERED_SCOPE = queue_scope("ordered")
+"""The FIFO queue runs one run at a time (a ``concurrency_limit``)."""
+KEYED_SCOPE = key_scope(KEYED, "acme")
 ELSEWHERE = "iam.elsewhere"
 """A task the workers do not register: they park its runs."""
 LEASE_SECONDS = 3
@@ -62,7 +69,14 @@ def register(app: Runlane, *, workers: bool = False) -> None:
     """The user's tasks, as every component's app module registers them (the workers'
     leave out ``ELSEWHERE``, whose code is deployed elsewhere)."""
     app.task(lambda ctx, payload: payload, name=OK)
-    app.task(lambda ctx, payload: payload, name=ORDERED, queue="ordered")
+    ordered = app.queue("ordered", concurrency_limit=1)
+    app.task(lambda ctx, payload: payload, name=ORDERED, queue=ordered)
+    app.task(
+        lambda ctx, payload: payload,
+        name=KEYED,
+        concurrency_key=lambda payload: payload["customer"],
+        key_limit=1,
+    )
     app.task(
         lambda ctx, payload: payload,
         name=SCHEDULED,
@@ -192,18 +206,39 @@ class Components:
                 delivered += len(messages)
         return delivered
 
-    def forge_lease(self, run_id: str, deadline: timedelta | None = None) -> None:
-        """A worker claimed the run and died (no heartbeat, no outcome)."""
+    def forge_lease(
+        self, run_id: str, deadline: timedelta | None = None, owner: str = "dead-worker"
+    ) -> None:
+        """A worker claimed the run, with the slots of its concurrency limits, and died (no
+        heartbeat, no outcome), or is still at work (``owner``)."""
+        run = self.setup.runs.get(run_id)
         claim = machine.claim_lease(
-            self.setup.runs.get(run_id),
+            run,
             now=self.clock.now(),
-            owner="dead-worker",
+            owner=owner,
             token=new_lease_token(),
             duration=timedelta(minutes=1),
             timeout=deadline,
+            slots=self.setup.tasks.slots_for(run),
         )
         assert isinstance(claim, machine.Transition)
         self.setup.store.apply(claim)
+
+    def succeed_elsewhere(self, run_id: str, *, free_slots: bool = True) -> None:
+        """The worker holding the run's lease records its success, which frees its slots,
+        then wakes the oldest run waiting for each. ``free_slots=False``: the write leaves
+        them held, as a bug would (a leaked holder for maintenance to drop)."""
+        run = self.setup.runs.get(run_id)
+        assert run.lease is not None
+        success = machine.record_success(
+            run if free_slots else run.with_changes(slots=()),
+            token=run.lease.token,
+            result=None,
+            now=self.clock.now(),
+        )
+        self.setup.store.apply(success)
+        if free_slots:
+            self.setup.engine.slot_waker.wake(slot.scope for slot in run.slots)
 
     def run_worker_with_foreign_wakeups(self) -> None:
         """Start a long-running worker (it unparks the parked runs it can run) while each
@@ -239,6 +274,13 @@ class Components:
     def status(self, run_id: str) -> RunStatus:
         return self.setup.runs.get(run_id).status
 
+    def slot_wait(self, run_id: str) -> str | None:
+        return self.setup.runs.get(run_id).slot_wait
+
+    def holders(self, scope: str) -> int:
+        state = self.setup.store.slots.get_slot(scope)
+        return len(state.holders) if state is not None else 0
+
     def waiting_on(self, run_id: str) -> str:
         waiting = self.setup.runs.get(run_id).waiting
         assert waiting is not None and waiting.target is not None
@@ -252,6 +294,7 @@ def play(c: Components) -> None:
     work_elsewhere(c)
     operate(c, runs)
     maintain(c, runs)
+    limit_concurrency(c)
     cursor = None  # last, the operator prunes what is finished
     while (pruned := c.operator.runs.prune(older_than=timedelta(0), cursor=cursor)).cursor:
         cursor = pruned.cursor
@@ -387,6 +430,60 @@ def maintain(c: Components, runs: dict[str, Run]) -> None:
     maintenance.config = MaintenanceConfig(limit_per_job=AGENDA_SHARDS)
     while maintenance.run_pass().cursors:
         pass
+
+
+def limit_concurrency(c: Components) -> None:
+    """Concurrency limits (the FIFO queue runs one run at a time, ``KEYED`` one per
+    customer). Another worker holds the queue's slot and a run left the customer's slot
+    held (a leaked holder); runs that find either taken wait. The operator lists the
+    limits and cancels a waiting run. The other worker's success wakes the oldest waiter;
+    its attempt here, ending, wakes the next. Then a worker dies holding the queue's slot:
+    maintenance recovers its lease (freeing the slot) and drops the leaked holder, and
+    wakes the run waiting for each."""
+    producer = c.producer
+    c.drain()  # what maintenance published last
+    held = producer.trigger(ORDERED, "held")
+    c.forge_lease(held.id, owner="another-worker")
+    leaked = producer.trigger(KEYED, {"customer": "acme", "n": 0})
+    c.forge_lease(leaked.id, owner="another-worker")
+    c.succeed_elsewhere(leaked.id, free_slots=False)
+    waiting = [producer.trigger(ORDERED, n) for n in range(3)]
+    blocked = producer.trigger(KEYED, {"customer": "acme", "n": 1})
+    assert c.drain() == 0
+    assert [c.slot_wait(r.id) for r in waiting] == [ORDERED_SCOPE] * 3
+    assert c.slot_wait(blocked.id) == KEYED_SCOPE
+    listed = {o.scope: (o.limit, o.holding, o.waiting) for o in c.operator.queues.list()}
+    assert listed == {
+        queue_scope("default"): (None, 0, 0),
+        ORDERED_SCOPE: (1, 1, 3),
+        KEYED_SCOPE: (1, 1, 1),
+    }, listed
+    c.operator.runs.cancel(waiting[2].id, reason="not needed")
+    # Later than the triggers: a FIFO queue drops a wakeup requested at the same instant
+    # as the run's last (its deduplication id).
+    c.clock.advance(timedelta(seconds=1))
+    c.succeed_elsewhere(held.id)  # wakes the oldest waiter
+    assert c.drain() == 2  # whose end here wakes the other
+    for run in (held, *waiting[:2]):
+        assert c.status(run.id) is RunStatus.SUCCEEDED
+    assert c.status(waiting[2].id) is RunStatus.CANCELLED
+    # A dead worker's limited run, and maintenance.
+    dead = producer.trigger(ORDERED, "dead")
+    c.forge_lease(dead.id)
+    behind = producer.trigger(ORDERED, "behind the dead")
+    assert c.drain() == 0
+    assert c.slot_wait(behind.id) == ORDERED_SCOPE
+    c.clock.advance(timedelta(minutes=1, seconds=1))  # both forged leases have expired
+    maintenance = c.maintenance.maintenance
+    maintenance.config = MaintenanceConfig()
+    report = maintenance.run_pass()
+    assert report.jobs[JOB_EXPIRED].acted == 1, report
+    assert report.jobs[JOB_SLOTS].repaired == 1, report
+    assert c.slot_wait(behind.id) is None and c.slot_wait(blocked.id) is None
+    assert c.drain() == 3
+    for run in (dead, behind, blocked):
+        assert c.status(run.id) is RunStatus.SUCCEEDED
+    assert c.holders(ORDERED_SCOPE) == c.holders(KEYED_SCOPE) == 0
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,14 @@ each DynamoDB and SQS request it makes:
 - the **worker** (the long-running sync and async workers) and the Lambda **consumer**:
   runs that succeed, fail, retry, release, wait on a signal, a token or another run,
   record steps, outlive a heartbeat, hold keys, or whose task the worker does not know;
+  runs of a concurrency limit that take and free its slot, wait for one, and wake the
+  next waiter;
 - **maintenance**: passes with due runs, an abandoned cancellation, a token timeout, a
-  parked run and saved cursors;
+  parked run and saved cursors; a dead worker's limited run whose lease it recovers, and
+  a leaked slot holder it drops;
 - the **operator**: ``app.runs`` (list, get, events, attempts, wait, cancel, retry,
-  rerun, unpark, prune), tokens, signals, ``app.idempotency.reset`` and a trigger.
+  rerun, unpark, prune; a cancelled run waiting for a slot), tokens, signals,
+  ``app.idempotency.reset``, ``app.queues.list`` and a trigger.
 
 Each request becomes what IAM authorises: its action (``SendMessageBatch`` is
 ``sqs:SendMessage``, each item of a ``TransactWriteItems`` its own ``PutItem``,
@@ -89,6 +93,8 @@ def recorded(session_backend: Backend) -> Iterator[Recorded]:
         [fifo] = provision_queues(sqs, [fifo_name]).values()
         # The stack's compute gets every URL; here "ordered" only, so "default" is looked up.
         env.setenv("RUNLANE_QUEUE_URLS", f"ordered={fifo}")
+        setup = Runlane.from_env(clock=clock)  # the test's own app, now with the FIFO's URL
+        register(setup)
         recorder = Recorder()
 
         def app(component: str, **options: Any) -> Runlane:
@@ -161,12 +167,14 @@ def test_no_policy_reaches_the_items_of_another_environment(
 
 def test_a_producer_can_neither_list_nor_delete_runs(recorded: Recorded) -> None:
     """What the operator did beyond producing (listing runs, deleting runs and keys,
-    reading keys, operating schedules) is refused to the producer policy."""
+    reading keys, operating schedules, reading concurrency limits) is refused to the
+    producer policy."""
     producer = recorded.policy("ProducerPolicy")
     refused = {a for a in recorded.needs[OPERATOR] if not allowed(producer, a)}
     assert {(a.action, a.resource.rsplit("/", 1)[-1]) for a in refused} == {
         ("dynamodb:Query", "by_status"),
         ("dynamodb:Query", "waits"),  # of runs: cancelling resumes the runs waiting
+        ("dynamodb:Query", "agenda"),  # the slot records app.queues lists
         ("dynamodb:BatchGetItem", recorded.values.parameters["TableName"]),
         ("dynamodb:DeleteItem", recorded.values.parameters["TableName"]),
         ("dynamodb:GetItem", recorded.values.parameters["TableName"]),  # key owners
@@ -189,7 +197,7 @@ def test_every_dynamodb_statement_is_limited_to_the_environments_items() -> None
             assert patterns, (name, statement.get("Sid"))
             for pattern in patterns:
                 assert re.fullmatch(
-                    r"((RUN|IDEM|SINGLETON|TOKEN)#\$\{Environment\}#\*|(MAINT|SCHED)#\$\{Environment\})"
+                    r"((RUN|IDEM|SINGLETON|TOKEN|SLOT)#\$\{Environment\}#\*|(MAINT|SCHED)#\$\{Environment\})"
                     r"|\$\{Environment\}#[a-z_]*#?\*?",
                     pattern["Fn::Sub"],
                 ), (name, pattern)
