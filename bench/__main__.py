@@ -28,13 +28,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from bench import backends, chart, report, targets
 from bench.cost import measure_costs
 from bench.latency import measure_latency
+from bench.limits import limits_json, measure_limits
 from bench.maintenance_scale import measure_maintenance
 from bench.schedules import measure_schedules, per_occurrence
 from bench.throughput import celery_cpu_ratio, celery_ratio, measure_throughput, runlane_worker
 from bench.workers import ASYNC, SYNC
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-MEASUREMENTS = ("cost", "throughput", "maintenance", "schedules", "latency", "memory")
+MEASUREMENTS = ("cost", "throughput", "maintenance", "schedules", "limits", "latency", "memory")
 MEMORY_CONCURRENCY = 32
 CONSOLE_WIDTH = 150
 """Tables' width when the output is not a terminal (make, CI logs)."""
@@ -48,6 +49,7 @@ class Sizes:
     latency_iterations: int = 20
     memory_runs: int = 1000
     schedules: int = 1000
+    limit_runs: int = 100
 
 
 SMOKE = Sizes(
@@ -57,6 +59,7 @@ SMOKE = Sizes(
     latency_iterations=5,
     memory_runs=100,
     schedules=100,
+    limit_runs=20,
 )
 
 
@@ -126,6 +129,18 @@ class Runner:
             "passes": [r.to_json() for r in rows],
             "per_occurrence": per_occurrence(rows[1], rows[2]),
         }
+
+    def limits(self) -> None:
+        """The same runs on a queue without a limit, then with limits of 8 and 4 (the
+        worker's concurrency, and half of it)."""
+        runs = self.sizes.limit_runs
+        rows = measure_limits(
+            self.backend.app, runs, lambda case: self.bar(f"limits: {case}", runs)
+        )
+        self.results["limits"] = limits_json(rows)
+        for row in rows:
+            if row.status != "ok":
+                self.results["errors"].append(f"limits ({row.case}): {row.status}")
 
     def latency(self) -> None:
         n = self.sizes.latency_iterations

@@ -134,6 +134,72 @@ def schedules_table(result: dict[str, Any], backend: str) -> Table:
     return table
 
 
+def limits_table(rows: list[dict[str, Any]], backend: str) -> Table:
+    first = rows[0]
+    table = Table(
+        title=f"Concurrency limits: {first['runs']} runs each, {first['handler_ms']:g} ms "
+        f"handler, sync worker with {first['concurrency']} threads ({backend})"
+    )
+    headers = ("case", "seconds", "runs/s", "x unl", "DDB/run", "x unl", "SQS/run", "x unl")
+    for header in (*headers, "WCU/run", "x unl", "RCU/run", "runs waited", "waits"):
+        table.add_column(header, justify="left" if header == "case" else "right")
+    table.add_column("most at once", justify="right")
+    table.add_column("status")
+    for row in rows:
+        per, ratio = row["per_run"], row.get("x_unlimited", {})
+        units = {"complete": "", "lower bound": ">="}.get(row["capacity"])
+        table.add_row(
+            row["case"],
+            _f(row.get("seconds")),
+            _f(row.get("runs_per_second"), 1),
+            _f(ratio.get("runs_per_second")),
+            _f(per["dynamodb_requests"]),
+            _f(ratio.get("dynamodb_requests")),
+            _f(per["sqs_requests"]),
+            _f(ratio.get("sqs_requests")),
+            "n/a" if units is None else units + _f(per["write_units"]),
+            "n/a" if units is None else units + _f(ratio.get("write_units")),
+            "n/a" if units is None else units + _f(per["read_units"]),
+            str(row["runs_waited"]),
+            f"{row['waits']}/{row['slot_freed']}",
+            str(row["most_at_once"]),
+            row["status"],
+        )
+    table.caption = (
+        "x unl: the case's figure over the unlimited case's; runs waited: runs with a "
+        "waiting_for_slot event; waits: waiting_for_slot / slot_freed events; "
+        "most at once: handlers running together; WCU/RCU >=: a lower bound, as refused "
+        "conditional writes report no capacity (DynamoDB charges them); n/a: the backend "
+        "reported none for others too (moto: transactions)"
+    )
+    return table
+
+
+def limits_requests_table(rows: list[dict[str, Any]], backend: str) -> Table:
+    table = Table(title=f"Concurrency limits: requests per run by operation ({backend})")
+    table.add_column("operation")
+    for row in rows:
+        table.add_column(row["case"], justify="right")
+    operations = sorted({op for row in rows for op in row["requests_per_run"]})
+    for op in operations:
+        table.add_row(op, *(_f(row["requests_per_run"].get(op, 0.0)) for row in rows))
+        if any(op in row.get("refused_per_run", {}) for row in rows):
+            refused = (_f(row.get("refused_per_run", {}).get(op, 0.0)) for row in rows)
+            table.add_row("  of which refused", *refused)
+    table.caption = (
+        "refused: conditional writes refused (a claim finding the limit reached, a wake "
+        "another got to first)"
+    )
+    return table
+
+
+def print_limits(console: Console, rows: list[dict[str, Any]] | None, backend: str) -> None:
+    """The limits scenario's two tables, if it ran."""
+    if rows:
+        console.print(limits_table(rows, backend))
+        console.print(limits_requests_table(rows, backend))
+
+
 def latency_table(rows: list[dict[str, Any]], backend: str) -> Table:
     table = Table(title=f"Latency, idle worker, no maintenance pass ({backend})")
     for header in ("measure", "n", "p50 ms", "p95 ms", "max ms"):
@@ -171,6 +237,7 @@ def print_results(console: Console, results: dict[str, Any], targets: list[Targe
         console.print(maintenance_table(results["maintenance"], backend))
     if results.get("schedules"):
         console.print(schedules_table(results["schedules"], backend))
+    print_limits(console, results.get("limits"), backend)
     if results.get("latency"):
         console.print(latency_table(results["latency"], backend))
     for memory in results.get("memory") or []:

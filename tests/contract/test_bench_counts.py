@@ -16,6 +16,7 @@ import pytest
 from moto import mock_aws
 
 from bench.cost import SCENARIOS, CostResult, measure_scenario
+from bench.limits import measure_case
 from runlane_sqs import Runlane
 
 RUNS = 3
@@ -84,3 +85,30 @@ def test_plain_run_meets_the_request_budget(aws: None) -> None:
 
     assert per_run["dynamodb_writes"] == 3
     assert per_run["dynamodb_reads"] == 0
+
+
+# Per run on queue ``billing`` (bench/limits.py), one worker thread so no claim finds the
+# limit reached: without a limit as "plain"; with one, the claim reads the run and takes
+# the slot in one transaction, the outcome frees it in another, and the attempt's end
+# looks for a waiter to wake on the waits index.
+LIMITED: dict[int | None, dict[str, int]] = {
+    None: {"PutItem": 1, "UpdateItem": 2},
+    1: {"PutItem": 1, "GetItem": 1, "TransactWriteItems": 2, "Query": 1},
+}
+
+
+@pytest.mark.parametrize("limit", list(LIMITED))
+def test_requests_per_run_with_and_without_a_concurrency_limit(
+    aws: None, limit: int | None
+) -> None:
+    result = measure_case(
+        limit, make_app, RUNS, lambda done: None, concurrency=1, handler_seconds=0
+    )
+
+    assert result.status == "ok"
+    assert (result.waits, result.runs_waited, result.most_at_once) == (0, 0, 1)
+    assert dict(result.counts.service("dynamodb")) == {
+        op: n * RUNS for op, n in LIMITED[limit].items()
+    }
+    sqs = result.counts.service("sqs")
+    assert (sqs["SendMessageBatch"], sqs["SendMessage"]) == (1, 0)  # one batch of RUNS runs
