@@ -60,12 +60,12 @@ from runlane_sqs.engine.reports import (
     JOB_EXPIRED,
     JOB_PARKED,
     JOB_SCHEDULES,
-    JOB_SLOTS,
     JOB_TOKENS,
     JOB_WAITS,
     JOBS,
     JobReport,
     PassReport,
+    SlotsReport,
 )
 from runlane_sqs.engine.resuming import Resumer
 from runlane_sqs.engine.scheduling import Scheduler
@@ -231,7 +231,7 @@ class Maintenance:
                 wakeups.extend(self._schedule(item, now, job, report.pass_id))
                 continue
             if isinstance(item, SlotState):
-                wakeups.extend(self._slot(item, now, report.job(JOB_SLOTS)))
+                wakeups.extend(self._slot(item, now, report.slots))
                 continue
             wakeup = self._candidate(item, now, report)
             if wakeup is not None:
@@ -280,7 +280,7 @@ class Maintenance:
             if run.wake_at is not None
         ]
 
-    def _slot(self, state: SlotState, now: datetime, job: JobReport) -> list[PendingWakeup]:
+    def _slot(self, state: SlotState, now: datetime, job: SlotsReport) -> list[PendingWakeup]:
         """Drop holders that no longer hold their lease; wake waiters for free slots."""
         job.examined += 1
         checked = self._slots.check(state, now)

@@ -22,9 +22,15 @@ class JobReport:
     """Candidates no longer eligible (changed since they were listed, or not yet due)."""
     conflicts: int = 0
     """Writes lost to a concurrent change (another pass, a worker, an operator)."""
+
+
+@dataclass
+class SlotsReport(JobReport):
+    """What the ``slots`` job did in one pass: a job report and the holders it dropped."""
+
     repaired: int = 0
-    """Slot holders dropped because their attempt no longer held its lease (job
-    ``slots``; always 0 unless something failed between two writes)."""
+    """Slot holders dropped because their attempt no longer held its lease (0 unless
+    something failed between two writes)."""
 
 
 @dataclass
@@ -42,7 +48,14 @@ class PassReport:
     out_of_time: bool = False
 
     def job(self, name: str) -> JobReport:
-        return self.jobs.setdefault(name, JobReport())
+        return self.jobs.setdefault(name, SlotsReport() if name == JOB_SLOTS else JobReport())
+
+    @property
+    def slots(self) -> SlotsReport:
+        """The ``slots`` job's report."""
+        job = self.job(JOB_SLOTS)
+        assert isinstance(job, SlotsReport)
+        return job
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
