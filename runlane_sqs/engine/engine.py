@@ -48,7 +48,7 @@ class Engine:
         self.publisher = Publisher(store, transport, clock)
         self.resumer = Resumer(store, self.publisher, clock, config)
         self.finisher = Finisher(store, self.resumer)
-        self.slot_waker = SlotWaker(store, self.publisher, clock, config)
+        self.slot_waker = SlotWaker(store, self.publisher, clock, config, tasks)
         self.triggers = Triggers(
             store=store,
             transport=transport,

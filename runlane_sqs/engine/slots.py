@@ -9,7 +9,8 @@ makes the run wait (the per-message path, :mod:`runlane_sqs.engine.message`); th
   slot freed between its refused claim and its write would otherwise wake nobody;
 - maintenance checks each slot record listed on the agenda (:meth:`SlotWaker.check`):
   it drops holders whose attempt no longer holds its lease (a slot never leaks) and
-  wakes as many waiters as there are free slots.
+  wakes as many waiters as there are free slots under the app's current limit (all of
+  them, a hundred a pass, once a deploy removed the limit).
 """
 
 from __future__ import annotations
@@ -25,12 +26,16 @@ from runlane_sqs.core.errors import ConflictError
 from runlane_sqs.core.model import LEASED_STATUSES, Run, Slot
 from runlane_sqs.core.slots import SlotState, holder_run, slot_freed
 from runlane_sqs.engine.publishing import Publisher
+from runlane_sqs.engine.tasks import TaskRegistry
 from runlane_sqs.ports.store import RunStore
 
 log = logging.getLogger("runlane_sqs.slots")
 SPARE_WAITERS = 4
 """Waiters read beyond those to wake: the waits index lags writes by a moment, so an
 entry may name a run that was woken already."""
+UNLIMITED_WAKES = 100
+"""Waiters one check wakes in a scope that this app's code no longer limits (a deploy
+removed the limit): the rest at the next pass."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +52,14 @@ class SlotWaker:
     """Makes runs waiting for a slot runnable again and publishes their wakeups."""
 
     def __init__(
-        self, store: RunStore, publisher: Publisher, clock: Clock, config: RunlaneConfig
+        self,
+        store: RunStore,
+        publisher: Publisher,
+        clock: Clock,
+        config: RunlaneConfig,
+        tasks: TaskRegistry,
     ) -> None:
+        self._tasks = tasks
         self._store = store
         self._publisher = publisher
         self._clock = clock
@@ -93,13 +104,20 @@ class SlotWaker:
                     run_id,
                     extra={"run_id": run_id, "scope": state.scope},
                 )
-        free = max(0, state.limit - len(live))
-        woken = self._wake_oldest(state.scope, free) if free else []
-        waiting = bool(self._store.slots.slot_waiters(state.scope, 1)) if not woken else True
-        keep = bool(live) or waiting
-        self._store.slots.relist_slot(
-            state.scope, now + self._config.lease_duration if keep else None
-        )
+        known, limit = self._tasks.scope_limit(state.scope)
+        if known and limit is None:  # no longer limited: wake the waiters, 100 a pass
+            woken = self._wake_oldest(state.scope, UNLIMITED_WAKES)
+            again = len(woken) == UNLIMITED_WAKES
+        else:
+            free = max(0, (limit if known and limit else state.limit) - len(live))
+            woken = self._wake_oldest(state.scope, free) if free else []
+            again = False
+        waiting = bool(woken) or bool(self._store.slots.slot_waiters(state.scope, 1))
+        if again or live or waiting:
+            later = now if again else now + self._config.lease_duration
+            self._store.slots.relist_slot(state.scope, later)
+        else:
+            self._store.slots.relist_slot(state.scope, None)
         return SlotCheck(repaired=repaired, woken=woken)
 
     def _wake_oldest(self, scope: str, count: int) -> list[Run]:

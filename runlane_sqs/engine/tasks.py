@@ -17,7 +17,14 @@ from runlane_sqs.core.names import check_queue, check_task_name
 from runlane_sqs.core.payload import encode_json
 from runlane_sqs.core.retry import NO_RETRY, RetryPolicy
 from runlane_sqs.core.schedules import Schedule
-from runlane_sqs.core.slots import check_concurrency_key, check_limit, key_scope, queue_scope
+from runlane_sqs.core.slots import (
+    KEY_SCOPE,
+    QUEUE_SCOPE,
+    check_concurrency_key,
+    check_limit,
+    key_scope,
+    queue_scope,
+)
 from runlane_sqs.engine.context import TaskContext
 
 Handler = Callable[[TaskContext, Any], Any]
@@ -207,6 +214,18 @@ class TaskRegistry:
         if task is not None and task.key_limit is not None and run.concurrency_key is not None:
             slots.append(Slot(key_scope(run.task, run.concurrency_key), task.key_limit))
         return tuple(slots)
+
+    def scope_limit(self, scope: str) -> tuple[bool, int | None]:
+        """``(known, limit)`` of a limit's scope under this app's code: ``known`` is False
+        when the app does not define the queue or register the task (``limit`` is then
+        ``None`` and means nothing); a known scope with ``limit`` ``None`` is unlimited
+        now (a deploy removed the limit)."""
+        kind, _, name = scope.partition("#")
+        if kind == QUEUE_SCOPE:
+            known = name in self._queues or any(t.queue == name for t in self._tasks.values())
+            return known, self.queue(name).concurrency_limit if known else None
+        task = self._tasks.get(name.partition("#")[0]) if kind == KEY_SCOPE else None
+        return task is not None, task.key_limit if task is not None else None
 
     def limited(self, task: Task, queue: str) -> bool:
         """Whether runs of ``task`` on ``queue`` may need slots (their claim reads first)."""

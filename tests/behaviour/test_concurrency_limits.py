@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -387,3 +388,29 @@ def test_both_workers_take_wait_for_and_free_slots(
     assert worker_kind.drain(app, queues=["billing"]) == 2  # the end of one wakes the next
     assert {app.runs.get(r.id).status for r in (second, third)} == {RunStatus.SUCCEEDED}
     assert holders(app, BILLING) == set()
+
+
+def test_waiters_are_woken_when_a_deploy_removes_the_limit(backend: Backend) -> None:
+    """The holder is still running (its heartbeat renewed the lease) when maintenance
+    checks the slot record: under the old limit no waiter could go; the new code has no
+    limit, so every waiter is woken."""
+    app = backend.app(register=limited(1), queues=["billing"])
+    first, *waiting = (triggered_apart(app, backend, n) for n in range(3))
+    held = claim_as(app, first.id)
+    assert drain(app, queues=["billing"]) == 0
+    assert app.store.slots.count_slot_waiters(BILLING, 10) == 2
+
+    def unlimited(new: Runlane) -> None:
+        new.task(_done, name=TASK, queue="billing")
+
+    deployed = second_app(backend, app, unlimited)
+    lease = app.config.lease_duration
+    backend.clock.advance(lease - timedelta(seconds=1))
+    assert held.lease is not None
+    app.store.renew_lease(held, replace(held.lease, expires_at=backend.clock.now() + lease))
+    backend.clock.advance(timedelta(seconds=1))  # the slot record's first check is due
+    report = deployed.maintenance.run_pass()
+    assert report.jobs[JOB_EXPIRED].acted == 0 and holders(app, BILLING) != set()
+    assert report.jobs[JOB_SLOTS].acted == 2
+    assert drain(deployed, queues=["billing"]) == 2
+    assert {app.runs.get(r.id).status for r in waiting} == {RunStatus.SUCCEEDED}
