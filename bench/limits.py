@@ -12,8 +12,8 @@ Three cases of the same ``runs`` runs (100; 20 with ``--smoke``), each on a fres
 
 The handler sleeps :data:`HANDLER_SECONDS` (10 ms), so attempts overlap and the limit
 matters. A producer thread triggers in batches of ten while fewer than 40 runs
-(``bench.throughput.AHEAD``) are started but not finished
-(:func:`bench.throughput.produce`), so the queue stays shallow; the main thread drains
+(``bench.producing.AHEAD``) are started but not finished
+(:func:`bench.producing.produce`), so the queue stays shallow; the main thread drains
 until every run was executed (as ``bench.workers`` does). The time is from the first
 trigger until the drain returns after the last run's outcome is written; requests are
 counted over the same phase, the triggers' included, after provisioning and the one-off
@@ -40,7 +40,7 @@ from typing import Any
 import boto3
 
 from bench.counting import Counts, RequestCounter
-from bench.throughput import DoneFile, produce
+from bench.producing import DoneFile, produce
 from bench.workers import mark_done
 from runlane_sqs import EventType, Runlane, RunStatus, TaskContext
 

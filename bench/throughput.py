@@ -26,11 +26,9 @@ from typing import Any
 from bench import celery_peer
 from bench.backends import Backend
 from bench.memory import CpuTime, PeakRss
+from bench.producing import DoneFile, produce
 from bench.workers import ASYNC, DONE_FILE_VARIABLE, NOOP_TASK, SYNC, async_unavailable
 
-BATCH = 10
-AHEAD = 40
-"""Most runs started but not finished: the producer's bound on queue depth."""
 RUNLANE_CONCURRENCY = 8
 """The same as Celery's ``-c 8`` threads, its fastest setting on these emulators."""
 READY_TIMEOUT_SECONDS = 60.0
@@ -104,30 +102,6 @@ class Drained:
     peak_rss: int
     cpu: CpuTime
     emulators: dict[str, CpuTime]
-
-
-class DoneFile:
-    """Completions, counted as bytes appended by the no-op tasks."""
-
-    def __init__(self, directory: Path) -> None:
-        self.path = directory / "done"
-        self.path.touch()
-
-    def count(self) -> int:
-        return self.path.stat().st_size
-
-
-def produce(
-    trigger: Callable[[int], None], total: int, done: DoneFile, stop: threading.Event
-) -> None:
-    started = 0
-    while started < total and not stop.is_set():
-        if started - done.count() < AHEAD:
-            batch = min(BATCH, total - started)
-            trigger(batch)
-            started += batch
-        else:
-            time.sleep(0.002)
 
 
 def wait_for(
