@@ -20,7 +20,7 @@ from runlane_sqs.core import machine
 from runlane_sqs.core.agenda import RepublishPolicy, eager_review_at, eager_wake_at
 from runlane_sqs.core.durations import truncate_ms
 from runlane_sqs.core.machine import Transition
-from runlane_sqs.core.model import EventType, Run, RunStatus, WaitKind
+from runlane_sqs.core.model import JSON, EventType, Run, RunStatus, WaitKind
 from runlane_sqs.core.wakeup import ClaimHint
 
 
@@ -101,22 +101,32 @@ class HintedClaim:
 
 
 def withdraw_claim(
-    run: Run, *, token: str, now: datetime, republish: RepublishPolicy | None = None
+    run: Run,
+    *,
+    token: str,
+    now: datetime,
+    republish: RepublishPolicy | None = None,
+    reason: str | None = None,
 ) -> Transition:
     """The claim's write came back too late to start the attempt (the worker was
-    paused, or the write was retried through an outage), so the handler never ran: the
-    same run is runnable at once. The ``lease_expired`` event says the attempt never started, and no
-    lease loss is counted: no handler ran that could have killed its worker. With
-    ``republish`` the caller publishes the wakeup itself."""
+    paused, or the write was retried through an outage; or, ``reason`` ``deadline``, the
+    Lambda invocation reached its safety margin meanwhile), so the handler never ran: the
+    same run is runnable at once. The ``lease_expired`` event says the attempt never
+    started (and why, with a ``reason``), and no lease loss is counted: no handler ran
+    that could have killed its worker. With ``republish`` the caller publishes the wakeup
+    itself."""
     machine.require_lease(run, token)
     assert run.lease is not None
     now = truncate_ms(now)
     wake_at = eager_wake_at(now, now, republish) if republish else None
     review_at = eager_review_at(now, now, republish) if republish else None
+    data: dict[str, JSON] = {"worker": run.lease.owner, "before_start": True}
+    if reason is not None:
+        data["reason"] = reason
     return machine.advance(
         run,
         now,
-        [(EventType.LEASE_EXPIRED, {"worker": run.lease.owner, "before_start": True})],
+        [(EventType.LEASE_EXPIRED, data)],
         fence=token,
         status=RunStatus.QUEUED,
         due_at=now,

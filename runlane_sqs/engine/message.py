@@ -26,14 +26,12 @@ and of a wakeup without a hint, or whose hint no longer holds::
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Generator
-from datetime import timedelta
+from collections.abc import Callable, Generator
 from typing import Any
 
 from runlane_sqs.core import machine
-from runlane_sqs.core.claims import HintedClaim, withdraw_claim
+from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.errors import (
@@ -76,6 +74,7 @@ from runlane_sqs.engine.steps import (
     performer_table,
 )
 from runlane_sqs.engine.tasks import Task, TaskRegistry
+from runlane_sqs.engine.withdrawal import Withdrawal, claimed_too_late, withdraw_steps
 from runlane_sqs.ports.transport import ReceivedWakeup
 
 __all__ = [
@@ -115,6 +114,10 @@ class MessagePath:
         self.foreign = outcomes.ForeignEnvironments()
         """The other environments this path has warned about (a Lambda function shares
         one between its invocations)."""
+        self.may_start: Callable[[], bool] = lambda: True
+        """Whether an attempt may still start (a Lambda invocation says no once its safety
+        margin is reached): a claim made after that is given back unrun, and an attempt
+        begun as the margin passed has its cancellation set at once."""
 
     @classmethod
     def of(cls, engine: Engine, worker_id: str) -> MessagePath:
@@ -217,51 +220,19 @@ class MessagePath:
         return (yield from self._claimed(claimed))
 
     def _claimed(self, claimed: Run) -> Steps:
-        """Run the attempt of a claimed run (or give it back if the claim came late)."""
-        if self._claimed_too_late(claimed):
-            return (yield from self._withdraw(claimed))
+        """Run the attempt of a claimed run, or give it back unrun if the claim came back
+        late or the caller's time to start attempts is over (a Lambda invocation's
+        safety margin)."""
+        late = claimed_too_late(claimed, self.clock.now(), self.config.lease_duration)
+        if late or not self.may_start():
+            reason = Withdrawal.LATE if late else Withdrawal.DEADLINE
+            return (
+                yield from withdraw_steps(claimed, reason, self.clock, self.config, self.worker_id)
+            )
         task = self.tasks.get(claimed.task)
         assert task is not None  # claims are only made for registered tasks
         yield from self.attempt(task, claimed)
         return Disposition.EXECUTED
-
-    def _claimed_too_late(self, claimed: Run) -> bool:
-        """Whether the claim came back with less than half its lease left: the heartbeat
-        (every third of the lease) might then not renew it in time."""
-        lease = claimed.lease
-        return lease is not None and self.clock.now() >= (
-            lease.expires_at - self.config.lease_duration / 2
-        )
-
-    def _withdraw(self, claimed: Run) -> Steps:
-        """The claim came back late (this process was paused, or the write was retried
-        through an outage): running the handler now could overlap the attempt of a worker
-        that maintenance gives the run to. Give the run back without running it
-        (docs/concepts.md, "Attempts and leases")."""
-        token = outcomes.lease_token(claimed)
-        now = self.clock.now()
-        assert claimed.lease is not None
-        took = now - (claimed.lease.expires_at - self.config.lease_duration)
-        log.warning(
-            "the claim of run %s came back %.1f s after it was decided, with less than half "
-            "its lease left; giving the run back without starting attempt %d",
-            claimed.id,
-            took.total_seconds(),
-            claimed.attempt,
-            extra={"run_id": claimed.id, "worker_id": self.worker_id},
-        )
-        try:
-            stored: Run = yield Write(
-                withdraw_claim(claimed, token=token, now=now, republish=self.config.republish)
-            )
-        except RunlaneError:  # maintenance recovered it first, or storage failed
-            return Disposition.SKIPPED
-        with contextlib.suppress(RunlaneError):  # maintenance publishes it (wake_at is set)
-            yield Publish(stored, timedelta(0))
-        if claimed.slots:
-            with contextlib.suppress(RunlaneError):  # maintenance checks the slot records
-                yield WakeWaiters(tuple(s.scope for s in claimed.slots))
-        return Disposition.SKIPPED
 
     def _unknown_task(self, wakeup: Wakeup, run: Run, receives: int) -> Steps:
         """Leave the wakeup for a worker that registers the task; park the run once
@@ -288,6 +259,8 @@ class MessagePath:
         (``None`` when the lease was lost and nothing was recorded)."""
         token = outcomes.lease_token(run)
         ctx: TaskContext = yield Begin(run, token)
+        if not self.may_start():  # the deadline passed while it began: cancel at once
+            ctx.cancellation.set()
         ctx.log.info("attempt %d started", run.attempt)
         decide: Decide
         try:

@@ -39,7 +39,11 @@ What the handler returns, ``{"batchItemFailures": [{"itemIdentifier": messageId}
 - records are handled in order, one at a time. The handler reads the context's
   ``get_remaining_time_in_millis()`` before each record and starts none once less than
   ``safety_margin_seconds`` remain: those records are reported and a later invocation
-  handles them. An attempt still running when that margin is reached has its
+  handles them. The time is checked again after the run is claimed (its read and claim
+  may be slow, retried through throttling): a run claimed past the margin is given back
+  without running (runnable at once, its wakeup published, a ``lease_expired`` event
+  with ``before_start`` and ``reason: deadline``) and its record is not reported. An
+  attempt still running when the margin is reached, or beginning just as it is, has its
   cancellation event set, as a stopping worker does; one that ignores it and outlives
   the invocation loses its lease to expiry and maintenance makes the run runnable again.
 
@@ -151,6 +155,9 @@ class _Invocation:
         self.leases = LeaseKeeper(engine.store, engine.clock, engine.config.lease_duration)
         self.executor = Executor(engine, self.worker_id, self.leases)
         self.executor.path.foreign = foreign
+        self.executor.path.may_start = self._may_start
+        self.deadline_reached = False
+        """Set by the deadline timer before it cancels the attempts in flight."""
         self.tally = _Tally()
 
     def run(self, records: Sequence[object]) -> BatchResponse:
@@ -257,7 +264,14 @@ class _Invocation:
     def _remaining_seconds(self) -> float:
         return self.context.get_remaining_time_in_millis() / 1000
 
+    def _may_start(self) -> bool:
+        """Whether an attempt may start now: checked again after the claim, whose read and
+        write can take long enough (throttling retries) to cross the safety margin. A run
+        claimed past it is given back unrun; one begun as the timer fired is cancelled."""
+        return not self.deadline_reached and self._remaining_seconds() >= self.margin_seconds
+
     def _cancel_in_flight(self) -> None:
+        self.deadline_reached = True  # first: an attempt tracked after the loop sees it
         for ctx in self.leases.contexts():
             ctx.log.warning("the Lambda invocation is about to time out; cancelling the attempt")
             ctx.cancellation.set()

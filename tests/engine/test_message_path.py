@@ -90,7 +90,7 @@ class Path:
     ) -> None:
         self.app = app
         self.leases = LeaseBook(app.clock, app.config.lease_duration)
-        path = MessagePath(
+        path = self.path = MessagePath(
             tasks=tasks or app.tasks, clock=app.clock, config=app.config, worker_id="w1"
         )
         message = ReceivedWakeup(
@@ -354,7 +354,7 @@ def test_claim_that_comes_back_late_gives_the_run_back_unrun(
     expired = app.store.get_events(run.id)[-1]
     assert (expired.type, expired.data) == (
         EventType.LEASE_EXPIRED,
-        {"worker": "w1", "before_start": True},
+        {"worker": "w1", "before_start": True, "reason": "late"},
     )
     assert "giving the run back without starting attempt 1" in caplog.text
 
@@ -752,3 +752,34 @@ def test_a_run_that_stopped_waiting_before_its_wait_was_written_is_left_alone(
     assert path.finish() is Disposition.SKIPPED
     assert path.kinds() == ["ReadRun", "Write", "Write"]
     assert stored(app, run.id).status is RunStatus.CANCELLED
+
+
+def test_a_run_claimed_after_the_time_to_start_ran_out_is_given_back_unrun(
+    app: Runlane,
+) -> None:
+    """A Lambda invocation's safety margin passed while the claim was written."""
+    run = app.trigger("echo", None)
+    path = Path(app, body(run))
+    path.path.may_start = lambda: False
+    path.answer()  # the read; the claim is pending
+    withdraw = path.answer()
+    assert isinstance(withdraw, Write)
+    assert withdraw.transition.events[-1].data["reason"] == "deadline"
+    assert path.finish() is Disposition.SKIPPED
+    assert "CallHandler" not in path.kinds()
+    assert stored(app, run.id).status is RunStatus.QUEUED
+
+
+def test_an_attempt_begun_as_the_time_to_start_ran_out_is_cancelled_at_once(
+    app: Runlane,
+) -> None:
+    run = app.trigger("echo", None)
+    path = Path(app, body(run))
+    allowed = [True]
+    path.path.may_start = lambda: allowed[0]
+    path.answer()  # the read
+    begin = path.answer()  # the claim, checked while there was time
+    assert isinstance(begin, Begin)
+    allowed[0] = False  # the deadline timer fires before the attempt is tracked
+    call = path.answer()
+    assert isinstance(call, CallHandler) and call.ctx.cancellation.is_set()

@@ -39,13 +39,15 @@ INVOCATION_THREADS = ("runlane-heartbeat", "runlane-lambda-deadline")
 
 class FlakyStore:
     """The in-memory store, except that the first request of a message's path (the
-    claim on the wakeup's hint, or the read) for the runs in ``down_for`` is throttled."""
+    claim on the wakeup's hint, or the read) for the runs in ``down_for`` is throttled,
+    and a claim on the hint takes ``slow_claim`` seconds of the test's clock."""
 
     def __init__(self, inner: InMemoryRunStore) -> None:
         self.inner = inner
         self.down_for: set[str] = set()
         self.refused: Counter[str] = Counter()
         self.table_missing = False
+        self.slow_claim: tuple[ManualClock, float] | None = None
 
     def _refuse(self, run_id: str) -> None:
         if self.table_missing:
@@ -61,7 +63,11 @@ class FlakyStore:
 
     def claim_hinted(self, claim: HintedClaim) -> Run:
         self._refuse(claim.run_id)
-        return self.inner.claim_hinted(claim)
+        claimed = self.inner.claim_hinted(claim)
+        if self.slow_claim is not None:
+            clock, seconds = self.slow_claim
+            clock.advance(seconds)
+        return claimed
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -307,6 +313,33 @@ def test_near_the_deadline_the_rest_is_reported_and_a_later_invocation_completes
     assert reported(second) == []
     assert all(status(app, r) is RunStatus.SUCCEEDED for r in runs)
     assert calls == [{"n": 1, "takes": 55}, {"n": 2}, {"n": 3}]
+
+
+def test_a_run_claimed_past_the_safety_margin_is_given_back_unrun(
+    app: Runlane,
+    clock: ManualClock,
+    store: FlakyStore,
+    transport: InMemoryTransport,
+    calls: list[Any],
+) -> None:
+    """The claim started with 12 s left and came back with 4 s left (a slow, throttled
+    write): the handler does not start, the run is runnable at once with a fresh wakeup,
+    and the record is not reported (that wakeup replaces it)."""
+    [run], [message] = trigger_and_receive(app, transport, [{"n": 1}])
+    store.slow_claim = (clock, 8.0)
+    handler = sqs_handler(app, safety_margin_seconds=MARGIN_SECONDS)
+
+    response = handler({"Records": [sqs_record(message)]}, FakeContext(clock, 12, "req-1"))
+
+    assert reported(response) == [] and calls == []
+    stored = app.runs.get(run.id)
+    assert stored.status is RunStatus.QUEUED and stored.lease is None
+    expired = app.runs.events(run.id)[-1]
+    assert expired.data == {"worker": "lambda-req-1", "before_start": True, "reason": "deadline"}
+    store.slow_claim = None
+    [fresh] = transport.receive("default", 10, 0)
+    assert reported(handler({"Records": [sqs_record(fresh)]}, FakeContext(clock, 60, "r2"))) == []
+    assert calls == [{"n": 1}] and status(app, run) is RunStatus.SUCCEEDED
 
 
 def test_an_invocation_without_time_left_starts_nothing(
