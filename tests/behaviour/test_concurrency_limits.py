@@ -24,13 +24,11 @@ from runlane_sqs import (
     RunStatus,
 )
 from runlane_sqs.core import machine
-from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Run, Slot
-from runlane_sqs.core.names import new_lease_token
 from runlane_sqs.core.slots import holder, key_scope, queue_scope
 from runlane_sqs.engine.reports import JOB_EXPIRED, JOB_SLOTS
 from tests.backends import Backend
-from tests.behaviour.worker_support import drain, event_types, second_app
+from tests.behaviour.worker_support import claim_elsewhere, drain, event_types, second_app
 from tests.workers import WorkerKind
 
 TASK = "billing.sync"
@@ -59,21 +57,6 @@ def limited(limit: int, key_limit: int | None = None) -> Callable[[Runlane], Non
     return register
 
 
-def claim_as(app: Runlane, run_id: str, owner: str = "worker-elsewhere") -> Run:
-    """Claim the run's lease and its slots as another worker's claim would."""
-    run = app.runs.get(run_id)
-    decision = machine.claim_lease(
-        run,
-        now=app.clock.now(),
-        owner=owner,
-        token=new_lease_token(),
-        duration=app.config.lease_duration,
-        slots=app.tasks.slots_for(run),
-    )
-    assert isinstance(decision, Transition), decision
-    return app.store.apply(decision)
-
-
 def succeed(app: Runlane, run: Run) -> Run:
     assert run.lease is not None
     decision = machine.record_success(run, token=run.lease.token, result=None, now=app.clock.now())
@@ -100,7 +83,7 @@ def test_runs_beyond_the_limit_wait_without_an_attempt_and_run_oldest_first(
 ) -> None:
     app = backend.app(register=limited(1), queues=["billing", "invoices"])
     first, second, third = (triggered_apart(app, backend, n) for n in range(3))
-    held = claim_as(app, first.id)
+    held = claim_elsewhere(app, first.id)
     assert holders(app, BILLING) == {holder(held.lease.token, first.id)}  # type: ignore[union-attr]
     assert drain(app, queues=["billing"]) == 0  # both find the slot held
     for run in (second, third):
@@ -169,7 +152,7 @@ def test_a_key_limit_holds_per_key_and_keys_progress_independently(backend: Back
     app = backend.app(register=limited(5, key_limit=1), queues=["invoices"])
     a = [app.trigger(KEYED, {"customer": "acme", "n": n}) for n in range(3)]
     b = [app.trigger(KEYED, {"customer": "globex", "n": n}) for n in range(3)]
-    held = claim_as(app, a[0].id)
+    held = claim_elsewhere(app, a[0].id)
     assert held.slots == (Slot(key_scope(KEYED, "acme"), 1),)
     assert held.concurrency_key == "acme"
     assert drain(app, queues=["invoices"]) == 3  # globex's runs, one after the other
@@ -190,7 +173,7 @@ def test_a_trigger_may_give_the_key_itself(backend: Backend) -> None:
 def test_a_dead_workers_slot_returns_with_its_lease(backend: Backend) -> None:
     app = backend.app(register=limited(1), queues=["billing"])
     dead, waiting = app.trigger(TASK, 1), app.trigger(TASK, 2)
-    claim_as(app, dead.id, owner="worker-killed")
+    claim_elsewhere(app, dead.id, owner="worker-killed")
     assert drain(app, queues=["billing"]) == 0
     assert app.runs.get(waiting.id).slot_wait == BILLING
     backend.clock.advance(app.config.lease_duration + timedelta(seconds=1))
@@ -209,7 +192,7 @@ def test_maintenance_drops_a_holder_without_a_lease_and_says_so(backend: Backend
     waiter it blocked is woken."""
     app = backend.app(register=limited(1), queues=["billing"])
     leaked, waiting = app.trigger(TASK, 1), app.trigger(TASK, 2)
-    held = claim_as(app, leaked.id)
+    held = claim_elsewhere(app, leaked.id)
     assert held.lease is not None
     forgetful = machine.record_success(
         held.with_changes(slots=()), token=held.lease.token, result=None, now=app.clock.now()
@@ -231,10 +214,10 @@ def test_maintenance_drops_a_holder_without_a_lease_and_says_so(backend: Backend
 def test_a_zombie_attempt_can_neither_free_nor_keep_a_slot(backend: Backend) -> None:
     app = backend.app(register=limited(1), queues=["billing"])
     run = app.trigger(TASK, 1)
-    zombie = claim_as(app, run.id, owner="worker-paused")
+    zombie = claim_elsewhere(app, run.id, owner="worker-paused")
     backend.clock.advance(app.config.lease_duration + timedelta(seconds=1))
     app.maintenance.run_pass()  # recovers the lease, freeing the zombie's slot
-    live = claim_as(app, run.id, owner="worker-live")
+    live = claim_elsewhere(app, run.id, owner="worker-live")
     assert live.lease is not None and zombie.lease is not None
     with pytest.raises(ConflictError):
         succeed(app, zombie)
@@ -246,7 +229,7 @@ def test_a_zombie_attempt_can_neither_free_nor_keep_a_slot(backend: Backend) -> 
 def test_cancelling_a_waiting_run_takes_it_off_the_waiters(backend: Backend) -> None:
     app = backend.app(register=limited(1), queues=["billing"])
     first, second = app.trigger(TASK, 1), app.trigger(TASK, 2)
-    claim_as(app, first.id)
+    claim_elsewhere(app, first.id)
     drain(app, queues=["billing"])
     app.runs.cancel(second.id, reason="not needed")
     assert app.runs.get(second.id).status is RunStatus.CANCELLED
@@ -256,9 +239,9 @@ def test_cancelling_a_waiting_run_takes_it_off_the_waiters(backend: Backend) -> 
 def test_a_new_deploy_can_raise_the_limit(backend: Backend) -> None:
     app = backend.app(register=limited(1), queues=["billing"])
     runs = [app.trigger(TASK, n) for n in range(3)]
-    claim_as(app, runs[0].id)
+    claim_elsewhere(app, runs[0].id)
     raised = second_app(backend, app, limited(2))
-    claim_as(raised, runs[1].id)
+    claim_elsewhere(raised, runs[1].id)
     assert len(holders(app, BILLING)) == 2
     assert app.store.slots.get_slot(BILLING).limit == 2  # type: ignore[union-attr]
 
@@ -336,8 +319,8 @@ def test_operators_read_each_limits_occupancy(backend: Backend) -> None:
     app = backend.app(register=limited(1, key_limit=2), queues=["billing", "invoices"])
     first, second = app.trigger(TASK, 1), app.trigger(TASK, 2)
     keyed = app.trigger(KEYED, {"customer": "acme"})
-    claim_as(app, first.id)
-    claim_as(app, keyed.id)
+    claim_elsewhere(app, first.id)
+    claim_elsewhere(app, keyed.id)
     drain(app, queues=["billing"])
     assert app.runs.get(second.id).slot_wait == BILLING
     listed = {o.scope: o.to_json() for o in app.queues.list()}
@@ -380,7 +363,7 @@ def test_both_workers_take_wait_for_and_free_slots(
 ) -> None:
     app = backend.app(register=limited(1), queues=["billing"])
     first, second, third = (triggered_apart(app, backend, n) for n in range(3))
-    held = claim_as(app, first.id)
+    held = claim_elsewhere(app, first.id)
     assert worker_kind.drain(app, queues=["billing"]) == 0
     assert app.store.slots.slot_waiters(BILLING, 10) == [second.id, third.id]
     succeed(app, held)
@@ -396,7 +379,7 @@ def test_waiters_are_woken_when_a_deploy_removes_the_limit(backend: Backend) -> 
     limit, so every waiter is woken."""
     app = backend.app(register=limited(1), queues=["billing"])
     first, *waiting = (triggered_apart(app, backend, n) for n in range(3))
-    held = claim_as(app, first.id)
+    held = claim_elsewhere(app, first.id)
     assert drain(app, queues=["billing"]) == 0
     assert app.store.slots.count_slot_waiters(BILLING, 10) == 2
 

@@ -13,7 +13,7 @@ from typing import Any
 from runlane_sqs import EventType, RetryPolicy, Runlane, RunStatus
 from runlane_sqs.core import machine
 from runlane_sqs.core.machine import Transition
-from runlane_sqs.core.model import Run
+from runlane_sqs.core.model import Run, Slot
 from runlane_sqs.core.names import new_lease_token
 from tests.backends import Backend
 from tests.workers import SYNC, WorkerKind
@@ -61,15 +61,22 @@ def second_app(
 
 
 def claim_elsewhere(
-    app: Runlane, run_id: str, owner: str = "worker-elsewhere", now: datetime | None = None
+    app: Runlane,
+    run_id: str,
+    owner: str = "worker-elsewhere",
+    now: datetime | None = None,
+    slots: tuple[Slot, ...] | None = None,
 ) -> Run:
-    """Claim the run's lease as another worker would (a conditional write)."""
+    """Claim the run's lease as another worker would (a conditional write), with the
+    concurrency slots its app's limits ask for (or ``slots``)."""
+    run = app.runs.get(run_id)
     decision = machine.claim_lease(
-        app.runs.get(run_id),
+        run,
         now=now or app.clock.now(),
         owner=owner,
         token=new_lease_token(),
         duration=app.config.lease_duration,
+        slots=app.tasks.slots_for(run) if slots is None else slots,
     )
     assert isinstance(decision, Transition), decision
     return app.store.apply(decision)

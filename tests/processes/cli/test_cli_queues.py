@@ -11,11 +11,9 @@ import re
 import pytest
 
 from runlane_sqs import Runlane, RunStatus
-from runlane_sqs.core import machine
-from runlane_sqs.core.machine import Transition
-from runlane_sqs.core.model import Run, Slot
-from runlane_sqs.core.names import new_lease_token
+from runlane_sqs.core.model import Slot
 from runlane_sqs.core.slots import key_scope, queue_scope
+from tests.behaviour.worker_support import claim_elsewhere
 from tests.processes.cli.apps.queues_app import (
     APP_SPEC,
     BILLING,
@@ -62,31 +60,13 @@ def app_cli(cli: Cli, app: Runlane) -> Cli:
     return runner
 
 
-def claim_as(
-    app: Runlane, run_id: str, slots: tuple[Slot, ...] | None = None, owner: str = "worker-away"
-) -> Run:
-    """Claim the run's lease and its slots (``slots``: the app's) as another worker's
-    claim would."""
-    run = app.runs.get(run_id)
-    decision = machine.claim_lease(
-        run,
-        now=app.clock.now(),
-        owner=owner,
-        token=new_lease_token(),
-        duration=app.config.lease_duration,
-        slots=app.tasks.slots_for(run) if slots is None else slots,
-    )
-    assert isinstance(decision, Transition), decision
-    return app.store.apply(decision)
-
-
 def held_and_waiting(app: Runlane, app_cli: Cli) -> None:
     """``billing`` with its one slot held by another worker and a second run waiting
     for it (a worker drained the queue), and one of ``acme``'s two key slots held."""
     first, second = app.trigger(TASK, 1), app.trigger(TASK, 2)
     keyed = app.trigger(KEYED, {"customer": "acme"})
-    claim_as(app, first.id)
-    claim_as(app, keyed.id)
+    claim_elsewhere(app, first.id)
+    claim_elsewhere(app, keyed.id)
     drained = app_cli.ok("worker", "--drain", "--queue", BILLING)
     assert drained.stdout.strip() == "executed 0 run(s)"  # the second finds the slot held
     waiting = app.runs.get(second.id)
@@ -201,9 +181,9 @@ def test_key_names_with_markup_and_terminal_commands_are_shown_escaped(
     app: Runlane, app_cli: Cli
 ) -> None:
     markup = app.trigger(KEYED, {"customer": MARKUP_KEY})
-    claim_as(app, markup.id)
+    claim_elsewhere(app, markup.id)
     hostile = app.trigger(KEYED, {"customer": "globex"})
-    claim_as(app, hostile.id, slots=(Slot(key_scope(KEYED, HOSTILE_KEY), KEY_LIMIT),))
+    claim_elsewhere(app, hostile.id, slots=(Slot(key_scope(KEYED, HOSTILE_KEY), KEY_LIMIT),))
     operator = app_cli.without(NO_APP)
 
     listed, table, with_app = operator.many(
