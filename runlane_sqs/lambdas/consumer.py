@@ -38,9 +38,10 @@ What the handler returns, ``{"batchItemFailures": [{"itemIdentifier": messageId}
   unprocessed, so the group's order holds; other groups continue;
 - records are handled in order, one at a time. The handler reads the context's
   ``get_remaining_time_in_millis()`` before each record and starts none once less than
-  ``safety_margin_seconds`` remain: those records are reported and a later invocation
-  handles them. The time is checked again after the run is claimed (its read and claim
-  may be slow, retried through throttling): a run claimed past the margin is given back
+  the safety margin remains: those records are reported and made visible again at once
+  (``ChangeMessageVisibility`` to 0), so the next invocation handles them. The time is
+  checked again after the run is claimed (its read and claim may be slow, retried
+  through throttling): a run claimed past the margin is given back
   without running (runnable at once, its wakeup published, a ``lease_expired`` event
   with ``before_start`` and ``reason: deadline``) and its record is not reported. An
   attempt still running when the margin is reached, or beginning just as it is, has its
@@ -64,19 +65,27 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypedDict
 
 from runlane_sqs.api.app import Runlane
-from runlane_sqs.core.errors import ConfigurationError, MissingResourceError
+from runlane_sqs.core.errors import MissingResourceError
 from runlane_sqs.engine.outcomes import Disposition, ForeignEnvironments
+from runlane_sqs.lambdas.deadline import (
+    DEFAULT_SAFETY_MARGIN_SECONDS,
+    MIN_WORKING_SECONDS,
+    Deadline,
+)
+from runlane_sqs.lambdas.records import (
+    NotAnSqsEvent,
+    envelope_of,
+    fifo_group_of,
+    message_id_of,
+    receive_count_of,
+    records_of,
+)
 from runlane_sqs.ports.transport import ReceivedWakeup
 from runlane_sqs.runtime.executor import Executor
 from runlane_sqs.runtime.leases import LeaseKeeper
 
 log = logging.getLogger("runlane_sqs.lambda")
-DEFAULT_SAFETY_MARGIN_SECONDS = 10.0
-"""Start no record once less than this remains before the function's timeout."""
-FIFO_SUFFIX = ".fifo"
-EVENT_SOURCE = "aws:sqs"
-RECEIVE_COUNT_MAX_DIGITS = 10
-"""Longest ``ApproximateReceiveCount`` read; a longer one is unreadable (counts as 1)."""
+OUT_OF_TIME = "too close to the function's timeout to start more records"
 
 
 class LambdaContext(Protocol):
@@ -100,25 +109,29 @@ class BatchResponse(TypedDict):
 SqsHandler = Callable[[Mapping[str, Any], LambdaContext], BatchResponse]
 
 
-class NotAnSqsEvent(ConfigurationError):
-    """The function was invoked with something other than an SQS event-source batch."""
-
-
 def sqs_handler(
-    app: Runlane, *, safety_margin_seconds: float = DEFAULT_SAFETY_MARGIN_SECONDS
+    app: Runlane,
+    *,
+    safety_margin_seconds: float | None = None,
+    timeout_seconds: float | None = None,
 ) -> SqsHandler:
     """A Lambda handler ``(event, context) -> {"batchItemFailures": [...]}`` for ``app``.
 
-    See the module documentation for what is reported. An event that is not an SQS batch
-    raises :class:`NotAnSqsEvent` (Lambda then retries the whole batch).
+    ``safety_margin_seconds`` (else ``RUNLANE_LAMBDA_SAFETY_MARGIN_SECONDS``, else 10):
+    start no record once less than this remains. ``timeout_seconds`` (else
+    ``RUNLANE_LAMBDA_TIMEOUT_SECONDS``, which the template sets): the function's timeout,
+    refused with a :class:`ConfigurationError` when it leaves less than the margin plus
+    ``MIN_WORKING_SECONDS``. See the module documentation for what is reported. An event
+    that is not an SQS batch raises :class:`NotAnSqsEvent` (Lambda then retries the
+    whole batch).
     """
-    if safety_margin_seconds < 0:
-        raise ConfigurationError("safety_margin_seconds must not be negative")
+    deadline = Deadline.build(safety_margin_seconds, timeout_seconds)
     foreign = ForeignEnvironments()  # warned about once per function instance
 
     def handler(event: Mapping[str, Any], context: LambdaContext) -> BatchResponse:
-        records = _records(event)
-        return _Invocation(app, context, safety_margin_seconds, foreign).run(records)
+        records = records_of(event)
+        deadline.check_first(context.get_remaining_time_in_millis() / 1000)
+        return _Invocation(app, context, deadline.margin_seconds, foreign).run(records)
 
     return handler
 
@@ -135,6 +148,8 @@ class _Tally:
     failed_groups: set[str] = field(default_factory=set)
     stop_reason: str | None = None
     """Why the rest of the batch is reported unstarted (deadline, missing resource)."""
+    out_of_time: list[ReceivedWakeup] = field(default_factory=list)
+    """Records reported unstarted for lack of time: made visible again at once."""
 
 
 class _Invocation:
@@ -171,6 +186,7 @@ class _Invocation:
             timer.join()
             self.leases.stop()
         tally = self.tally
+        self._release(tally.out_of_time)
         log.info(
             "batch of %d record(s): %d executed, %d skipped, %d reported%s%s%s",
             len(records),
@@ -186,7 +202,7 @@ class _Invocation:
 
     def _record(self, index: int, record: object) -> None:
         tally = self.tally
-        message_id = _message_id(record)
+        message_id = message_id_of(record)
         if message_id is None or not isinstance(record, Mapping):
             tally.unreportable += 1
             log.error(
@@ -196,11 +212,13 @@ class _Invocation:
                 extra={"worker_id": self.worker_id},
             )
             return
-        group = _fifo_group(record)
+        group = fifo_group_of(record)
         if tally.stop_reason is None and self._remaining_seconds() < self.margin_seconds:
-            tally.stop_reason = "too close to the function's timeout to start more records"
+            tally.stop_reason = OUT_OF_TIME
         if tally.stop_reason is not None or (group is not None and group in tally.failed_groups):
             tally.reported.append(message_id)
+            if tally.stop_reason == OUT_OF_TIME and (unstarted := self._unstarted(record)):
+                tally.out_of_time.append(unstarted)
             return
         message = self._wakeup(record, message_id)
         disposition = self._handle(message) if message is not None else Disposition.DEFERRED
@@ -231,12 +249,12 @@ class _Invocation:
         broken, so the record is reported. A body that is not a wakeup is left to the
         executor, which deletes it as a malformed hint."""
         extra = {"message_id": message_id, "worker_id": self.worker_id}
-        envelope = _envelope(record)
+        envelope = envelope_of(record)
         if isinstance(envelope, str):
             log.error("reporting record %s: %s", message_id, envelope, extra=extra)
             return None
         arn, receipt, body = envelope
-        count = _receive_count(record.get("attributes"))
+        count = receive_count_of(record.get("attributes"))
         if count is None:
             log.warning(
                 "record %s has no readable ApproximateReceiveCount; counting this as its "
@@ -251,6 +269,38 @@ class _Invocation:
             message_id=message_id,
             receive_count=count or 1,
         )
+
+    def _unstarted(self, record: Mapping[str, Any]) -> ReceivedWakeup | None:
+        """A record reported unstarted, as a message to make visible again (``None``
+        when its envelope names none: it waits out the visibility timeout)."""
+        envelope = envelope_of(record)
+        if isinstance(envelope, str):
+            return None
+        arn, receipt, body = envelope
+        return ReceivedWakeup(
+            queue=logical_queue(self.app, arn),
+            body=body,
+            receipt=receipt,
+            message_id=str(record.get("messageId")),
+            receive_count=1,
+        )
+
+    def _release(self, unstarted: Sequence[ReceivedWakeup]) -> None:
+        """Make records reported for lack of time visible again at once, so the next
+        invocation starts them instead of waiting out the queue's visibility timeout (on
+        a FIFO queue, while they are hidden, their groups deliver nothing either). Best
+        effort: a record whose release fails waits out the timeout."""
+        if not unstarted:
+            return
+        try:
+            self.app.engine.transport.release(unstarted)
+        except Exception as exc:  # the records are reported either way
+            log.warning(
+                "could not make %d unstarted record(s) visible again: %s",
+                len(unstarted),
+                exc,
+                extra={"worker_id": self.worker_id},
+            )
 
     def _deadline_timer(self) -> threading.Timer:
         """Sets in-flight attempts' cancellation when the safety margin is reached."""
@@ -288,68 +338,6 @@ def logical_queue(app: Runlane, queue_arn: str) -> str:
     return name.removeprefix(app.config.sqs_queue_prefix)
 
 
-def _fifo_group(record: Mapping[str, Any]) -> str | None:
-    """The record's message group on a FIFO queue (``""`` if unreadable), ``None`` on a
-    standard queue."""
-    arn = record.get("eventSourceARN")
-    if not isinstance(arn, str) or not arn.endswith(FIFO_SUFFIX):
-        return None
-    attributes = record.get("attributes")
-    group = attributes.get("MessageGroupId") if isinstance(attributes, Mapping) else None
-    return group if isinstance(group, str) else ""
-
-
-def _message_id(record: object) -> str | None:
-    """The record's ``messageId`` if it can be reported back and logged: a non-empty,
-    printable string (SQS gives a UUID)."""
-    message_id = record.get("messageId") if isinstance(record, Mapping) else None
-    if not isinstance(message_id, str) or not message_id.strip():
-        return None
-    return message_id if message_id.isprintable() else None
-
-
-def _envelope(record: Mapping[str, Any]) -> tuple[str, str, str] | str:
-    """The record's queue ARN, receipt handle and body; or, as a string, what makes its
-    envelope unusable (SQS never delivers such a record: it is reported, and the
-    redrive policy ends its redeliveries)."""
-    arn, receipt, body = (record.get(f) for f in ("eventSourceARN", "receiptHandle", "body"))
-    if record.get("eventSource") != EVENT_SOURCE:
-        return f"its eventSource is not {EVENT_SOURCE!r}"
-    if not isinstance(arn, str) or not arn.startswith("arn:"):
-        return "it has no usable eventSourceARN"
-    if not isinstance(receipt, str) or not receipt:
-        return "it has no usable receiptHandle"
-    if not isinstance(body, str):
-        return "its body is missing or not a string"
-    return arn, receipt, body
-
-
-def _receive_count(attributes: object) -> int | None:
-    """``ApproximateReceiveCount`` as a positive integer; ``None`` if it cannot be read."""
-    raw = attributes.get("ApproximateReceiveCount") if isinstance(attributes, Mapping) else None
-    text = str(raw) if isinstance(raw, int) and not isinstance(raw, bool) else raw
-    if not isinstance(text, str) or not (text.isascii() and text.isdigit()):
-        return None
-    if len(text) > RECEIVE_COUNT_MAX_DIGITS or int(text) < 1:
-        return None
-    return int(text)
-
-
-def _records(event: Mapping[str, Any]) -> list[object]:
-    """The batch's records; raises :class:`NotAnSqsEvent` unless ``Records`` is a list
-    with at least one SQS record (an empty list is an empty batch). Each record is
-    checked on its own later, so one broken record does not fail the batch."""
-    records = event.get("Records") if isinstance(event, Mapping) else None
-    if not isinstance(records, list) or (
-        records
-        and not any(
-            isinstance(r, Mapping) and r.get("eventSource") == EVENT_SOURCE for r in records
-        )
-    ):
-        raise NotAnSqsEvent("expected an SQS event-source-mapping batch ({'Records': [...]})")
-    return records
-
-
 def _worker_id(context: LambdaContext) -> str:
     """``lambda-`` and the invocation's request id: every invocation is its own worker."""
     request_id = getattr(context, "aws_request_id", None) or uuid.uuid4().hex
@@ -358,6 +346,7 @@ def _worker_id(context: LambdaContext) -> str:
 
 __all__ = [
     "DEFAULT_SAFETY_MARGIN_SECONDS",
+    "MIN_WORKING_SECONDS",
     "BatchItemFailure",
     "BatchResponse",
     "LambdaContext",

@@ -60,3 +60,42 @@ def test_a_delayed_run_on_a_fifo_queue_is_published_when_due(
     assert app.maintenance.run_pass().jobs["due_wakeups"].published == 1
     assert app.worker([QUEUE]).drain() == 1
     assert app.runs.get(run.id).status is RunStatus.SUCCEEDED
+
+
+def test_a_republished_wakeup_is_not_held_behind_the_same_runs_message_in_flight(
+    make_app: Callable[..., Runlane],
+) -> None:
+    """A consumer that received the run's wakeup died before claiming it (a killed
+    Lambda invocation): the message stays in flight for its visibility timeout. The
+    wakeup maintenance republishes is a group of its own, so it is delivered at once
+    instead of after that timeout."""
+    clock = ManualClock()
+    app = fifo_app(make_app, clock)
+    run = app.trigger("ship", {"order": 3})
+    sqs, url = app.client("sqs"), app.config.queue_urls[QUEUE]
+    held = sqs.receive_message(QueueUrl=url, VisibilityTimeout=600, WaitTimeSeconds=0)
+    assert len(held["Messages"]) == 1  # received by the consumer that dies; never deleted
+
+    clock.advance(app.config.republish_after.total_seconds() + 1)
+    assert app.maintenance.run_pass().jobs["due_wakeups"].published == 1
+    assert app.worker([QUEUE]).drain() == 1
+    assert app.runs.get(run.id).status is RunStatus.SUCCEEDED
+
+
+def test_each_publish_of_a_run_is_its_own_message_group(
+    make_app: Callable[..., Runlane],
+) -> None:
+    clock = ManualClock()
+    app = fifo_app(make_app, clock)
+    run = app.trigger("ship", {"order": 4})
+    clock.advance(app.config.republish_after.total_seconds() + 1)
+    app.maintenance.run_pass()
+    sqs, url = app.client("sqs"), app.config.queue_urls[QUEUE]
+    groups = {
+        message["Attributes"]["MessageGroupId"]
+        for _ in range(2)
+        for message in sqs.receive_message(
+            QueueUrl=url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"]
+        ).get("Messages", [])
+    }
+    assert len(groups) == 2 and all(group.startswith(f"{run.id}-") for group in groups)

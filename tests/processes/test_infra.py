@@ -182,6 +182,25 @@ def stack(on_moto: dict[str, str]) -> Iterator[Stack]:
 # --- what the stack created --------------------------------------------------------
 
 
+def function_variables(
+    outputs: dict[str, str], consumer: dict[str, Any], maintenance: dict[str, Any]
+) -> list[tuple[dict[str, Any], dict[str, str]]]:
+    """Each function's configuration and the variables the stack must give it."""
+    app_variables = {
+        "RUNLANE_APP": f"{APP_MODULE}:app",
+        "RUNLANE_TABLE": outputs["TableName"],
+        "RUNLANE_ENVIRONMENT": "test",
+        "RUNLANE_QUEUE_PREFIX": "runlane-",
+        "RUNLANE_QUEUE_URLS": outputs["QueueUrls"],
+        "RUNLANE_MAINTENANCE_PERIOD_SECONDS": "60",
+    }
+    consumer_variables = {  # the consumer's time settings (docs/deploy-lambda.md)
+        "RUNLANE_LAMBDA_TIMEOUT_SECONDS": str(consumer["Timeout"]),
+        "RUNLANE_LAMBDA_SAFETY_MARGIN_SECONDS": "10",
+    }
+    return [(consumer, app_variables | consumer_variables), (maintenance, app_variables)]
+
+
 def test_the_stack_creates_the_table_queues_and_compute_the_library_expects(
     stack: Stack,
 ) -> None:
@@ -231,16 +250,9 @@ def test_the_stack_creates_the_table_queues_and_compute_the_library_expects(
     )
     assert consumer["Handler"] == f"{APP_MODULE}.handler"
     assert maintenance["Handler"] == "runlane_sqs.lambdas.maintenance.handler"
-    for function in (consumer, maintenance):
+    for function, variables in function_variables(outputs, consumer, maintenance):
         assert function["Runtime"] == "python3.11"
-        assert _strings(function["Environment"]["Variables"]) == {
-            "RUNLANE_APP": f"{APP_MODULE}:app",
-            "RUNLANE_TABLE": outputs["TableName"],
-            "RUNLANE_ENVIRONMENT": "test",
-            "RUNLANE_QUEUE_PREFIX": "runlane-",
-            "RUNLANE_QUEUE_URLS": outputs["QueueUrls"],
-            "RUNLANE_MAINTENANCE_PERIOD_SECONDS": "60",
-        }
+        assert _strings(function["Environment"]["Variables"]) == variables
     mappings = functions.list_event_source_mappings()["EventSourceMappings"]
     by_queue = {m["EventSourceArn"]: m for m in mappings}
     assert {m["FunctionArn"] for m in mappings} == {consumer["FunctionArn"]}

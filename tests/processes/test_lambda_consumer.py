@@ -306,6 +306,9 @@ def test_near_the_deadline_the_rest_is_reported_and_a_later_invocation_completes
         RunStatus.QUEUED,
         RunStatus.QUEUED,
     ]
+    # made visible again at once, not after the queue's visibility timeout
+    redelivered_ids = {m.message_id for m in transport.receive("default", 10, 0)}
+    assert redelivered_ids == {messages[1].message_id, messages[2].message_id}
 
     redelivered = {"Records": [sqs_record(m) for m in messages[1:]]}
     second = handler(redelivered, FakeContext(clock, 60, "req-2"))
@@ -354,6 +357,25 @@ def test_an_invocation_without_time_left_starts_nothing(
 
     assert reported(response) == [m.message_id for m in messages]
     assert calls == []
+    assert len(transport.receive("default", 10, 0)) == 2  # visible again at once
+
+
+def test_records_reported_for_another_reason_wait_out_the_visibility_timeout(
+    app: Runlane,
+    clock: ManualClock,
+    store: FlakyStore,
+    transport: InMemoryTransport,
+    calls: list[Any],
+) -> None:
+    """Only records left unstarted for lack of time are made visible again at once; one
+    reported because storage is unavailable keeps its backoff."""
+    runs, messages = trigger_and_receive(app, transport, [{"n": 1}])
+    store.down_for.add(runs[0].id)
+
+    response = sqs_handler(app)({"Records": [sqs_record(messages[0])]}, FakeContext(clock, 60, "r"))
+
+    assert reported(response) == [messages[0].message_id]
+    assert transport.receive("default", 10, 0) == []
 
 
 def test_no_state_is_kept_between_invocations(

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from botocore.exceptions import BotoCoreError, ClientError
 
 from runlane_sqs.adapters.aws import endpoint_of
+from runlane_sqs.core.durations import to_epoch_ms
 from runlane_sqs.core.errors import MissingResourceError, TransportError
 from runlane_sqs.core.limits import (
     MAX_DELAY_SECONDS,
@@ -55,12 +56,23 @@ def by_queue(items: Sequence[W], queue_of: Callable[[W], str]) -> dict[str, list
     return grouped
 
 
+def fifo_message_id(wakeup: Wakeup) -> str:
+    """The message group and deduplication id of a wakeup on a FIFO queue: the run and
+    the publish's millisecond, so each publish of a run is a group of its own.
+
+    A group per run would put a republished wakeup behind the same run's message still
+    in flight (a killed Lambda invocation's, or a record reported for redelivery): SQS
+    delivers nothing of a group while one of its messages is in flight, so the run would
+    wait out the visibility timeout. The order between runs is never the message
+    group's to keep (docs/deploy-lambda.md, "FIFO queues")."""
+    return f"{wakeup.run_id}-{to_epoch_ms(wakeup.requested_at)}"
+
+
 def send_entry(url: str, index: int, wakeup: Wakeup, delay: int) -> dict[str, Any]:
-    """One ``SendMessageBatch`` entry (FIFO queues: grouped by run, no delay)."""
+    """One ``SendMessageBatch`` entry (FIFO queues: a group per publish, no delay)."""
     entry: dict[str, Any] = {"Id": str(index), "MessageBody": wakeup.to_json()}
     if is_fifo(url):
-        entry["MessageGroupId"] = wakeup.run_id
-        entry["MessageDeduplicationId"] = f"{wakeup.run_id}-{wakeup.requested_at.timestamp()}"
+        entry["MessageGroupId"] = entry["MessageDeduplicationId"] = fifo_message_id(wakeup)
     elif delay:
         entry["DelaySeconds"] = delay
     return entry
