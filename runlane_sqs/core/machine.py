@@ -115,6 +115,7 @@ def advance(
         before.with_changes(attempt=changes.get("attempt", before.attempt)), now, *specs
     )
     changes.setdefault("review_at", None)  # every state change ends an early look
+    changes.setdefault("line_at", None)  # and the wait for a wakeup in line
     if changes.get("lease", before.lease) is None:
         changes["slots"] = ()  # slots are held by an attempt (core/slots.py)
     after = before.with_changes(

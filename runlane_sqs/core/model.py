@@ -271,6 +271,10 @@ class Run:
     wakeup was published at once, to its due time plus the lease duration (see
     :func:`~runlane_sqs.core.agenda.listed_at`). Cleared by every state change; a claim on
     the wakeup's hint leaves the stored listing as it is."""
+    line_at: datetime | None = None
+    """When the wakeup this runnable run waits on became visible in its queue, kept while
+    maintenance holds back a republish because the queue's line has not reached it yet
+    (:func:`~runlane_sqs.core.recovery.line_position`). Cleared by every state change."""
     failures: int = 0
     """Attempts that failed or timed out: what the retry policy counts (releases do not)."""
     waiting: Wait | None = None

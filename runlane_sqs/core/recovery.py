@@ -29,9 +29,59 @@ class RecoverySettings:
     republish: RepublishPolicy = field(default_factory=RepublishPolicy)
 
 
-def plan_publish(run: Run, *, now: datetime, policy: RepublishPolicy) -> Transition | Skip:
+@dataclass(frozen=True, slots=True)
+class QueueLine:
+    """How far a queue's consumers are known to have come: ``drained_at``, the latest
+    time by which every wakeup visible in it had been received at least once (the queue
+    was seen with no visible or delayed message, allowing for SQS's counts to settle;
+    ``None``: not since maintenance began looking)."""
+
+    drained_at: datetime | None = None
+
+    def reached(self, line_at: datetime) -> bool:
+        """Whether a wakeup that became visible at ``line_at`` has been received."""
+        return self.drained_at is not None and self.drained_at >= line_at
+
+
+def line_position(run: Run, policy: RepublishPolicy) -> datetime | None:
+    """When the wakeup a runnable run waits on became visible in its queue: kept in
+    ``line_at`` once a republish was held back, else ``wake_at`` less the time that
+    wakeup is trusted (:meth:`RepublishPolicy.next_wake` from the publish that set it:
+    ``after`` for a wakeup published with the run's change, doubling per republish).
+    ``None``: no wakeup was published (``wake_at`` unset)."""
+    if run.line_at is not None:
+        return run.line_at
+    if run.wake_at is None:
+        return None
+    trusted = policy.next_wake(run.wake_at, max(run.publishes - 1, 0)) - run.wake_at
+    return run.wake_at - trusted
+
+
+def held_in_line(
+    line: QueueLine | None, line_at: datetime, now: datetime, policy: RepublishPolicy
+) -> bool:
+    """Whether a wakeup visible since ``line_at`` may still be waiting in line: its
+    queue's ``line`` is known and has not reached it, and ``policy.max_after`` has not
+    passed since (then it is republished anyway)."""
+    return line is not None and not line.reached(line_at) and now - line_at < policy.max_after
+
+
+def is_held(transition: Transition) -> bool:
+    """Whether :func:`plan_publish` held the republish back (no wakeup to send)."""
+    return transition.after.line_at is not None
+
+
+def plan_publish(
+    run: Run, *, now: datetime, policy: RepublishPolicy, line: QueueLine | None = None
+) -> Transition | Skip:
     """A due runnable run gets a fresh wakeup; the write (no event) moves ``wake_at``
-    forward so the next pass does not publish it again while this one is in flight."""
+    forward so the next pass does not publish it again while this one is in flight.
+
+    With its queue's ``line`` known, a run whose wakeup is only waiting in line (the
+    queue has not been drained since it became visible) is not republished: the write
+    moves ``wake_at`` on as a republish would and keeps the wakeup's place in
+    ``line_at``, until the line reaches it or ``policy.max_after`` has passed since
+    (docs/concepts.md, "Lost wakeups")."""
     if run.status.is_terminal:
         return Skip(SkipReason.TERMINAL)
     if not run.status.is_runnable:
@@ -39,10 +89,26 @@ def plan_publish(run: Run, *, now: datetime, policy: RepublishPolicy) -> Transit
     if run.due_at is None or (run.wake_at or run.due_at) > now:
         return Skip(SkipReason.NOT_DUE)
     now = truncate_ms(now)
+    wake_at = policy.next_wake(now, run.publishes)
+    line_at = line_position(run, policy) if line is not None else None
+    if line_at is not None and held_in_line(line, line_at, now, policy):
+        return Transition(
+            before=run,
+            after=run.with_changes(
+                wake_at=truncate_ms(min(wake_at, line_at + policy.max_after)),
+                line_at=line_at,
+                publishes=run.publishes + 1,
+                review_at=None,
+                created=False,
+            ),
+            events=(),
+            guard=("publishes",),
+        )
     return Transition(
         before=run,
         after=run.with_changes(
-            wake_at=truncate_ms(policy.next_wake(now, run.publishes)),
+            wake_at=truncate_ms(wake_at),
+            line_at=None,
             publishes=run.publishes + 1,
             review_at=None,
             created=False,

@@ -3,28 +3,33 @@
 Each service takes only the collaborators it uses (store, transport, clock, config,
 publisher, ...); this module is where they meet. The :class:`~runlane_sqs.Runlane`
 facade builds one engine, and workers, the Lambda consumer and the operator API run on
-it.
+it. Maintenance, with the parking and scheduling it drives, is built (and its modules
+imported) on first use: the per-message path of a worker or a Lambda consumer does not
+use it (docs/deploy-lambda.md, "Cold start").
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from functools import cached_property
+from typing import TYPE_CHECKING, Protocol
 
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.engine.finishing import Finisher
-from runlane_sqs.engine.maintenance import Maintenance
-from runlane_sqs.engine.parking import Parking
 from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.resuming import Resumer
-from runlane_sqs.engine.scheduling import Scheduler
 from runlane_sqs.engine.signals import SignalsApi
 from runlane_sqs.engine.slots import SlotWaker
 from runlane_sqs.engine.tasks import TaskRegistry
 from runlane_sqs.engine.tokens import TokensApi
 from runlane_sqs.engine.triggering import Triggers
 from runlane_sqs.ports.store import RunStore
-from runlane_sqs.ports.transport import WakeupTransport
+from runlane_sqs.ports.transport import BacklogProbe, WakeupTransport
+
+if TYPE_CHECKING:
+    from runlane_sqs.engine.maintenance import Maintenance
+    from runlane_sqs.engine.parking import Parking
+    from runlane_sqs.engine.scheduling import Scheduler
 
 
 class Engine:
@@ -59,12 +64,34 @@ class Engine:
         )
         self.tokens = TokensApi(store, self.resumer, clock, config)
         self.signals = SignalsApi(self.resumer, config.payload_limit)
-        self.parking = Parking(
-            store=store, publisher=self.publisher, tasks=tasks, clock=clock, config=config
+
+    @cached_property
+    def parking(self) -> Parking:
+        """Unparks parked runs (a worker at start-up, maintenance, the operator API)."""
+        from runlane_sqs.engine.parking import Parking  # noqa: PLC0415 (see the module doc)
+
+        return Parking(
+            store=self.store,
+            publisher=self.publisher,
+            tasks=self.tasks,
+            clock=self.clock,
+            config=self.config,
         )
-        self.scheduler = Scheduler(store=store, tasks=tasks, clock=clock, config=config)
-        self.maintenance = Maintenance(
-            store=store,
+
+    @cached_property
+    def scheduler(self) -> Scheduler:
+        """Stores the app's schedules and turns their due occurrences into runs."""
+        from runlane_sqs.engine.scheduling import Scheduler  # noqa: PLC0415 (see the module doc)
+
+        return Scheduler(store=self.store, tasks=self.tasks, clock=self.clock, config=self.config)
+
+    @cached_property
+    def maintenance(self) -> Maintenance:
+        """Maintenance passes over this engine's services."""
+        from runlane_sqs.engine.maintenance import Maintenance  # noqa: PLC0415 (see the module doc)
+
+        return Maintenance(
+            store=self.store,
             publisher=self.publisher,
             resumer=self.resumer,
             finisher=self.finisher,
@@ -72,9 +99,10 @@ class Engine:
             parking=self.parking,
             scheduler=self.scheduler,
             slot_waker=self.slot_waker,
-            tasks=tasks,
-            clock=clock,
-            settings=config,
+            tasks=self.tasks,
+            clock=self.clock,
+            settings=self.config,
+            backlog=self.transport if isinstance(self.transport, BacklogProbe) else None,
         )
 
 

@@ -44,13 +44,20 @@ from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.errors import ConfigurationError, ConflictError, RunlaneError
 from runlane_sqs.core.machine import Skip, Transition
 from runlane_sqs.core.model import LEASED_STATUSES, EventType, Run, RunStatus, WaitKind
-from runlane_sqs.core.recovery import RecoverySettings, plan_publish, recover_lease, relist
+from runlane_sqs.core.recovery import (
+    RecoverySettings,
+    is_held,
+    plan_publish,
+    recover_lease,
+    relist,
+)
 from runlane_sqs.core.schedule_state import ScheduleState
 from runlane_sqs.core.slots import SlotState, slots_freed
-from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenDecision, TokenStatus
+from runlane_sqs.core.tokens import Token
 from runlane_sqs.core.waits import poll_later
 from runlane_sqs.engine.agenda_scan import AgendaScan, Page
 from runlane_sqs.engine.finishing import Finisher
+from runlane_sqs.engine.lines import QueueLines
 from runlane_sqs.engine.parking import Parking
 from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.reports import (
@@ -73,6 +80,7 @@ from runlane_sqs.engine.slots import SlotWaker
 from runlane_sqs.engine.tasks import TaskRegistry
 from runlane_sqs.engine.tokens import TokensApi
 from runlane_sqs.ports.store import RunStore
+from runlane_sqs.ports.transport import BacklogProbe
 
 log = logging.getLogger("runlane_sqs.maintenance")
 PendingWakeup = tuple[Run, JobReport, timedelta | None]
@@ -144,6 +152,7 @@ class Maintenance:
         clock: Clock,
         settings: RunlaneConfig,
         config: MaintenanceConfig | None = None,
+        backlog: BacklogProbe | None = None,
     ) -> None:
         self._store = store
         self._publisher = publisher
@@ -157,6 +166,7 @@ class Maintenance:
         self._clock = clock
         self._settings = settings
         self.config = config or MaintenanceConfig()
+        self._backlog = backlog
 
     @property
     def settings(self) -> RecoverySettings:
@@ -179,9 +189,11 @@ class Maintenance:
             return time.monotonic() - started > time_budget_seconds
 
         wakeups: list[PendingWakeup] = []
+        lines = QueueLines(self._store, self._backlog, self._settings.republish, now)
+        lines.sample(self._tasks.queues())
 
         def handle(kind: AgendaKind, page: Page) -> None:
-            wakeups.extend(self._handle(page, now, report))
+            wakeups.extend(self._handle(page, now, report, lines))
             if len(wakeups) >= PUBLISH_BATCH:  # a full SendMessageBatch or more
                 self._publish(wakeups)
                 wakeups.clear()
@@ -218,13 +230,15 @@ class Maintenance:
         job.acted += unparked.unparked
         job.published += unparked.unparked
 
-    def _handle(self, listed: Page, now: datetime, report: PassReport) -> list[PendingWakeup]:
+    def _handle(
+        self, listed: Page, now: datetime, report: PassReport, lines: QueueLines
+    ) -> list[PendingWakeup]:
         """Decide and write each candidate of a page; returns the wakeups they call for
         (published in batches across the scan's pages)."""
         wakeups: list[PendingWakeup] = []
         for item in listed:
             if isinstance(item, Token):
-                self._token(item, now, report.job(JOB_TOKENS))
+                self._tokens.maintain(item, now, report.job(JOB_TOKENS), MAINTENANCE_RESUME_BATCH)
                 continue
             if isinstance(item, ScheduleState):
                 job = report.job(JOB_SCHEDULES)
@@ -233,33 +247,10 @@ class Maintenance:
             if isinstance(item, SlotState):
                 wakeups.extend(self._slot(item, now, report.slots))
                 continue
-            wakeup = self._candidate(item, now, report)
+            wakeup = self._candidate(item, now, report, lines)
             if wakeup is not None:
                 wakeups.append(wakeup)
         return wakeups
-
-    def _token(self, listed: Token, now: datetime, job: JobReport) -> None:
-        """Time out a pending token past its timeout; resume a batch of a decided one."""
-        job.examined += 1
-        token = self._store.get_token(listed.id)
-        if token is None:
-            job.skipped += 1
-            return
-        if not token.is_decided:
-            if token.timeout_at is None or token.timeout_at > now:
-                job.skipped += 1
-                return
-            try:
-                token = self._store.decide_token(
-                    TokenDecision.of(token.id, TokenStatus.TIMED_OUT, None, now)
-                )
-            except TokenAlreadyDecided as lost:
-                job.conflicts += 1
-                token = lost.token
-            else:
-                job.acted += 1
-        resumed = self._tokens.resume(token, limit=MAINTENANCE_RESUME_BATCH)
-        job.published += resumed.resumed
 
     def _schedule(
         self, state: ScheduleState, now: datetime, job: JobReport, pass_id: str
@@ -311,7 +302,9 @@ class Maintenance:
         job.skipped += 1
         return None
 
-    def _candidate(self, run: Run, now: datetime, report: PassReport) -> PendingWakeup | None:
+    def _candidate(
+        self, run: Run, now: datetime, report: PassReport, lines: QueueLines
+    ) -> PendingWakeup | None:
         """Decide and write one candidate; returns the wakeup it calls for, if any."""
         if _polls_target(run):
             job = report.job(JOB_WAITS)
@@ -319,7 +312,8 @@ class Maintenance:
             return (resumed, job, None) if resumed is not None else None
         recovering = run.status in LEASED_STATUSES
         if not recovering:
-            decision = plan_publish(run, now=now, policy=self.settings.republish)
+            line = lines.line(run.queue) if run.wake_at is not None else None
+            decision = plan_publish(run, now=now, policy=self.settings.republish, line=line)
             job = report.job(JOB_DUE)
         else:
             task = self._tasks.get(run.task)
@@ -346,6 +340,9 @@ class Maintenance:
             )
             return None
         job.acted += 1
+        if not recovering and is_held(decision):
+            report.due.in_line += 1  # its wakeup waits in line: listed again later
+            return None
         if recovering and run.slots:  # the recovered attempt's slots are free
             self._slots.wake(slot.scope for slot in slots_freed(decision))
         return self._follow_up(stored, recovering, job, now)

@@ -25,6 +25,16 @@ class JobReport:
 
 
 @dataclass
+class DueReport(JobReport):
+    """What the ``due_wakeups`` job did in one pass: a job report and the runs whose
+    republish it held back."""
+
+    in_line: int = 0
+    """Due runs not republished because their wakeup is still waiting in its queue's
+    backlog (listed again later; docs/concepts.md, "Lost wakeups")."""
+
+
+@dataclass
 class SlotsReport(JobReport):
     """What the ``slots`` job did in one pass: a job report and the holders it dropped."""
 
@@ -48,7 +58,15 @@ class PassReport:
     out_of_time: bool = False
 
     def job(self, name: str) -> JobReport:
-        return self.jobs.setdefault(name, SlotsReport() if name == JOB_SLOTS else JobReport())
+        kind = {JOB_SLOTS: SlotsReport, JOB_DUE: DueReport}.get(name, JobReport)
+        return self.jobs.setdefault(name, kind())
+
+    @property
+    def due(self) -> DueReport:
+        """The ``due_wakeups`` job's report."""
+        job = self.job(JOB_DUE)
+        assert isinstance(job, DueReport)
+        return job
 
     @property
     def slots(self) -> SlotsReport:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from datetime import datetime
 
 from runlane_sqs.core import tokens as core
 from runlane_sqs.core.clock import Clock
@@ -11,7 +12,8 @@ from runlane_sqs.core.durations import Duration, to_timedelta
 from runlane_sqs.core.model import JSON
 from runlane_sqs.core.names import is_run_id
 from runlane_sqs.core.payload import encode_json
-from runlane_sqs.core.tokens import Token, TokenNotFound, TokenStatus
+from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenNotFound, TokenStatus
+from runlane_sqs.engine.reports import JobReport
 from runlane_sqs.engine.resuming import RESUME_BATCH, Resumer, ResumeReport, token_resumption
 from runlane_sqs.ports.store import RunStore
 
@@ -64,6 +66,29 @@ class TokensApi:
         stored = self._store.decide_token(decision)
         self.resume(stored, limit=RESUME_BATCH)
         return stored
+
+    def maintain(self, listed: Token, now: datetime, job: JobReport, limit: int) -> None:
+        """Maintenance's look at a listed token: time it out once past its timeout,
+        resume up to ``limit`` waiters of a decided one."""
+        job.examined += 1
+        token = self._store.get_token(listed.id)
+        if token is None:
+            job.skipped += 1
+            return
+        if not token.is_decided:
+            if token.timeout_at is None or token.timeout_at > now:
+                job.skipped += 1
+                return
+            try:
+                token = self._store.decide_token(
+                    core.TokenDecision.of(token.id, TokenStatus.TIMED_OUT, None, now)
+                )
+            except TokenAlreadyDecided as lost:
+                job.conflicts += 1
+                token = lost.token
+            else:
+                job.acted += 1
+        job.published += self.resume(token, limit=limit).resumed
 
     def resume(self, token: Token, *, limit: int) -> ResumeReport:
         """Resume up to ``limit`` runs waiting on a decided token; once none is left, the

@@ -178,3 +178,12 @@ class RunStore(Protocol):
     def save_cursor(self, partition: str, cursor: str | None) -> None:
         """Remember (or, with ``None``, forget) where maintenance stopped in a partition."""
         ...
+
+    def load_drained(self) -> dict[str, datetime]:
+        """When maintenance last saw each queue drained, by queue."""
+        ...
+
+    def save_drained(self, queue: str, at: datetime) -> None:
+        """Remember that ``queue`` was drained by ``at`` (a later time than the one kept;
+        an earlier one is ignored, so overlapping passes never move it back)."""
+        ...

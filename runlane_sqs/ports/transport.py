@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from runlane_sqs.core.wakeup import Wakeup
 
@@ -47,4 +47,29 @@ class WakeupTransport(Protocol):
 
     def release(self, messages: Sequence[ReceivedWakeup]) -> None:
         """Make received but unstarted messages visible again at once."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class QueueBacklog:
+    """A queue's approximate counts (SQS's ``ApproximateNumberOfMessages*``)."""
+
+    visible: int
+    delayed: int
+    in_flight: int
+
+    @property
+    def drained(self) -> bool:
+        """No message waits to be received: every one sent has been received at least
+        once (the in-flight ones are being handled)."""
+        return self.visible == 0 and self.delayed == 0
+
+
+@runtime_checkable
+class BacklogProbe(Protocol):
+    """A transport that can count a queue's messages (maintenance reads it once per
+    queue and pass, to tell a wakeup waiting in line from a lost one)."""
+
+    def backlog(self, queue: str) -> QueueBacklog:
+        """Raises :class:`~runlane_sqs.core.errors.TransportError` when it cannot."""
         ...

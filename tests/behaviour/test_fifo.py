@@ -88,14 +88,16 @@ def test_each_publish_of_a_run_is_its_own_message_group(
     clock = ManualClock()
     app = fifo_app(make_app, clock)
     run = app.trigger("ship", {"order": 4})
-    clock.advance(app.config.republish_after.total_seconds() + 1)
-    app.maintenance.run_pass()
     sqs, url = app.client("sqs"), app.config.queue_urls[QUEUE]
-    groups = {
-        message["Attributes"]["MessageGroupId"]
-        for _ in range(2)
-        for message in sqs.receive_message(
-            QueueUrl=url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"]
-        ).get("Messages", [])
-    }
-    assert len(groups) == 2 and all(group.startswith(f"{run.id}-") for group in groups)
+
+    def group_received() -> str:
+        [message] = sqs.receive_message(
+            QueueUrl=url, VisibilityTimeout=600, MessageSystemAttributeNames=["All"]
+        )["Messages"]
+        return str(message["Attributes"]["MessageGroupId"])
+
+    first = group_received()  # and its consumer dies
+    clock.advance(app.config.republish_after.total_seconds() + 1)
+    assert app.maintenance.run_pass().jobs["due_wakeups"].published == 1
+    second = group_received()
+    assert first != second and {first[:33], second[:33]} == {f"{run.id}-"}

@@ -272,20 +272,24 @@ def test_a_pass_reads_only_due_items_however_large_the_table(
     )
     assert "Scan" not in requests
     assert sum(items_read) <= 2 * DUE_RUNS
-    # one for the cursors, one per shard of each agenda kind (run, token, schedule), and
-    # one per shard of the status index's parked group
+    # one for the cursors, one for when each queue was last drained, one per shard of
+    # each agenda kind (run, token, schedule, slot), and one per shard of the status
+    # index's parked group
     environment = app.config.environment
     queries = (
-        1
+        2
         + sum(len(agenda_partitions(environment, kind.value)) for kind in AgendaKind)
         + len(status_partitions(environment, [RunStatus.PARKED]))
     )
     assert requests["Query"] == queries
+    # the app's one queue counted once; drained (no wakeup was published yet), so noted
+    assert sqs_requests["GetQueueAttributes"] == 1
+    assert requests["PutItem"] == 1
     # the listed runs are read once each, one BatchGetItem per partition that lists any
     assert requests["BatchGetItem"] <= DUE_RUNS
     assert requests["UpdateItem"] == DUE_RUNS
     assert requests["GetItem"] == 1  # the schedules' sync mark: nothing changed in code
-    assert total <= queries + 2 * DUE_RUNS + 3
+    assert total <= queries + 2 * DUE_RUNS + 5
     assert take_wakeups(app) == Counter({r.id: 1 for r in runs})
 
 
@@ -331,7 +335,14 @@ def test_the_pass_report_is_json(app: Runlane, clock: ManualClock) -> None:
     assert set(data["jobs"]) == set(JOBS)
     assert {JOB_DUE, JOB_EXPIRED, JOB_DEADLINES, JOB_CANCELLATIONS} <= set(JOBS)
     assert data["jobs"][JOB_DUE]["published"] == published(report) >= 1
-    assert set(data["jobs"][JOB_DUE]) == {"examined", "acted", "published", "skipped", "conflicts"}
+    assert set(data["jobs"][JOB_DUE]) == {
+        "examined",
+        "acted",
+        "published",
+        "skipped",
+        "conflicts",
+        "in_line",
+    }
     assert data["started_at"] == clock.now().isoformat()
     assert data["out_of_time"] is False
     assert isinstance(data["duration_ms"], int)

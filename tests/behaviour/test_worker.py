@@ -415,10 +415,14 @@ def test_a_wakeup_for_a_task_the_worker_does_not_register_is_left_for_one_that_d
     assert backend.depth(app) == 1
     stored = app.runs.get(run.id)
     assert (stored.status, stored.attempt) == (RunStatus.QUEUED, 0)
-    # still queued when its wakeup is due again: maintenance republishes it, and a worker
+    # still queued when its wakeup is due again: maintenance republishes it, unless the
+    # wakeup is visible in the queue again after its visibility timeout (the in-memory
+    # queue's clock is the test's): then it is only waiting in line. Either way a worker
     # of the app that registers the task runs it
     backend.clock.advance(app.config.republish_after + timedelta(seconds=1))
-    assert published(app.maintenance.run_pass(), JOB_DUE) == 1
+    report = app.maintenance.run_pass()
+    assert published(report, JOB_DUE) + report.due.in_line == 1
+    assert report.due.in_line == (0 if backend.real else 1)
     assert worker_kind.drain(billing) == 1
     assert charged == [{"for": "billing"}]
     assert status(app, run.id) is RunStatus.SUCCEEDED

@@ -29,7 +29,7 @@ from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import JSON, RunEvent
 from runlane_sqs.core.names import new_lease_token, new_run_id
 from runlane_sqs.core.payload import encode_json
-from runlane_sqs.core.recovery import plan_publish
+from runlane_sqs.core.recovery import QueueLine, plan_publish
 from runlane_sqs.core.wakeup import Wakeup, parse_wakeup
 from runlane_sqs.ports.store import KeyClaim, KeyConflict, KeyKind
 from runlane_sqs.ports.transport import ReceivedWakeup
@@ -302,6 +302,43 @@ def test_a_guarded_write_applies_once_from_the_same_state(backend: Backend) -> N
     assert stored is not None
     assert (stored.publishes, stored.wake_at) == (1, decision.after.wake_at)
     assert len(backend.store.get_events(run.id)) == 1
+
+
+def test_a_republish_held_in_line_keeps_the_wakeups_place_until_a_claim(
+    backend: Backend,
+) -> None:
+    policy = RepublishPolicy()
+    backend.clock.advance(1)
+    published_at = truncate_ms(backend.clock.now())
+    publish = plan_publish(_create(backend), now=published_at, policy=policy)
+    assert isinstance(publish, Transition)
+    run = backend.store.apply(publish)
+    assert run.wake_at is not None
+    backend.clock.advance(run.wake_at - backend.clock.now())
+    held = plan_publish(run, now=backend.clock.now(), policy=policy, line=QueueLine())
+    assert isinstance(held, Transition)
+
+    stored = backend.store.apply(held)
+
+    assert stored.line_at == published_at and stored.wake_at == held.after.wake_at
+    assert backend.store.get_run(run.id) == stored
+    claimed = machine.claim_lease(
+        stored, now=backend.clock.now(), owner="w", token="t", duration=timedelta(seconds=60)
+    )
+    assert isinstance(claimed, Transition)
+    assert backend.store.apply(claimed).line_at is None
+    reread = backend.store.get_run(run.id)
+    assert reread is not None and reread.line_at is None
+
+
+def test_the_drained_times_of_queues_never_move_back(backend: Backend) -> None:
+    store = backend.store
+    assert store.load_drained() == {}
+    later, earlier = backend.clock.now(), backend.clock.now() - timedelta(minutes=1)
+    store.save_drained("default", later)
+    store.save_drained("default", earlier)  # an overlapping pass that counted first
+    store.save_drained("reports", earlier)
+    assert store.load_drained() == {"default": later, "reports": earlier}
 
 
 # --- RunStore: leases ------------------------------------------------------------------

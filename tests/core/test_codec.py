@@ -66,6 +66,9 @@ RUNS = {
         lease_losses=1,
         failure=FAILURE,
     ),
+    "held in line": make_run(
+        wake_at=NOW + timedelta(minutes=10), line_at=NOW - timedelta(minutes=5), publishes=1
+    ),
     "succeeded after a failure": make_run(
         status=RunStatus.SUCCEEDED,
         seq=7,

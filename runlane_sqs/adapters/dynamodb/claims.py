@@ -27,6 +27,7 @@ CLAIM_WRITES = (
     "lease_expires_at",
     "deadline_at",
     "wake_at",
+    "line_at",
     "publishes",
     "waiting",
     "wait_pk",

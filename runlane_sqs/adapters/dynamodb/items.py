@@ -115,6 +115,7 @@ class RunItem(Model):
     deadline_at = NumberAttribute(null=True)
     lease_losses = NumberAttribute(null=True)
     wake_at = NumberAttribute(null=True)
+    line_at = NumberAttribute(null=True)
     publishes = NumberAttribute(null=True)
     failures = NumberAttribute(null=True)
     waiting = UnicodeAttribute(null=True)

@@ -118,3 +118,11 @@ def maintenance_pk(environment: str) -> str:
 
 def cursor_sk(partition: str) -> str:
     return f"{CURSOR_SK_PREFIX}{partition}"
+
+
+DRAINED_SK_PREFIX = "DRAINED#"
+"""Beside the cursors: when maintenance last saw each queue drained."""
+
+
+def drained_sk(queue: str) -> str:
+    return f"{DRAINED_SK_PREFIX}{queue}"

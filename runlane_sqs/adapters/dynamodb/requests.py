@@ -249,6 +249,34 @@ def delete_cursor(table: str, environment: str, partition: str) -> Request:
     }
 
 
+def query_drained(table: str, environment: str) -> Request:
+    """When each queue was last seen drained (beside the cursors)."""
+    return {
+        "TableName": table,
+        "KeyConditionExpression": "#pk = :pk AND begins_with(#sk, :prefix)",
+        "ExpressionAttributeNames": {"#pk": "pk", "#sk": "sk"},
+        "ExpressionAttributeValues": {
+            ":pk": {"S": keys.maintenance_pk(environment)},
+            ":prefix": {"S": keys.DRAINED_SK_PREFIX},
+        },
+        "ConsistentRead": True,
+    }
+
+
+def put_drained(table: str, environment: str, queue: str, at_ms: int) -> Request:
+    """Keep the later drained time only (overlapping passes never move it back)."""
+    return {
+        "TableName": table,
+        "Item": {
+            "pk": {"S": keys.maintenance_pk(environment)},
+            "sk": {"S": keys.drained_sk(queue)},
+            "drained_at": {"N": str(at_ms)},
+        },
+        "ConditionExpression": "attribute_not_exists(drained_at) OR drained_at < :at",
+        "ExpressionAttributeValues": {":at": {"N": str(at_ms)}},
+    }
+
+
 def put_token(table: str, item: AttributeMap) -> Request:
     return expressions({"TableName": table, "Item": item}, condition=TokenItem.pk.does_not_exist())
 

@@ -41,7 +41,7 @@ from runlane_sqs.adapters.dynamodb.replays import (
 from runlane_sqs.adapters.dynamodb.schedules import DynamoScheduleStore
 from runlane_sqs.adapters.dynamodb.slots import DynamoSlotStore, apply_slotted, transaction
 from runlane_sqs.core.claims import HintedClaim
-from runlane_sqs.core.durations import to_epoch_ms
+from runlane_sqs.core.durations import from_epoch_ms, to_epoch_ms
 from runlane_sqs.core.errors import ConflictError, StorageError, StorageUnavailable
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Lease, Run, RunEvent, WaitKind
@@ -234,6 +234,22 @@ class DynamoRunStore:
         else:
             request = requests.put_cursor(self.table, self.environment, partition, cursor)
             self._send("put_item", request)
+
+    def load_drained(self) -> dict[str, datetime]:
+        response = self._send("query", requests.query_drained(self.table, self.environment))
+        prefix = keys.DRAINED_SK_PREFIX
+        return {
+            item["sk"]["S"][len(prefix) :]: from_epoch_ms(int(item["drained_at"]["N"]))
+            for item in response.get("Items", [])
+        }
+
+    def save_drained(self, queue: str, at: datetime) -> None:
+        request = requests.put_drained(self.table, self.environment, queue, to_epoch_ms(at))
+        try:
+            self._send("put_item", request)
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
 
     def watch_run(self, run_id: str) -> Run | None:
         request = requests.watch_run(self.table, self.environment, run_id)

@@ -107,6 +107,7 @@ class InMemoryRunStore:
         self._runs: dict[str, _Stored] = {}
         self._keys: dict[tuple[KeyKind, str, str], _Key] = {}
         self._cursors: dict[str, str] = {}
+        self._drained: dict[str, datetime] = {}
         self._tokens: dict[str, Token] = {}
         self._lock = threading.Lock()
         self.schedules = InMemoryScheduleStore(environment)
@@ -356,6 +357,15 @@ class InMemoryRunStore:
                 self._cursors.pop(partition, None)
             else:
                 self._cursors[partition] = cursor
+
+    def load_drained(self) -> dict[str, datetime]:
+        with self._lock:
+            return dict(self._drained)
+
+    def save_drained(self, queue: str, at: datetime) -> None:
+        with self._lock:
+            if queue not in self._drained or self._drained[queue] < at:
+                self._drained[queue] = at
 
     def _all_runs(self) -> list[Run]:
         """Every stored run; the caller holds the lock."""

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from runlane_sqs.adapters.sqs.transport import delay_seconds
 from runlane_sqs.core.clock import Clock, SystemClock
 from runlane_sqs.core.wakeup import Wakeup
-from runlane_sqs.ports.transport import ReceivedWakeup
+from runlane_sqs.ports.transport import QueueBacklog, ReceivedWakeup
 
 
 @dataclass
@@ -89,6 +89,19 @@ class InMemoryTransport:
                 for message in items:
                     if message.receipt in receipts:
                         message.visible_at = now
+
+    def backlog(self, queue: str) -> QueueBacklog:
+        """Visible, delayed (never received, not yet visible) and in-flight messages."""
+        now = self._clock.now()
+        with self._lock:
+            messages = list(self._queues.get(queue, []))
+        hidden = [m for m in messages if m.visible_at > now]
+        in_flight = sum(1 for m in hidden if m.receive_count)
+        return QueueBacklog(
+            visible=len(messages) - len(hidden),
+            delayed=len(hidden) - in_flight,
+            in_flight=in_flight,
+        )
 
     def depth(self, queue: str) -> int:
         """Messages on the queue, visible or not."""

@@ -22,12 +22,18 @@ from runlane_sqs.core.limits import (
     MAX_SEND_BATCH,
 )
 from runlane_sqs.core.wakeup import Wakeup
-from runlane_sqs.ports.transport import ReceivedWakeup
+from runlane_sqs.ports.transport import QueueBacklog, ReceivedWakeup
 
 log = logging.getLogger("runlane_sqs.transport")
 T = TypeVar("T")
 W = TypeVar("W")
 
+COUNTS = [
+    "ApproximateNumberOfMessages",
+    "ApproximateNumberOfMessagesDelayed",
+    "ApproximateNumberOfMessagesNotVisible",
+]
+"""What :meth:`SqsTransport.backlog` reads: visible, delayed and in-flight messages."""
 MISSING_QUEUE_CODES = frozenset(
     {"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist", "NonExistentQueue"}
 )
@@ -216,6 +222,16 @@ class SqsTransport:
             log.warning("publishing %d wakeup(s) failed: %s", len(batch), exc)
             return list(batch)
         return unsent(batch, response)
+
+    def backlog(self, queue: str) -> QueueBacklog:
+        url = self.queue_url(queue)
+        try:
+            response = self._client.get_queue_attributes(QueueUrl=url, AttributeNames=COUNTS)
+        except (ClientError, BotoCoreError) as exc:
+            raise TransportError(f"counting SQS queue {queue!r} failed: {exc}") from exc
+        counts = response.get("Attributes", {})
+        visible, delayed, in_flight = (int(counts.get(name, 0)) for name in COUNTS)
+        return QueueBacklog(visible=visible, delayed=delayed, in_flight=in_flight)
 
     def receive(self, queue: str, max_messages: int, wait_seconds: float) -> list[ReceivedWakeup]:
         request = receive_request(self.queue_url(queue), max_messages, wait_seconds)
