@@ -26,6 +26,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bench import backends, chart, report, targets
+from bench.backlog import measure_backlog
+from bench.coldstart import measure_coldstart
 from bench.cost import measure_costs
 from bench.latency import measure_latency
 from bench.limits import limits_json, measure_limits
@@ -35,7 +37,17 @@ from bench.throughput import celery_cpu_ratio, celery_ratio, measure_throughput,
 from bench.workers import ASYNC, SYNC
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-MEASUREMENTS = ("cost", "throughput", "maintenance", "schedules", "limits", "latency", "memory")
+MEASUREMENTS = (
+    "cost",
+    "throughput",
+    "maintenance",
+    "schedules",
+    "limits",
+    "latency",
+    "memory",
+    "coldstart",
+    "backlog",
+)
 MEMORY_CONCURRENCY = 32
 CONSOLE_WIDTH = 150
 """Tables' width when the output is not a terminal (make, CI logs)."""
@@ -50,6 +62,8 @@ class Sizes:
     memory_runs: int = 1000
     schedules: int = 1000
     limit_runs: int = 100
+    coldstart_samples: int = 20
+    backlog_runs: int = 300
 
 
 SMOKE = Sizes(
@@ -60,6 +74,8 @@ SMOKE = Sizes(
     memory_runs=100,
     schedules=100,
     limit_runs=20,
+    coldstart_samples=5,
+    backlog_runs=20,
 )
 
 
@@ -158,6 +174,22 @@ class Runner:
             if row.status != "ok":
                 self.results["errors"].append(f"memory ({kind}): {row.status}")
         self.results["memory"] = rows
+
+    def coldstart(self) -> None:
+        """The Lambda consumer's module import and handler set-up, in fresh interpreters."""
+        n = self.sizes.coldstart_samples
+        result = measure_coldstart(n, self.bar(f"Lambda cold start: {n} fresh interpreters", n))
+        self.results["coldstart"] = result.to_json()
+
+    def backlog(self) -> None:
+        """Republish under a backlog, with maintenance's queue counts and without
+        (bench/backlog.py)."""
+        runs = self.sizes.backlog_runs
+        rows = measure_backlog(self.backend, runs, lambda mode: self.bar(f"backlog: {mode}", runs))
+        self.results["backlog"] = [r.to_json() for r in rows]
+        for row in rows:
+            if row.status != "ok":
+                self.results["errors"].append(f"backlog ({row.mode}): {row.status}")
 
 
 def _versions() -> dict[str, str]:

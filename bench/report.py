@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from bench.backlog_tables import print_backlog
 from bench.targets import Target
 
 MOTO_CAPACITY_NOTE = (
@@ -212,6 +213,28 @@ def latency_table(rows: list[dict[str, Any]], backend: str) -> Table:
     return table
 
 
+def coldstart_table(result: dict[str, Any]) -> Table:
+    table = Table(title="Lambda cold start, fresh interpreters (no AWS request)")
+    for header in ("phase", "n", "p50 ms", "p90 ms", "max ms"):
+        table.add_column(header, justify="left" if header == "phase" else "right")
+    for row in result["phases"]:
+        table.add_row(
+            row["name"], str(row["n"]), _f(row["p50_ms"], 1), _f(row["p90_ms"], 1),
+            _f(row["max_ms"], 1),
+        )  # fmt: skip
+    table.caption = (
+        f"each phase after the one above, in the same process; {result['modules_loaded']} "
+        "modules loaded at the end; bytecode cached (bench/coldstart.py)"
+    )
+    return table
+
+
+def print_coldstart(console: Console, result: dict[str, Any] | None) -> None:
+    """The cold start table, if it ran (it needs no backend, so names none)."""
+    if result:
+        console.print(coldstart_table(result))
+
+
 def targets_table(targets: list[Target], backend: str) -> Table:
     table = Table(title=f"Targets ({backend})")
     for header in ("target", "limit", "measured", "result", "note"):
@@ -238,6 +261,7 @@ def print_results(console: Console, results: dict[str, Any], targets: list[Targe
     if results.get("schedules"):
         console.print(schedules_table(results["schedules"], backend))
     print_limits(console, results.get("limits"), backend)
+    print_backlog(console, results.get("backlog"), backend)
     if results.get("latency"):
         console.print(latency_table(results["latency"], backend))
     for memory in results.get("memory") or []:
@@ -250,6 +274,7 @@ def print_results(console: Console, results: dict[str, Any], targets: list[Targe
             if rss
             else f"worker memory: {memory['status']}"
         )
+    print_coldstart(console, results.get("coldstart"))
     for note in results.get("notes", []):
         console.print(f"[yellow]note:[/] {note}")
     console.print(targets_table(targets, backend))

@@ -17,6 +17,13 @@ TOKEN_TO_RESUME_P95_MS = 1000.0
 WORKER_RSS_MB = 120.0
 CELERY_CPU_RATIO = 1.0
 """Our worker's CPU per run over Celery worker's: at most the same."""
+COLDSTART_IMPORT_MS = 400.0
+"""Median wall time of importing the Lambda consumer's module in a fresh interpreter
+(boto3 included; bench/coldstart.py)."""
+BACKLOG_REPUBLISHED_PER_RUN = 0.05
+BACKLOG_WAKEUPS_PER_RUN = 1.1
+"""With maintenance's queue counts, runs waiting in a backlog longer than
+``republish_after`` (bench/backlog.py): republishes and wakeups sent per run."""
 
 
 @dataclass
@@ -93,6 +100,18 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
     targets.append(
         below("token -> resume p95", resume.get("p95_ms"), TOKEN_TO_RESUME_P95_MS, " ms")
     )
+    coldstart = results.get("coldstart") or {}
+    phases = coldstart.get("phases") or [{}]
+    targets.append(
+        at_most(
+            "Lambda consumer module import p50",
+            phases[0].get("p50_ms"),
+            COLDSTART_IMPORT_MS,
+            " ms",
+            note=f"p90 {phases[0]['p90_ms']:.0f} ms" if "p90_ms" in phases[0] else "",
+        )
+    )
+    targets += backlog_targets(results.get("backlog") or [])
     for memory in results.get("memory") or []:
         rss = memory.get("worker_rss")
         targets.append(
@@ -137,3 +156,25 @@ def throughput_targets(rows: list[dict[str, Any]], ratio: float) -> list[Target]
             )
         )
     return targets
+
+
+def backlog_targets(rows: list[dict[str, Any]]) -> list[Target]:
+    """Republishes and wakeups per run with counts on, the backlog scenario's (counts off
+    is the comparison: no target)."""
+    row = next((r for r in rows if r["mode"] == "counts on"), None)
+    per = row["per_run"] if row else {}
+    note = row["status"] if row and row["status"] != "ok" else ""
+    return [
+        at_most(
+            "republished per run under a backlog (counts on)",
+            per.get("republished"),
+            BACKLOG_REPUBLISHED_PER_RUN,
+            note=note,
+        ),
+        at_most(
+            "wakeups sent per run under a backlog (counts on)",
+            per.get("wakeups_sent"),
+            BACKLOG_WAKEUPS_PER_RUN,
+            note=note,
+        ),
+    ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, overload
 
 import boto3
@@ -15,11 +16,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from runlane_sqs.adapters.aws import DEFAULT_BOTOCORE_CONFIG, AwsClients
 from runlane_sqs.adapters.dynamodb.store import DynamoRunStore
-from runlane_sqs.adapters.provision import provision_queues, provision_table
 from runlane_sqs.adapters.sqs.transport import SqsTransport
-from runlane_sqs.api.queues import QueuesApi
-from runlane_sqs.api.runs import IdempotencyApi, RunsApi
-from runlane_sqs.api.schedules import SchedulesApi
 from runlane_sqs.core.clock import Clock, SystemClock
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.durations import Duration
@@ -30,7 +27,6 @@ from runlane_sqs.core.redaction import Redact
 from runlane_sqs.core.retry import RetryPolicy
 from runlane_sqs.core.schedules import Schedule
 from runlane_sqs.engine.engine import Engine
-from runlane_sqs.engine.maintenance import Maintenance
 from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.signals import SignalsApi
 from runlane_sqs.engine.tasks import (
@@ -44,13 +40,20 @@ from runlane_sqs.engine.tasks import (
 from runlane_sqs.engine.tokens import TokensApi
 from runlane_sqs.ports.store import RunStore
 from runlane_sqs.ports.transport import WakeupTransport
-from runlane_sqs.runtime.worker import Worker
 
 if TYPE_CHECKING:
+    from runlane_sqs.api.queues import QueuesApi
+    from runlane_sqs.api.runs import IdempotencyApi, RunsApi
+    from runlane_sqs.api.schedules import SchedulesApi
+    from runlane_sqs.engine.maintenance import Maintenance
     from runlane_sqs.runtime.aio.worker import AsyncWorker
+    from runlane_sqs.runtime.worker import Worker
 
 __all__ = ["DEFAULT_BOTOCORE_CONFIG", "Runlane"]
 log = logging.getLogger("runlane_sqs")
+OPERATOR_APIS = ("runs", "idempotency", "schedules", "queues")
+"""The app's operator APIs: built on first use, over the engine of the time (a task on
+Lambda seldom uses them, so the function does not import them at its start)."""
 
 
 class Runlane:
@@ -145,10 +148,36 @@ class Runlane:
         self.engine = Engine(
             config=self.config, clock=clock, tasks=self.tasks, store=store, transport=transport
         )
-        self.runs = RunsApi(self.engine)
-        self.idempotency = IdempotencyApi(self.engine)
-        self.schedules = SchedulesApi(self.engine)
-        self.queues = QueuesApi(self.engine)
+        for name in OPERATOR_APIS:  # built again, over this engine, on first use
+            vars(self).pop(name, None)
+
+    @cached_property
+    def runs(self) -> RunsApi:
+        """Look up, list, wait for, cancel, retry, rerun and prune runs."""
+        from runlane_sqs.api.runs import RunsApi  # noqa: PLC0415 (see OPERATOR_APIS)
+
+        return RunsApi(self.engine)
+
+    @cached_property
+    def idempotency(self) -> IdempotencyApi:
+        """Reset idempotency keys, so the next trigger with one creates a new run."""
+        from runlane_sqs.api.runs import IdempotencyApi  # noqa: PLC0415 (see OPERATOR_APIS)
+
+        return IdempotencyApi(self.engine)
+
+    @cached_property
+    def schedules(self) -> SchedulesApi:
+        """The stored schedules: list, get, pause, resume, trigger now."""
+        from runlane_sqs.api.schedules import SchedulesApi  # noqa: PLC0415 (see OPERATOR_APIS)
+
+        return SchedulesApi(self.engine)
+
+    @cached_property
+    def queues(self) -> QueuesApi:
+        """The queues' concurrency limits: slots held, runs waiting."""
+        from runlane_sqs.api.queues import QueuesApi  # noqa: PLC0415 (see OPERATOR_APIS)
+
+        return QueuesApi(self.engine)
 
     @property
     def publisher(self) -> Publisher:
@@ -337,6 +366,8 @@ class Runlane:
         **options: Any,
     ) -> Worker:
         """A worker for ``queues`` (default: every queue a registered task uses)."""
+        from runlane_sqs.runtime.worker import Worker  # noqa: PLC0415 (not on the Lambda path)
+
         return Worker(self, queues, concurrency=concurrency, **options)
 
     def async_worker(
@@ -354,12 +385,16 @@ class Runlane:
 
     def provision(self, queues: Sequence[str] | None = None) -> None:
         """Create the table and the queues (with dead-letter queues) if they are absent."""
+        from runlane_sqs.adapters import provision  # noqa: PLC0415 (not on the Lambda path)
+
         names = list(queues) if queues else (self.tasks.queues() or ["default"])
         try:
-            provision_table(self.client("dynamodb"), self.config.table)
+            provision.provision_table(self.client("dynamodb"), self.config.table)
             if isinstance(self.transport, SqsTransport):
                 transport = self.transport
-                provision_queues(self.client("sqs"), [transport.queue_name(q) for q in names])
+                provision.provision_queues(
+                    self.client("sqs"), [transport.queue_name(q) for q in names]
+                )
         except (BotoCoreError, ClientError) as exc:
             endpoint = self.client("dynamodb").meta.endpoint_url
             raise StorageUnavailable(f"provisioning at {endpoint} failed: {exc}") from exc

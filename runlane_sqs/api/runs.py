@@ -7,7 +7,6 @@ trigger would lose it).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -64,6 +63,8 @@ class RunsApi:
     async def wait_async(self, run_id: str, *, timeout: Duration | None = None) -> Run:
         """:meth:`wait` for asyncio code: each read runs on a thread, the waits on the
         event loop."""
+        import asyncio  # noqa: PLC0415 (loaded already: this runs on an event loop)
+
         return await wait_for_async(lambda: asyncio.to_thread(self.get, run_id), timeout)
 
     def get(self, run_id: str) -> Run:

@@ -10,7 +10,6 @@ worker instead of polling (docs/waits.md).
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterator
 
@@ -72,10 +71,14 @@ def wait_for(
 async def wait_for_async(
     read: Callable[[], Awaitable[Run]],
     timeout: Duration | None,
-    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    sleep: Callable[[float], Awaitable[None]] | None = None,
 ) -> Run:
-    """:func:`wait_for` for the event loop: ``read`` is awaited, so is the wait."""
+    """:func:`wait_for` for the event loop: ``read`` is awaited, so is the wait
+    (``sleep``, by default ``asyncio.sleep``)."""
+    import asyncio  # noqa: PLC0415 (loaded already: this runs on an event loop)
+
+    pause: Callable[[float], Awaitable[None]] = sleep or asyncio.sleep
     polling = _Polling(timeout)
     while (delay := polling.delay_after(run := await read())) is not None:
-        await sleep(delay)
+        await pause(delay)
     return run

@@ -3,13 +3,17 @@
 Set from any thread (the heartbeat, a stopping worker, a Lambda deadline timer). Sync
 handlers check :meth:`~threading.Event.is_set` or block in :meth:`~threading.Event.wait`;
 ``async def`` handlers ``await`` :meth:`Cancellation.wait_async`, on whichever event loop
-they run.
+they run. asyncio is imported by ``wait_async`` only, which runs on an event loop: a
+sync worker or Lambda function never loads it (docs/deploy-lambda.md, "Cold start").
 """
 
 from __future__ import annotations
 
-import asyncio
 import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import asyncio
 
 
 class Cancellation(threading.Event):
@@ -30,6 +34,8 @@ class Cancellation(threading.Event):
 
     async def wait_async(self) -> None:
         """Return once the cancellation is set (at once if it already is)."""
+        import asyncio  # noqa: PLC0415 (loaded already: this runs on an event loop)
+
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         with self._lock:

@@ -3,18 +3,21 @@
 Expressions are read by ``cronsim``, which treats daylight-saving changes as Debian's
 cron does (docs/concepts.md, "Cron in a time zone"); zones are the standard library's
 ``zoneinfo``. Times come in and go out as UTC, to the millisecond, as storage keeps them.
+Both are imported by the functions that use them, so an app without schedules (a Lambda
+consumer, say) never loads them.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from itertools import islice, pairwise
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-from cronsim import CronSim, CronSimError
+from typing import TYPE_CHECKING
 
 from runlane_sqs.core.durations import truncate_ms
 from runlane_sqs.core.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from zoneinfo import ZoneInfo
 
 MAX_CRON_CHARS = 256
 """Longest cron expression accepted."""
@@ -34,6 +37,8 @@ def zone_named(name: object) -> ZoneInfo:
     """The IANA time zone ``name``; a clear error for anything else."""
     if not isinstance(name, str) or not name or len(name) > MAX_ZONE_CHARS:
         raise ConfigurationError(f"time zone must be an IANA zone name, not {name!r}")
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # noqa: PLC0415 (schedules only)
+
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError) as exc:
@@ -49,6 +54,8 @@ def check_cron(expression: object, zone: ZoneInfo) -> str:
             f"invalid cron expression {expression!r}: it needs five fields (minute, hour, "
             "day of month, month, day of week)"
         )
+    from cronsim import CronSim, CronSimError  # noqa: PLC0415 (schedules only)
+
     try:
         CronSim(expression, SAMPLE_START.replace(tzinfo=zone))
     except CronSimError as exc:
@@ -59,6 +66,10 @@ def check_cron(expression: object, zone: ZoneInfo) -> str:
 def cron_step(expression: str, tz: str, moment: datetime, *, reverse: bool) -> datetime | None:
     """The expression's first time strictly after ``moment`` (before it with
     ``reverse``), or ``None`` if it never matches (e.g. 30 February)."""
+    from zoneinfo import ZoneInfo  # noqa: PLC0415 (schedules only)
+
+    from cronsim import CronSim  # noqa: PLC0415 (schedules only)
+
     local = moment.astimezone(ZoneInfo(tz))
     try:
         found = next(iter(CronSim(expression, local, reverse=reverse)))
@@ -71,6 +82,10 @@ def shortest_gap(expression: str, tz: str) -> timedelta | None:
     """The shortest time between two of the expression's times: of ``GAP_SAMPLE`` times
     from the new year, which hold every minute list of its first matching hours, and
     from the day before each offset change of the zone that year."""
+    from zoneinfo import ZoneInfo  # noqa: PLC0415 (schedules only)
+
+    from cronsim import CronSim  # noqa: PLC0415 (schedules only)
+
     zone = ZoneInfo(tz)
     gaps: list[timedelta] = []
     for start in [SAMPLE_START.replace(tzinfo=zone), *_offset_changes(zone)]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
 import logging
@@ -220,7 +219,7 @@ class TaskContext:
         name, recorded = self._begin_token_wait(token_id)
         if recorded is not None:
             return recorded
-        token = await asyncio.to_thread(self._services().get_token, token_id)
+        token = await _on_thread(self._services().get_token, token_id)
         return _token_decision(name, token_id, token)
 
     def _begin_token_wait(self, token_id: str) -> tuple[str, TokenResult | None]:
@@ -241,7 +240,7 @@ class TaskContext:
         name, recorded = self._begin_run_wait(run_id)
         if recorded is not None:
             return recorded
-        other = await asyncio.to_thread(self._services().watch_run, run_id)
+        other = await _on_thread(self._services().watch_run, run_id)
         return _run_outcome(name, run_id, other)
 
     def _begin_run_wait(self, run_id: str) -> tuple[str, RunOutcome | None]:
@@ -272,7 +271,7 @@ class TaskContext:
             if inspect.isawaitable(produced):
                 produced = await produced
             value = self._storable(name, produced)
-            await asyncio.to_thread(self._services().record_step, name, value, site)
+            await _on_thread(self._services().record_step, name, value, site)
         return cast(T, value)
 
     def _begin_step(self, name: str, site: str) -> tuple[bool, JSON]:
@@ -337,6 +336,14 @@ def _run_outcome(name: str, run_id: str, other: Run | None) -> RunOutcome:
     if other.is_terminal:
         return RunOutcome.of(other)
     raise WaitRequested(Wait(WaitKind.RUN, name, run_id))
+
+
+async def _on_thread(fn: Callable[..., T], *args: object) -> T:
+    """``asyncio.to_thread``: asyncio is imported here, on the event loop running this,
+    so a sync worker or Lambda function never loads it."""
+    import asyncio  # noqa: PLC0415 (loaded already: this runs on an event loop)
+
+    return await asyncio.to_thread(fn, *args)
 
 
 def _call_site() -> str:

@@ -5,7 +5,6 @@ ports, the handler is called on the current thread.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from runlane_sqs.core.model import Run
@@ -69,6 +68,8 @@ class Executor:
     def call(self, request: message.CallHandler) -> object:
         """An ``async def`` handler runs to completion on a fresh event loop."""
         if request.task.is_async:
+            import asyncio  # noqa: PLC0415 (only for async handlers: a sync app never loads it)
+
             return asyncio.run(request.task.fn(request.ctx, request.payload))
         return request.task.fn(request.ctx, request.payload)
 

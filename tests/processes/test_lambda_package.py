@@ -185,6 +185,18 @@ def test_the_zip_holds_the_entry_points_and_neither_the_sdk_nor_the_cli_packages
     assert not tops & {*CLI_ONLY, *EXTRAS, *RUNTIME_PROVIDED, "six.py", "bin"}
 
 
+def test_the_zip_carries_bytecode_python_uses_as_it_is(lambda_zip: tuple[Path, str]) -> None:
+    """/var/task is read-only: without usable .pyc files every cold start compiles the
+    package again. Unchecked-hash bytecode (PEP 552 flags 0b01) is used whatever the
+    files' modification times."""
+    archive = zipfile.ZipFile(lambda_zip[0])
+    tag = sys.implementation.cache_tag
+    for source in ("runlane_sqs/lambdas/consumer", "runlane_sqs/core/machine", "tenacity/__init__"):
+        folder, _, module = source.rpartition("/")
+        header = archive.read(f"{folder}/__pycache__/{module}.{tag}.pyc")[:8]
+        assert int.from_bytes(header[4:8], "little") == 1
+
+
 def test_the_unzipped_package_runs_with_only_the_runtime_sdk_beside_it(
     lambda_zip: tuple[Path, str], tmp_path: Path
 ) -> None:
