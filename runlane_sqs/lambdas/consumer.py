@@ -217,7 +217,7 @@ class _Invocation:
             tally.stop_reason = OUT_OF_TIME
         if tally.stop_reason is not None or (group is not None and group in tally.failed_groups):
             tally.reported.append(message_id)
-            if tally.stop_reason == OUT_OF_TIME and (unstarted := self._unstarted(record)):
+            if tally.stop_reason == OUT_OF_TIME and (unstarted := self._wakeup(record, message_id)):
                 tally.out_of_time.append(unstarted)
             return
         message = self._wakeup(record, message_id)
@@ -268,21 +268,6 @@ class _Invocation:
             receipt=receipt,
             message_id=message_id,
             receive_count=count or 1,
-        )
-
-    def _unstarted(self, record: Mapping[str, Any]) -> ReceivedWakeup | None:
-        """A record reported unstarted, as a message to make visible again (``None``
-        when its envelope names none: it waits out the visibility timeout)."""
-        envelope = envelope_of(record)
-        if isinstance(envelope, str):
-            return None
-        arn, receipt, body = envelope
-        return ReceivedWakeup(
-            queue=logical_queue(self.app, arn),
-            body=body,
-            receipt=receipt,
-            message_id=str(record.get("messageId")),
-            receive_count=1,
         )
 
     def _release(self, unstarted: Sequence[ReceivedWakeup]) -> None:
