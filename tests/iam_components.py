@@ -8,7 +8,7 @@ import asyncio
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -38,6 +38,7 @@ from tests.iam_policies import (
     queue_arn,
     statements,
 )
+from tests.workers import DRAIN_WAIT_SECONDS, AnyWorker
 
 PRODUCER, WORKER, CONSUMER, MAINTENANCE, OPERATOR = (
     "producer",
@@ -161,8 +162,12 @@ class Components:
     queue_urls: dict[str, str]
 
     def drain(self) -> int:
+        """Drain until a drain executes nothing; each ends with a short poll (as
+        tests/workers.py builds workers), not a one-second long poll per queue."""
         total = 0
-        while executed := self.worker.worker(["default", "ordered"], worker_id="ecs").drain():
+        while executed := self._short_polling(
+            self.worker.worker(["default", "ordered"], worker_id="ecs")
+        ).drain():
             total += executed
         return total
 
@@ -170,7 +175,12 @@ class Components:
         worker = self.worker.async_worker(
             ["default", "ordered"], session=self.recorder.aio_session(WORKER)
         )
-        return asyncio.run(worker.drain())
+        return asyncio.run(self._short_polling(worker).drain())
+
+    @staticmethod
+    def _short_polling(worker: AnyWorker) -> AnyWorker:
+        worker.config = replace(worker.config, drain_wait_seconds=DRAIN_WAIT_SECONDS)
+        return worker
 
     def deliver(self) -> int:
         """Play the event source mapping: receive (the test's client), invoke the consumer
