@@ -25,6 +25,7 @@ from runlane_sqs import (
 from runlane_sqs.core import machine
 from runlane_sqs.core.agenda import AGENDA_SHARDS
 from runlane_sqs.core.names import new_lease_token
+from runlane_sqs.core.ordering import TURN_CHECK_AFTER
 from runlane_sqs.core.slots import key_scope, queue_scope
 from runlane_sqs.engine.maintenance import MaintenanceConfig
 from runlane_sqs.engine.reports import JOB_EXPIRED, JOB_SLOTS
@@ -305,6 +306,7 @@ def play(c: Components) -> None:
     operate(c, runs)
     maintain(c, runs)
     limit_concurrency(c)
+    order_runs(c)
     cursor = None  # last, the operator prunes what is finished
     while (pruned := c.operator.runs.prune(older_than=timedelta(0), cursor=cursor)).cursor:
         cursor = pruned.cursor
@@ -494,6 +496,35 @@ def limit_concurrency(c: Components) -> None:
     for run in (dead, behind, blocked):
         assert c.status(run.id) is RunStatus.SUCCEEDED
     assert c.holders(ORDERED_SCOPE) == c.holders(KEYED_SCOPE) == 0
+
+
+def order_runs(c: Components) -> None:
+    """Ordered runs: the producer takes places, the operator cancels a waiting run and
+    reruns a finished one, the worker and the consumer hand turns on; a worker dies past
+    its attempt deadline: maintenance's timeout ends the run, hands the turn on, and a
+    later pass checks the order record that write listed."""
+    producer = c.producer
+    first, second, third = (producer.trigger(OK, n, ordering_key="acct-1") for n in range(3))
+    c.operator.runs.cancel(third.id, reason="not needed")
+    assert c.drain() == 2
+    c.operator.runs.rerun(first.id)
+    assert c.drain() == 1
+    consumed = [producer.trigger(OK, n, ordering_key="acct-2") for n in range(2)]
+    while c.deliver():
+        pass
+    for run in (first, second, *consumed):
+        assert c.status(run.id) is RunStatus.SUCCEEDED
+    overdue = producer.trigger(OK, "overdue", ordering_key="acct-3")
+    behind = producer.trigger(OK, "behind", ordering_key="acct-3")
+    c.forge_lease(overdue.id, deadline=timedelta(seconds=30))
+    c.clock.advance(timedelta(minutes=1, seconds=1))
+    maintenance = c.maintenance.maintenance
+    assert maintenance.run_pass().jobs["attempt_deadlines"].acted == 1
+    assert c.status(overdue.id) is RunStatus.FAILED
+    assert c.drain() == 1
+    assert c.status(behind.id) is RunStatus.SUCCEEDED
+    c.clock.advance(TURN_CHECK_AFTER)
+    assert maintenance.run_pass().jobs[JOB_SLOTS].examined >= 1
 
 
 @dataclass(frozen=True)

@@ -316,6 +316,7 @@ class Runlane:
         singleton_key: str | None = None,
         delay: Duration | None = None,
         concurrency_key: str | None = None,
+        ordering_key: str | None = None,
     ) -> Run:
         """Create a run and publish its wakeup.
 
@@ -323,6 +324,8 @@ class Runlane:
         ``idempotency_key`` / ``singleton_key`` (``run.created`` is False). If the wakeup
         cannot be published the run stays queued and maintenance publishes it later.
         ``concurrency_key`` overrides the task's key function (tasks with a ``key_limit``).
+        Runs with the same ``ordering_key`` execute one at a time in trigger order, each
+        after the earlier ones finished (docs/ordering.md).
         """
         return self.engine.triggers.trigger(
             task,
@@ -331,6 +334,7 @@ class Runlane:
             singleton_key=singleton_key,
             delay=delay,
             concurrency_key=concurrency_key,
+            ordering_key=ordering_key,
         )
 
     def trigger_many(

@@ -77,6 +77,9 @@ def run_to_json(run: Run) -> dict[str, JSON]:
         "schedule_id": run.schedule_id,
         "scheduled_for": iso(run.scheduled_for),
         "concurrency_key": run.concurrency_key,
+        "ordering_key": run.ordering_key,
+        "place": run.place,
+        "waiting_for_turn": run.turn_wait,
         "slot_wait": run.slot_wait,
         "seq": run.seq,
     }

@@ -153,3 +153,13 @@ class NoFreeSlot(RunlaneError):
         self.scope = scope
         self.holders = holders
         self.limit = limit
+
+
+class OrderMoved(RunlaneError):
+    """A trigger's write found its ordering key's order record changed since it was read
+    (another trigger took the place, or a run of the key finished): nothing was written;
+    read the record again and retry."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"the order record of ordering key {key!r} changed; try again")
+        self.key = key

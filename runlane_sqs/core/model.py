@@ -95,6 +95,9 @@ class EventType(StrEnum):
     a slot, with no attempt counted. ``data`` names the scope and the limit."""
     SLOT_FREED = "slot_freed"
     """A slot of the scope the run waited on freed; the run is runnable again."""
+    TURN_REACHED = "turn_reached"
+    """The earlier runs of its ordering key finished; the run holds the key's turn and
+    is due."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,6 +304,12 @@ class Run:
     """The concurrency slots the current attempt holds (empty without a lease)."""
     slot_wait: str | None = None
     """The scope whose slot this runnable run waits for (``None``: it waits for none)."""
+    ordering_key: str | None = None
+    """Runs with the same ordering key execute one at a time in trigger order."""
+    place: int | None = None
+    """The run's number among its ordering key's runs (from 0, in trigger order)."""
+    turn_wait: bool = False
+    """The run waits for earlier runs of its ordering key to finish (not due meanwhile)."""
     created: bool = False
     """True only on the ``Run`` returned by the trigger that created it."""
 

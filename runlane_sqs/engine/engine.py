@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.engine.finishing import Finisher
+from runlane_sqs.engine.ordering import Turns
 from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.resuming import Resumer
 from runlane_sqs.engine.signals import SignalsApi
@@ -52,7 +53,8 @@ class Engine:
         self.transport = transport
         self.publisher = Publisher(store, transport, clock)
         self.resumer = Resumer(store, self.publisher, clock, config)
-        self.finisher = Finisher(store, self.resumer)
+        self.turns = Turns(store, self.publisher, clock, config)
+        self.finisher = Finisher(store, self.resumer, self.turns)
         self.slot_waker = SlotWaker(store, self.publisher, clock, config, tasks)
         self.triggers = Triggers(
             store=store,
@@ -99,6 +101,7 @@ class Engine:
             parking=self.parking,
             scheduler=self.scheduler,
             slot_waker=self.slot_waker,
+            turns=self.turns,
             tasks=self.tasks,
             clock=self.clock,
             settings=self.config,

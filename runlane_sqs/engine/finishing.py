@@ -1,5 +1,6 @@
-"""What follows a run reaching a terminal status: its keys are freed and a first batch of
-the runs waiting for it resume (maintenance polls for the rest)."""
+"""What follows a run reaching a terminal status: its keys are freed, a first batch of
+the runs waiting for it resume (maintenance polls for the rest), and its ordering key's
+turn is handed on (maintenance checks it too)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import logging
 
 from runlane_sqs.core.errors import RunlaneError
 from runlane_sqs.core.model import Run, RunStatus
+from runlane_sqs.engine.ordering import Turns
 from runlane_sqs.engine.resuming import RESUME_BATCH, Resumer, run_finished
 from runlane_sqs.ports.store import KeyKind, RunStore
 
@@ -24,22 +26,36 @@ def keys_to_release(run: Run) -> list[tuple[KeyKind, str]]:
 
 
 def finishing_needs_storage(run: Run) -> bool:
-    """Whether a finished run has keys to free or waiters to resume."""
-    return run.watched or bool(keys_to_release(run))
+    """Whether a finished run has keys to free, waiters to resume or a turn to hand on."""
+    return run.watched or bool(keys_to_release(run)) or run.ordering_key is not None
 
 
 class Finisher:
-    """Frees a finished run's keys and resumes the runs waiting for it."""
+    """Frees a finished run's keys, resumes the runs waiting for it and hands its
+    ordering key's turn on."""
 
-    def __init__(self, store: RunStore, resumer: Resumer) -> None:
+    def __init__(self, store: RunStore, resumer: Resumer, turns: Turns) -> None:
         self._store = store
         self._resumer = resumer
+        self._turns = turns
 
     def after_finished(self, run: Run) -> None:
-        """Free the run's keys and resume a first batch of its waiters (best effort)."""
+        """Free the run's keys, resume a first batch of its waiters and wake the next run
+        of its ordering key (best effort: maintenance repairs what is left)."""
         if not finishing_needs_storage(run):
             return
         self.release_keys(run)
+        if run.ordering_key is not None and run.is_terminal:
+            try:
+                self._turns.hand_on(run.ordering_key)
+            except RunlaneError as exc:
+                log.warning(
+                    "handing the turn of ordering key %r on after run %s failed: %s",
+                    run.ordering_key,
+                    run.id,
+                    exc,
+                    extra={"run_id": run.id, "task": run.task},
+                )
         if run.watched:
             try:
                 self._resumer.resume_waiters(run_finished(run), limit=RESUME_BATCH)

@@ -44,6 +44,7 @@ from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.errors import ConfigurationError, ConflictError, RunlaneError
 from runlane_sqs.core.machine import Skip, Transition
 from runlane_sqs.core.model import LEASED_STATUSES, EventType, Run, RunStatus, WaitKind
+from runlane_sqs.core.ordering import is_order_scope
 from runlane_sqs.core.recovery import (
     RecoverySettings,
     is_held,
@@ -58,6 +59,7 @@ from runlane_sqs.core.waits import poll_later
 from runlane_sqs.engine.agenda_scan import AgendaScan, Page
 from runlane_sqs.engine.finishing import Finisher
 from runlane_sqs.engine.lines import QueueLines
+from runlane_sqs.engine.ordering import Turns
 from runlane_sqs.engine.parking import Parking
 from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.reports import (
@@ -148,6 +150,7 @@ class Maintenance:
         parking: Parking,
         scheduler: Scheduler,
         slot_waker: SlotWaker,
+        turns: Turns,
         tasks: TaskRegistry,
         clock: Clock,
         settings: RunlaneConfig,
@@ -162,6 +165,7 @@ class Maintenance:
         self._parking = parking
         self._scheduler = scheduler
         self._slots = slot_waker
+        self._turns = turns
         self._tasks = tasks
         self._clock = clock
         self._settings = settings
@@ -274,6 +278,11 @@ class Maintenance:
     def _slot(self, state: SlotState, now: datetime, job: SlotsReport) -> list[PendingWakeup]:
         """Drop holders that no longer hold their lease; wake waiters for free slots."""
         job.examined += 1
+        if is_order_scope(state.scope):  # an ordering key's record: hand its turn on
+            assert state.listed_at is not None
+            woken = self._turns.check(state.scope, state.listed_at)
+            job.acted += woken is not None
+            return [(woken, job, None)] if woken is not None else []
         checked = self._slots.check(state, now)
         job.repaired += checked.repaired
         job.acted += len(checked.woken)

@@ -7,13 +7,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from runlane_sqs.core import machine
+from runlane_sqs.core import machine, ordering
 from runlane_sqs.core.agenda import RepublishPolicy
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.durations import Duration, to_timedelta
-from runlane_sqs.core.errors import RunlaneError
-from runlane_sqs.core.model import JSON, LinkKind, Run, RunStatus
+from runlane_sqs.core.errors import InvalidKeyError, OrderMoved, RunlaneError, StorageUnavailable
+from runlane_sqs.core.model import JSON, LinkKind, Run, RunEvent, RunStatus
 from runlane_sqs.core.names import check_key, new_run_id
 from runlane_sqs.core.payload import encode_json
 from runlane_sqs.engine.publishing import Publisher
@@ -24,6 +24,9 @@ from runlane_sqs.ports.transport import WakeupTransport
 log = logging.getLogger("runlane_sqs")
 
 MAX_KEY_TAKEOVERS = 3
+MAX_ORDER_MOVES = 50
+"""Triggers of one ordered run that find the key's order record changed (by concurrent
+triggers or finishing runs of the key) before the trigger gives up."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,7 @@ class TriggerRequest:
     idempotency_key: str | None
     singleton_key: str | None
     concurrency_key: str | None = None
+    ordering_key: str | None = None
 
 
 def validate_keys(idempotency_key: object, singleton_key: object) -> tuple[str | None, str | None]:
@@ -78,16 +82,42 @@ def create(
     if request.concurrency_key is not None:
         run = run.with_changes(concurrency_key=request.concurrency_key)
     claims = _claims(request, now + idempotency_retention)
-    for _ in range(MAX_KEY_TAKEOVERS):
+    takeovers = moves = 0
+    while takeovers < MAX_KEY_TAKEOVERS and moves < MAX_ORDER_MOVES:
+        written, first, place = run, event, None
+        if request.ordering_key is not None:
+            head = store.orders.order_head(request.ordering_key)
+            written, first, place = ordering.place(run, event, request.ordering_key, head)
         try:
-            store.create_run(run, event, request.payload_json, claims)
-            return run
+            store.create_run(written, first, request.payload_json, claims, place)
+            return written
+        except OrderMoved:
+            moves += 1
         except KeyConflict as conflict:
             owner = store.get_run(conflict.owner) if conflict.owner else None
             if owner is not None and holds_key(conflict.claim.kind, owner):
                 return owner
             claims = _replace_owner(claims, conflict.claim, conflict.owner)
+            takeovers += 1
+    if moves >= MAX_ORDER_MOVES:
+        raise StorageUnavailable(
+            f"the ordering key {request.ordering_key!r} changed under {moves} triggers of a "
+            f"new {request.task!r} run in a row; try again"
+        )
     raise RunlaneError(f"could not take the keys of a new {request.task!r} run; try again")
+
+
+def create_placed(store: RunStore, run: Run, event: RunEvent, payload_json: str, key: str) -> Run:
+    """Write a run without keys at the end of ``key``'s line; returns it as written."""
+    for _ in range(MAX_ORDER_MOVES):
+        head = store.orders.order_head(key)
+        written, first, place = ordering.place(run, event, key, head)
+        try:
+            store.create_run(written, first, payload_json, (), place)
+        except OrderMoved:
+            continue
+        return written
+    raise StorageUnavailable(f"the ordering key {key!r} changed under {MAX_ORDER_MOVES} writes")
 
 
 def _claims(request: TriggerRequest, idempotency_expires_at: datetime) -> Sequence[KeyClaim]:
@@ -140,10 +170,12 @@ class Triggers:
         singleton_key: str | None,
         delay: Duration | None,
         concurrency_key: str | None = None,
+        ordering_key: str | None = None,
     ) -> Run:
-        """Create a run and publish its wakeup; a run holding a key is returned instead."""
+        """Create a run and publish its wakeup; a run holding a key is returned instead.
+        A run waiting for its ordering key's turn is published when its turn comes."""
         request = self.request(
-            task, payload, idempotency_key, singleton_key, delay, concurrency_key
+            task, payload, idempotency_key, singleton_key, delay, concurrency_key, ordering_key
         )
         run = self._create(request)
         if run.created:
@@ -167,11 +199,17 @@ class Triggers:
         singleton_key: str | None,
         delay: Duration | None,
         concurrency_key: str | None = None,
+        ordering_key: str | None = None,
     ) -> TriggerRequest:
         """Validate a trigger before anything is written."""
         resolved = self._tasks.resolve(task)
         idem, single = validate_keys(idempotency_key, singleton_key)
         key = concurrency_key_of(resolved, payload, concurrency_key)
+        order = ordering.check_ordering_key(ordering_key) if ordering_key is not None else None
+        if order is not None and delay is not None:
+            raise InvalidKeyError(
+                "a run with an ordering key starts at its turn: it cannot also have a delay"
+            )
         payload_json = encode_json(payload, what="payload", limit_bytes=self._config.payload_limit)
         wait = to_timedelta(delay, "delay") if delay is not None else None
         self._transport.check_queue(resolved.queue)  # a clear error before any write
@@ -184,6 +222,7 @@ class Triggers:
             idempotency_key=idem,
             singleton_key=single,
             concurrency_key=key,
+            ordering_key=order,
         )
 
     def _create(self, request: TriggerRequest) -> Run:
@@ -224,6 +263,9 @@ class Triggers:
         payload_json = encode_json(
             source.payload, what="payload", limit_bytes=self._config.payload_limit
         )
-        self._store.create_run(run, event, payload_json)
+        if source.ordering_key is None:
+            self._store.create_run(run, event, payload_json)
+        else:  # at the end of the source's ordering key's line
+            run = create_placed(self._store, run, event, payload_json, source.ordering_key)
         self._publisher.publish_new([run])
         return run

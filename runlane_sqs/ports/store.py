@@ -16,7 +16,9 @@ from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.errors import RunlaneError
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Lease, Run, RunEvent, RunStatus, WaitKind
+from runlane_sqs.core.ordering import Place
 from runlane_sqs.core.tokens import Token, TokenDecision
+from runlane_sqs.ports.ordering import OrderStore
 from runlane_sqs.ports.schedules import ScheduleStore
 from runlane_sqs.ports.slots import SlotStore
 
@@ -80,10 +82,23 @@ class RunStore(Protocol):
         slots`)."""
         ...
 
+    @property
+    def orders(self) -> OrderStore:
+        """The ordering keys of the same environment (:mod:`runlane_sqs.ports.ordering`)."""
+        ...
+
     def create_run(
-        self, run: Run, event: RunEvent, payload_json: str, claims: Sequence[KeyClaim] = ()
+        self,
+        run: Run,
+        event: RunEvent,
+        payload_json: str,
+        claims: Sequence[KeyClaim] = (),
+        place: Place | None = None,
     ) -> None:
-        """Store a new run (and its key claims, atomically); raises :class:`KeyConflict`."""
+        """Store a new run (and its key claims and its place in an ordering key's line,
+        atomically); raises :class:`KeyConflict`, or
+        :class:`~runlane_sqs.core.errors.OrderMoved` if the key's order record is no
+        longer as ``place`` saw it."""
         ...
 
     def get_run(self, run_id: str) -> Run | None: ...
@@ -96,7 +111,8 @@ class RunStore(Protocol):
         Raises :class:`~runlane_sqs.core.errors.ConflictError` carrying the stored run otherwise.
         A claim that takes concurrency slots takes them in the same atomic write, or raises
         :class:`~runlane_sqs.core.errors.NoFreeSlot` and writes nothing; a write that ends
-        an attempt frees the slots it held in the same write.
+        an attempt frees the slots it held in the same write, and a write that makes an
+        ordered run terminal leaves its key's line in the same write.
         """
         ...
 

@@ -197,7 +197,8 @@ def test_every_dynamodb_statement_is_limited_to_the_environments_items() -> None
             assert patterns, (name, statement.get("Sid"))
             for pattern in patterns:
                 assert re.fullmatch(
-                    r"((RUN|IDEM|SINGLETON|TOKEN|SLOT)#\$\{Environment\}#\*|(MAINT|SCHED)#\$\{Environment\})"
+                    r"((RUN|IDEM|SINGLETON|TOKEN|SLOT)#\$\{Environment\}#\*|SLOT#\$\{Environment\}#order#\*"
+                    r"|(MAINT|SCHED)#\$\{Environment\})"
                     r"|\$\{Environment\}#[a-z_]*#?\*?",
                     pattern["Fn::Sub"],
                 ), (name, pattern)

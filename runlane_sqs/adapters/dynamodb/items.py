@@ -139,6 +139,12 @@ class RunItem(Model):
     """JSON ``[[scope, limit], ...]``: the slots the current attempt holds."""
     slot_wait = UnicodeAttribute(null=True)
     """The scope whose slot a runnable run waits for."""
+    ordering_key = UnicodeAttribute(null=True)
+    """Runs with the same ordering key execute one at a time in trigger order."""
+    place = NumberAttribute(null=True)
+    """The run's number among its ordering key's runs, fixed at trigger time."""
+    turn_wait = NumberAttribute(null=True)
+    """1 while the run waits for earlier runs of its ordering key to finish."""
     events = ListAttribute(of=EventMap, null=True)
     # index attributes, derived from the state above on every write
     status_pk = UnicodeAttribute(null=True)

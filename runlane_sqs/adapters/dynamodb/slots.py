@@ -1,5 +1,7 @@
 """Concurrency limits in DynamoDB: one slot record per scope, taken and freed in the
-transaction that writes the run (docs/design/storage.md, "Concurrency limits").
+transaction that writes the run (docs/design/storage.md, "Concurrency limits"); the same
+transaction leaves an ordered run's line when it finishes
+(:mod:`runlane_sqs.adapters.dynamodb.ordering`).
 
 A slot record (``SLOT#{env}#{scope}`` / ``SLOT``) lists its holders in a string set,
 ``{lease token}:{run id}`` each. A claim of a limited run is one ``TransactWriteItems``:
@@ -24,6 +26,7 @@ from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.codec import run_from_wire
 from runlane_sqs.adapters.dynamodb.cursors import agenda_key, decode_cursor, encode_cursor
 from runlane_sqs.adapters.dynamodb.errors import error_code
+from runlane_sqs.adapters.dynamodb.ordering import finish_items
 from runlane_sqs.adapters.dynamodb.replays import landed_transition
 from runlane_sqs.adapters.dynamodb.requests import apply_transition, query_agenda, query_waiters
 from runlane_sqs.core.agenda import slot_agenda_pk
@@ -31,6 +34,7 @@ from runlane_sqs.core.durations import from_epoch_ms, to_epoch_ms
 from runlane_sqs.core.errors import ConflictError, NoFreeSlot, StorageUnavailable
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Run, Slot
+from runlane_sqs.core.ordering import turn_passed
 from runlane_sqs.core.slots import SlotState, holder, slots_freed, slots_taken
 
 Request = dict[str, Any]
@@ -99,10 +103,12 @@ def _free(table: str, environment: str, slot: Slot, entry: str, now_ms: int) -> 
 
 
 def transaction(table: str, transition: Transition) -> Request | None:
-    """The ``TransactWriteItems`` of a transition that takes or frees slots (``None``
-    for every other transition: it stays one ``UpdateItem``)."""
+    """The ``TransactWriteItems`` of a transition that takes or frees slots, or ends an
+    ordered run (``None`` for every other transition: it stays one ``UpdateItem``). The
+    run's update comes first, then the slots taken, freed, and the line left."""
     taken, freed = slots_taken(transition), slots_freed(transition)
-    if not taken and not freed:
+    ordering_key = turn_passed(transition)
+    if not taken and not freed and ordering_key is None:
         return None
     run = apply_transition(table, transition)
     run.pop("ReturnValues", None)  # a transaction returns nothing
@@ -120,6 +126,8 @@ def transaction(table: str, transition: Transition) -> Request | None:
         assert before.lease is not None
         entry = holder(before.lease.token, before.id)
         items += [{"Update": _free(table, env, s, entry, now_ms)} for s in freed]
+    if ordering_key is not None:
+        items += finish_items(table, after, ordering_key)
     return {"TransactItems": items}
 
 

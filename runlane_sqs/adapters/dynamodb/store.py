@@ -30,6 +30,7 @@ from runlane_sqs.adapters.dynamodb.cursors import (
 )
 from runlane_sqs.adapters.dynamodb.errors import call, error_code, refused_as_malformed
 from runlane_sqs.adapters.dynamodb.listing import list_run_keys
+from runlane_sqs.adapters.dynamodb.ordering import DynamoOrderStore, moved, trigger_items
 from runlane_sqs.adapters.dynamodb.replays import (
     applied,
     landed_creation,
@@ -42,9 +43,10 @@ from runlane_sqs.adapters.dynamodb.schedules import DynamoScheduleStore
 from runlane_sqs.adapters.dynamodb.slots import DynamoSlotStore, apply_slotted, transaction
 from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.durations import from_epoch_ms, to_epoch_ms
-from runlane_sqs.core.errors import ConflictError, StorageError, StorageUnavailable
+from runlane_sqs.core.errors import ConflictError, OrderMoved, StorageError, StorageUnavailable
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Lease, Run, RunEvent, WaitKind
+from runlane_sqs.core.ordering import Place
 from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenDecision, TokenNotFound
 from runlane_sqs.ports.store import KeyClaim, KeyConflict, KeyKind, RunQuery
 
@@ -77,6 +79,8 @@ class DynamoRunStore:
         """The environment's schedules, in the same table."""
         self.slots = DynamoSlotStore(self._send, self._query, table, environment)
         """The environment's concurrency slot records, in the same table."""
+        self.orders = DynamoOrderStore(self._send, table, environment)
+        """The environment's ordering keys, in the same table."""
 
     @functools.cached_property
     def _endpoint(self) -> str | None:
@@ -112,11 +116,16 @@ class DynamoRunStore:
             return list(pool.map(lambda request: self._query(request, cursor), sent))
 
     def create_run(
-        self, run: Run, event: RunEvent, payload_json: str, claims: Sequence[KeyClaim] = ()
+        self,
+        run: Run,
+        event: RunEvent,
+        payload_json: str,
+        claims: Sequence[KeyClaim] = (),
+        place: Place | None = None,
     ) -> None:
         item = run_to_wire(run, [event], payload_json)
         put = requests.put_run(self.table, item)
-        if not claims:
+        if not claims and place is None:
             try:
                 self._send("put_item", put)
             except ClientError as exc:
@@ -137,9 +146,13 @@ class DynamoRunStore:
             for c in claims
         ]
         items = [{"Put": r} for r in claim_requests] + [{"Put": put}]
+        if place is not None:
+            items += trigger_items(self.table, run, place)
         try:
             self._send("transact_write_items", {"TransactItems": items})
         except ClientError as exc:
+            if place is not None and moved(exc, len(claims) + 1):
+                raise OrderMoved(place.key) from None
             self._raise_key_conflict(exc, run.id, claims)
 
     def _raise_key_conflict(

@@ -58,6 +58,18 @@ class InMemorySlotStore:
                 entry = holder(before.lease.token, before.id)
                 self._slots[slot.scope] = replace(state, holders=state.holders - {entry})
 
+    def list_scope(self, scope: str, at: datetime) -> None:
+        """List a scope's record for maintenance at ``at`` (the caller holds the lock)."""
+        state = self._slots.get(scope) or SlotState(scope, 0, frozenset())
+        self._slots[scope] = replace(state, listed_at=at)
+
+    def unlist_scope(self, scope: str, listed_at: datetime) -> None:
+        """Take a record off the agenda if it is still listed at ``listed_at``."""
+        with self._lock:
+            state = self._slots.get(scope)
+            if state is not None and state.listed_at == listed_at:
+                self._slots[scope] = replace(state, listed_at=None)
+
     def get_slot(self, scope: str) -> SlotState | None:
         with self._lock:
             return self._slots.get(scope)

@@ -30,6 +30,7 @@ from runlane_sqs.adapters.dynamodb.cursors import (
     encode_cursor,
     waits_key,
 )
+from runlane_sqs.adapters.memory.ordering import InMemoryOrderStore
 from runlane_sqs.adapters.memory.schedules import InMemoryScheduleStore
 from runlane_sqs.adapters.memory.slots import InMemorySlotStore
 from runlane_sqs.core.agenda import listed_at
@@ -38,6 +39,7 @@ from runlane_sqs.core.durations import to_epoch_ms
 from runlane_sqs.core.errors import ConflictError, LeaseLost
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import LEASED_STATUSES, Lease, Run, RunEvent, WaitKind
+from runlane_sqs.core.ordering import Place
 from runlane_sqs.core.tokens import Token, TokenDecision, TokenNotFound
 from runlane_sqs.core.tokens import agenda_entry as token_agenda_entry
 from runlane_sqs.ports.store import KeyClaim, KeyConflict, KeyKind, RunQuery
@@ -114,9 +116,16 @@ class InMemoryRunStore:
         """The environment's schedules."""
         self.slots = InMemorySlotStore(environment, self._lock, self._all_runs)
         """The environment's concurrency slot records."""
+        self.orders = InMemoryOrderStore(self._lock, self.slots)
+        """The environment's ordering keys."""
 
     def create_run(
-        self, run: Run, event: RunEvent, payload_json: str, claims: Sequence[KeyClaim] = ()
+        self,
+        run: Run,
+        event: RunEvent,
+        payload_json: str,
+        claims: Sequence[KeyClaim] = (),
+        place: Place | None = None,
     ) -> None:
         now_s = int(run.created_at.timestamp())
         with self._lock:
@@ -131,6 +140,9 @@ class InMemoryRunStore:
                     raise KeyConflict(claim, held.run_id if held else None)
             if run.id in self._runs:
                 raise ConflictError(run.id, self._runs[run.id].run)
+            if place is not None:
+                self.orders.check_place(place)
+                self.orders.record_place(run, place)
             for claim in claims:
                 expires = int(claim.expires_at.timestamp()) if claim.expires_at else None
                 self._keys[(claim.kind, claim.task, claim.key)] = _Key(run.id, expires)
@@ -161,6 +173,7 @@ class InMemoryRunStore:
             if any(stored_state[name] != seen_state[name] for name in transition.guard):
                 raise ConflictError(transition.run_id, current)
             self.slots.take_and_free(transition)
+            self.orders.leave(transition)
             after = replace(transition.after, watched=current.watched)
             stored.run = _as_stored(after, stored.payload_json)
             stored.events.extend(_event_as_stored(e) for e in transition.events)

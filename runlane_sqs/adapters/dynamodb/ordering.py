@@ -1,0 +1,166 @@
+"""Ordered runs in DynamoDB: an order record and place entries per ordering key
+(docs/design/storage.md, "Ordered runs").
+
+Both live in the partition of the key's scope, ``SLOT#{env}#order#{key}``, where slot
+records live:
+
+- the order record (sk ``SLOT``): ``next_place``, ``unfinished``, and an agenda listing
+  while maintenance must check that the turn was handed on;
+- one place entry per unfinished run (sk ``PLACE#{number:016d}``, ``run_id``): a
+  strongly consistent ``Query`` of the partition finds the run holding the turn.
+
+A trigger writes its run, the order record (conditioned on what it read) and its place
+entry in one ``TransactWriteItems``. The write that makes an ordered run terminal deletes
+its entry and counts the record down in the same transaction as the run's own write
+(:mod:`runlane_sqs.adapters.dynamodb.slots`), fenced by the run's condition.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from runlane_sqs.adapters.dynamodb import keys
+from runlane_sqs.adapters.dynamodb.errors import error_code
+from runlane_sqs.core.agenda import slot_agenda_pk
+from runlane_sqs.core.durations import to_epoch_ms
+from runlane_sqs.core.model import Run
+from runlane_sqs.core.ordering import PLACE_DIGITS, TURN_CHECK_AFTER, OrderHead, Place, order_scope
+
+Request = dict[str, Any]
+Send = Any
+PLACE_PREFIX = "PLACE#"
+
+
+def place_sk(number: int) -> str:
+    return f"{PLACE_PREFIX}{number:0{PLACE_DIGITS}d}"
+
+
+def _place_key(environment: str, key: str, number: int) -> dict[str, dict[str, str]]:
+    return {"pk": {"S": keys.slot_pk(environment, order_scope(key))}, "sk": {"S": place_sk(number)}}
+
+
+def trigger_items(table: str, run: Run, place: Place) -> list[Request]:
+    """The order record's update and the place entry a trigger writes with its run."""
+    env, scope, seen = run.environment, order_scope(place.key), place.seen
+    names = {"#n": "next_place", "#u": "unfinished", "#e": "environment", "#s": "scope"}
+    values = {
+        ":n1": {"N": str(seen.next_place + 1)},
+        ":u1": {"N": str(seen.unfinished + 1)},
+        ":e": {"S": env},
+        ":s": {"S": scope},
+        ":t": {"N": str(to_epoch_ms(run.created_at))},
+    }
+    if seen.next_place == 0:
+        condition = "attribute_not_exists(#n)"
+    else:
+        condition = "#n = :n AND #u = :u"
+        values.update({":n": {"N": str(seen.next_place)}, ":u": {"N": str(seen.unfinished)}})
+    record = {
+        "TableName": table,
+        "Key": keys.slot_key(env, scope),
+        "UpdateExpression": "SET #n = :n1, #u = :u1, #e = :e, #s = :s, updated_at = :t",
+        "ConditionExpression": condition,
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": values,
+    }
+    entry = {
+        "TableName": table,
+        "Item": {
+            **_place_key(env, place.key, place.number),
+            "run_id": {"S": run.id},
+            "environment": {"S": env},
+        },
+        "ConditionExpression": "attribute_not_exists(pk)",
+    }
+    return [{"Update": record}, {"Put": entry}]
+
+
+def finish_items(table: str, run: Run, key: str) -> list[Request]:
+    """What the write making ``run`` terminal does to its key's line: its place entry is
+    deleted, the record counted down and listed for maintenance's check of the turn."""
+    assert run.place is not None
+    env, scope = run.environment, order_scope(key)
+    now_ms = to_epoch_ms(run.updated_at)
+    check_ms = to_epoch_ms(run.updated_at + TURN_CHECK_AFTER)
+    record = {
+        "TableName": table,
+        "Key": keys.slot_key(env, scope),
+        "UpdateExpression": "ADD #u :m SET #p = :p, #a = :a, updated_at = :t",
+        "ExpressionAttributeNames": {"#u": "unfinished", "#p": "agenda_pk", "#a": "agenda_at"},
+        "ExpressionAttributeValues": {
+            ":m": {"N": "-1"},
+            ":p": {"S": slot_agenda_pk(env, scope)},
+            ":a": {"N": str(check_ms)},
+            ":t": {"N": str(now_ms)},
+        },
+    }
+    entry = {"TableName": table, "Key": _place_key(env, key, run.place)}
+    return [{"Update": record}, {"Delete": entry}]
+
+
+def moved(exc: ClientError, first: int) -> bool:
+    """Did a cancelled trigger transaction fail on the order record (read again, try
+    again)? ``first`` is the index of the record's update among the items."""
+    if error_code(exc) != "TransactionCanceledException":
+        return False
+    reasons: list[dict[str, Any]] = exc.response.get("CancellationReasons") or []  # type: ignore[assignment]
+    codes = [reason.get("Code") for reason in reasons]
+    if "TransactionConflict" in codes:
+        return True
+    return len(codes) > first and codes[first] == "ConditionalCheckFailed"
+
+
+class DynamoOrderStore:
+    """Order records and place entries of one environment, in the run store's table."""
+
+    def __init__(self, send: Send, table: str, environment: str) -> None:
+        self._send = send
+        self.table = table
+        self.environment = environment
+
+    def order_head(self, key: str) -> OrderHead:
+        request = {
+            "TableName": self.table,
+            "Key": keys.slot_key(self.environment, order_scope(key)),
+            "ConsistentRead": True,
+            "ProjectionExpression": "next_place, unfinished",
+        }
+        wire = self._send("get_item", request).get("Item") or {}
+        return OrderHead(
+            next_place=int(wire.get("next_place", {}).get("N", "0")),
+            unfinished=int(wire.get("unfinished", {}).get("N", "0")),
+        )
+
+    def first_place(self, key: str) -> tuple[int, str] | None:
+        request = {
+            "TableName": self.table,
+            "KeyConditionExpression": "pk = :pk AND begins_with(sk, :p)",
+            "ExpressionAttributeValues": {
+                ":pk": {"S": keys.slot_pk(self.environment, order_scope(key))},
+                ":p": {"S": PLACE_PREFIX},
+            },
+            "ConsistentRead": True,
+            "Limit": 1,
+        }
+        items = self._send("query", request).get("Items", [])
+        if not items:
+            return None
+        return int(items[0]["sk"]["S"][len(PLACE_PREFIX) :]), str(items[0]["run_id"]["S"])
+
+    def unlist_order(self, key: str, listed_at: datetime) -> None:
+        request = {
+            "TableName": self.table,
+            "Key": keys.slot_key(self.environment, order_scope(key)),
+            "UpdateExpression": "REMOVE #a, #p",
+            "ConditionExpression": "#a = :a",
+            "ExpressionAttributeNames": {"#a": "agenda_at", "#p": "agenda_pk"},
+            "ExpressionAttributeValues": {":a": {"N": str(to_epoch_ms(listed_at))}},
+        }
+        try:
+            self._send("update_item", request)
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
