@@ -21,7 +21,7 @@ from runlane_sqs.core.clock import Clock, SystemClock
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.durations import Duration
 from runlane_sqs.core.errors import StorageUnavailable
-from runlane_sqs.core.model import JSON, LinkKind, Run
+from runlane_sqs.core.model import JSON, Run
 from runlane_sqs.core.parking import DEFAULT_PARK_AFTER_RECEIVES
 from runlane_sqs.core.redaction import Redact
 from runlane_sqs.core.retry import RetryPolicy
@@ -347,13 +347,9 @@ class Runlane:
         """Publish one wakeup for ``run``; False if SQS refused (maintenance repairs it)."""
         return self.publisher.publish_many([run], delay=delay) == 1
 
-    def relaunch(self, source: Run, run_id: str, link: tuple[str, LinkKind, str, str]) -> Run:
-        """Create a run of ``source``'s task with its payload, linked to ``source``."""
-        return self.engine.triggers.relaunch(source, run_id, link)
-
     def after_finished(self, run: Run) -> None:
-        """What follows a run reaching a terminal status: free its keys and resume a first
-        batch of runs waiting for it (maintenance polls for the rest)."""
+        """What follows a run reaching a terminal status: free its keys, resume a first
+        batch of runs waiting for it and hand its ordering key's turn on."""
         self.engine.finisher.after_finished(run)
 
     def release_keys(self, run: Run) -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from runlane_sqs.core.agenda import AgendaKind, agenda_partitions
+from runlane_sqs.core.ordering import is_order_scope
 from runlane_sqs.core.slots import KEY_SCOPE, QUEUE_SCOPE, SlotState, queue_scope
 from runlane_sqs.engine.engine import Engine
 
@@ -96,7 +97,11 @@ class QueuesApi:
         by scope."""
         tasks = self._engine.tasks
         limits = {queue_scope(q.name): q.concurrency_limit for q in tasks.defined_queues()}
-        stored = {state.scope: state for state in self._active()}
+        stored = {
+            state.scope: state
+            for state in self._active()
+            if not is_order_scope(state.scope)  # an ordering key's record, not a limit
+        }
         for scope in limits.keys() - stored.keys():
             state = self._engine.store.slots.get_slot(scope)
             if state is not None:

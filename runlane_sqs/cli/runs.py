@@ -63,6 +63,7 @@ def _emit_run(run: Run, as_json: bool, **extra: JSON) -> None:
 )
 @click.option("--idempotency-key", help="Return the existing run that holds this key.")
 @click.option("--singleton-key", help="At most one unfinished run of the task per key.")
+@click.option("--ordering-key", help="Run after the unfinished runs with this key, in order.")
 @click.option("--delay", type=click.FloatRange(min=0), help="Seconds before the run is due.")
 @json_option
 def trigger(
@@ -71,6 +72,7 @@ def trigger(
     payload: JSON,
     idempotency_key: str | None,
     singleton_key: str | None,
+    ordering_key: str | None,
     delay: float | None,
     as_json: bool,
 ) -> None:
@@ -83,6 +85,7 @@ def trigger(
         payload,
         idempotency_key=idempotency_key,
         singleton_key=singleton_key,
+        ordering_key=ordering_key,
         delay=delay,
     )
     if as_json:

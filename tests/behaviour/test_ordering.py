@@ -19,6 +19,7 @@ from runlane_sqs.core.ordering import TURN_CHECK_AFTER, order_scope
 from runlane_sqs.engine.reports import JOB_EXPIRED, JOB_SLOTS
 from tests.backends import Backend
 from tests.behaviour.worker_support import claim_elsewhere, drain, event_types
+from tests.workers import WorkerKind
 
 TASK = "ledger.post"
 RETRY_SECONDS = 1000
@@ -76,6 +77,15 @@ def test_runs_of_a_key_run_one_at_a_time_in_trigger_order(backend: Backend) -> N
     assert first_event.data["ordering_key"] == "acct-1" and first_event.data["place"] == 3
     assert first_event.data["behind"] == 3
     assert app.store.orders.first_place("acct-1") is None  # the line is empty
+
+
+def test_both_workers_hand_the_turn_on(backend: Backend, worker_kind: WorkerKind) -> None:
+    ledger = Ledger()
+    app = backend.app(register=ledger.register)
+    runs = [trigger(app, "acct-1", n) for n in range(3)]
+    assert worker_kind.drain(app, concurrency=4) == 3
+    assert ledger.order("acct-1") == [0, 1, 2]
+    assert all(app.runs.get(r.id).status is RunStatus.SUCCEEDED for r in runs)
 
 
 def test_a_retried_run_holds_its_keys_later_runs_until_it_finishes(backend: Backend) -> None:
@@ -166,6 +176,7 @@ def test_maintenance_hands_on_a_turn_whose_writer_died(backend: Backend) -> None
     app.store.apply(
         machine.record_success(held, token=held.lease.token, result=0, now=app.clock.now())
     )  # ... and nothing after it
+    assert not any(o.scope.startswith("order#") for o in app.queues.list())  # not a limit
     assert app.maintenance.run_pass().jobs[JOB_SLOTS].acted == 0  # not due yet
     assert app.runs.get(runs[1].id).turn_wait
     backend.clock.advance(TURN_CHECK_AFTER)

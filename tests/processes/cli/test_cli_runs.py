@@ -141,6 +141,26 @@ def test_cancel_from_the_cli_finishes_a_released_run_at_once(
     assert "already cancelled" in again.stderr
 
 
+def test_runs_triggered_with_an_ordering_key_wait_their_turn_and_run_in_order(
+    cli: Cli, provisioned: dict[str, str]
+) -> None:
+    first, second = (_trigger(cli, ECHO, "--ordering-key", "acct-7") for _ in range(2))
+    waiting = _run(cli, second)
+    assert (waiting["ordering_key"], waiting["place"], waiting["waiting_for_turn"]) == (
+        "acct-7",
+        1,
+        True,
+    )
+    worker = cli.ok("worker", "--drain")
+    assert worker.stdout.strip() == "executed 2 run(s)"
+    done = [_run(cli, run_id) for run_id in (first, second)]
+    assert [run["status"] for run in done] == ["succeeded", "succeeded"]
+    assert done[0]["updated_at"] <= done[1]["updated_at"]
+    refused = cli("trigger", ECHO, "--ordering-key", "acct\x1b[2J")
+    assert refused.code == EXIT_USAGE
+    assert "control character" in refused.stderr and "Traceback" not in refused.stderr
+
+
 def test_prune_removes_only_finished_runs_older_than_the_cutoff(
     cli: Cli, provisioned: dict[str, str]
 ) -> None:
