@@ -176,3 +176,43 @@ def test_a_limited_run_with_a_free_slot_costs_a_read_and_two_transactions(
         print("\n" + measured.report("limited trigger_many x50"))
     per_run = {op: count / RUNS for op, count in measured.dynamodb.items()}
     assert per_run == {"PutItem": 1.0, "GetItem": 1.0, "TransactWriteItems": 2.0, "Query": 1.0}
+
+
+def test_an_ordered_run_alone_in_its_line_costs_a_read_two_transactions_and_a_query(
+    make_app: Callable[..., Runlane], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A trigger with an ordering key reads the key's order record and writes the run, the
+    record and its place in one transaction; the claim is the plain claim; the end leaves
+    the line in the outcome's transaction and looks for the next place (one ``Query``),
+    finding none (docs/design/storage.md, "Ordered runs")."""
+
+    def alone(app: Runlane) -> list[Any]:
+        return [app.trigger(TASK, {"n": n}, ordering_key=f"acct-{n}") for n in range(RUNS)]
+
+    measured = _measure(make_app(), alone)
+    with capsys.disabled():
+        print("\n" + measured.report("ordered, one run per key x50"))
+    per_run = {op: count / RUNS for op, count in measured.dynamodb.items()}
+    assert per_run == {"GetItem": 1.0, "TransactWriteItems": 2.0, "UpdateItem": 1.0, "Query": 1.0}
+
+
+def test_runs_in_one_line_add_the_wake_of_the_next_run(
+    make_app: Callable[..., Runlane], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Fifty runs of one key: each end also reads the next run and wakes it (one
+    ``GetItem``, one ``UpdateItem``) and publishes its wakeup alone; nothing else."""
+
+    def one_line(app: Runlane) -> list[Any]:
+        return [app.trigger(TASK, {"n": n}, ordering_key="acct-1") for n in range(RUNS)]
+
+    measured = _measure(make_app(), one_line)
+    with capsys.disabled():
+        print("\n" + measured.report("ordered, one key x50"))
+    woken = RUNS - 1
+    assert dict(measured.dynamodb) == {
+        "GetItem": RUNS + woken,
+        "TransactWriteItems": 2 * RUNS,
+        "UpdateItem": RUNS + woken,
+        "Query": RUNS,
+    }
+    assert measured.sqs["SendMessage"] + measured.sqs["SendMessageBatch"] == RUNS
