@@ -6,8 +6,9 @@ partially reported, some are invoked twice at once, some invocations are killed 
 sleeping past the timeout) or crash (a task killing its process), some attempts fail and
 retry, and malformed wakeups are mixed in. Maintenance runs every few seconds. The runs
 must all end as their tasks dictate, none succeeding twice and none executed again after
-its success, the FIFO queue's order must hold, and every run an invocation left behind
-must be recovered before the deadline.
+its success, the FIFO queue's order must hold, the runs of each ordering key (a third of
+the runs) must execute one at a time in trigger order, and every run an invocation left
+behind must be recovered before the deadline.
 
 Both queues get a visibility timeout far longer than the deadline: recovery must come
 from lease expiry and maintenance's republished wakeups, never from a stranded message
@@ -17,6 +18,7 @@ docs/deploy-lambda.md, "Simulated event source mapping"; nothing here asserts a 
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
 from collections import Counter
@@ -80,6 +82,14 @@ MAPPING = MappingConfig(concurrency=4, duplicate_fraction=0.2)
 SEED = 17
 POLL_SECONDS = 0.5
 TRIGGERS_PER_SECOND = 10
+ORDERING_KEYS = 3
+"""Every third run is triggered with one of these ordering keys, five in a row with the
+same one (so later ones are triggered behind unfinished ones): each key's runs must
+execute one at a time in trigger order, through kills, crashes and retries."""
+
+
+def ordering_key(n: int) -> str | None:
+    return f"account-{(n // 15) % ORDERING_KEYS}" if n % 3 == 0 else None
 
 
 @dataclass
@@ -150,14 +160,14 @@ def trigger_steadily(lane: Lane, tasks: list[str]) -> tuple[list[Run], list[str]
     steady load rather than a backlog, whose runs maintenance would republish once they
     waited ``REPUBLISH_AFTER_SECONDS`` in the queue), the forged wakeups after the first
     run. Returns the runs and the forged messages' ids."""
-    runs = [lane.producer.trigger(tasks[0], {"n": 0})]
+    runs = [lane.producer.trigger(tasks[0], {"n": 0}, ordering_key=ordering_key(0))]
     forged = send_forged(lane, runs[0].id)
     start = time.monotonic()
     for n, task in enumerate(tasks[1:], start=1):
         pause = start + n / TRIGGERS_PER_SECOND - time.monotonic()
         if pause > 0:
             time.sleep(pause)  # pacing real processes: no clock to move
-        runs.append(lane.producer.trigger(task, {"n": n}))
+        runs.append(lane.producer.trigger(task, {"n": n}, ordering_key=ordering_key(n)))
     return runs, forged
 
 
@@ -232,6 +242,7 @@ def test_runs_behind_a_simulated_event_source_mapping_end_once_and_recover(
         mapping, executions, found, [r.id for r, t in zip(runs, tasks, strict=True) if dies(t)]
     )
     check_forged(mapping, forged)
+    check_ordering(lane.app, runs, executions)
     assert any(b.duplicated and len(b.invocations) == 2 for b in mapping.batches)
     if mapping.order is not None:
         assert mapping.order.violations == []
@@ -295,6 +306,32 @@ def check_ledger(executions: list[Execution], finals: dict[str, Run]) -> None:
         if successes:
             assert successes[0] == len(history) - 1, f"{run_id} executed after its success"
             assert history[-1].attempt == finals[run_id].attempt
+
+
+def check_ordering(app: Runlane, runs: list[Run], executions: list[Execution]) -> None:
+    """Each ordering key's runs executed one at a time in trigger order: every execution
+    of a run began after the last execution of the key's run before it ended, and each
+    run triggered behind another reached its turn."""
+    by_run = history_of(executions)
+    lines: dict[str, list[str]] = {}
+    for run in runs:
+        if run.ordering_key is not None:
+            lines.setdefault(run.ordering_key, []).append(run.id)
+    assert len(lines) == ORDERING_KEYS
+    for key, line in lines.items():
+        for before, after in itertools.pairwise(line):
+            ended = max(e.ended_at for e in by_run[before] if e.ended_at is not None)
+            started = min(e.started_at for e in by_run[after])
+            assert ended <= started, (key, before, after, by_run[before], by_run[after])
+    waited = 0
+    for run in runs:
+        if run.ordering_key is None:
+            continue
+        events = app.runs.events(run.id)
+        if events[0].data.get("behind"):
+            waited += 1
+            assert EventType.TURN_REACHED in {e.type for e in events}, (run.id, events)
+    assert waited >= ORDERING_KEYS, "no run of a key was triggered behind another"
 
 
 def check_deaths(
