@@ -82,42 +82,43 @@ def create(
     if request.concurrency_key is not None:
         run = run.with_changes(concurrency_key=request.concurrency_key)
     claims = _claims(request, now + idempotency_retention)
-    takeovers = moves = 0
-    while takeovers < MAX_KEY_TAKEOVERS and moves < MAX_ORDER_MOVES:
-        written, first, place = run, event, None
-        if request.ordering_key is not None:
-            head = store.orders.order_head(request.ordering_key)
-            written, first, place = ordering.place(run, event, request.ordering_key, head)
+    for _ in range(MAX_KEY_TAKEOVERS):
         try:
-            store.create_run(written, first, request.payload_json, claims, place)
-            return written
-        except OrderMoved:
-            moves += 1
+            return write_run(store, run, event, request.payload_json, claims, request.ordering_key)
         except KeyConflict as conflict:
             owner = store.get_run(conflict.owner) if conflict.owner else None
             if owner is not None and holds_key(conflict.claim.kind, owner):
                 return owner
             claims = _replace_owner(claims, conflict.claim, conflict.owner)
-            takeovers += 1
-    if moves >= MAX_ORDER_MOVES:
-        raise StorageUnavailable(
-            f"the ordering key {request.ordering_key!r} changed under {moves} triggers of a "
-            f"new {request.task!r} run in a row; try again"
-        )
     raise RunlaneError(f"could not take the keys of a new {request.task!r} run; try again")
 
 
-def create_placed(store: RunStore, run: Run, event: RunEvent, payload_json: str, key: str) -> Run:
-    """Write a run without keys at the end of ``key``'s line; returns it as written."""
+def write_run(
+    store: RunStore,
+    run: Run,
+    event: RunEvent,
+    payload_json: str,
+    claims: Sequence[KeyClaim],
+    ordering_key: str | None,
+) -> Run:
+    """Store a new run with its key claims and, with ``ordering_key``, at the end of that
+    key's line (read again while the key's order record changes under the write);
+    returns the run as written. Raises :class:`KeyConflict`."""
+    if ordering_key is None:
+        store.create_run(run, event, payload_json, claims)
+        return run
     for _ in range(MAX_ORDER_MOVES):
-        head = store.orders.order_head(key)
-        written, first, place = ordering.place(run, event, key, head)
+        head = store.orders.order_head(ordering_key)
+        written, first, place = ordering.place(run, event, ordering_key, head)
         try:
-            store.create_run(written, first, payload_json, (), place)
+            store.create_run(written, first, payload_json, claims, place)
         except OrderMoved:
             continue
         return written
-    raise StorageUnavailable(f"the ordering key {key!r} changed under {MAX_ORDER_MOVES} writes")
+    raise StorageUnavailable(
+        f"the order record of ordering key {ordering_key!r} changed under "
+        f"{MAX_ORDER_MOVES} writes of a new {run.task!r} run in a row; try again"
+    )
 
 
 def _claims(request: TriggerRequest, idempotency_expires_at: datetime) -> Sequence[KeyClaim]:
@@ -263,9 +264,6 @@ class Triggers:
         payload_json = encode_json(
             source.payload, what="payload", limit_bytes=self._config.payload_limit
         )
-        if source.ordering_key is None:
-            self._store.create_run(run, event, payload_json)
-        else:  # at the end of the source's ordering key's line
-            run = create_placed(self._store, run, event, payload_json, source.ordering_key)
+        run = write_run(self._store, run, event, payload_json, (), source.ordering_key)
         self._publisher.publish_new([run])
         return run

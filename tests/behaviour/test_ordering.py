@@ -15,7 +15,7 @@ import pytest
 from runlane_sqs import EventType, InvalidKeyError, RetryPolicy, Runlane, RunStatus
 from runlane_sqs.core import machine
 from runlane_sqs.core.model import Run
-from runlane_sqs.core.ordering import TURN_CHECK_AFTER, order_scope
+from runlane_sqs.core.ordering import TURN_CHECK_AFTER, OrderHead, order_scope
 from runlane_sqs.engine.reports import JOB_EXPIRED, JOB_SLOTS
 from tests.backends import Backend
 from tests.behaviour.worker_support import claim_elsewhere, drain, event_types
@@ -228,6 +228,16 @@ def test_concurrent_triggers_of_one_key_take_distinct_places(backend: Backend) -
     assert drain(app, concurrency=8) == 20
     by_place = sorted(app.runs.list(limit=50).runs, key=lambda run: run.place or 0)
     assert ledger.order("acct-1") == [run.payload["n"] for run in by_place]
+
+
+def test_a_duplicate_trigger_returns_the_run_and_takes_no_place(backend: Backend) -> None:
+    app = backend.app(register=Ledger().register)
+    payload = {"account": "acct-1", "n": 0}
+    first = app.trigger(TASK, payload, ordering_key="acct-1", idempotency_key="entry-0")
+    again = app.trigger(TASK, payload, ordering_key="acct-1", idempotency_key="entry-0")
+    assert not again.created and again.id == first.id
+    assert app.store.orders.order_head("acct-1") == OrderHead(next_place=1, unfinished=1)
+    assert trigger(app, "acct-1", 1).place == 1
 
 
 def test_environments_have_lines_of_their_own(backend: Backend) -> None:
