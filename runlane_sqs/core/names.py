@@ -69,10 +69,10 @@ KEY_NORMAL_FORM: Final = "NFC"
 point for "é" or with "e" and a combining accent is one key."""
 
 
-def check_key(kind: str, key: object) -> str:
-    """Validate an idempotency, singleton or signal key and return it in
-    :data:`KEY_NORMAL_FORM`, the spelling it is stored and looked up under; ``kind``
-    names the key in the error."""
+def check_key(kind: str, key: object, max_chars: int = MAX_KEY_CHARS) -> str:
+    """Validate an idempotency, singleton, signal, concurrency or ordering key of at most
+    ``max_chars`` characters and return it in :data:`KEY_NORMAL_FORM`, the spelling it is
+    stored and looked up under; ``kind`` names the key in the error."""
     if not isinstance(key, str):
         raise InvalidKeyError(f"{kind} key must be a string, not {type(key).__name__}")
     _refuse_characters(kind, key)
@@ -81,8 +81,8 @@ def check_key(kind: str, key: object) -> str:
         raise InvalidKeyError(f"{kind} key must not be empty")
     if key != key.strip():
         raise InvalidKeyError(f"{kind} key {key!r} must not start or end with whitespace")
-    if len(key) > MAX_KEY_CHARS:
-        raise InvalidKeyError(f"{kind} key is {len(key)} characters; the limit is {MAX_KEY_CHARS}")
+    if len(key) > max_chars:
+        raise InvalidKeyError(f"{kind} key is {len(key)} characters; the limit is {max_chars}")
     return key
 
 

@@ -27,7 +27,6 @@ from datetime import datetime, timedelta
 
 from runlane_sqs.core.agenda import RepublishPolicy
 from runlane_sqs.core.durations import truncate_ms
-from runlane_sqs.core.errors import InvalidKeyError
 from runlane_sqs.core.machine import Transition, advance
 from runlane_sqs.core.model import EventType, Run, RunEvent
 from runlane_sqs.core.names import check_key
@@ -54,12 +53,7 @@ def is_order_scope(scope: str) -> bool:
 def check_ordering_key(key: object) -> str:
     """An ordering key as stored: like an idempotency key, at most
     :data:`MAX_ORDERING_KEY_CHARS` characters."""
-    key = check_key("ordering", key)
-    if len(key) > MAX_ORDERING_KEY_CHARS:
-        raise InvalidKeyError(
-            f"ordering key is {len(key)} characters; the limit is {MAX_ORDERING_KEY_CHARS}"
-        )
-    return key
+    return check_key("ordering", key, MAX_ORDERING_KEY_CHARS)
 
 
 @dataclass(frozen=True, slots=True)

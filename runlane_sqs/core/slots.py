@@ -27,7 +27,7 @@ from datetime import datetime
 
 from runlane_sqs.core.agenda import RepublishPolicy
 from runlane_sqs.core.durations import truncate_ms
-from runlane_sqs.core.errors import ConfigurationError, InvalidKeyError
+from runlane_sqs.core.errors import ConfigurationError
 from runlane_sqs.core.machine import Transition, advance
 from runlane_sqs.core.model import JSON, EventType, Run, Slot
 from runlane_sqs.core.names import check_key
@@ -60,12 +60,7 @@ def check_limit(limit: object, what: str) -> int:
 def check_concurrency_key(key: object) -> str:
     """A concurrency key as stored: like an idempotency key, at most
     :data:`MAX_CONCURRENCY_KEY_CHARS` characters."""
-    key = check_key("concurrency", key)
-    if len(key) > MAX_CONCURRENCY_KEY_CHARS:
-        raise InvalidKeyError(
-            f"concurrency key is {len(key)} characters; the limit is {MAX_CONCURRENCY_KEY_CHARS}"
-        )
-    return key
+    return check_key("concurrency", key, MAX_CONCURRENCY_KEY_CHARS)
 
 
 def holder(token: str, run_id: str) -> str:
