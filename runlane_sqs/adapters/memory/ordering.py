@@ -1,10 +1,9 @@
 """Ordering keys in memory, for tests: the same conditions as DynamoDB.
 
 The run store takes a place inside its trigger write and leaves the line inside the
-write that makes an ordered run terminal (:meth:`check_place`, :meth:`record_place`,
-:meth:`leave`, under the run store's lock), as the DynamoDB store does in one
-transaction. An order record is listed for maintenance on the slot agenda, where DynamoDB
-keeps it beside slot records.
+write that makes an ordered run terminal (:meth:`take_place`, :meth:`leave`, under the
+run store's lock), as the DynamoDB store does in one transaction. An order record is
+listed for maintenance on the slot agenda, where DynamoDB keeps it beside slot records.
 """
 
 from __future__ import annotations
@@ -34,15 +33,13 @@ class InMemoryOrderStore:
         self._slots = slots
         self._lines: dict[str, _Line] = {}
 
-    def check_place(self, place: Place) -> None:
-        """Check a trigger's place; the caller holds the lock and writes the run."""
+    def take_place(self, run: Run, place: Place) -> None:
+        """Take a trigger's place, or raise :class:`OrderMoved` and change nothing (the
+        caller holds the lock, has checked the rest of the trigger and writes the run)."""
         line = self._lines.get(place.key) or _Line()
         if line.head != place.seen:
             raise OrderMoved(place.key)
-
-    def record_place(self, run: Run, place: Place) -> None:
-        """Write a checked place with its run (the caller holds the lock)."""
-        line = self._lines.setdefault(place.key, _Line())
+        self._lines[place.key] = line
         line.head = OrderHead(place.seen.next_place + 1, place.seen.unfinished + 1)
         line.places[place.number] = run.id
 

@@ -141,8 +141,7 @@ class InMemoryRunStore:
             if run.id in self._runs:
                 raise ConflictError(run.id, self._runs[run.id].run)
             if place is not None:
-                self.orders.check_place(place)
-                self.orders.record_place(run, place)
+                self.orders.take_place(run, place)
             for claim in claims:
                 expires = int(claim.expires_at.timestamp()) if claim.expires_at else None
                 self._keys[(claim.kind, claim.task, claim.key)] = _Key(run.id, expires)
