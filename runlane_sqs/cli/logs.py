@@ -9,6 +9,7 @@ Text lines show control characters escaped (``\\x1b``, ``\\u202e``; see
 :mod:`runlane_sqs.cli.escaping`): in the message and the extras line breaks too, so one
 record is one line, with only an exception's traceback on the lines after it. JSON
 lines need nothing more: the JSON encoder escapes every character that is not ASCII.
+A failed attempt's line carries its recorded, redacted traceback as ``traceback``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ LOG_FORMATS = ("json", "text")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 CONTEXT_FIELDS = ("run_id", "task", "attempt", "worker_id", "reason", "message_id")
 """Extras appended to text lines, in this order."""
+TRACEBACK_FIELD = "traceback"
+"""A failed attempt's recorded traceback (redacted): shown on the lines after a text line,
+as an exception's would be; a field of its own in JSON lines."""
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 JSON_FIELDS = ("levelname", "name", "message")
 JSON_RENAMES = {"levelname": "level", "name": "logger"}
@@ -45,7 +49,11 @@ class TextFormatter(logging.Formatter):
             for name in CONTEXT_FIELDS
             if hasattr(record, name)
         ]
-        return " ".join([line, *fields])
+        shown_line = " ".join([line, *fields])
+        recorded = getattr(record, TRACEBACK_FIELD, None)  # a failed attempt's, redacted
+        if isinstance(recorded, str) and recorded:
+            shown_line += "\n" + printable(recorded.rstrip("\n"), BLOCK_KEEPS)
+        return shown_line
 
 
 class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]

@@ -281,14 +281,21 @@ def lease_token(run: Run) -> str:
 
 
 def log_outcome(run: Run, ctx: TaskContext) -> None:
+    """The attempt's outcome on the ``runlane_sqs.task`` logger: a failure at ERROR when the
+    run failed and at WARNING when a retry follows, with the recorded (redacted)
+    traceback in the record's ``traceback`` field."""
+    failure = run.failure
+    failed = {"traceback": failure.traceback} if failure and failure.traceback else {}
+    reason = shortened(failure.message) if failure else ""
     if run.status is RunStatus.SUCCEEDED:
         ctx.log.info("attempt %d succeeded", run.attempt)
     elif run.status is RunStatus.FAILED:
-        reason = shortened(run.failure.message) if run.failure else ""
-        ctx.log.warning("attempt %d failed; run failed: %s", run.attempt, reason)
+        ctx.log.error("attempt %d failed; run failed: %s", run.attempt, reason, extra=failed)
     elif run.status is RunStatus.RETRYING:
         due = run.due_at.isoformat() if run.due_at else "now"
-        ctx.log.info("attempt %d failed; retry due at %s", run.attempt, due)
+        ctx.log.warning(
+            "attempt %d failed; retry due at %s: %s", run.attempt, due, reason, extra=failed
+        )
     elif run.status is RunStatus.RELEASED and run.waiting is not None:
         ctx.log.info("attempt %d released; waiting for %s", run.attempt, run.waiting.kind.value)
 

@@ -54,6 +54,8 @@ def test_the_redact_hook_rewrites_the_stored_failure_and_its_log_lines(
     assert "card **** declined" in failure.traceback and SECRET not in failure.traceback
     assert SECRET not in caplog_info.text
     assert "card **** declined" in caplog_info.text
+    [line] = [r for r in caplog_info.records if r.levelno == logging.ERROR]
+    assert line.traceback == failure.traceback  # the log line's is the redacted one too
 
 
 def test_a_redact_hook_that_raises_hides_the_text_and_the_run_still_fails(

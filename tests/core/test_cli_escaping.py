@@ -162,6 +162,22 @@ def test_a_text_log_lines_traceback_keeps_its_lines_and_escapes_the_rest() -> No
     assert lines[-1] == f"RuntimeError: {ESCAPED}"
 
 
+def test_a_failed_attempts_recorded_traceback_follows_its_text_line_escaped() -> None:
+    recorded = f'Traceback (most recent call last):\n  File "x.py"\nRuntimeError: {HOSTILE}\n'
+    record = _record("attempt 2 failed; run failed: %s", "boom", run_id="r1", traceback=recorded)
+
+    lines = TextFormatter("%(levelname)s %(message)s").format(record).splitlines()
+
+    assert lines[0] == "WARNING attempt 2 failed; run failed: boom run_id=r1"
+    assert lines[1:] == [
+        "Traceback (most recent call last):",
+        '  File "x.py"',
+        f"RuntimeError: {ESCAPED}",
+    ]
+    json_line = json.loads(json_formatter().format(record))
+    assert json_line["traceback"] == recorded  # exact, a field of its own
+
+
 def test_a_json_log_line_keeps_the_text_exact_and_its_characters_escaped_by_json() -> None:
     line = json_formatter().format(_record("run failed: %s", HOSTILE, task="t\u202e"))
 

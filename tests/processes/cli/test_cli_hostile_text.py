@@ -59,8 +59,10 @@ def test_a_text_log_line_of_the_failure_shows_it_escaped(
     run_id, stderr = _failed_run(cli, "--log-format", "text")
 
     assert not any(char in stderr for char in RAW), ascii(stderr)
-    (warning,) = [line for line in stderr.splitlines() if " WARNING " in line]
-    assert f"attempt 1 failed; run failed: {ESCAPED} run_id={run_id}" in warning
+    lines = stderr.splitlines()
+    (error,) = [line for line in lines if " ERROR " in line]
+    assert f"attempt 1 failed; run failed: {ESCAPED} run_id={run_id}" in error
+    assert lines[lines.index(error) + 1] == "Traceback (most recent call last):"  # escaped too
 
 
 def test_a_json_log_line_of_the_failure_keeps_it_exact_and_escaped_by_json(
@@ -70,11 +72,12 @@ def test_a_json_log_line_of_the_failure_keeps_it_exact_and_escaped_by_json(
 
     assert not any(char in stderr for char in RAW), ascii(stderr)
     records = [json.loads(line) for line in stderr.splitlines() if line.strip()]
-    (warning,) = [r for r in records if r["level"] == "WARNING"]
-    assert (warning["message"], warning["run_id"]) == (
+    (error,) = [r for r in records if r["level"] == "ERROR"]
+    assert (error["message"], error["run_id"]) == (
         f"attempt 1 failed; run failed: {HOSTILE}",
         run_id,
     )
+    assert error["traceback"].rstrip().endswith(HOSTILE)
 
 
 def test_a_tokens_metadata_with_terminal_commands_is_shown_escaped(
