@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from runlane_sqs import Runlane, TaskContext
+from tests.apps.records import append_line
 
 RECORDS_ENV = "RUNLANE_TEST_LIMIT_RECORDS"
 LIMITED_QUEUE = "billing"
@@ -62,13 +63,7 @@ def _records() -> Path:
 
 
 def _append(line: str) -> None:
-    """One ``write`` on an ``O_APPEND`` file per line: lines never interleave."""
-    path = _records() / f"{os.getpid()}.intervals"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
+    append_line(_records() / f"{os.getpid()}.intervals", line)
 
 
 def timed(ctx: TaskContext, payload: Any) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from runlane_sqs import RetryPolicy, Runlane, TaskContext
+from tests.apps.records import append_line
 
 RECORDS_ENV = "RUNLANE_TEST_ORDERING_RECORDS"
 LEDGER_QUEUE = "ledger"
@@ -62,13 +63,7 @@ class Attempt:
 
 
 def _append(line: str) -> None:
-    """One ``write`` on an ``O_APPEND`` file per line: lines never interleave."""
-    path = Path(os.environ[RECORDS_ENV]) / f"{os.getpid()}.attempts"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
+    append_line(Path(os.environ[RECORDS_ENV]) / f"{os.getpid()}.attempts", line)
 
 
 def post(ctx: TaskContext, payload: Any) -> dict[str, Any]:
