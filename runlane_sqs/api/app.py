@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
-from functools import cached_property
 from typing import TYPE_CHECKING, Any, overload
 
 import boto3
@@ -17,6 +16,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 from runlane_sqs.adapters.aws import DEFAULT_BOTOCORE_CONFIG, AwsClients
 from runlane_sqs.adapters.dynamodb.store import DynamoRunStore
 from runlane_sqs.adapters.sqs.transport import SqsTransport
+from runlane_sqs.api.operators import OperatorApis
+from runlane_sqs.api.telemetry import Telemetry
 from runlane_sqs.core.clock import Clock, SystemClock
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.durations import Duration
@@ -42,21 +43,15 @@ from runlane_sqs.ports.store import RunStore
 from runlane_sqs.ports.transport import WakeupTransport
 
 if TYPE_CHECKING:
-    from runlane_sqs.api.queues import QueuesApi
-    from runlane_sqs.api.runs import IdempotencyApi, RunsApi
-    from runlane_sqs.api.schedules import SchedulesApi
     from runlane_sqs.engine.maintenance import Maintenance
     from runlane_sqs.runtime.aio.worker import AsyncWorker
     from runlane_sqs.runtime.worker import Worker
 
 __all__ = ["DEFAULT_BOTOCORE_CONFIG", "Runlane"]
 log = logging.getLogger("runlane_sqs")
-OPERATOR_APIS = ("runs", "idempotency", "schedules", "queues")
-"""The app's operator APIs: built on first use, over the engine of the time (a task on
-Lambda seldom uses them, so the function does not import them at its start)."""
 
 
-class Runlane:
+class Runlane(OperatorApis):
     """A runlane-sqs app: one table, one environment, a set of queues.
 
     Pass ``store``/``transport`` to use other adapters (for example the in-memory ones
@@ -87,6 +82,7 @@ class Runlane:
         maintenance_period: Duration = timedelta(minutes=1),
         park_after_receives: int = DEFAULT_PARK_AFTER_RECEIVES,
         redact: Redact | None = None,
+        telemetry: Telemetry | None = None,
         config: RunlaneConfig | None = None,
         store: RunStore | None = None,
         transport: WakeupTransport | None = None,
@@ -112,6 +108,9 @@ class Runlane:
                 **extra,
             )
         self.config = config
+        self.telemetry = telemetry or Telemetry.from_env()
+        self.observer = self.telemetry.observer(config)
+        """Spans and metrics of every engine this app builds (docs/observability.md)."""
         self.clock: Clock = clock or SystemClock()
         self.tasks = TaskRegistry(
             ScheduleRules(
@@ -146,38 +145,14 @@ class Runlane:
         self.transport = transport
         self.clock = clock
         self.engine = Engine(
-            config=self.config, clock=clock, tasks=self.tasks, store=store, transport=transport
+            config=self.config,
+            clock=clock,
+            tasks=self.tasks,
+            store=store,
+            transport=transport,
+            observer=self.observer,
         )
-        for name in OPERATOR_APIS:  # built again, over this engine, on first use
-            vars(self).pop(name, None)
-
-    @cached_property
-    def runs(self) -> RunsApi:
-        """Look up, list, wait for, cancel, retry, rerun and prune runs."""
-        from runlane_sqs.api.runs import RunsApi  # noqa: PLC0415 (see OPERATOR_APIS)
-
-        return RunsApi(self.engine)
-
-    @cached_property
-    def idempotency(self) -> IdempotencyApi:
-        """Reset idempotency keys, so the next trigger with one creates a new run."""
-        from runlane_sqs.api.runs import IdempotencyApi  # noqa: PLC0415 (see OPERATOR_APIS)
-
-        return IdempotencyApi(self.engine)
-
-    @cached_property
-    def schedules(self) -> SchedulesApi:
-        """The stored schedules: list, get, pause, resume, trigger now."""
-        from runlane_sqs.api.schedules import SchedulesApi  # noqa: PLC0415 (see OPERATOR_APIS)
-
-        return SchedulesApi(self.engine)
-
-    @cached_property
-    def queues(self) -> QueuesApi:
-        """The queues' concurrency limits: slots held, runs waiting."""
-        from runlane_sqs.api.queues import QueuesApi  # noqa: PLC0415 (see OPERATOR_APIS)
-
-        return QueuesApi(self.engine)
+        self.forget_apis()  # built again, over this engine, on first use
 
     @property
     def publisher(self) -> Publisher:
@@ -209,7 +184,7 @@ class Runlane:
         credentials). Settings given as keyword arguments win over the variables."""
         adapters = {
             k: overrides.pop(k)
-            for k in ("session", "botocore_config", "clock", "store", "transport")
+            for k in ("session", "botocore_config", "clock", "store", "transport", "telemetry")
             if k in overrides
         }
         return cls(config=RunlaneConfig.from_env(**overrides), **adapters)

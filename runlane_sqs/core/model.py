@@ -310,6 +310,9 @@ class Run:
     """The run's number among its ordering key's runs (from 0, in trigger order)."""
     turn_wait: bool = False
     """The run waits for earlier runs of its ordering key to finish (not due meanwhile)."""
+    trace: str | None = None
+    """The trace context of the span that triggered the run, packed
+    (:func:`~runlane_sqs.core.telemetry.pack_trace`); its attempts continue that trace."""
     created: bool = False
     """True only on the ``Run`` returned by the trigger that created it."""
 

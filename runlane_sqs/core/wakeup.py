@@ -21,12 +21,11 @@ from runlane_sqs.core.durations import from_epoch_ms, to_epoch_ms
 from runlane_sqs.core.errors import RunlaneError
 from runlane_sqs.core.model import Run, WaitKind
 from runlane_sqs.core.names import ENVIRONMENT_PATTERN, QUEUE_PATTERN, TASK_PATTERN, is_run_id
+from runlane_sqs.core.telemetry import MAX_TRACE_CHARS
 
 WAKEUP_VERSION = 1
 MAX_WAKEUP_BYTES = 4096
 """A wakeup body longer than this is rejected unread."""
-MAX_TRACE_CHARS = 512
-"""Longest trace context (e.g. a W3C ``traceparent`` or X-Ray header) carried along."""
 
 _FIELDS = frozenset({"version", "environment", "run_id", "queue", "requested_at", "trace", "hint"})
 _REQUIRED = _FIELDS - {"trace", "hint"}
@@ -82,8 +81,16 @@ class Wakeup:
     hint: ClaimHint | None = None
 
     @classmethod
-    def for_run(cls, run: Run, requested_at: datetime) -> Wakeup:
-        return cls(run.environment, run.id, run.queue, requested_at, hint=ClaimHint.of(run))
+    def for_run(cls, run: Run, requested_at: datetime, trace: str | None = None) -> Wakeup:
+        """A wakeup for ``run`` carrying ``trace`` (by default the run's own context)."""
+        return cls(
+            run.environment,
+            run.id,
+            run.queue,
+            requested_at,
+            trace=trace or run.trace,
+            hint=ClaimHint.of(run),
+        )
 
     def to_json(self) -> str:
         body: dict[str, Any] = {

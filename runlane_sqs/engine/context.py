@@ -150,9 +150,18 @@ class TaskContext:
     _waits: dict[tuple[WaitKind, str | None], int] = field(default_factory=dict, repr=False)
     _steps: set[str] = field(default_factory=set, repr=False)
 
+    trace_id: str | None = None
+    """The attempt's trace id (32 hex digits) when tracing is on; every line of
+    :attr:`log` carries it as ``trace_id``."""
+
     @property
     def cancelled(self) -> bool:
         return self.cancellation.is_set()
+
+    def trace(self, trace_id: str) -> None:
+        """Name the attempt's trace in :attr:`trace_id` and on every line of :attr:`log`."""
+        self.trace_id = trace_id
+        self.log.extra = {**(self.log.extra or {}), "trace_id": trace_id}
 
     async def until_cancelled(self) -> None:
         """Return once the attempt is asked to stop; race it against your own work, e.g.

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.engine.finishing import Finisher
+from runlane_sqs.engine.observing import Observer
 from runlane_sqs.engine.ordering import Turns
 from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.resuming import Resumer
@@ -45,8 +46,11 @@ class Engine:
         tasks: TaskRegistry,
         store: RunStore,
         transport: WakeupTransport,
+        observer: Observer | None = None,
     ) -> None:
         self.config = config
+        self.observer = observer or Observer(redact=config.redact)
+        """Where spans and metrics go (nothing is recorded by default)."""
         self.clock = clock
         self.tasks = tasks
         self.store = store
@@ -63,9 +67,10 @@ class Engine:
             tasks=tasks,
             clock=clock,
             config=config,
+            observer=self.observer,
         )
-        self.tokens = TokensApi(store, self.resumer, clock, config)
-        self.signals = SignalsApi(self.resumer, config.payload_limit)
+        self.tokens = TokensApi(store, self.resumer, clock, config, self.observer)
+        self.signals = SignalsApi(self.resumer, config.payload_limit, self.observer)
 
     @cached_property
     def parking(self) -> Parking:
@@ -85,7 +90,13 @@ class Engine:
         """Stores the app's schedules and turns their due occurrences into runs."""
         from runlane_sqs.engine.scheduling import Scheduler  # noqa: PLC0415 (see the module doc)
 
-        return Scheduler(store=self.store, tasks=self.tasks, clock=self.clock, config=self.config)
+        return Scheduler(
+            store=self.store,
+            tasks=self.tasks,
+            clock=self.clock,
+            config=self.config,
+            observer=self.observer,
+        )
 
     @cached_property
     def maintenance(self) -> Maintenance:
@@ -103,6 +114,7 @@ class Engine:
             slot_waker=self.slot_waker,
             turns=self.turns,
             tasks=self.tasks,
+            observer=self.observer,
             clock=self.clock,
             settings=self.config,
             backlog=self.transport if isinstance(self.transport, BacklogProbe) else None,

@@ -32,18 +32,18 @@ skipped. Scans resume from opaque cursors kept in DynamoDB, so two passes can ov
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from runlane_sqs.core import telemetry as t
 from runlane_sqs.core.agenda import AGENDA_SHARDS, AgendaKind, agenda_partitions
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.errors import ConfigurationError, ConflictError, RunlaneError
 from runlane_sqs.core.machine import Skip, Transition
-from runlane_sqs.core.model import LEASED_STATUSES, EventType, Run, RunStatus, WaitKind
+from runlane_sqs.core.model import LEASED_STATUSES, Run, RunStatus, WaitKind
 from runlane_sqs.core.ordering import is_order_scope
 from runlane_sqs.core.recovery import (
     RecoverySettings,
@@ -59,12 +59,11 @@ from runlane_sqs.core.waits import poll_later
 from runlane_sqs.engine.agenda_scan import AgendaScan, Page
 from runlane_sqs.engine.finishing import Finisher
 from runlane_sqs.engine.lines import QueueLines
+from runlane_sqs.engine.observing import Observer
 from runlane_sqs.engine.ordering import Turns
 from runlane_sqs.engine.parking import Parking
 from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.reports import (
-    JOB_CANCELLATIONS,
-    JOB_DEADLINES,
     JOB_DUE,
     JOB_EXPIRED,
     JOB_PARKED,
@@ -75,7 +74,11 @@ from runlane_sqs.engine.reports import (
     JobReport,
     PassReport,
     SlotsReport,
+    job_of,
+    log_pass,
+    pass_counts,
 )
+from runlane_sqs.engine.republishing import PendingWakeup, Republisher
 from runlane_sqs.engine.resuming import Resumer
 from runlane_sqs.engine.scheduling import Scheduler
 from runlane_sqs.engine.slots import SlotWaker
@@ -85,10 +88,6 @@ from runlane_sqs.ports.store import RunStore
 from runlane_sqs.ports.transport import BacklogProbe
 
 log = logging.getLogger("runlane_sqs.maintenance")
-PendingWakeup = tuple[Run, JobReport, timedelta | None]
-"""A run to publish, the job to credit and the SQS delay of its wakeup."""
-PUBLISH_BATCH = 10
-"""Wakeups gathered across pages before they are sent (SQS's batch size)."""
 MAINTENANCE_RESUME_BATCH = 100
 """Waiters of one decided token resumed per pass."""
 
@@ -126,16 +125,6 @@ def _polls_target(run: Run) -> bool:
     )
 
 
-def job_of(transition: Transition) -> str:
-    """Which job a lease-scan transition belongs to, by the first event it appends."""
-    kinds = {event.type for event in transition.events}
-    if EventType.ATTEMPT_TIMED_OUT in kinds:
-        return JOB_DEADLINES
-    if EventType.CANCELLED in kinds:
-        return JOB_CANCELLATIONS
-    return JOB_EXPIRED
-
-
 class Maintenance:
     """``app.maintenance``: run passes from a schedule, a loop or a test."""
 
@@ -154,9 +143,11 @@ class Maintenance:
         tasks: TaskRegistry,
         clock: Clock,
         settings: RunlaneConfig,
+        observer: Observer,
         config: MaintenanceConfig | None = None,
         backlog: BacklogProbe | None = None,
     ) -> None:
+        self._observer = observer
         self._store = store
         self._publisher = publisher
         self._resumer = resumer
@@ -179,7 +170,18 @@ class Maintenance:
         )
 
     def run_pass(self, *, time_budget_seconds: float | None = None) -> PassReport:
-        """One bounded pass over the four scans; stops starting pages when out of time."""
+        """One bounded pass over the four scans; stops starting pages when out of time.
+        Logs its report (the ``report`` field of one line) and records its span and
+        metrics."""
+        with self._observer.spanning(t.MAINTENANCE_PASS, t.SpanKind.INTERNAL, {}) as span:
+            republisher = Republisher(self._publisher, self._observer, span)
+            report = self._pass(time_budget_seconds, republisher)
+            seconds = report.duration_ms / 1000
+            self._observer.maintained(span, report.pass_id, pass_counts(report), seconds)
+        log_pass(report)
+        return report
+
+    def _pass(self, time_budget_seconds: float | None, wakeups: Republisher) -> PassReport:
         started = time.monotonic()
         now = self._clock.now()
         report = PassReport(started_at=now.isoformat())
@@ -192,15 +194,11 @@ class Maintenance:
                 return False
             return time.monotonic() - started > time_budget_seconds
 
-        wakeups: list[PendingWakeup] = []
         lines = QueueLines(self._store, self._backlog, self._settings.republish, now)
         lines.sample(self._tasks.queues())
 
         def handle(kind: AgendaKind, page: Page) -> None:
-            wakeups.extend(self._handle(page, now, report, lines))
-            if len(wakeups) >= PUBLISH_BATCH:  # a full SendMessageBatch or more
-                self._publish(wakeups)
-                wakeups.clear()
+            wakeups.add(self._handle(page, now, report, lines))
 
         scan = AgendaScan(self._store, now, cursors, out_of_time, handle)
         for kind in (AgendaKind.RUN, AgendaKind.TOKEN, AgendaKind.SCHEDULE, AgendaKind.SLOT):
@@ -212,14 +210,12 @@ class Maintenance:
             try:
                 scan.scan(kind, partitions, self.config.limit_per_job // len(partitions))
             finally:  # what this pass wrote is published even if a later page fails
-                self._publish(wakeups)
-                wakeups.clear()
+                wakeups.send()
         if not out_of_time():
             self._unpark(report.job(JOB_PARKED))
         report.cursors = {p: c for p, c in cursors.items() if c}
         report.out_of_time = out_of_time()
         report.duration_ms = int((time.monotonic() - started) * 1000)
-        log.info("maintenance pass %s", json.dumps(report.to_json()), extra={"pass": "done"})
         return report
 
     def _unpark(self, job: JobReport) -> None:
@@ -389,12 +385,3 @@ class Maintenance:
             return None
         delay = (run.due_at - now) if run.due_at and run.due_at > now else None
         return run, job, delay
-
-    def _publish(self, wakeups: list[PendingWakeup]) -> None:
-        """Send wakeups in batches (one request per ten due runs)."""
-        groups: dict[tuple[int, timedelta | None], list[tuple[Run, JobReport]]] = {}
-        for run, job, delay in wakeups:
-            groups.setdefault((id(job), delay), []).append((run, job))
-        for (_, delay), members in groups.items():
-            sent = self._publisher.publish_many([run for run, _ in members], delay=delay)
-            members[0][1].published += sent

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Generator
+from datetime import datetime
 from typing import Any
 
 from runlane_sqs.core import machine
@@ -51,6 +52,7 @@ from runlane_sqs.engine import outcomes
 from runlane_sqs.engine.context import TaskContext
 from runlane_sqs.engine.engine import Engine
 from runlane_sqs.engine.finishing import finishing_needs_storage
+from runlane_sqs.engine.observing import Observer
 from runlane_sqs.engine.outcomes import Decide, Disposition, FollowUp
 from runlane_sqs.engine.slot_steps import slot_wait_steps
 from runlane_sqs.engine.steps import (
@@ -75,6 +77,7 @@ from runlane_sqs.engine.steps import (
 )
 from runlane_sqs.engine.tasks import Task, TaskRegistry
 from runlane_sqs.engine.withdrawal import Withdrawal, claimed_too_late, withdraw_steps
+from runlane_sqs.ports.telemetry import Span
 from runlane_sqs.ports.transport import ReceivedWakeup
 
 __all__ = [
@@ -105,12 +108,19 @@ class MessagePath:
     """The per-message path of one worker identity (sync, async or a Lambda invocation)."""
 
     def __init__(
-        self, *, tasks: TaskRegistry, clock: Clock, config: RunlaneConfig, worker_id: str
+        self,
+        *,
+        tasks: TaskRegistry,
+        clock: Clock,
+        config: RunlaneConfig,
+        worker_id: str,
+        observer: Observer | None = None,
     ) -> None:
         self.tasks = tasks
         self.clock = clock
         self.config = config
         self.worker_id = worker_id
+        self.observer = observer or Observer()
         self.foreign = outcomes.ForeignEnvironments()
         """The other environments this path has warned about (a Lambda function shares
         one between its invocations)."""
@@ -123,7 +133,11 @@ class MessagePath:
     def of(cls, engine: Engine, worker_id: str) -> MessagePath:
         """The path of ``worker_id`` over ``engine``'s tasks, clock and configuration."""
         return cls(
-            tasks=engine.tasks, clock=engine.clock, config=engine.config, worker_id=worker_id
+            tasks=engine.tasks,
+            clock=engine.clock,
+            config=engine.config,
+            worker_id=worker_id,
+            observer=engine.observer,
         )
 
     def handle(self, message: ReceivedWakeup) -> Steps:
@@ -138,11 +152,13 @@ class MessagePath:
                 exc,
                 extra={"message_id": message.message_id, "worker_id": self.worker_id},
             )
+            self.observer.skipped(SkipReason.MALFORMED.value)
             return Disposition.SKIPPED
         if wakeup.environment != self.config.environment:
+            self.observer.skipped(SkipReason.FOREIGN_ENVIRONMENT.value)
             return self._foreign(wakeup, message.queue)
         try:
-            return (yield from self._wakeup(wakeup, message.receive_count))
+            return (yield from self._wakeup(wakeup, message))
         except StorageUnavailable as exc:
             log.warning(
                 "storage unavailable, leaving wakeup for redelivery: %s",
@@ -163,7 +179,7 @@ class MessagePath:
             first=self.foreign.first(queue, wakeup.environment),
         )
 
-    def _wakeup(self, wakeup: Wakeup, receives: int) -> Steps:
+    def _wakeup(self, wakeup: Wakeup, message: ReceivedWakeup) -> Steps:
         hinted = self._hinted_claim(wakeup)
         if hinted is None:
             run: Run | None = yield ReadRun(wakeup.run_id)
@@ -173,10 +189,10 @@ class MessagePath:
             except ConflictError as conflict:  # the run moved on: decide on what it is now
                 run = conflict.current
             else:
-                return (yield from self._claimed(claimed))
+                return (yield from self._claimed(claimed, wakeup, message.message_id))
         if run is None:
-            return outcomes.log_skip(wakeup, SkipReason.UNKNOWN_RUN, self.worker_id)
-        return (yield from self._read(wakeup, run, receives))
+            return self._skip(wakeup, SkipReason.UNKNOWN_RUN)
+        return (yield from self._read(wakeup, run, message))
 
     def _hinted_claim(self, wakeup: Wakeup) -> HintedClaim | None:
         """The one-write claim a wakeup's hint allows, if it names a task registered here."""
@@ -196,30 +212,34 @@ class MessagePath:
             timeout=task.timeout,
         )
 
-    def _read(self, wakeup: Wakeup, run: Run, receives: int) -> Steps:
+    def _skip(self, wakeup: Wakeup, reason: SkipReason, run: Run | None = None) -> Disposition:
+        self.observer.skipped(reason.value)
+        return outcomes.log_skip(wakeup, reason, self.worker_id, run)
+
+    def _read(self, wakeup: Wakeup, run: Run, message: ReceivedWakeup) -> Steps:
         """Decide on the stored ``run`` (read, or returned by a refused hinted claim)."""
         task = self.tasks.get(run.task)
         if task is None:
-            return (yield from self._unknown_task(wakeup, run, receives))
+            return (yield from self._unknown_task(wakeup, run, message.receive_count))
         slots = self.tasks.slots_for(run)
         decision = outcomes.claim(
             run, task, self.worker_id, now=self.clock.now(), config=self.config, slots=slots
         )
         if isinstance(decision, Skip):
-            return outcomes.log_skip(wakeup, decision.reason, self.worker_id, run)
+            return self._skip(wakeup, decision.reason, run)
         try:
             claimed: Run = yield Write(decision)
         except ConflictError:
-            return outcomes.log_skip(wakeup, SkipReason.CLAIM_LOST, self.worker_id, run)
+            return self._skip(wakeup, SkipReason.CLAIM_LOST, run)
         except NoFreeSlot as full:
             slot = next(s for s in slots if s.scope == full.scope)
             now = self.clock.now()
             return (
                 yield from slot_wait_steps(wakeup, run, slot, full.holders, now, self.worker_id)
             )
-        return (yield from self._claimed(claimed))
+        return (yield from self._claimed(claimed, wakeup, message.message_id))
 
-    def _claimed(self, claimed: Run) -> Steps:
+    def _claimed(self, claimed: Run, wakeup: Wakeup, message_id: str | None) -> Steps:
         """Run the attempt of a claimed run, or give it back unrun if the claim came back
         late or the caller's time to start attempts is over (a Lambda invocation's
         safety margin)."""
@@ -231,7 +251,7 @@ class MessagePath:
             )
         task = self.tasks.get(claimed.task)
         assert task is not None  # claims are only made for registered tasks
-        yield from self.attempt(task, claimed)
+        yield from self.attempt(task, claimed, wakeup, message_id)
         return Disposition.EXECUTED
 
     def _unknown_task(self, wakeup: Wakeup, run: Run, receives: int) -> Steps:
@@ -247,24 +267,48 @@ class MessagePath:
         if decision is None:
             return outcomes.log_unknown_task(run, self.worker_id, self.tasks.names())
         if isinstance(decision, Skip):
-            return outcomes.log_skip(wakeup, decision.reason, self.worker_id, run)
+            return self._skip(wakeup, decision.reason, run)
         try:
             parked: Run = yield Write(decision)
         except ConflictError:
-            return outcomes.log_skip(wakeup, SkipReason.CLAIM_LOST, self.worker_id, run)
+            return self._skip(wakeup, SkipReason.CLAIM_LOST, run)
         return outcomes.log_parked(parked, self.worker_id, self.tasks.names())
 
-    def attempt(self, task: Task, run: Run) -> Generator[Request, Any, Run | None]:
-        """One attempt of a claimed run and its recorded outcome; returns the stored run
-        (``None`` when the lease was lost and nothing was recorded)."""
+    def attempt(
+        self,
+        task: Task,
+        run: Run,
+        wakeup: Wakeup | None = None,
+        message_id: str | None = None,
+    ) -> Generator[Request, Any, Run | None]:
+        """One attempt of a claimed run and its recorded outcome, in the attempt's span;
+        returns the stored run (``None`` when the lease was lost and nothing was
+        recorded)."""
+        span = self.observer.attempt(run, message_id, wakeup.trace if wakeup else None)
+        started = self.clock.now()
+        requested_at = wakeup.requested_at if wakeup else None
+        try:
+            stored = yield from self._attempt(task, run, span, requested_at)
+            elapsed = (self.clock.now() - started).total_seconds()
+            self.observer.attempt_ended(run, stored, elapsed, span)
+        finally:  # also when the driver abandons the attempt
+            span.end()
+        return stored
+
+    def _attempt(
+        self, task: Task, run: Run, span: Span, requested_at: datetime | None
+    ) -> Generator[Request, Any, Run | None]:
         token = outcomes.lease_token(run)
         ctx: TaskContext = yield Begin(run, token)
         if not self.may_start():  # the deadline passed while it began: cancel at once
             ctx.cancellation.set()
+        if span.trace_id is not None:
+            ctx.trace(span.trace_id)
+        self.observer.attempt_started(run, self.clock.now(), requested_at)
         ctx.log.info("attempt %d started", run.attempt)
         decide: Decide
         try:
-            result = yield CallHandler(task, ctx, run.payload)
+            result = yield CallHandler(task, ctx, run.payload, span)
         except GeneratorExit:  # the driver abandoned the attempt: record nothing
             raise
         except BaseException as exc:  # waits, and SystemExit/KeyboardInterrupt from a handler

@@ -31,14 +31,30 @@ class Publisher:
         self._transport = transport
         self._clock = clock
 
-    def wakeups(self, runs: Sequence[Run]) -> list[Wakeup]:
-        """Fresh wakeups for ``runs``, requested now."""
-        now = self._clock.now()
-        return [Wakeup.for_run(run, now) for run in runs]
+    def wakeups(
+        self, runs: Sequence[Run], trace: str | None = None, delay: timedelta | None = None
+    ) -> list[Wakeup]:
+        """Fresh wakeups for ``runs``, requested for now plus the ``delay`` they are sent
+        with (the lag metric counts from then), carrying ``trace`` (the context of the
+        span that sends them) or else each run's own."""
+        requested_at = self._clock.now() + (delay or timedelta(0))
+        return [Wakeup.for_run(run, requested_at, trace) for run in runs]
 
-    def publish_many(self, runs: Sequence[Run], *, delay: timedelta | None = None) -> int:
+    def publish_many(
+        self, runs: Sequence[Run], *, delay: timedelta | None = None, trace: str | None = None
+    ) -> int:
         """Publish wakeups in batches of ten; returns how many were sent."""
-        return self.settle(runs, self._transport.publish(self.wakeups(runs), delay))
+        wakeups = self.wakeups(runs, trace, delay)
+        return self.settle(runs, self._transport.publish(wakeups, delay))
+
+    def send(
+        self, runs: Sequence[Run], wakeups: list[Wakeup], delay: timedelta | None
+    ) -> Sequence[Wakeup]:
+        """Send the ``wakeups`` of ``runs`` as they are; returns those not sent (their
+        runs are marked for the next maintenance pass)."""
+        unsent = self._transport.publish(wakeups, delay)
+        self.settle(runs, unsent)
+        return unsent
 
     def publish_new(self, runs: Sequence[Run]) -> None:
         """Publish wakeups of new runs due within SQS's delay limit (``wake_at`` set);

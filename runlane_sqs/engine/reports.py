@@ -1,11 +1,18 @@
 """What a maintenance pass reports: one :class:`JobReport` per job, in a
-:class:`PassReport` that is also logged as JSON (docs/operations.md, "Maintenance")."""
+:class:`PassReport` that is also logged, as the ``report`` field of one line
+(docs/operations.md, "The pass report")."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from runlane_sqs.core.machine import Transition
+from runlane_sqs.core.model import EventType
+
+log = logging.getLogger("runlane_sqs.maintenance")
 
 
 @dataclass
@@ -99,3 +106,39 @@ JOBS = (
     JOB_SLOTS,
     JOB_PARKED,
 )
+
+
+def job_of(transition: Transition) -> str:
+    """Which job a lease-scan transition belongs to, by the first event it appends."""
+    kinds = {event.type for event in transition.events}
+    if EventType.ATTEMPT_TIMED_OUT in kinds:
+        return JOB_DEADLINES
+    if EventType.CANCELLED in kinds:
+        return JOB_CANCELLATIONS
+    return JOB_EXPIRED
+
+
+def pass_counts(report: PassReport) -> dict[str, int]:
+    """What a pass did to runs, by action (the ``runlane.maintenance.runs`` metric)."""
+    jobs = report.jobs.values()
+    return {
+        "published": sum(job.published for job in jobs),
+        "recovered": report.job(JOB_EXPIRED).acted,
+        "timed_out": report.job(JOB_DEADLINES).acted,
+        "cancelled": report.job(JOB_CANCELLATIONS).acted,
+        "scheduled": report.job(JOB_SCHEDULES).acted,
+        "conflicts": sum(job.conflicts for job in jobs),
+    }
+
+
+def log_pass(report: PassReport) -> None:
+    """The pass's one log line: its figures in words, the whole report as ``report``."""
+    counts = pass_counts(report)
+    log.info(
+        "maintenance pass %s: %s in %d ms%s",
+        report.pass_id,
+        ", ".join(f"{action.replace('_', ' ')} {n}" for action, n in counts.items()),
+        report.duration_ms,
+        " (out of time)" if report.out_of_time else "",
+        extra={"pass_id": report.pass_id, "report": report.to_json()},
+    )

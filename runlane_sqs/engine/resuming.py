@@ -40,6 +40,9 @@ class Resumption:
     result: dict[str, JSON]
     event: EventType
     data: dict[str, JSON]
+    trace: str | None = None
+    """The context of the span that resumes the waiters (a token's completion, a
+    signal's send): their wakeups carry it, so each next attempt links to it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +104,7 @@ class Resumer:
             if cursor is None or not ids:
                 break
         if resumed:
-            self._publisher.publish_many(resumed)
+            self._publisher.publish_many(resumed, trace=resumption.trace)
             log.info(
                 "resumed %d run(s) waiting on %s %s",
                 len(resumed),

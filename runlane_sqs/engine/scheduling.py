@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from runlane_sqs.core import machine
+from runlane_sqs.core import telemetry as t
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.errors import ConflictError
@@ -40,6 +41,7 @@ from runlane_sqs.core.schedule_state import (
     removed,
 )
 from runlane_sqs.core.schedules import Schedule, occurrence_run_id
+from runlane_sqs.engine.observing import Observer
 from runlane_sqs.engine.tasks import TaskRegistry, concurrency_key_of
 from runlane_sqs.ports.schedules import ScheduleConflict, ScheduleStore
 from runlane_sqs.ports.store import RunStore
@@ -92,9 +94,16 @@ class Scheduler:
     """Syncs the app's schedules and materializes due occurrences."""
 
     def __init__(
-        self, *, store: RunStore, tasks: TaskRegistry, clock: Clock, config: RunlaneConfig
+        self,
+        *,
+        store: RunStore,
+        tasks: TaskRegistry,
+        clock: Clock,
+        config: RunlaneConfig,
+        observer: Observer,
     ) -> None:
         self._runs = store
+        self._observer = observer
         self._store: ScheduleStore = store.schedules
         self._tasks = tasks
         self._clock = clock
@@ -218,6 +227,29 @@ class Scheduler:
         pass_id: str | None,
     ) -> Run:
         assert schedule.task is not None and schedule.queue is not None
+        conflict: ConflictError | None = None
+        with self._observer.trigger(schedule.task, schedule.queue) as span:
+            span.set({t.SCHEDULE: schedule.id, t.RUN_ID: run_id})
+            try:
+                run = self._new_run(schedule, run_id, occurrence, now, pass_id, span.trace)
+            except ConflictError as exc:  # another pass created it: not this span's failure
+                span.set({t.OUTCOME: "exists"})
+                conflict = exc
+        if conflict is not None:
+            raise conflict
+        self._observer.triggered([run])
+        return run
+
+    def _new_run(
+        self,
+        schedule: Schedule,
+        run_id: str,
+        occurrence: datetime | None,
+        now: datetime,
+        pass_id: str | None,
+        trace: str | None,
+    ) -> Run:
+        assert schedule.task is not None and schedule.queue is not None
         due = occurrence + schedule.jitter_of(occurrence) if occurrence else None
         run, event = machine.new_run(
             run_id=run_id,
@@ -231,8 +263,9 @@ class Scheduler:
             schedule=ScheduleOrigin(schedule.id, occurrence, pass_id),
         )
         task = self._tasks.get(schedule.task)
-        if task is not None:  # registration checked that the payload gives a key
-            run = run.with_changes(concurrency_key=concurrency_key_of(task, run.payload, None))
+        # a registered task's payload gives its key (registration checked that it does)
+        key = concurrency_key_of(task, run.payload, None) if task is not None else None
+        run = run.with_changes(concurrency_key=key, trace=trace)
         payload_json = encode_json(
             schedule.payload, what="payload", limit_bytes=self._config.payload_limit
         )

@@ -17,8 +17,10 @@ from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import JSON, Run, Slot
 from runlane_sqs.engine.context import TaskContext
+from runlane_sqs.engine.observing import NO_SPAN
 from runlane_sqs.engine.outcomes import Disposition
 from runlane_sqs.engine.tasks import Task
+from runlane_sqs.ports.telemetry import Span
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +63,8 @@ class CallHandler:
     task: Task
     ctx: TaskContext
     payload: JSON
+    span: Span = NO_SPAN
+    """The attempt's span: the driver makes it current around the call."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import secrets
+from dataclasses import replace
 from datetime import datetime
 
+from runlane_sqs.core import telemetry as t
 from runlane_sqs.core import tokens as core
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.config import RunlaneConfig
@@ -12,7 +14,9 @@ from runlane_sqs.core.durations import Duration, to_timedelta
 from runlane_sqs.core.model import JSON
 from runlane_sqs.core.names import is_run_id
 from runlane_sqs.core.payload import encode_json
+from runlane_sqs.core.redaction import digest
 from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenNotFound, TokenStatus
+from runlane_sqs.engine.observing import Observer
 from runlane_sqs.engine.reports import JobReport
 from runlane_sqs.engine.resuming import RESUME_BATCH, Resumer, ResumeReport, token_resumption
 from runlane_sqs.ports.store import RunStore
@@ -22,12 +26,18 @@ class TokensApi:
     """Create, read and decide tokens. A token is decided once; it stays readable."""
 
     def __init__(
-        self, store: RunStore, resumer: Resumer, clock: Clock, config: RunlaneConfig
+        self,
+        store: RunStore,
+        resumer: Resumer,
+        clock: Clock,
+        config: RunlaneConfig,
+        observer: Observer,
     ) -> None:
         self._store = store
         self._resumer = resumer
         self._clock = clock
         self._config = config
+        self._observer = observer
 
     def create(self, *, timeout: Duration | None = None, metadata: JSON = None) -> Token:
         """A new pending token with an unguessable id; maintenance times it out after
@@ -63,8 +73,12 @@ class TokensApi:
         if not is_run_id(token_id):  # token ids are 32 hex digits, like run ids
             raise TokenNotFound(token_id)
         decision = core.TokenDecision.of(token_id, status, value, self._clock.now())
-        stored = self._store.decide_token(decision)
-        self.resume(stored, limit=RESUME_BATCH)
+        # a token id is a bearer secret: spans carry its digest only
+        attributes = {t.TOKEN_ID: digest(token_id), t.OUTCOME: status.value}
+        with self._observer.spanning(t.DECIDE_TOKEN, t.SpanKind.PRODUCER, attributes) as span:
+            stored = self._store.decide_token(decision)
+            resumed = self.resume(stored, limit=RESUME_BATCH, trace=span.trace).resumed
+            span.set({t.RESUMED: resumed})
         return stored
 
     def maintain(self, listed: Token, now: datetime, job: JobReport, limit: int) -> None:
@@ -90,10 +104,11 @@ class TokensApi:
                 job.acted += 1
         job.published += self.resume(token, limit=limit).resumed
 
-    def resume(self, token: Token, *, limit: int) -> ResumeReport:
-        """Resume up to ``limit`` runs waiting on a decided token; once none is left, the
-        token leaves maintenance's agenda."""
-        report = self._resumer.resume_waiters(token_resumption(token), limit=limit)
+    def resume(self, token: Token, *, limit: int, trace: str | None = None) -> ResumeReport:
+        """Resume up to ``limit`` runs waiting on a decided token (their wakeups carry
+        ``trace``); once none is left, the token leaves maintenance's agenda."""
+        resumption = replace(token_resumption(token), trace=trace)
+        report = self._resumer.resume_waiters(resumption, limit=limit)
         if not report.more:
             self._store.finish_token_resume(token.id)
         return report

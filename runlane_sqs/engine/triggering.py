@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from runlane_sqs.core import machine, ordering
+from runlane_sqs.core import telemetry as t
 from runlane_sqs.core.agenda import RepublishPolicy
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.config import RunlaneConfig
@@ -16,9 +18,12 @@ from runlane_sqs.core.errors import InvalidKeyError, OrderMoved, RunlaneError, S
 from runlane_sqs.core.model import JSON, LinkKind, Run, RunEvent, RunStatus
 from runlane_sqs.core.names import check_key, new_run_id
 from runlane_sqs.core.payload import encode_json
+from runlane_sqs.core.telemetry import trace_id_of
+from runlane_sqs.engine.observing import Observer
 from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.tasks import Task, TaskRegistry, concurrency_key_of
 from runlane_sqs.ports.store import KeyClaim, KeyConflict, KeyKind, RunStore
+from runlane_sqs.ports.telemetry import Span
 from runlane_sqs.ports.transport import WakeupTransport
 
 log = logging.getLogger("runlane_sqs")
@@ -42,6 +47,8 @@ class TriggerRequest:
     singleton_key: str | None
     concurrency_key: str | None = None
     ordering_key: str | None = None
+    trace: str | None = None
+    """The trace context of the trigger's span, stored on the run."""
 
 
 def validate_keys(idempotency_key: object, singleton_key: object) -> tuple[str | None, str | None]:
@@ -79,8 +86,8 @@ def create(
         singleton_key=request.singleton_key,
         republish=republish,
     )
-    if request.concurrency_key is not None:
-        run = run.with_changes(concurrency_key=request.concurrency_key)
+    if request.concurrency_key is not None or request.trace is not None:
+        run = run.with_changes(concurrency_key=request.concurrency_key, trace=request.trace)
     claims = _claims(request, now + idempotency_retention)
     for _ in range(MAX_KEY_TAKEOVERS):
         try:
@@ -154,6 +161,7 @@ class Triggers:
         tasks: TaskRegistry,
         clock: Clock,
         config: RunlaneConfig,
+        observer: Observer,
     ) -> None:
         self._store = store
         self._transport = transport
@@ -161,6 +169,7 @@ class Triggers:
         self._tasks = tasks
         self._clock = clock
         self._config = config
+        self._observer = observer
 
     def trigger(
         self,
@@ -178,19 +187,31 @@ class Triggers:
         request = self.request(
             task, payload, idempotency_key, singleton_key, delay, concurrency_key, ordering_key
         )
-        run = self._create(request)
-        if run.created:
-            self._publisher.publish_new([run])
+        with self._span(request) as span:
+            run = self._create(replace(request, trace=span.trace))
+            span.set({t.RUN_ID: run.id})
+            if run.created:
+                self._publisher.publish_new([run])
+        self._observer.triggered([run])
         return run
 
     def trigger_many(
         self, task: Task | str, payloads: Iterable[JSON], *, delay: Duration | None
     ) -> list[Run]:
-        """Create one run per payload and publish their wakeups in batches of ten."""
+        """Create one run per payload and publish their wakeups in batches of ten (one
+        span for the batch: every run's trace starts at it)."""
         requests = [self.request(task, p, None, None, delay) for p in payloads]
-        runs = [self._create(r) for r in requests]
-        self._publisher.publish_new(runs)
+        if not requests:
+            return []
+        with self._span(requests[0]) as span:
+            span.set({t.MESSAGING_BATCH_SIZE: len(requests)})
+            runs = [self._create(replace(r, trace=span.trace)) for r in requests]
+            self._publisher.publish_new(runs)
+        self._observer.triggered(runs)
         return runs
+
+    def _span(self, request: TriggerRequest) -> AbstractContextManager[Span]:
+        return self._observer.trigger(request.task, request.queue)
 
     def request(
         self,
@@ -235,11 +256,14 @@ class Triggers:
             idempotency_retention=self._config.idempotency_retention,
             republish=self._config.republish,
         )
+        extra = {"run_id": run.id, "task": run.task}
+        if trace_id := trace_id_of(request.trace):
+            extra["trace_id"] = trace_id
         log.info(
             "triggered run %s of %s" if run.created else "trigger returned existing run %s of %s",
             run.id,
             run.task,
-            extra={"run_id": run.id, "task": run.task},
+            extra=extra,
         )
         return run
 
@@ -250,20 +274,24 @@ class Triggers:
         app does not register the task (an operator's app need not import the producing
         app's code)."""
         task = self._tasks.get(source.task)
-        run, event = machine.new_run(
-            run_id=run_id,
-            environment=self._config.environment,
-            task=source.task,
-            queue=task.queue if task is not None else source.queue,
-            payload=source.payload,
-            now=self._clock.now(),
-            republish=self._config.republish,
-            source=link,
-        )
-        run = run.with_changes(concurrency_key=source.concurrency_key)
+        queue = task.queue if task is not None else source.queue
         payload_json = encode_json(
             source.payload, what="payload", limit_bytes=self._config.payload_limit
         )
-        run = write_run(self._store, run, event, payload_json, (), source.ordering_key)
-        self._publisher.publish_new([run])
+        with self._observer.trigger(source.task, queue, source=source) as span:
+            run, event = machine.new_run(
+                run_id=run_id,
+                environment=self._config.environment,
+                task=source.task,
+                queue=queue,
+                payload=source.payload,
+                now=self._clock.now(),
+                republish=self._config.republish,
+                source=link,
+            )
+            run = run.with_changes(concurrency_key=source.concurrency_key, trace=span.trace)
+            span.set({t.RUN_ID: run.id})
+            run = write_run(self._store, run, event, payload_json, (), source.ordering_key)
+            self._publisher.publish_new([run])
+        self._observer.triggered([run])
         return run

@@ -131,7 +131,10 @@ def sqs_handler(
     def handler(event: Mapping[str, Any], context: LambdaContext) -> BatchResponse:
         records = records_of(event)
         deadline.check_first(context.get_remaining_time_in_millis() / 1000)
-        return _Invocation(app, context, deadline.margin_seconds, foreign).run(records)
+        try:
+            return _Invocation(app, context, deadline.margin_seconds, foreign).run(records)
+        finally:  # the function may be frozen until its next invocation
+            app.engine.observer.flush()
 
     return handler
 

@@ -67,11 +67,12 @@ class Executor:
 
     def call(self, request: message.CallHandler) -> object:
         """An ``async def`` handler runs to completion on a fresh event loop."""
-        if request.task.is_async:
-            import asyncio  # noqa: PLC0415 (only for async handlers: a sync app never loads it)
+        with request.span.active():
+            if request.task.is_async:
+                import asyncio  # noqa: PLC0415 (only for async handlers: a sync app never loads it)
 
-            return asyncio.run(request.task.fn(request.ctx, request.payload))
-        return request.task.fn(request.ctx, request.payload)
+                return asyncio.run(request.task.fn(request.ctx, request.payload))
+            return request.task.fn(request.ctx, request.payload)
 
     def end(self, request: message.End) -> tuple[Run, bool] | None:
         return self.leases.untrack(request.run_id)

@@ -263,6 +263,7 @@ class Worker(WorkerBase):
         self._log_returned(intake.returned)
         self.leases.stop()
         self._receiver.close()
+        self.engine.observer.flush()  # buffered spans and metrics, before the process ends
         with self._done:
             if self._pool is not None:
                 self._pool.close()

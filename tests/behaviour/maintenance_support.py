@@ -19,7 +19,7 @@ from runlane_sqs.core.clock import ManualClock
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Run
 from runlane_sqs.core.wakeup import Wakeup, parse_wakeup
-from runlane_sqs.engine.maintenance import JOB_DUE, PassReport
+from runlane_sqs.engine.reports import JOB_DUE, PassReport
 from tests.apps.recovery_tasks import PLAIN_TASK
 
 QUEUE = "default"

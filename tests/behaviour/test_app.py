@@ -23,7 +23,7 @@ from runlane_sqs import (
     TaskContext,
     UnknownTaskError,
 )
-from runlane_sqs.engine.maintenance import JOB_DUE
+from runlane_sqs.engine.reports import JOB_DUE
 from tests.backends import ONLY_MEMORY, Backend
 from tests.behaviour.worker_support import SYNC_WORKER
 

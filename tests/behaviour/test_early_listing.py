@@ -16,11 +16,8 @@ from runlane_sqs.core.agenda import AGENDA_SHARDS, listed_at
 from runlane_sqs.core.clock import ManualClock
 from runlane_sqs.core.errors import ConfigurationError
 from runlane_sqs.core.model import Lease
-from runlane_sqs.engine.maintenance import (
-    JOB_DUE,
-    JOB_EXPIRED,
-    MaintenanceConfig,
-)
+from runlane_sqs.engine.maintenance import MaintenanceConfig
+from runlane_sqs.engine.reports import JOB_DUE, JOB_EXPIRED
 from tests.apps.recovery_tasks import PLAIN_TASK, register_recovery
 from tests.backends import Backend
 from tests.behaviour.maintenance_support import take_wakeups

@@ -30,13 +30,13 @@ from runlane_sqs.core.agenda import AGENDA_SHARDS, AgendaKind, agenda_partitions
 from runlane_sqs.core.clock import ManualClock
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Run
-from runlane_sqs.engine.maintenance import (
+from runlane_sqs.engine.maintenance import MaintenanceConfig
+from runlane_sqs.engine.reports import (
     JOB_CANCELLATIONS,
     JOB_DEADLINES,
     JOB_DUE,
     JOB_EXPIRED,
     JOBS,
-    MaintenanceConfig,
     PassReport,
 )
 from runlane_sqs.ports.store import RunStore

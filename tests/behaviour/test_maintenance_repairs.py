@@ -31,12 +31,7 @@ from runlane_sqs.core.clock import ManualClock
 from runlane_sqs.core.errors import ConflictError, LeaseLost
 from runlane_sqs.core.recovery import ATTEMPT_TIMEOUT
 from runlane_sqs.core.wakeup import Wakeup, parse_wakeup
-from runlane_sqs.engine.maintenance import (
-    JOB_CANCELLATIONS,
-    JOB_DEADLINES,
-    JOB_DUE,
-    JOB_EXPIRED,
-)
+from runlane_sqs.engine.reports import JOB_CANCELLATIONS, JOB_DEADLINES, JOB_DUE, JOB_EXPIRED
 from tests.apps.recovery_tasks import (
     DEADLINE_TASK,
     DEADLINE_TIMEOUT_SECONDS,

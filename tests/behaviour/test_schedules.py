@@ -24,7 +24,7 @@ from runlane_sqs import (
 )
 from runlane_sqs.core.clock import ManualClock
 from runlane_sqs.core.schedules import occurrence_run_id
-from runlane_sqs.engine.maintenance import JOB_SCHEDULES
+from runlane_sqs.engine.reports import JOB_SCHEDULES
 from tests.backends import ONLY_MEMORY, Backend
 from tests.behaviour.worker_support import drain, second_app
 

@@ -32,7 +32,7 @@ from runlane_sqs import (
 )
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.core.model import WaitKind
-from runlane_sqs.engine.maintenance import JOB_DUE, PassReport
+from runlane_sqs.engine.reports import JOB_DUE, PassReport
 from tests.backends import ONLY_MEMORY, Backend
 from tests.behaviour.waits_support import drain_all, published, qualified
 from tests.behaviour.worker_support import drain, event_types, status

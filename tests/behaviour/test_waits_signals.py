@@ -24,7 +24,7 @@ from runlane_sqs import (
     RunStatus,
     TaskContext,
 )
-from runlane_sqs.engine.maintenance import JOB_DUE
+from runlane_sqs.engine.reports import JOB_DUE
 from tests.backends import Backend
 from tests.behaviour.waits_support import drain_all, published
 from tests.behaviour.worker_support import drain, event_types, status

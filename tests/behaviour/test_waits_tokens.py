@@ -32,7 +32,8 @@ from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.codec import events_from_item, item_from_wire, run_from_wire
 from runlane_sqs.core.model import Run, WaitKind
 from runlane_sqs.core.tokens import TokenAlreadyDecided, TokenDecision, TokenNotFound, TokenStatus
-from runlane_sqs.engine.maintenance import JOB_TOKENS, JOB_WAITS, Maintenance, PassReport
+from runlane_sqs.engine.maintenance import Maintenance
+from runlane_sqs.engine.reports import JOB_TOKENS, JOB_WAITS, PassReport
 from runlane_sqs.engine.resuming import RESUME_BATCH
 from tests.backends import Backend
 from tests.behaviour.waits_support import drain_all

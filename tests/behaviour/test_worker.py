@@ -29,7 +29,8 @@ from runlane_sqs.core import machine
 from runlane_sqs.core.model import WaitKind
 from runlane_sqs.core.names import new_run_id
 from runlane_sqs.core.wakeup import Wakeup
-from runlane_sqs.engine.maintenance import JOB_DUE, Maintenance, PassReport
+from runlane_sqs.engine.maintenance import Maintenance
+from runlane_sqs.engine.reports import JOB_DUE, PassReport
 from tests.backends import Backend
 from tests.behaviour.worker_support import (
     LONG_LEASE,

@@ -7,7 +7,7 @@ waits (test_worker.py holds both kinds), so the sync one does."""
 from __future__ import annotations
 
 from runlane_sqs import Runlane
-from runlane_sqs.engine.maintenance import PassReport
+from runlane_sqs.engine.reports import PassReport
 from tests.behaviour.worker_support import drain
 
 

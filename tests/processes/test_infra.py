@@ -1,9 +1,10 @@
 """``infra/runlane.yaml`` deployed to the moto server's CloudFormation, and runs completed
 through what it created.
 
-moto creates every resource of the template (table, queues, IAM, both Lambda functions,
-event source mappings, the EventBridge rule, the ECS cluster, task definition and
-service) but runs none of them: it has no Lambda runtime without Docker and never fires
+moto creates the template's resources (table, queues, IAM, both Lambda functions, event
+source mappings, the EventBridge rule, the ECS cluster, task definition and service; it
+skips the CloudWatch alarms, see test_the_stack_deploys_with_an_alarm_topic) but runs
+none of them: it has no Lambda runtime without Docker and never fires
 ``rate()`` rules. So the test plays AWS's part, with the deployed configuration:
 
 - the consumer is the handler the stack names (``ConsumerHandler``), imported with the
@@ -45,7 +46,7 @@ import pytest
 
 from runlane_sqs import Runlane, RunStatus
 from runlane_sqs.adapters.provision import table_definition
-from runlane_sqs.engine.maintenance import JOB_DUE
+from runlane_sqs.engine.reports import JOB_DUE
 from runlane_sqs.lambdas import maintenance as lambda_handler
 from runlane_sqs.local import MotoServer
 from tests.emulators import REPO_ROOT, queue_counts
@@ -308,6 +309,23 @@ def test_without_compute_the_stack_holds_storage_queues_and_maintenance(
         stack.resources
     )
     assert "ConsumerFunctionName" not in stack.outputs
+
+
+def test_the_stack_deploys_with_an_alarm_topic(on_moto: dict[str, str]) -> None:
+    """``AlarmTopicArn`` set: the stack still deploys. moto's CloudFormation has no model
+    of ``AWS::CloudWatch::Alarm`` and skips the alarms (with a warning in the server's
+    log), so their metrics, dimensions and actions are checked on the template
+    (tests/core/test_alarms.py); this fails once moto creates them, to check them here."""
+    sns = boto3.client("sns")
+    topic = sns.create_topic(Name="runlane-on-call")["TopicArn"]
+    sns.close()
+    lean = {"DeployEcsWorker": "false", "SubnetIds": "", "SecurityGroupIds": "", "ImageUri": ""}
+    stack = deploy({**lean, "AlarmTopicArn": topic}, "runlane-alarmed")
+    alarms = stack.client("cloudwatch").describe_alarms()["MetricAlarms"]
+    stack.close()
+    assert {"StandardQueue", "MaintenanceFunction", "ConsumerFunction"} <= set(stack.resources)
+    assert not any(name.endswith("Alarm") for name in stack.resources)
+    assert alarms == []
 
 
 # --- runs through the deployed resources ----------------------------------------------

@@ -8,6 +8,7 @@ the payload a scheduled event delivers.
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -20,7 +21,7 @@ from runlane_sqs import Runlane, RunStatus
 from runlane_sqs.api.loading import ENV_APP
 from runlane_sqs.core.clock import ManualClock
 from runlane_sqs.core.model import Run
-from runlane_sqs.engine.maintenance import JOB_DUE
+from runlane_sqs.engine.reports import JOB_DUE
 from runlane_sqs.lambdas import maintenance as lambda_handler
 from tests.apps.recovery_tasks import PLAIN_TASK, register_recovery
 from tests.emulators import REPO_ROOT, queue_counts, queue_url, subprocess_env
@@ -96,8 +97,10 @@ def test_the_lambda_handler_publishes_due_wakeups_for_a_scheduled_event(
     sqs: Any,
     fresh_handler: Callable[..., dict[str, Any]],
     capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     run = due_run(make_app)
+    caplog.set_level(logging.INFO, logger="runlane_sqs.maintenance")
     url = queue_url(sqs, app)
     assert queue_counts(sqs, url)["visible"] == 0
     context = FakeLambdaContext()
@@ -108,10 +111,12 @@ def test_the_lambda_handler_publishes_due_wakeups_for_a_scheduled_event(
     assert json.loads(json.dumps(report)) == report
     assert report["jobs"][JOB_DUE]["published"] == 1
     assert report["out_of_time"] is False
-    logged = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line]
-    assert len(logged) == 1
-    assert logged[0]["source"] == "aws.events"
-    assert logged[0]["report"] == report
+    assert capsys.readouterr().out == ""  # the report is logged once, not printed too
+    passes = [r for r in caplog.records if hasattr(r, "report")]
+    assert len(passes) == 1
+    assert passes[0].report == report  # type: ignore[attr-defined]
+    assert passes[0].pass_id == report["pass_id"]  # type: ignore[attr-defined]
+    assert "published 1" in passes[0].getMessage()
     assert queue_counts(sqs, url)["visible"] == 1
 
     assert app.worker().drain() == 1

@@ -20,7 +20,7 @@ import pytest
 from runlane_sqs import EventType, Runlane, RunStatus
 from runlane_sqs.core.model import Run
 from runlane_sqs.core.recovery import LEASE_LOST
-from runlane_sqs.engine.maintenance import JOB_EXPIRED, PassReport
+from runlane_sqs.engine.reports import JOB_EXPIRED, PassReport
 from tests.apps.recovery_tasks import (
     HANGS_FIRST_TASK,
     KILLS_WORKER_TASK,

@@ -30,7 +30,7 @@ import pytest
 from runlane_sqs import EventType, Runlane, RunStatus, Schedule, ScheduleStatus
 from runlane_sqs.core.clock import ManualClock
 from runlane_sqs.core.model import Run
-from runlane_sqs.engine.maintenance import JOB_SCHEDULES
+from runlane_sqs.engine.reports import JOB_SCHEDULES
 from tests.apps.schedule_app import (
     ANCHOR,
     MAINTENANCE_PERIOD_SECONDS,

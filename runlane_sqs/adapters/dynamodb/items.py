@@ -145,6 +145,8 @@ class RunItem(Model):
     """The run's number among its ordering key's runs, fixed at trigger time."""
     turn_wait = NumberAttribute(null=True)
     """1 while the run waits for earlier runs of its ordering key to finish."""
+    trace = UnicodeAttribute(null=True)
+    """The packed W3C trace context of the span that triggered the run."""
     events = ListAttribute(of=EventMap, null=True)
     # index attributes, derived from the state above on every write
     status_pk = UnicodeAttribute(null=True)

@@ -86,9 +86,10 @@ class AsyncExecutor:
     async def call(self, request: message.CallHandler) -> object:
         task, ctx = request.task, request.ctx
         try:
-            if task.is_async:
-                return await task.fn(ctx, request.payload)
-            return await self.threads.run(functools.partial(task.fn, ctx, request.payload))
+            with request.span.active():  # the thread runs in a copy of this context
+                if task.is_async:
+                    return await task.fn(ctx, request.payload)
+                return await self.threads.run(functools.partial(task.fn, ctx, request.payload))
         except asyncio.CancelledError:
             if _cancelled_by_worker():
                 ctx.log.warning(
@@ -102,7 +103,8 @@ class AsyncExecutor:
 
     async def publish(self, request: message.Publish) -> None:
         publisher = self.engine.publisher
-        unsent = await self.transport.publish(publisher.wakeups([request.run]), request.delay)
+        wakeups = publisher.wakeups([request.run], delay=request.delay)
+        unsent = await self.transport.publish(wakeups, request.delay)
         if unsent:
             await asyncio.to_thread(publisher.settle, [request.run], unsent)
 

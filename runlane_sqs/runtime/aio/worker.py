@@ -158,6 +158,7 @@ class AsyncWorker(WorkerBase):
                 await self._loop_until_done(session, max_runs=max_runs, drain=drain)
             finally:
                 await self._shutdown(session)
+                await asyncio.to_thread(engine.observer.flush)  # exporters may send
                 self._executed = session.intake.executed
                 self._returned = session.intake.returned
                 self._session = None

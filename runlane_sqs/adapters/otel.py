@@ -1,0 +1,152 @@
+"""Tracing and metrics through OpenTelemetry's API (the ``otel`` extra).
+
+Spans and instruments come from the global tracer and meter providers, so they record
+only once the application configures OpenTelemetry's SDK (or an agent does); until then
+every call is the API's no-op. Trace context travels as W3C ``traceparent`` and
+``tracestate`` (:mod:`runlane_sqs.core.telemetry`), whatever propagators the
+application configures for its own requests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from opentelemetry import metrics as otel_metrics
+from opentelemetry import trace as otel_trace
+from opentelemetry.trace import Link, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from runlane_sqs.core.telemetry import Metric, MetricKind, SpanKind, pack_trace, unpack_trace
+from runlane_sqs.ports.telemetry import Attributes
+
+INSTRUMENTATION = "runlane_sqs"
+SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+"""Histogram bucket boundaries for the metrics measured in seconds."""
+FLUSH_TIMEOUT_MS = 5000
+_W3C = TraceContextTextMapPropagator()
+_KINDS = {
+    SpanKind.INTERNAL: otel_trace.SpanKind.INTERNAL,
+    SpanKind.PRODUCER: otel_trace.SpanKind.PRODUCER,
+    SpanKind.CONSUMER: otel_trace.SpanKind.CONSUMER,
+}
+
+
+def _version() -> str:
+    try:
+        return version("runlane-sqs")
+    except PackageNotFoundError:  # pragma: no cover (a source checkout without metadata)
+        return "0"
+
+
+def _context(packed: str) -> otel_trace.SpanContext:
+    """The span context a packed trace context names (invalid when it names none)."""
+    return otel_trace.get_current_span(_W3C.extract(unpack_trace(packed))).get_span_context()
+
+
+class OtelSpan:
+    """A span of OpenTelemetry's API."""
+
+    __slots__ = ("_packed", "_span")
+
+    def __init__(self, span: otel_trace.Span) -> None:
+        self._span = span
+        self._packed: str | bool | None = False  # False: not packed yet
+
+    @property
+    def trace(self) -> str | None:
+        if self._packed is False:
+            carrier: dict[str, str] = {}
+            if self._span.get_span_context().is_valid:
+                _W3C.inject(carrier, otel_trace.set_span_in_context(self._span))
+            self._packed = pack_trace(carrier.get("traceparent"), carrier.get("tracestate"))
+        return self._packed  # type: ignore[return-value]
+
+    @property
+    def trace_id(self) -> str | None:
+        context = self._span.get_span_context()
+        return otel_trace.format_trace_id(context.trace_id) if context.is_valid else None
+
+    def set(self, attributes: Attributes) -> None:
+        self._span.set_attributes(attributes)
+
+    def fail(self, kind: str, message: str, stacktrace: str | None = None) -> None:
+        event: dict[str, str] = {"exception.type": kind, "exception.message": message}
+        if stacktrace:
+            event["exception.stacktrace"] = stacktrace
+        self._span.add_event("exception", event)
+        self._span.set_status(Status(StatusCode.ERROR, f"{kind}: {message}"[:500]))
+
+    def active(self) -> AbstractContextManager[Any]:
+        return otel_trace.use_span(
+            self._span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+        )
+
+    def end(self) -> None:
+        self._span.end()
+
+
+class OtelTracer:
+    """Starts spans on the global tracer provider's ``runlane_sqs`` tracer."""
+
+    def __init__(self) -> None:
+        self._tracer = otel_trace.get_tracer(INSTRUMENTATION, _version())
+
+    def start(
+        self,
+        name: str,
+        kind: SpanKind,
+        attributes: Attributes,
+        *,
+        parent: str | None = None,
+        links: Sequence[str] = (),
+    ) -> OtelSpan:
+        context = None if parent is None else _W3C.extract(unpack_trace(parent))
+        linked = [Link(c) for c in map(_context, links) if c.is_valid]
+        span = self._tracer.start_span(
+            name, context, _KINDS[kind], attributes=attributes, links=linked
+        )
+        return OtelSpan(span)
+
+    def flush(self) -> None:
+        _force_flush(otel_trace.get_tracer_provider())
+
+
+class OtelMetrics:
+    """Records on the global meter provider's ``runlane_sqs`` meter."""
+
+    def __init__(self) -> None:
+        self._meter = otel_metrics.get_meter(INSTRUMENTATION, _version())
+        self._instruments: dict[str, Any] = {}
+
+    def record(self, metric: Metric, value: float, attributes: Mapping[str, str]) -> None:
+        instrument = self._instruments.get(metric.name)
+        if instrument is None:
+            instrument = self._instruments[metric.name] = self._create(metric)
+        if metric.kind is MetricKind.COUNTER:
+            instrument.add(value, attributes)
+        else:
+            instrument.record(value, attributes)
+
+    def _create(self, metric: Metric) -> Any:
+        if metric.kind is MetricKind.COUNTER:
+            return self._meter.create_counter(metric.name, metric.unit, metric.description)
+        buckets = SECONDS_BUCKETS if metric.unit == "s" else None
+        return self._meter.create_histogram(
+            metric.name,
+            metric.unit,
+            metric.description,
+            explicit_bucket_boundaries_advisory=buckets,
+        )
+
+    def flush(self) -> None:
+        _force_flush(otel_metrics.get_meter_provider())
+
+
+def _force_flush(provider: object) -> None:
+    """Export what the SDK buffers (the API's no-op providers have nothing to flush)."""
+    flush = getattr(provider, "force_flush", None)
+    if callable(flush):
+        flush(FLUSH_TIMEOUT_MS)

@@ -1,0 +1,57 @@
+"""The operator APIs an app hands out (``app.runs``, ``app.idempotency``,
+``app.schedules``, ``app.queues``): built on first use, over the engine of the time. A
+task on Lambda seldom uses them, so the function does not import them at its start."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+from runlane_sqs.engine.engine import Engine
+
+if TYPE_CHECKING:
+    from runlane_sqs.api.queues import QueuesApi
+    from runlane_sqs.api.runs import IdempotencyApi, RunsApi
+    from runlane_sqs.api.schedules import SchedulesApi
+
+OPERATOR_APIS = ("runs", "idempotency", "schedules", "queues")
+"""The names :meth:`OperatorApis.forget_apis` drops (built again on next use)."""
+
+
+class OperatorApis:
+    """The operator APIs of whatever carries ``engine`` (the app)."""
+
+    engine: Engine
+
+    def forget_apis(self) -> None:
+        """Build the operator APIs again, over the current engine, on their next use."""
+        for name in OPERATOR_APIS:
+            vars(self).pop(name, None)
+
+    @cached_property
+    def runs(self) -> RunsApi:
+        """Look up, list, wait for, cancel, retry, rerun and prune runs."""
+        from runlane_sqs.api.runs import RunsApi  # noqa: PLC0415 (see the module doc)
+
+        return RunsApi(self.engine)
+
+    @cached_property
+    def idempotency(self) -> IdempotencyApi:
+        """Reset idempotency keys, so the next trigger with one creates a new run."""
+        from runlane_sqs.api.runs import IdempotencyApi  # noqa: PLC0415 (see the module doc)
+
+        return IdempotencyApi(self.engine)
+
+    @cached_property
+    def schedules(self) -> SchedulesApi:
+        """The stored schedules: list, get, pause, resume, trigger now."""
+        from runlane_sqs.api.schedules import SchedulesApi  # noqa: PLC0415 (see the module doc)
+
+        return SchedulesApi(self.engine)
+
+    @cached_property
+    def queues(self) -> QueuesApi:
+        """The queues' concurrency limits: slots held, runs waiting."""
+        from runlane_sqs.api.queues import QueuesApi  # noqa: PLC0415 (see the module doc)
+
+        return QueuesApi(self.engine)
