@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from runlane_sqs.api.app import Runlane
     from runlane_sqs.api.runs import PruneReport, RunPage
+    from runlane_sqs.api.telemetry import Telemetry
     from runlane_sqs.core.attempts import Attempt
     from runlane_sqs.core.clock import Clock, ManualClock, SystemClock
     from runlane_sqs.core.config import RunlaneConfig
@@ -69,6 +70,7 @@ if TYPE_CHECKING:
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "runlane_sqs.api.app": ("Runlane",),
     "runlane_sqs.api.runs": ("PruneReport", "RunPage"),
+    "runlane_sqs.api.telemetry": ("Telemetry",),
     "runlane_sqs.core.attempts": ("Attempt",),
     "runlane_sqs.core.clock": ("Clock", "ManualClock", "SystemClock"),
     "runlane_sqs.core.config": ("RunlaneConfig",),
@@ -178,6 +180,7 @@ __all__ = [
     "SystemClock",
     "Task",
     "TaskContext",
+    "Telemetry",
     "Token",
     "TokenAlreadyDecided",
     "TokenNotFound",

@@ -89,10 +89,12 @@ class OtelSpan:
 
 
 class OtelTracer:
-    """Starts spans on the global tracer provider's ``runlane_sqs`` tracer."""
+    """Starts spans on the ``runlane_sqs`` tracer of ``provider`` (default: the global
+    tracer provider, looked up as OpenTelemetry's API does, so one set later counts)."""
 
-    def __init__(self) -> None:
-        self._tracer = otel_trace.get_tracer(INSTRUMENTATION, _version())
+    def __init__(self, provider: otel_trace.TracerProvider | None = None) -> None:
+        self._provider = provider
+        self._tracer = otel_trace.get_tracer(INSTRUMENTATION, _version(), provider)
 
     def start(
         self,
@@ -111,14 +113,16 @@ class OtelTracer:
         return OtelSpan(span)
 
     def flush(self) -> None:
-        _force_flush(otel_trace.get_tracer_provider())
+        _force_flush(self._provider or otel_trace.get_tracer_provider())
 
 
 class OtelMetrics:
-    """Records on the global meter provider's ``runlane_sqs`` meter."""
+    """Records on the ``runlane_sqs`` meter of ``provider`` (default: the global meter
+    provider)."""
 
-    def __init__(self) -> None:
-        self._meter = otel_metrics.get_meter(INSTRUMENTATION, _version())
+    def __init__(self, provider: otel_metrics.MeterProvider | None = None) -> None:
+        self._provider = provider
+        self._meter = otel_metrics.get_meter(INSTRUMENTATION, _version(), provider)
         self._instruments: dict[str, Any] = {}
 
     def record(self, metric: Metric, value: float, attributes: Mapping[str, str]) -> None:
@@ -142,7 +146,7 @@ class OtelMetrics:
         )
 
     def flush(self) -> None:
-        _force_flush(otel_metrics.get_meter_provider())
+        _force_flush(self._provider or otel_metrics.get_meter_provider())
 
 
 def _force_flush(provider: object) -> None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.errors import ConfigurationError
@@ -40,13 +40,16 @@ class Telemetry:
     on stdout, no dependency) or ``"none"``. ``attempts_as_children``: each attempt's
     span is a child of its run's trigger span (one trace per run); ``False`` starts a
     trace per attempt, linked to the trigger's. ``emf_namespace``: the CloudWatch
-    namespace of EMF metrics.
+    namespace of EMF metrics. ``tracer_provider``/``meter_provider``: OpenTelemetry
+    providers to use instead of the global ones.
     """
 
     tracing: bool = True
     metrics: Sequence[MetricsOutput] = ("otel",)
     attempts_as_children: bool = True
     emf_namespace: str = "runlane"
+    tracer_provider: Any = field(default=None, compare=False, repr=False)
+    meter_provider: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for output in self.metrics:
@@ -99,11 +102,11 @@ class Telemetry:
         if self.tracing:
             from runlane_sqs.adapters.otel import OtelTracer  # noqa: PLC0415 (optional extra)
 
-            tracer = OtelTracer()
+            tracer = OtelTracer(self.tracer_provider)
         if "otel" in self.metrics:
             from runlane_sqs.adapters.otel import OtelMetrics  # noqa: PLC0415 (optional extra)
 
-            sinks.append(OtelMetrics())
+            sinks.append(OtelMetrics(self.meter_provider))
         if "emf" in self.metrics:
             from runlane_sqs.adapters.emf import EmfMetrics  # noqa: PLC0415 (not always used)
 

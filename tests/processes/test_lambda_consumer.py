@@ -29,6 +29,7 @@ from runlane_sqs.lambdas.consumer import NotAnSqsEvent, logical_queue, sqs_handl
 from runlane_sqs.ports.transport import ReceivedWakeup
 from runlane_sqs.runtime.budget import MAX_TRIES
 from runlane_sqs.testing import ManualClock
+from tests.otel import Recorded, recorded  # noqa: F401 (a fixture)
 
 ACCOUNT = "123456789012"
 STANDARD_ARN = f"arn:aws:sqs:us-east-1:{ACCOUNT}:runlane-test-default"
@@ -722,3 +723,41 @@ def test_a_forged_receive_count_parks_only_a_run_whose_task_is_not_registered(
     assert status(app, known) is RunStatus.SUCCEEDED
     assert calls == [{"n": 1}]
     assert app.runs.get(known.id).attempt == 1
+
+
+def test_an_invocation_traces_its_attempts_as_a_worker_does_and_flushes_at_its_end(
+    clock: ManualClock,
+    store: FlakyStore,
+    transport: InMemoryTransport,
+    recorded: Recorded,  # noqa: F811
+) -> None:
+    app = Runlane(
+        environment="test",
+        clock=clock,
+        store=store,  # type: ignore[arg-type]
+        transport=transport,
+        telemetry=recorded.telemetry(),
+    )
+
+    @app.task(name="work")
+    def work(ctx: TaskContext, payload: Any) -> Any:
+        return ctx.trace_id
+
+    runs, messages = trigger_and_receive(app, transport, [{"n": 1}])
+    flushed: list[bool] = []
+    app.engine.observer.flush = lambda: flushed.append(True)  # type: ignore[method-assign]
+    handler = sqs_handler(app, safety_margin_seconds=MARGIN_SECONDS)
+    response = handler({"Records": [sqs_record(m) for m in messages]}, FakeContext(clock, 60, "r"))
+
+    assert reported(response) == []
+    (trigger,) = recorded.spans("trigger work")
+    (attempt,) = recorded.spans("attempt work")
+    assert attempt.parent is not None
+    assert (attempt.parent.trace_id, attempt.parent.span_id) == (
+        trigger.context.trace_id,
+        trigger.context.span_id,
+    )
+    assert attempt.attributes is not None
+    assert attempt.attributes["messaging.message.id"] == messages[0].message_id
+    assert app.runs.get(runs[0].id).result == f"{trigger.context.trace_id:032x}"
+    assert flushed == [True]
