@@ -34,6 +34,7 @@ from bench.limits import limits_json, measure_limits
 from bench.maintenance_scale import measure_maintenance
 from bench.schedules import measure_schedules, per_occurrence
 from bench.throughput import celery_cpu_ratio, celery_ratio, measure_throughput, runlane_worker
+from bench.tracing import MODES, ROUNDS, measure_tracing
 from bench.workers import ASYNC, SYNC
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -47,6 +48,7 @@ MEASUREMENTS = (
     "memory",
     "coldstart",
     "backlog",
+    "tracing",
 )
 MEMORY_CONCURRENCY = 32
 CONSOLE_WIDTH = 150
@@ -64,6 +66,7 @@ class Sizes:
     limit_runs: int = 100
     coldstart_samples: int = 20
     backlog_runs: int = 300
+    tracing_runs: int = 2000
 
 
 SMOKE = Sizes(
@@ -76,6 +79,7 @@ SMOKE = Sizes(
     limit_runs=20,
     coldstart_samples=5,
     backlog_runs=20,
+    tracing_runs=100,
 )
 
 
@@ -190,6 +194,13 @@ class Runner:
         for row in rows:
             if row.status != "ok":
                 self.results["errors"].append(f"backlog ({row.mode}): {row.status}")
+
+    def tracing(self) -> None:
+        """CPU time per run with traces and metrics off, API only, SDK on, EMF
+        (bench/tracing.py; in memory, whatever the backend)."""
+        runs = self.sizes.tracing_runs
+        bar = self.bar(f"tracing: {runs} runs x {ROUNDS} rounds per mode", len(MODES) * ROUNDS)
+        self.results["tracing"] = [r.to_json() for r in measure_tracing(runs, bar)]
 
 
 def _versions() -> dict[str, str]:

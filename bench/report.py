@@ -235,6 +235,31 @@ def print_coldstart(console: Console, result: dict[str, Any] | None) -> None:
         console.print(coldstart_table(result))
 
 
+def tracing_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table(
+        title=f"Traces and metrics: CPU time per run (trigger + attempt of a no-op task, "
+        f"in memory, sync worker), {rows[0]['runs']} runs, fastest round"
+    )
+    for header in ("mode", "us/run", "overhead us/run", "overhead %", "spans/run"):
+        table.add_column(header, justify="left" if header == "mode" else "right")
+    off = rows[0]["us_per_run"]
+    for row in rows:
+        overhead = row["overhead_us"] or 0.0
+        table.add_row(
+            row["mode"],
+            _f(row["us_per_run"], 0),
+            _f(overhead, 0),
+            _f(overhead / off * 100, 1),
+            _f(row["spans_per_run"], 1),
+        )
+    return table
+
+
+def print_tracing(console: Console, rows: list[dict[str, Any]] | None) -> None:
+    if rows:
+        console.print(tracing_table(rows))
+
+
 def targets_table(targets: list[Target], backend: str) -> Table:
     table = Table(title=f"Targets ({backend})")
     for header in ("target", "limit", "measured", "result", "note"):
@@ -275,6 +300,7 @@ def print_results(console: Console, results: dict[str, Any], targets: list[Targe
             else f"worker memory: {memory['status']}"
         )
     print_coldstart(console, results.get("coldstart"))
+    print_tracing(console, results.get("tracing"))
     for note in results.get("notes", []):
         console.print(f"[yellow]note:[/] {note}")
     console.print(targets_table(targets, backend))

@@ -20,6 +20,11 @@ CELERY_CPU_RATIO = 1.0
 COLDSTART_IMPORT_MS = 400.0
 """Median wall time of importing the Lambda consumer's module in a fresh interpreter
 (boto3 included; bench/coldstart.py)."""
+TRACING_API_ONLY_OVERHEAD = 0.05
+"""With OpenTelemetry's API installed and no SDK configured: at most 5% more CPU per
+run than with telemetry off (the machine's noise is about that; bench/tracing.py)."""
+TRACING_SDK_OVERHEAD_US = 500.0
+"""With the SDK recording every span and metric: CPU per run added, at most."""
 BACKLOG_REPUBLISHED_PER_RUN = 0.05
 BACKLOG_WAKEUPS_PER_RUN = 1.1
 """With maintenance's queue counts, runs waiting in a backlog longer than
@@ -112,6 +117,7 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
         )
     )
     targets += backlog_targets(results.get("backlog") or [])
+    targets += tracing_targets(results.get("tracing") or [])
     for memory in results.get("memory") or []:
         rss = memory.get("worker_rss")
         targets.append(
@@ -177,4 +183,22 @@ def backlog_targets(rows: list[dict[str, Any]]) -> list[Target]:
             BACKLOG_WAKEUPS_PER_RUN,
             note=note,
         ),
+    ]
+
+
+def tracing_targets(rows: list[dict[str, Any]]) -> list[Target]:
+    """Telemetry's cost per run, without an SDK and with one (bench/tracing.py)."""
+    by_mode = {row["mode"]: row for row in rows}
+    off = by_mode.get("off", {}).get("us_per_run")
+    api = by_mode.get("api-only", {}).get("us_per_run")
+    sdk = by_mode.get("sdk", {}).get("overhead_us")
+    ratio = api / off - 1 if api is not None and off else None
+    return [
+        at_most(
+            "tracing: API without SDK, CPU per run over off",
+            None if ratio is None else round(ratio * 100, 1),
+            TRACING_API_ONLY_OVERHEAD * 100,
+            " %",
+        ),
+        at_most("tracing: SDK recording, CPU added per run", sdk, TRACING_SDK_OVERHEAD_US, " us"),
     ]

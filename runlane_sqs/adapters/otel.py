@@ -1,21 +1,24 @@
 """Tracing and metrics through OpenTelemetry's API (the ``otel`` extra).
 
-Spans and instruments come from the global tracer and meter providers, so they record
-only once the application configures OpenTelemetry's SDK (or an agent does); until then
-every call is the API's no-op. Trace context travels as W3C ``traceparent`` and
+Spans and instruments come from the global tracer and meter providers (or the ones
+given), so they record only once the application configures OpenTelemetry's SDK (or an
+agent does). Until a global provider is set, runlane-sqs starts no span and records no
+metric at all: it does not even make the API's no-op calls (docs/observability.md,
+"Overhead"). Trace context travels as W3C ``traceparent`` and
 ``tracestate`` (:mod:`runlane_sqs.core.telemetry`), whatever propagators the
 application configures for its own requests.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace as otel_trace
+from opentelemetry.metrics import _internal as _metrics_state
 from opentelemetry.trace import Link, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -95,6 +98,15 @@ class OtelTracer:
     def __init__(self, provider: otel_trace.TracerProvider | None = None) -> None:
         self._provider = provider
         self._tracer = otel_trace.get_tracer(INSTRUMENTATION, _version(), provider)
+        self._on = provider is not None
+
+    @property
+    def enabled(self) -> bool:
+        """False while no tracer provider is given or set globally (once set, a global
+        provider stays: the answer is then kept)."""
+        if not self._on:
+            self._on = _set_globally(otel_trace, "_TRACER_PROVIDER", otel_trace.get_tracer_provider)
+        return self._on
 
     def start(
         self,
@@ -124,8 +136,13 @@ class OtelMetrics:
         self._provider = provider
         self._meter = otel_metrics.get_meter(INSTRUMENTATION, _version(), provider)
         self._instruments: dict[str, Any] = {}
+        self._on = provider is not None
 
     def record(self, metric: Metric, value: float, attributes: Mapping[str, str]) -> None:
+        if not self._on:
+            self._on = _set_globally(_metrics_state, "_METER_PROVIDER", _meter_provider)
+            if not self._on:
+                return
         instrument = self._instruments.get(metric.name)
         if instrument is None:
             instrument = self._instruments[metric.name] = self._create(metric)
@@ -147,6 +164,20 @@ class OtelMetrics:
 
     def flush(self) -> None:
         _force_flush(self._provider or otel_metrics.get_meter_provider())
+
+
+def _meter_provider() -> object:
+    return otel_metrics.get_meter_provider()
+
+
+def _set_globally(module: object, variable: str, public: Callable[[], object]) -> bool:
+    """Has the application set the global provider? Read from the API's own variable
+    (set once, never unset): asking the public getter costs an environment look-up per
+    call, on every run of an app that never configures OpenTelemetry. Without that
+    variable (another API version), the getter's stand-in says."""
+    if hasattr(module, variable):
+        return getattr(module, variable) is not None
+    return type(public()).__name__ not in ("ProxyTracerProvider", "_ProxyMeterProvider")
 
 
 def _force_flush(provider: object) -> None:

@@ -65,7 +65,7 @@ class Observer:
 
     @property
     def tracing(self) -> bool:
-        return self.tracer is not None
+        return self.tracer is not None and self.tracer.enabled
 
     def span(
         self,
@@ -76,7 +76,7 @@ class Observer:
         parent: str | None = None,
         links: Sequence[str | None] = (),
     ) -> Span:
-        if self.tracer is None:
+        if self.tracer is None or not self.tracer.enabled:
             return NO_SPAN
         linked = [link for link in links if link]
         return self.tracer.start(name, kind, attributes, parent=parent, links=linked)
@@ -129,7 +129,7 @@ class Observer:
     def attempt(self, run: Run, message_id: str | None, wakeup_trace: str | None) -> Span:
         """The consumer span of an attempt: a child of (and linked to) the run's trigger;
         linked also to the wakeup's context when a republish sent it."""
-        if self.tracer is None:
+        if not self.tracing:
             return NO_SPAN
         attributes = {**_messaging(run.queue, "process", t.ATTEMPT), **_run(run)}
         if message_id:

@@ -41,6 +41,10 @@ class Span(Protocol):
 
 
 class Tracer(Protocol):
+    @property
+    def enabled(self) -> bool:
+        """Whether spans would record now (False: the engine starts none)."""
+
     def start(
         self,
         name: str,
