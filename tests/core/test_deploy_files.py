@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from maintenance import lambda_handler
+from runlane_sqs import Telemetry
 from runlane_sqs.adapters.dynamodb.items import TTL_ATTRIBUTE
 from runlane_sqs.adapters.provision import DLQ_SUFFIX, table_definition
 from runlane_sqs.core.limits import DEFAULT_MAX_RECEIVE_COUNT
@@ -145,6 +146,22 @@ def test_lambdas_schedule_and_event_source_mappings(template: dict[str, Any]) ->
     }
     for mapping in mappings.values():
         assert mapping["Properties"]["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+
+
+def test_lambdas_log_json_lines_and_take_their_metrics_output_from_one_parameter(
+    template: dict[str, Any],
+) -> None:
+    """JSON lines keep a log record's fields (the pass report, a failure's traceback, the
+    trace id): Lambda's text format drops them (docs/observability.md)."""
+    metrics = template["Parameters"]["LambdaMetrics"]
+    assert metrics["Default"] == "none"
+    assert set(metrics["AllowedValues"]) == {"none", "emf"}
+    assert all(Telemetry.from_env({"RUNLANE_METRICS": v}) for v in metrics["AllowedValues"])
+    for function in resources(template, "AWS::Lambda::Function").values():
+        properties = function["Properties"]
+        assert properties["LoggingConfig"] == {"LogFormat": "JSON"}
+        variables = properties["Environment"]["Variables"]
+        assert variables["RUNLANE_METRICS"] == {"Ref": "LambdaMetrics"}
 
 
 def test_the_ecs_worker_stops_gracefully(template: dict[str, Any]) -> None:

@@ -194,6 +194,7 @@ def function_variables(
         "RUNLANE_QUEUE_PREFIX": "runlane-",
         "RUNLANE_QUEUE_URLS": outputs["QueueUrls"],
         "RUNLANE_MAINTENANCE_PERIOD_SECONDS": "60",
+        "RUNLANE_METRICS": "none",  # LambdaMetrics: emf writes CloudWatch EMF lines
     }
     consumer_variables = {  # the consumer's time settings (docs/deploy-lambda.md)
         "RUNLANE_LAMBDA_TIMEOUT_SECONDS": str(consumer["Timeout"]),
