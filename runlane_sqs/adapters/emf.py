@@ -142,10 +142,14 @@ class EmfMetrics:
         self._write_lock = threading.Lock()
         self._groups: dict[_Dimensions, _Group] = {}
         self._buffered = 0
+        self._known: dict[tuple[tuple[str, str], ...], _Dimensions] = {}
         self._warned = False
         self._interval = flush_interval
         self._opened = 0.0
         """When the oldest buffered value was recorded."""
+
+    enabled = True
+    """EMF lines are written whatever else is configured."""
 
     def record(self, metric: Metric, value: float, attributes: Mapping[str, str]) -> None:
         if not math.isfinite(value):
@@ -179,6 +183,16 @@ class EmfMetrics:
             self._write(groups)
 
     def _dimensions(self, attributes: Mapping[str, str]) -> _Dimensions:
+        """The dimensions of ``attributes`` (remembered: the engine records few sets)."""
+        key = tuple(attributes.items())
+        known = self._known.get(key)
+        if known is None:
+            known = self._name_dimensions(attributes)
+            if len(self._known) < MAX_GROUPS:
+                self._known[key] = known
+        return known
+
+    def _name_dimensions(self, attributes: Mapping[str, str]) -> _Dimensions:
         named = {self._environment[0]: self._environment[1]}
         for key in sorted(attributes):
             name = dimension_name(key)

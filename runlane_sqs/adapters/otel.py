@@ -138,11 +138,16 @@ class OtelMetrics:
         self._instruments: dict[str, Any] = {}
         self._on = provider is not None
 
-    def record(self, metric: Metric, value: float, attributes: Mapping[str, str]) -> None:
+    @property
+    def enabled(self) -> bool:
+        """False while no meter provider is given or set globally (kept once True)."""
         if not self._on:
             self._on = _set_globally(_metrics_state, "_METER_PROVIDER", _meter_provider)
-            if not self._on:
-                return
+        return self._on
+
+    def record(self, metric: Metric, value: float, attributes: Mapping[str, str]) -> None:
+        if not self.enabled:
+            return
         instrument = self._instruments.get(metric.name)
         if instrument is None:
             instrument = self._instruments[metric.name] = self._create(metric)

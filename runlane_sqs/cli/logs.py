@@ -1,8 +1,9 @@
 """Log output of the CLI: JSON lines (python-json-logger) or text, on stderr.
 
 Library log lines carry their context as ``LogRecord`` attributes (logging "extras"):
-``run_id``, ``task``, ``attempt``, ``worker_id``, ``reason``, ``message_id``. JSON lines
-include every extra; text lines append the known ones as ``key=value``. Payloads are
+``run_id``, ``task``, ``attempt``, ``worker_id``, ``reason``, ``message_id``, ``trace_id``
+(tracing on), ``pass_id`` and ``report`` (a maintenance pass). JSON lines include every
+extra; text lines append the known ones as ``key=value``. Payloads are
 never logged.
 
 Text lines show control characters escaped (``\\x1b``, ``\\u202e``; see
@@ -25,7 +26,16 @@ from runlane_sqs.cli.escaping import BLOCK_KEEPS, printable
 
 LOG_FORMATS = ("json", "text")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-CONTEXT_FIELDS = ("run_id", "task", "attempt", "worker_id", "reason", "message_id")
+CONTEXT_FIELDS = (
+    "run_id",
+    "task",
+    "attempt",
+    "worker_id",
+    "reason",
+    "message_id",
+    "trace_id",
+    "pass_id",
+)
 """Extras appended to text lines, in this order."""
 TRACEBACK_FIELD = "traceback"
 """A failed attempt's recorded traceback (redacted): shown on the lines after a text line,

@@ -67,6 +67,11 @@ class Observer:
     def tracing(self) -> bool:
         return self.tracer is not None and self.tracer.enabled
 
+    @property
+    def measuring(self) -> bool:
+        """Would a measurement be recorded now? (Checked before one is put together.)"""
+        return any(sink.enabled for sink in self._sinks)
+
     def span(
         self,
         name: str,
@@ -106,6 +111,8 @@ class Observer:
     ) -> AbstractContextManager[Span]:
         """The producer span around a trigger (a child of the caller's current span); a
         retry or rerun links to the run it relaunches."""
+        if not self.tracing:
+            return nullcontext(NO_SPAN)
         attributes = {
             **_messaging(queue, "send", t.TRIGGER),
             t.TASK: task,
@@ -152,12 +159,14 @@ class Observer:
             sink.record(metric, value, attributes)
 
     def triggered(self, runs: Sequence[Run]) -> None:
+        if not self.measuring:
+            return
         for run in runs:
             if run.created:
                 self.record(t.RUNS_TRIGGERED, 1, {t.TASK: run.task, t.QUEUE: run.queue})
 
     def attempt_started(self, run: Run, started: datetime, requested_at: datetime | None) -> None:
-        if not self._sinks:
+        if not self.measuring:
             return
         where = {t.TASK: run.task, t.QUEUE: run.queue}
         self.record(t.ATTEMPTS_STARTED, 1, where)
@@ -174,7 +183,7 @@ class Observer:
             span.fail("LeaseLost", "the lease was lost before the outcome was written")
         elif failure is not None and stored.status in _FAILED:
             span.fail(failure.type, failure.message, failure.traceback)
-        if not self._sinks:
+        if not self.measuring:
             return
         self.record(t.ATTEMPTS_ENDED, 1, {t.TASK: run.task, t.QUEUE: run.queue, t.OUTCOME: outcome})
         self.record(t.ATTEMPT_DURATION, seconds, {t.TASK: run.task, t.OUTCOME: outcome})

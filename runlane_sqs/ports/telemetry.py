@@ -63,6 +63,10 @@ class Tracer(Protocol):
 
 
 class MetricSink(Protocol):
+    @property
+    def enabled(self) -> bool:
+        """Whether a measurement would be recorded now (False: the engine makes none)."""
+
     def record(self, metric: Metric, value: float, attributes: Mapping[str, str]) -> None:
         """Add ``value`` to a counter, or record it in a histogram."""
 
