@@ -27,7 +27,10 @@ METRICS_OUTPUTS: tuple[MetricsOutput, ...] = ("otel", "emf", "none")
 
 def otel_installed() -> bool:
     """Is OpenTelemetry's API importable (the ``otel`` extra)?"""
-    return importlib.util.find_spec("opentelemetry.trace") is not None
+    try:
+        return importlib.util.find_spec("opentelemetry.trace") is not None
+    except ModuleNotFoundError:  # no opentelemetry package at all
+        return False
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import getpass
 import json
 import os
@@ -71,13 +72,20 @@ def load_app(spec: str | None, needed_for: str = NEEDS_TASK_CODE) -> Runlane:
     to exit code 3, with a hint naming ``--app`` and ``RUNLANE_APP``)."""
     if not (spec or os.environ.get(ENV_APP)):
         raise InvalidAppSpec(f"no app named; {needed_for}")
-    return loading.load_app(spec)
+    return flushed_at_exit(loading.load_app(spec))
 
 
 def load_app_or_env(spec: str | None) -> Runlane:
     """The app named by ``--app`` or ``RUNLANE_APP``; with neither, one built from the
     ``RUNLANE_*`` and ``AWS_*`` variables (reads and operator actions need no task code)."""
-    return loading.load_app_or_env(spec)
+    return flushed_at_exit(loading.load_app_or_env(spec))
+
+
+def flushed_at_exit(app: Runlane) -> Runlane:
+    """A command's spans and metrics (EMF lines, a maintenance pass's) are written out
+    when the command ends, whatever it ran."""
+    atexit.register(app.observer.flush)
+    return app
 
 
 def actor_or_user(actor: str | None) -> str:

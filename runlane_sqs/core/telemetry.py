@@ -126,8 +126,8 @@ ATTEMPTS_ENDED = Metric(
     "runlane.attempts.ended",
     MetricKind.COUNTER,
     "{attempt}",
-    "Attempts by recorded outcome: succeeded, failed, retrying, released, timed_out, "
-    "cancelled or lease_lost.",
+    "Attempts by recorded outcome: the run's status after it (succeeded, failed, retrying, "
+    "released, cancelled), or lease_lost when nothing could be recorded.",
     (TASK, QUEUE, OUTCOME),
 )
 ATTEMPT_DURATION = Metric(
@@ -148,14 +148,16 @@ WAKEUPS_SKIPPED = Metric(
     "runlane.wakeups.skipped",
     MetricKind.COUNTER,
     "{wakeup}",
-    "Wakeups deleted without an attempt, by reason (duplicate, not_due, finished, ...).",
+    "Wakeups that led to no attempt, by reason: terminal, leased, not_due, claim_lost, "
+    "unknown_run, unknown_task, waiting_for_slot, malformed, foreign_environment.",
     (REASON,),
 )
 MAINTENANCE_RUNS = Metric(
     "runlane.maintenance.runs",
     MetricKind.COUNTER,
     "{run}",
-    "What maintenance passes did, by action: published, recovered, timed_out, conflicts.",
+    "What maintenance passes did, by action: published, recovered, timed_out, cancelled, "
+    "scheduled, conflicts.",
     (ACTION,),
 )
 MAINTENANCE_DURATION = Metric(

@@ -155,7 +155,7 @@ def test_lambdas_log_json_lines_and_take_their_metrics_output_from_one_parameter
     trace id): Lambda's text format drops them (docs/observability.md)."""
     metrics = template["Parameters"]["LambdaMetrics"]
     assert metrics["Default"] == "none"
-    assert set(metrics["AllowedValues"]) == {"none", "emf"}
+    assert set(metrics["AllowedValues"]) == {"none", "emf", "otel"}
     assert all(Telemetry.from_env({"RUNLANE_METRICS": v}) for v in metrics["AllowedValues"])
     for function in resources(template, "AWS::Lambda::Function").values():
         properties = function["Properties"]

@@ -5,6 +5,7 @@ owner names the process (``--worker-id``, ``RUNLANE_WORKER_ID``, or host and pid
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import socket
@@ -146,3 +147,15 @@ def test_a_lease_under_3_seconds_is_a_usage_error(cli: Cli) -> None:
 
     assert done.code == 2
     assert "--lease-seconds" in done.stderr
+
+
+def test_a_command_s_emf_metrics_are_written_when_it_ends(
+    cli: Cli, provisioned: dict[str, str]
+) -> None:
+    done = cli.ok("maintenance", "run", "--once", env={"RUNLANE_METRICS": "emf"})
+
+    report, *metrics = [json.loads(line) for line in done.stdout.splitlines()]
+    assert "jobs" in report  # the command's own output comes first, unchanged
+    (pass_line,) = [m for m in metrics if "runlane.maintenance.duration" in m]
+    (directive,) = pass_line["_aws"]["CloudWatchMetrics"]
+    assert {"Name": "runlane.maintenance.duration", "Unit": "Seconds"} in directive["Metrics"]
