@@ -59,7 +59,8 @@ class Runlane(OperatorApis):
     ``session`` (or a default boto3 session), ``region`` and ``endpoint_url``. The SQS
     queue of task queue ``q`` is ``{queue_prefix}{q}`` (unless ``queue_urls`` names it);
     without ``queue_prefix`` that is ``runlane-{environment}-{q}``, so each environment
-    has queues of its own.
+    has queues of its own. ``telemetry`` says what is traced and measured, and where it
+    goes (default :meth:`Telemetry.from_env`; docs/observability.md).
     """
 
     def __init__(

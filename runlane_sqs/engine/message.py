@@ -51,9 +51,8 @@ from runlane_sqs.core.wakeup import MalformedWakeup, Wakeup, parse_wakeup
 from runlane_sqs.engine import outcomes
 from runlane_sqs.engine.context import TaskContext
 from runlane_sqs.engine.engine import Engine
-from runlane_sqs.engine.finishing import finishing_needs_storage
 from runlane_sqs.engine.observing import Observer
-from runlane_sqs.engine.outcomes import Decide, Disposition, FollowUp
+from runlane_sqs.engine.outcomes import Decide, Disposition
 from runlane_sqs.engine.slot_steps import slot_wait_steps
 from runlane_sqs.engine.steps import (
     Begin,
@@ -73,6 +72,7 @@ from runlane_sqs.engine.steps import (
     Write,
     advance,
     drive,
+    follow_up_request,
     performer_table,
 )
 from runlane_sqs.engine.tasks import Task, TaskRegistry
@@ -381,7 +381,7 @@ class MessagePath:
         maintenance (which publishes due runs and polls waits); the message still counts
         as executed."""
         outcomes.log_outcome(run, ctx)
-        request = self._follow_up_request(run)
+        request = follow_up_request(run, self.clock.now())
         if request is None:
             return
         try:
@@ -393,14 +393,3 @@ class MessagePath:
                 run.attempt,
                 exc,
             )
-
-    def _follow_up_request(self, run: Run) -> Request | None:
-        step = outcomes.follow_up(run)
-        if step is FollowUp.FINISHED and finishing_needs_storage(run):
-            return Finish(run)
-        if step is FollowUp.PUBLISH:
-            assert run.due_at is not None
-            return Publish(run, run.due_at - self.clock.now())
-        if step is FollowUp.RECHECK:
-            return Recheck(run)
-        return None

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import JSON, Run, Slot
 from runlane_sqs.engine.context import TaskContext
+from runlane_sqs.engine.finishing import finishing_needs_storage
 from runlane_sqs.engine.observing import NO_SPAN
-from runlane_sqs.engine.outcomes import Disposition
+from runlane_sqs.engine.outcomes import Disposition, FollowUp, follow_up
 from runlane_sqs.engine.tasks import Task
 from runlane_sqs.ports.telemetry import Span
 
@@ -186,3 +187,17 @@ def drive(steps: Steps, perform: Perform) -> Disposition:
         else:
             request = advance(steps, reply, None)
     return request
+
+
+def follow_up_request(run: Run, now: datetime) -> Request | None:
+    """What an attempt's recorded outcome calls for next, if anything: the finished run's
+    bookkeeping, the next wakeup, or a recheck of the wait it released to."""
+    step = follow_up(run)
+    if step is FollowUp.FINISHED and finishing_needs_storage(run):
+        return Finish(run)
+    if step is FollowUp.PUBLISH:
+        assert run.due_at is not None
+        return Publish(run, run.due_at - now)
+    if step is FollowUp.RECHECK:
+        return Recheck(run)
+    return None
