@@ -3,7 +3,7 @@
 Commands: ``dev``, ``provision``, ``worker``, ``maintenance run``, ``trigger``,
 ``runs list|get|events|attempts|wait|cancel|unpark|retry|rerun|prune``,
 ``schedules list|get|pause|resume|trigger``, ``queues list``,
-``tokens create|get|complete|time-out`` and ``signals send``. ``worker``, ``trigger``
+``tokens create|get|complete|time-out``, ``signals send`` and ``console``. ``worker``, ``trigger``
 and ``maintenance run`` need the app (``--app`` or ``RUNLANE_APP``); the others work
 from the ``RUNLANE_*`` variables without one. Exit codes are in
 :mod:`runlane_sqs.cli.exits`; docs/operations.md (section "CLI") documents them.
@@ -14,6 +14,7 @@ from __future__ import annotations
 import click
 
 from runlane_sqs.cli.backend import dev, maintenance, provision, worker
+from runlane_sqs.cli.console import console
 from runlane_sqs.cli.decisions import signals, tokens
 from runlane_sqs.cli.exits import (
     EXIT_ABORTED,
@@ -63,6 +64,7 @@ for command in (
     queues,
     tokens,
     signals,
+    console,
 ):
     main.add_command(command)
 

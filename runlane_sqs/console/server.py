@@ -1,0 +1,261 @@
+"""The console's web app: server-rendered pages over the operator API (``app.runs``), the
+same path to storage the CLI takes (docs/console.md).
+
+Pages read through the API's index queries only. Every request needs the access token
+(:mod:`runlane_sqs.console.security`); every form its CSRF token; with ``read_only`` no
+action is offered or accepted. An error the API raises (a run not found, an action the
+run's status does not allow) is shown in words with its HTTP status, never as a stack
+trace.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote, urlencode
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from runlane_sqs.api.app import Runlane
+from runlane_sqs.console import views
+from runlane_sqs.console.security import COOKIE, CSRF_FIELD, Guard
+from runlane_sqs.core.errors import IllegalTransition, RunlaneError, RunNotFound
+from runlane_sqs.core.model import RunStatus
+
+log = logging.getLogger("runlane_sqs.console")
+HERE = Path(__file__).resolve().parent
+MAX_REASON_CHARS = 500
+MAX_ACTOR_CHARS = 100
+ACTOR_COOKIE = "runlane_console_actor"
+HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-store",
+}
+
+
+@dataclass(frozen=True)
+class ConsoleSettings:
+    """How one console process serves its app."""
+
+    token: str
+    read_only: bool = False
+    hide_payloads: bool = False
+    refresh_seconds: int = 10
+
+
+class Problem(Exception):
+    """A request the console refuses, with the status and words to show."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def console_app(app: Runlane, settings: ConsoleSettings) -> Starlette:
+    """The console's ASGI app over ``app``'s operator API."""
+    guard = Guard(settings.token)
+    environment = jinja2.Environment(  # every value printed is escaped
+        loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True
+    )
+    templates = Jinja2Templates(env=environment)
+    pages = _Pages(app, settings, guard, templates)
+    routes = [
+        Route("/", lambda request: RedirectResponse("/runs", status_code=303)),
+        Route("/runs", pages.runs),
+        Route("/runs/{run_id}", pages.run),
+        Route("/runs/{run_id}/{action}", pages.act, methods=["POST"]),
+        Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+    ]
+    middleware = [Middleware(BaseHTTPMiddleware, dispatch=_Gate(guard, templates))]
+    return Starlette(routes=routes, middleware=middleware)
+
+
+class _Gate:
+    """Lets in requests that carry the access token; trades a ``?token=`` for a cookie."""
+
+    def __init__(self, guard: Guard, templates: Jinja2Templates) -> None:
+        self.guard = guard
+        self.templates = templates
+
+    async def __call__(
+        self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        if request.url.path.startswith("/static/"):
+            return _secured(await call_next(request))
+        offered = request.query_params.get("token")
+        if offered is not None and request.method == "GET":
+            if not self.guard.allows(offered):
+                return _secured(self._refused(request))
+            rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+            target = request.url.path + (f"?{urlencode(rest)}" if rest else "")
+            response = RedirectResponse(target, status_code=303)
+            response.set_cookie(COOKIE, offered, httponly=True, samesite="strict")
+            return _secured(response)
+        if not self.guard.allows(self.guard.presented(request.cookies, request.headers)):
+            return _secured(self._refused(request))
+        return _secured(await call_next(request))
+
+    def _refused(self, request: Request) -> Response:
+        return self.templates.TemplateResponse(
+            request,
+            "problem.html",
+            {"title": "Access token needed", "message": _NEEDS_TOKEN, "read_only": True},
+            status_code=401,
+        )
+
+
+_NEEDS_TOKEN = (
+    "Open the URL the console printed when it started (it carries the access token), "
+    "or send the token as 'Authorization: Bearer <token>'."
+)
+
+
+def _secured(response: Response) -> Response:
+    for name, value in HEADERS.items():
+        response.headers.setdefault(name, value)
+    return response
+
+
+class _Pages:
+    def __init__(
+        self, app: Runlane, settings: ConsoleSettings, guard: Guard, templates: Jinja2Templates
+    ) -> None:
+        self.app = app
+        self.settings = settings
+        self.guard = guard
+        self.templates = templates
+
+    def render(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
+        base = {
+            "csrf": self.guard.csrf,
+            "csrf_field": CSRF_FIELD,
+            "read_only": self.settings.read_only,
+            "environment": self.app.config.environment,
+            "statuses": [s.value for s in RunStatus],
+        }
+        return self.templates.TemplateResponse(
+            request, name, {**base, **context}, status_code=status
+        )
+
+    def problem(self, request: Request, problem: Problem) -> Response:
+        return self.render(
+            request, "problem.html", problem.status, title="Not done", message=problem.message
+        )
+
+    def runs(self, request: Request) -> Response:
+        filters = views.parse_filters(request.query_params, request.query_params.getlist("status"))
+        runs: list[Any] = []
+        cursor: str | None = None
+        if not filters.errors:
+            try:
+                page = self.app.runs.list(**filters.query())  # type: ignore[arg-type]
+            except RunlaneError as exc:
+                filters.errors.append(str(exc))
+            else:
+                runs, cursor = page.runs, page.cursor
+        kept = [(k, v) for k, v in request.query_params.multi_items() if k != "cursor"]
+        return self.render(
+            request,
+            "runs.html",
+            400 if filters.errors else 200,
+            runs=runs,
+            filters=filters,
+            next_url=f"/runs?{urlencode([*kept, ('cursor', cursor)])}" if cursor else None,
+            refresh=self.settings.refresh_seconds,
+        )
+
+    def run(self, request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        try:
+            run = self.app.runs.get(run_id)
+            events = self.app.runs.events(run_id)
+        except RunNotFound as exc:
+            return self.problem(request, Problem(404, str(exc)))
+        attempts = self.app.runs.attempts(run_id)
+        bars, marks = views.timeline(run, attempts, events, self.app.clock.now())
+        hide = self.settings.hide_payloads
+        return self.render(
+            request,
+            "run.html",
+            run=run,
+            events=events,
+            attempts=attempts,
+            bars=bars,
+            marks=marks,
+            payload=views.pretty(run.payload, hide),
+            result=views.pretty(run.result, hide) if run.status is RunStatus.SUCCEEDED else None,
+            trace_id=views.trace_of(run),
+            actions=views.actions_for(run, self.settings.read_only),
+            actor=unquote(request.cookies.get(ACTOR_COOKIE, "")),
+            done=request.query_params.get("done"),
+        )
+
+    async def act(self, request: Request) -> Response:
+        form = await request.form()
+        try:
+            target, actor = self._act(request, {k: str(v) for k, v in form.items()})
+        except Problem as problem:
+            return self.problem(request, problem)
+        action = request.path_params["action"]
+        response = RedirectResponse(
+            f"/runs/{target}?{urlencode({'done': action})}", status_code=303
+        )
+        response.set_cookie(ACTOR_COOKIE, quote(actor), httponly=True, samesite="strict")
+        return response
+
+    def _act(self, request: Request, form: dict[str, str]) -> tuple[str, str]:
+        """Check and perform one action; returns the run to show next and the actor."""
+        origin, host = request.headers.get("origin"), request.headers.get("host")
+        if not self.guard.form_allowed(form.get(CSRF_FIELD), origin, host):
+            raise Problem(403, "This form is stale or came from another site; reload the page.")
+        if self.settings.read_only:
+            raise Problem(403, "The console runs read-only (--read-only): no action is taken.")
+        action, run_id = request.path_params["action"], request.path_params["run_id"]
+        if action not in views.ACTION_STATUSES:
+            raise Problem(404, f"There is no action {views.shown(action)!r}.")
+        reason, actor = form.get("reason", "").strip(), form.get("actor", "").strip()
+        if not reason or len(reason) > MAX_REASON_CHARS:
+            raise Problem(400, f"Give a reason (1 to {MAX_REASON_CHARS} characters).")
+        if not actor or len(actor) > MAX_ACTOR_CHARS or not actor.isprintable():
+            raise Problem(400, f"Give your name (1 to {MAX_ACTOR_CHARS} printable characters).")
+        perform = {
+            "cancel": self.app.runs.cancel,
+            "retry": self.app.runs.retry,
+            "rerun": self.app.runs.rerun,
+        }[action]
+        try:
+            stored = perform(run_id, reason=reason, actor=f"console:{actor}")
+        except RunNotFound as exc:
+            raise Problem(404, str(exc)) from None
+        except IllegalTransition as exc:
+            raise Problem(409, f"Not allowed now: {exc}") from None
+        except RunlaneError as exc:
+            log.warning("console %s of run %s failed: %s", action, run_id, exc)
+            raise Problem(503, f"Storage did not take the {action}: {exc}") from None
+        log.info(
+            "console: %s of run %s by %s: %s",
+            action,
+            run_id,
+            actor,
+            reason,
+            extra={"run_id": run_id},
+        )
+        return stored.id, actor

@@ -1,0 +1,180 @@
+"""What the console's pages show, built from the operator API's values: pure functions,
+no I/O. Filters arrive as query parameters and are checked here, so a bad one is a
+message on the page, never an error page; payloads are shown as indented JSON, or not
+at all with ``--hide-payloads``. Jinja2 escapes every value the templates print."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from runlane_sqs.core.attempts import Attempt
+from runlane_sqs.core.model import JSON, EventType, Run, RunEvent, RunStatus
+from runlane_sqs.core.names import QUEUE_PATTERN, TASK_PATTERN
+from runlane_sqs.core.schedules import SCHEDULE_ID_PATTERN
+from runlane_sqs.core.telemetry import trace_id_of
+
+HIDDEN = "(hidden: the console runs with --hide-payloads)"
+PAGE_SIZES = (25, 50, 100)
+MAX_FILTER_CHARS = 200
+NAME_PATTERNS = {"task": TASK_PATTERN, "queue": QUEUE_PATTERN, "schedule": SCHEDULE_ID_PATTERN}
+ACTION_STATUSES: Mapping[str, frozenset[RunStatus]] = {
+    "cancel": frozenset(s for s in RunStatus if not s.is_terminal),
+    "retry": frozenset({RunStatus.FAILED}),
+    "rerun": frozenset(s for s in RunStatus if s.is_terminal),
+}
+"""The statuses in which each action is offered (the API decides; the page only hides
+buttons that would be refused)."""
+MARKED_EVENTS = frozenset(
+    {
+        EventType.LEASE_EXPIRED,
+        EventType.ATTEMPT_TIMED_OUT,
+        EventType.ATTEMPT_FAILED,
+        EventType.CANCEL_REQUESTED,
+        EventType.LINKED_RUN,
+        EventType.PARKED,
+    }
+)
+
+
+@dataclass
+class RunFilters:
+    """The runs page's filters, as checked; ``errors`` says what was refused."""
+
+    statuses: list[RunStatus] = field(default_factory=list)
+    task: str | None = None
+    queue: str | None = None
+    schedule: str | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    limit: int = PAGE_SIZES[0]
+    cursor: str | None = None
+    errors: list[str] = field(default_factory=list)
+
+    def query(self) -> dict[str, object]:
+        """Keyword arguments of ``app.runs.list``."""
+        return {
+            "status": self.statuses or None,
+            "task": self.task,
+            "queue": self.queue,
+            "schedule": self.schedule,
+            "created_after": self.created_after,
+            "created_before": self.created_before,
+            "limit": self.limit,
+            "cursor": self.cursor,
+        }
+
+
+def parse_filters(params: Mapping[str, str], statuses: Sequence[str]) -> RunFilters:
+    """The filters of a query string (``status`` may repeat: ``statuses``)."""
+    filters = RunFilters()
+    for value in filter(None, statuses):
+        try:
+            filters.statuses.append(RunStatus(value))
+        except ValueError:
+            filters.errors.append(f"unknown status {shown(value)!r}")
+    for name, pattern in NAME_PATTERNS.items():
+        text = params.get(name, "").strip()
+        if text and (len(text) > MAX_FILTER_CHARS or not pattern.fullmatch(text)):
+            filters.errors.append(f"{name} {shown(text)!r} is not a valid {name} name")
+        elif text:
+            setattr(filters, name, text)
+    for name in ("created_after", "created_before"):
+        _parse_time(filters, name, params.get(name, "").strip())
+    size = params.get("limit", "")
+    if size and not (size.isdigit() and int(size) in PAGE_SIZES):
+        filters.errors.append(f"page size must be one of {', '.join(map(str, PAGE_SIZES))}")
+    elif size:
+        filters.limit = int(size)
+    filters.cursor = params.get("cursor") or None
+    return filters
+
+
+def _parse_time(filters: RunFilters, name: str, text: str) -> None:
+    if not text:
+        return
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        filters.errors.append(f"{name} {shown(text)!r} is not a date and time")
+        return
+    if moment.tzinfo is None:
+        filters.errors.append(f"{name} needs a UTC offset, e.g. {shown(text)}+00:00")
+        return
+    setattr(filters, name, moment)
+
+
+def shown(text: str, limit: int = 80) -> str:
+    """``text`` cut to ``limit`` characters, for a message about it."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def pretty(value: JSON, hide: bool) -> str:
+    """A payload or result as indented JSON (escaped by the template)."""
+    if hide:
+        return HIDDEN
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One attempt on the timeline: its start and end as a share of the run's span."""
+
+    number: int
+    left: float
+    width: float
+    outcome: str
+    worker: str | None
+    started_at: datetime
+    ended_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Mark:
+    """An event the timeline marks (a lease expiry, a retry, a cancellation)."""
+
+    left: float
+    label: str
+    at: datetime
+
+
+def timeline(
+    run: Run, attempts: Sequence[Attempt], events: Sequence[RunEvent], now: datetime
+) -> tuple[list[Bar], list[Mark]]:
+    """The run's attempts as bars and its marked events, from its creation to its last
+    change (or now, while it is unfinished); the gaps between bars are its waits."""
+    start = run.created_at
+    end = run.updated_at if run.is_terminal else max(now, run.updated_at)
+    span = max((end - start).total_seconds(), 1e-3)
+
+    def share(moment: datetime) -> float:
+        return round(min(max((moment - start).total_seconds() / span, 0.0), 1.0) * 100, 3)
+
+    bars = [
+        Bar(
+            a.number,
+            share(a.started_at),
+            max(share(a.ended_at or end) - share(a.started_at), 0.5),
+            a.outcome or "running",
+            a.worker,
+            a.started_at,
+            a.ended_at,
+        )
+        for a in attempts
+    ]
+    marks = [Mark(share(e.at), e.type.value, e.at) for e in events if e.type in MARKED_EVENTS]
+    return bars, marks
+
+
+def trace_of(run: Run) -> str | None:
+    """The run's trace id, for finding it in a tracing backend."""
+    return trace_id_of(run.trace)
+
+
+def actions_for(run: Run, read_only: bool) -> list[str]:
+    """The actions the run page offers for ``run``."""
+    if read_only:
+        return []
+    return [name for name, allowed in ACTION_STATUSES.items() if run.status in allowed]
