@@ -5,9 +5,9 @@ and the recovery actions with their audit events (docs/console.md)."""
 from __future__ import annotations
 
 import re
-from urllib.parse import quote
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from starlette.testclient import TestClient
