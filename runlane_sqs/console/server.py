@@ -29,7 +29,9 @@ from starlette.templating import Jinja2Templates
 
 from runlane_sqs.api.app import Runlane
 from runlane_sqs.console import views
+from runlane_sqs.console.decisions import Decisions
 from runlane_sqs.console.security import COOKIE, CSRF_FIELD, Guard
+from runlane_sqs.console.views import Problem
 from runlane_sqs.core.errors import IllegalTransition, RunlaneError, RunNotFound
 from runlane_sqs.core.model import RunStatus
 
@@ -60,15 +62,6 @@ class ConsoleSettings:
     refresh_seconds: int = 10
 
 
-class Problem(Exception):
-    """A request the console refuses, with the status and words to show."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
 def console_app(app: Runlane, settings: ConsoleSettings) -> Starlette:
     """The console's ASGI app over ``app``'s operator API."""
     guard = Guard(settings.token)
@@ -76,16 +69,21 @@ def console_app(app: Runlane, settings: ConsoleSettings) -> Starlette:
         loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True
     )
     templates = Jinja2Templates(env=environment)
-    pages = _Pages(app, settings, guard, templates)
+    pages = Pages(app, settings, guard, templates)
+    decisions = Decisions(pages)
     routes = [
         Route("/", lambda request: RedirectResponse("/runs", status_code=303)),
         Route("/runs", pages.runs),
         Route("/runs/{run_id}", pages.run),
         Route("/runs/{run_id}/{action}", pages.act, methods=["POST"]),
+        Route("/tokens", decisions.tokens),
+        Route("/tokens", decisions.token, methods=["POST"]),
+        Route("/signals", decisions.signal, methods=["POST"]),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
     middleware = [Middleware(BaseHTTPMiddleware, dispatch=_Gate(guard, templates))]
-    return Starlette(routes=routes, middleware=middleware)
+    handlers = {Problem: pages.problem}
+    return Starlette(routes=routes, middleware=middleware, exception_handlers=handlers)
 
 
 class _Gate:
@@ -134,7 +132,9 @@ def _secured(response: Response) -> Response:
     return response
 
 
-class _Pages:
+class Pages:
+    """The pages of one console: rendering, form checks and the run pages."""
+
     def __init__(
         self, app: Runlane, settings: ConsoleSettings, guard: Guard, templates: Jinja2Templates
     ) -> None:
@@ -155,10 +155,26 @@ class _Pages:
             request, name, {**base, **context}, status_code=status
         )
 
-    def problem(self, request: Request, problem: Problem) -> Response:
+    def problem(self, request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, Problem)
         return self.render(
-            request, "problem.html", problem.status, title="Not done", message=problem.message
+            request, "problem.html", exc.status, title="Not done", message=exc.message
         )
+
+    async def checked_form(self, request: Request, *, action: bool) -> dict[str, str]:
+        """A posted form whose CSRF token and origin hold; ``action``: it changes
+        something, so a read-only console refuses it."""
+        form = {k: str(v) for k, v in (await request.form()).items()}
+        origin, host = request.headers.get("origin"), request.headers.get("host")
+        if not self.guard.form_allowed(form.get(CSRF_FIELD), origin, host):
+            raise Problem(403, "This form is stale or came from another site; reload the page.")
+        if action:
+            self.require_writable()
+        return form
+
+    def require_writable(self) -> None:
+        if self.settings.read_only:
+            raise Problem(403, "The console runs read-only (--read-only): no action is taken.")
 
     def runs(self, request: Request) -> Response:
         filters = views.parse_filters(request.query_params, request.query_params.getlist("status"))
@@ -188,7 +204,7 @@ class _Pages:
             run = self.app.runs.get(run_id)
             events = self.app.runs.events(run_id)
         except RunNotFound as exc:
-            return self.problem(request, Problem(404, str(exc)))
+            raise Problem(404, str(exc)) from None
         attempts = self.app.runs.attempts(run_id)
         bars, marks = views.timeline(run, attempts, events, self.app.clock.now())
         hide = self.settings.hide_payloads
@@ -209,11 +225,8 @@ class _Pages:
         )
 
     async def act(self, request: Request) -> Response:
-        form = await request.form()
-        try:
-            target, actor = self._act(request, {k: str(v) for k, v in form.items()})
-        except Problem as problem:
-            return self.problem(request, problem)
+        form = await self.checked_form(request, action=True)
+        target, actor = self._act(request, form)
         action = request.path_params["action"]
         response = RedirectResponse(
             f"/runs/{target}?{urlencode({'done': action})}", status_code=303
@@ -223,11 +236,6 @@ class _Pages:
 
     def _act(self, request: Request, form: dict[str, str]) -> tuple[str, str]:
         """Check and perform one action; returns the run to show next and the actor."""
-        origin, host = request.headers.get("origin"), request.headers.get("host")
-        if not self.guard.form_allowed(form.get(CSRF_FIELD), origin, host):
-            raise Problem(403, "This form is stale or came from another site; reload the page.")
-        if self.settings.read_only:
-            raise Problem(403, "The console runs read-only (--read-only): no action is taken.")
         action, run_id = request.path_params["action"], request.path_params["run_id"]
         if action not in views.ACTION_STATUSES:
             raise Problem(404, f"There is no action {views.shown(action)!r}.")

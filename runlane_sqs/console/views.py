@@ -39,6 +39,15 @@ MARKED_EVENTS = frozenset(
 )
 
 
+class Problem(Exception):
+    """A request the console refuses, with the HTTP status and the words to show."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
 @dataclass
 class RunFilters:
     """The runs page's filters, as checked; ``errors`` says what was refused."""

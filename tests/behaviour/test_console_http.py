@@ -223,3 +223,90 @@ def test_read_only_offers_and_accepts_no_action(app: Runlane) -> None:
     assert response.status_code == 403
     assert "read-only" in response.text
     assert [e.type for e in app.runs.events(failed.id)][-1] is EventType.FAILED
+
+
+TOKEN_TASK = "console.approval"
+SIGNAL_TASK = "console.signalled"
+
+
+def register_waits(app: Runlane) -> None:
+    @app.task(name=TOKEN_TASK)
+    def approval(ctx: TaskContext, payload: Any) -> Any:
+        return ctx.wait_for_token(payload["token"]).value
+
+    @app.task(name=SIGNAL_TASK)
+    def signalled(ctx: TaskContext, payload: Any) -> Any:
+        return ctx.wait_for_signal("order-7").payload
+
+
+def post(client: TestClient, path: str, **form: str) -> Any:
+    return client.post(path, data={CSRF_FIELD: Guard(TOKEN).csrf, **form})
+
+
+def test_a_token_is_looked_up_and_completed_with_a_json_value(
+    app: Runlane, client: TestClient
+) -> None:
+    register_waits(app)
+    token = app.tokens.create(metadata={"order": HOSTILE})
+    run = app.trigger(TOKEN_TASK, {"token": token.id})
+    drain(app)
+
+    found = post(client, "/tokens", token_id=token.id, operation="look up")
+    assert found.status_code == 200
+    assert 'id="token-status">pending' in found.text and "<script>" not in found.text
+    done = post(client, "/tokens", token_id=token.id, operation="complete", value='{"ok": true}')
+    assert done.status_code == 200 and "Token complete: recorded" in done.text
+    drain(app)
+    assert app.runs.get(run.id).result == {"ok": True}
+    again = post(client, "/tokens", token_id=token.id, operation="time out")
+    assert again.status_code == 409 and "decided before" in again.text
+
+
+@pytest.mark.parametrize(
+    ("form", "status", "message"),
+    [
+        ({"token_id": "f" * 32, "operation": "look up"}, 404, "No token with that id"),
+        ({"token_id": "<b>x</b>", "operation": "look up"}, 404, "No token with that id"),
+        ({"token_id": "", "operation": "look up"}, 404, "No token with that id"),
+    ],
+)
+def test_token_look_ups_that_find_nothing_say_so(
+    client: TestClient, form: dict[str, str], status: int, message: str
+) -> None:
+    response = post(client, "/tokens", **form)
+    assert response.status_code == status and message in response.text
+    assert "<b>x</b>" not in response.text
+
+
+def test_a_token_value_that_is_not_json_is_refused_and_the_token_stays_pending(
+    app: Runlane, client: TestClient
+) -> None:
+    token = app.tokens.create()
+    response = post(client, "/tokens", token_id=token.id, operation="complete", value="{nope")
+    assert response.status_code == 400 and "is not JSON" in response.text
+    assert not app.tokens.get(token.id).is_decided
+
+
+def test_a_signal_is_sent_from_the_page_and_bad_keys_are_refused(
+    app: Runlane, client: TestClient
+) -> None:
+    register_waits(app)
+    run = app.trigger(SIGNAL_TASK)
+    drain(app)
+    sent = post(client, "/signals", key="order-7", payload='{"paid": 1}')
+    assert sent.status_code == 200 and "1 waiting run(s) woken" in sent.text
+    drain(app)
+    assert app.runs.get(run.id).result == {"paid": 1}
+    bad = post(client, "/signals", key="bad\x1bkey", payload="")
+    assert bad.status_code == 400 and "Traceback" not in bad.text
+
+
+def test_read_only_looks_tokens_up_but_decides_and_signals_nothing(app: Runlane) -> None:
+    token = app.tokens.create()
+    with client_for(app, read_only=True) as client:
+        client.cookies.set("runlane_console", TOKEN)
+        assert post(client, "/tokens", token_id=token.id, operation="look up").status_code == 200
+        refused = post(client, "/tokens", token_id=token.id, operation="complete", value="1")
+        signal = post(client, "/signals", key="order-7")
+    assert refused.status_code == 403 and signal.status_code == 403
+    assert not app.tokens.get(token.id).is_decided
