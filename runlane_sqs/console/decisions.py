@@ -5,18 +5,32 @@ form's body, never in a URL (which browsers keep in their history)."""
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from starlette.requests import Request
 from starlette.responses import Response
 
+from runlane_sqs.api.app import Runlane
 from runlane_sqs.console.views import Problem
 from runlane_sqs.core.errors import InvalidKeyError, InvalidPayloadError, RunlaneError
 from runlane_sqs.core.model import JSON
 from runlane_sqs.core.tokens import TokenAlreadyDecided, TokenNotFound
 
-if TYPE_CHECKING:
-    from runlane_sqs.console.server import Pages
+
+class Pages(Protocol):
+    """What these pages use of the console's pages (:class:`runlane_sqs.console.server.
+    Pages`)."""
+
+    app: Runlane
+
+    def render(
+        self, request: Request, name: str, status: int = 200, **context: Any
+    ) -> Response: ...
+
+    async def checked_form(self, request: Request, *, action: bool) -> dict[str, str]: ...
+
+    def require_writable(self) -> None: ...
+
 
 MAX_JSON_CHARS = 64_000
 
