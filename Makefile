@@ -24,15 +24,28 @@ TEST_WORKERS ?= 2
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest tests $(XDIST)
+	$(BIN)/python -m pytest tests --ignore=tests/browser $(XDIST)
+
+# The console in a real Chromium (Debian's, installed here when missing: browser
+# downloads do not work offline) driven by Playwright; docs/console.md.
+# RUNLANE_CONSOLE_SCREENSHOTS=docs/console refreshes the docs' screenshots.
+BROWSER_STAMP := $(VENV)/.browser-installed
+.PHONY: test-console
+$(BROWSER_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[dev,browser]"
+	command -v chromium >/dev/null || { apt-get update -q && apt-get install -y -q chromium; }
+	touch $(BROWSER_STAMP)
+
+test-console: $(BROWSER_STAMP)
+	$(BIN)/python -m pytest tests/browser
 
 # Groups (tests/conftest.py): test-unit runs everything that needs no emulator,
 # test-integration everything that does, test-acceptance the CLI as a user drives it.
 test-unit: $(STAMP)
-	$(BIN)/python -m pytest tests -m "not integration" $(XDIST)
+	$(BIN)/python -m pytest tests -m "not integration" --ignore=tests/browser $(XDIST)
 
 test-integration: $(STAMP)
-	$(BIN)/python -m pytest tests -m integration $(XDIST)
+	$(BIN)/python -m pytest tests -m integration --ignore=tests/browser $(XDIST)
 
 test-acceptance: $(STAMP)
 	$(BIN)/python -m pytest tests/processes/cli
@@ -60,7 +73,7 @@ clean:
 test-aws-local: $(STAMP)
 	bash localstack/install-emulators.sh
 	$(BIN)/python -m tests.aws_local run -- $(BIN)/python -m pytest tests -m integration \
-		--ignore=tests/processes/cli $(PYTEST_ARGS)
+		--ignore=tests/processes/cli --ignore=tests/browser $(PYTEST_ARGS)
 
 # Benchmarks (not part of `make test`): cost per run, throughput against Celery on the
 # same SQS endpoint, maintenance scaling, latency and worker memory; results go to

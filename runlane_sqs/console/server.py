@@ -46,7 +46,7 @@ HEADERS = {
         "frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
     ),
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",  # no-referrer would make posts say Origin: null
     "X-Frame-Options": "DENY",
     "Cache-Control": "no-store",
 }

@@ -86,7 +86,7 @@ def test_pages_send_security_headers(client: TestClient) -> None:
     headers = client.get("/runs").headers
     assert "script-src 'self'" in headers["content-security-policy"]
     assert headers["x-frame-options"] == "DENY"
-    assert headers["referrer-policy"] == "no-referrer"
+    assert headers["referrer-policy"] == "same-origin"
 
 
 def test_the_runs_page_filters_newest_first_and_pages_with_a_cursor(

@@ -1,0 +1,108 @@
+"""An on-call engineer's path through the console, in a real Chromium against a real
+console process: runs triggered (some fail), the console opened from its URL, failed
+runs filtered, one opened, its traceback read, retried with a reason; the new linked run
+succeeds once a worker drains; a token is completed from the page; the timeline shows
+every attempt; markup in a payload stays text (docs/console.md)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from playwright.sync_api import Dialog, Page, expect
+
+from runlane_sqs import EventType, Runlane, RunStatus
+from tests.apps.console_tasks import APPROVAL, CHARGE, register_console_tasks
+from tests.browser.conftest import TOKEN, Console, Screenshots
+
+MARKUP = '<img src=x onerror="document.title=1"><script>document.title="owned"</script>'
+
+
+def drain(app: Runlane) -> None:
+    while app.worker().drain():
+        pass
+
+
+def accept(dialog: Dialog) -> None:
+    dialog.accept()
+
+
+def test_filter_read_retry_and_complete_a_token_in_a_browser(
+    make_app: Callable[..., Runlane],
+    console: Console,
+    page: Page,
+    screenshots: Screenshots,
+) -> None:
+    app = register_console_tasks(make_app())
+    app.provision()
+    declined = app.trigger(CHARGE, {"order": 7, "declined": True, "note": MARKUP})
+    for order in (1, 2, 3):
+        app.trigger(CHARGE, {"order": order})
+    token = app.tokens.create(metadata={"order": 7})
+    waiting = app.trigger(APPROVAL, {"token": token.id})
+    drain(app)
+    assert app.runs.get(declined.id).status is RunStatus.FAILED
+
+    page.goto(f"{console.url}/runs?token={TOKEN}")
+    expect(page).to_have_url(f"{console.url}/runs")  # the token left the address bar
+    expect(page.locator("table.runs tbody tr")).to_have_count(5)
+    screenshots.take(page, "runs")
+
+    page.get_by_label("failed", exact=True).check()
+    page.get_by_role("button", name="Filter").click()
+    expect(page.locator("table.runs tbody tr")).to_have_count(1)
+    page.get_by_role("link", name=declined.id).click()
+
+    expect(page.locator("#run-status")).to_have_text("failed")
+    expect(page.locator("#traceback")).to_contain_text("RuntimeError: card declined for order 7")
+    expect(page.locator("#payload")).to_contain_text("<script>")  # shown as text
+    assert page.title() != "owned" and page.title() != "1"
+    expect(page.locator("svg.timeline rect.attempt")).to_have_count(1)
+    screenshots.take(page, "run-failed")
+
+    page.on("dialog", accept)
+    retry_form = page.locator('form[action$="/retry"]')
+    retry_form.get_by_label("Your name").fill("alice")
+    retry_form.get_by_label("Reason").fill("gateway is back")
+    retry_form.get_by_role("button", name="Retry").click()
+
+    expect(page.locator(".done")).to_have_text("retry recorded.")
+    new_id = re.search(r"/runs/([0-9a-f]{32})", page.url)
+    assert new_id is not None and new_id.group(1) != declined.id
+    expect(page.locator("#source-run")).to_have_text(declined.id)
+    (linked,) = [e for e in app.runs.events(declined.id) if e.type is EventType.LINKED_RUN]
+    assert (linked.data["actor"], linked.data["reason"]) == ("console:alice", "gateway is back")
+
+    drain(app)
+    page.reload()
+    expect(page.locator("#run-status")).to_have_text("succeeded")
+    expect(page.locator("#result")).to_contain_text('"charged": 7')
+    expect(page.locator("svg.timeline rect.attempt.outcome-succeeded")).to_have_count(1)
+    screenshots.take(page, "run-succeeded")
+
+    complete_the_token(page, screenshots, token.id)
+    drain(app)
+    page.goto(f"{console.url}/runs/{waiting.id}")
+    expect(page.locator("#run-status")).to_have_text("succeeded")
+    expect(page.locator("table.attempts tbody tr")).to_have_count(2)  # waited, resumed
+    expect(page.locator("svg.timeline rect.attempt")).to_have_count(2)
+    assert app.runs.get(waiting.id).result == {"approved": True}
+
+
+def complete_the_token(page: Page, screenshots: Screenshots, token_id: str) -> None:
+    """Look the token up on its page and complete it with a JSON value."""
+    page.get_by_role("link", name="Tokens and signals").click()
+    page.get_by_label("Token id").fill(token_id)
+    page.get_by_role("button", name="Look up").click()
+    expect(page.locator("#token-status")).to_have_text("pending")
+    page.get_by_label("Value (JSON)").first.fill('{"approved": true}')
+    page.get_by_role("button", name="Complete").click()
+    expect(page.locator("#token-status")).to_have_text("completed")
+    screenshots.take(page, "tokens")
+    assert token_id not in page.url  # a bearer secret: never in the address bar
+
+
+def test_without_the_token_the_browser_gets_the_refusal_page(console: Console, page: Page) -> None:
+    response = page.goto(f"{console.url}/runs")
+    assert response is not None and response.status == 401
+    expect(page.locator("#problem-message")).to_contain_text("Open the URL the console printed")
