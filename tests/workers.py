@@ -80,6 +80,11 @@ class WorkerKind:
         """Build a worker with ``options``; process the work available now."""
         return self.drain_worker(self.build(app, **options), max_runs)
 
+    def drain_all(self, app: Runlane) -> None:
+        """Drain until a drain executes nothing (retries and resumed runs included)."""
+        while self.drain(app):
+            pass
+
     def run_worker(self, worker: AnyWorker) -> None:
         if isinstance(worker, AsyncWorker):
             asyncio.run(worker.run())

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
+from functools import cached_property
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -52,20 +53,16 @@ def _context(packed: str) -> otel_trace.SpanContext:
 class OtelSpan:
     """A span of OpenTelemetry's API."""
 
-    __slots__ = ("_packed", "_span")
-
     def __init__(self, span: otel_trace.Span) -> None:
         self._span = span
-        self._packed: str | bool | None = False  # False: not packed yet
 
-    @property
+    @cached_property
     def trace(self) -> str | None:
-        if self._packed is False:
-            carrier: dict[str, str] = {}
-            if self._span.get_span_context().is_valid:
-                _W3C.inject(carrier, otel_trace.set_span_in_context(self._span))
-            self._packed = pack_trace(carrier.get("traceparent"), carrier.get("tracestate"))
-        return self._packed  # type: ignore[return-value]
+        """Packed once, on first use (most spans never trigger a run)."""
+        carrier: dict[str, str] = {}
+        if self._span.get_span_context().is_valid:
+            _W3C.inject(carrier, otel_trace.set_span_in_context(self._span))
+        return pack_trace(carrier.get("traceparent"), carrier.get("tracestate"))
 
     @property
     def trace_id(self) -> str | None:

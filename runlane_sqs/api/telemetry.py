@@ -11,7 +11,7 @@ import importlib.util
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.errors import ConfigurationError
@@ -92,7 +92,8 @@ class Telemetry:
                         f"{ENV_METRICS}={metrics_text!r}: each output is one of "
                         f"{', '.join(METRICS_OUTPUTS)}"
                     )
-            metrics: tuple[MetricsOutput, ...] = tuple(o for o in outputs if o != "none")  # type: ignore[misc]
+            chosen = [cast(MetricsOutput, o) for o in outputs if o != "none"]
+            metrics: tuple[MetricsOutput, ...] = tuple(chosen)
         else:
             metrics = ("otel",) if installed else ()
         namespace = env.get(ENV_EMF_NAMESPACE, "").strip() or "runlane"

@@ -176,9 +176,9 @@ class Maintenance:
         with self._observer.spanning(t.MAINTENANCE_PASS, t.SpanKind.INTERNAL, {}) as span:
             republisher = Republisher(self._publisher, self._observer, span)
             report = self._pass(time_budget_seconds, republisher)
-            seconds = report.duration_ms / 1000
-            self._observer.maintained(span, report.pass_id, pass_counts(report), seconds)
-        log_pass(report)
+            counts, seconds = pass_counts(report), report.duration_ms / 1000
+            self._observer.maintained(span, report.pass_id, counts, seconds)
+        log_pass(report, counts)
         return report
 
     def _pass(self, time_budget_seconds: float | None, wakeups: Republisher) -> PassReport:

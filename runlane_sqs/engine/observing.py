@@ -82,10 +82,11 @@ class Observer:
         parent: str | None = None,
         links: Sequence[str | None] = (),
     ) -> Span:
-        if self.tracer is None or not self.tracer.enabled:  # (``tracing``, for mypy)
+        tracer = self.tracer
+        if tracer is None or not tracer.enabled:
             return NO_SPAN
         linked = [link for link in links if link]
-        return self.tracer.start(name, kind, attributes, parent=parent, links=linked)
+        return tracer.start(name, kind, attributes, parent=parent, links=linked)
 
     @contextmanager
     def spanning(

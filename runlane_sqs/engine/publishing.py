@@ -44,8 +44,7 @@ class Publisher:
         self, runs: Sequence[Run], *, delay: timedelta | None = None, trace: str | None = None
     ) -> int:
         """Publish wakeups in batches of ten; returns how many were sent."""
-        wakeups = self.wakeups(runs, trace, delay)
-        return self.settle(runs, self._transport.publish(wakeups, delay))
+        return len(runs) - len(self.send(runs, self.wakeups(runs, trace, delay), delay))
 
     def send(
         self, runs: Sequence[Run], wakeups: list[Wakeup], delay: timedelta | None

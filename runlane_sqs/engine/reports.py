@@ -131,9 +131,9 @@ def pass_counts(report: PassReport) -> dict[str, int]:
     }
 
 
-def log_pass(report: PassReport) -> None:
-    """The pass's one log line: its figures in words, the whole report as ``report``."""
-    counts = pass_counts(report)
+def log_pass(report: PassReport, counts: dict[str, int]) -> None:
+    """The pass's one log line: its figures (:func:`pass_counts`) in words, the whole
+    report as ``report``."""
     log.info(
         "maintenance pass %s: %s in %d ms%s",
         report.pass_id,

@@ -28,8 +28,7 @@ def test_a_retried_failure_warns_and_the_last_one_is_an_error_with_its_traceback
     app = backend.app(register=register)
     run = app.trigger(TASK, 7)
     caplog.set_level(logging.INFO, logger="runlane_sqs")
-    while worker_kind.drain(app):
-        pass
+    worker_kind.drain_all(app)
 
     assert app.runs.get(run.id).status is RunStatus.FAILED
     failed = [

@@ -32,11 +32,6 @@ def register(app: Runlane) -> None:
         return payload
 
 
-def drain_all(app: Runlane, worker_kind: WorkerKind) -> None:
-    while worker_kind.drain(app):
-        pass
-
-
 def test_runs_attempts_and_outcomes_are_counted_by_task(
     backend: Backend,
     worker_kind: WorkerKind,
@@ -46,7 +41,7 @@ def test_runs_attempts_and_outcomes_are_counted_by_task(
     flaky = app.trigger(FLAKY)
     app.trigger(QUICK, 1)
     app.trigger(QUICK, 2)
-    drain_all(app, worker_kind)
+    worker_kind.drain_all(app)
     assert app.runs.get(flaky.id).status is RunStatus.SUCCEEDED
 
     assert recorded.counts("runlane.runs.triggered", "runlane.task") == {FLAKY: 1, QUICK: 2}
@@ -81,7 +76,7 @@ def test_skipped_wakeups_are_counted_by_reason(
 ) -> None:
     app = backend.app(register=register, telemetry=recorded.telemetry(tracing=False))
     run = app.trigger(QUICK)
-    drain_all(app, worker_kind)
+    worker_kind.drain_all(app)
     duplicate = Wakeup(run.environment, run.id, run.queue, backend.clock.now())
     foreign = Wakeup("elsewhere", run.id, run.queue, backend.clock.now())
     app.transport.publish([duplicate, duplicate], None)
@@ -118,7 +113,7 @@ def test_the_wakeup_lag_counts_from_the_end_of_its_delay(
     app = backend.app(register=register, telemetry=recorded.telemetry(tracing=False))
     app.trigger(QUICK, delay=timedelta(seconds=40))
     backend.clock.advance(timedelta(seconds=45))
-    drain_all(app, worker_kind)
+    worker_kind.drain_all(app)
 
     ((_, point),) = recorded.points("runlane.wakeup.lag")
     assert point.count == 1
@@ -131,7 +126,7 @@ def test_emf_lines_carry_the_same_counts_for_cloudwatch(
     telemetry = Telemetry(tracing=False, metrics=("emf",), emf_namespace="shop")
     app = backend.app(register=register, telemetry=telemetry)
     app.trigger(FLAKY)
-    drain_all(app, worker_kind)  # a worker flushes when it stops
+    worker_kind.drain_all(app)  # a worker flushes when it stops
     app.observer.flush()  # the trigger's count, if no worker flushed after it
 
     documents = [json.loads(line) for line in capsys.readouterr().out.splitlines()]

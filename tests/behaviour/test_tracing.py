@@ -63,11 +63,6 @@ def traced_app(backend: Backend, recorded: Recorded, **options: Any) -> tuple[Ru
     return app, seen
 
 
-def drain_all(app: Runlane, worker_kind: WorkerKind) -> None:
-    while worker_kind.drain(app):
-        pass
-
-
 def attempts(recorded: Recorded, task: str) -> list[ReadableSpan]:  # noqa: F811
     return recorded.spans(f"attempt {task}")
 
@@ -91,7 +86,7 @@ def test_a_run_s_attempts_are_children_of_its_trigger_across_retries(
     caller = recorded.tracer_provider.get_tracer("the-app")
     with caller.start_as_current_span("POST /checkout") as request:
         run = app.trigger(FLAKY, {"order": 7})
-    drain_all(app, worker_kind)
+    worker_kind.drain_all(app)
 
     assert app.runs.get(run.id).status is RunStatus.SUCCEEDED
     (trigger,) = recorded.spans(f"trigger {FLAKY}")
@@ -137,7 +132,7 @@ def test_the_handler_runs_in_its_attempt_s_span_and_its_log_lines_name_the_trace
     app, seen = traced_app(backend, recorded)
     caplog.set_level(logging.INFO, logger="runlane_sqs")
     run = app.trigger(INSIDE)
-    drain_all(app, worker_kind)
+    worker_kind.drain_all(app)
 
     (attempt,) = attempts(recorded, INSIDE)
     assert seen["current"] == ids(attempt)
@@ -165,12 +160,12 @@ def test_a_token_decision_links_the_attempt_it_resumes_which_stays_in_the_run_s_
     app, _ = traced_app(backend, recorded)
     token = app.tokens.create()
     run = app.trigger(TOKEN, {"token": token.id})
-    drain_all(app, worker_kind)
+    worker_kind.drain_all(app)
     assert app.runs.get(run.id).status is RunStatus.RELEASED
     approver = recorded.tracer_provider.get_tracer("the-app")
     with approver.start_as_current_span("POST /approve") as request:
         app.tokens.complete(token.id, "approved")
-    drain_all(app, worker_kind)
+    worker_kind.drain_all(app)
 
     assert app.runs.get(run.id).result == "approved"
     (trigger,) = recorded.spans(f"trigger {TOKEN}")
@@ -194,9 +189,9 @@ def test_a_signal_send_links_the_attempt_it_wakes(
 ) -> None:
     app, _ = traced_app(backend, recorded)
     run = app.trigger(SIGNAL)
-    drain_all(app, worker_kind)
+    worker_kind.drain_all(app)
     assert app.signals.send("order-7", {"paid": True}) == 1
-    drain_all(app, worker_kind)
+    worker_kind.drain_all(app)
 
     assert app.runs.get(run.id).result == {"paid": True}
     (send,) = recorded.spans("runlane send signal")
@@ -218,7 +213,7 @@ def test_a_maintenance_republish_is_a_span_in_the_run_s_trace_linked_to_the_pass
     run = app.trigger(FLAKY, delay=timedelta(hours=1))  # beyond SQS's delay: not published
     backend.clock.advance(timedelta(hours=1, seconds=1))
     report = app.maintenance.run_pass()
-    drain_all(app, worker_kind)
+    worker_kind.drain_all(app)
 
     assert app.runs.get(run.id).status is RunStatus.SUCCEEDED
     (trigger,) = recorded.spans(f"trigger {FLAKY}")
@@ -243,7 +238,7 @@ def test_attempts_can_start_traces_of_their_own_linked_to_the_trigger(
 ) -> None:
     app, _ = traced_app(backend, recorded, attempts_as_children=False)
     app.trigger(INSIDE)
-    drain_all(app, worker_kind)
+    worker_kind.drain_all(app)
 
     (trigger,) = recorded.spans(f"trigger {INSIDE}")
     (attempt,) = attempts(recorded, INSIDE)
@@ -267,7 +262,7 @@ def test_a_forged_or_malformed_trace_in_a_wakeup_changes_nothing(
     ):
         wakeup = Wakeup(run.environment, run.id, run.queue, backend.clock.now(), trace=forged)
         app.transport.publish([wakeup], None)
-    drain_all(app, worker_kind)
+    worker_kind.drain_all(app)
 
     assert app.runs.get(run.id).status is RunStatus.SUCCEEDED
     (trigger,) = recorded.spans(f"trigger {INSIDE}")
