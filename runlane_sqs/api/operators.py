@@ -1,6 +1,7 @@
 """The operator APIs an app hands out (``app.runs``, ``app.idempotency``,
-``app.schedules``, ``app.queues``): built on first use, over the engine of the time. A
-task on Lambda seldom uses them, so the function does not import them at its start."""
+``app.schedules``, ``app.queues``, ``app.health``): built on first use, over the engine
+of the time. A task on Lambda seldom uses them, so the function does not import them at
+its start."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ from typing import TYPE_CHECKING
 from runlane_sqs.engine.engine import Engine
 
 if TYPE_CHECKING:
+    from runlane_sqs.api.health import HealthApi
     from runlane_sqs.api.queues import QueuesApi
     from runlane_sqs.api.runs import IdempotencyApi, RunsApi
     from runlane_sqs.api.schedules import SchedulesApi
 
-OPERATOR_APIS = ("runs", "idempotency", "schedules", "queues")
+OPERATOR_APIS = ("runs", "idempotency", "schedules", "queues", "health")
 """The names :meth:`OperatorApis.forget_apis` drops (built again on next use)."""
 
 
@@ -55,3 +57,10 @@ class OperatorApis:
         from runlane_sqs.api.queues import QueuesApi  # noqa: PLC0415 (see the module doc)
 
         return QueuesApi(self.engine)
+
+    @cached_property
+    def health(self) -> HealthApi:
+        """Runs by status and outcomes per minute, the last maintenance pass, the queues."""
+        from runlane_sqs.api.health import HealthApi  # noqa: PLC0415 (see the module doc)
+
+        return HealthApi(self.engine)

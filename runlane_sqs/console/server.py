@@ -1,5 +1,6 @@
-"""The console's web app: server-rendered pages over the operator API (``app.runs``), the
-same path to storage the CLI takes (docs/console.md).
+"""The console's web app: server-rendered pages over the operator API (``app.runs``,
+``app.health``, ``app.schedules``, ...), the same path to storage the CLI takes
+(docs/console.md).
 
 Pages read through the API's index queries only. Every request needs the access token
 (:mod:`runlane_sqs.console.security`); every form its CSRF token; with ``read_only`` no
@@ -28,17 +29,17 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from runlane_sqs.api.app import Runlane
-from runlane_sqs.console import views
+from runlane_sqs.console import charts, views
 from runlane_sqs.console.decisions import Decisions
+from runlane_sqs.console.operations import Operations
 from runlane_sqs.console.security import COOKIE, CSRF_FIELD, Guard
 from runlane_sqs.console.views import Problem
 from runlane_sqs.core.errors import IllegalTransition, RunlaneError, RunNotFound
+from runlane_sqs.core.health import Activity
 from runlane_sqs.core.model import RunStatus
 
 log = logging.getLogger("runlane_sqs.console")
 HERE = Path(__file__).resolve().parent
-MAX_REASON_CHARS = 500
-MAX_ACTOR_CHARS = 100
 ACTOR_COOKIE = "runlane_console_actor"
 HEADERS = {
     "Content-Security-Policy": (
@@ -71,6 +72,7 @@ def console_app(app: Runlane, settings: ConsoleSettings) -> Starlette:
     templates = Jinja2Templates(env=environment)
     pages = Pages(app, settings, guard, templates)
     decisions = Decisions(pages)
+    operations = Operations(pages)
     routes = [
         Route("/", lambda request: RedirectResponse("/runs", status_code=303)),
         Route("/runs", pages.runs),
@@ -79,6 +81,9 @@ def console_app(app: Runlane, settings: ConsoleSettings) -> Starlette:
         Route("/tokens", decisions.tokens),
         Route("/tokens", decisions.token, methods=["POST"]),
         Route("/signals", decisions.signal, methods=["POST"]),
+        Route("/health", operations.health),
+        Route("/schedules", operations.schedules),
+        Route("/schedules/{schedule_id}/{action}", operations.change, methods=["POST"]),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
     middleware = [Middleware(BaseHTTPMiddleware, dispatch=_Gate(guard, templates))]
@@ -188,12 +193,22 @@ class Pages:
             else:
                 runs, cursor = page.runs, page.cursor
         kept = [(k, v) for k, v in request.query_params.multi_items() if k != "cursor"]
+        activity: Activity | None = None
+        try:
+            activity = self.app.health.activity()
+        except RunlaneError as exc:
+            log.warning("console: the runs' activity could not be read: %s", exc)
+        tiles = charts.tiles(activity) if activity else None
+        chart = charts.outcomes_chart(activity) if activity else None
         return self.render(
             request,
             "runs.html",
             400 if filters.errors else 200,
             runs=runs,
             filters=filters,
+            activity=activity,
+            tiles=tiles,
+            chart=chart,
             next_url=f"/runs?{urlencode([*kept, ('cursor', cursor)])}" if cursor else None,
             refresh=self.settings.refresh_seconds,
         )
@@ -239,11 +254,7 @@ class Pages:
         action, run_id = request.path_params["action"], request.path_params["run_id"]
         if action not in views.ACTION_STATUSES:
             raise Problem(404, f"There is no action {views.shown(action)!r}.")
-        reason, actor = form.get("reason", "").strip(), form.get("actor", "").strip()
-        if not reason or len(reason) > MAX_REASON_CHARS:
-            raise Problem(400, f"Give a reason (1 to {MAX_REASON_CHARS} characters).")
-        if not actor or len(actor) > MAX_ACTOR_CHARS or not actor.isprintable():
-            raise Problem(400, f"Give your name (1 to {MAX_ACTOR_CHARS} printable characters).")
+        actor, reason = views.checked_actor(form)
         perform = {
             "cancel": self.app.runs.cancel,
             "retry": self.app.runs.retry,

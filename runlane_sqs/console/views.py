@@ -16,6 +16,8 @@ from runlane_sqs.core.names import QUEUE_PATTERN, TASK_PATTERN
 from runlane_sqs.core.schedules import SCHEDULE_ID_PATTERN
 from runlane_sqs.core.telemetry import trace_id_of
 
+MAX_REASON_CHARS = 500
+MAX_ACTOR_CHARS = 100
 HIDDEN = "(hidden: the console runs with --hide-payloads)"
 PAGE_SIZES = (25, 50, 100)
 MAX_FILTER_CHARS = 200
@@ -187,3 +189,14 @@ def actions_for(run: Run, read_only: bool) -> list[str]:
     if read_only:
         return []
     return [name for name, allowed in ACTION_STATUSES.items() if run.status in allowed]
+
+
+def checked_actor(form: Mapping[str, str]) -> tuple[str, str]:
+    """The actor's name and the reason an action form gives; a problem if either is
+    missing, too long, or the name holds characters that do not print."""
+    reason, actor = form.get("reason", "").strip(), form.get("actor", "").strip()
+    if not reason or len(reason) > MAX_REASON_CHARS:
+        raise Problem(400, f"Give a reason (1 to {MAX_REASON_CHARS} characters).")
+    if not actor or len(actor) > MAX_ACTOR_CHARS or not actor.isprintable():
+        raise Problem(400, f"Give your name (1 to {MAX_ACTOR_CHARS} printable characters).")
+    return actor, reason

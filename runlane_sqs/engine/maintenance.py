@@ -75,6 +75,7 @@ from runlane_sqs.engine.reports import (
     PassReport,
     SlotsReport,
     job_of,
+    keep_pass,
     log_pass,
     pass_counts,
 )
@@ -179,6 +180,7 @@ class Maintenance:
             counts, seconds = pass_counts(report), report.duration_ms / 1000
             self._observer.maintained(span, report.pass_id, counts, seconds)
         log_pass(report, counts)
+        keep_pass(self._store.health, report, counts, self._clock.now())
         return report
 
     def _pass(self, time_budget_seconds: float | None, wakeups: Republisher) -> PassReport:

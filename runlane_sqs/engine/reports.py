@@ -7,10 +7,13 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from typing import Any
 
+from runlane_sqs.core.errors import StorageError
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import EventType
+from runlane_sqs.ports.health import HealthStore, PassRecord
 
 log = logging.getLogger("runlane_sqs.maintenance")
 
@@ -142,3 +145,20 @@ def log_pass(report: PassReport, counts: dict[str, int]) -> None:
         " (out of time)" if report.out_of_time else "",
         extra={"pass_id": report.pass_id, "report": report.to_json()},
     )
+
+
+def keep_pass(
+    store: HealthStore, report: PassReport, counts: dict[str, int], finished_at: datetime
+) -> None:
+    """Store the pass's report for the console and ``app.health``. A pass that did its
+    work is not failed by this write: a lost one is logged."""
+    record = PassRecord(report.pass_id, finished_at, counts, report.to_json())
+    try:
+        store.save_pass(record)
+    except StorageError as exc:
+        log.warning(
+            "maintenance pass %s: its report was not stored: %s",
+            report.pass_id,
+            exc,
+            extra={"pass_id": report.pass_id},
+        )

@@ -18,6 +18,7 @@ from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Lease, Run, RunEvent, RunStatus, WaitKind
 from runlane_sqs.core.ordering import Place
 from runlane_sqs.core.tokens import Token, TokenDecision
+from runlane_sqs.ports.health import HealthStore
 from runlane_sqs.ports.ordering import OrderStore
 from runlane_sqs.ports.schedules import ScheduleStore
 from runlane_sqs.ports.slots import SlotStore
@@ -85,6 +86,12 @@ class RunStore(Protocol):
     @property
     def orders(self) -> OrderStore:
         """The ordering keys of the same environment (:mod:`runlane_sqs.ports.ordering`)."""
+        ...
+
+    @property
+    def health(self) -> HealthStore:
+        """Bounded reads of the same environment and its last maintenance pass
+        (:mod:`runlane_sqs.ports.health`)."""
         ...
 
     def create_run(

@@ -73,3 +73,13 @@ class BacklogProbe(Protocol):
     def backlog(self, queue: str) -> QueueBacklog:
         """Raises :class:`~runlane_sqs.core.errors.TransportError` when it cannot."""
         ...
+
+
+@runtime_checkable
+class DeadLetterProbe(Protocol):
+    """A transport that can count the messages its queues' dead-letter queues hold."""
+
+    def dead_letters(self, queue: str) -> int | None:
+        """``None`` when ``queue`` has no dead-letter queue; raises
+        :class:`~runlane_sqs.core.errors.TransportError` when it cannot count."""
+        ...

@@ -126,3 +126,7 @@ DRAINED_SK_PREFIX = "DRAINED#"
 
 def drained_sk(queue: str) -> str:
     return f"{DRAINED_SK_PREFIX}{queue}"
+
+
+PASS_SK = "PASS"
+"""Beside the cursors: the report of the latest maintenance pass that finished."""

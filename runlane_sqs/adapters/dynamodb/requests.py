@@ -221,9 +221,12 @@ def query_cursors(table: str, environment: str) -> Request:
     """Every maintenance cursor of the environment (one small partition)."""
     return {
         "TableName": table,
-        "KeyConditionExpression": "#pk = :pk",
-        "ExpressionAttributeNames": {"#pk": "pk"},
-        "ExpressionAttributeValues": {":pk": {"S": keys.maintenance_pk(environment)}},
+        "KeyConditionExpression": "#pk = :pk AND begins_with(#sk, :prefix)",
+        "ExpressionAttributeNames": {"#pk": "pk", "#sk": "sk"},
+        "ExpressionAttributeValues": {
+            ":pk": {"S": keys.maintenance_pk(environment)},
+            ":prefix": {"S": keys.CURSOR_SK_PREFIX},
+        },
         "ConsistentRead": True,
     }
 

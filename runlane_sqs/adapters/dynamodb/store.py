@@ -29,6 +29,7 @@ from runlane_sqs.adapters.dynamodb.cursors import (
     waits_key,
 )
 from runlane_sqs.adapters.dynamodb.errors import call, error_code, refused_as_malformed
+from runlane_sqs.adapters.dynamodb.health import DynamoHealthStore
 from runlane_sqs.adapters.dynamodb.listing import list_run_keys
 from runlane_sqs.adapters.dynamodb.ordering import DynamoOrderStore, moved, trigger_items
 from runlane_sqs.adapters.dynamodb.replays import (
@@ -81,6 +82,10 @@ class DynamoRunStore:
         """The environment's concurrency slot records, in the same table."""
         self.orders = DynamoOrderStore(self._send, table, environment)
         """The environment's ordering keys, in the same table."""
+        self.health = DynamoHealthStore(
+            self._send, lambda sent: self._query_all(sent, None), table, environment
+        )
+        """Bounded reads for the console and ``app.health``; the last pass's report."""
 
     @functools.cached_property
     def _endpoint(self) -> str | None:

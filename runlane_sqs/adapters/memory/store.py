@@ -30,6 +30,7 @@ from runlane_sqs.adapters.dynamodb.cursors import (
     encode_cursor,
     waits_key,
 )
+from runlane_sqs.adapters.memory.health import InMemoryHealthStore
 from runlane_sqs.adapters.memory.ordering import InMemoryOrderStore
 from runlane_sqs.adapters.memory.schedules import InMemoryScheduleStore
 from runlane_sqs.adapters.memory.slots import InMemorySlotStore
@@ -118,6 +119,8 @@ class InMemoryRunStore:
         """The environment's concurrency slot records."""
         self.orders = InMemoryOrderStore(self._lock, self.slots)
         """The environment's ordering keys."""
+        self.health = InMemoryHealthStore(environment, self._lock, self._all_runs)
+        """Bounded reads for the console and ``app.health``; the last pass's report."""
 
     def create_run(
         self,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import threading
@@ -49,6 +50,21 @@ def delay_seconds(delay: timedelta | None) -> int:
     if delay is None or delay <= timedelta(0):
         return 0
     return min(MAX_DELAY_SECONDS, math.ceil(delay.total_seconds()))
+
+
+def dead_letter_target(policy: str | None) -> tuple[str, str] | None:
+    """The dead-letter queue's name and owning account from a ``RedrivePolicy``
+    (``None``: no policy, or one without a target)."""
+    if not policy:
+        return None
+    try:
+        arn = json.loads(policy).get("deadLetterTargetArn")
+    except (ValueError, AttributeError):
+        return None
+    parts = arn.split(":") if isinstance(arn, str) else []
+    if len(parts) != 6 or not parts[5]:
+        return None
+    return parts[5], parts[4]
 
 
 def is_fifo(url: str) -> bool:
@@ -232,6 +248,29 @@ class SqsTransport:
         counts = response.get("Attributes", {})
         visible, delayed, in_flight = (int(counts.get(name, 0)) for name in COUNTS)
         return QueueBacklog(visible=visible, delayed=delayed, in_flight=in_flight)
+
+    def dead_letters(self, queue: str) -> int | None:
+        """Messages in the queue's dead-letter queue (its redrive policy's target), visible
+        or not; ``None`` when the queue has none."""
+        try:
+            policy = (
+                self._client.get_queue_attributes(
+                    QueueUrl=self.queue_url(queue), AttributeNames=["RedrivePolicy"]
+                )
+                .get("Attributes", {})
+                .get("RedrivePolicy")
+            )
+            target = dead_letter_target(policy)
+            if target is None:
+                return None
+            name, owner = target
+            url = self._client.get_queue_url(QueueName=name, QueueOwnerAWSAccountId=owner)
+            counts = self._client.get_queue_attributes(
+                QueueUrl=url["QueueUrl"], AttributeNames=COUNTS
+            ).get("Attributes", {})
+        except (ClientError, BotoCoreError) as exc:
+            raise TransportError(f"counting the dead letters of {queue!r} failed: {exc}") from exc
+        return sum(int(counts.get(name, 0)) for name in COUNTS)
 
     def receive(self, queue: str, max_messages: int, wait_seconds: float) -> list[ReceivedWakeup]:
         request = receive_request(self.queue_url(queue), max_messages, wait_seconds)

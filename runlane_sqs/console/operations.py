@@ -1,0 +1,89 @@
+"""The console's health and schedules pages: the last maintenance pass, the runs
+maintenance has to act on, each queue's messages, dead letters and concurrency slots
+(``app.health``, ``app.queues``); the stored schedules with their next occurrences,
+paused and resumed from the page (``app.schedules``)."""
+
+from __future__ import annotations
+
+import logging
+from urllib.parse import urlencode
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from runlane_sqs.console.decisions import Pages
+from runlane_sqs.console.views import Problem, checked_actor, shown
+from runlane_sqs.core.errors import IllegalTransition, RunlaneError, ScheduleNotFound
+
+log = logging.getLogger("runlane_sqs.console")
+SCHEDULE_ACTIONS = ("pause", "resume")
+UPCOMING = 3
+
+
+class Operations:
+    """Health and schedules pages over ``pages``' app."""
+
+    def __init__(self, pages: Pages) -> None:
+        self.pages = pages
+
+    def health(self, request: Request) -> Response:
+        app = self.pages.app
+        problems: list[str] = []
+        checked = occupancy = None
+        try:
+            checked = app.health.check()
+        except RunlaneError as exc:
+            problems.append(f"Health could not be read: {exc}")
+        try:
+            occupancy = app.queues.list()
+        except RunlaneError as exc:
+            problems.append(f"Concurrency slots could not be read: {exc}")
+        return self.pages.render(
+            request,
+            "health.html",
+            health=checked,
+            occupancy=occupancy,
+            problems=problems,
+            period=app.config.maintenance_period,
+        )
+
+    def schedules(self, request: Request) -> Response:
+        try:
+            states = self.pages.app.schedules.list()
+        except RunlaneError as exc:
+            raise Problem(503, f"Schedules could not be read: {exc}") from None
+        return self.pages.render(
+            request,
+            "schedules.html",
+            schedules=states,
+            upcoming=UPCOMING,
+            done=request.query_params.get("done"),
+            done_id=request.query_params.get("id"),
+        )
+
+    async def change(self, request: Request) -> Response:
+        """Pause or resume one schedule, with the actor's name and a reason (logged)."""
+        form = await self.pages.checked_form(request, action=True)
+        action, schedule_id = request.path_params["action"], request.path_params["schedule_id"]
+        if action not in SCHEDULE_ACTIONS:
+            raise Problem(404, f"There is no schedule action {shown(action)!r}.")
+        actor, reason = checked_actor(form)
+        schedules = self.pages.app.schedules
+        try:
+            (schedules.pause if action == "pause" else schedules.resume)(schedule_id)
+        except ScheduleNotFound as exc:
+            raise Problem(404, str(exc)) from None
+        except IllegalTransition as exc:
+            raise Problem(409, f"Not allowed now: {exc}") from None
+        except RunlaneError as exc:
+            raise Problem(400, str(exc)) from None
+        log.info(
+            "console: %s of schedule %s by %s: %s",
+            action,
+            schedule_id,
+            actor,
+            reason,
+            extra={"schedule": schedule_id},
+        )
+        done = urlencode({"done": f"{action}d", "id": schedule_id})
+        return RedirectResponse(f"/schedules?{done}", status_code=303)
