@@ -18,13 +18,17 @@
 # still running at SIGKILL loses its lease, and maintenance makes the run runnable again.
 # CMD is in exec form, so the worker is PID 1 (or the direct child of ECS's init process,
 # initProcessEnabled) and receives the signal itself.
+#
+# The web console runs from the same image with another command (docs/operations.md,
+# "Web console"): `runlane-sqs console --host 0.0.0.0` with RUNLANE_CONSOLE_TOKEN set.
 
 FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY runlane_sqs ./runlane_sqs
 COPY maintenance ./maintenance
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+# with the console extra: the same image serves `runlane-sqs console` (docs/console.md)
+RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[console]"
 
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 \

@@ -415,6 +415,9 @@ def operate(c: Components, runs: dict[str, Run]) -> None:
     operator.schedules.resume(SCHEDULE)
     assert operator.schedules.trigger_now(SCHEDULE).schedule_id == SCHEDULE
     c.drain()
+    assert operator.health.activity().counts  # the console's runs page
+    checked = operator.health.check()  # its health page
+    assert {q.name for q in checked.queues if q.dead_letters is not None} == {"default", "ordered"}
 
 
 def maintain(c: Components, runs: dict[str, Run]) -> None:

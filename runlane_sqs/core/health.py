@@ -87,8 +87,8 @@ class Activity:
         return self.covered_from <= self.since
 
     def covered(self, minute: MinuteOutcomes) -> bool:
-        """Whether every run created in ``minute`` was read."""
-        return minute.start >= self.covered_from
+        """Whether every run of the window created in ``minute`` was read."""
+        return self.complete or minute.start >= self.covered_from
 
 
 def minute_floor(moment: datetime) -> datetime:

@@ -1,16 +1,18 @@
 """The tasks the console's browser test triggers (tests/browser): a charge whose first
-attempt for a declined order fails (the retry, in the same process, succeeds), and one
-that waits for a token. Only the test process runs them; the console process only
-needs them registered."""
+attempt for a declined order fails (the retry, in the same process, succeeds), one that
+waits for a token, and a nightly report on a schedule. Only the test process runs them;
+the console process only needs them registered."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from runlane_sqs import RetryPolicy, Runlane, TaskContext
+from runlane_sqs import RetryPolicy, Runlane, Schedule, TaskContext
 
 CHARGE = "shop.charge"
 APPROVAL = "shop.approval"
+REPORT = "shop.report"
+NIGHTLY = "shop.nightly-report"
 
 
 def register_console_tasks(app: Runlane) -> Runlane:
@@ -26,5 +28,9 @@ def register_console_tasks(app: Runlane) -> Runlane:
     @app.task(name=APPROVAL)
     def approval(ctx: TaskContext, payload: Any) -> Any:
         return ctx.wait_for_token(payload["token"]).value
+
+    @app.task(name=REPORT, schedules=[Schedule.cron(NIGHTLY, "30 2 * * *")])
+    def report(ctx: TaskContext, payload: Any) -> Any:
+        return None
 
     return app

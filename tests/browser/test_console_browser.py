@@ -12,7 +12,7 @@ from collections.abc import Callable
 from playwright.sync_api import Dialog, Page, expect
 
 from runlane_sqs import EventType, Runlane, RunStatus
-from tests.apps.console_tasks import APPROVAL, CHARGE, register_console_tasks
+from tests.apps.console_tasks import APPROVAL, CHARGE, NIGHTLY, register_console_tasks
 from tests.browser.conftest import TOKEN, Console, Screenshots
 
 MARKUP = '<img src=x onerror="document.title=1"><script>document.title="owned"</script>'
@@ -46,6 +46,9 @@ def test_filter_read_retry_and_complete_a_token_in_a_browser(
     page.goto(f"{console.url}/runs?token={TOKEN}")
     expect(page).to_have_url(f"{console.url}/runs")  # the token left the address bar
     expect(page.locator("table.runs tbody tr")).to_have_count(5)
+    expect(page.locator(".tile.group-failed .count")).to_have_text("1")
+    expect(page.locator(".tile.group-succeeded .count")).to_have_text("3")
+    expect(page.locator("svg.outcomes rect.outcome-failed")).to_have_count(1)
     screenshots.take(page, "runs")
 
     page.get_by_label("failed", exact=True).check()
@@ -81,6 +84,7 @@ def test_filter_read_retry_and_complete_a_token_in_a_browser(
     screenshots.take(page, "run-succeeded")
 
     complete_the_token(page, screenshots, token.id)
+    health_and_schedules(app, page, screenshots)
     drain(app)
     page.goto(f"{console.url}/runs/{waiting.id}")
     expect(page.locator("#run-status")).to_have_text("succeeded")
@@ -100,6 +104,32 @@ def complete_the_token(page: Page, screenshots: Screenshots, token_id: str) -> N
     expect(page.locator("#token-status")).to_have_text("completed")
     screenshots.take(page, "tokens")
     assert token_id not in page.url  # a bearer secret: never in the address bar
+
+
+def health_and_schedules(app: Runlane, page: Page, screenshots: Screenshots) -> None:
+    """The last maintenance pass and the queues; the nightly schedule paused and resumed."""
+    report = app.maintenance.run_pass()
+    page.get_by_role("link", name="Health").click()
+    expect(page.locator("#last-pass")).to_contain_text(report.pass_id)
+    expect(page.locator("#overdue")).to_have_text("0")
+    expect(page.locator("#queue-default")).to_be_visible()
+    screenshots.take(page, "health")
+
+    page.get_by_role("link", name="Schedules").click()
+    row = page.locator(f'[id="schedule-{NIGHTLY}"]')
+    expect(row.locator(".status")).to_have_text("active")
+    expect(row.locator("time")).to_have_count(3)  # the next three occurrences
+    screenshots.take(page, "schedules")
+    row.get_by_label("your name").fill("alice")
+    row.get_by_label("reason").fill("quiet night")
+    row.get_by_role("button", name="Pause").click()
+    expect(page.locator(".done")).to_have_text(f"Schedule {NIGHTLY} paused.")
+    expect(row.locator(".status")).to_have_text("paused")
+    assert app.schedules.get(NIGHTLY).status.value == "paused"
+    row.get_by_label("your name").fill("alice")
+    row.get_by_label("reason").fill("back on")
+    row.get_by_role("button", name="Resume").click()
+    expect(row.locator(".status")).to_have_text("active")
 
 
 def test_without_the_token_the_browser_gets_the_refusal_page(console: Console, page: Page) -> None:

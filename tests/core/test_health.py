@@ -31,6 +31,7 @@ def test_a_run_lands_in_the_minute_it_was_created() -> None:
     assert seen.minutes[-1].counts["failed"] == 1
     assert seen.minutes[-2].counts["failed"] == 1
     assert seen.counts["failed"] == 2 and seen.complete
+    assert all(seen.covered(minute) for minute in seen.minutes)  # nothing to shade
 
 
 def test_runs_outside_the_window_are_not_counted() -> None:

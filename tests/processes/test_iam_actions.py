@@ -167,11 +167,13 @@ def test_no_policy_reaches_the_items_of_another_environment(
 
 def test_a_producer_can_neither_list_nor_delete_runs(recorded: Recorded) -> None:
     """What the operator did beyond producing (listing runs, deleting runs and keys,
-    reading keys, operating schedules, reading concurrency limits) is refused to the
-    producer policy."""
+    reading keys, operating schedules, reading concurrency limits, counting queues) is
+    refused to the producer policy."""
     producer = recorded.policy("ProducerPolicy")
     refused = {a for a in recorded.needs[OPERATOR] if not allowed(producer, a)}
-    assert {(a.action, a.resource.rsplit("/", 1)[-1]) for a in refused} == {
+    prefix = recorded.values.parameters["QueuePrefix"]
+    named = {(a.action, a.resource.rsplit("/", 1)[-1].rsplit(":", 1)[-1]) for a in refused}
+    assert named == {
         ("dynamodb:Query", "by_status"),
         ("dynamodb:Query", "waits"),  # of runs: cancelling resumes the runs waiting
         ("dynamodb:Query", "agenda"),  # the slot records app.queues lists
@@ -180,6 +182,12 @@ def test_a_producer_can_neither_list_nor_delete_runs(recorded: Recorded) -> None
         ("dynamodb:GetItem", recorded.values.parameters["TableName"]),  # key owners
         ("dynamodb:PutItem", recorded.values.parameters["TableName"]),  # pause a schedule
         ("dynamodb:Query", recorded.values.parameters["TableName"]),  # list schedules
+    } | {  # app.health: each queue's and dead-letter queue's counts
+        (action, f"{prefix}{name}")
+        for name in ("default", "ordered.fifo", "default-dlq", "ordered-dlq.fifo")
+        for action in ("sqs:GetQueueAttributes", "sqs:GetQueueUrl")
+        if (action, name) != ("sqs:GetQueueUrl", "ordered.fifo")  # its URL is configured
+        and (action, name) != ("sqs:GetQueueUrl", "default")  # producers look it up too
     }
 
 

@@ -181,6 +181,8 @@ class SqsTransport:
         self._client = client
         self.queue_prefix = queue_prefix
         self._urls: dict[str, str] = dict(queue_urls or {})
+        self._dead_letter_urls: dict[tuple[str, str], str] = {}
+        """Dead-letter queues' URLs by name and owner, looked up once."""
         self._lock = threading.Lock()
 
     @property
@@ -263,11 +265,14 @@ class SqsTransport:
             target = dead_letter_target(policy)
             if target is None:
                 return None
-            name, owner = target
-            url = self._client.get_queue_url(QueueName=name, QueueOwnerAWSAccountId=owner)
-            counts = self._client.get_queue_attributes(
-                QueueUrl=url["QueueUrl"], AttributeNames=COUNTS
-            ).get("Attributes", {})
+            url = self._dead_letter_urls.get(target)
+            if url is None:
+                name, owner = target
+                found = self._client.get_queue_url(QueueName=name, QueueOwnerAWSAccountId=owner)
+                url = self._dead_letter_urls[target] = str(found["QueueUrl"])
+            counts = self._client.get_queue_attributes(QueueUrl=url, AttributeNames=COUNTS).get(
+                "Attributes", {}
+            )
         except (ClientError, BotoCoreError) as exc:
             raise TransportError(f"counting the dead letters of {queue!r} failed: {exc}") from exc
         return sum(int(counts.get(name, 0)) for name in COUNTS)
