@@ -109,6 +109,10 @@ def _pause(state: ScheduleState, engine: Engine) -> ScheduleState | None:
 
 
 def _resume(state: ScheduleState, engine: Engine) -> ScheduleState | None:
-    if state.status is not ScheduleStatus.PAUSED:
+    if state.status is ScheduleStatus.ACTIVE:
         return None
+    if state.status is not ScheduleStatus.PAUSED:
+        raise IllegalTransition(
+            f"schedule {state.id!r} is {state.status.value}; only a paused one resumes"
+        )
     return resumed(state, engine.clock.now())

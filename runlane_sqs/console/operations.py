@@ -17,6 +17,7 @@ from runlane_sqs.core.errors import IllegalTransition, RunlaneError, ScheduleNot
 
 log = logging.getLogger("runlane_sqs.console")
 SCHEDULE_ACTIONS = ("pause", "resume")
+DONE = frozenset(f"{action}d" for action in SCHEDULE_ACTIONS)
 UPCOMING = 3
 
 
@@ -52,13 +53,17 @@ class Operations:
             states = self.pages.app.schedules.list()
         except RunlaneError as exc:
             raise Problem(503, f"Schedules could not be read: {exc}") from None
+        # what the redirect after a change says, shown only for a listed schedule
+        done, done_id = request.query_params.get("done"), request.query_params.get("id")
+        if done not in DONE or done_id not in {state.id for state in states}:
+            done = done_id = None
         return self.pages.render(
             request,
             "schedules.html",
             schedules=states,
             upcoming=UPCOMING,
-            done=request.query_params.get("done"),
-            done_id=request.query_params.get("id"),
+            done=done,
+            done_id=done_id,
         )
 
     async def change(self, request: Request) -> Response:
@@ -78,7 +83,7 @@ class Operations:
         except RunlaneError as exc:
             raise Problem(400, str(exc)) from None
         log.info(
-            "console: %s of schedule %s by %s: %s",
+            "console: %s of schedule %s by %s: %r",
             action,
             schedule_id,
             actor,

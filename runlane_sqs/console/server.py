@@ -194,10 +194,12 @@ class Pages:
                 runs, cursor = page.runs, page.cursor
         kept = [(k, v) for k, v in request.query_params.multi_items() if k != "cursor"]
         activity: Activity | None = None
+        unread: str | None = None
         try:
             activity = self.app.health.activity()
         except RunlaneError as exc:
             log.warning("console: the runs' activity could not be read: %s", exc)
+            unread = f"The counts by status could not be read: {exc}"
         tiles = charts.tiles(activity) if activity else None
         chart = charts.outcomes_chart(activity) if activity else None
         return self.render(
@@ -207,6 +209,7 @@ class Pages:
             runs=runs,
             filters=filters,
             activity=activity,
+            unread=unread,
             tiles=tiles,
             chart=chart,
             next_url=f"/runs?{urlencode([*kept, ('cursor', cursor)])}" if cursor else None,
@@ -236,7 +239,7 @@ class Pages:
             trace_id=views.trace_of(run),
             actions=views.actions_for(run, self.settings.read_only),
             actor=unquote(request.cookies.get(ACTOR_COOKIE, "")),
-            done=request.query_params.get("done"),
+            done=views.done_action(request.query_params.get("done")),
         )
 
     async def act(self, request: Request) -> Response:
@@ -270,7 +273,7 @@ class Pages:
             log.warning("console %s of run %s failed: %s", action, run_id, exc)
             raise Problem(503, f"Storage did not take the {action}: {exc}") from None
         log.info(
-            "console: %s of run %s by %s: %s",
+            "console: %s of run %s by %s: %r",
             action,
             run_id,
             actor,

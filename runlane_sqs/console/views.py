@@ -193,10 +193,19 @@ def actions_for(run: Run, read_only: bool) -> list[str]:
 
 def checked_actor(form: Mapping[str, str]) -> tuple[str, str]:
     """The actor's name and the reason an action form gives; a problem if either is
-    missing, too long, or the name holds characters that do not print."""
+    missing or too long, or holds characters that do not print (a reason may hold line
+    breaks and tabs)."""
     reason, actor = form.get("reason", "").strip(), form.get("actor", "").strip()
     if not reason or len(reason) > MAX_REASON_CHARS:
         raise Problem(400, f"Give a reason (1 to {MAX_REASON_CHARS} characters).")
+    if not all(char.isprintable() or char in "\n\t" for char in reason):
+        raise Problem(400, "The reason holds characters that do not print.")
     if not actor or len(actor) > MAX_ACTOR_CHARS or not actor.isprintable():
         raise Problem(400, f"Give your name (1 to {MAX_ACTOR_CHARS} printable characters).")
     return actor, reason
+
+
+def done_action(done: str | None) -> str | None:
+    """The action a page's ``done`` parameter names after a redirect, if it is one (any
+    other text is not shown: a crafted link cannot put words on the page)."""
+    return done if done in ACTION_STATUSES else None

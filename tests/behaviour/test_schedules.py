@@ -15,6 +15,7 @@ import pytest
 
 from runlane_sqs import (
     EventType,
+    IllegalTransition,
     Runlane,
     RunlaneError,
     RunStatus,
@@ -218,6 +219,20 @@ def test_pause_is_durable_and_resume_follows_the_catch_up_policy(
     assert back.status is ScheduleStatus.ACTIVE
     deployed.maintenance.run_pass()
     assert scheduled(app, "digests.hourly") == [datetime(2028, 3, 26, 4, tzinfo=UTC)]
+
+
+def test_a_finished_schedule_neither_pauses_nor_resumes(
+    backend: Backend, clock: ManualClock
+) -> None:
+    app = backend.app(register=register([Schedule.once("digests.once", T0 + MINUTE)]))
+    app.maintenance.run_pass()
+    clock.advance(2 * MINUTE)
+    app.maintenance.run_pass()  # its one occurrence made: nothing is left
+    assert app.schedules.get("digests.once").status is ScheduleStatus.FINISHED
+    for change in (app.schedules.pause, app.schedules.resume):
+        with pytest.raises(IllegalTransition, match="is finished"):
+            change("digests.once")
+    assert app.schedules.get("digests.once").status is ScheduleStatus.FINISHED
 
 
 def test_trigger_now_makes_an_extra_linked_run_without_moving_the_cadence(
