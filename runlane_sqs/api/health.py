@@ -40,6 +40,17 @@ class QueueHealth:
     """Messages in its dead-letter queue (``None``: none, or not counted)."""
     problem: str | None = None
 
+    def to_json(self) -> dict[str, object]:
+        backlog = self.backlog
+        return {
+            "name": self.name,
+            "visible": backlog.visible if backlog else None,
+            "delayed": backlog.delayed if backlog else None,
+            "in_flight": backlog.in_flight if backlog else None,
+            "dead_letters": self.dead_letters,
+            "problem": self.problem,
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class Health:
@@ -53,6 +64,23 @@ class Health:
     """Unfinished runs due a wakeup or past their lease or deadline (maintenance's next
     work; normally near zero)."""
     queues: tuple[QueueHealth, ...]
+
+    def to_json(self) -> dict[str, object]:
+        last = self.last_pass
+        return {
+            "checked_at": self.checked_at.isoformat(),
+            "last_pass": None
+            if last is None
+            else {
+                "pass_id": last.pass_id,
+                "finished_at": last.finished_at.isoformat(),
+                "counts": last.counts,
+                "report": last.report,
+            },
+            "stale": self.stale,
+            "overdue": self.overdue.to_json(),
+            "queues": [queue.to_json() for queue in self.queues],
+        }
 
 
 class HealthApi:

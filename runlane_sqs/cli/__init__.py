@@ -2,7 +2,7 @@
 
 Commands: ``dev``, ``provision``, ``worker``, ``maintenance run``, ``trigger``,
 ``runs list|get|events|attempts|wait|cancel|unpark|retry|rerun|prune``,
-``schedules list|get|pause|resume|trigger``, ``queues list``,
+``schedules list|get|pause|resume|trigger``, ``queues list``, ``health``,
 ``tokens create|get|complete|time-out``, ``signals send`` and ``console``. ``worker``, ``trigger``
 and ``maintenance run`` need the app (``--app`` or ``RUNLANE_APP``); the others work
 from the ``RUNLANE_*`` variables without one. Exit codes are in
@@ -24,10 +24,12 @@ from runlane_sqs.cli.exits import (
     EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_RUN_UNSUCCESSFUL,
+    EXIT_UNHEALTHY,
     EXIT_USAGE,
     EXIT_WAIT_TIMED_OUT,
     RunlaneGroup,
 )
+from runlane_sqs.cli.health import health
 from runlane_sqs.cli.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
 from runlane_sqs.cli.queues import queues
 from runlane_sqs.cli.runs import runs, trigger
@@ -62,6 +64,7 @@ for command in (
     runs,
     schedules,
     queues,
+    health,
     tokens,
     signals,
     console,
@@ -76,6 +79,7 @@ __all__ = [
     "EXIT_NOT_FOUND",
     "EXIT_OK",
     "EXIT_RUN_UNSUCCESSFUL",
+    "EXIT_UNHEALTHY",
     "EXIT_USAGE",
     "EXIT_WAIT_TIMED_OUT",
     "main",

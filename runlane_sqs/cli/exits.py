@@ -50,6 +50,9 @@ EXIT_RUN_UNSUCCESSFUL = 7
 """``runs wait``: the run finished, but ``failed`` or ``cancelled``."""
 EXIT_WAIT_TIMED_OUT = 8
 """``runs wait``: ``--timeout`` passed before the run finished (its last state is printed)."""
+EXIT_UNHEALTHY = 9
+"""``health``: no maintenance pass finished within three maintenance periods (the
+report is printed)."""
 
 PROVISION_HINT = (
     "create it with `runlane-sqs provision` (local backend) or with your CloudFormation stack (AWS)"

@@ -48,6 +48,9 @@ class Count:
     def __str__(self) -> str:
         return f"{self.value:,}+" if self.more else f"{self.value:,}"
 
+    def to_json(self) -> dict[str, object]:
+        return {"value": self.value, "more": self.more}
+
 
 @dataclass(frozen=True, slots=True)
 class MinuteOutcomes:
@@ -85,6 +88,22 @@ class Activity:
     @property
     def complete(self) -> bool:
         return self.covered_from <= self.since
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "since": self.since.isoformat(),
+            "until": self.until.isoformat(),
+            "covered_from": self.covered_from.isoformat(),
+            "complete": self.complete,
+            "counts": dict(self.counts),
+            "unfinished": self.unfinished.to_json(),
+            "parked": self.parked.to_json(),
+            "minutes": [
+                {"start": minute.start.isoformat(), **minute.counts}
+                for minute in self.minutes
+                if minute.total
+            ],
+        }
 
     def covered(self, minute: MinuteOutcomes) -> bool:
         """Whether every run of the window created in ``minute`` was read."""
