@@ -28,6 +28,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from bench import backends, chart, report, targets
 from bench.backlog import measure_backlog
 from bench.coldstart import measure_coldstart
+from bench.console import measure_console
 from bench.cost import measure_costs
 from bench.latency import measure_latency
 from bench.limits import limits_json, measure_limits
@@ -49,6 +50,7 @@ MEASUREMENTS = (
     "coldstart",
     "backlog",
     "tracing",
+    "console",
 )
 MEMORY_CONCURRENCY = 32
 CONSOLE_WIDTH = 150
@@ -67,6 +69,8 @@ class Sizes:
     coldstart_samples: int = 20
     backlog_runs: int = 300
     tracing_runs: int = 2000
+    console_sizes: list[int] = field(default_factory=lambda: [100, 10_000, 100_000])
+    console_loads: int = 3
 
 
 SMOKE = Sizes(
@@ -80,6 +84,8 @@ SMOKE = Sizes(
     coldstart_samples=5,
     backlog_runs=20,
     tracing_runs=100,
+    console_sizes=[100, 1_000],
+    console_loads=1,
 )
 
 
@@ -201,6 +207,19 @@ class Runner:
         runs = self.sizes.tracing_runs
         bar = self.bar(f"tracing: {runs} runs x {ROUNDS} rounds per mode", len(MODES) * ROUNDS)
         self.results["tracing"] = [r.to_json() for r in measure_tracing(runs, bar)]
+
+    def console(self) -> None:
+        """What each web-console page load costs at each table size (bench/console.py)."""
+        rows = measure_console(
+            self.backend,
+            self.sizes.console_sizes,
+            self.sizes.console_loads,
+            lambda size: self.bar(f"console: seed {size:,} runs", size),
+        )
+        self.results["console"] = [r.to_json() for r in rows]
+        for row in rows:
+            if row.status.startswith("failed"):
+                self.results["errors"].append(f"console ({row.table_runs:,} runs): {row.status}")
 
 
 def _versions() -> dict[str, str]:

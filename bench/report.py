@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.backlog_tables import print_backlog
+from bench.console_tables import print_console
 from bench.targets import Target
 
 MOTO_CAPACITY_NOTE = (
@@ -301,6 +302,7 @@ def print_results(console: Console, results: dict[str, Any], targets: list[Targe
         )
     print_coldstart(console, results.get("coldstart"))
     print_tracing(console, results.get("tracing"))
+    print_console(console, results.get("console"), backend)
     for note in results.get("notes", []):
         console.print(f"[yellow]note:[/] {note}")
     console.print(targets_table(targets, backend))

@@ -26,7 +26,7 @@ import boto3
 from bench.backends import Backend
 from bench.counting import Counts, RequestCounter
 from runlane_sqs import ManualClock, Schedule
-from runlane_sqs.engine.maintenance import JOB_SCHEDULES
+from runlane_sqs.engine.reports import JOB_SCHEDULES
 
 TASK = "bench.scheduled"
 DUE = 10

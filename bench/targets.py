@@ -29,6 +29,9 @@ BACKLOG_REPUBLISHED_PER_RUN = 0.05
 BACKLOG_WAKEUPS_PER_RUN = 1.1
 """With maintenance's queue counts, runs waiting in a backlog longer than
 ``republish_after`` (bench/backlog.py): republishes and wakeups sent per run."""
+CONSOLE_SAME_REQUESTS = ("/runs", "/runs?status=failed")
+"""Console pages whose requests per load must not grow with the table
+(bench/console.py)."""
 
 
 @dataclass
@@ -118,6 +121,7 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
     )
     targets += backlog_targets(results.get("backlog") or [])
     targets += tracing_targets(results.get("tracing") or [])
+    targets += console_targets(results.get("console") or [])
     for memory in results.get("memory") or []:
         rss = memory.get("worker_rss")
         targets.append(
@@ -202,3 +206,38 @@ def tracing_targets(rows: list[dict[str, Any]]) -> list[Target]:
         ),
         at_most("tracing: SDK recording, CPU added per run", sdk, TRACING_SDK_OVERHEAD_US, " us"),
     ]
+
+
+def console_targets(rows: list[dict[str, Any]]) -> list[Target]:
+    """A console page costs as many requests at the largest table size measured as at
+    the smallest, and no page sends a Scan (bench/console.py); sizes not measured (moto
+    skips those it would take too long on) are named in the note."""
+    measured = [row for row in rows if row["status"] == "ok" and row["pages"]]
+    note = "; ".join(f"{r['table_runs']:,}: {r['status']}" for r in rows if r["status"] != "ok")
+    targets: list[Target] = []
+    for name in CONSOLE_SAME_REQUESTS:
+        few = _page(measured[0], name) if len(measured) > 1 else None
+        many = _page(measured[-1], name) if len(measured) > 1 else None
+        if few is None or many is None:
+            targets.append(
+                Target(f"console {name} requests per load", "== at fewer runs", None, note=note)
+            )
+            continue
+        before, after = sum(few["requests"].values()), sum(many["requests"].values())
+        targets.append(
+            Target(
+                f"console {name} requests per load at {measured[-1]['table_runs']:,} runs",
+                f"== at {measured[0]['table_runs']:,} runs ({before})",
+                after,
+                met=after == before,
+                note=note,
+            )
+        )
+    loaded = [page for row in rows for page in row["pages"]]
+    scans = sum(page["scans"] for page in loaded) if loaded else None
+    targets.append(at_most("console Scan requests, every page and size", scans, 0))
+    return targets
+
+
+def _page(row: dict[str, Any], name: str) -> dict[str, Any] | None:
+    return next((p for p in row["pages"] if p["page"] == name), None)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from runlane_sqs.api.app import Runlane
-    from runlane_sqs.api.runs import PruneReport, RunPage
+    from runlane_sqs.api.runs import PruneReport, RunHistory, RunPage
     from runlane_sqs.api.telemetry import Telemetry
     from runlane_sqs.core.attempts import Attempt
     from runlane_sqs.core.clock import Clock, ManualClock, SystemClock
@@ -69,7 +69,7 @@ if TYPE_CHECKING:
 
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "runlane_sqs.api.app": ("Runlane",),
-    "runlane_sqs.api.runs": ("PruneReport", "RunPage"),
+    "runlane_sqs.api.runs": ("PruneReport", "RunHistory", "RunPage"),
     "runlane_sqs.api.telemetry": ("Telemetry",),
     "runlane_sqs.core.attempts": ("Attempt",),
     "runlane_sqs.core.clock": ("Clock", "ManualClock", "SystemClock"),
@@ -160,6 +160,7 @@ __all__ = [
     "RetryPolicy",
     "Run",
     "RunEvent",
+    "RunHistory",
     "RunNotFound",
     "RunOutcome",
     "RunPage",

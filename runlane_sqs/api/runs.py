@@ -37,6 +37,15 @@ class RunPage:
 
 
 @dataclass(frozen=True, slots=True)
+class RunHistory:
+    """A run, its events ordered by sequence and its attempts, all from one read."""
+
+    run: Run
+    events: list[RunEvent]
+    attempts: list[Attempt]
+
+
+@dataclass(frozen=True, slots=True)
 class PruneReport:
     """What one ``app.runs.prune`` call removed; call again with ``cursor`` to go on."""
 
@@ -84,6 +93,17 @@ class RunsApi:
     def attempts(self, run_id: str) -> list[Attempt]:
         """Each attempt: worker, start, end, outcome and failure."""
         return attempts_from(self.events(run_id))
+
+    def history(self, run_id: str) -> RunHistory:
+        """The run with its history and attempts as of one read (``get``, ``events`` and
+        ``attempts`` are a read each); raises
+        :class:`~runlane_sqs.core.errors.RunNotFound`."""
+        found = self._engine.store.get_history(run_id)
+        if found is None:
+            raise RunNotFound(run_id)
+        run, events = found
+        ordered = sorted(events, key=lambda e: e.seq)
+        return RunHistory(run, ordered, attempts_from(ordered))
 
     def list(
         self,

@@ -219,11 +219,10 @@ class Pages:
     def run(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
         try:
-            run = self.app.runs.get(run_id)
-            events = self.app.runs.events(run_id)
+            history = self.app.runs.history(run_id)
         except RunNotFound as exc:
             raise Problem(404, str(exc)) from None
-        attempts = self.app.runs.attempts(run_id)
+        run, events, attempts = history.run, history.events, history.attempts
         bars, marks = views.timeline(run, attempts, events, self.app.clock.now())
         hide = self.settings.hide_payloads
         return self.render(

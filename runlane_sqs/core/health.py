@@ -1,6 +1,6 @@
 """What an operator sees of an environment at a glance, at a cost that does not grow
 with the table: runs counted by status group and outcomes per minute, from a bounded
-read of the status index (docs/console.md, "What the counts cost").
+read of the status index (docs/console.md, "What the pages cost").
 
 The status index lists runs by status *group* (``active`` for every unfinished run
 that is not parked, then ``parked`` and each terminal status), newest first, so one
@@ -148,8 +148,8 @@ def activity(tallies: Iterable[GroupTally], since: datetime, until: datetime) ->
         covered_from=covered_from,
         counts=counts,
         minutes=tuple(
-            MinuteOutcomes(first + index * MINUTE, counts)
-            for index, counts in enumerate(per_minute)
+            MinuteOutcomes(first + index * MINUTE, outcomes)
+            for index, outcomes in enumerate(per_minute)
         ),
         unfinished=_count(by_group[ACTIVE]),
         parked=_count(by_group[RunStatus.PARKED.value]),

@@ -112,6 +112,10 @@ class RunStore(Protocol):
 
     def get_events(self, run_id: str) -> list[RunEvent]: ...
 
+    def get_history(self, run_id: str) -> tuple[Run, list[RunEvent]] | None:
+        """The run and its events from one read (``None``: no such run)."""
+        ...
+
     def apply(self, transition: Transition) -> Run:
         """Write ``transition`` if the run is still as it was read.
 

@@ -102,6 +102,8 @@ def test_get_events_and_attempts_of_an_unknown_run_raise_run_not_found(app: Runl
         app.runs.events(missing)
     with pytest.raises(RunNotFound):
         app.runs.attempts(missing)
+    with pytest.raises(RunNotFound):
+        app.runs.history(missing)
 
 
 def test_attempts_of_a_run_that_failed_twice_then_succeeded(
@@ -128,6 +130,24 @@ def test_attempts_of_a_run_that_failed_twice_then_succeeded(
         None,
     ]
     assert all(a.failure.type.endswith("Boom") for a in attempts[:2] if a.failure)
+
+
+def test_history_is_the_run_its_events_and_its_attempts_in_one_read(
+    app: Runlane, clock: ManualClock
+) -> None:
+    run = trigger(app, clock, FLAKY, "x")
+    clock.advance(1)
+    assert drain(app, max_runs=1, worker_id="worker-1") == 1
+
+    history = app.runs.history(run.id)
+
+    assert history.run == app.runs.get(run.id)
+    assert history.events == app.runs.events(run.id)
+    assert [e.seq for e in history.events] == list(range(1, len(history.events) + 1))
+    assert history.attempts == app.runs.attempts(run.id)
+    assert [(a.number, a.worker, a.outcome) for a in history.attempts] == [
+        (1, "worker-1", "failed")
+    ]
 
 
 def test_attempts_of_a_queued_run_are_empty(app: Runlane, clock: ManualClock) -> None:

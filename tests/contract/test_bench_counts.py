@@ -9,18 +9,16 @@ sync worker's ``drain()``, as ``make bench`` does.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
 import boto3
 import pytest
-from moto import mock_aws
 
 from bench.cost import SCENARIOS, CostResult, measure_scenario
 from bench.limits import measure_case
 from runlane_sqs import Runlane
+from tests.contract.bench_support import REGION
 
 RUNS = 3
-REGION = "us-east-1"
 
 # Per run: (DynamoDB requests by operation, SQS sends by operation).
 EXPECTED: dict[str, tuple[dict[str, int], dict[str, float]]] = {
@@ -38,17 +36,6 @@ EXPECTED: dict[str, tuple[dict[str, int], dict[str, float]]] = {
         {"SendMessage": 2},
     ),
 }
-
-
-@pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_SQS"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
-    with mock_aws():
-        yield
 
 
 def make_app(session: boto3.Session) -> Runlane:

@@ -189,9 +189,13 @@ class DynamoRunStore:
         return run_in(response)
 
     def get_events(self, run_id: str) -> list[RunEvent]:
+        history = self.get_history(run_id)
+        return history[1] if history else []
+
+    def get_history(self, run_id: str) -> tuple[Run, list[RunEvent]] | None:
         response = self._send("get_item", requests.get_run(self.table, self.environment, run_id))
         wire = response.get("Item")
-        return events_from_item(item_from_wire(wire)) if wire else []
+        return (run_from_wire(wire), events_from_item(item_from_wire(wire))) if wire else None
 
     def apply(self, transition: Transition) -> Run:
         slotted = transaction(self.table, transition)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from datetime import datetime, timedelta
 
 from runlane_sqs.adapters.dynamodb.codec import run_state_attributes
@@ -70,7 +69,7 @@ class InMemoryHealthStore:
     def save_pass(self, record: PassRecord) -> None:
         with self._lock:
             if self._last is None or self._last.finished_at < record.finished_at:
-                self._last = replace(record)
+                self._last = record
 
     def last_pass(self) -> PassRecord | None:
         with self._lock:

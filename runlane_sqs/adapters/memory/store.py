@@ -161,6 +161,11 @@ class InMemoryRunStore:
             stored = self._runs.get(run_id)
             return list(stored.events) if stored else []
 
+    def get_history(self, run_id: str) -> tuple[Run, list[RunEvent]] | None:
+        with self._lock:
+            stored = self._runs.get(run_id)
+            return (stored.run, list(stored.events)) if stored else None
+
     def apply(self, transition: Transition) -> Run:
         with self._lock:
             stored = self._runs.get(transition.run_id)
