@@ -155,6 +155,7 @@ def test_create_run_then_get_run_gives_back_json_payload_and_millisecond_times(
         due_at=truncate_ms(due),
     )
     assert backend.store.get_events(run.id) == [replace(event, at=truncate_ms(now))]
+    assert backend.store.get_history(run.id) == (stored, backend.store.get_events(run.id))
 
 
 def test_create_run_with_a_stored_id_is_refused_and_keeps_the_stored_run(
@@ -175,6 +176,7 @@ def test_an_unknown_run_has_no_record_and_no_history(backend: Backend) -> None:
     _create(backend)
     assert backend.store.get_run(new_run_id()) is None
     assert backend.store.get_events(new_run_id()) == []
+    assert backend.store.get_history(new_run_id()) is None
 
 
 def test_get_events_lists_the_history_in_order_without_gaps(backend: Backend) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from runlane_sqs.core.agenda import AGENDA_SHARDS, agenda_partitions, agenda_pk
 from runlane_sqs.core.model import RunStatus
 from runlane_sqs.core.shards import shard_count, shard_of, status_group, status_groups
+from runlane_sqs.ports.store import KeyKind
 
 __all__ = ["AGENDA_SHARDS", "agenda_partitions", "agenda_pk"]
 
@@ -36,6 +37,13 @@ def idempotency_pk(environment: str, task: str, key: str) -> str:
 
 def singleton_pk(environment: str, task: str, key: str) -> str:
     return f"{SINGLETON_PREFIX}{environment}#{task}#{key}"
+
+
+def key_pk(environment: str, kind: KeyKind, task: str, key: str) -> str:
+    """The partition key of a claim on an idempotency or a singleton key."""
+    if kind is KeyKind.IDEMPOTENCY:
+        return idempotency_pk(environment, task, key)
+    return singleton_pk(environment, task, key)
 
 
 def key_item_key(pk: str) -> dict[str, dict[str, str]]:

@@ -51,13 +51,6 @@ from runlane_sqs.core.ordering import Place
 from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenDecision, TokenNotFound
 from runlane_sqs.ports.store import KeyClaim, KeyConflict, KeyKind, RunQuery
 
-
-def key_pk(environment: str, kind: KeyKind, task: str, key: str) -> str:
-    if kind is KeyKind.IDEMPOTENCY:
-        return keys.idempotency_pk(environment, task, key)
-    return keys.singleton_pk(environment, task, key)
-
-
 QUERY_THREADS = 8
 """Queries of one listing in flight at once (botocore's pool keeps 10 connections)."""
 BATCH_GET_ATTEMPTS = 6
@@ -142,7 +135,7 @@ class DynamoRunStore:
         claim_requests = [
             requests.claim_key(
                 self.table,
-                key_pk(self.environment, c.kind, c.task, c.key),
+                keys.key_pk(self.environment, c.kind, c.task, c.key),
                 run.id,
                 now_ms=now_ms,
                 expires_s=to_epoch_ms(c.expires_at) // 1000 if c.expires_at else None,
@@ -222,7 +215,7 @@ class DynamoRunStore:
         return run_from_wire(response["Attributes"])
 
     def release_key(self, kind: KeyKind, task: str, key: str, run_id: str) -> None:
-        pk = key_pk(self.environment, kind, task, key)
+        pk = keys.key_pk(self.environment, kind, task, key)
         try:
             self._send("delete_item", requests.release_key(self.table, pk, run_id))
         except ClientError as exc:
@@ -388,7 +381,7 @@ class DynamoRunStore:
         return True
 
     def get_key_owner(self, kind: KeyKind, task: str, key: str, now: datetime) -> str | None:
-        pk = key_pk(self.environment, kind, task, key)
+        pk = keys.key_pk(self.environment, kind, task, key)
         item = self._send("get_item", requests.get_key(self.table, pk)).get("Item")
         if not item:
             return None
@@ -400,5 +393,5 @@ class DynamoRunStore:
     def delete_key(self, kind: KeyKind, task: str, key: str) -> None:
         self._send(
             "delete_item",
-            requests.delete_key(self.table, key_pk(self.environment, kind, task, key)),
+            requests.delete_key(self.table, keys.key_pk(self.environment, kind, task, key)),
         )
