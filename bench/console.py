@@ -30,14 +30,21 @@ from starlette.testclient import TestClient
 
 from bench.backends import Backend
 from bench.counting import Counts, RequestCounter
-from bench.maintenance_scale import PAYLOAD, moto_skip, seed, seed_run, succeeded_item
+from bench.maintenance_scale import (
+    PAYLOAD,
+    moto_skip,
+    seed,
+    seed_claim,
+    seed_run,
+    succeeded_item,
+)
 from runlane_sqs import ManualClock, Schedule
 from runlane_sqs.adapters.dynamodb.codec import AttributeMap, run_to_wire
 from runlane_sqs.console.server import ConsoleSettings, console_app
 from runlane_sqs.core import machine
 from runlane_sqs.core.machine import Transition
-from runlane_sqs.core.model import Failure, Run, RunEvent, RunStatus
-from runlane_sqs.core.names import new_lease_token, new_run_id
+from runlane_sqs.core.model import Failure, RunEvent, RunStatus
+from runlane_sqs.core.names import new_run_id
 from runlane_sqs.core.retry import RetryDecision
 
 TASK = "bench.console"
@@ -169,14 +176,6 @@ class ConsoleResult:
 # seeding -------------------------------------------------------------------------------
 
 
-def _claimed(run: Run, at: datetime, lease: timedelta = timedelta(minutes=1)) -> Transition:
-    claim = machine.claim_lease(
-        run, now=at, owner="bench-seed", token=new_lease_token(), duration=lease
-    )
-    assert isinstance(claim, Transition) and claim.after.lease is not None
-    return claim
-
-
 def _failed(claim: Transition, at: datetime, retry_at: datetime | None) -> Transition:
     assert claim.after.lease is not None
     return machine.record_failure(
@@ -191,9 +190,9 @@ def _failed(claim: Transition, at: datetime, retry_at: datetime | None) -> Trans
 def failed_run(at: datetime) -> tuple[str, AttributeMap]:
     """A run whose two attempts failed (the second 30 s after the first): its id, item."""
     run, triggered = seed_run(at, task=TASK)
-    first = _claimed(run, at)
+    first = seed_claim(run, at)
     retried = _failed(first, at + timedelta(seconds=1), at + timedelta(seconds=30))
-    second = _claimed(retried.after, at + timedelta(seconds=30))
+    second = seed_claim(retried.after, at + timedelta(seconds=30))
     failed = _failed(second, at + timedelta(seconds=31), None)
     assert failed.after.status is RunStatus.FAILED
     events: list[RunEvent] = [triggered]
@@ -220,7 +219,7 @@ def queued_item(at: datetime) -> AttributeMap:
 def running_item(at: datetime) -> AttributeMap:
     """A run a worker claimed a second after ``at``, its lease good for 15 minutes."""
     run, triggered = seed_run(at, task=TASK)
-    claim = _claimed(run, at + timedelta(seconds=1), lease=timedelta(minutes=15))
+    claim = seed_claim(run, at + timedelta(seconds=1), lease=timedelta(minutes=15))
     return run_to_wire(claim.after, [triggered, *claim.events], PAYLOAD)
 
 

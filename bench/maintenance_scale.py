@@ -22,6 +22,7 @@ from bench.counting import Counts, RequestCounter
 from runlane_sqs.adapters.dynamodb.codec import AttributeMap, run_to_wire
 from runlane_sqs.core import machine
 from runlane_sqs.core.machine import Transition
+from runlane_sqs.core.model import Run
 from runlane_sqs.core.names import new_lease_token, new_run_id
 
 TASK = "bench.maintenance"
@@ -80,13 +81,20 @@ def seed_run(now: datetime, *, task: str = TASK, **options: Any) -> tuple[Any, A
     )
 
 
+def seed_claim(run: Run, at: datetime, lease: timedelta = timedelta(minutes=1)) -> Transition:
+    """``run`` claimed at ``at`` by the seeding "worker", its lease good for ``lease``."""
+    claim = machine.claim_lease(
+        run, now=at, owner="bench-seed", token=new_lease_token(), duration=lease
+    )
+    assert isinstance(claim, Transition) and claim.after.lease is not None
+    return claim
+
+
 def succeeded_item(now: datetime, *, task: str = TASK) -> AttributeMap:
     """A run that was triggered, claimed and succeeded: on no agenda."""
     run, triggered = seed_run(now, task=task)
-    claim = machine.claim_lease(
-        run, now=now, owner="bench-seed", token=new_lease_token(), duration=timedelta(minutes=1)
-    )
-    assert isinstance(claim, Transition) and claim.after.lease is not None
+    claim = seed_claim(run, now)
+    assert claim.after.lease is not None
     done = machine.record_success(
         claim.after, token=claim.after.lease.token, result={"sent": True}, now=now
     )
