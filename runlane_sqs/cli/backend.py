@@ -23,7 +23,7 @@ from runlane_sqs.core.config import ENV_ENVIRONMENT, ENV_TABLE
 from runlane_sqs.core.errors import ConfigurationError, StorageUnavailable, TransportError
 from runlane_sqs.engine.maintenance import MaintenanceConfig
 from runlane_sqs.local import MotoServer
-from runlane_sqs.runtime.pacing import ENV_WORKER_ID
+from runlane_sqs.runtime.worker import ENV_WORKER_ID
 
 log = logging.getLogger("runlane_sqs.maintenance")
 TRANSIENT_ERRORS = (StorageUnavailable, TransportError)

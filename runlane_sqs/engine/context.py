@@ -154,6 +154,21 @@ class TaskContext:
     """The attempt's trace id (32 hex digits) when tracing is on; every line of
     :attr:`log` carries it as ``trace_id``."""
 
+    @classmethod
+    def for_attempt(cls, run: Run, worker_id: str, services: AttemptServices) -> TaskContext:
+        """The context of ``run``'s current attempt, its lines on ``runlane_sqs.task``."""
+        return cls(
+            run_id=run.id,
+            task=run.task,
+            attempt=run.attempt,
+            environment=run.environment,
+            worker_id=worker_id,
+            log=run_logger("runlane_sqs.task", run, worker_id),
+            schedule_id=run.schedule_id,
+            scheduled_for=run.scheduled_for,
+            services=services,
+        )
+
     @property
     def cancelled(self) -> bool:
         return self.cancellation.is_set()

@@ -1,19 +1,20 @@
 """One wakeup in, at most one attempt out: the per-message path, written once.
 
-parse -> claim the lease (a conditional write on the wakeup's hint; when the hint no
-longer holds, the refusal returns the run and the claim is decided on it) -> run the
-handler -> record the outcome under the lease token -> follow up (next wakeup,
-finished-run bookkeeping). A wakeup without a hint re-reads the run first. A wakeup
-of another environment is returned to its queue for that environment's workers;
-anything else that is not a runnable, due run is acknowledged and ignored.
+A wakeup with a hint is claimed at once (one conditional write on the hint; when the
+hint no longer holds, the refusal returns the run and the claim is decided on it); a
+wakeup without one re-reads the run first. Then: run the handler -> record the outcome
+under the lease token -> follow up (next wakeup, finished-run bookkeeping). A wakeup of
+another environment is returned to its queue for that environment's workers; anything
+else that is not a runnable, due run is acknowledged and ignored.
 
 The path sends no request itself. :meth:`MessagePath.handle` is a generator that yields
-the requests it needs (the classes of :mod:`runlane_sqs.engine.steps`) and is sent each
-one's result, or thrown its error. A driver performs them with its own I/O:
-:func:`~runlane_sqs.engine.steps.drive` for the sync worker and the Lambda consumer,
-:func:`runlane_sqs.runtime.aio.executor.drive_async` for the async worker. Tests step
-the generator by hand to put a race at an exact point (tests/engine/test_message_path.py;
-docs/design/architecture.md shows how).
+the requests it needs (the request classes below) and is sent each one's result, or
+thrown its error. A driver performs them with its own I/O: :func:`drive` with
+:class:`runlane_sqs.runtime.executor.Executor` for the sync worker and the Lambda
+consumer, :func:`runlane_sqs.runtime.aio.executor.drive_async` for the async worker.
+Tests step the generator by hand to put a race at an exact point
+(tests/engine/test_message_path.py; docs/design/architecture.md shows how). What the
+path decides is in :mod:`runlane_sqs.engine.decisions` (pure); what it logs is here.
 
 Timeline of a plain run (what the driver is asked for)::
 
@@ -26,13 +27,17 @@ and of a wakeup without a hint, or whose hint no longer holds::
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 from collections.abc import Callable, Generator
-from datetime import datetime
-from typing import Any
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any, Protocol
 
 from runlane_sqs.core import machine
-from runlane_sqs.core.claims import HintedClaim
+from runlane_sqs.core.claims import HintedClaim, withdraw_claim
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.errors import (
@@ -43,69 +48,224 @@ from runlane_sqs.core.errors import (
     StorageError,
     StorageUnavailable,
 )
-from runlane_sqs.core.machine import Skip, SkipReason
-from runlane_sqs.core.model import Run
+from runlane_sqs.core.machine import Skip, SkipReason, Transition
+from runlane_sqs.core.model import JSON, Run, RunStatus, Slot
 from runlane_sqs.core.names import new_lease_token
 from runlane_sqs.core.parking import park_unknown_task
+from runlane_sqs.core.redaction import shortened
+from runlane_sqs.core.slots import wait_for_slot
 from runlane_sqs.core.wakeup import MalformedWakeup, Wakeup, parse_wakeup
-from runlane_sqs.engine import outcomes
+from runlane_sqs.engine import decisions
 from runlane_sqs.engine.context import TaskContext
+from runlane_sqs.engine.decisions import Decide, FollowUp
 from runlane_sqs.engine.engine import Engine
-from runlane_sqs.engine.observing import Observer
-from runlane_sqs.engine.outcomes import Decide, Disposition
-from runlane_sqs.engine.slot_steps import slot_wait_steps
-from runlane_sqs.engine.steps import (
-    Begin,
-    CallHandler,
-    ClaimHinted,
-    End,
-    Finish,
-    Perform,
-    Performer,
-    Publish,
-    ReadRun,
-    Recheck,
-    RecheckSlot,
-    Request,
-    Steps,
-    WakeWaiters,
-    Write,
-    advance,
-    drive,
-    follow_up_request,
-    performer_table,
-)
+from runlane_sqs.engine.finishing import finishing_needs_storage
+from runlane_sqs.engine.observing import NO_SPAN, Observer
 from runlane_sqs.engine.tasks import Task, TaskRegistry
-from runlane_sqs.engine.withdrawal import Withdrawal, claimed_too_late, withdraw_steps
 from runlane_sqs.ports.telemetry import Span
 from runlane_sqs.ports.transport import ReceivedWakeup
 
-__all__ = [
-    "Begin",
-    "CallHandler",
-    "ClaimHinted",
-    "End",
-    "Finish",
-    "MessagePath",
-    "Perform",
-    "Performer",
-    "Publish",
-    "ReadRun",
-    "Recheck",
-    "RecheckSlot",
-    "Request",
-    "Steps",
-    "WakeWaiters",
-    "Write",
-    "advance",
-    "drive",
-    "performer_table",
-]
 log = logging.getLogger("runlane_sqs.worker")
 
 
+class Disposition(StrEnum):
+    """What became of one message."""
+
+    EXECUTED = "executed"
+    """An attempt ran; delete the message."""
+    SKIPPED = "skipped"
+    """A stale, unknown or malformed hint; delete the message."""
+    DEFERRED = "deferred"
+    """Could not be handled now (unknown task, storage down); leave it for redelivery."""
+    RETURNED = "returned"
+    """A wakeup of another environment on a queue they share: never deleted, made
+    visible again for that environment's workers."""
+
+
+# The requests the path yields ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRun:
+    """Read the run a wakeup names. Result: the run, or ``None`` if it is unknown."""
+
+    run_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """Apply a conditional transition. Result: the stored run; raises
+    :class:`~runlane_sqs.errors.ConflictError` (with the stored run) if it changed."""
+
+    transition: Transition
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimHinted:
+    """Claim the run with one write conditioned on the wakeup's hint. Result: the
+    claimed run; raises :class:`~runlane_sqs.errors.ConflictError` carrying the stored
+    run (``None`` if there is none) when the hint no longer holds."""
+
+    claim: HintedClaim
+
+
+@dataclass(frozen=True, slots=True)
+class Begin:
+    """Start an attempt of a claimed run: build its context and keep its lease alive.
+    Result: the :class:`~runlane_sqs.engine.context.TaskContext`."""
+
+    run: Run
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
+class CallHandler:
+    """Call the task's handler. Result: what it returned; raises what it raised."""
+
+    task: Task
+    ctx: TaskContext
+    payload: JSON
+    span: Span = NO_SPAN
+    """The attempt's span: the driver makes it current around the call."""
+
+
+@dataclass(frozen=True, slots=True)
+class End:
+    """Stop renewing the attempt's lease. Result: ``(latest run, lease lost)``, or
+    ``None`` if the attempt was not tracked."""
+
+    run_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    """Publish the run's next wakeup after ``delay`` (repairing a refused send). Result:
+    ``None``."""
+
+    run: Run
+    delay: timedelta
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """Free a finished run's keys and resume its first waiters. Result: ``None``."""
+
+    run: Run
+
+
+@dataclass(frozen=True, slots=True)
+class Recheck:
+    """Resume a run released to wait if its target decided meanwhile. Result: ``None``."""
+
+    run: Run
+
+
+@dataclass(frozen=True, slots=True)
+class WakeWaiters:
+    """Slots of these scopes were just freed: wake the oldest run waiting for each.
+    Result: ``None``."""
+
+    scopes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RecheckSlot:
+    """``run`` just began waiting for ``slot``: wake it if a slot is free by now.
+    Result: ``None``."""
+
+    run: Run
+    slot: Slot
+
+
+PathRequest = (
+    ReadRun
+    | ClaimHinted
+    | Write
+    | Begin
+    | CallHandler
+    | End
+    | Publish
+    | Finish
+    | Recheck
+    | WakeWaiters
+    | RecheckSlot
+)
+Handling = Generator[PathRequest, Any, Disposition]
+"""One message's handling: yields requests, returns what became of the message."""
+Perform = Callable[[PathRequest], Any]
+
+
+class Performer(Protocol):
+    """What a driver implements: one method per request (sync or ``async def``)."""
+
+    def read(self, request: ReadRun) -> Any: ...
+    def claim_hinted(self, request: ClaimHinted) -> Any: ...
+    def write(self, request: Write) -> Any: ...
+    def begin(self, request: Begin) -> Any: ...
+    def call(self, request: CallHandler) -> Any: ...
+    def end(self, request: End) -> Any: ...
+    def publish(self, request: Publish) -> Any: ...
+    def finish(self, request: Finish) -> Any: ...
+    def recheck(self, request: Recheck) -> Any: ...
+    def wake_waiters(self, request: WakeWaiters) -> Any: ...
+    def recheck_slot(self, request: RecheckSlot) -> Any: ...
+
+
+def performer_table(driver: Performer) -> dict[type, Callable[[Any], Any]]:
+    """The driver's method for each request type."""
+    return {
+        ReadRun: driver.read,
+        ClaimHinted: driver.claim_hinted,
+        Write: driver.write,
+        Begin: driver.begin,
+        CallHandler: driver.call,
+        End: driver.end,
+        Publish: driver.publish,
+        Finish: driver.finish,
+        Recheck: driver.recheck,
+        WakeWaiters: driver.wake_waiters,
+        RecheckSlot: driver.recheck_slot,
+    }
+
+
+def next_request(
+    handling: Handling, reply: Any, error: BaseException | None
+) -> PathRequest | Disposition:
+    """Hand the path the last request's result (or error); returns its next request, or
+    what became of the message once the path is done."""
+    try:
+        return handling.send(reply) if error is None else handling.throw(error)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+def drive(handling: Handling, perform: Perform) -> Disposition:
+    """Run ``handling`` to the end, performing each request with ``perform`` (sync I/O)."""
+    request = next_request(handling, None, None)
+    while not isinstance(request, Disposition):
+        try:
+            reply = perform(request)
+        except BaseException as exc:  # the path decides what a failed request means
+            request = next_request(handling, None, exc)
+        else:
+            request = next_request(handling, reply, None)
+    return request
+
+
+# The path -----------------------------------------------------------------------------
+
+
+def always() -> bool:
+    """The default of :attr:`MessagePath.may_start`: attempts may always start."""
+    return True
+
+
 class MessagePath:
-    """The per-message path of one worker identity (sync, async or a Lambda invocation)."""
+    """The per-message path of one worker identity (sync, async or a Lambda invocation).
+
+    ``may_start`` says whether an attempt may still start (a Lambda invocation says no
+    once its safety margin is reached): a claim made after that is given back unrun, and
+    an attempt begun as the margin passed has its cancellation set at once."""
 
     def __init__(
         self,
@@ -115,22 +275,28 @@ class MessagePath:
         config: RunlaneConfig,
         worker_id: str,
         observer: Observer | None = None,
+        may_start: Callable[[], bool] = always,
+        foreign: ForeignEnvironments | None = None,
     ) -> None:
         self.tasks = tasks
         self.clock = clock
         self.config = config
         self.worker_id = worker_id
         self.observer = observer or Observer()
-        self.foreign = outcomes.ForeignEnvironments()
-        """The other environments this path has warned about (a Lambda function shares
-        one between its invocations)."""
-        self.may_start: Callable[[], bool] = lambda: True
-        """Whether an attempt may still start (a Lambda invocation says no once its safety
-        margin is reached): a claim made after that is given back unrun, and an attempt
-        begun as the margin passed has its cancellation set at once."""
+        self.may_start = may_start
+        self.foreign = foreign or ForeignEnvironments()
+        """The other environments this path has warned about (an async worker keeps one
+        across its sessions, a Lambda function between its invocations)."""
 
     @classmethod
-    def of(cls, engine: Engine, worker_id: str) -> MessagePath:
+    def of(
+        cls,
+        engine: Engine,
+        worker_id: str,
+        *,
+        may_start: Callable[[], bool] = always,
+        foreign: ForeignEnvironments | None = None,
+    ) -> MessagePath:
         """The path of ``worker_id`` over ``engine``'s tasks, clock and configuration."""
         return cls(
             tasks=engine.tasks,
@@ -138,10 +304,12 @@ class MessagePath:
             config=engine.config,
             worker_id=worker_id,
             observer=engine.observer,
+            may_start=may_start,
+            foreign=foreign,
         )
 
-    def handle(self, message: ReceivedWakeup) -> Steps:
-        """The steps for one received message."""
+    def handle(self, message: ReceivedWakeup) -> Handling:
+        """The requests for one received message."""
         try:
             wakeup = parse_wakeup(message.body)
         except MalformedWakeup as exc:
@@ -171,7 +339,7 @@ class MessagePath:
         """A wakeup of another environment, received on a queue both use: left for that
         environment's workers, never deleted (docs/concepts.md, "Why a wakeup is only a
         hint")."""
-        return outcomes.log_foreign(
+        return log_foreign(
             wakeup,
             self.config.sqs_queue_name(queue),
             self.config.environment,
@@ -179,7 +347,7 @@ class MessagePath:
             first=self.foreign.first(queue, wakeup.environment),
         )
 
-    def _wakeup(self, wakeup: Wakeup, message: ReceivedWakeup) -> Steps:
+    def _wakeup(self, wakeup: Wakeup, message: ReceivedWakeup) -> Handling:
         hinted = self._hinted_claim(wakeup)
         if hinted is None:
             run: Run | None = yield ReadRun(wakeup.run_id)
@@ -214,15 +382,15 @@ class MessagePath:
 
     def _skip(self, wakeup: Wakeup, reason: SkipReason, run: Run | None = None) -> Disposition:
         self.observer.skipped(reason.value)
-        return outcomes.log_skip(wakeup, reason, self.worker_id, run)
+        return log_skip(wakeup, reason, self.worker_id, run)
 
-    def _read(self, wakeup: Wakeup, run: Run, message: ReceivedWakeup) -> Steps:
+    def _read(self, wakeup: Wakeup, run: Run, message: ReceivedWakeup) -> Handling:
         """Decide on the stored ``run`` (read, or returned by a refused hinted claim)."""
         task = self.tasks.get(run.task)
         if task is None:
             return (yield from self._unknown_task(wakeup, run, message.receive_count))
         slots = self.tasks.slots_for(run)
-        decision = outcomes.claim(
+        decision = decisions.decide_claim(
             run, task, self.worker_id, now=self.clock.now(), config=self.config, slots=slots
         )
         if isinstance(decision, Skip):
@@ -233,28 +401,67 @@ class MessagePath:
             return self._skip(wakeup, SkipReason.CLAIM_LOST, run)
         except NoFreeSlot as full:
             slot = next(s for s in slots if s.scope == full.scope)
-            now = self.clock.now()
-            return (
-                yield from slot_wait_steps(wakeup, run, slot, full.holders, now, self.worker_id)
-            )
+            return (yield from self._wait_for_slot(wakeup, run, slot, full.holders))
         return (yield from self._claimed(claimed, wakeup, message.message_id))
 
-    def _claimed(self, claimed: Run, wakeup: Wakeup, message_id: str | None) -> Steps:
+    def _wait_for_slot(self, wakeup: Wakeup, run: Run, slot: Slot, holders: int) -> Handling:
+        """Every slot of ``slot``'s scope is held: the run waits, with no attempt counted,
+        and its wakeup is acknowledged; the write that frees a slot wakes the oldest
+        waiter (docs/concurrency.md). The run is checked once more after its write, in
+        case the slot freed in between."""
+        now = self.clock.now()
+        try:
+            waiting: Run = yield Write(wait_for_slot(run, slot, holders=holders, now=now))
+        except ConflictError:
+            return log_skip(wakeup, SkipReason.CLAIM_LOST, self.worker_id, run)
+        log.info(
+            "run %s waits for a slot of %s (%d of %d held)",
+            run.id,
+            slot.scope,
+            holders,
+            slot.limit,
+            extra={"run_id": run.id, "task": run.task, "worker_id": self.worker_id},
+        )
+        with contextlib.suppress(RunlaneError):  # maintenance checks the slot record too
+            yield RecheckSlot(waiting, slot)
+        return Disposition.SKIPPED
+
+    def _claimed(self, claimed: Run, wakeup: Wakeup, message_id: str | None) -> Handling:
         """Run the attempt of a claimed run, or give it back unrun if the claim came back
         late or the caller's time to start attempts is over (a Lambda invocation's
         safety margin)."""
         late = claimed_too_late(claimed, self.clock.now(), self.config.lease_duration)
         if late or not self.may_start():
-            reason = Withdrawal.LATE if late else Withdrawal.DEADLINE
             return (
-                yield from withdraw_steps(claimed, reason, self.clock, self.config, self.worker_id)
+                yield from self._withdraw(claimed, Withdrawal.LATE if late else Withdrawal.DEADLINE)
             )
         task = self.tasks.get(claimed.task)
         assert task is not None  # claims are only made for registered tasks
         yield from self.attempt(task, claimed, wakeup, message_id)
         return Disposition.EXECUTED
 
-    def _unknown_task(self, wakeup: Wakeup, run: Run, receives: int) -> Steps:
+    def _withdraw(self, claimed: Run, reason: Withdrawal) -> Handling:
+        """Give ``claimed`` back unrun: the withdrawal's write, its wakeup, and the
+        waiters of the slots it frees. The message is acknowledged (a fresh wakeup
+        replaces it)."""
+        token = decisions.lease_token(claimed)
+        now = self.clock.now()
+        log_withdrawal(claimed, reason, now, self.config.lease_duration, self.worker_id)
+        decision = withdraw_claim(
+            claimed, token=token, now=now, republish=self.config.republish, reason=reason.value
+        )
+        try:
+            stored: Run = yield Write(decision)
+        except RunlaneError:  # maintenance recovered it first, or storage failed
+            return Disposition.SKIPPED
+        with contextlib.suppress(RunlaneError):  # maintenance publishes it (wake_at is set)
+            yield Publish(stored, timedelta(0))
+        if claimed.slots:
+            with contextlib.suppress(RunlaneError):  # maintenance checks the slot records
+                yield WakeWaiters(tuple(s.scope for s in claimed.slots))
+        return Disposition.SKIPPED
+
+    def _unknown_task(self, wakeup: Wakeup, run: Run, receives: int) -> Handling:
         """Leave the wakeup for a worker that registers the task; park the run once
         ``park_after_receives`` receives found none (docs/operations.md, "Parked runs")."""
         decision = park_unknown_task(
@@ -265,14 +472,14 @@ class MessagePath:
             park_after=self.config.park_after_receives,
         )
         if decision is None:
-            return outcomes.log_unknown_task(run, self.worker_id, self.tasks.names())
+            return log_unknown_task(run, self.worker_id, self.tasks.names())
         if isinstance(decision, Skip):
             return self._skip(wakeup, decision.reason, run)
         try:
             parked: Run = yield Write(decision)
         except ConflictError:
             return self._skip(wakeup, SkipReason.CLAIM_LOST, run)
-        return outcomes.log_parked(parked, self.worker_id, self.tasks.names())
+        return log_parked(parked, self.worker_id, self.tasks.names())
 
     def attempt(
         self,
@@ -280,7 +487,7 @@ class MessagePath:
         run: Run,
         wakeup: Wakeup | None = None,
         message_id: str | None = None,
-    ) -> Generator[Request, Any, Run | None]:
+    ) -> Generator[PathRequest, Any, Run | None]:
         """One attempt of a claimed run and its recorded outcome, in the attempt's span;
         returns the stored run (``None`` when the lease was lost and nothing was
         recorded)."""
@@ -297,8 +504,8 @@ class MessagePath:
 
     def _attempt(
         self, task: Task, run: Run, span: Span, requested_at: datetime | None
-    ) -> Generator[Request, Any, Run | None]:
-        token = outcomes.lease_token(run)
+    ) -> Generator[PathRequest, Any, Run | None]:
+        token = decisions.lease_token(run)
         ctx: TaskContext = yield Begin(run, token)
         if not self.may_start():  # the deadline passed while it began: cancel at once
             ctx.cancellation.set()
@@ -312,9 +519,9 @@ class MessagePath:
         except GeneratorExit:  # the driver abandoned the attempt: record nothing
             raise
         except BaseException as exc:  # waits, and SystemExit/KeyboardInterrupt from a handler
-            decide = outcomes.decide_raised(self.config, task, exc, token)
+            decide = decisions.decide_raised(self.config, task, exc, token)
         else:
-            decide = outcomes.decide_returned(self.config, result, token)
+            decide = decisions.decide_returned(self.config, result, token)
         tracked: tuple[Run, bool] | None = yield End(run.id)
         latest, lost = tracked if tracked else (run, False)
         if lost:
@@ -329,7 +536,7 @@ class MessagePath:
                 yield from self._wake_waiters(latest, ctx)
         return stored
 
-    def _wake_waiters(self, run: Run, ctx: TaskContext) -> Generator[Request, Any, None]:
+    def _wake_waiters(self, run: Run, ctx: TaskContext) -> Generator[PathRequest, Any, None]:
         """The attempt's end freed its slots: wake the oldest waiter of each scope (what
         this misses, maintenance wakes)."""
         try:
@@ -339,8 +546,8 @@ class MessagePath:
 
     def _record(
         self, run: Run, decide: Decide, ctx: TaskContext
-    ) -> Generator[Request, Any, Run | None]:
-        token = outcomes.lease_token(run)
+    ) -> Generator[PathRequest, Any, Run | None]:
+        token = decisions.lease_token(run)
         current = run
         for _ in range(machine.MAX_REDECISIONS):
             try:
@@ -350,7 +557,7 @@ class MessagePath:
             try:
                 stored: Run = yield Write(transition)
             except ConflictError as conflict:
-                if not outcomes.still_leased(conflict.current, token):
+                if not decisions.still_leased(conflict.current, token):
                     break
                 assert conflict.current is not None
                 current = conflict.current
@@ -365,22 +572,23 @@ class MessagePath:
 
     def _record_refused(
         self, run: Run, token: str, exc: StorageError, ctx: TaskContext
-    ) -> Generator[Request, Any, Run | None]:
+    ) -> Generator[PathRequest, Any, Run | None]:
         ctx.log.error("storage refused the outcome: %s; failing the run", exc)
+        refused = decisions.refused_outcome(run, token, exc, self.clock.now())
         try:
-            stored: Run = yield Write(outcomes.refused_outcome(run, token, exc, self.clock.now()))
+            stored: Run = yield Write(refused)
         except (ConflictError, StorageError) as again:
             ctx.log.error("could not record the failure either: %s", again)
             return None
         return stored
 
-    def _follow_up(self, run: Run, ctx: TaskContext) -> Generator[Request, Any, None]:
+    def _follow_up(self, run: Run, ctx: TaskContext) -> Generator[PathRequest, Any, None]:
         """Log the outcome, publish the next wakeup, free keys and resume waiters.
 
         The outcome is recorded by now, so a follow-up that fails is logged and left to
         maintenance (which publishes due runs and polls waits); the message still counts
         as executed."""
-        outcomes.log_outcome(run, ctx)
+        log_outcome(run, ctx)
         request = follow_up_request(run, self.clock.now())
         if request is None:
             return
@@ -393,3 +601,185 @@ class MessagePath:
                 run.attempt,
                 exc,
             )
+
+
+def follow_up_request(run: Run, now: datetime) -> PathRequest | None:
+    """What an attempt's recorded outcome calls for next, if anything: the finished run's
+    bookkeeping, the next wakeup, or a recheck of the wait it released to."""
+    step = decisions.follow_up(run)
+    if step is FollowUp.FINISHED and finishing_needs_storage(run):
+        return Finish(run)
+    if step is FollowUp.PUBLISH:
+        assert run.due_at is not None
+        return Publish(run, run.due_at - now)
+    if step is FollowUp.RECHECK:
+        return Recheck(run)
+    return None
+
+
+class Withdrawal(StrEnum):
+    """Why a claimed run is given back unrun.
+
+    A claim that came back with less than half its lease left (this process was paused,
+    or the write was retried through an outage) could overlap the attempt of a worker
+    that maintenance gives the run to; a claim made after the caller's time to start
+    attempts is over (a Lambda invocation past its safety margin) would run into the
+    invocation's timeout. Either way the run is runnable again at once, its wakeup
+    published, and the slots the claim took are freed (docs/concepts.md, "Attempts and
+    leases")."""
+
+    LATE = "late"
+    """The claim came back with less than half its lease left."""
+    DEADLINE = "deadline"
+    """The caller may not start attempts any more (a Lambda invocation's safety margin)."""
+
+
+def claimed_too_late(claimed: Run, now: datetime, lease_duration: timedelta) -> bool:
+    """Whether the claim came back with less than half its lease left: the heartbeat
+    (every third of the lease) might then not renew it in time."""
+    lease = claimed.lease
+    return lease is not None and now >= lease.expires_at - lease_duration / 2
+
+
+# What the path logs -------------------------------------------------------------------
+
+
+def log_skip(
+    wakeup: Wakeup, reason: SkipReason, worker_id: str, run: Run | None = None
+) -> Disposition:
+    extra: dict[str, object] = {
+        "run_id": wakeup.run_id,
+        "reason": reason.value,
+        "worker_id": worker_id,
+    }
+    if run is not None:
+        extra.update(task=run.task, attempt=run.attempt)
+    log.info("ignoring wakeup for run %s: %s", wakeup.run_id, reason.value, extra=extra)
+    return Disposition.SKIPPED
+
+
+def log_withdrawal(
+    claimed: Run, reason: Withdrawal, now: datetime, lease_duration: timedelta, worker_id: str
+) -> None:
+    assert claimed.lease is not None
+    extra = {"run_id": claimed.id, "worker_id": worker_id}
+    if reason is Withdrawal.LATE:
+        took = now - (claimed.lease.expires_at - lease_duration)
+        log.warning(
+            "the claim of run %s came back %.1f s after it was decided, with less than half "
+            "its lease left; giving the run back without starting attempt %d",
+            claimed.id,
+            took.total_seconds(),
+            claimed.attempt,
+            extra=extra,
+        )
+    else:
+        log.warning(
+            "run %s was claimed after the time to start attempts ran out (the invocation's "
+            "safety margin); giving it back without starting attempt %d",
+            claimed.id,
+            claimed.attempt,
+            extra=extra,
+        )
+
+
+FOREIGN_WARNINGS_MAX = 100
+"""Queue and environment pairs a worker warns about; wakeups naming more (forged ones,
+say) are only logged at INFO."""
+
+
+class ForeignEnvironments:
+    """The other environments whose wakeups a worker has warned about, by queue: one
+    warning per queue and environment, not one per wakeup. Safe to share between the
+    threads of a worker and the invocations of a Lambda function."""
+
+    def __init__(self) -> None:
+        self._warned: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+
+    def first(self, queue: str, environment: str) -> bool:
+        """Whether this is the first wakeup of ``environment`` seen on ``queue``."""
+        with self._lock:
+            if (queue, environment) in self._warned or len(self._warned) >= FOREIGN_WARNINGS_MAX:
+                return False
+            self._warned.add((queue, environment))
+            return True
+
+
+def log_foreign(
+    wakeup: Wakeup, sqs_queue: str, environment: str, worker_id: str, *, first: bool
+) -> Disposition:
+    """A wakeup of another environment: returned to its queue, never deleted. The first
+    one of each environment on each queue is a warning: the queue is shared."""
+    extra = {
+        "run_id": wakeup.run_id,
+        "reason": SkipReason.FOREIGN_ENVIRONMENT.value,
+        "worker_id": worker_id,
+        "wakeup_environment": wakeup.environment,
+    }
+    if first:
+        log.warning(
+            "queue %s receives wakeups of environment %r; this worker's environment is %r: "
+            "they are left on the queue for that environment's workers. Give each "
+            "environment its own queues (the default, runlane-{environment}-{queue}, when "
+            "no queue_prefix is set): on a shared queue every receive by a worker of another "
+            "environment counts toward the dead-letter queue's maxReceiveCount",
+            sqs_queue,
+            wakeup.environment,
+            environment,
+            extra=extra,
+        )
+    log.info(
+        "returning wakeup for run %s of environment %r to queue %s",
+        wakeup.run_id,
+        wakeup.environment,
+        sqs_queue,
+        extra=extra,
+    )
+    return Disposition.RETURNED
+
+
+def log_unknown_task(run: Run, worker_id: str, registered: list[str]) -> Disposition:
+    log.warning(
+        "run %s names task %r, which this worker does not register (it registers %s); "
+        "leaving the wakeup for a worker that does",
+        run.id,
+        run.task,
+        ", ".join(registered) or "no task",
+        extra={"run_id": run.id, "task": run.task, "worker_id": worker_id},
+    )
+    return Disposition.DEFERRED
+
+
+def log_parked(run: Run, worker_id: str, registered: list[str]) -> Disposition:
+    log.error(
+        "parked run %s: no worker that received its wakeup registers task %r (this one "
+        "registers %s); a worker that registers it unparks it when it starts, or run "
+        "'runlane-sqs runs unpark %s'",
+        run.id,
+        run.task,
+        ", ".join(registered) or "no task",
+        run.id,
+        extra={"run_id": run.id, "task": run.task, "worker_id": worker_id},
+    )
+    return Disposition.SKIPPED
+
+
+def log_outcome(run: Run, ctx: TaskContext) -> None:
+    """The attempt's outcome on the ``runlane_sqs.task`` logger: a failure at ERROR when the
+    run failed and at WARNING when a retry follows, with the recorded (redacted)
+    traceback in the record's ``traceback`` field."""
+    failure = run.failure
+    failed = {"traceback": failure.traceback} if failure and failure.traceback else {}
+    reason = shortened(failure.message) if failure else ""
+    if run.status is RunStatus.SUCCEEDED:
+        ctx.log.info("attempt %d succeeded", run.attempt)
+    elif run.status is RunStatus.FAILED:
+        ctx.log.error("attempt %d failed; run failed: %s", run.attempt, reason, extra=failed)
+    elif run.status is RunStatus.RETRYING:
+        due = run.due_at.isoformat() if run.due_at else "now"
+        ctx.log.warning(
+            "attempt %d failed; retry due at %s: %s", run.attempt, due, reason, extra=failed
+        )
+    elif run.status is RunStatus.RELEASED and run.waiting is not None:
+        ctx.log.info("attempt %d released; waiting for %s", run.attempt, run.waiting.kind.value)

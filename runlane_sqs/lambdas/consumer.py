@@ -49,7 +49,7 @@ What the handler returns, ``{"batchItemFailures": [{"itemIdentifier": messageId}
   the invocation loses its lease to expiry and maintenance makes the run runnable again.
 
 Nothing is kept between invocations: each one builds its own executor and
-:class:`~runlane_sqs.runtime.leases.LeaseKeeper`, whose heartbeat thread runs only while the
+:class:`~runlane_sqs.runtime.executor.LeaseKeeper`, whose heartbeat thread runs only while the
 invocation does and is stopped before the response is returned (a frozen Lambda
 environment must not wake up later with a thread renewing old leases). Only the app and
 its boto3 clients are reused by warm invocations.
@@ -66,7 +66,7 @@ from typing import Any, Protocol, TypedDict
 
 from runlane_sqs.api.app import Runlane
 from runlane_sqs.core.errors import MissingResourceError
-from runlane_sqs.engine.outcomes import Disposition, ForeignEnvironments
+from runlane_sqs.engine.message import Disposition, ForeignEnvironments, MessagePath
 from runlane_sqs.lambdas.deadline import (
     DEFAULT_SAFETY_MARGIN_SECONDS,
     MIN_WORKING_SECONDS,
@@ -81,8 +81,7 @@ from runlane_sqs.lambdas.records import (
     records_of,
 )
 from runlane_sqs.ports.transport import ReceivedWakeup
-from runlane_sqs.runtime.executor import Executor
-from runlane_sqs.runtime.leases import LeaseKeeper
+from runlane_sqs.runtime.executor import Executor, LeaseKeeper
 
 log = logging.getLogger("runlane_sqs.lambda")
 OUT_OF_TIME = "too close to the function's timeout to start more records"
@@ -171,9 +170,8 @@ class _Invocation:
         self.worker_id = _worker_id(context)
         engine = app.engine
         self.leases = LeaseKeeper(engine.store, engine.clock, engine.config.lease_duration)
-        self.executor = Executor(engine, self.worker_id, self.leases)
-        self.executor.path.foreign = foreign
-        self.executor.path.may_start = self._may_start
+        path = MessagePath.of(engine, self.worker_id, may_start=self._may_start, foreign=foreign)
+        self.executor = Executor(engine, self.leases, path)
         self.deadline_reached = False
         """Set by the deadline timer before it cancels the attempts in flight."""
         self.tally = _Tally()

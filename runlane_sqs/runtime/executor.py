@@ -1,21 +1,30 @@
-"""The sync driver of the per-message path (:mod:`runlane_sqs.engine.message`), for the
-sync worker and the Lambda consumer: each request is performed with the engine's sync
-ports, the handler is called on the current thread.
+"""How attempts run with sync I/O, in the sync worker and the Lambda consumer: the driver
+of the per-message path (:mod:`runlane_sqs.engine.message`), which performs each request
+with the engine's sync ports and calls the handler on the current thread, and the
+heartbeat thread that keeps the leases of in-flight attempts alive.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
+from datetime import timedelta
 from typing import Any
 
-from runlane_sqs.core.model import Run
+from runlane_sqs.core.clock import Clock
+from runlane_sqs.core.errors import RunlaneError
+from runlane_sqs.core.model import Lease, Run
 from runlane_sqs.engine import message
 from runlane_sqs.engine.attempt import AttemptRuntime
 from runlane_sqs.engine.context import TaskContext
 from runlane_sqs.engine.engine import Engine
-from runlane_sqs.engine.leases import LeaseBook
-from runlane_sqs.engine.outcomes import Disposition, new_context
+from runlane_sqs.engine.leases import LeaseBook, TrackedAttempt
+from runlane_sqs.engine.message import Disposition
+from runlane_sqs.ports.store import RunStore
 from runlane_sqs.ports.transport import ReceivedWakeup
 from runlane_sqs.runtime.budget import storage_retry, write_budget
+
+log = logging.getLogger("runlane_sqs.worker")
 
 
 def begin_attempt(
@@ -31,25 +40,24 @@ def begin_attempt(
         request.run,
         request.token,
     )
-    ctx = new_context(request.run, worker_id, services)
+    ctx = TaskContext.for_attempt(request.run, worker_id, services)
     leases.track(request.run, ctx)
     return ctx
 
 
 class Executor:
-    """Handles wakeups for one worker identity with sync I/O."""
+    """Drives ``path`` (one worker identity's) with sync I/O."""
 
-    def __init__(self, engine: Engine, worker_id: str, leases: LeaseBook) -> None:
+    def __init__(self, engine: Engine, leases: LeaseBook, path: message.MessagePath) -> None:
         self.engine = engine
-        self.worker_id = worker_id
         self.leases = leases
-        self.path = message.MessagePath.of(engine, worker_id)
+        self.path = path
         self._perform = message.performer_table(self)
 
     def handle(self, received: ReceivedWakeup) -> Disposition:
         return message.drive(self.path.handle(received), self.perform)
 
-    def perform(self, request: message.Request) -> Any:
+    def perform(self, request: message.PathRequest) -> Any:
         return self._perform[type(request)](request)
 
     def read(self, request: message.ReadRun) -> Run | None:
@@ -63,7 +71,7 @@ class Executor:
         return storage_retry(budget)(self.engine.store.apply)(request.transition)
 
     def begin(self, request: message.Begin) -> TaskContext:
-        return begin_attempt(request, self.engine, self.leases, self.worker_id)
+        return begin_attempt(request, self.engine, self.leases, self.path.worker_id)
 
     def call(self, request: message.CallHandler) -> object:
         """An ``async def`` handler runs to completion on a fresh event loop."""
@@ -91,3 +99,66 @@ class Executor:
 
     def recheck_slot(self, request: message.RecheckSlot) -> None:
         self.engine.slot_waker.recheck(request.run, request.slot)
+
+
+class LeaseKeeper(LeaseBook):
+    """Renews every tracked lease on :meth:`beat`; a background thread beats every
+    third of the lease duration."""
+
+    def __init__(self, store: RunStore, clock: Clock, duration: timedelta) -> None:
+        super().__init__(clock, duration)
+        self._store = store
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def beat(self) -> None:
+        """Renew every tracked lease once. Several renewals go out at once, each on a
+        thread of its own, so one held up by the AWS SDK's retries while DynamoDB fails
+        does not delay the others' (the async keeper sends them concurrently too)."""
+        due = self.renewals()
+        if len(due) == 1:
+            self._renew(*due[0])
+            return
+        threads = [
+            threading.Thread(
+                target=self._renew, args=pair, name="runlane-heartbeat-renewal", daemon=True
+            )
+            for pair in due
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    def _renew(self, attempt: TrackedAttempt, lease: Lease) -> None:
+        if not self.tracks(attempt):
+            return  # it finished since the snapshot; its outcome write ended the lease
+        renewal: Run | RunlaneError
+        try:
+            renewal = self._store.renew_lease(attempt.run, lease)
+        except RunlaneError as exc:
+            renewal = exc
+        except Exception:  # a renewal thread must not end with an unlogged error
+            log.exception("heartbeat failed")
+            return
+        self.settle(attempt, renewal)
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="runlane-heartbeat", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_seconds):
+            try:
+                self.beat()
+            except Exception:  # the heartbeat thread must outlive any one failure
+                log.exception("heartbeat failed")

@@ -16,7 +16,13 @@ from runlane_sqs.aio import AsyncWorker
 from runlane_sqs.core.cancellation import Cancellation
 from runlane_sqs.core.wakeup import Wakeup
 from runlane_sqs.runtime.aio.threads import DaemonThreads
-from runlane_sqs.runtime.pacing import ACK_LINGER_SECONDS, Step, WorkerConfig, acks_due, next_step
+from runlane_sqs.runtime.worker import (
+    ACK_LINGER_SECONDS,
+    LoopAction,
+    WorkerConfig,
+    acks_due,
+    next_action,
+)
 from runlane_sqs.testing import InMemoryTransport, ManualClock, in_memory_app
 from tests.workers import KINDS, Drain, WorkerKind
 
@@ -279,29 +285,29 @@ def config(concurrency: int = 4, queues: tuple[str, ...] = ("default",)) -> Work
 @pytest.mark.parametrize(
     ("busy", "buffered", "executed", "max_runs", "expected"),
     [
-        (0, 0, 0, None, Step.RECEIVE),  # idle
-        (0, 3, 0, None, Step.DISPATCH),
-        (3, 3, 0, None, Step.DISPATCH),  # one slot left
-        (4, 3, 0, None, Step.WAIT),  # every slot busy
-        (1, 0, 0, None, Step.RECEIVE),  # three of four slots free
-        (2, 0, 0, None, Step.RECEIVE),  # half free
-        (3, 0, 0, None, Step.WAIT),  # less than half free: receive later, in one batch
-        (1, 2, 1, 2, Step.WAIT),  # max_runs reached counting the one in flight
-        (0, 2, 2, 2, Step.STOP),  # max_runs reached, nothing in flight
-        (0, 2, 1, 2, Step.DISPATCH),
+        (0, 0, 0, None, LoopAction.RECEIVE),  # idle
+        (0, 3, 0, None, LoopAction.DISPATCH),
+        (3, 3, 0, None, LoopAction.DISPATCH),  # one slot left
+        (4, 3, 0, None, LoopAction.WAIT),  # every slot busy
+        (1, 0, 0, None, LoopAction.RECEIVE),  # three of four slots free
+        (2, 0, 0, None, LoopAction.RECEIVE),  # half free
+        (3, 0, 0, None, LoopAction.WAIT),  # less than half free: receive later, in one batch
+        (1, 2, 1, 2, LoopAction.WAIT),  # max_runs reached counting the one in flight
+        (0, 2, 2, 2, LoopAction.STOP),  # max_runs reached, nothing in flight
+        (0, 2, 1, 2, LoopAction.DISPATCH),
     ],
 )
-def test_next_step(
-    busy: int, buffered: int, executed: int, max_runs: int | None, expected: Step
+def test_next_action(
+    busy: int, buffered: int, executed: int, max_runs: int | None, expected: LoopAction
 ) -> None:
-    step = next_step(config(), busy=busy, buffered=buffered, executed=executed, max_runs=max_runs)
+    step = next_action(config(), busy=busy, buffered=buffered, executed=executed, max_runs=max_runs)
     assert step is expected
 
 
 def test_next_step_with_one_slot_receives_only_when_idle() -> None:
     one = config(concurrency=1)
-    assert next_step(one, busy=0, buffered=0, executed=0, max_runs=None) is Step.RECEIVE
-    assert next_step(one, busy=1, buffered=0, executed=0, max_runs=None) is Step.WAIT
+    assert next_action(one, busy=0, buffered=0, executed=0, max_runs=None) is LoopAction.RECEIVE
+    assert next_action(one, busy=1, buffered=0, executed=0, max_runs=None) is LoopAction.WAIT
 
 
 @pytest.mark.parametrize(

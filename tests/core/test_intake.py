@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from runlane_sqs.engine.outcomes import Disposition
+from runlane_sqs.engine.message import Disposition
 from runlane_sqs.ports.transport import ReceivedWakeup
-from runlane_sqs.runtime.pacing import ACK_LINGER_SECONDS, Intake, Step, WorkerConfig
+from runlane_sqs.runtime.worker import ACK_LINGER_SECONDS, Intake, LoopAction, WorkerConfig
 
 
 class Ticks:
@@ -39,7 +39,10 @@ def test_only_executed_attempts_count_and_deferred_messages_are_not_deleted() ->
     intake = Intake(config(), Ticks())
     intake.buffer.extend(message(n) for n in range(3))
     started = [intake.start_next() for _ in range(3)]
-    assert (intake.busy, intake.step(max_runs=None)) == (3, Step.WAIT)  # 1 slot free of 4
+    assert (intake.busy, intake.next_action(max_runs=None)) == (
+        3,
+        LoopAction.WAIT,
+    )  # 1 slot free of 4
 
     for msg, disposition in zip(
         started, [Disposition.EXECUTED, Disposition.SKIPPED, Disposition.DEFERRED], strict=True
@@ -69,4 +72,4 @@ def test_unstarted_messages_are_handed_back_once() -> None:
 
     assert [m.message_id for m in intake.take_buffer()] == ["m0", "m1"]
     assert intake.take_buffer() == []
-    assert intake.step(max_runs=None) is Step.RECEIVE
+    assert intake.next_action(max_runs=None) is LoopAction.RECEIVE

@@ -13,7 +13,7 @@ from datetime import timedelta
 import pytest
 
 from runlane_sqs import ConfigurationError, Runlane, RunlaneConfig
-from runlane_sqs.runtime.pacing import WorkerConfig
+from runlane_sqs.runtime.worker import WorkerConfig
 from runlane_sqs.testing import in_memory_app
 
 

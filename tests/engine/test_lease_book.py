@@ -21,8 +21,7 @@ from runlane_sqs.core.model import Lease, Run
 from runlane_sqs.core.recovery import expire_lease
 from runlane_sqs.engine.leases import LeaseBook
 from runlane_sqs.engine.message import Begin, CallHandler, ClaimHinted, End, MessagePath, Write
-from runlane_sqs.runtime.executor import begin_attempt
-from runlane_sqs.runtime.leases import LeaseKeeper
+from runlane_sqs.runtime.executor import LeaseKeeper, begin_attempt
 from runlane_sqs.testing import ManualClock, in_memory_app
 
 LOST = "lease lost; the attempt's writes will be refused"

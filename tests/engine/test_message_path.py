@@ -25,19 +25,20 @@ from runlane_sqs.engine.message import (
     Begin,
     CallHandler,
     ClaimHinted,
+    Disposition,
     End,
     Finish,
     MessagePath,
+    PathRequest,
     Publish,
     ReadRun,
     Recheck,
     RecheckSlot,
-    Request,
     WakeWaiters,
     Write,
+    always,
     drive,
 )
-from runlane_sqs.engine.outcomes import Disposition
 from runlane_sqs.engine.tasks import TaskRegistry
 from runlane_sqs.ports.transport import ReceivedWakeup
 from runlane_sqs.runtime.executor import begin_attempt
@@ -86,23 +87,32 @@ class Path:
     would, against the in-memory store (follow-ups are only recorded)."""
 
     def __init__(
-        self, app: Runlane, text: str, tasks: TaskRegistry | None = None, receives: int = 1
+        self,
+        app: Runlane,
+        text: str,
+        tasks: TaskRegistry | None = None,
+        receives: int = 1,
+        may_start: Callable[[], bool] = always,
     ) -> None:
         self.app = app
         self.leases = LeaseBook(app.clock, app.config.lease_duration)
         path = self.path = MessagePath(
-            tasks=tasks or app.tasks, clock=app.clock, config=app.config, worker_id="w1"
+            tasks=tasks or app.tasks,
+            clock=app.clock,
+            config=app.config,
+            worker_id="w1",
+            may_start=may_start,
         )
         message = ReceivedWakeup(
             queue="default", body=text, receipt="r", message_id="m", receive_count=receives
         )
         self.steps = path.handle(message)
-        self.requests: list[Request] = []
-        self.pending: Request | None = None
+        self.requests: list[PathRequest] = []
+        self.pending: PathRequest | None = None
         self.disposition: Disposition | None = None
         self._take(lambda: next(self.steps))
 
-    def _take(self, step: Callable[[], Request]) -> Any:
+    def _take(self, step: Callable[[], PathRequest]) -> Any:
         assert self.disposition is None, "the path already ended"
         try:
             self.pending = step()
@@ -118,7 +128,7 @@ class Path:
     def throw(self, exc: BaseException) -> Any:
         return self._take(lambda: self.steps.throw(exc))
 
-    def perform(self, request: Request) -> Any:
+    def perform(self, request: PathRequest) -> Any:
         store = self.app.store
         performers: dict[type, Callable[[Any], Any]] = {
             ReadRun: lambda r: store.get_run(r.run_id),
@@ -131,7 +141,7 @@ class Path:
         perform = performers.get(type(request))
         return perform(request) if perform else None
 
-    def answer(self, request: Request | None = None) -> Any:
+    def answer(self, request: PathRequest | None = None) -> Any:
         """Perform ``request`` (default: the pending one) and send its result or error."""
         request = request or self.pending
         assert request is not None, f"the path ended {self.disposition}"
@@ -299,7 +309,7 @@ def test_sync_drive_with_a_table_of_lambdas_matches_stepping_by_hand(app: Runlan
         End: lambda r: leases.untrack(r.run_id),
     }
 
-    def perform(request: Request) -> Any:
+    def perform(request: PathRequest) -> Any:
         seen.append(type(request).__name__)
         return table[type(request)](request)
 
@@ -759,8 +769,7 @@ def test_a_run_claimed_after_the_time_to_start_ran_out_is_given_back_unrun(
 ) -> None:
     """A Lambda invocation's safety margin passed while the claim was written."""
     run = app.trigger("echo", None)
-    path = Path(app, body(run))
-    path.path.may_start = lambda: False
+    path = Path(app, body(run), may_start=lambda: False)
     path.answer()  # the read; the claim is pending
     withdraw = path.answer()
     assert isinstance(withdraw, Write)
@@ -774,9 +783,8 @@ def test_an_attempt_begun_as_the_time_to_start_ran_out_is_cancelled_at_once(
     app: Runlane,
 ) -> None:
     run = app.trigger("echo", None)
-    path = Path(app, body(run))
     allowed = [True]
-    path.path.may_start = lambda: allowed[0]
+    path = Path(app, body(run), may_start=lambda: allowed[0])
     path.answer()  # the read
     begin = path.answer()  # the claim, checked while there was time
     assert isinstance(begin, Begin)

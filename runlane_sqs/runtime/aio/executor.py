@@ -14,7 +14,7 @@ from runlane_sqs.core.model import Run
 from runlane_sqs.engine import message
 from runlane_sqs.engine.context import TaskContext
 from runlane_sqs.engine.engine import Engine
-from runlane_sqs.engine.outcomes import Disposition
+from runlane_sqs.engine.message import Disposition
 from runlane_sqs.ports.aio import AsyncRunStore, AsyncWakeupTransport
 from runlane_sqs.ports.transport import ReceivedWakeup
 from runlane_sqs.runtime.aio.leases import AsyncLeaseKeeper
@@ -23,42 +23,42 @@ from runlane_sqs.runtime.budget import storage_retry, write_budget
 from runlane_sqs.runtime.executor import begin_attempt
 
 
-async def drive_async(steps: message.Steps, executor: AsyncExecutor) -> Disposition:
-    """Run ``steps`` to the end, awaiting each request. An attempt the worker cancels
+async def drive_async(handling: message.Handling, executor: AsyncExecutor) -> Disposition:
+    """Run ``handling`` to the end, awaiting each request. An attempt the worker cancels
     (its grace period ran out) closes the path: nothing is recorded, the lease expires
     and maintenance makes the run runnable again."""
-    request = message.advance(steps, None, None)
+    request = message.next_request(handling, None, None)
     while not isinstance(request, Disposition):
         try:
             reply = await executor.perform(request)
         except asyncio.CancelledError as exc:
             if _cancelled_by_worker():
-                steps.close()
+                handling.close()
                 raise
-            request = message.advance(steps, None, exc)  # the handler's own cancellation: a failure
+            # the handler's own cancellation: a failure
+            request = message.next_request(handling, None, exc)
         except BaseException as exc:  # the path decides what a failed request means
-            request = message.advance(steps, None, exc)
+            request = message.next_request(handling, None, exc)
         else:
-            request = message.advance(steps, reply, None)
+            request = message.next_request(handling, reply, None)
     return request
 
 
 class AsyncExecutor:
-    """Handles wakeups for one async worker identity."""
+    """Drives ``path`` (one async worker identity's) with async I/O."""
 
     def __init__(
         self,
         engine: Engine,
-        worker_id: str,
         leases: AsyncLeaseKeeper,
+        path: message.MessagePath,
         store: AsyncRunStore,
         transport: AsyncWakeupTransport,
         threads: DaemonThreads,
     ) -> None:
         self.engine = engine
-        self.worker_id = worker_id
         self.leases = leases
-        self.path = message.MessagePath.of(engine, worker_id)
+        self.path = path
         self.store = store
         self.transport = transport
         self.threads = threads
@@ -67,7 +67,7 @@ class AsyncExecutor:
     async def handle(self, received: ReceivedWakeup) -> Disposition:
         return await drive_async(self.path.handle(received), self)
 
-    async def perform(self, request: message.Request) -> Any:
+    async def perform(self, request: message.PathRequest) -> Any:
         return await self._perform[type(request)](request)
 
     async def read(self, request: message.ReadRun) -> Run | None:
@@ -81,7 +81,7 @@ class AsyncExecutor:
         return await storage_retry(budget)(self.store.apply)(request.transition)
 
     async def begin(self, request: message.Begin) -> TaskContext:
-        return begin_attempt(request, self.engine, self.leases, self.worker_id)
+        return begin_attempt(request, self.engine, self.leases, self.path.worker_id)
 
     async def call(self, request: message.CallHandler) -> object:
         task, ctx = request.task, request.ctx

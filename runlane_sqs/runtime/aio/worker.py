@@ -22,14 +22,14 @@ from typing import Any, Protocol, Unpack
 from runlane_sqs.adapters.aws import AwsClients
 from runlane_sqs.core.errors import MissingResourceError, RunlaneError
 from runlane_sqs.engine.engine import HasEngine
-from runlane_sqs.engine.outcomes import Disposition, ForeignEnvironments
+from runlane_sqs.engine.message import Disposition, ForeignEnvironments, MessagePath
 from runlane_sqs.ports.aio import AsyncWakeupTransport
 from runlane_sqs.ports.transport import ReceivedWakeup
 from runlane_sqs.runtime.aio.backend import open_ports
 from runlane_sqs.runtime.aio.executor import AsyncExecutor
 from runlane_sqs.runtime.aio.leases import AsyncLeaseKeeper
 from runlane_sqs.runtime.aio.threads import DaemonThreads
-from runlane_sqs.runtime.pacing import Intake, Step, WorkerBase, WorkerOptions
+from runlane_sqs.runtime.worker import Intake, LoopAction, WorkerBase, WorkerOptions
 
 
 class AsyncHost(HasEngine, Protocol):
@@ -78,7 +78,7 @@ class AsyncWorker(WorkerBase):
         session: Any | None = None,
         **options: Unpack[WorkerOptions],
     ) -> None:
-        super().__init__(app.engine, queues, **options)
+        super().__init__(app, queues, **options)
         self._aws = app.aws
         self._aws_session = session
         self._session: _Session | None = None
@@ -149,8 +149,8 @@ class AsyncWorker(WorkerBase):
                 engine.store, engine.transport, self._aws, stack, self._aws_session
             )
             leases = AsyncLeaseKeeper(store, engine.clock, engine.config.lease_duration)
-            executor = AsyncExecutor(engine, self.worker_id, leases, store, transport, threads)
-            executor.path.foreign = self._foreign
+            path = MessagePath.of(engine, self.worker_id, foreign=self._foreign)
+            executor = AsyncExecutor(engine, leases, path, store, transport, threads)
             session = _Session(executor, transport, Intake(self.config))
             self._session = session
             leases.start()
@@ -173,15 +173,15 @@ class AsyncWorker(WorkerBase):
             await self._flush_acks(session)
             if self._fatal is not None:
                 break
-            step = intake.step(max_runs)
-            if step is Step.STOP:
+            action = intake.next_action(max_runs)
+            if action is LoopAction.STOP:
                 break
-            if step is Step.DISPATCH:
+            if action is LoopAction.DISPATCH:
                 self._dispatch(session)
                 continue
             idle = intake.busy == 0  # nothing in flight can publish during the receive
-            if step is Step.WAIT or not await self._fill(session, drain):
-                if step is Step.RECEIVE and idle and intake.busy == 0 and drain:
+            if action is LoopAction.WAIT or not await self._fill(session, drain):
+                if action is LoopAction.RECEIVE and idle and intake.busy == 0 and drain:
                     break
                 await self._wait_for_change(session, timeout=1.0)
 
