@@ -13,12 +13,14 @@ rejected with :class:`MalformedWakeup`, which the worker logs and deletes.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from runlane_sqs.core.durations import from_epoch_ms, to_epoch_ms
 from runlane_sqs.core.errors import RunlaneError
+from runlane_sqs.core.limits import MAX_DELAY_SECONDS
 from runlane_sqs.core.model import Run, WaitKind
 from runlane_sqs.core.names import ENVIRONMENT_PATTERN, QUEUE_PATTERN, TASK_PATTERN, is_run_id
 from runlane_sqs.core.telemetry import MAX_TRACE_CHARS
@@ -188,3 +190,10 @@ def _parse_time(value: object) -> datetime:
     if parsed.tzinfo is None:
         raise MalformedWakeup("requested_at must carry a UTC offset")
     return parsed
+
+
+def delay_seconds(delay: timedelta | None) -> int:
+    """SQS ``DelaySeconds`` for a wakeup due after ``delay`` (rounded up, at most 900)."""
+    if delay is None or delay <= timedelta(0):
+        return 0
+    return min(MAX_DELAY_SECONDS, math.ceil(delay.total_seconds()))

@@ -8,9 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from runlane_sqs.adapters.sqs.transport import delay_seconds
 from runlane_sqs.core.clock import Clock, SystemClock
-from runlane_sqs.core.wakeup import Wakeup
+from runlane_sqs.core.wakeup import Wakeup, delay_seconds
 from runlane_sqs.ports.transport import QueueBacklog, ReceivedWakeup
 
 

@@ -15,7 +15,6 @@ from runlane_sqs.adapters.sqs.transport import (
     SqsTransport,
     by_queue,
     chunks,
-    delay_seconds,
     handle_entries,
     is_fifo,
     log_failed_entries,
@@ -26,7 +25,7 @@ from runlane_sqs.adapters.sqs.transport import (
 )
 from runlane_sqs.core.errors import TransportError
 from runlane_sqs.core.limits import MAX_SEND_BATCH
-from runlane_sqs.core.wakeup import Wakeup
+from runlane_sqs.core.wakeup import Wakeup, delay_seconds
 from runlane_sqs.ports.transport import ReceivedWakeup
 
 log = logging.getLogger("runlane_sqs.transport")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -17,12 +16,11 @@ from runlane_sqs.adapters.aws import endpoint_of
 from runlane_sqs.core.durations import to_epoch_ms
 from runlane_sqs.core.errors import MissingResourceError, TransportError
 from runlane_sqs.core.limits import (
-    MAX_DELAY_SECONDS,
     MAX_QUEUE_NAME_CHARS,
     MAX_RECEIVE_BATCH,
     MAX_SEND_BATCH,
 )
-from runlane_sqs.core.wakeup import Wakeup
+from runlane_sqs.core.wakeup import Wakeup, delay_seconds
 from runlane_sqs.ports.transport import QueueBacklog, ReceivedWakeup
 
 log = logging.getLogger("runlane_sqs.transport")
@@ -43,13 +41,6 @@ MISSING_QUEUE_CODES = frozenset(
 def chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
-
-
-def delay_seconds(delay: timedelta | None) -> int:
-    """SQS ``DelaySeconds`` for a wakeup due after ``delay`` (rounded up, at most 900)."""
-    if delay is None or delay <= timedelta(0):
-        return 0
-    return min(MAX_DELAY_SECONDS, math.ceil(delay.total_seconds()))
 
 
 def dead_letter_target(policy: str | None) -> tuple[str, str] | None:
