@@ -51,16 +51,17 @@ test-acceptance: $(STAMP)
 	$(BIN)/python -m pytest tests/processes/cli
 
 lint: $(STAMP)
-	$(BIN)/ruff check runlane_sqs maintenance tests bench chaos
-	$(BIN)/ruff format --check runlane_sqs maintenance tests bench chaos
+	$(BIN)/ruff check runlane_sqs maintenance tests bench chaos tools
+	$(BIN)/ruff format --check runlane_sqs maintenance tests bench chaos tools
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/cfn-lint infra/*.yaml
 	$(BIN)/hadolint Dockerfile
+	$(BIN)/python tools/check_names.py runlane_sqs
 
 format: $(STAMP)
-	$(BIN)/ruff check --fix runlane_sqs maintenance tests bench chaos
-	$(BIN)/ruff format runlane_sqs maintenance tests bench chaos
+	$(BIN)/ruff check --fix runlane_sqs maintenance tests bench chaos tools
+	$(BIN)/ruff format runlane_sqs maintenance tests bench chaos tools
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

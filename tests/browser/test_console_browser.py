@@ -1,26 +1,29 @@
 """An on-call engineer's path through the console, in a real Chromium against a real
 console process: runs triggered (some fail), the console opened from its URL, failed
-runs filtered, one opened, its traceback read, retried with a reason; the new linked run
-succeeds once a worker drains; a token is completed from the page; the timeline shows
-every attempt; markup in a payload stays text (docs/console.md)."""
+runs filtered, one opened, its traceback read (naming the shop's paths, none of this
+checkout's), retried with a reason; the new linked run succeeds once a worker drains; a
+token is completed from the page; the timeline shows every attempt; markup in a payload
+stays text (docs/console.md)."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from pathlib import Path
 
 from playwright.sync_api import Dialog, Page, expect
 
 from runlane_sqs import EventType, Runlane, RunStatus
-from tests.apps.console_tasks import APPROVAL, CHARGE, NIGHTLY, register_console_tasks
-from tests.browser.conftest import TOKEN, Console, Screenshots
+from tests.browser.conftest import REPO_ROOT, TOKEN, WORKER_ID, Console, Screenshots, Shop
+from tests.browser.example.app.tasks import (
+    APPROVAL,
+    CHARGE,
+    GATEWAY,
+    NIGHTLY,
+    register_console_tasks,
+)
 
 MARKUP = '<img src=x onerror="document.title=1"><script>document.title="owned"</script>'
-
-
-def drain(app: Runlane) -> None:
-    while app.worker().drain():
-        pass
 
 
 def accept(dialog: Dialog) -> None:
@@ -29,9 +32,11 @@ def accept(dialog: Dialog) -> None:
 
 def test_filter_read_retry_and_complete_a_token_in_a_browser(
     make_app: Callable[..., Runlane],
+    shop: Shop,
     console: Console,
     page: Page,
     screenshots: Screenshots,
+    tmp_path: Path,
 ) -> None:
     app = register_console_tasks(make_app())
     app.provision()
@@ -40,7 +45,7 @@ def test_filter_read_retry_and_complete_a_token_in_a_browser(
         app.trigger(CHARGE, {"order": order})
     token = app.tokens.create(metadata={"order": 7})
     waiting = app.trigger(APPROVAL, {"token": token.id})
-    drain(app)
+    shop.drain(tmp_path / "worker-1.log", **{GATEWAY: "down"})
     assert app.runs.get(declined.id).status is RunStatus.FAILED
 
     page.goto(f"{console.url}/runs?token={TOKEN}")
@@ -56,12 +61,7 @@ def test_filter_read_retry_and_complete_a_token_in_a_browser(
     expect(page.locator("table.runs tbody tr")).to_have_count(1)
     page.get_by_role("link", name=declined.id).click()
 
-    expect(page.locator("#run-status")).to_have_text("failed")
-    expect(page.locator("#traceback")).to_contain_text("RuntimeError: card declined for order 7")
-    expect(page.locator("#payload")).to_contain_text("<script>")  # shown as text
-    assert page.title() != "owned" and page.title() != "1"
-    expect(page.locator("svg.timeline rect.attempt")).to_have_count(1)
-    screenshots.take(page, "run-failed")
+    read_the_failure(page, shop, screenshots)
 
     page.on("dialog", accept)
     retry_form = page.locator('form[action$="/retry"]')
@@ -76,7 +76,7 @@ def test_filter_read_retry_and_complete_a_token_in_a_browser(
     (linked,) = [e for e in app.runs.events(declined.id) if e.type is EventType.LINKED_RUN]
     assert (linked.data["actor"], linked.data["reason"]) == ("console:alice", "gateway is back")
 
-    drain(app)
+    shop.drain(tmp_path / "worker-2.log")
     page.reload()
     expect(page.locator("#run-status")).to_have_text("succeeded")
     expect(page.locator("#result")).to_contain_text('"charged": 7')
@@ -85,12 +85,27 @@ def test_filter_read_retry_and_complete_a_token_in_a_browser(
 
     complete_the_token(page, screenshots, token.id)
     health_and_schedules(app, page, screenshots)
-    drain(app)
+    shop.drain(tmp_path / "worker-3.log")
     page.goto(f"{console.url}/runs/{waiting.id}")
     expect(page.locator("#run-status")).to_have_text("succeeded")
     expect(page.locator("table.attempts tbody tr")).to_have_count(2)  # waited, resumed
     expect(page.locator("svg.timeline rect.attempt")).to_have_count(2)
     assert app.runs.get(waiting.id).result == {"approved": True}
+
+
+def read_the_failure(page: Page, shop: Shop, screenshots: Screenshots) -> None:
+    """The failed run's page: its traceback, naming the shop's files and none of this
+    checkout's, the worker, the payload's markup as text, one attempt."""
+    expect(page.locator("#run-status")).to_have_text("failed")
+    traceback = page.locator("#traceback")
+    expect(traceback).to_contain_text("RuntimeError: card declined for order 7")
+    expect(traceback).to_contain_text(f'File "{shop.directory / "app" / "tasks.py"}"')
+    expect(traceback).not_to_contain_text(str(REPO_ROOT))
+    expect(page.locator("table.attempts")).to_contain_text(WORKER_ID)
+    expect(page.locator("#payload")).to_contain_text("<script>")  # shown as text
+    assert page.title() != "owned" and page.title() != "1"
+    expect(page.locator("svg.timeline rect.attempt")).to_have_count(1)
+    screenshots.take(page, "run-failed")
 
 
 def complete_the_token(page: Page, screenshots: Screenshots, token_id: str) -> None:

@@ -1,10 +1,13 @@
-"""The tasks the console's browser test triggers (tests/browser): a charge whose first
-attempt for a declined order fails (the retry, in the same process, succeeds), one that
-waits for a token, and a nightly report on a schedule. Only the test process runs them;
-the console process only needs them registered."""
+"""The tasks the console's browser test triggers (tests/browser): a charge that fails for
+a declined order while the gateway is down (a worker with ``SHOP_GATEWAY=down``) and goes
+through once it is back (the retry), one that waits for a token, and a nightly report on
+a schedule. The workers run them from a copy of this package in a neutral directory, so
+that a failure's traceback names no path of the machine; the test process registers
+them to trigger runs."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from runlane_sqs import RetryPolicy, Runlane, Schedule, TaskContext
@@ -13,15 +16,14 @@ CHARGE = "shop.charge"
 APPROVAL = "shop.approval"
 REPORT = "shop.report"
 NIGHTLY = "shop.nightly-report"
+GATEWAY = "SHOP_GATEWAY"
+"""``down`` in a worker's environment: declined orders fail; unset: they go through."""
 
 
 def register_console_tasks(app: Runlane) -> Runlane:
-    declined: set[Any] = set()
-
     @app.task(name=CHARGE, retry=RetryPolicy(max_attempts=1))
     def charge(ctx: TaskContext, payload: Any) -> Any:
-        if payload.get("declined") and payload["order"] not in declined:
-            declined.add(payload["order"])
+        if payload.get("declined") and os.environ.get(GATEWAY) == "down":
             raise RuntimeError(f"card declined for order {payload['order']}")
         return {"charged": payload["order"]}
 
