@@ -7,9 +7,13 @@ prints one line per finding, ``path:line: RULE message``, and exits 1 when there
 - ``same-name``: two modules define the same public top-level name (``def``, ``class``,
   an assignment or a type alias whose name does not start with ``_``), unless the
   allow-list (``tools/names_allowed.txt``) names that name and every module it is in;
+  a module's logger (``log = logging.getLogger(...)``) and its type variables
+  (``T = TypeVar(...)``, ``P = ParamSpec(...)``) are conventions of each module, not
+  definitions;
 - ``re-export``: a module imports a name from another module of the package that only
   imports it there (import it from the module that defines it); the public namespaces
-  in ``NAMESPACES`` may gather names from elsewhere, but the other modules do not import
+  in ``NAMESPACES`` may gather names from elsewhere, and the examples in ``EXAMPLES``,
+  which read as user code, may import through them, but the other modules do not import
   through them either;
 - ``shadowed-module``: a parameter of a function, method or lambda has the name of a
   module imported into its module;
@@ -40,9 +44,18 @@ NAMESPACES = frozenset(
         "runlane_sqs/aio/__init__.py",
         "runlane_sqs/testing.py",
         "runlane_sqs/local/__init__.py",
+        "runlane_sqs/aws_lambda.py",
     }
 )
 """The public namespaces: they gather names defined elsewhere (paths from the root)."""
+
+EXAMPLES = frozenset({"runlane_sqs/local/demo.py"})
+"""Modules that read as user code (``make demo``): they import through the public
+namespaces, as a user would (paths from the root)."""
+
+CONVENTIONS = frozenset({"getLogger", "TypeVar", "ParamSpec"})
+"""Calls whose assigned result is a per-module convention, not a definition: a module's
+logger and its type variables (``logging.getLogger(...)`` or ``getLogger(...)``)."""
 
 RULES = ("same-name", "re-export", "shadowed-module", "allow-list")
 BLOCKS = (ast.If, ast.Try, ast.With)
@@ -102,6 +115,7 @@ def load_package(root: Path, package: str) -> dict[str, Module]:
             module.defined.add(name)
             if not name.startswith("_"):
                 module.public.setdefault(name, line)
+        module.defined.update(convention_names(tree.body))
         modules[module.dotted] = module
     return modules
 
@@ -123,10 +137,13 @@ def block_bodies(statement: ast.stmt) -> Iterator[list[ast.stmt]]:
 
 
 def top_level_definitions(body: list[ast.stmt]) -> Iterator[tuple[str, int]]:
-    """``(name, line)`` for each module-level def, class, assignment and type alias."""
+    """``(name, line)`` for each module-level def, class, assignment and type alias, but
+    for the assignments of a logger or a type variable (``CONVENTIONS``)."""
     for statement in module_statements(body):
         if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             yield statement.name, statement.lineno
+        elif is_convention(statement):
+            continue
         elif isinstance(statement, ast.Assign):
             for target in statement.targets:
                 yield from ((name, statement.lineno) for name in target_names(target))
@@ -134,6 +151,33 @@ def top_level_definitions(body: list[ast.stmt]) -> Iterator[tuple[str, int]]:
             yield from ((name, statement.lineno) for name in target_names(statement.target))
         elif type(statement).__name__ == "TypeAlias":  # ``type X = ...`` (Python 3.12+)
             yield from ((n, statement.lineno) for n in target_names(statement.name))  # type: ignore[attr-defined]
+
+
+def convention_names(body: list[ast.stmt]) -> Iterator[str]:
+    """The names bound at module level to a logger or a type variable: still bound (a
+    module may import them from there), though not definitions."""
+    for statement in module_statements(body):
+        if isinstance(statement, ast.Assign) and is_convention(statement):
+            for target in statement.targets:
+                yield from target_names(target)
+        elif isinstance(statement, ast.AnnAssign) and is_convention(statement):
+            yield from target_names(statement.target)
+
+
+def is_convention(statement: ast.stmt) -> bool:
+    """Whether ``statement`` assigns a module's logger or a type variable (``CONVENTIONS``)."""
+    if not isinstance(statement, ast.Assign | ast.AnnAssign):
+        return False
+    call = statement.value
+    if not isinstance(call, ast.Call):
+        return False
+    function = call.func
+    if isinstance(function, ast.Attribute):
+        return function.attr in CONVENTIONS and (
+            function.attr != "getLogger"
+            or (isinstance(function.value, ast.Name) and function.value.id == "logging")
+        )
+    return isinstance(function, ast.Name) and function.id in CONVENTIONS
 
 
 def target_names(target: ast.expr) -> Iterator[str]:
@@ -230,8 +274,13 @@ def stale_allowances(
         yield Finding(file, entry.line, "allow-list", message)
 
 
-def re_exports(modules: dict[str, Module], namespaces: frozenset[str]) -> Iterator[Finding]:
-    """``from package.x import y`` where ``x`` does not define ``y`` and ``y`` is no module."""
+def re_exports(
+    modules: dict[str, Module],
+    namespaces: frozenset[str],
+    examples: frozenset[str] = frozenset(),
+) -> Iterator[Finding]:
+    """``from package.x import y`` where ``x`` does not define ``y`` and ``y`` is no module;
+    an example may import through a public namespace."""
     for module in modules.values():
         if module.path in namespaces:
             continue
@@ -241,6 +290,8 @@ def re_exports(modules: dict[str, Module], namespaces: frozenset[str]) -> Iterat
             source = imported_from(module, node)
             target = modules.get(source)
             if target is None or target is module:
+                continue
+            if module.path in examples and target.path in namespaces:
                 continue
             for alias in node.names:
                 if alias.name == "*" or alias.name in target.defined:
@@ -320,12 +371,13 @@ def check(
     allowed: list[Allowance] | None = None,
     namespaces: frozenset[str] = NAMESPACES,
     allowed_file: str = "names_allowed.txt",
+    examples: frozenset[str] = EXAMPLES,
 ) -> list[Finding]:
     """Every finding for ``root/package``, by rule, then path and line."""
     modules = load_package(root, package)
     found = [
         *same_names(modules, allowed or []),
-        *re_exports(modules, namespaces),
+        *re_exports(modules, namespaces, examples),
         *shadowed_modules(modules),
         *stale_allowances(modules, allowed or [], allowed_file),
     ]

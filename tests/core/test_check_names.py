@@ -60,6 +60,41 @@ def test_assignments_in_module_level_blocks_count_and_private_names_and_imports_
     ]
 
 
+def test_a_module_logger_and_type_variables_are_conventions_not_definitions(
+    tmp_path: Path,
+) -> None:
+    write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/a.py": """\
+                import logging
+                from typing import ParamSpec, TypeVar
+
+                log = logging.getLogger("pkg.a")
+                T = TypeVar("T")
+                P = ParamSpec("P")
+            """,
+            "pkg/b.py": """\
+                import typing
+                from logging import Logger, getLogger
+
+                log: Logger = getLogger(__name__)
+                T = typing.TypeVar("T", bound=int)
+                if typing.TYPE_CHECKING:
+                    P = typing.ParamSpec("P")
+            """,
+            "pkg/c.py": "from pkg.a import T, log\n\nP = 1\n",
+            "pkg/d.py": "import structlog\n\nlog = structlog.getLogger()\nT = make_type()\n",
+            "pkg/e.py": "from logging import Logger\n\nlog = Logger('pkg.e')\nT = int\n",
+        },
+    )
+    assert lines(check(tmp_path, "pkg")) == [
+        "pkg/d.py:3: same-name 'log' is also defined in pkg/e.py:3",
+        "pkg/d.py:4: same-name 'T' is also defined in pkg/e.py:4",
+    ]
+
+
 def test_the_allow_list_lets_a_name_be_in_the_modules_it_names_and_no_others(
     tmp_path: Path,
 ) -> None:
@@ -173,6 +208,52 @@ def test_the_public_namespaces_may_gather_names_but_the_package_does_not_import_
         " which does not define it (a public namespace)",
         "runlane_sqs/engine/message.py:4: re-export 'Run' imported from runlane_sqs.testing,"
         " which does not define it (a public namespace)",
+    ]
+
+
+def test_aws_lambda_is_a_public_namespace_the_package_does_not_import_through(
+    tmp_path: Path,
+) -> None:
+    write(
+        tmp_path,
+        {
+            **RE_EXPORTING,
+            "runlane_sqs/engine/steps.py": "from runlane_sqs.core.model import Run\n",
+            "runlane_sqs/aws_lambda.py": "from runlane_sqs.engine.steps import Run\n",
+            "runlane_sqs/engine/message.py": "from runlane_sqs.aws_lambda import Run\n",
+        },
+    )
+    assert lines(check(tmp_path, "runlane_sqs")) == [
+        "runlane_sqs/engine/message.py:1: re-export 'Run' imported from runlane_sqs.aws_lambda,"
+        " which does not define it (a public namespace)",
+    ]
+
+
+def test_the_demo_imports_through_the_public_namespaces_as_user_code_does(
+    tmp_path: Path,
+) -> None:
+    imports = """\
+        from runlane_sqs import Run
+        from runlane_sqs.local import model
+        from runlane_sqs.engine.steps import Enum
+    """
+    write(
+        tmp_path,
+        {
+            **RE_EXPORTING,
+            "runlane_sqs/local/demo.py": imports,
+            "runlane_sqs/local/server.py": imports,
+        },
+    )
+    assert [line for line in lines(check(tmp_path, "runlane_sqs")) if "/local/" in line] == [
+        "runlane_sqs/local/demo.py:3: re-export 'Enum' imported from runlane_sqs.engine.steps,"
+        " which does not define it (only imported there)",
+        "runlane_sqs/local/server.py:1: re-export 'Run' imported from runlane_sqs,"
+        " which does not define it (a public namespace)",
+        "runlane_sqs/local/server.py:2: re-export 'model' imported from runlane_sqs.local,"
+        " which does not define it (a public namespace)",
+        "runlane_sqs/local/server.py:3: re-export 'Enum' imported from runlane_sqs.engine.steps,"
+        " which does not define it (only imported there)",
     ]
 
 
