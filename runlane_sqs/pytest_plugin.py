@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from runlane_sqs.api.app import Runlane
-from runlane_sqs.testing import ManualClock, in_memory_app, use_in_memory
+from runlane_sqs.core.clock import ManualClock
+from runlane_sqs.testing import in_memory_app, use_in_memory
 
 
 @pytest.fixture

@@ -17,12 +17,17 @@ import click
 
 from runlane_sqs.api.app import Runlane
 from runlane_sqs.api.loading import ENV_APP
-from runlane_sqs.cli.options import app_option, load_app, load_app_or_env, optional_app_option
+from runlane_sqs.cli.options import (
+    app_for_command,
+    app_option,
+    app_or_env_for_command,
+    optional_app_option,
+)
 from runlane_sqs.core.agenda import AGENDA_SHARDS
 from runlane_sqs.core.config import ENV_ENVIRONMENT, ENV_TABLE
 from runlane_sqs.core.errors import ConfigurationError, StorageUnavailable, TransportError
 from runlane_sqs.engine.maintenance import MaintenanceConfig
-from runlane_sqs.local import MotoServer
+from runlane_sqs.local.moto import MotoServer
 from runlane_sqs.runtime.worker import ENV_WORKER_ID
 
 log = logging.getLogger("runlane_sqs.maintenance")
@@ -67,7 +72,7 @@ def dev(app_spec: str | None, port: int, queues: tuple[str, ...]) -> None:
     try:
         os.environ.update(server.environment())
         named = app_spec or os.environ.get(ENV_APP)
-        app = load_app_or_env(named)
+        app = app_or_env_for_command(named)
         app.provision(list(queues) or None)
         exports = {
             **server.environment(),
@@ -99,7 +104,7 @@ def _serve(server: MotoServer, stop: threading.Event) -> None:
 def provision(app_spec: str | None, queues: tuple[str, ...]) -> None:
     """Create the table and queues if they do not exist (local use and tests). Without
     --app or RUNLANE_APP: the table from RUNLANE_TABLE and the queue "default" (or --queue)."""
-    app = load_app_or_env(app_spec)
+    app = app_or_env_for_command(app_spec)
     app.provision(list(queues) or None)
     click.echo(f"table {app.config.table} and queues ready")
 
@@ -156,7 +161,7 @@ def worker(
     use_async: bool,
 ) -> None:
     """Run a worker until SIGTERM/SIGINT (or, with --drain, until the queues are empty)."""
-    app = load_app(app_spec, "the worker runs your tasks")
+    app = app_for_command(app_spec, "the worker runs your tasks")
     with_settings(app, lease_duration=lease_seconds)
     options: dict[str, Any] = {
         "concurrency": concurrency,
@@ -228,7 +233,9 @@ def maintenance_run(
     refused as invalid or denied) ends the command with exit code 4."""
     if once and every is not None:
         raise click.UsageError("--once and --every exclude each other")
-    app = load_app(app_spec, "maintenance needs each task's retry policy to time out attempts")
+    app = app_for_command(
+        app_spec, "maintenance needs each task's retry policy to time out attempts"
+    )
     with_settings(app, republish_after=republish_after, republish_max=republish_max)
     if limit is not None:
         app.maintenance.config = MaintenanceConfig(

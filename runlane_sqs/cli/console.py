@@ -7,7 +7,7 @@ import os
 
 import click
 
-from runlane_sqs.cli.options import load_app_or_env, optional_app_option
+from runlane_sqs.cli.options import app_or_env_for_command, optional_app_option
 from runlane_sqs.core.errors import ConfigurationError
 
 DEFAULT_PORT = 8600
@@ -33,7 +33,7 @@ def console(
     from runlane_sqs.console.security import ENV_TOKEN, access_token  # noqa: PLC0415
     from runlane_sqs.console.server import ConsoleSettings, console_app  # noqa: PLC0415
 
-    app = load_app_or_env(app_spec)
+    app = app_or_env_for_command(app_spec)
     token = access_token()
     settings = ConsoleSettings(token=token, read_only=read_only, hide_payloads=hide_payloads)
     shown_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host

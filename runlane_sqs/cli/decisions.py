@@ -1,6 +1,6 @@
 """External decisions: ``tokens create|get|complete|time-out`` and ``signals send``.
 
-None needs task code, so each works without an app (``load_app_or_env``).
+None needs task code, so each works without an app (``app_or_env_for_command``).
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from runlane_sqs.api.shapes import token_to_json
 from runlane_sqs.cli import tables
 from runlane_sqs.cli.escaping import echo
 from runlane_sqs.cli.options import (
+    app_or_env_for_command,
     emit_json,
     json_option,
-    load_app_or_env,
     optional_app_option,
-    parse_json,
+    parse_json_option,
 )
 from runlane_sqs.core.model import JSON
 from runlane_sqs.core.tokens import Token
@@ -33,35 +33,37 @@ def tokens() -> None:
     """Create, read and decide tokens (durable external decisions)."""
 
 
-@tokens.command()
+@tokens.command("create")
 @optional_app_option
 @click.option(
     "--timeout", type=click.FloatRange(min=1), help="Seconds until maintenance times it out."
 )
 @click.option(
     "--metadata",
-    callback=parse_json,
+    callback=parse_json_option,
     metavar="JSON",
     default=None,
     help="JSON kept with the token.",
 )
 @json_option
-def create(app_spec: str | None, timeout: float | None, metadata: JSON, as_json: bool) -> None:
+def create_token(
+    app_spec: str | None, timeout: float | None, metadata: JSON, as_json: bool
+) -> None:
     """Create a pending token and print its id (give it to the runs that wait on it)."""
-    token = load_app_or_env(app_spec).tokens.create(timeout=timeout, metadata=metadata)
+    token = app_or_env_for_command(app_spec).tokens.create(timeout=timeout, metadata=metadata)
     if as_json:
         emit_json(token_to_json(token))
     else:
         echo(token.id)
 
 
-@tokens.command()
+@tokens.command("get")
 @optional_app_option
 @click.argument("token_id")
 @json_option
-def get(app_spec: str | None, token_id: str, as_json: bool) -> None:
+def show_token(app_spec: str | None, token_id: str, as_json: bool) -> None:
     """Show a token and its decision."""
-    _emit_token(load_app_or_env(app_spec).tokens.get(token_id), as_json)
+    _emit_token(app_or_env_for_command(app_spec).tokens.get(token_id), as_json)
 
 
 @tokens.command()
@@ -69,7 +71,7 @@ def get(app_spec: str | None, token_id: str, as_json: bool) -> None:
 @click.argument("token_id")
 @click.option(
     "--value",
-    callback=parse_json,
+    callback=parse_json_option,
     metavar="JSON",
     default=None,
     help="The decision's value as JSON.",
@@ -77,7 +79,7 @@ def get(app_spec: str | None, token_id: str, as_json: bool) -> None:
 @json_option
 def complete(app_spec: str | None, token_id: str, value: JSON, as_json: bool) -> None:
     """Complete a pending token with a value and resume the runs waiting on it."""
-    token = load_app_or_env(app_spec).tokens.complete(token_id, value)
+    token = app_or_env_for_command(app_spec).tokens.complete(token_id, value)
     if as_json:
         emit_json(token_to_json(token))
     else:
@@ -90,7 +92,7 @@ def complete(app_spec: str | None, token_id: str, value: JSON, as_json: bool) ->
 @json_option
 def time_out(app_spec: str | None, token_id: str, as_json: bool) -> None:
     """Decide a pending token as timed out and resume the runs waiting on it."""
-    token = load_app_or_env(app_spec).tokens.time_out(token_id)
+    token = app_or_env_for_command(app_spec).tokens.time_out(token_id)
     if as_json:
         emit_json(token_to_json(token))
     else:
@@ -107,7 +109,7 @@ def signals() -> None:
 @click.argument("key")
 @click.option(
     "--payload",
-    callback=parse_json,
+    callback=parse_json_option,
     metavar="JSON",
     default=None,
     help="JSON the woken runs receive.",
@@ -115,7 +117,7 @@ def signals() -> None:
 @json_option
 def send(app_spec: str | None, key: str, payload: JSON, as_json: bool) -> None:
     """Wake the runs waiting on KEY now (a signal is not kept for later waiters)."""
-    woken = load_app_or_env(app_spec).signals.send(key, payload)
+    woken = app_or_env_for_command(app_spec).signals.send(key, payload)
     if as_json:
         emit_json({"key": key, "woken": woken})
     else:

@@ -15,7 +15,12 @@ from runlane_sqs.api.health import Health
 from runlane_sqs.cli import tables
 from runlane_sqs.cli.escaping import printable
 from runlane_sqs.cli.exits import EXIT_UNHEALTHY
-from runlane_sqs.cli.options import emit_json, json_option, load_app_or_env, optional_app_option
+from runlane_sqs.cli.options import (
+    app_or_env_for_command,
+    emit_json,
+    json_option,
+    optional_app_option,
+)
 from runlane_sqs.core.health import GROUPS, Activity
 
 
@@ -24,7 +29,7 @@ def _cell(value: int | None) -> str:
 
 
 def print_health(health: Health, activity: Activity) -> None:
-    out = tables.console()
+    out = tables.stdout_console()
     last = health.last_pass
     if last is None:
         out.print(Text("last pass: none has finished", style="bold red"))
@@ -63,7 +68,7 @@ def print_health(health: Health, activity: Activity) -> None:
 def health(app_spec: str | None, as_json: bool) -> None:
     """Show the last maintenance pass, the overdue runs, the runs of the last hour by
     status and each queue's messages; exit 9 when maintenance is stale."""
-    app = load_app_or_env(app_spec)
+    app = app_or_env_for_command(app_spec)
     checked, activity = app.health.check(), app.health.activity()
     if as_json:
         emit_json({**checked.to_json(), "activity": activity.to_json()})

@@ -18,12 +18,12 @@ from runlane_sqs.api.app import Runlane
 from runlane_sqs.api.loading import ENV_APP, InvalidAppSpec
 from runlane_sqs.core.errors import InvalidPayloadError
 from runlane_sqs.core.model import JSON
-from runlane_sqs.core.payload import parse_json as parse_json_text
+from runlane_sqs.core.payload import parse_json
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_ACTOR = "operator"
 SHOWN_CHARS = 40
-"""Characters of a bad option value quoted in its error."""
+"""Characters of a refused option or argument value quoted in its error."""
 
 
 def app_option(fn: F) -> F:
@@ -66,7 +66,7 @@ NEEDS_TASK_CODE = "this command runs or checks your tasks' code"
 """Why a command needs the app, unless it says more precisely."""
 
 
-def load_app(spec: str | None, needed_for: str = NEEDS_TASK_CODE) -> Runlane:
+def app_for_command(spec: str | None, needed_for: str = NEEDS_TASK_CODE) -> Runlane:
     """The app named by ``--app`` or ``RUNLANE_APP``, for a command that runs or checks
     task code; ``needed_for`` says why, in the error when neither names one (errors map
     to exit code 3, with a hint naming ``--app`` and ``RUNLANE_APP``)."""
@@ -75,7 +75,7 @@ def load_app(spec: str | None, needed_for: str = NEEDS_TASK_CODE) -> Runlane:
     return flushed_at_exit(loading.load_app(spec))
 
 
-def load_app_or_env(spec: str | None) -> Runlane:
+def app_or_env_for_command(spec: str | None) -> Runlane:
     """The app named by ``--app`` or ``RUNLANE_APP``; with neither, one built from the
     ``RUNLANE_*`` and ``AWS_*`` variables (reads and operator actions need no task code)."""
     return flushed_at_exit(loading.load_app_or_env(spec))
@@ -113,13 +113,17 @@ def emit_json(value: JSON) -> None:
     click.echo(UNSAFE_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
 
 
-def parse_json(ctx: click.Context, param: click.Parameter, value: str | None) -> JSON:
+def quoted_value(value: str) -> str:
+    """A refused value as its error quotes it: ``repr``, cut after ``SHOWN_CHARS``."""
+    return repr(value) if len(value) <= SHOWN_CHARS else repr(value[:SHOWN_CHARS]) + "..."
+
+
+def parse_json_option(ctx: click.Context, param: click.Parameter, value: str | None) -> JSON:
     """Callback of options given as JSON (``'{"order": 7}'``, ``'"text"'``, ``3``)."""
     if value is None:
         return None
-    shown = repr(value) if len(value) <= SHOWN_CHARS else repr(value[:SHOWN_CHARS]) + "..."
     try:
-        return parse_json_text(value, what=shown)
+        return parse_json(value, what=quoted_value(value))
     except InvalidPayloadError as exc:  # bad JSON, NaN, a lone surrogate, too deep
         raise click.BadParameter(str(exc), ctx, param) from None
 

@@ -1,7 +1,7 @@
 """Concurrency limit commands: ``queues list``.
 
 Occupancy is read from storage, so the command works without an app
-(``load_app_or_env``): it then lists every scope with holders or waiters lately, with
+(``app_or_env_for_command``): it then lists every scope with holders or waiters lately, with
 the limit stored by the last claim that took a slot. Given the app, it also lists every
 queue the app defines (limited or not) with the limits its code sets.
 """
@@ -15,17 +15,25 @@ from rich.text import Text
 
 from runlane_sqs.api.queues import WAITING_COUNTED, Occupancy
 from runlane_sqs.cli import tables
-from runlane_sqs.cli.options import emit_json, json_option, load_app_or_env, optional_app_option
+from runlane_sqs.cli.options import (
+    app_or_env_for_command,
+    emit_json,
+    json_option,
+    optional_app_option,
+)
 
 QUEUE_COLUMNS = ("kind", "name", "limit", "holding", "waiting")
 """The columns of ``queues list``, left to right."""
-NARROW_DROPS = ("kind",)
+QUEUE_NARROW_DROPS = ("kind",)
 """What ``queues list`` leaves out while the table is wider than the console (the name
 tells a key's ``{task}#{key}`` from a queue's name); past that the name folds onto more
 lines. The limit and the counts always stay whole."""
-FOLDING_COLUMNS = frozenset({"name"})
+QUEUE_FOLDING_COLUMNS = frozenset({"name"})
 QUEUES = tables.Listing(
-    QUEUE_COLUMNS, NARROW_DROPS, FOLDING_COLUMNS, frozenset({"limit", "holding", "waiting"})
+    QUEUE_COLUMNS,
+    QUEUE_NARROW_DROPS,
+    QUEUE_FOLDING_COLUMNS,
+    frozenset({"limit", "holding", "waiting"}),
 )
 STORED_MARK = " (stored)"
 """After a limit this app does not define, read from the scope's slot record."""
@@ -62,9 +70,9 @@ def _occupancy_row(occupancy: Occupancy) -> dict[str, str | Text]:
 
 def print_occupancy(found: Sequence[Occupancy]) -> None:
     """Every scope, one row each (names escaped like all stored text); at narrow widths
-    the columns in ``NARROW_DROPS`` give way. A note under the table explains a stored
+    the columns in ``QUEUE_NARROW_DROPS`` give way. A note under the table explains a stored
     limit's mark."""
-    out = tables.console()
+    out = tables.stdout_console()
     table = QUEUES.fit([_occupancy_row(occupancy) for occupancy in found], out)
     tables.show(f"{len(found)} scope(s), by scope", table, out)
     if any(occupancy.limit is None and occupancy.stored_limit is not None for occupancy in found):
@@ -84,7 +92,7 @@ def list_queues(app_spec: str | None, as_json: bool) -> None:
 
     The scopes are the app's queues and every queue or key limit with holders or waiters
     lately; without the app, a limit is the one stored by the last claim (marked)."""
-    found = load_app_or_env(app_spec).queues.list()
+    found = app_or_env_for_command(app_spec).queues.list()
     if as_json:
         emit_json([occupancy.to_json() for occupancy in found])
     else:

@@ -1,7 +1,7 @@
 """Run commands: ``trigger`` and
 ``runs list|get|events|attempts|wait|cancel|unpark|retry|rerun|prune``.
 
-Every ``runs`` command works without an app (``load_app_or_env``): it reads and writes
+Every ``runs`` command works without an app (``app_or_env_for_command``): it reads and writes
 stored runs only. ``trigger`` needs the app that registers the task.
 """
 
@@ -25,15 +25,15 @@ from runlane_sqs.cli.exits import EXIT_RUN_UNSUCCESSFUL, EXIT_WAIT_TIMED_OUT, fa
 from runlane_sqs.cli.options import (
     actor_options,
     actor_or_user,
+    app_for_command,
     app_option,
+    app_or_env_for_command,
     emit_json,
     json_option,
-    load_app,
-    load_app_or_env,
     optional_app_option,
     parse_age_or_time,
     parse_iso_time,
-    parse_json,
+    parse_json_option,
 )
 from runlane_sqs.cli.schedules import parse_schedule_id
 from runlane_sqs.core.errors import RunWaitTimedOut
@@ -56,7 +56,7 @@ def _emit_run(run: Run, as_json: bool, **extra: JSON) -> None:
 @click.argument("task")
 @click.option(
     "--payload",
-    callback=parse_json,
+    callback=parse_json_option,
     metavar="JSON",
     default=None,
     help="The run's payload as JSON.",
@@ -79,7 +79,7 @@ def trigger(
     """Create a run of TASK and publish its wakeup; prints the run id and whether it was
     created (false: an existing run holds the idempotency or singleton key). Needs the
     app that registers TASK (--app or RUNLANE_APP)."""
-    app = load_app(app_spec, "trigger needs the app that registers the task")
+    app = app_for_command(app_spec, "trigger needs the app that registers the task")
     run = app.trigger(
         task,
         payload,
@@ -136,7 +136,7 @@ def list_runs(
     as_json: bool,
 ) -> None:
     """List runs newest first (one page; the next page needs --cursor)."""
-    app = load_app_or_env(app_spec)
+    app = app_or_env_for_command(app_spec)
     page = app.runs.list(
         status=list(statuses) or None,
         task=task,
@@ -153,13 +153,13 @@ def list_runs(
         tables.print_runs(page.runs, page.cursor, now=app.clock.now())
 
 
-@runs.command()
+@runs.command("get")
 @optional_app_option
 @click.argument("run_id")
 @json_option
-def get(app_spec: str | None, run_id: str, as_json: bool) -> None:
+def show_run(app_spec: str | None, run_id: str, as_json: bool) -> None:
     """Show one run as stored now."""
-    _emit_run(load_app_or_env(app_spec).runs.get(run_id), as_json)
+    _emit_run(app_or_env_for_command(app_spec).runs.get(run_id), as_json)
 
 
 @runs.command()
@@ -175,7 +175,7 @@ def get(app_spec: str | None, run_id: str, as_json: bool) -> None:
 def wait(app_spec: str | None, run_id: str, timeout: float | None, as_json: bool) -> None:
     """Wait until a run finishes, then show it. Exits 0 if it succeeded, 7 if it failed or
     was cancelled, 8 if --timeout passed first (showing its last state)."""
-    app = load_app_or_env(app_spec)
+    app = app_or_env_for_command(app_spec)
     run = app.runs.get(run_id)
     if not run.is_terminal:
         log.info(
@@ -201,7 +201,7 @@ def wait(app_spec: str | None, run_id: str, timeout: float | None, as_json: bool
 @json_option
 def events(app_spec: str | None, run_id: str, as_json: bool) -> None:
     """Show a run's history, in order."""
-    history = load_app_or_env(app_spec).runs.events(run_id)
+    history = app_or_env_for_command(app_spec).runs.events(run_id)
     if as_json:
         emit_json({"run_id": run_id, "events": [event_to_json(e) for e in history]})
     else:
@@ -214,7 +214,7 @@ def events(app_spec: str | None, run_id: str, as_json: bool) -> None:
 @json_option
 def attempts(app_spec: str | None, run_id: str, as_json: bool) -> None:
     """Show a run's attempts: worker, start, end, outcome, failure."""
-    found = load_app_or_env(app_spec).runs.attempts(run_id)
+    found = app_or_env_for_command(app_spec).runs.attempts(run_id)
     if as_json:
         emit_json({"run_id": run_id, "attempts": [attempt_to_json(a) for a in found]})
     else:
@@ -230,21 +230,25 @@ def cancel(
     app_spec: str | None, run_id: str, actor: str | None, reason: str, as_json: bool
 ) -> None:
     """Cancel a run: at once if it waits, at its worker's next heartbeat if it runs."""
-    run = load_app_or_env(app_spec).runs.cancel(run_id, reason=reason, actor=actor_or_user(actor))
+    run = app_or_env_for_command(app_spec).runs.cancel(
+        run_id, reason=reason, actor=actor_or_user(actor)
+    )
     _emit_status(run, as_json)
 
 
-@runs.command()
+@runs.command("unpark")
 @optional_app_option
 @click.argument("run_id")
 @actor_options
 @json_option
-def unpark(
+def unpark_run(
     app_spec: str | None, run_id: str, actor: str | None, reason: str, as_json: bool
 ) -> None:
     """Make a parked run runnable again and publish its wakeup (after deploying a worker
     that registers its task)."""
-    run = load_app_or_env(app_spec).runs.unpark(run_id, reason=reason, actor=actor_or_user(actor))
+    run = app_or_env_for_command(app_spec).runs.unpark(
+        run_id, reason=reason, actor=actor_or_user(actor)
+    )
     _emit_status(run, as_json)
 
 
@@ -262,7 +266,9 @@ def _emit_status(run: Run, as_json: bool) -> None:
 @json_option
 def retry(app_spec: str | None, run_id: str, actor: str | None, reason: str, as_json: bool) -> None:
     """Create a new run from a failed one, linked to it (the source stays failed)."""
-    run = load_app_or_env(app_spec).runs.retry(run_id, reason=reason, actor=actor_or_user(actor))
+    run = app_or_env_for_command(app_spec).runs.retry(
+        run_id, reason=reason, actor=actor_or_user(actor)
+    )
     _emit_link(run, as_json)
 
 
@@ -273,7 +279,9 @@ def retry(app_spec: str | None, run_id: str, actor: str | None, reason: str, as_
 @json_option
 def rerun(app_spec: str | None, run_id: str, actor: str | None, reason: str, as_json: bool) -> None:
     """Create a new run from any finished one, linked to it."""
-    run = load_app_or_env(app_spec).runs.rerun(run_id, reason=reason, actor=actor_or_user(actor))
+    run = app_or_env_for_command(app_spec).runs.rerun(
+        run_id, reason=reason, actor=actor_or_user(actor)
+    )
     _emit_link(run, as_json)
 
 
@@ -319,7 +327,7 @@ def prune(
     as_json: bool,
 ) -> None:
     """Delete finished runs created before a cutoff, with their history, in batches."""
-    app = load_app_or_env(app_spec)
+    app = app_or_env_for_command(app_spec)
     cutoff = (
         older_than
         if isinstance(older_than, datetime)

@@ -1,7 +1,7 @@
 """Schedule commands: ``schedules list|get|pause|resume|trigger``.
 
 Schedules are read from storage, so every command works without an app
-(``load_app_or_env``); given the app, ``get`` also finds a schedule it defines that no
+(``app_or_env_for_command``); given the app, ``get`` also finds a schedule it defines that no
 maintenance pass has stored yet. An id that no schedule can have is a usage error.
 """
 
@@ -16,27 +16,33 @@ from rich.text import Text
 from runlane_sqs.api.shapes import iso, run_to_json, schedule_to_json
 from runlane_sqs.cli import tables
 from runlane_sqs.cli.escaping import echo, printable
-from runlane_sqs.cli.options import emit_json, json_option, load_app_or_env, optional_app_option
+from runlane_sqs.cli.options import (
+    app_or_env_for_command,
+    emit_json,
+    json_option,
+    optional_app_option,
+    quoted_value,
+)
 from runlane_sqs.core.errors import ConfigurationError
 from runlane_sqs.core.schedule_state import ScheduleState
 from runlane_sqs.core.schedules import check_schedule_id
 
 SCHEDULE_COLUMNS = ("id", "task", "status", "definition", "next", "last", "runs")
 """The columns of ``schedules list``, left to right."""
-NARROW_DROPS = ("last", "task")
+SCHEDULE_NARROW_DROPS = ("last", "task")
 """What ``schedules list`` leaves out, in this order, while the table is wider than the
 console; past that the definition folds onto more lines. The id, the status, the next
 occurrence and the runs count always stay whole."""
-FOLDING_COLUMNS = frozenset({"task", "definition"})
-SCHEDULES = tables.Listing(SCHEDULE_COLUMNS, NARROW_DROPS, FOLDING_COLUMNS, frozenset({"runs"}))
+SCHEDULE_FOLDING_COLUMNS = frozenset({"task", "definition"})
+SCHEDULES = tables.Listing(
+    SCHEDULE_COLUMNS, SCHEDULE_NARROW_DROPS, SCHEDULE_FOLDING_COLUMNS, frozenset({"runs"})
+)
 SCHEDULE_STYLES = {
     "active": "green",
     "paused": "bold yellow",
     "finished": "white",
     "removed": "red",
 }
-SHOWN_CHARS = 40
-"""Characters of a refused schedule id quoted in its error."""
 ID_RULE = "letters, digits, '.', ':', '-' and '_', at most 128 characters"
 
 
@@ -48,9 +54,8 @@ def parse_schedule_id(ctx: click.Context, param: click.Parameter, value: str | N
     try:
         return check_schedule_id(value)
     except ConfigurationError:
-        shown = repr(value) if len(value) <= SHOWN_CHARS else repr(value[:SHOWN_CHARS]) + "..."
         raise click.BadParameter(
-            f"{printable(shown)} is not a schedule id ({ID_RULE})", ctx, param
+            f"{printable(quoted_value(value))} is not a schedule id ({ID_RULE})", ctx, param
         ) from None
 
 
@@ -73,8 +78,8 @@ def _schedule_row(state: ScheduleState) -> dict[str, str | Text]:
 
 def print_schedules(states: Sequence[ScheduleState]) -> None:
     """Every schedule, one row each (``next`` is empty unless it is active); at narrow
-    widths the columns in ``NARROW_DROPS`` give way."""
-    out = tables.console()
+    widths the columns in ``SCHEDULE_NARROW_DROPS`` give way."""
+    out = tables.stdout_console()
     table = SCHEDULES.fit([_schedule_row(state) for state in states], out)
     tables.show(f"{len(states)} schedule(s), by id", table, out)
 
@@ -126,20 +131,20 @@ def schedules() -> None:
 def list_schedules(app_spec: str | None, as_json: bool) -> None:
     """List every stored schedule by id: task, status, definition, next and last
     occurrence, runs created."""
-    found = load_app_or_env(app_spec).schedules.list()
+    found = app_or_env_for_command(app_spec).schedules.list()
     if as_json:
         emit_json([schedule_to_json(state) for state in found])
     else:
         print_schedules(found)
 
 
-@schedules.command()
+@schedules.command("get")
 @optional_app_option
 @schedule_argument
 @json_option
-def get(app_spec: str | None, schedule_id: str, as_json: bool) -> None:
+def show_schedule(app_spec: str | None, schedule_id: str, as_json: bool) -> None:
     """Show one schedule: every field and its next three occurrences."""
-    _emit_schedule(load_app_or_env(app_spec).schedules.get(schedule_id), as_json)
+    _emit_schedule(app_or_env_for_command(app_spec).schedules.get(schedule_id), as_json)
 
 
 @schedules.command()
@@ -148,17 +153,17 @@ def get(app_spec: str | None, schedule_id: str, as_json: bool) -> None:
 @json_option
 def pause(app_spec: str | None, schedule_id: str, as_json: bool) -> None:
     """Stop a schedule creating runs until it is resumed (a paused one stays paused)."""
-    _emit_status(load_app_or_env(app_spec).schedules.pause(schedule_id), as_json)
+    _emit_status(app_or_env_for_command(app_spec).schedules.pause(schedule_id), as_json)
 
 
-@schedules.command()
+@schedules.command("resume")
 @optional_app_option
 @schedule_argument
 @json_option
-def resume(app_spec: str | None, schedule_id: str, as_json: bool) -> None:
+def resume_schedule(app_spec: str | None, schedule_id: str, as_json: bool) -> None:
     """Make a paused schedule create runs again; what it missed follows its catch-up
     policy at the next maintenance pass."""
-    _emit_status(load_app_or_env(app_spec).schedules.resume(schedule_id), as_json)
+    _emit_status(app_or_env_for_command(app_spec).schedules.resume(schedule_id), as_json)
 
 
 @schedules.command("trigger")
@@ -168,7 +173,7 @@ def resume(app_spec: str | None, schedule_id: str, as_json: bool) -> None:
 def trigger_schedule(app_spec: str | None, schedule_id: str, as_json: bool) -> None:
     """Create an extra run of the schedule's task now, with its payload and linked to it
     (its next occurrence does not move); prints the run id."""
-    run = load_app_or_env(app_spec).schedules.trigger_now(schedule_id)
+    run = app_or_env_for_command(app_spec).schedules.trigger_now(schedule_id)
     if as_json:
         emit_json(run_to_json(run))
     else:

@@ -31,11 +31,11 @@ PIPE_WIDTH = 200
 """Columns when stdout is not a terminal and ``COLUMNS`` is not set, so ids are not cut."""
 RUN_COLUMNS = ("id", "task", "queue", "status", "attempt", "due", "created", "updated")
 """The columns of ``runs list``, left to right."""
-NARROW_DROPS = ("updated", "created", "queue")
+RUN_NARROW_DROPS = ("updated", "created", "queue")
 """What ``runs list`` leaves out, in this order, while the table is wider than the
 console; past that the task name folds onto more lines. The full run id, the status, the
 attempt and the due time always stay whole."""
-FOLDING_COLUMNS = frozenset({"task", "queue"})
+RUN_FOLDING_COLUMNS = frozenset({"task", "queue"})
 UNBOUNDED_WIDTH = 10_000
 """Width to measure a table's natural (unwrapped) width in."""
 CELL_CHARS = 120
@@ -56,7 +56,7 @@ STATUS_STYLES = {
 }
 
 
-def console() -> Console:
+def stdout_console() -> Console:
     """stdout at the terminal's width, or ``COLUMNS`` when set; else ``PIPE_WIDTH``."""
     sized = sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit()
     return Console(width=None if sized else PIPE_WIDTH, highlight=False)
@@ -79,7 +79,7 @@ def cells(*values: str | Text) -> list[Text]:
 
 def show(title: str, table: Table, out: Console | None = None) -> Console:
     """Print a title line (no padding) and the table; returns the console."""
-    out = out or console()
+    out = out or stdout_console()
     out.print(Text(printable(title), style="bold"))
     out.print(table)
     return out
@@ -191,12 +191,12 @@ class Listing:
         return table
 
 
-RUNS = Listing(RUN_COLUMNS, NARROW_DROPS, FOLDING_COLUMNS, frozenset({"attempt"}))
+RUNS = Listing(RUN_COLUMNS, RUN_NARROW_DROPS, RUN_FOLDING_COLUMNS, frozenset({"attempt"}))
 
 
 def print_runs(runs: Sequence[Run], cursor: str | None, now: datetime) -> None:
-    """A page of runs; at narrow widths the columns in ``NARROW_DROPS`` give way."""
-    out = console()
+    """A page of runs; at narrow widths the columns in ``RUN_NARROW_DROPS`` give way."""
+    out = stdout_console()
     table = RUNS.fit([_run_row(run, now) for run in runs], out)
     show(f"{len(runs)} run(s), newest first", table, out)
     if cursor:

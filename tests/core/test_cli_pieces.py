@@ -24,7 +24,7 @@ from runlane_sqs.cli.exits import (
     exit_code_for,
 )
 from runlane_sqs.cli.logs import TextFormatter, json_formatter
-from runlane_sqs.cli.options import parse_age_or_time, parse_json, parse_time
+from runlane_sqs.cli.options import parse_age_or_time, parse_json_option, parse_time
 from runlane_sqs.core.errors import (
     ConfigurationError,
     InvalidCursor,
@@ -99,10 +99,10 @@ def test_a_token_decided_twice_is_an_illegal_action() -> None:
 def test_json_options_reject_bad_json_as_usage_errors() -> None:
     ctx = click.Context(click.Command("x"))
     param = click.Option(["--payload"])
-    assert parse_json(ctx, param, '{"a": [1, true]}') == {"a": [1, True]}
-    assert parse_json(ctx, param, None) is None
+    assert parse_json_option(ctx, param, '{"a": [1, true]}') == {"a": [1, True]}
+    assert parse_json_option(ctx, param, None) is None
     with pytest.raises(click.BadParameter, match="not valid JSON"):
-        parse_json(ctx, param, "{'a': 1}")
+        parse_json_option(ctx, param, "{'a': 1}")
 
 
 def test_older_than_is_an_age_in_seconds_or_a_time() -> None:
