@@ -17,9 +17,9 @@ from runlane_sqs.core.model import JSON
 from runlane_sqs.core.tokens import TokenAlreadyDecided, TokenNotFound
 
 
-class Pages(Protocol):
-    """What these pages use of the console's pages (:class:`runlane_sqs.console.server.
-    Pages`)."""
+class PageTools(Protocol):
+    """What the token, signal and operation pages use of the console's pages
+    (:class:`runlane_sqs.console.server.Pages`): the app, rendering and form checks."""
 
     app: Runlane
 
@@ -51,7 +51,7 @@ def parse_value(text: str, what: str) -> JSON:
 class Decisions:
     """Token and signal pages over ``pages``' app and guard."""
 
-    def __init__(self, pages: Pages) -> None:
+    def __init__(self, pages: PageTools) -> None:
         self.pages = pages
 
     def tokens(self, request: Request) -> Response:

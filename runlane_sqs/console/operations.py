@@ -11,7 +11,7 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from runlane_sqs.console.decisions import Pages
+from runlane_sqs.console.decisions import PageTools
 from runlane_sqs.console.views import Problem, checked_actor, shown
 from runlane_sqs.core.errors import IllegalTransition, RunlaneError, ScheduleNotFound
 
@@ -24,7 +24,7 @@ UPCOMING = 3
 class Operations:
     """Health and schedules pages over ``pages``' app."""
 
-    def __init__(self, pages: Pages) -> None:
+    def __init__(self, pages: PageTools) -> None:
         self.pages = pages
 
     def health(self, request: Request) -> Response:

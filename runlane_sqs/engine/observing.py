@@ -20,8 +20,9 @@ from runlane_sqs.core.retry import qualified_name
 from runlane_sqs.core.telemetry import Metric, SpanKind
 from runlane_sqs.ports.telemetry import Attributes, MetricSink, Span, Tracer
 
-LEASE_LOST = "lease_lost"
-"""The outcome of an attempt whose lease was lost before its outcome was written."""
+LEASE_LOST_OUTCOME = "lease_lost"
+"""The ``runlane.outcome`` of an attempt whose lease was lost before its outcome was
+written (not the failure type ``LEASE_LOST`` of runlane_sqs.core.recovery)."""
 
 
 class _NoSpan:
@@ -178,7 +179,7 @@ class Observer:
     def attempt_ended(self, run: Run, stored: Run | None, seconds: float, span: Span) -> None:
         """An attempt's outcome (the stored run; ``None``: the lease was lost) on its span
         and in the metrics; a failure's redacted message and traceback on the span."""
-        outcome = stored.status.value if stored is not None else LEASE_LOST
+        outcome = stored.status.value if stored is not None else LEASE_LOST_OUTCOME
         span.set({t.OUTCOME: outcome})
         failure = stored.failure if stored is not None else None
         if stored is None:

@@ -62,7 +62,7 @@ import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypedDict
+from typing import Any, TypedDict
 
 from runlane_sqs.api.app import Runlane
 from runlane_sqs.core.errors import MissingResourceError
@@ -71,6 +71,7 @@ from runlane_sqs.lambdas.deadline import (
     DEFAULT_SAFETY_MARGIN_SECONDS,
     MIN_WORKING_SECONDS,
     Deadline,
+    LambdaContext,
 )
 from runlane_sqs.lambdas.records import (
     NotAnSqsEvent,
@@ -85,12 +86,6 @@ from runlane_sqs.runtime.executor import Executor, LeaseKeeper
 
 log = logging.getLogger("runlane_sqs.lambda")
 OUT_OF_TIME = "too close to the function's timeout to start more records"
-
-
-class LambdaContext(Protocol):
-    """The part of the Lambda context object the handler uses."""
-
-    def get_remaining_time_in_millis(self) -> int: ...
 
 
 class BatchItemFailure(TypedDict):

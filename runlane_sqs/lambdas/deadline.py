@@ -16,6 +16,7 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from runlane_sqs.core.config import parse_number
 from runlane_sqs.core.errors import ConfigurationError
@@ -28,6 +29,12 @@ DEFAULT_SAFETY_MARGIN_SECONDS = 10.0
 """Start no record once less than this remains before the function's timeout."""
 MIN_WORKING_SECONDS = 10.0
 """The least time a timeout must leave, past the margin, for records to start in."""
+
+
+class LambdaContext(Protocol):
+    """The part of the Lambda context object the handlers use: the time left."""
+
+    def get_remaining_time_in_millis(self) -> int: ...
 
 
 @dataclass

@@ -10,20 +10,17 @@ sets one). Cursors live in DynamoDB, so invocations share no memory but the app.
 from __future__ import annotations
 
 import logging
-from typing import Any, Protocol
+from typing import Any
 
 from runlane_sqs.api.app import Runlane
 from runlane_sqs.api.loading import load_app
+from runlane_sqs.lambdas.deadline import LambdaContext
 
 log = logging.getLogger("runlane_sqs.maintenance")
 SAFETY_MARGIN_SECONDS = 5.0
 """Stop starting new pages this long before the Lambda's timeout."""
 
 _app: Runlane | None = None
-
-
-class LambdaContext(Protocol):
-    def get_remaining_time_in_millis(self) -> int: ...
 
 
 def _get_app() -> Runlane:
