@@ -442,7 +442,7 @@ def maintain(c: Components, runs: dict[str, Run]) -> None:
     for n in range(AGENDA_SHARDS + 8):
         c.producer.trigger(OK, n, delay=timedelta(hours=2))
     c.clock.advance(timedelta(hours=3))
-    maintenance.config = MaintenanceConfig(limit_per_job=AGENDA_SHARDS)
+    maintenance.bounds = MaintenanceConfig(limit_per_job=AGENDA_SHARDS)
     while maintenance.run_pass().cursors:
         pass
 
@@ -490,7 +490,7 @@ def limit_concurrency(c: Components) -> None:
     assert c.slot_wait(behind.id) == ORDERED_SCOPE
     c.clock.advance(timedelta(minutes=1, seconds=1))  # both forged leases have expired
     maintenance = c.maintenance.maintenance
-    maintenance.config = MaintenanceConfig()
+    maintenance.bounds = MaintenanceConfig()
     report = maintenance.run_pass()
     assert report.jobs[JOB_EXPIRED].acted == 1, report
     assert report.jobs[JOB_SLOTS].repaired == 1, report

@@ -238,8 +238,8 @@ def maintenance_run(
     )
     with_settings(app, republish_after=republish_after, republish_max=republish_max)
     if limit is not None:
-        app.maintenance.config = MaintenanceConfig(
-            limit_per_job=limit, max_lease_losses=app.maintenance.config.max_lease_losses
+        app.maintenance.bounds = MaintenanceConfig(
+            limit_per_job=limit, max_lease_losses=app.maintenance.bounds.max_lease_losses
         )
     stop = stop_on_signals() if every is not None else threading.Event()
     while True:

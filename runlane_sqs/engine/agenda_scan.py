@@ -25,7 +25,7 @@ from runlane_sqs.core.tokens import Token
 from runlane_sqs.ports.store import RunStore
 
 log = logging.getLogger("runlane_sqs.maintenance")
-PAGE_SIZE = 25
+AGENDA_PAGE_SIZE = 25
 """Candidates asked for in one ``Query``."""
 
 Page = list[Run] | list[Token] | list[ScheduleState] | list[SlotState]
@@ -67,7 +67,7 @@ class AgendaScan:
         cursor, resuming = saved, saved is not None
         while budget > 0 and not self.out_of_time():
             try:
-                listed, cursor = self._page(kind, partition, min(budget, PAGE_SIZE), cursor)
+                listed, cursor = self._page(kind, partition, min(budget, AGENDA_PAGE_SIZE), cursor)
             except (InvalidCursor, StorageError) as exc:
                 if not resuming or isinstance(exc, StorageUnavailable):
                     raise

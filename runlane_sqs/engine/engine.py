@@ -116,7 +116,7 @@ class Engine:
             tasks=self.tasks,
             observer=self.observer,
             clock=self.clock,
-            settings=self.config,
+            config=self.config,
             backlog=self.transport if isinstance(self.transport, BacklogProbe) else None,
         )
 

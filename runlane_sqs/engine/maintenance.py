@@ -143,9 +143,9 @@ class Maintenance:
         turns: Turns,
         tasks: TaskRegistry,
         clock: Clock,
-        settings: RunlaneConfig,
+        config: RunlaneConfig,
         observer: Observer,
-        config: MaintenanceConfig | None = None,
+        bounds: MaintenanceConfig | None = None,
         backlog: BacklogProbe | None = None,
     ) -> None:
         self._observer = observer
@@ -160,14 +160,17 @@ class Maintenance:
         self._turns = turns
         self._tasks = tasks
         self._clock = clock
-        self._settings = settings
-        self.config = config or MaintenanceConfig()
+        self._config = config
+        self.bounds = bounds or MaintenanceConfig()
+        """This app's maintenance bounds and thresholds (set a new
+        :class:`MaintenanceConfig` to change them)."""
         self._backlog = backlog
 
     @property
-    def settings(self) -> RecoverySettings:
+    def recovery(self) -> RecoverySettings:
+        """How a pass recovers leases and republishes wakeups."""
         return RecoverySettings(
-            max_lease_losses=self.config.max_lease_losses, republish=self._settings.republish
+            max_lease_losses=self.bounds.max_lease_losses, republish=self._config.republish
         )
 
     def run_pass(self, *, time_budget_seconds: float | None = None) -> PassReport:
@@ -196,7 +199,7 @@ class Maintenance:
                 return False
             return time.monotonic() - started > time_budget_seconds
 
-        lines = QueueLines(self._store, self._backlog, self._settings.republish, now)
+        lines = QueueLines(self._store, self._backlog, self._config.republish, now)
         lines.sample(self._tasks.queues())
 
         def handle(kind: AgendaKind, page: Page) -> None:
@@ -208,9 +211,9 @@ class Maintenance:
                 if out_of_time():
                     break
                 self._scheduler.sync()
-            partitions = agenda_partitions(self._settings.environment, kind.value)
+            partitions = agenda_partitions(self._config.environment, kind.value)
             try:
-                scan.scan(kind, partitions, self.config.limit_per_job // len(partitions))
+                scan.scan(kind, partitions, self.bounds.limit_per_job // len(partitions))
             finally:  # what this pass wrote is published even if a later page fails
                 wakeups.send()
         if not out_of_time():
@@ -225,8 +228,8 @@ class Maintenance:
         ``republish_after`` (workers without the task may park them again)."""
         unparked = self._parking.unpark_known(
             by="maintenance",
-            parked_for=self._settings.republish_after,
-            limit=self.config.limit_per_job,
+            parked_for=self._config.republish_after,
+            limit=self.bounds.limit_per_job,
         )
         job.examined += unparked.examined
         job.acted += unparked.unparked
@@ -299,7 +302,7 @@ class Maintenance:
             else:
                 job.acted += 1
             return resumed
-        decision = poll_later(run, now=now, policy=self.settings.republish)
+        decision = poll_later(run, now=now, policy=self.recovery.republish)
         if isinstance(decision, Transition):
             try:
                 self._store.apply(decision)
@@ -320,12 +323,12 @@ class Maintenance:
         recovering = run.status in LEASED_STATUSES
         if not recovering:
             line = lines.line(run.queue) if run.wake_at is not None else None
-            decision = plan_publish(run, now=now, policy=self.settings.republish, line=line)
+            decision = plan_publish(run, now=now, policy=self.recovery.republish, line=line)
             job = report.job(JOB_DUE)
         else:
             task = self._tasks.get(run.task)
             decision = recover_lease(
-                run, now=now, retry=task.retry if task else None, settings=self.settings
+                run, now=now, retry=task.retry if task else None, settings=self.recovery
             )
             job = report.job(job_of(decision) if isinstance(decision, Transition) else JOB_EXPIRED)
         job.examined += 1

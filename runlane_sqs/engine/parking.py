@@ -24,7 +24,8 @@ from runlane_sqs.engine.tasks import TaskRegistry
 from runlane_sqs.ports.store import RunQuery, RunStore
 
 log = logging.getLogger("runlane_sqs")
-PAGE_SIZE = 100
+PARKED_PAGE_SIZE = 100
+"""Parked runs asked for in one page of ``list_runs``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +73,9 @@ class Parking:
         cursor: str | None = None
         query = RunQuery(statuses=(RunStatus.PARKED,))
         while known and examined < limit:
-            page, cursor = self._store.list_runs(query, min(PAGE_SIZE, limit - examined), cursor)
+            page, cursor = self._store.list_runs(
+                query, min(PARKED_PAGE_SIZE, limit - examined), cursor
+            )
             examined += len(page)
             now = self._clock.now()
             for run in page:

@@ -28,7 +28,8 @@ log = logging.getLogger("runlane_sqs.resume")
 RESUME_BATCH = 25
 """Waiters resumed at once by a token decision or a finishing run; maintenance resumes
 the rest in batches."""
-PAGE_SIZE = 25
+WAITERS_PAGE_SIZE = 25
+"""Waiting runs asked for in one page of the waits index."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +94,7 @@ class Resumer:
         examined = 0
         cursor: str | None = None
         while limit is None or examined < limit:
-            page = PAGE_SIZE if limit is None else min(PAGE_SIZE, limit - examined)
+            page = WAITERS_PAGE_SIZE if limit is None else min(WAITERS_PAGE_SIZE, limit - examined)
             ids, cursor = self._store.waiting_runs(resumption.kind, resumption.target, page, cursor)
             examined += len(ids)
             for run_id in ids:

@@ -155,12 +155,12 @@ def a_pass_that_saves_due_cursors(app: Runlane) -> tuple[list[str], Counter[str]
     """Two due runs in each shard and a pass with room for one per shard: it publishes
     one run of each and saves a cursor for each due partition."""
     run_ids = due_in_every_shard(app, per_shard=2)
-    app.maintenance.config = MaintenanceConfig(limit_per_job=AGENDA_SHARDS)
+    app.maintenance.bounds = MaintenanceConfig(limit_per_job=AGENDA_SHARDS)
     report = app.maintenance.run_pass()
     due = set(agenda_partitions(app.config.environment, AgendaKind.RUN.value))
     assert set(report.cursors) == due
     assert set(app.store.load_cursors()) == due
-    app.maintenance.config = MaintenanceConfig()
+    app.maintenance.bounds = MaintenanceConfig()
     return run_ids, take_wakeups(app)
 
 

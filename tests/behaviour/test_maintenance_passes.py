@@ -146,7 +146,7 @@ def test_bounded_passes_resume_from_cursors_and_publish_every_due_run_once(
     app: Runlane, limit: int, per_pass: list[int]
 ) -> None:
     """Three due runs in each agenda partition; the budget is split between partitions."""
-    app.maintenance.config = MaintenanceConfig(limit_per_job=limit)
+    app.maintenance.bounds = MaintenanceConfig(limit_per_job=limit)
     runs = [store_due_run(app, run_id) for run_id in run_ids_by_shard(3)]
     assert len(runs) == 3 * AGENDA_SHARDS
 
@@ -176,7 +176,7 @@ def test_bounded_passes_resume_from_cursors_and_publish_every_due_run_once(
 
 
 def test_runs_cancelled_between_passes_are_passed_over(app: Runlane, clock: ManualClock) -> None:
-    app.maintenance.config = MaintenanceConfig(limit_per_job=AGENDA_SHARDS)
+    app.maintenance.bounds = MaintenanceConfig(limit_per_job=AGENDA_SHARDS)
     runs = [store_due_run(app, run_id) for run_id in run_ids_by_shard(2)]
     app.maintenance.run_pass()
     first = take_wakeups(app)
@@ -328,7 +328,7 @@ def _write_terminal_runs(dynamodb: Any, app: Runlane, count: int) -> None:
 
 
 def test_the_pass_report_is_json(app: Runlane, clock: ManualClock) -> None:
-    app.maintenance.config = MaintenanceConfig(limit_per_job=AGENDA_SHARDS)
+    app.maintenance.bounds = MaintenanceConfig(limit_per_job=AGENDA_SHARDS)
     due_runs(app, clock, 6)
     report = app.maintenance.run_pass(time_budget_seconds=30)
     data = report.to_json()

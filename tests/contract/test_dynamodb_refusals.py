@@ -3,7 +3,8 @@ refuses as malformed: a permanent ``StorageError``, never ``StorageUnavailable``
 tells callers to try the same request again). A ``Query`` refused that way only because
 of where its cursor starts raises ``InvalidCursor``, so the caller knows to drop the
 cursor (maintenance starts the partition over; the CLI exits 2). Throttling stays
-``StorageUnavailable``, cursor or not."""
+``StorageUnavailable``, cursor or not. A conditional write refused on its condition is
+answered from the refusal alone (the item that won), with no second request."""
 
 from __future__ import annotations
 
@@ -17,8 +18,16 @@ import pytest
 from botocore.exceptions import ClientError, ParamValidationError
 
 from runlane_sqs import StorageError, StorageUnavailable
+from runlane_sqs.adapters.dynamodb.codec import token_to_wire
 from runlane_sqs.adapters.dynamodb.store import DynamoRunStore
 from runlane_sqs.core.model import WaitKind
+from runlane_sqs.core.tokens import (
+    Token,
+    TokenAlreadyDecided,
+    TokenDecision,
+    TokenNotFound,
+    TokenStatus,
+)
 from runlane_sqs.errors import InvalidCursor
 
 TABLE = "runlane"
@@ -131,3 +140,58 @@ def test_a_forged_cursor_never_reaches_dynamodb() -> None:
         store.agenda_page(f"{ENV}#run#1", NOW, 10, AGENDA_CURSOR)
 
     assert client.queries == []
+
+
+class RefusingWrites:
+    """Raises ``error`` for every ``UpdateItem``; records the requests (and has no
+    ``get_item``: a read after the refusal fails the test)."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+        self.updates: list[dict[str, Any]] = []
+
+    def update_item(self, **request: Any) -> dict[str, Any]:
+        self.updates.append(request)
+        raise self.error
+
+
+def condition_failed(item: dict[str, Any] | None) -> ClientError:
+    response: dict[str, Any] = {
+        "Error": {"Code": "ConditionalCheckFailedException", "Message": "refused"}
+    }
+    if item is not None:
+        response["Item"] = item
+    return ClientError(response, "UpdateItem")  # type: ignore[arg-type]
+
+
+TOKEN_ID = "7" * 32
+DECISION = TokenDecision.of(TOKEN_ID, TokenStatus.COMPLETED, {"approved": False}, NOW)
+
+
+def test_a_refused_token_decision_raises_with_the_decision_that_won_from_one_request() -> None:
+    won = Token(TOKEN_ID, ENV, TokenStatus.COMPLETED, NOW, value={"approved": True}, decided_at=NOW)
+    client = RefusingWrites(condition_failed(token_to_wire(won)))
+
+    with pytest.raises(TokenAlreadyDecided) as refused:
+        DynamoRunStore(client, TABLE, ENV).decide_token(DECISION)
+
+    assert refused.value.token.value == {"approved": True}
+    assert len(client.updates) == 1
+
+
+def test_a_refused_decision_of_a_token_that_is_not_there_is_not_found() -> None:
+    client = RefusingWrites(condition_failed(None))
+
+    with pytest.raises(TokenNotFound):
+        DynamoRunStore(client, TABLE, ENV).decide_token(DECISION)
+
+    assert len(client.updates) == 1
+
+
+def test_a_throttled_conditional_write_is_unavailable_not_refused() -> None:
+    store = DynamoRunStore(RefusingWrites(client_error("ThrottlingException")), TABLE, ENV)
+
+    with pytest.raises(StorageUnavailable):
+        store.decide_token(DECISION)
+    with pytest.raises(StorageUnavailable):
+        store.watch_run("0" * 32)  # refused would be None: no such run

@@ -12,8 +12,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from runlane_sqs.adapters.dynamodb import keys
-from runlane_sqs.adapters.dynamodb.claims import CLAIM_WRITES
 from runlane_sqs.adapters.dynamodb.codec import run_state_attributes
+from runlane_sqs.adapters.dynamodb.requests import CLAIM_WRITES
 from runlane_sqs.core import machine
 from runlane_sqs.core.agenda import AgendaKind
 from runlane_sqs.core.claims import HintedClaim

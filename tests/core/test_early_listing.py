@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from runlane_sqs.adapters.dynamodb import codec, requests
-from runlane_sqs.adapters.dynamodb.claims import claim_hinted
 from runlane_sqs.core import machine
 from runlane_sqs.core.agenda import (
     AgendaKind,
@@ -145,7 +144,7 @@ def test_the_hint_carries_the_early_listing() -> None:
 def test_a_claim_within_the_lease_keeps_the_listing_and_requires_it() -> None:
     claim = hinted_claim(published())
     assert claim.keeps_listing()
-    update = Update(claim_hinted("runs", claim))
+    update = Update(requests.claim_hinted("runs", claim))
     assert "agenda_at" not in update.set and "agenda_pk" not in update.set
     assert update.required["agenda_at"] == to_epoch_ms(NOW + LEASE)
     assert update.set["status"] == "running"
@@ -162,7 +161,7 @@ def test_a_claim_within_the_lease_keeps_the_listing_and_requires_it() -> None:
 def test_a_claim_that_would_outlive_its_listing_moves_it(changes: dict[str, Any]) -> None:
     claim = hinted_claim(published(), **changes)
     assert not claim.keeps_listing()
-    update = Update(claim_hinted("runs", claim))
+    update = Update(requests.claim_hinted("runs", claim))
     assert update.set["agenda_at"] == to_epoch_ms(listed_at(claim.blind().after))  # type: ignore[arg-type]
     assert "agenda_at" not in update.required
 
@@ -170,7 +169,7 @@ def test_a_claim_that_would_outlive_its_listing_moves_it(changes: dict[str, Any]
 def test_a_claim_without_an_early_listing_moves_the_entry() -> None:
     claim = hinted_claim(published(policy=RepublishPolicy()))
     assert not claim.keeps_listing()
-    assert "agenda_at" in Update(claim_hinted("runs", claim)).set
+    assert "agenda_at" in Update(requests.claim_hinted("runs", claim)).set
 
 
 def test_the_claim_holds_only_on_a_run_still_listed_as_hinted() -> None:

@@ -40,7 +40,7 @@ RECOVERY_TIMEOUT = WORKER_LEASE_SECONDS + 15.0
 def app(make_app: Callable[..., Runlane]) -> Runlane:
     app = register_recovery(make_app(lease_duration=WORKER_LEASE_SECONDS))
     app.provision()
-    assert app.maintenance.config.max_lease_losses == MAX_LEASE_LOSSES
+    assert app.maintenance.bounds.max_lease_losses == MAX_LEASE_LOSSES
     return app
 
 

@@ -8,18 +8,18 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from runlane_sqs.adapters.dynamodb import claims, requests, slots
+from runlane_sqs.adapters.dynamodb import requests, slots
 from runlane_sqs.adapters.dynamodb.codec import run_from_wire
-from runlane_sqs.adapters.dynamodb.errors import call_async
+from runlane_sqs.adapters.dynamodb.errors import Refused, call_async, send_conditional_async
 from runlane_sqs.adapters.dynamodb.replays import (
     applied,
     refused_claim,
-    refused_renewal,
     refused_transition,
     run_in,
 )
+from runlane_sqs.adapters.dynamodb.requests import Request
 from runlane_sqs.core.claims import HintedClaim
-from runlane_sqs.core.errors import StorageUnavailable
+from runlane_sqs.core.errors import LeaseLost, StorageUnavailable
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Lease, Run
 
@@ -33,7 +33,7 @@ class AsyncDynamoRunStore:
         self.environment = environment
         self._endpoint: str | None = getattr(getattr(client, "meta", None), "endpoint_url", None)
 
-    async def _send(self, operation: str, request: dict[str, Any]) -> Any:
+    async def _send(self, operation: str, request: Request) -> Any:
         fn = getattr(self._client, operation)
         return await call_async(fn, request, table=self.table, endpoint=self._endpoint)
 
@@ -46,13 +46,12 @@ class AsyncDynamoRunStore:
         if slotted is not None:
             return await self._apply_slotted(transition, slotted)
         request = requests.apply_transition(self.table, transition)
-        try:
-            response = await self._send("update_item", request)
-        except ClientError as exc:
-            return refused_transition(transition, exc)
-        return applied(transition, response)
+        sent = await send_conditional_async(self._send, "update_item", request)
+        if isinstance(sent, Refused):
+            return refused_transition(transition, sent.item)
+        return applied(transition, sent)
 
-    async def _apply_slotted(self, transition: Transition, request: dict[str, Any]) -> Run:
+    async def _apply_slotted(self, transition: Transition, request: Request) -> Run:
         """:func:`~runlane_sqs.adapters.dynamodb.slots.apply_slotted` on aiobotocore."""
         for attempt in range(slots.TRANSACTION_ATTEMPTS):
             if attempt:
@@ -68,16 +67,15 @@ class AsyncDynamoRunStore:
         raise StorageUnavailable(slots.CONTENDED)
 
     async def claim_hinted(self, claim: HintedClaim) -> Run:
-        request = claims.claim_hinted(self.table, claim)
-        try:
-            response = await self._send("update_item", request)
-        except ClientError as exc:
-            return refused_claim(claim, exc)
-        return run_from_wire(response["Attributes"])
+        request = requests.claim_hinted(self.table, claim)
+        sent = await send_conditional_async(self._send, "update_item", request)
+        if isinstance(sent, Refused):
+            return refused_claim(claim, sent.item)
+        return run_from_wire(sent["Attributes"])
 
     async def renew_lease(self, run: Run, lease: Lease) -> Run:
-        try:
-            response = await self._send("update_item", requests.renew_lease(self.table, run, lease))
-        except ClientError as exc:
-            raise refused_renewal(run, exc) from None
-        return run_from_wire(response["Attributes"])
+        request = requests.lease_renewal(self.table, run, lease)
+        sent = await send_conditional_async(self._send, "update_item", request)
+        if isinstance(sent, Refused):
+            raise LeaseLost(run.id)
+        return run_from_wire(sent["Attributes"])

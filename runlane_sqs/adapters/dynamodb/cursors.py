@@ -25,6 +25,7 @@ __all__ = [
     "STRING",
     "InvalidCursor",
     "KeyShape",
+    "StartKey",
     "agenda_key",
     "decode_cursor",
     "decode_object",
@@ -33,8 +34,9 @@ __all__ = [
     "waits_key",
 ]
 
-AttributeMap = dict[str, dict[str, str]]
-"""A DynamoDB key: attribute name to ``{"S": text}`` or ``{"N": digits}``."""
+StartKey = dict[str, dict[str, str]]
+"""The key a page starts after (``ExclusiveStartKey``): attribute name to
+``{"S": text}`` or ``{"N": digits}``."""
 
 STRING = "S"
 NUMBER = "N"
@@ -115,7 +117,7 @@ def decode_object(cursor: object) -> dict[str, Any] | None:
     return position
 
 
-def decode_cursor(cursor: object, shape: KeyShape) -> AttributeMap | None:
+def decode_cursor(cursor: object, shape: KeyShape) -> StartKey | None:
     """The key to start after (an ``ExclusiveStartKey``), or ``None`` for no cursor;
     raises :class:`InvalidCursor` unless it is a key of ``shape``."""
     position = decode_object(cursor)

@@ -1,8 +1,10 @@
-"""Translation of botocore errors into runlane errors, at the adapter edge."""
+"""Sending requests: botocore errors translated into runlane errors at the adapter edge,
+and conditional writes, whose refusal the store interprets itself."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from botocore.exceptions import (
@@ -13,7 +15,18 @@ from botocore.exceptions import (
     ValidationError,
 )
 
+from runlane_sqs.adapters.dynamodb.requests import Request
 from runlane_sqs.core.errors import MissingResourceError, StorageError, StorageUnavailable
+
+Send = Callable[[str, Request], Any]
+"""The run store's ``_send``: an operation (``"update_item"``) and its request to the
+response, errors translated by :func:`call`."""
+AsyncSend = Callable[[str, Request], Awaitable[Any]]
+"""The async run store's ``_send`` (:func:`call_async`)."""
+Query = Callable[[Request, str | None], Any]
+"""The run store's ``_query``: a ``Query`` request and the cursor it starts from."""
+QueryAll = Callable[[list[Request]], list[Any]]
+"""``Query`` requests sent at once; their responses, in order."""
 
 TRANSIENT_CODES = frozenset(
     {
@@ -71,9 +84,7 @@ CONDITION_CODES = frozenset({"ConditionalCheckFailedException", "TransactionCanc
 """Refusals the store itself interprets (a conflict, a key held), not translated here."""
 
 
-def call(
-    fn: Callable[..., Any], request: dict[str, Any], *, table: str, endpoint: str | None
-) -> Any:
+def call(fn: Callable[..., Any], request: Request, *, table: str, endpoint: str | None) -> Any:
     """Send one request, translating errors other than a failed condition."""
     try:
         return fn(**request)
@@ -87,7 +98,7 @@ def call(
 
 async def call_async(
     fn: Callable[..., Awaitable[Any]],
-    request: dict[str, Any],
+    request: Request,
     *,
     table: str,
     endpoint: str | None,
@@ -101,3 +112,41 @@ async def call_async(
         translate(exc, table=table, endpoint=endpoint)
     except BotoCoreError as exc:
         translate(exc, table=table, endpoint=endpoint)
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """DynamoDB refused a conditional write on its condition: nothing was written."""
+
+    item: dict[str, Any] | None
+    """The item as the refusal found it (the write that won), when the request asked
+    for it (``ReturnValuesOnConditionCheckFailure=ALL_OLD``) and there was one."""
+
+
+def _refused(exc: ClientError) -> Refused:
+    """The refusal ``exc`` reports; ``exc`` itself is raised again unless its condition
+    failed."""
+    if error_code(exc) != "ConditionalCheckFailedException":
+        raise exc
+    return Refused(exc.response.get("Item"))  # type: ignore[arg-type]
+
+
+def send_conditional(send: Send, operation: str, request: Request) -> dict[str, Any] | Refused:
+    """Send a conditional write: its response, or :class:`Refused` when its condition
+    failed (one request either way; other errors are raised)."""
+    try:
+        response: dict[str, Any] = send(operation, request)
+    except ClientError as exc:
+        return _refused(exc)
+    return response
+
+
+async def send_conditional_async(
+    send: AsyncSend, operation: str, request: Request
+) -> dict[str, Any] | Refused:
+    """:func:`send_conditional` for the async run store."""
+    try:
+        response: dict[str, Any] = await send(operation, request)
+    except ClientError as exc:
+        return _refused(exc)
+    return response

@@ -9,24 +9,18 @@ call costs depends on its bounds and never on how many runs the table holds.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
-
-from botocore.exceptions import ClientError
 
 from runlane_sqs.adapters.dynamodb import keys
-from runlane_sqs.adapters.dynamodb.errors import error_code
+from runlane_sqs.adapters.dynamodb.errors import QueryAll, Send, send_conditional
 from runlane_sqs.adapters.dynamodb.items import AGENDA_INDEX, STATUS_INDEX
+from runlane_sqs.adapters.dynamodb.requests import Request
 from runlane_sqs.core.agenda import AgendaKind, agenda_partitions
 from runlane_sqs.core.durations import from_epoch_ms, to_epoch_ms
 from runlane_sqs.core.health import Count, GroupTally
 from runlane_sqs.core.shards import shard_count
 from runlane_sqs.ports.health import PassRecord
-
-Request = dict[str, Any]
-Send = Callable[[str, Request], Any]
-QueryAll = Callable[[list[Request]], list[Any]]
 
 
 def query_created(table: str, partition: str, since_ms: int | None, limit: int) -> Request:
@@ -132,11 +126,7 @@ class DynamoHealthStore:
             "ConditionExpression": "attribute_not_exists(finished_at) OR finished_at < :at",
             "ExpressionAttributeValues": {":at": {"N": str(at_ms)}},
         }
-        try:
-            self._send("put_item", request)
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
+        send_conditional(self._send, "put_item", request)  # refused: a later pass's is kept
 
     def last_pass(self) -> PassRecord | None:
         request = {

@@ -14,21 +14,18 @@ pages do not query again.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from runlane_sqs.adapters.dynamodb import keys, requests
 from runlane_sqs.adapters.dynamodb.cursors import decode_object, encode_cursor, invalid_cursor
+from runlane_sqs.adapters.dynamodb.errors import QueryAll
 from runlane_sqs.core.durations import from_epoch_ms, to_epoch_ms
 from runlane_sqs.ports.store import RunQuery
 
-SendQueries = Callable[[list[dict[str, Any]]], list[Any]]
-"""Sends ``Query`` requests (the store sends them at once) and returns their responses,
-in order."""
 POSITION = re.compile(r"\d{13}#[0-9a-f]{32}")
 """A ``created_sk``: where a listing cursor continues below."""
-DONE = re.compile(r"[0-9a-f]{1,64}")
+DONE_BITS = re.compile(r"[0-9a-f]{1,64}")
 """The bits of the partitions read to their end, as hex."""
 
 
@@ -59,7 +56,7 @@ def _start(cursor: str | None, environment: str, partitions: int) -> tuple[str |
         raise invalid_cursor(cursor, "it was made in another environment")
     if not POSITION.fullmatch(below):
         raise invalid_cursor(cursor, "its position is not a creation time and run id")
-    if not isinstance(done, str) or not DONE.fullmatch(done) or int(done, 16) >> partitions:
+    if not isinstance(done, str) or not DONE_BITS.fullmatch(done) or int(done, 16) >> partitions:
         raise invalid_cursor(cursor, "its finished partitions are not this listing's")
     return below, int(done, 16)
 
@@ -76,7 +73,7 @@ class _Read:
 
 
 def _read(
-    send_queries: SendQueries,
+    send_queries: QueryAll,
     table: str,
     partitions: list[str],
     done: int,
@@ -116,7 +113,7 @@ def _read(
 
 
 def list_run_keys(
-    send_queries: SendQueries,
+    send_queries: QueryAll,
     table: str,
     environment: str,
     query: RunQuery,

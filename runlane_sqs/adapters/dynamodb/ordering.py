@@ -23,14 +23,13 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from runlane_sqs.adapters.dynamodb import keys
-from runlane_sqs.adapters.dynamodb.errors import error_code
+from runlane_sqs.adapters.dynamodb.errors import Send, error_code, send_conditional
+from runlane_sqs.adapters.dynamodb.requests import Request
 from runlane_sqs.core.agenda import slot_agenda_pk
 from runlane_sqs.core.durations import to_epoch_ms
 from runlane_sqs.core.model import Run
 from runlane_sqs.core.ordering import PLACE_DIGITS, TURN_CHECK_AFTER, OrderHead, Place, order_scope
 
-Request = dict[str, Any]
-Send = Any
 PLACE_PREFIX = "PLACE#"
 
 
@@ -159,8 +158,4 @@ class DynamoOrderStore:
             "ExpressionAttributeNames": {"#a": "agenda_at", "#p": "agenda_pk"},
             "ExpressionAttributeValues": {":a": {"N": str(to_epoch_ms(listed_at))}},
         }
-        try:
-            self._send("update_item", request)
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
+        send_conditional(self._send, "update_item", request)  # refused: listed again since

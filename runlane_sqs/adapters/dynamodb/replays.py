@@ -13,8 +13,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from runlane_sqs.adapters.dynamodb.codec import (
     event_to_wire,
     events_from_item,
@@ -22,10 +20,9 @@ from runlane_sqs.adapters.dynamodb.codec import (
     run_from_wire,
     run_state_attributes,
 )
-from runlane_sqs.adapters.dynamodb.errors import error_code
 from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.durations import to_epoch_ms
-from runlane_sqs.core.errors import ConflictError, LeaseLost
+from runlane_sqs.core.errors import ConflictError
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Run, RunEvent
 
@@ -130,35 +127,22 @@ def applied(transition: Transition, response: dict[str, Any]) -> Run:
     return run_from_wire(stored) if stored else transition.after
 
 
-def refused_transition(transition: Transition, exc: ClientError) -> Run:
-    """After a refused transition: the stored run if the refusal shows the transition
-    itself already applied (a resent write whose first response was lost); else raise a
-    :class:`ConflictError` carrying the stored run, or ``exc`` if it was no conflict."""
-    if error_code(exc) != "ConditionalCheckFailedException":
-        raise exc
-    wire: dict[str, Any] | None = exc.response.get("Item")  # type: ignore[assignment]
-    landed = landed_transition(transition, wire)
+def refused_transition(transition: Transition, stored: dict[str, Any] | None) -> Run:
+    """After a refused transition, given the item the refusal found: the stored run if
+    it shows the transition itself already applied (a resent write whose first response
+    was lost); else raise a :class:`ConflictError` carrying the stored run."""
+    landed = landed_transition(transition, stored)
     if landed is not None:
         return landed
-    raise ConflictError(transition.run_id, run_from_wire(wire) if wire else None) from None
+    raise ConflictError(transition.run_id, run_from_wire(stored) if stored else None)
 
 
-def refused_claim(claim: HintedClaim, exc: ClientError) -> Run:
-    """After a refused hinted claim: the stored run if the refusal shows the claim itself
-    already applied; else raise a :class:`ConflictError` carrying the stored run (``None``
-    when there is none), or ``exc`` if it was no conflict."""
-    if error_code(exc) != "ConditionalCheckFailedException":
-        raise exc
-    wire: dict[str, Any] | None = exc.response.get("Item")  # type: ignore[assignment]
-    current = run_from_wire(wire) if wire else None
+def refused_claim(claim: HintedClaim, stored: dict[str, Any] | None) -> Run:
+    """After a refused hinted claim, given the item the refusal found: the stored run if
+    it shows the claim itself already applied; else raise a :class:`ConflictError`
+    carrying the stored run (``None`` when there is none)."""
+    current = run_from_wire(stored) if stored else None
     if landed_claim(claim, current):
         assert current is not None
         return current
-    raise ConflictError(claim.run_id, current) from None
-
-
-def refused_renewal(run: Run, exc: ClientError) -> Exception:
-    """:class:`LeaseLost`, or ``exc`` if it was no failed condition."""
-    if error_code(exc) != "ConditionalCheckFailedException":
-        return exc
-    return LeaseLost(run.id)
+    raise ConflictError(claim.run_id, current)

@@ -10,8 +10,8 @@ Timeline of a plain run (three writes, no transaction, no read):
     claim     UpdateItem  if seq, attempt, task = the wakeup's hint, runnable, due  (-> running)
     outcome   UpdateItem  if seq = seen seq and lease_token = own (-> succeeded/retrying/failed)
 
-The claim on a wakeup's hint is built in :mod:`.claims`; a wakeup without a hint (or
-whose hint no longer holds) is claimed after a read, with ``UpdateItem if seq = seen seq``.
+The claim on a wakeup's hint is :func:`claim_hinted`; a wakeup without a hint (or whose
+hint no longer holds) is claimed after a read, with ``UpdateItem if seq = seen seq``.
 
 Heartbeats are ``UpdateItem if lease_token = own and status is leased`` and append
 no event. Triggers with idempotency or singleton keys write the key items and the
@@ -35,6 +35,7 @@ from runlane_sqs.adapters.dynamodb.codec import (
     map_additions,
     run_state_attributes,
 )
+from runlane_sqs.adapters.dynamodb.cursors import StartKey
 from runlane_sqs.adapters.dynamodb.items import (
     AGENDA_INDEX,
     STATUS_INDEX,
@@ -43,12 +44,22 @@ from runlane_sqs.adapters.dynamodb.items import (
     RunItem,
     TokenItem,
 )
-from runlane_sqs.adapters.dynamodb.writes import Request, RunWrite
+from runlane_sqs.adapters.dynamodb.writes import RunWrite
 from runlane_sqs.core.agenda import AgendaKind
+from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.durations import to_epoch_ms
 from runlane_sqs.core.machine import Transition
-from runlane_sqs.core.model import LEASED_STATUSES, TERMINAL_STATUSES, Lease, Run
+from runlane_sqs.core.model import (
+    LEASED_STATUSES,
+    RUNNABLE_STATUSES,
+    TERMINAL_STATUSES,
+    Lease,
+    Run,
+)
 from runlane_sqs.core.tokens import TokenDecision
+
+Request = dict[str, Any]
+"""A DynamoDB request: the keyword arguments of one low-level client call."""
 
 
 def expressions(
@@ -112,6 +123,66 @@ def apply_transition(table: str, transition: Transition) -> Request:
     return write.request(request)
 
 
+RUNNABLE = sorted(status.value for status in RUNNABLE_STATUSES)
+
+CLAIM_WRITES = (
+    "status",
+    "seq",
+    "attempt",
+    "updated_at",
+    "due_at",
+    "lease_owner",
+    "lease_token",
+    "lease_expires_at",
+    "deadline_at",
+    "wake_at",
+    "line_at",
+    "publishes",
+    "waiting",
+    "wait_pk",
+    "wait_sk",
+    "status_pk",
+)
+"""Every attribute a claim sets or removes (the rest of the run item stays as it is),
+besides its agenda entry."""
+LISTING = ("agenda_pk", "agenda_at")
+
+
+def claim_hinted(table: str, claim: HintedClaim) -> Request:
+    """Claim without a read: write every attribute a claim sets, if the run is still as
+    the wakeup's hint says (same seq, attempt and task), runnable, due, and waiting for
+    nothing but a time (no waits-index entry). Returns the claimed item.
+
+    A run listed on the agenda early enough (:meth:`HintedClaim.keeps_listing`) keeps
+    its entry: the write leaves ``agenda_at`` as it is, on condition that it is still
+    the hinted time, so the claim writes nothing to the agenda index."""
+    blind = claim.blind()
+    values = run_state_attributes(blind.after)
+    keeps_listing = claim.keeps_listing()
+    write = RunWrite()
+    for name in CLAIM_WRITES if keeps_listing else CLAIM_WRITES + LISTING:
+        write.set(name, values[name])
+    write.append(HISTORY_ATTRIBUTE, [event_to_wire(e) for e in blind.events])
+    hint = claim.hint
+    write.require("seq", "=", hint.seq)
+    write.require("attempt", "=", hint.attempt)
+    write.require("task", "=", hint.task)
+    write.require_in("status", RUNNABLE)
+    write.require("due_at", "<=", to_epoch_ms(blind.after.updated_at))
+    write.require_absent("wait_pk")
+    if keeps_listing:
+        assert hint.review_at is not None
+        write.require("agenda_at", "=", to_epoch_ms(hint.review_at))
+    return write.request(
+        {
+            "TableName": table,
+            "Key": keys.run_key(claim.environment, claim.run_id),
+            "ReturnValues": "ALL_NEW",
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+    )
+
+
 def watch_run(table: str, environment: str, run_id: str) -> Request:
     """Mark a run as awaited by another; returns it (no event, no sequence change)."""
     return expressions(
@@ -125,7 +196,7 @@ def watch_run(table: str, environment: str, run_id: str) -> Request:
     )
 
 
-def query_waiters(table: str, partition: str, limit: int, start: AttributeMap | None) -> Request:
+def query_waiters(table: str, partition: str, limit: int, start: StartKey | None) -> Request:
     """One page of the runs waiting for one signal key, token or run."""
     request: Request = {
         "TableName": table,
@@ -140,7 +211,7 @@ def query_waiters(table: str, partition: str, limit: int, start: AttributeMap | 
     return request
 
 
-def renew_lease(table: str, run: Run, lease: Lease) -> Request:
+def lease_renewal(table: str, run: Run, lease: Lease) -> Request:
     """Extend the attempt's lease (no event); refused once the token is no longer current.
 
     The run's agenda entry stays where it is, earlier than the new expiry: maintenance
@@ -201,7 +272,7 @@ def get_key(table: str, pk: str) -> Request:
 
 
 def query_agenda(
-    table: str, partition: str, until_ms: int, limit: int, start: AttributeMap | None
+    table: str, partition: str, until_ms: int, limit: int, start: StartKey | None
 ) -> Request:
     """One page of the agenda index: runs in ``partition`` due for a look by ``until_ms``."""
     request: Request = {

@@ -9,8 +9,6 @@ import json
 from datetime import datetime
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.cursors import (
     STRING,
@@ -19,17 +17,14 @@ from runlane_sqs.adapters.dynamodb.cursors import (
     decode_cursor,
     encode_cursor,
 )
-from runlane_sqs.adapters.dynamodb.errors import error_code
+from runlane_sqs.adapters.dynamodb.errors import Query, Refused, Send, send_conditional
 from runlane_sqs.adapters.dynamodb.items import ScheduleItem
-from runlane_sqs.adapters.dynamodb.requests import query_agenda
+from runlane_sqs.adapters.dynamodb.requests import Request, query_agenda
 from runlane_sqs.core.agenda import schedule_agenda_pk
 from runlane_sqs.core.durations import from_epoch_ms, to_epoch_ms
 from runlane_sqs.core.schedule_state import ScheduleState, ScheduleStatus
 from runlane_sqs.core.schedules import Schedule
 from runlane_sqs.ports.schedules import ScheduleConflict
-
-Send = Any
-"""The run store's ``_send``/``_query`` (operation and request to response)."""
 
 
 def schedule_to_wire(environment: str, state: ScheduleState) -> dict[str, Any]:
@@ -74,7 +69,7 @@ def _listing_key(environment: str) -> KeyShape:
 class DynamoScheduleStore:
     """The schedules of one environment, sent through its run store's client."""
 
-    def __init__(self, send: Send, query: Send, table: str, environment: str) -> None:
+    def __init__(self, send: Send, query: Query, table: str, environment: str) -> None:
         self._send = send
         self._query = query
         self.table = table
@@ -92,7 +87,7 @@ class DynamoScheduleStore:
     def list_schedules(
         self, limit: int, cursor: str | None
     ) -> tuple[list[ScheduleState], str | None]:
-        request: dict[str, Any] = {
+        request: Request = {
             "TableName": self.table,
             "KeyConditionExpression": "#pk = :pk",
             "ExpressionAttributeNames": {"#pk": "pk"},
@@ -108,7 +103,7 @@ class DynamoScheduleStore:
         return found, encode_cursor(response.get("LastEvaluatedKey"))
 
     def put_schedule(self, state: ScheduleState, *, expected_version: int | None) -> None:
-        request: dict[str, Any] = {
+        request: Request = {
             "TableName": self.table,
             "Item": schedule_to_wire(self.environment, state),
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
@@ -118,13 +113,10 @@ class DynamoScheduleStore:
         else:
             request["ConditionExpression"] = "version = :v"
             request["ExpressionAttributeValues"] = {":v": {"N": str(expected_version)}}
-        try:
-            self._send("put_item", request)
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
-            wire: dict[str, Any] | None = exc.response.get("Item")  # type: ignore[assignment]
-            raise ScheduleConflict(state.id, schedule_from_wire(wire) if wire else None) from None
+        sent = send_conditional(self._send, "put_item", request)
+        if isinstance(sent, Refused):
+            stored = schedule_from_wire(sent.item) if sent.item else None
+            raise ScheduleConflict(state.id, stored)
 
     def schedule_agenda_page(
         self, partition: str, until: datetime, limit: int, cursor: str | None

@@ -25,10 +25,15 @@ from botocore.exceptions import ClientError
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.codec import run_from_wire
 from runlane_sqs.adapters.dynamodb.cursors import agenda_key, decode_cursor, encode_cursor
-from runlane_sqs.adapters.dynamodb.errors import error_code
+from runlane_sqs.adapters.dynamodb.errors import Query, Refused, Send, error_code, send_conditional
 from runlane_sqs.adapters.dynamodb.ordering import finish_items
 from runlane_sqs.adapters.dynamodb.replays import landed_transition
-from runlane_sqs.adapters.dynamodb.requests import apply_transition, query_agenda, query_waiters
+from runlane_sqs.adapters.dynamodb.requests import (
+    Request,
+    apply_transition,
+    query_agenda,
+    query_waiters,
+)
 from runlane_sqs.core.agenda import slot_agenda_pk
 from runlane_sqs.core.durations import from_epoch_ms, to_epoch_ms
 from runlane_sqs.core.errors import ConflictError, NoFreeSlot, StorageUnavailable
@@ -37,9 +42,6 @@ from runlane_sqs.core.model import Run, Slot
 from runlane_sqs.core.ordering import turn_passed
 from runlane_sqs.core.slots import SlotState, holder, slots_freed, slots_taken
 
-Request = dict[str, Any]
-Send = Any
-"""The run store's ``_send``/``_query`` (operation and request to response)."""
 TRANSACTION_ATTEMPTS = 8
 """Sends of one transaction that DynamoDB cancels for a conflicting transaction on the
 same slot record (``TransactionConflict``) before it counts as unavailable."""
@@ -170,7 +172,7 @@ def slot_from_wire(wire: dict[str, Any]) -> SlotState:
 class DynamoSlotStore:
     """Slot records of one environment, in the run store's table."""
 
-    def __init__(self, send: Send, query: Send, table: str, environment: str) -> None:
+    def __init__(self, send: Send, query: Query, table: str, environment: str) -> None:
         self._send = send
         self._query = query
         self.table = table
@@ -213,13 +215,7 @@ class DynamoSlotStore:
             "ExpressionAttributeNames": {"#h": "holders"},
             "ExpressionAttributeValues": {":h": {"SS": [entry]}, ":e": {"S": entry}},
         }
-        try:
-            self._send("update_item", request)
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
-            return False
-        return True
+        return not isinstance(send_conditional(self._send, "update_item", request), Refused)
 
     def slot_agenda_page(
         self, partition: str, until: datetime, limit: int, cursor: str | None
@@ -250,11 +246,8 @@ class DynamoSlotStore:
             request["UpdateExpression"] = "SET #a = :a"
             request["ConditionExpression"] = "attribute_exists(#p)"
             request["ExpressionAttributeValues"] = {":a": {"N": str(to_epoch_ms(at))}}
-        try:
-            self._send("update_item", request)
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
+        # refused: the record is gone, or (unlisting) holders came back and keep it listed
+        send_conditional(self._send, "update_item", request)
 
 
 def backoff(attempt: int) -> float:

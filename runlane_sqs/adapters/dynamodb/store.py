@@ -12,7 +12,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from runlane_sqs.adapters.aws import endpoint_of
-from runlane_sqs.adapters.dynamodb import claims, keys, requests
+from runlane_sqs.adapters.dynamodb import keys, requests
 from runlane_sqs.adapters.dynamodb.codec import (
     events_from_item,
     item_from_wire,
@@ -28,7 +28,12 @@ from runlane_sqs.adapters.dynamodb.cursors import (
     invalid_cursor,
     waits_key,
 )
-from runlane_sqs.adapters.dynamodb.errors import call, error_code, refused_as_malformed
+from runlane_sqs.adapters.dynamodb.errors import (
+    Refused,
+    call,
+    refused_as_malformed,
+    send_conditional,
+)
 from runlane_sqs.adapters.dynamodb.health import DynamoHealthStore
 from runlane_sqs.adapters.dynamodb.listing import list_run_keys
 from runlane_sqs.adapters.dynamodb.ordering import DynamoOrderStore, moved, trigger_items
@@ -36,15 +41,21 @@ from runlane_sqs.adapters.dynamodb.replays import (
     applied,
     landed_creation,
     refused_claim,
-    refused_renewal,
     refused_transition,
     run_in,
 )
+from runlane_sqs.adapters.dynamodb.requests import Request
 from runlane_sqs.adapters.dynamodb.schedules import DynamoScheduleStore
 from runlane_sqs.adapters.dynamodb.slots import DynamoSlotStore, apply_slotted, transaction
 from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.durations import from_epoch_ms, to_epoch_ms
-from runlane_sqs.core.errors import ConflictError, OrderMoved, StorageError, StorageUnavailable
+from runlane_sqs.core.errors import (
+    ConflictError,
+    LeaseLost,
+    OrderMoved,
+    StorageError,
+    StorageUnavailable,
+)
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Lease, Run, RunEvent, WaitKind
 from runlane_sqs.core.ordering import Place
@@ -87,12 +98,12 @@ class DynamoRunStore:
         than read through the lazy client on every request."""
         return endpoint_of(self._client)
 
-    def _send(self, operation: str, request: dict[str, Any]) -> Any:
+    def _send(self, operation: str, request: Request) -> Any:
         return call(
             getattr(self._client, operation), request, table=self.table, endpoint=self._endpoint
         )
 
-    def _query(self, request: dict[str, Any], cursor: str | None) -> Any:
+    def _query(self, request: Request, cursor: str | None) -> Any:
         """Send a ``Query`` that may start from ``cursor``. DynamoDB refusing one that
         carries the cursor's start key as malformed (``ValidationException``) raises
         :class:`~runlane_sqs.errors.InvalidCursor`: the rest of the request is the
@@ -104,7 +115,7 @@ class DynamoRunStore:
                 raise invalid_cursor(cursor, f"DynamoDB refused it ({exc})") from exc
             raise
 
-    def _query_all(self, sent: list[dict[str, Any]], cursor: str | None) -> list[Any]:
+    def _query_all(self, sent: list[Request], cursor: str | None) -> list[Any]:
         """Send ``Query`` requests at once, up to ``QUERY_THREADS`` in flight (a listing
         reads every shard of a status group); the responses come back in order and the
         first error is raised."""
@@ -124,12 +135,11 @@ class DynamoRunStore:
         item = run_to_wire(run, [event], payload_json)
         put = requests.put_run(self.table, item)
         if not claims and place is None:
-            try:
-                self._send("put_item", put)
-            except ClientError as exc:
-                wire: dict[str, Any] | None = exc.response.get("Item")  # type: ignore[assignment]
-                if not landed_creation(run, event, payload_json, wire):
-                    self._raise_conflict(run.id, wire, exc)
+            sent = send_conditional(self._send, "put_item", put)
+            if isinstance(sent, Refused) and not landed_creation(
+                run, event, payload_json, sent.item
+            ):
+                raise _conflict(run.id, sent.item)
             return
         now_ms = to_epoch_ms(run.created_at)
         claim_requests = [
@@ -163,19 +173,8 @@ class DynamoRunStore:
                 raise KeyConflict(claim, owner) from exc
         run_reason = reasons[len(claims)] if len(reasons) > len(claims) else {}
         if run_reason.get("Code") == "ConditionalCheckFailed":
-            self._raise_conflict(run_id, run_reason.get("Item"), exc)
+            raise _conflict(run_id, run_reason.get("Item")) from None
         raise exc
-
-    @staticmethod
-    def _raise_conflict(run_id: str, wire: dict[str, Any] | None, exc: ClientError) -> None:
-        """A refused run write: :class:`ConflictError` with the stored run, else re-raise."""
-        if error_code(exc) not in {
-            "ConditionalCheckFailedException",
-            "TransactionCanceledException",
-        }:
-            raise exc
-        current = run_from_wire(wire) if wire else None
-        raise ConflictError(current.id if current else run_id, current) from None
 
     def get_run(self, run_id: str) -> Run | None:
         response = self._send("get_item", requests.get_run(self.table, self.environment, run_id))
@@ -194,33 +193,30 @@ class DynamoRunStore:
         slotted = transaction(self.table, transition)
         if slotted is not None:
             return apply_slotted(self._send, self.sleep, transition, slotted)
-        try:
-            response = self._send("update_item", requests.apply_transition(self.table, transition))
-        except ClientError as exc:
-            return refused_transition(transition, exc)
-        return applied(transition, response)
+        request = requests.apply_transition(self.table, transition)
+        sent = send_conditional(self._send, "update_item", request)
+        if isinstance(sent, Refused):
+            return refused_transition(transition, sent.item)
+        return applied(transition, sent)
 
     def claim_hinted(self, claim: HintedClaim) -> Run:
-        try:
-            response = self._send("update_item", claims.claim_hinted(self.table, claim))
-        except ClientError as exc:
-            return refused_claim(claim, exc)
-        return run_from_wire(response["Attributes"])
+        request = requests.claim_hinted(self.table, claim)
+        sent = send_conditional(self._send, "update_item", request)
+        if isinstance(sent, Refused):
+            return refused_claim(claim, sent.item)
+        return run_from_wire(sent["Attributes"])
 
     def renew_lease(self, run: Run, lease: Lease) -> Run:
-        try:
-            response = self._send("update_item", requests.renew_lease(self.table, run, lease))
-        except ClientError as exc:
-            raise refused_renewal(run, exc) from None
-        return run_from_wire(response["Attributes"])
+        request = requests.lease_renewal(self.table, run, lease)
+        sent = send_conditional(self._send, "update_item", request)
+        if isinstance(sent, Refused):
+            raise LeaseLost(run.id)
+        return run_from_wire(sent["Attributes"])
 
     def release_key(self, kind: KeyKind, task: str, key: str, run_id: str) -> None:
         pk = keys.key_pk(self.environment, kind, task, key)
-        try:
-            self._send("delete_item", requests.release_key(self.table, pk, run_id))
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
+        # refused: another run holds the key now, and keeps it
+        send_conditional(self._send, "delete_item", requests.release_key(self.table, pk, run_id))
 
     def agenda_page(
         self, partition: str, until: datetime, limit: int, cursor: str | None
@@ -260,21 +256,14 @@ class DynamoRunStore:
 
     def save_drained(self, queue: str, at: datetime) -> None:
         request = requests.put_drained(self.table, self.environment, queue, to_epoch_ms(at))
-        try:
-            self._send("put_item", request)
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
+        send_conditional(self._send, "put_item", request)  # refused: a later time is kept
 
     def watch_run(self, run_id: str) -> Run | None:
         request = requests.watch_run(self.table, self.environment, run_id)
-        try:
-            response = self._send("update_item", request)
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
-            return None
-        return run_from_wire(response["Attributes"])
+        sent = send_conditional(self._send, "update_item", request)
+        if isinstance(sent, Refused):
+            return None  # no such run
+        return run_from_wire(sent["Attributes"])
 
     def waiting_runs(
         self, kind: WaitKind, target: str, limit: int, cursor: str | None
@@ -297,24 +286,16 @@ class DynamoRunStore:
 
     def decide_token(self, decision: TokenDecision) -> Token:
         request = requests.decide_token(self.table, self.environment, decision)
-        try:
-            response = self._send("update_item", request)
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
-            wire: dict[str, Any] | None = exc.response.get("Item")  # type: ignore[assignment]
-            if not wire:
-                raise TokenNotFound(decision.token_id) from None
-            raise TokenAlreadyDecided(token_from_wire(wire)) from None
-        return token_from_wire(response["Attributes"])
+        sent = send_conditional(self._send, "update_item", request)
+        if not isinstance(sent, Refused):
+            return token_from_wire(sent["Attributes"])
+        if sent.item is None:
+            raise TokenNotFound(decision.token_id)
+        raise TokenAlreadyDecided(token_from_wire(sent.item))
 
     def finish_token_resume(self, token_id: str) -> None:
         request = requests.finish_token_resume(self.table, self.environment, token_id)
-        try:
-            self._send("update_item", request)
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
+        send_conditional(self._send, "update_item", request)  # refused: still pending
 
     def token_agenda_page(
         self, partition: str, until: datetime, limit: int, cursor: str | None
@@ -372,13 +353,8 @@ class DynamoRunStore:
         return [found[i] for i in ids if i in found]
 
     def delete_run(self, run: Run) -> bool:
-        try:
-            self._send("delete_item", requests.delete_run(self.table, run))
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
-            return False
-        return True
+        sent = send_conditional(self._send, "delete_item", requests.delete_run(self.table, run))
+        return not isinstance(sent, Refused)
 
     def get_key_owner(self, kind: KeyKind, task: str, key: str, now: datetime) -> str | None:
         pk = keys.key_pk(self.environment, kind, task, key)
@@ -395,3 +371,9 @@ class DynamoRunStore:
             "delete_item",
             requests.delete_key(self.table, keys.key_pk(self.environment, kind, task, key)),
         )
+
+
+def _conflict(run_id: str, stored: dict[str, Any] | None) -> ConflictError:
+    """A refused run write: the run changed (``stored``), or was never there."""
+    current = run_from_wire(stored) if stored else None
+    return ConflictError(current.id if current else run_id, current)

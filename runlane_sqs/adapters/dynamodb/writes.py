@@ -16,8 +16,6 @@ from typing import Any
 
 from runlane_sqs.adapters.dynamodb.items import RunItem
 
-Request = dict[str, Any]
-
 ATTRIBUTES = RunItem.get_attributes()
 """The run item's attributes as the model declares them: type and serialisation."""
 
@@ -92,8 +90,10 @@ class RunWrite:
         placeholders = ", ".join(self._value(wire_value(name, v)) for v in values)
         self._conditions.append(f"{self._name(name)} IN ({placeholders})")
 
-    def request(self, request: Request) -> Request:
-        """``request`` with this write's expressions added."""
+    def request(self, request: dict[str, Any]) -> dict[str, Any]:
+        """``request`` (a :data:`~runlane_sqs.adapters.dynamodb.requests.Request`, which
+        this module cannot import: requests.py imports it) with this write's expressions
+        added."""
         update = []
         if self._sets:
             update.append("SET " + ", ".join(self._sets))
