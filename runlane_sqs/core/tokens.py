@@ -115,7 +115,7 @@ def decide(token: Token, status: TokenStatus, value: JSON, now: datetime) -> Tok
     return TokenDecision.of(token.id, status, value, now).applied_to(token)
 
 
-def agenda_entry(token: Token) -> tuple[AgendaKind, datetime] | None:
+def token_agenda_entry(token: Token) -> tuple[AgendaKind, datetime] | None:
     """Pending tokens are listed at their timeout; decided ones while resuming."""
     if token.status is TokenStatus.PENDING:
         return (AgendaKind.TOKEN, token.timeout_at) if token.timeout_at else None

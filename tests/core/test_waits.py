@@ -637,12 +637,15 @@ def test_pending_is_not_a_decision() -> None:
 
 
 def test_a_pending_token_without_timeout_is_not_on_the_agenda() -> None:
-    assert core_tokens.agenda_entry(pending_token()) is None
+    assert core_tokens.token_agenda_entry(pending_token()) is None
 
 
 def test_a_pending_token_is_on_the_agenda_at_its_timeout() -> None:
     timeout_at = NOW + timedelta(hours=2)
-    assert core_tokens.agenda_entry(pending_token(timeout_at)) == (AgendaKind.TOKEN, timeout_at)
+    assert core_tokens.token_agenda_entry(pending_token(timeout_at)) == (
+        AgendaKind.TOKEN,
+        timeout_at,
+    )
 
 
 @pytest.mark.parametrize("status", [TokenStatus.COMPLETED, TokenStatus.TIMED_OUT])
@@ -651,5 +654,5 @@ def test_a_decided_token_is_on_the_agenda_while_it_resumes_and_off_after(
 ) -> None:
     decided_at = NOW + timedelta(minutes=1)
     token = core_tokens.decide(pending_token(NOW + timedelta(hours=2)), status, 1, decided_at)
-    assert core_tokens.agenda_entry(token) == (AgendaKind.TOKEN, decided_at)
-    assert core_tokens.agenda_entry(replace(token, resuming=False)) is None
+    assert core_tokens.token_agenda_entry(token) == (AgendaKind.TOKEN, decided_at)
+    assert core_tokens.token_agenda_entry(replace(token, resuming=False)) is None

@@ -28,8 +28,7 @@ from runlane_sqs.core.model import (
     WaitKind,
 )
 from runlane_sqs.core.payload import decode_json
-from runlane_sqs.core.tokens import Token, TokenStatus
-from runlane_sqs.core.tokens import agenda_entry as token_agenda_entry
+from runlane_sqs.core.tokens import Token, TokenStatus, token_agenda_entry
 
 AttributeMap = dict[str, Any]
 """An item in the low-level DynamoDB wire format (``{"name": {"S": ...}}``)."""

@@ -41,8 +41,7 @@ from runlane_sqs.core.errors import ConflictError, LeaseLost
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import LEASED_STATUSES, Lease, Run, RunEvent, WaitKind
 from runlane_sqs.core.ordering import Place
-from runlane_sqs.core.tokens import Token, TokenDecision, TokenNotFound
-from runlane_sqs.core.tokens import agenda_entry as token_agenda_entry
+from runlane_sqs.core.tokens import Token, TokenDecision, TokenNotFound, token_agenda_entry
 from runlane_sqs.ports.store import KeyClaim, KeyConflict, KeyKind, RunQuery
 
 
