@@ -4,6 +4,11 @@ The names below are imported on first use (PEP 562), so importing a submodule (t
 Lambda consumer, the errors, the testing helpers) loads only what that submodule needs:
 ``from runlane_sqs import Runlane`` imports the app and boto3, ``runlane_sqs.Worker`` the
 long-running worker (docs/deploy-lambda.md, "Cold start").
+
+Each name is written twice: in the ``TYPE_CHECKING`` imports, which type checkers read
+(``X as X`` marks it exported), and in ``_EXPORTS``, which says where it is looked up at
+run time; ``__all__`` is made from ``_EXPORTS`` (tests/core/test_lazy_exports.py checks
+that the two agree).
 """
 
 from __future__ import annotations
@@ -12,60 +17,65 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from runlane_sqs.api.app import Runlane
-    from runlane_sqs.api.runs import PruneReport, RunHistory, RunPage
-    from runlane_sqs.api.telemetry import Telemetry
-    from runlane_sqs.core.attempts import Attempt
-    from runlane_sqs.core.clock import Clock, ManualClock, SystemClock
-    from runlane_sqs.core.config import RunlaneConfig
-    from runlane_sqs.core.errors import (
-        ConfigurationError,
-        ConflictError,
-        IllegalTransition,
-        InvalidKeyError,
-        InvalidPayloadError,
-        LeaseLost,
-        MissingResourceError,
-        PayloadTooLarge,
-        RunlaneError,
-        RunNotFound,
-        RunWaitTimedOut,
-        ScheduleNotFound,
-        StepError,
-        StorageError,
-        StorageUnavailable,
-        TransportError,
-        UnknownTaskError,
-    )
-    from runlane_sqs.core.model import (
-        EventType,
-        Failure,
-        Lease,
-        LinkKind,
-        Run,
-        RunEvent,
-        RunStatus,
-        Wait,
-        WaitKind,
-    )
-    from runlane_sqs.core.retry import Backoff, RetryPolicy
-    from runlane_sqs.core.schedule_state import ScheduleState, ScheduleStatus
-    from runlane_sqs.core.schedules import CatchUp, Schedule, ScheduleKind
-    from runlane_sqs.core.tokens import (
-        Token,
-        TokenAlreadyDecided,
-        TokenNotFound,
-        TokenResult,
-        TokenStatus,
-    )
-    from runlane_sqs.engine.context import (
-        RunOutcome,
-        SignalResult,
-        TaskContext,
-        WaitRequested,
-    )
-    from runlane_sqs.engine.tasks import Queue, Task
-    from runlane_sqs.runtime.worker import Worker
+    from runlane_sqs.api.app import Runlane as Runlane
+    from runlane_sqs.api.runs import PruneReport as PruneReport
+    from runlane_sqs.api.runs import RunHistory as RunHistory
+    from runlane_sqs.api.runs import RunPage as RunPage
+    from runlane_sqs.api.telemetry import Telemetry as Telemetry
+    from runlane_sqs.core.attempts import Attempt as Attempt
+    from runlane_sqs.core.clock import Clock as Clock
+    from runlane_sqs.core.clock import ManualClock as ManualClock
+    from runlane_sqs.core.clock import SystemClock as SystemClock
+    from runlane_sqs.core.config import RunlaneConfig as RunlaneConfig
+    from runlane_sqs.core.config import RunlaneSettings as RunlaneSettings
+    from runlane_sqs.core.errors import ConfigurationError as ConfigurationError
+    from runlane_sqs.core.errors import ConflictError as ConflictError
+    from runlane_sqs.core.errors import IllegalTransition as IllegalTransition
+    from runlane_sqs.core.errors import InvalidKeyError as InvalidKeyError
+    from runlane_sqs.core.errors import InvalidPayloadError as InvalidPayloadError
+    from runlane_sqs.core.errors import LeaseLost as LeaseLost
+    from runlane_sqs.core.errors import MissingResourceError as MissingResourceError
+    from runlane_sqs.core.errors import PayloadTooLarge as PayloadTooLarge
+    from runlane_sqs.core.errors import RunlaneError as RunlaneError
+    from runlane_sqs.core.errors import RunNotFound as RunNotFound
+    from runlane_sqs.core.errors import RunWaitTimedOut as RunWaitTimedOut
+    from runlane_sqs.core.errors import ScheduleNotFound as ScheduleNotFound
+    from runlane_sqs.core.errors import StepError as StepError
+    from runlane_sqs.core.errors import StorageError as StorageError
+    from runlane_sqs.core.errors import StorageUnavailable as StorageUnavailable
+    from runlane_sqs.core.errors import TransportError as TransportError
+    from runlane_sqs.core.errors import UnknownTaskError as UnknownTaskError
+    from runlane_sqs.core.model import EventType as EventType
+    from runlane_sqs.core.model import Failure as Failure
+    from runlane_sqs.core.model import Lease as Lease
+    from runlane_sqs.core.model import LinkKind as LinkKind
+    from runlane_sqs.core.model import Run as Run
+    from runlane_sqs.core.model import RunEvent as RunEvent
+    from runlane_sqs.core.model import RunStatus as RunStatus
+    from runlane_sqs.core.model import Wait as Wait
+    from runlane_sqs.core.model import WaitKind as WaitKind
+    from runlane_sqs.core.retry import Backoff as Backoff
+    from runlane_sqs.core.retry import RetryPolicy as RetryPolicy
+    from runlane_sqs.core.schedule_state import ScheduleState as ScheduleState
+    from runlane_sqs.core.schedule_state import ScheduleStatus as ScheduleStatus
+    from runlane_sqs.core.schedules import CatchUp as CatchUp
+    from runlane_sqs.core.schedules import Schedule as Schedule
+    from runlane_sqs.core.schedules import ScheduleKind as ScheduleKind
+    from runlane_sqs.core.tokens import Token as Token
+    from runlane_sqs.core.tokens import TokenAlreadyDecided as TokenAlreadyDecided
+    from runlane_sqs.core.tokens import TokenNotFound as TokenNotFound
+    from runlane_sqs.core.tokens import TokenResult as TokenResult
+    from runlane_sqs.core.tokens import TokenStatus as TokenStatus
+    from runlane_sqs.engine.context import RunOutcome as RunOutcome
+    from runlane_sqs.engine.context import SignalResult as SignalResult
+    from runlane_sqs.engine.context import TaskContext as TaskContext
+    from runlane_sqs.engine.context import WaitRequested as WaitRequested
+    from runlane_sqs.engine.tasks import Queue as Queue
+    from runlane_sqs.engine.tasks import Task as Task
+    from runlane_sqs.engine.tasks import TaskOptions as TaskOptions
+    from runlane_sqs.engine.triggering import TriggerManyOptions as TriggerManyOptions
+    from runlane_sqs.engine.triggering import TriggerOptions as TriggerOptions
+    from runlane_sqs.runtime.worker import Worker as Worker
 
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "runlane_sqs.api.app": ("Runlane",),
@@ -73,7 +83,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "runlane_sqs.api.telemetry": ("Telemetry",),
     "runlane_sqs.core.attempts": ("Attempt",),
     "runlane_sqs.core.clock": ("Clock", "ManualClock", "SystemClock"),
-    "runlane_sqs.core.config": ("RunlaneConfig",),
+    "runlane_sqs.core.config": ("RunlaneConfig", "RunlaneSettings"),
     "runlane_sqs.core.errors": (
         "ConfigurationError",
         "ConflictError",
@@ -115,12 +125,13 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "TokenStatus",
     ),
     "runlane_sqs.engine.context": ("RunOutcome", "SignalResult", "TaskContext", "WaitRequested"),
-    "runlane_sqs.engine.tasks": ("Queue", "Task"),
+    "runlane_sqs.engine.tasks": ("Queue", "Task", "TaskOptions"),
+    "runlane_sqs.engine.triggering": ("TriggerManyOptions", "TriggerOptions"),
     "runlane_sqs.runtime.worker": ("Worker",),
 }
-"""Where each top-level name is defined: the same imports as the ``TYPE_CHECKING`` block
-above, which is what type checkers read (tests/core/test_lazy_exports.py compares them)."""
+"""Where each top-level name is defined, as the ``TYPE_CHECKING`` imports above say."""
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = list(_MODULE_OF)
 
 
 def __getattr__(name: str) -> object:
@@ -135,62 +146,3 @@ def __getattr__(name: str) -> object:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
-
-
-__all__ = [
-    "Attempt",
-    "Backoff",
-    "CatchUp",
-    "Clock",
-    "ConfigurationError",
-    "ConflictError",
-    "EventType",
-    "Failure",
-    "IllegalTransition",
-    "InvalidKeyError",
-    "InvalidPayloadError",
-    "Lease",
-    "LeaseLost",
-    "LinkKind",
-    "ManualClock",
-    "MissingResourceError",
-    "PayloadTooLarge",
-    "PruneReport",
-    "Queue",
-    "RetryPolicy",
-    "Run",
-    "RunEvent",
-    "RunHistory",
-    "RunNotFound",
-    "RunOutcome",
-    "RunPage",
-    "RunStatus",
-    "RunWaitTimedOut",
-    "Runlane",
-    "RunlaneConfig",
-    "RunlaneError",
-    "Schedule",
-    "ScheduleKind",
-    "ScheduleNotFound",
-    "ScheduleState",
-    "ScheduleStatus",
-    "SignalResult",
-    "StepError",
-    "StorageError",
-    "StorageUnavailable",
-    "SystemClock",
-    "Task",
-    "TaskContext",
-    "Telemetry",
-    "Token",
-    "TokenAlreadyDecided",
-    "TokenNotFound",
-    "TokenResult",
-    "TokenStatus",
-    "TransportError",
-    "UnknownTaskError",
-    "Wait",
-    "WaitKind",
-    "WaitRequested",
-    "Worker",
-]

@@ -12,12 +12,14 @@ assert app.worker().drain() == 1
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Unpack
 
 from runlane_sqs.adapters.memory.store import InMemoryRunStore
 from runlane_sqs.adapters.memory.transport import InMemoryTransport
 from runlane_sqs.api.app import Runlane
+from runlane_sqs.api.telemetry import Telemetry
 from runlane_sqs.core.clock import ManualClock
+from runlane_sqs.core.config import RunlaneSettings
 
 __all__ = [
     "InMemoryRunStore",
@@ -29,16 +31,21 @@ __all__ = [
 
 
 def in_memory_app(
-    environment: str = "test", clock: ManualClock | None = None, **options: Any
+    *,
+    clock: ManualClock | None = None,
+    telemetry: Telemetry | None = None,
+    **settings: Unpack[RunlaneSettings],
 ) -> Runlane:
-    """A :class:`Runlane` app backed by in-memory storage and transport."""
+    """A :class:`Runlane` app backed by in-memory storage and transport, in environment
+    ``test`` unless ``settings`` name another."""
     clock = clock or ManualClock()
+    settings.setdefault("environment", "test")
     return Runlane(
-        environment=environment,
         clock=clock,
-        store=InMemoryRunStore(environment),
+        store=InMemoryRunStore(settings["environment"]),
         transport=InMemoryTransport(clock),
-        **options,
+        telemetry=telemetry,
+        **settings,
     )
 
 

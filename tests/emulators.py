@@ -86,8 +86,8 @@ def backend_env(session_backend: Backend, monkeypatch: pytest.MonkeyPatch) -> di
 def make_app(backend_env: dict[str, str]):  # type: ignore[no-untyped-def]
     """Build a Runlane app against the test backend; ``provision=True`` creates resources."""
 
-    def build(*, clock: Clock | None = None, **options: object) -> Runlane:
-        return Runlane.from_env(clock=clock, **options) if clock else Runlane.from_env(**options)
+    def build(*, clock: Clock | None = None, **options: Any) -> Runlane:
+        return Runlane.from_env(clock=clock, **options)
 
     return build
 

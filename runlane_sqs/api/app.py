@@ -5,9 +5,9 @@ the operator API."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, Unpack, overload
 
 import boto3
 from botocore.config import Config
@@ -19,32 +19,22 @@ from runlane_sqs.adapters.sqs.transport import SqsTransport
 from runlane_sqs.api.operators import OperatorApis
 from runlane_sqs.api.telemetry import Telemetry
 from runlane_sqs.core.clock import Clock, SystemClock
-from runlane_sqs.core.config import RunlaneConfig
-from runlane_sqs.core.durations import Duration
+from runlane_sqs.core.config import RunlaneConfig, RunlaneSettings
 from runlane_sqs.core.errors import StorageUnavailable
 from runlane_sqs.core.model import JSON, Run
-from runlane_sqs.core.parking import DEFAULT_PARK_AFTER_RECEIVES
-from runlane_sqs.core.redaction import Redact
-from runlane_sqs.core.retry import RetryPolicy
-from runlane_sqs.core.schedules import Schedule
 from runlane_sqs.engine.engine import Engine
 from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.signals import SignalsApi
-from runlane_sqs.engine.tasks import (
-    Handler,
-    KeyFunction,
-    Queue,
-    ScheduleRules,
-    Task,
-    TaskRegistry,
-)
+from runlane_sqs.engine.tasks import Handler, Queue, ScheduleRules, Task, TaskOptions, TaskRegistry
 from runlane_sqs.engine.tokens import TokensApi
+from runlane_sqs.engine.triggering import TriggerManyOptions, TriggerOptions
 from runlane_sqs.ports.store import RunStore
 from runlane_sqs.ports.transport import WakeupTransport
 
 if TYPE_CHECKING:
     from runlane_sqs.engine.maintenance import Maintenance
     from runlane_sqs.runtime.aio.worker import AsyncWorker
+    from runlane_sqs.runtime.pacing import WorkerOptions
     from runlane_sqs.runtime.worker import Worker
 
 __all__ = ["DEFAULT_BOTOCORE_CONFIG", "Runlane"]
@@ -65,49 +55,20 @@ class Runlane(OperatorApis):
 
     def __init__(
         self,
-        table: str = "runlane",
-        environment: str = "dev",
         *,
-        queue_prefix: str | None = None,
-        queue_urls: Mapping[str, str] | None = None,
-        region: str | None = None,
-        endpoint_url: str | None = None,
-        session: boto3.Session | None = None,
-        botocore_config: Config | None = None,
-        clock: Clock | None = None,
-        lease_duration: Duration = 60,
-        payload_limit: int | None = None,
-        idempotency_retention: Duration = timedelta(days=30),
-        republish_after: Duration = timedelta(minutes=5),
-        republish_max: Duration = timedelta(hours=1),
-        maintenance_period: Duration = timedelta(minutes=1),
-        park_after_receives: int = DEFAULT_PARK_AFTER_RECEIVES,
-        redact: Redact | None = None,
-        telemetry: Telemetry | None = None,
         config: RunlaneConfig | None = None,
         store: RunStore | None = None,
         transport: WakeupTransport | None = None,
+        clock: Clock | None = None,
+        telemetry: Telemetry | None = None,
+        session: boto3.Session | None = None,
+        botocore_config: Config | None = None,
+        **settings: Unpack[RunlaneSettings],
     ) -> None:
         if config is None:
-            extra: dict[str, Any] = {}
-            if payload_limit is not None:
-                extra["payload_limit"] = payload_limit
-            config = RunlaneConfig.build(
-                table=table,
-                environment=environment,
-                queue_prefix=queue_prefix,
-                queue_urls=dict(queue_urls or {}),
-                region=region,
-                endpoint_url=endpoint_url,
-                lease_duration=lease_duration,
-                idempotency_retention=idempotency_retention,
-                republish_after=republish_after,
-                republish_max=republish_max,
-                maintenance_period=maintenance_period,
-                park_after_receives=park_after_receives,
-                redact=redact,
-                **extra,
-            )
+            config = RunlaneConfig.build(**settings)
+        else:
+            config = config.agreeing_with(settings)
         self.config = config
         self.telemetry = telemetry or Telemetry.from_env()
         self.observer = self.telemetry.observer(config)
@@ -176,19 +137,33 @@ class Runlane(OperatorApis):
         return self.engine.signals
 
     @classmethod
-    def from_env(cls, **overrides: Any) -> Runlane:
+    def from_env(
+        cls,
+        *,
+        store: RunStore | None = None,
+        transport: WakeupTransport | None = None,
+        clock: Clock | None = None,
+        telemetry: Telemetry | None = None,
+        session: boto3.Session | None = None,
+        botocore_config: Config | None = None,
+        **settings: Unpack[RunlaneSettings],
+    ) -> Runlane:
         """An app configured by ``RUNLANE_TABLE``, ``RUNLANE_ENVIRONMENT``,
         ``RUNLANE_QUEUE_PREFIX``, ``RUNLANE_QUEUE_URLS``, ``RUNLANE_LEASE_SECONDS``,
         ``RUNLANE_REPUBLISH_AFTER_SECONDS``, ``RUNLANE_REPUBLISH_MAX_SECONDS``,
         ``RUNLANE_PARK_AFTER_RECEIVES`` and boto3's own variables (``AWS_ENDPOINT_URL``,
         ``AWS_ENDPOINT_URL_DYNAMODB``, ``AWS_ENDPOINT_URL_SQS``, ``AWS_DEFAULT_REGION``,
-        credentials). Settings given as keyword arguments win over the variables."""
-        adapters = {
-            k: overrides.pop(k)
-            for k in ("session", "botocore_config", "clock", "store", "transport", "telemetry")
-            if k in overrides
-        }
-        return cls(config=RunlaneConfig.from_env(**overrides), **adapters)
+        credentials). Settings given as keyword arguments win over the variables; the
+        other arguments are :class:`Runlane`'s."""
+        return cls(
+            config=RunlaneConfig.from_env(**settings),
+            store=store,
+            transport=transport,
+            clock=clock,
+            telemetry=telemetry,
+            session=session,
+            botocore_config=botocore_config,
+        )
 
     @property
     def botocore_config(self) -> Config:
@@ -208,49 +183,19 @@ class Runlane(OperatorApis):
     # tasks --------------------------------------------------------------------------
 
     @overload
-    def task(
-        self,
-        fn: Handler,
-        /,
-        *,
-        name: str | None = None,
-        queue: str | Queue = "default",
-        retry: RetryPolicy | None = None,
-        timeout: Duration | None = None,
-        schedules: Sequence[Schedule] = (),
-        concurrency_key: KeyFunction | None = None,
-        key_limit: int | None = None,
-    ) -> Task: ...
+    def task(self, fn: Handler, /, **options: Unpack[TaskOptions]) -> Task: ...
 
     @overload
     def task(
-        self,
-        fn: None = None,
-        /,
-        *,
-        name: str | None = None,
-        queue: str | Queue = "default",
-        retry: RetryPolicy | None = None,
-        timeout: Duration | None = None,
-        schedules: Sequence[Schedule] = (),
-        concurrency_key: KeyFunction | None = None,
-        key_limit: int | None = None,
+        self, fn: None = None, /, **options: Unpack[TaskOptions]
     ) -> Callable[[Handler], Task]: ...
 
     def task(
-        self,
-        fn: Handler | None = None,
-        /,
-        *,
-        name: str | None = None,
-        queue: str | Queue = "default",
-        retry: RetryPolicy | None = None,
-        timeout: Duration | None = None,
-        schedules: Sequence[Schedule] = (),
-        concurrency_key: KeyFunction | None = None,
-        key_limit: int | None = None,
+        self, fn: Handler | None = None, /, **options: Unpack[TaskOptions]
     ) -> Task | Callable[[Handler], Task]:
-        """Register ``def handler(ctx, payload)`` as a task; usable bare or with options.
+        """Register ``def handler(ctx, payload)`` as a task; usable bare or with options
+        (:class:`~runlane_sqs.TaskOptions`: ``name``, ``queue``, ``retry``, ``timeout``,
+        ``schedules``, ``concurrency_key``, ``key_limit``).
 
         ``name`` defaults to ``module.function``; ``timeout`` is a fixed attempt deadline;
         ``schedules`` (:class:`~runlane_sqs.Schedule` values) make maintenance create runs
@@ -261,16 +206,7 @@ class Runlane(OperatorApis):
         """
 
         def register(handler: Handler) -> Task:
-            return self.tasks.register(
-                handler,
-                name=name,
-                queue=queue,
-                retry=retry,
-                timeout=timeout,
-                schedules=schedules,
-                concurrency_key=concurrency_key,
-                key_limit=key_limit,
-            )
+            return self.tasks.register(handler, **options)
 
         return register(fn) if fn is not None else register
 
@@ -284,17 +220,11 @@ class Runlane(OperatorApis):
     # triggering ---------------------------------------------------------------------
 
     def trigger(
-        self,
-        task: Task | str,
-        payload: JSON = None,
-        *,
-        idempotency_key: str | None = None,
-        singleton_key: str | None = None,
-        delay: Duration | None = None,
-        concurrency_key: str | None = None,
-        ordering_key: str | None = None,
+        self, task: Task | str, payload: JSON = None, **options: Unpack[TriggerOptions]
     ) -> Run:
-        """Create a run and publish its wakeup.
+        """Create a run and publish its wakeup (:class:`~runlane_sqs.TriggerOptions`:
+        ``idempotency_key``, ``singleton_key``, ``delay``, ``concurrency_key``,
+        ``ordering_key``).
 
         Returns the new run (``run.created`` is True), or the existing run that holds
         ``idempotency_key`` / ``singleton_key`` (``run.created`` is False). If the wakeup
@@ -303,21 +233,14 @@ class Runlane(OperatorApis):
         Runs with the same ``ordering_key`` execute one at a time in trigger order, each
         after the earlier ones finished (docs/ordering.md).
         """
-        return self.engine.triggers.trigger(
-            task,
-            payload,
-            idempotency_key=idempotency_key,
-            singleton_key=singleton_key,
-            delay=delay,
-            concurrency_key=concurrency_key,
-            ordering_key=ordering_key,
-        )
+        return self.engine.triggers.trigger(task, payload, **options)
 
     def trigger_many(
-        self, task: Task | str, payloads: Iterable[JSON], *, delay: Duration | None = None
+        self, task: Task | str, payloads: Iterable[JSON], **options: Unpack[TriggerManyOptions]
     ) -> list[Run]:
-        """Create one run per payload and publish their wakeups in batches of ten."""
-        return self.engine.triggers.trigger_many(task, payloads, delay=delay)
+        """Create one run per payload and publish their wakeups in batches of ten
+        (``delay`` applies to every one)."""
+        return self.engine.triggers.trigger_many(task, payloads, **options)
 
     def publish(self, run: Run, *, delay: timedelta | None = None) -> bool:
         """Publish one wakeup for ``run``; False if SQS refused (maintenance repairs it)."""
@@ -335,29 +258,28 @@ class Runlane(OperatorApis):
     # workers and resources ----------------------------------------------------------
 
     def worker(
-        self,
-        queues: Sequence[str] | None = None,
-        *,
-        concurrency: int = 1,
-        **options: Any,
+        self, queues: Sequence[str] | None = None, **options: Unpack[WorkerOptions]
     ) -> Worker:
-        """A worker for ``queues`` (default: every queue a registered task uses)."""
+        """A worker for ``queues`` (default: every queue a registered task uses);
+        ``options``: ``concurrency`` (handler threads, default 1), ``wait_seconds``,
+        ``grace_period``, ``worker_id``."""
         from runlane_sqs.runtime.worker import Worker  # noqa: PLC0415 (not on the Lambda path)
 
-        return Worker(self, queues, concurrency=concurrency, **options)
+        return Worker(self, queues, **options)
 
     def async_worker(
         self,
         queues: Sequence[str] | None = None,
         *,
-        concurrency: int = 1,
-        **options: Any,
+        session: Any | None = None,
+        **options: Unpack[WorkerOptions],
     ) -> AsyncWorker:
         """An asyncio worker for ``queues`` (needs the ``async`` extra): ``async def``
-        handlers run on its event loop, sync ones on ``concurrency`` threads."""
+        handlers run on its event loop, sync ones on ``concurrency`` threads; ``session``
+        is an ``aioboto3.Session`` (default: a new one)."""
         from runlane_sqs.runtime.aio.worker import AsyncWorker  # noqa: PLC0415 (optional extra)
 
-        return AsyncWorker(self, queues, concurrency=concurrency, **options)
+        return AsyncWorker(self, queues, session=session, **options)
 
     def provision(self, queues: Sequence[str] | None = None) -> None:
         """Create the table and the queues (with dead-letter queues) if they are absent."""

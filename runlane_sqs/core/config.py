@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from datetime import timedelta
+from typing import Any, TypedDict, Unpack
 
 from runlane_sqs.core.agenda import RepublishPolicy
 from runlane_sqs.core.durations import Duration, to_timedelta
@@ -40,6 +41,27 @@ SECONDS_VARIABLES = {
     ENV_REPUBLISH_MAX_SECONDS: "republish_max",
 }
 """Variables holding a number of seconds, and the setting each one sets."""
+
+
+class RunlaneSettings(TypedDict, total=False):
+    """An app's settings as keyword arguments (``Runlane(...)``, ``Runlane.from_env(...)``,
+    :meth:`RunlaneConfig.build`): the fields of :class:`RunlaneConfig`, durations also as
+    seconds. A setting left out keeps its default."""
+
+    table: str
+    environment: str
+    queue_prefix: str | None
+    queue_urls: Mapping[str, str]
+    region: str | None
+    endpoint_url: str | None
+    lease_duration: Duration
+    payload_limit: int
+    idempotency_retention: Duration
+    republish_after: Duration
+    republish_max: Duration
+    redact: Redact | None
+    maintenance_period: Duration
+    park_after_receives: int
 
 
 @dataclass(frozen=True)
@@ -121,35 +143,37 @@ class RunlaneConfig:
             )
 
     @classmethod
-    def build(
-        cls,
-        *,
-        lease_duration: Duration = DEFAULT_LEASE_SECONDS,
-        idempotency_retention: Duration = timedelta(days=DEFAULT_IDEMPOTENCY_RETENTION_DAYS),
-        republish_after: Duration = timedelta(minutes=5),
-        republish_max: Duration = timedelta(hours=1),
-        maintenance_period: Duration = timedelta(minutes=1),
-        **values: object,
-    ) -> RunlaneConfig:
+    def build(cls, **settings: Unpack[RunlaneSettings]) -> RunlaneConfig:
         """Like the constructor, but durations may be given as seconds."""
-        return cls(
-            lease_duration=to_timedelta(lease_duration, "lease_duration"),
-            idempotency_retention=to_timedelta(idempotency_retention, "idempotency_retention"),
-            republish_after=to_timedelta(republish_after, "republish_after"),
-            republish_max=to_timedelta(republish_max, "republish_max"),
-            maintenance_period=to_timedelta(maintenance_period, "maintenance_period"),
-            **values,  # type: ignore[arg-type]
-        )
+        return cls(**_values(settings))
+
+    def agreeing_with(self, settings: RunlaneSettings) -> RunlaneConfig:
+        """This configuration, given ``settings`` beside it (``Runlane(config=...,
+        lease_duration=...)``): a setting it holds already is accepted, one that says
+        otherwise is a :class:`ConfigurationError` naming it (none is dropped)."""
+        given = replace(self, **_values(settings))  # a name that is no setting: TypeError
+        conflicts = [
+            f"{name}={getattr(given, name)} where the config has {getattr(self, name)}"
+            for name in settings
+            if getattr(given, name) != getattr(self, name)
+        ]
+        if conflicts:
+            raise ConfigurationError(
+                "settings given with config= must agree with it: "
+                + "; ".join(conflicts)
+                + " (set them in the config: dataclasses.replace(config, ...))"
+            )
+        return self
 
     @classmethod
     def from_env(
-        cls, environ: Mapping[str, str] | None = None, **overrides: object
+        cls, environ: Mapping[str, str] | None = None, **overrides: Unpack[RunlaneSettings]
     ) -> RunlaneConfig:
         """Read ``RUNLANE_*`` variables; endpoints and region come from boto3's own.
         ``overrides`` (keyword arguments in code) win over the variables. An invalid value
         is a :class:`ConfigurationError` naming its variable."""
         env = os.environ if environ is None else environ
-        values: dict[str, object] = {}
+        values: dict[str, Any] = {}
         if table := env.get(ENV_TABLE):
             values["table"] = table
         if environment := env.get(ENV_ENVIRONMENT):
@@ -170,12 +194,24 @@ class RunlaneConfig:
                 read[setting] = f"{variable}={text}"
         values.update(overrides)
         try:
-            return cls.build(**values)  # type: ignore[arg-type]
+            return cls(**_values(values))
         except ConfigurationError as exc:
             named = [v for k, v in read.items() if k in str(exc)]
             if not named:
                 raise
             raise ConfigurationError(f"{exc} (set by {', '.join(named)})") from None
+
+
+def _values(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """``settings`` as :class:`RunlaneConfig` holds them: durations (the fields whose
+    default is a ``timedelta``) as ``timedelta``, ``queue_urls`` as a dict of its own."""
+    durations = {f.name for f in fields(RunlaneConfig) if isinstance(f.default, timedelta)}
+    values = dict(settings)
+    for name in durations & values.keys():
+        values[name] = to_timedelta(values[name], name)
+    if "queue_urls" in values:
+        values["queue_urls"] = dict(values["queue_urls"])
+    return values
 
 
 def parse_number(variable: str, text: str, kind: type[float] | type[int]) -> float:

@@ -7,7 +7,7 @@ import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from runlane_sqs.core.durations import Duration, to_timedelta
 from runlane_sqs.core.errors import ConfigurationError, InvalidKeyError, UnknownTaskError
@@ -42,6 +42,27 @@ class Queue:
 
     def __str__(self) -> str:
         return self.name
+
+
+class TaskOptions(TypedDict, total=False):
+    """How a handler is registered (``app.task(...)``); each option may be left out."""
+
+    name: str | None
+    """The task's name (default ``module.function``), unique per app."""
+    queue: str | Queue
+    """The queue its runs go to (default ``"default"``); an ``app.queue`` value brings
+    its concurrency limit."""
+    retry: RetryPolicy | None
+    """What a failed attempt is followed by (default: no retry)."""
+    timeout: Duration | None
+    """A fixed attempt deadline (default none: an attempt runs as long as it heartbeats)."""
+    schedules: Iterable[Schedule]
+    """:class:`~runlane_sqs.Schedule` values: maintenance creates runs of it by itself."""
+    concurrency_key: KeyFunction | None
+    """Gives a run's concurrency key from its payload (needs ``key_limit``)."""
+    key_limit: int | None
+    """At most this many runs with the same concurrency key hold a lease at once, across
+    every worker (docs/concurrency.md)."""
 
 
 @dataclass(frozen=True)
@@ -114,33 +135,25 @@ class TaskRegistry:
         names = set(self._queues) | {t.queue for t in self._tasks.values()}
         return [self.queue(name) for name in sorted(names)]
 
-    def register(
-        self,
-        fn: Handler,
-        *,
-        name: str | None,
-        queue: str | Queue,
-        retry: RetryPolicy | None,
-        timeout: Duration | None,
-        schedules: Iterable[Schedule] = (),
-        concurrency_key: KeyFunction | None = None,
-        key_limit: int | None = None,
-    ) -> Task:
-        task_name = check_task_name(name or f"{fn.__module__}.{fn.__qualname__}")
+    def register(self, fn: Handler, **options: Unpack[TaskOptions]) -> Task:
+        """Register handler ``fn`` as a task with ``options``; raises
+        :class:`ConfigurationError` before anything is kept."""
+        name = options.get("name") or f"{fn.__module__}.{fn.__qualname__}"
+        task_name = check_task_name(name)
         if task_name in self._tasks:
             raise ConfigurationError(f"task {task_name!r} is already registered")
         if not callable(fn):
             raise ConfigurationError(f"task {task_name!r} handler is not callable")
-        if isinstance(queue, Queue):
-            queue = self.define_queue(queue.name, queue.concurrency_limit).name
-        queue = check_queue(queue)
+        queue = self._queue_name(options.get("queue", "default"))
+        concurrency_key, key_limit = options.get("concurrency_key"), options.get("key_limit")
         _check_key_limit(task_name, concurrency_key, key_limit)
-        bound = self._check_schedules(task_name, queue, schedules)
+        bound = self._check_schedules(task_name, queue, options.get("schedules", ()))
+        timeout = options.get("timeout")
         task = Task(
             name=task_name,
             fn=fn,
             queue=queue,
-            retry=retry or NO_RETRY,
+            retry=options.get("retry") or NO_RETRY,
             timeout=to_timedelta(timeout, "timeout") if timeout is not None else None,
             schedules=bound,
             concurrency_key=concurrency_key,
@@ -151,6 +164,12 @@ class TaskRegistry:
         self._tasks[task_name] = task
         self._schedules.update((s.id, s) for s in bound)
         return task
+
+    def _queue_name(self, queue: str | Queue) -> str:
+        """The name of a new task's queue; a :class:`Queue` value is defined with it."""
+        if isinstance(queue, Queue):
+            return self.define_queue(queue.name, queue.concurrency_limit).name
+        return check_queue(queue)
 
     def _check_schedules(
         self, task: str, queue: str, schedules: Iterable[Schedule]

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import TypedDict, Unpack
 
 from runlane_sqs.core import machine, ordering
 from runlane_sqs.core import telemetry as t
@@ -32,6 +33,29 @@ MAX_KEY_TAKEOVERS = 3
 MAX_ORDER_MOVES = 50
 """Triggers of one ordered run that find the key's order record changed (by concurrent
 triggers or finishing runs of the key) before the trigger gives up."""
+
+
+class TriggerManyOptions(TypedDict, total=False):
+    """What ``app.trigger_many`` applies to every run it creates."""
+
+    delay: Duration | None
+    """How long after the trigger the run becomes due (default: at once)."""
+
+
+class TriggerOptions(TriggerManyOptions, total=False):
+    """How ``app.trigger`` creates a run; each option may be left out."""
+
+    idempotency_key: str | None
+    """A second trigger with this key returns the first run instead of creating one, for
+    the retention period (a failed run's key is released)."""
+    singleton_key: str | None
+    """At most one unfinished run of the task holds this key; a trigger meanwhile returns
+    that run."""
+    concurrency_key: str | None
+    """Overrides the task's key function (tasks with a ``key_limit``)."""
+    ordering_key: str | None
+    """Runs with the same ordering key execute one at a time in trigger order
+    (docs/ordering.md); not with ``delay``."""
 
 
 @dataclass(frozen=True)
@@ -171,22 +195,10 @@ class Triggers:
         self._config = config
         self._observer = observer
 
-    def trigger(
-        self,
-        task: Task | str,
-        payload: JSON,
-        *,
-        idempotency_key: str | None,
-        singleton_key: str | None,
-        delay: Duration | None,
-        concurrency_key: str | None = None,
-        ordering_key: str | None = None,
-    ) -> Run:
+    def trigger(self, task: Task | str, payload: JSON, **options: Unpack[TriggerOptions]) -> Run:
         """Create a run and publish its wakeup; a run holding a key is returned instead.
         A run waiting for its ordering key's turn is published when its turn comes."""
-        request = self.request(
-            task, payload, idempotency_key, singleton_key, delay, concurrency_key, ordering_key
-        )
+        request = self.request(task, payload, **options)
         with self._span(request) as span:
             run = self._create(replace(request, trace=span.trace))
             span.set({t.RUN_ID: run.id})
@@ -196,11 +208,11 @@ class Triggers:
         return run
 
     def trigger_many(
-        self, task: Task | str, payloads: Iterable[JSON], *, delay: Duration | None
+        self, task: Task | str, payloads: Iterable[JSON], **options: Unpack[TriggerManyOptions]
     ) -> list[Run]:
         """Create one run per payload and publish their wakeups in batches of ten (one
         span for the batch: every run's trace starts at it)."""
-        requests = [self.request(task, p, None, None, delay) for p in payloads]
+        requests = [self.request(task, p, **options) for p in payloads]
         if not requests:
             return []
         with self._span(requests[0]) as span:
@@ -214,19 +226,13 @@ class Triggers:
         return self._observer.trigger(request.task, request.queue)
 
     def request(
-        self,
-        task: Task | str,
-        payload: JSON,
-        idempotency_key: str | None,
-        singleton_key: str | None,
-        delay: Duration | None,
-        concurrency_key: str | None = None,
-        ordering_key: str | None = None,
+        self, task: Task | str, payload: JSON, **options: Unpack[TriggerOptions]
     ) -> TriggerRequest:
         """Validate a trigger before anything is written."""
         resolved = self._tasks.resolve(task)
-        idem, single = validate_keys(idempotency_key, singleton_key)
-        key = concurrency_key_of(resolved, payload, concurrency_key)
+        idem, single = validate_keys(options.get("idempotency_key"), options.get("singleton_key"))
+        key = concurrency_key_of(resolved, payload, options.get("concurrency_key"))
+        ordering_key, delay = options.get("ordering_key"), options.get("delay")
         order = ordering.check_ordering_key(ordering_key) if ordering_key is not None else None
         if order is not None and delay is not None:
             raise InvalidKeyError(

@@ -1,6 +1,7 @@
 """The top-level names are imported on first use (``runlane_sqs/__init__.py``, PEP 562):
-what a type checker reads (the ``TYPE_CHECKING`` imports), what ``__all__`` lists and
-where each name is looked up at run time all agree."""
+what a type checker reads (the ``TYPE_CHECKING`` imports, each ``X as X`` so strict
+type checkers see it exported), what ``__all__`` lists and where each name is looked up
+at run time all agree."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ def type_checking_imports() -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
     for node in block.body:
         assert isinstance(node, ast.ImportFrom) and node.module is not None
+        assert all(alias.asname == alias.name for alias in node.names), "write X as X"
         found.setdefault(node.module, set()).update(alias.name for alias in node.names)
     return found
 
