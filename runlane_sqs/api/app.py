@@ -34,8 +34,7 @@ from runlane_sqs.ports.transport import WakeupTransport
 if TYPE_CHECKING:
     from runlane_sqs.engine.maintenance import Maintenance
     from runlane_sqs.runtime.aio.worker import AsyncWorker
-    from runlane_sqs.runtime.pacing import WorkerOptions
-    from runlane_sqs.runtime.worker import Worker
+    from runlane_sqs.runtime.worker import Worker, WorkerOptions
 
 __all__ = ["DEFAULT_BOTOCORE_CONFIG", "Runlane"]
 log = logging.getLogger("runlane_sqs")
