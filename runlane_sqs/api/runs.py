@@ -15,7 +15,7 @@ from datetime import datetime
 from runlane_sqs.api.waiting import wait_for, wait_for_async
 from runlane_sqs.core import machine, parking
 from runlane_sqs.core.attempts import Attempt, attempts_from
-from runlane_sqs.core.durations import Duration, to_timedelta
+from runlane_sqs.core.clock import Duration, to_timedelta
 from runlane_sqs.core.errors import ConflictError, IllegalTransition, RunlaneError, RunNotFound
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import JSON, TERMINAL_STATUSES, LinkKind, Run, RunEvent, RunStatus

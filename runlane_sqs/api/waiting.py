@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Iterator
 
-from runlane_sqs.core.durations import Duration, to_timedelta
+from runlane_sqs.core.clock import Duration, to_timedelta
 from runlane_sqs.core.errors import ConfigurationError, RunWaitTimedOut
 from runlane_sqs.core.model import Run
 

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 
 from runlane_sqs.core import machine
 from runlane_sqs.core.agenda import RepublishPolicy, eager_review_at, eager_wake_at
-from runlane_sqs.core.durations import truncate_ms
+from runlane_sqs.core.clock import truncate_ms
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import JSON, EventType, Run, RunStatus, WaitKind
 from runlane_sqs.core.wakeup import ClaimHint

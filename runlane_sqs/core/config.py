@@ -7,10 +7,11 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from datetime import timedelta
+from functools import cached_property
 from typing import Any, TypedDict, Unpack
 
 from runlane_sqs.core.agenda import RepublishPolicy
-from runlane_sqs.core.durations import Duration, to_timedelta
+from runlane_sqs.core.clock import Duration, to_timedelta
 from runlane_sqs.core.errors import ConfigurationError
 from runlane_sqs.core.limits import (
     DEFAULT_IDEMPOTENCY_RETENTION_DAYS,
@@ -113,8 +114,10 @@ class RunlaneConfig:
             return url.rstrip("/").rsplit("/", 1)[-1]
         return f"{self.sqs_queue_prefix}{queue}"
 
-    @property
+    @cached_property
     def republish(self) -> RepublishPolicy:
+        """How often wakeups of a due run are republished (built once: every write of a
+        due time reads it)."""
         return RepublishPolicy(
             after=self.republish_after,
             max_after=self.republish_max,

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from itertools import islice, pairwise
 from typing import TYPE_CHECKING
 
-from runlane_sqs.core.durations import truncate_ms
+from runlane_sqs.core.clock import truncate_ms
 from runlane_sqs.core.errors import ConfigurationError
 
 if TYPE_CHECKING:

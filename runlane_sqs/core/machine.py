@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from runlane_sqs.core.agenda import RepublishPolicy, eager_review_at, eager_wake_at
-from runlane_sqs.core.durations import truncate_ms
+from runlane_sqs.core.clock import truncate_ms
 from runlane_sqs.core.errors import IllegalTransition, LeaseLost
 from runlane_sqs.core.model import (
     JSON,

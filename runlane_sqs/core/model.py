@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
+from functools import cached_property
 from typing import Any
 
 JSON = Any
@@ -34,11 +35,13 @@ class RunStatus(StrEnum):
     CANCELLED = "cancelled"
     """Cancelled by an operator. Terminal."""
 
-    @property
+    @cached_property
     def is_terminal(self) -> bool:
+        """True for succeeded, failed and cancelled (each member's answer is kept: every
+        write of a run asks it several times)."""
         return self in TERMINAL_STATUSES
 
-    @property
+    @cached_property
     def is_runnable(self) -> bool:
         """True when a worker may claim the run once it is due."""
         return self in RUNNABLE_STATUSES

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from runlane_sqs.core.agenda import RepublishPolicy
-from runlane_sqs.core.durations import truncate_ms
+from runlane_sqs.core.clock import truncate_ms
 from runlane_sqs.core.machine import Skip, SkipReason, Transition, advance, fail_attempt
 from runlane_sqs.core.model import EventType, Failure, Run, RunStatus
 from runlane_sqs.core.retry import RetryPolicy

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from runlane_sqs.core.durations import Duration, to_timedelta
+from runlane_sqs.core.clock import Duration, to_timedelta
 from runlane_sqs.core.errors import ConfigurationError
 
 

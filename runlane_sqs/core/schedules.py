@@ -18,8 +18,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
-from runlane_sqs.core.cron import check_cron, cron_step, shortest_gap, zone_named
-from runlane_sqs.core.durations import (
+from runlane_sqs.core.clock import (
     EPOCH,
     ONE_MS,
     Duration,
@@ -28,6 +27,7 @@ from runlane_sqs.core.durations import (
     to_timedelta,
     truncate_ms,
 )
+from runlane_sqs.core.cron import check_cron, cron_step, shortest_gap, zone_named
 from runlane_sqs.core.errors import ConfigurationError
 from runlane_sqs.core.model import JSON
 from runlane_sqs.core.names import check_queue

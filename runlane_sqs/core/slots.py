@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from runlane_sqs.core.agenda import RepublishPolicy
-from runlane_sqs.core.durations import truncate_ms
+from runlane_sqs.core.clock import truncate_ms
 from runlane_sqs.core.errors import ConfigurationError
 from runlane_sqs.core.machine import Transition, advance
 from runlane_sqs.core.model import JSON, EventType, Run, Slot

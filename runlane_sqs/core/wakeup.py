@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from runlane_sqs.core.durations import from_epoch_ms, to_epoch_ms
+from runlane_sqs.core.clock import from_epoch_ms, to_epoch_ms
 from runlane_sqs.core.errors import RunlaneError
 from runlane_sqs.core.limits import MAX_DELAY_SECONDS
 from runlane_sqs.core.model import Run, WaitKind

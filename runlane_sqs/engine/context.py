@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any, NoReturn, Protocol, TypeVar, cast
 
 from runlane_sqs.core.cancellation import Cancellation
-from runlane_sqs.core.durations import Duration, to_timedelta
+from runlane_sqs.core.clock import Duration, to_timedelta
 from runlane_sqs.core.errors import (
     ConfigurationError,
     PayloadTooLarge,

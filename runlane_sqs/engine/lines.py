@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from runlane_sqs.core.agenda import RepublishPolicy
-from runlane_sqs.core.durations import truncate_ms
+from runlane_sqs.core.clock import truncate_ms
 from runlane_sqs.core.errors import RunlaneError
 from runlane_sqs.core.recovery import QueueLine
 from runlane_sqs.ports.store import RunStore

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypedDict, Unpack
 
-from runlane_sqs.core.durations import Duration, to_timedelta
+from runlane_sqs.core.clock import Duration, to_timedelta
 from runlane_sqs.core.errors import ConfigurationError, InvalidKeyError, UnknownTaskError
 from runlane_sqs.core.limits import DEFAULT_PAYLOAD_LIMIT_BYTES
 from runlane_sqs.core.model import JSON, Run, Slot

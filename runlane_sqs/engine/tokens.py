@@ -8,9 +8,8 @@ from datetime import datetime
 
 from runlane_sqs.core import telemetry as t
 from runlane_sqs.core import tokens as core
-from runlane_sqs.core.clock import Clock
+from runlane_sqs.core.clock import Clock, Duration, to_timedelta
 from runlane_sqs.core.config import RunlaneConfig
-from runlane_sqs.core.durations import Duration, to_timedelta
 from runlane_sqs.core.model import JSON
 from runlane_sqs.core.names import is_run_id
 from runlane_sqs.core.payload import encode_json

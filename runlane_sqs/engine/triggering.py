@@ -12,9 +12,8 @@ from typing import TypedDict, Unpack
 from runlane_sqs.core import machine, ordering
 from runlane_sqs.core import telemetry as t
 from runlane_sqs.core.agenda import RepublishPolicy
-from runlane_sqs.core.clock import Clock
+from runlane_sqs.core.clock import Clock, Duration, to_timedelta
 from runlane_sqs.core.config import RunlaneConfig
-from runlane_sqs.core.durations import Duration, to_timedelta
 from runlane_sqs.core.errors import InvalidKeyError, OrderMoved, RunlaneError, StorageUnavailable
 from runlane_sqs.core.model import JSON, LinkKind, Run, RunEvent, RunStatus
 from runlane_sqs.core.names import check_key, new_run_id
@@ -263,7 +262,7 @@ class Triggers:
             republish=self._config.republish,
         )
         extra = {"run_id": run.id, "task": run.task}
-        if trace_id := trace_id_of(request.trace):
+        if request.trace and (trace_id := trace_id_of(request.trace)):
             extra["trace_id"] = trace_id
         log.info(
             "triggered run %s of %s" if run.created else "trigger returned existing run %s of %s",

@@ -39,7 +39,7 @@ from enum import StrEnum
 from types import FrameType
 from typing import NoReturn, TypedDict, Unpack
 
-from runlane_sqs.core.durations import Duration, to_timedelta
+from runlane_sqs.core.clock import Duration, to_timedelta
 from runlane_sqs.core.errors import ConfigurationError, MissingResourceError, RunlaneError
 from runlane_sqs.core.limits import (
     DEFAULT_VISIBILITY_TIMEOUT_SECONDS,

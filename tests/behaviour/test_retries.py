@@ -18,7 +18,7 @@ import pytest
 
 from runlane_sqs import EventType, ManualClock, RetryPolicy, Runlane, RunStatus, TaskContext
 from runlane_sqs.adapters.dynamodb import keys
-from runlane_sqs.core.durations import to_epoch_ms
+from runlane_sqs.core.clock import to_epoch_ms
 from runlane_sqs.engine.reports import JOB_DUE
 from tests.backends import ONLY_MEMORY, Backend
 from tests.behaviour.worker_support import RETRY_AT_ONCE, SYNC_WORKER, event_types

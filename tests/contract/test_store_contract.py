@@ -23,7 +23,7 @@ from runlane_sqs import ConflictError, EventType, Lease, LeaseLost, Run, RunStat
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.core import machine
 from runlane_sqs.core.agenda import AgendaKind, RepublishPolicy, listed_at
-from runlane_sqs.core.durations import truncate_ms
+from runlane_sqs.core.clock import truncate_ms
 from runlane_sqs.core.limits import MAX_PAYLOAD_LIMIT_BYTES
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import JSON, RunEvent

@@ -11,7 +11,7 @@ import pytest
 
 from runlane_sqs.adapters.dynamodb import codec, keys, requests, writes
 from runlane_sqs.core import machine
-from runlane_sqs.core.durations import to_epoch_ms
+from runlane_sqs.core.clock import to_epoch_ms
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import EventType, Failure, Lease, Run, RunEvent, RunStatus
 from runlane_sqs.core.retry import RetryDecision

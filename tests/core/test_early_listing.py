@@ -22,7 +22,7 @@ from runlane_sqs.core.agenda import (
     listed_at,
 )
 from runlane_sqs.core.claims import HintedClaim
-from runlane_sqs.core.durations import to_epoch_ms
+from runlane_sqs.core.clock import to_epoch_ms
 from runlane_sqs.core.model import Run, RunStatus
 from runlane_sqs.core.recovery import plan_publish, relist
 from runlane_sqs.core.retry import RetryDecision

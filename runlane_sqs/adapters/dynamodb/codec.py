@@ -15,7 +15,7 @@ from urllib.parse import quote, unquote
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.items import EventMap, RunItem, TokenItem
 from runlane_sqs.core.agenda import agenda_entry, listed_at
-from runlane_sqs.core.durations import from_epoch_ms, to_epoch_ms
+from runlane_sqs.core.clock import EPOCH, ONE_MS
 from runlane_sqs.core.model import (
     EventType,
     Failure,
@@ -39,19 +39,32 @@ def compact_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def _ms(at: datetime | None) -> int | None:
-    return to_epoch_ms(at) if at is not None else None
+# Every time an item holds is whole milliseconds since the epoch (the rule of
+# core/clock.py's to_epoch_ms and from_epoch_ms), converted here, in the codec's inner
+# loop over an item's attributes.
+
+
+def _ms(at: datetime) -> int:
+    return (at - EPOCH) // ONE_MS
+
+
+def _ms_or_none(at: datetime | None) -> int | None:
+    return (at - EPOCH) // ONE_MS if at is not None else None
+
+
+def _time(ms: int) -> datetime:
+    return EPOCH + ms * ONE_MS
 
 
 def _at(ms: Any) -> datetime | None:
-    return from_epoch_ms(int(ms)) if ms is not None else None
+    return EPOCH + int(ms) * ONE_MS if ms is not None else None
 
 
 def event_to_map(event: RunEvent) -> EventMap:
     return EventMap(  # type: ignore[no-untyped-call]
         seq=event.seq,
         type=event.type.value,
-        at=to_epoch_ms(event.at),
+        at=_ms(event.at),
         attempt=event.attempt,
         data=compact_json(event.data) if event.data else None,
     )
@@ -62,7 +75,7 @@ def event_to_wire(event: RunEvent) -> AttributeMap:
     entry: AttributeMap = {
         "seq": {"N": str(event.seq)},
         "type": {"S": event.type.value},
-        "at": {"N": str(to_epoch_ms(event.at))},
+        "at": {"N": str(_ms(event.at))},
         "attempt": {"N": str(event.attempt)},
     }
     if event.data:
@@ -74,7 +87,7 @@ def event_from_map(entry: EventMap) -> RunEvent:
     return RunEvent(
         seq=int(entry.seq),
         type=EventType(entry.type),
-        at=from_epoch_ms(int(entry.at)),
+        at=_time(int(entry.at)),
         attempt=int(entry.attempt),
         data=json.loads(entry.data) if entry.data else {},
     )
@@ -95,17 +108,17 @@ def run_state_attributes(run: Run) -> dict[str, Any]:
         "status": run.status.value,
         "seq": run.seq,
         "attempt": run.attempt,
-        "updated_at": to_epoch_ms(run.updated_at),
-        "due_at": _ms(run.due_at),
+        "updated_at": _ms(run.updated_at),
+        "due_at": _ms_or_none(run.due_at),
         "lease_owner": lease.owner if lease else None,
         "lease_token": lease.token if lease else None,
-        "lease_expires_at": to_epoch_ms(lease.expires_at) if lease else None,
+        "lease_expires_at": _ms(lease.expires_at) if lease else None,
         "result": compact_json(run.result) if run.result is not None else None,
         "failure": compact_json(run.failure.to_json()) if run.failure else None,
-        "deadline_at": _ms(run.deadline_at),
+        "deadline_at": _ms_or_none(run.deadline_at),
         "lease_losses": run.lease_losses or None,
-        "wake_at": _ms(run.wake_at),
-        "line_at": _ms(run.line_at),
+        "wake_at": _ms_or_none(run.wake_at),
+        "line_at": _ms_or_none(run.line_at),
         "publishes": run.publishes or None,
         "failures": run.failures or None,
         "waiting": compact_json(waiting.to_json()) if waiting else None,
@@ -117,7 +130,7 @@ def run_state_attributes(run: Run) -> dict[str, Any]:
         "wait_sk": wait_sort_key(run) if waiting or slot_wait else None,
         "status_pk": keys.status_pk(run.environment, run.status, run.id),
         "agenda_pk": keys.agenda_pk(run.environment, entry[0], run.id) if entry else None,
-        "agenda_at": to_epoch_ms(listed) if listed else None,
+        "agenda_at": _ms(listed) if listed else None,
     }
 
 
@@ -153,7 +166,7 @@ def wait_sort_key(run: Run) -> str:
     Other waiters are all resumed at once; their entries are the run id."""
     if run.slot_wait is None:
         return run.id
-    return keys.created_sk(to_epoch_ms(run.created_at), run.id)
+    return keys.created_sk(_ms(run.created_at), run.id)
 
 
 def map_additions(before: Run, after: Run) -> dict[str, dict[str, str]]:
@@ -171,7 +184,7 @@ def map_additions(before: Run, after: Run) -> dict[str, dict[str, str]]:
 
 
 def run_to_item(run: Run, events: list[RunEvent], payload_json: str) -> RunItem:
-    created_ms = to_epoch_ms(run.created_at)
+    created_ms = _ms(run.created_at)
     item = RunItem(
         pk=keys.run_pk(run.environment, run.id),
         sk=keys.RUN_SK,
@@ -186,7 +199,7 @@ def run_to_item(run: Run, events: list[RunEvent], payload_json: str) -> RunItem:
         source_run_id=run.source_run_id,
         source_kind=run.source_kind,
         schedule_id=run.schedule_id,
-        scheduled_for=to_epoch_ms(run.scheduled_for) if run.scheduled_for else None,
+        scheduled_for=_ms(run.scheduled_for) if run.scheduled_for else None,
         concurrency_key=run.concurrency_key,
         ordering_key=run.ordering_key,
         place=run.place,
@@ -236,8 +249,8 @@ class _Attributes:
         return int(value["N"]) if value is not None and "N" in value else None
 
     def time(self, name: str) -> datetime | None:
-        value = self.number(name)
-        return from_epoch_ms(value) if value is not None else None
+        value = self.wire.get(name)
+        return EPOCH + int(value["N"]) * ONE_MS if value is not None and "N" in value else None
 
     def required_time(self, name: str) -> datetime:
         value = self.time(name)
@@ -342,11 +355,11 @@ def token_to_wire(token: Token) -> AttributeMap:
         token_status=token.status.value,
         value=compact_json(token.value) if token.value is not None else None,
         metadata=compact_json(token.metadata) if token.metadata is not None else None,
-        created_at=to_epoch_ms(token.created_at),
-        timeout_at=_ms(token.timeout_at),
-        decided_at=_ms(token.decided_at),
+        created_at=_ms(token.created_at),
+        timeout_at=_ms_or_none(token.timeout_at),
+        decided_at=_ms_or_none(token.decided_at),
         agenda_pk=keys.agenda_pk(token.environment, entry[0], token.id) if entry else None,
-        agenda_at=to_epoch_ms(entry[1]) if entry else None,
+        agenda_at=_ms(entry[1]) if entry else None,
     )
     wire: AttributeMap = item.serialize()
     return wire
@@ -358,7 +371,7 @@ def token_from_wire(wire: AttributeMap) -> Token:
         id=item.token_id,
         environment=item.environment,
         status=TokenStatus(item.token_status),
-        created_at=from_epoch_ms(int(item.created_at)),
+        created_at=_time(int(item.created_at)),
         timeout_at=_at(item.timeout_at),
         value=decode_json(item.value),
         metadata=decode_json(item.metadata),

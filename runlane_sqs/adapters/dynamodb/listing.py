@@ -20,7 +20,7 @@ from typing import Any
 from runlane_sqs.adapters.dynamodb import keys, requests
 from runlane_sqs.adapters.dynamodb.cursors import decode_object, encode_cursor, invalid_cursor
 from runlane_sqs.adapters.dynamodb.errors import QueryAll
-from runlane_sqs.core.durations import from_epoch_ms, to_epoch_ms
+from runlane_sqs.core.clock import from_epoch_ms, to_epoch_ms
 from runlane_sqs.ports.store import RunQuery
 
 POSITION = re.compile(r"\d{13}#[0-9a-f]{32}")

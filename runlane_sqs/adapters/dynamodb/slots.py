@@ -35,7 +35,7 @@ from runlane_sqs.adapters.dynamodb.requests import (
     query_waiters,
 )
 from runlane_sqs.core.agenda import slot_agenda_pk
-from runlane_sqs.core.durations import from_epoch_ms, to_epoch_ms
+from runlane_sqs.core.clock import from_epoch_ms, to_epoch_ms
 from runlane_sqs.core.errors import ConflictError, NoFreeSlot, StorageUnavailable
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Run, Slot

@@ -48,7 +48,7 @@ from runlane_sqs.adapters.dynamodb.requests import Request
 from runlane_sqs.adapters.dynamodb.schedules import DynamoScheduleStore
 from runlane_sqs.adapters.dynamodb.slots import DynamoSlotStore, apply_slotted, transaction
 from runlane_sqs.core.claims import HintedClaim
-from runlane_sqs.core.durations import from_epoch_ms, to_epoch_ms
+from runlane_sqs.core.clock import from_epoch_ms, to_epoch_ms
 from runlane_sqs.core.errors import (
     ConflictError,
     LeaseLost,

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from runlane_sqs.adapters.dynamodb.codec import run_state_attributes
-from runlane_sqs.core.durations import to_epoch_ms
+from runlane_sqs.core.clock import to_epoch_ms
 from runlane_sqs.core.health import Count, GroupTally
 from runlane_sqs.core.model import Run
 from runlane_sqs.core.shards import shard_of, status_group

@@ -14,7 +14,7 @@ from runlane_sqs.adapters.dynamodb.cursors import (
     encode_cursor,
 )
 from runlane_sqs.core.agenda import schedule_agenda_pk
-from runlane_sqs.core.durations import to_epoch_ms
+from runlane_sqs.core.clock import to_epoch_ms
 from runlane_sqs.core.schedule_state import ScheduleState
 from runlane_sqs.ports.schedules import ScheduleConflict
 

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from botocore.exceptions import BotoCoreError, ClientError
 
 from runlane_sqs.adapters.aws import endpoint_of
-from runlane_sqs.core.durations import to_epoch_ms
+from runlane_sqs.core.clock import to_epoch_ms
 from runlane_sqs.core.errors import MissingResourceError, TransportError
 from runlane_sqs.core.limits import (
     MAX_QUEUE_NAME_CHARS,
