@@ -43,8 +43,7 @@ from runlane_sqs.adapters.dynamodb.codec import AttributeMap, run_to_wire
 from runlane_sqs.console.server import ConsoleSettings, console_app
 from runlane_sqs.core import machine
 from runlane_sqs.core.machine import Transition
-from runlane_sqs.core.model import Failure, RunEvent, RunStatus
-from runlane_sqs.core.names import new_run_id
+from runlane_sqs.core.model import Failure, RunEvent, RunStatus, new_run_id
 from runlane_sqs.core.retry import RetryDecision
 
 TASK = "bench.console"

@@ -22,8 +22,7 @@ from bench.counting import Counts, RequestCounter
 from runlane_sqs.adapters.dynamodb.codec import AttributeMap, run_to_wire
 from runlane_sqs.core import machine
 from runlane_sqs.core.machine import Transition
-from runlane_sqs.core.model import Run
-from runlane_sqs.core.names import new_lease_token, new_run_id
+from runlane_sqs.core.model import Run, new_lease_token, new_run_id
 
 TASK = "bench.maintenance"
 DUE_RUNS = 10

@@ -23,8 +23,8 @@ from runlane_sqs import (
     TaskContext,
 )
 from runlane_sqs.core import machine
-from runlane_sqs.core.agenda import AGENDA_SHARDS
-from runlane_sqs.core.names import new_lease_token
+from runlane_sqs.core.indexes import AGENDA_SHARDS
+from runlane_sqs.core.model import new_lease_token
 from runlane_sqs.core.ordering import TURN_CHECK_AFTER
 from runlane_sqs.core.slots import key_scope, queue_scope
 from runlane_sqs.engine.maintenance import MaintenanceConfig

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from runlane_sqs.core.agenda import AgendaKind, agenda_partitions
+from runlane_sqs.core.indexes import AgendaKind, agenda_partitions
 from runlane_sqs.core.ordering import is_order_scope
 from runlane_sqs.core.slots import KEY_SCOPE, QUEUE_SCOPE, SlotState, queue_scope
 from runlane_sqs.engine.engine import Engine

@@ -18,8 +18,16 @@ from runlane_sqs.core.attempts import Attempt, attempts_from
 from runlane_sqs.core.clock import Duration, to_timedelta
 from runlane_sqs.core.errors import ConflictError, IllegalTransition, RunlaneError, RunNotFound
 from runlane_sqs.core.machine import Transition
-from runlane_sqs.core.model import JSON, TERMINAL_STATUSES, LinkKind, Run, RunEvent, RunStatus
-from runlane_sqs.core.names import check_key, new_run_id
+from runlane_sqs.core.model import (
+    JSON,
+    TERMINAL_STATUSES,
+    LinkKind,
+    Run,
+    RunEvent,
+    RunStatus,
+    new_run_id,
+)
+from runlane_sqs.core.names import check_key
 from runlane_sqs.core.schedules import check_schedule_id
 from runlane_sqs.engine.engine import Engine
 from runlane_sqs.ports.store import KeyKind, RunQuery

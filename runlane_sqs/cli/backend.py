@@ -23,9 +23,9 @@ from runlane_sqs.cli.options import (
     app_or_env_for_command,
     optional_app_option,
 )
-from runlane_sqs.core.agenda import AGENDA_SHARDS
 from runlane_sqs.core.config import ENV_ENVIRONMENT, ENV_TABLE
 from runlane_sqs.core.errors import ConfigurationError, StorageUnavailable, TransportError
+from runlane_sqs.core.indexes import AGENDA_SHARDS
 from runlane_sqs.engine.maintenance import MaintenanceConfig
 from runlane_sqs.local.moto import MotoServer
 from runlane_sqs.runtime.worker import ENV_WORKER_ID

@@ -8,8 +8,8 @@ from datetime import datetime
 from urllib.parse import urlencode
 
 from runlane_sqs.core.health import OUTCOMES, Activity
+from runlane_sqs.core.indexes import ACTIVE
 from runlane_sqs.core.model import RunStatus
-from runlane_sqs.core.shards import ACTIVE
 
 BAR = 10
 GAP = 2

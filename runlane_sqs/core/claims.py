@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from runlane_sqs.core import machine
-from runlane_sqs.core.agenda import RepublishPolicy, eager_review_at, eager_wake_at
 from runlane_sqs.core.clock import truncate_ms
+from runlane_sqs.core.indexes import RepublishPolicy, eager_review_at, eager_wake_at
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import JSON, EventType, Run, RunStatus, WaitKind
 from runlane_sqs.core.wakeup import ClaimHint

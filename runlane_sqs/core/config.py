@@ -10,9 +10,9 @@ from datetime import timedelta
 from functools import cached_property
 from typing import Any, TypedDict, Unpack
 
-from runlane_sqs.core.agenda import RepublishPolicy
 from runlane_sqs.core.clock import Duration, to_timedelta
 from runlane_sqs.core.errors import ConfigurationError
+from runlane_sqs.core.indexes import RepublishPolicy
 from runlane_sqs.core.limits import (
     DEFAULT_IDEMPOTENCY_RETENTION_DAYS,
     DEFAULT_LEASE_SECONDS,

@@ -16,8 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from runlane_sqs.core.indexes import ACTIVE
 from runlane_sqs.core.model import RunStatus
-from runlane_sqs.core.shards import ACTIVE
 
 GROUPS = (ACTIVE, RunStatus.PARKED.value, *(s.value for s in RunStatus if s.is_terminal))
 """Every status group, unfinished first."""

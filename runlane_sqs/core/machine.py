@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from runlane_sqs.core.agenda import RepublishPolicy, eager_review_at, eager_wake_at
 from runlane_sqs.core.clock import truncate_ms
 from runlane_sqs.core.errors import IllegalTransition, LeaseLost
+from runlane_sqs.core.indexes import RepublishPolicy, eager_review_at, eager_wake_at
 from runlane_sqs.core.model import (
     JSON,
     LEASED_STATUSES,
@@ -330,7 +330,7 @@ def record_failure(
     """The attempt raised; ``decision`` (from the retry policy) says what follows.
 
     With ``republish`` the caller publishes the retry's wakeup itself when it is due
-    within SQS's delay limit (see :func:`~runlane_sqs.core.agenda.eager_wake_at`).
+    within SQS's delay limit (see :func:`~runlane_sqs.core.indexes.eager_wake_at`).
     """
     require_lease(run, token)
     now = truncate_ms(now)

@@ -1,7 +1,9 @@
-"""The run record and its history: plain values, no I/O."""
+"""The run record and its history: plain values, no I/O; the ids of new runs and the
+fencing tokens of new leases."""
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
@@ -10,6 +12,16 @@ from typing import Any
 
 JSON = Any
 """A value that round-trips through ``json.dumps``/``json.loads``."""
+
+
+def new_run_id() -> str:
+    """A random, unguessable run id (128 bits, lowercase hex)."""
+    return uuid.uuid4().hex
+
+
+def new_lease_token() -> str:
+    """A fresh fencing token for one attempt."""
+    return uuid.uuid4().hex
 
 
 class RunStatus(StrEnum):
@@ -275,7 +287,7 @@ class Run:
     review_at: datetime | None = None
     """An earlier look maintenance takes at this run than its agenda time: set when its
     wakeup was published at once, to its due time plus the lease duration (see
-    :func:`~runlane_sqs.core.agenda.listed_at`). Cleared by every state change; a claim on
+    :func:`~runlane_sqs.core.indexes.listed_at`). Cleared by every state change; a claim on
     the wakeup's hint leaves the stored listing as it is."""
     line_at: datetime | None = None
     """When the wakeup this runnable run waits on became visible in its queue, kept while

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import unicodedata
-import uuid
 from typing import Final
 
 from runlane_sqs.core.errors import ConfigurationError, InvalidKeyError
@@ -15,16 +14,6 @@ TASK_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 RUN_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
 MAX_KEY_CHARS = 256
 """Longest idempotency or singleton key, in characters."""
-
-
-def new_run_id() -> str:
-    """A random, unguessable run id (128 bits, lowercase hex)."""
-    return uuid.uuid4().hex
-
-
-def new_lease_token() -> str:
-    """A fresh fencing token for one attempt."""
-    return uuid.uuid4().hex
 
 
 def is_run_id(value: object) -> bool:

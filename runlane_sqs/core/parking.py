@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from runlane_sqs.core.agenda import RepublishPolicy
 from runlane_sqs.core.clock import truncate_ms
 from runlane_sqs.core.errors import IllegalTransition
+from runlane_sqs.core.indexes import RepublishPolicy
 from runlane_sqs.core.machine import Skip, SkipReason, Transition, advance
 from runlane_sqs.core.model import JSON, LEASED_STATUSES, EventType, Run, RunStatus
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from runlane_sqs.core.agenda import RepublishPolicy
 from runlane_sqs.core.clock import truncate_ms
+from runlane_sqs.core.indexes import RepublishPolicy
 from runlane_sqs.core.machine import Skip, SkipReason, Transition, advance, fail_attempt
 from runlane_sqs.core.model import EventType, Failure, Run, RunStatus
 from runlane_sqs.core.retry import RetryPolicy

@@ -25,9 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from runlane_sqs.core.agenda import RepublishPolicy
 from runlane_sqs.core.clock import truncate_ms
 from runlane_sqs.core.errors import ConfigurationError
+from runlane_sqs.core.indexes import RepublishPolicy
 from runlane_sqs.core.machine import Transition, advance
 from runlane_sqs.core.model import JSON, EventType, Run, Slot
 from runlane_sqs.core.names import check_key

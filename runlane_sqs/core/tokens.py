@@ -6,9 +6,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 
-from runlane_sqs.core.agenda import AgendaKind
 from runlane_sqs.core.clock import truncate_ms
 from runlane_sqs.core.errors import RunlaneError
+from runlane_sqs.core.indexes import AgendaKind
 from runlane_sqs.core.model import JSON, EventType
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from runlane_sqs.core.agenda import RepublishPolicy, eager_review_at, eager_wake_at
 from runlane_sqs.core.clock import truncate_ms
 from runlane_sqs.core.errors import IllegalTransition
+from runlane_sqs.core.indexes import RepublishPolicy, eager_review_at, eager_wake_at
 from runlane_sqs.core.machine import (
     Skip,
     SkipReason,

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from runlane_sqs.core.agenda import AgendaKind
 from runlane_sqs.core.errors import InvalidCursor, StorageError, StorageUnavailable
+from runlane_sqs.core.indexes import AgendaKind
 from runlane_sqs.core.model import Run
 from runlane_sqs.core.schedule_state import ScheduleState
 from runlane_sqs.core.slots import SlotState

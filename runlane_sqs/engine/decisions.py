@@ -17,8 +17,7 @@ from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.errors import InvalidPayloadError, LeaseLost, StepError
 from runlane_sqs.core.limits import MAX_TRACEBACK_CHARS
 from runlane_sqs.core.machine import Skip, Transition
-from runlane_sqs.core.model import Failure, Run, RunStatus, Slot, Wait
-from runlane_sqs.core.names import new_lease_token
+from runlane_sqs.core.model import Failure, Run, RunStatus, Slot, Wait, new_lease_token
 from runlane_sqs.core.payload import encode_json
 from runlane_sqs.core.redaction import Redact, apply_redaction
 from runlane_sqs.core.retry import RetryDecision, qualified_name

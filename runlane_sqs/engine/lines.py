@@ -17,9 +17,9 @@ import logging
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from runlane_sqs.core.agenda import RepublishPolicy
 from runlane_sqs.core.clock import truncate_ms
 from runlane_sqs.core.errors import RunlaneError
+from runlane_sqs.core.indexes import RepublishPolicy
 from runlane_sqs.core.recovery import QueueLine
 from runlane_sqs.ports.store import RunStore
 from runlane_sqs.ports.transport import BacklogProbe

@@ -38,10 +38,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from runlane_sqs.core import telemetry as t
-from runlane_sqs.core.agenda import AGENDA_SHARDS, AgendaKind, agenda_partitions
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.errors import ConfigurationError, ConflictError, RunlaneError
+from runlane_sqs.core.indexes import AGENDA_SHARDS, AgendaKind, agenda_partitions
 from runlane_sqs.core.machine import Skip, Transition
 from runlane_sqs.core.model import LEASED_STATUSES, Run, RunStatus, WaitKind
 from runlane_sqs.core.ordering import is_order_scope

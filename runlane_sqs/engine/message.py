@@ -49,8 +49,7 @@ from runlane_sqs.core.errors import (
     StorageUnavailable,
 )
 from runlane_sqs.core.machine import Skip, SkipReason, Transition
-from runlane_sqs.core.model import JSON, Run, RunStatus, Slot
-from runlane_sqs.core.names import new_lease_token
+from runlane_sqs.core.model import JSON, Run, RunStatus, Slot, new_lease_token
 from runlane_sqs.core.parking import park_unknown_task
 from runlane_sqs.core.redaction import shortened
 from runlane_sqs.core.slots import wait_for_slot

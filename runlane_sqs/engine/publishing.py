@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.errors import RunlaneError
@@ -32,19 +32,29 @@ class Publisher:
         self._clock = clock
 
     def wakeups(
-        self, runs: Sequence[Run], trace: str | None = None, delay: timedelta | None = None
+        self,
+        runs: Sequence[Run],
+        trace: str | None = None,
+        delay: timedelta | None = None,
+        now: datetime | None = None,
     ) -> list[Wakeup]:
-        """Fresh wakeups for ``runs``, requested for now plus the ``delay`` they are sent
-        with (the lag metric counts from then), carrying ``trace`` (the context of the
-        span that sends them) or else each run's own."""
-        requested_at = self._clock.now() + (delay or timedelta(0))
+        """Fresh wakeups for ``runs``, requested for ``now`` (default: the clock's) plus
+        the ``delay`` they are sent with (the lag metric counts from then), carrying
+        ``trace`` (the context of the span that sends them) or else each run's own."""
+        requested_at = (now or self._clock.now()) + (delay or timedelta(0))
         return [Wakeup.for_run(run, requested_at, trace) for run in runs]
 
     def publish_many(
-        self, runs: Sequence[Run], *, delay: timedelta | None = None, trace: str | None = None
+        self,
+        runs: Sequence[Run],
+        *,
+        delay: timedelta | None = None,
+        trace: str | None = None,
+        now: datetime | None = None,
     ) -> int:
         """Publish wakeups in batches of ten; returns how many were sent."""
-        return len(runs) - len(self.send(runs, self.wakeups(runs, trace, delay), delay))
+        wakeups = self.wakeups(runs, trace, delay, now)
+        return len(runs) - len(self.send(runs, wakeups, delay))
 
     def send(
         self, runs: Sequence[Run], wakeups: list[Wakeup], delay: timedelta | None
@@ -66,7 +76,7 @@ class Publisher:
             delay_ms = max(0, int((run.due_at - now).total_seconds() * 1000))
             by_delay.setdefault(delay_ms, []).append(run)
         for delay_ms, group in by_delay.items():
-            self.publish_many(group, delay=timedelta(milliseconds=delay_ms))
+            self.publish_many(group, delay=timedelta(milliseconds=delay_ms), now=now)
 
     def settle(self, runs: Sequence[Run], unsent: Sequence[Wakeup]) -> int:
         """After a send: mark the runs whose wakeup was not sent; returns how many were."""

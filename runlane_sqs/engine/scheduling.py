@@ -28,8 +28,7 @@ from runlane_sqs.core import telemetry as t
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.errors import ConflictError
-from runlane_sqs.core.model import Run, ScheduleOrigin
-from runlane_sqs.core.names import new_run_id
+from runlane_sqs.core.model import Run, ScheduleOrigin, new_run_id
 from runlane_sqs.core.payload import encode_json
 from runlane_sqs.core.schedule_state import (
     DuePlan,

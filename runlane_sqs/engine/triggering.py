@@ -11,12 +11,12 @@ from typing import TypedDict, Unpack
 
 from runlane_sqs.core import machine, ordering
 from runlane_sqs.core import telemetry as t
-from runlane_sqs.core.agenda import RepublishPolicy
 from runlane_sqs.core.clock import Clock, Duration, to_timedelta
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.errors import InvalidKeyError, OrderMoved, RunlaneError, StorageUnavailable
-from runlane_sqs.core.model import JSON, LinkKind, Run, RunEvent, RunStatus
-from runlane_sqs.core.names import check_key, new_run_id
+from runlane_sqs.core.indexes import RepublishPolicy
+from runlane_sqs.core.model import JSON, LinkKind, Run, RunEvent, RunStatus, new_run_id
+from runlane_sqs.core.names import check_key
 from runlane_sqs.core.payload import encode_json
 from runlane_sqs.core.telemetry import trace_id_of
 from runlane_sqs.engine.observing import Observer
@@ -229,8 +229,8 @@ class Triggers:
     ) -> TriggerRequest:
         """Validate a trigger before anything is written."""
         resolved = self._tasks.resolve(task)
-        idem, single = validate_keys(options.get("idempotency_key"), options.get("singleton_key"))
         key = concurrency_key_of(resolved, payload, options.get("concurrency_key"))
+        idem, single = validate_keys(options.get("idempotency_key"), options.get("singleton_key"))
         ordering_key, delay = options.get("ordering_key"), options.get("delay")
         order = ordering.check_ordering_key(ordering_key) if ordering_key is not None else None
         if order is not None and delay is not None:

@@ -613,13 +613,13 @@ class Worker(WorkerBase):
                 )
         self._flush_acks(force=True)
         self._log_returned(intake.returned)
-        self.leases.stop()
         self._receiver.close()
-        self.engine.observer.flush()  # buffered spans and metrics, before the process ends
         with self._done:
             if self._pool is not None:
                 self._pool.close()
                 self._pool = None
+        self.leases.stop()
+        self.engine.observer.flush()  # buffered spans and metrics, before the process ends
 
     # signals ----------------------------------------------------------------------
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from runlane_sqs import Runlane
 from runlane_sqs.core import machine
-from runlane_sqs.core.agenda import AGENDA_SHARDS
 from runlane_sqs.core.clock import ManualClock
+from runlane_sqs.core.indexes import AGENDA_SHARDS
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Run
 from runlane_sqs.core.wakeup import Wakeup, parse_wakeup

@@ -25,7 +25,7 @@ from runlane_sqs import (
     TaskContext,
     Worker,
 )
-from runlane_sqs.core.names import new_run_id
+from runlane_sqs.core.model import new_run_id
 from tests.behaviour.worker_support import status
 from tests.emulators import queue_counts, queue_url, wait_until
 

@@ -27,7 +27,7 @@ from runlane_sqs import (
 )
 from runlane_sqs.core import machine
 from runlane_sqs.core.machine import Transition
-from runlane_sqs.core.names import new_lease_token
+from runlane_sqs.core.model import new_lease_token
 from runlane_sqs.core.recovery import expire_lease
 from runlane_sqs.core.retry import RetryDecision
 

@@ -22,8 +22,7 @@ from botocore.exceptions import ClientError
 
 from runlane_sqs import Runlane, StorageError, StorageUnavailable
 from runlane_sqs.adapters.dynamodb import keys
-from runlane_sqs.core.agenda import AGENDA_SHARDS, AgendaKind, agenda_partitions
-from runlane_sqs.core.shards import shard_count
+from runlane_sqs.core.indexes import AGENDA_SHARDS, AgendaKind, agenda_partitions, shard_count
 from runlane_sqs.engine.maintenance import MaintenanceConfig
 from tests.apps.recovery_tasks import register_recovery
 from tests.backends import Backend

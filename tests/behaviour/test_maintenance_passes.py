@@ -26,8 +26,8 @@ from runlane_sqs import EventType, Runlane, RunStatus
 from runlane_sqs.adapters.dynamodb.codec import run_to_wire
 from runlane_sqs.adapters.dynamodb.keys import status_partitions
 from runlane_sqs.core import machine
-from runlane_sqs.core.agenda import AGENDA_SHARDS, AgendaKind, agenda_partitions, agenda_pk
 from runlane_sqs.core.clock import ManualClock
+from runlane_sqs.core.indexes import AGENDA_SHARDS, AgendaKind, agenda_partitions, agenda_pk
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Run
 from runlane_sqs.engine.maintenance import MaintenanceConfig

@@ -18,8 +18,8 @@ from runlane_sqs.adapters.dynamodb.store import DynamoRunStore
 from runlane_sqs.adapters.memory.transport import InMemoryTransport
 from runlane_sqs.api.app import Runlane
 from runlane_sqs.api.runs import MAX_LIST_LIMIT, RunPage
+from runlane_sqs.core.indexes import FINISHED_SHARDS, SHARDS
 from runlane_sqs.core.model import Run
-from runlane_sqs.core.shards import FINISHED_SHARDS, SHARDS
 from tests.backends import ONLY_AWS, Backend
 from tests.behaviour.operator_support import (
     FAIL,

@@ -26,8 +26,7 @@ from botocore.exceptions import ClientError
 from runlane_sqs import EventType, Runlane, RunStatus, TaskContext
 from runlane_sqs.adapters.memory.transport import InMemoryTransport
 from runlane_sqs.core import machine
-from runlane_sqs.core.model import WaitKind
-from runlane_sqs.core.names import new_run_id
+from runlane_sqs.core.model import WaitKind, new_run_id
 from runlane_sqs.core.wakeup import Wakeup
 from runlane_sqs.engine.maintenance import Maintenance
 from runlane_sqs.engine.reports import JOB_DUE, PassReport

@@ -13,8 +13,7 @@ from typing import Any
 from runlane_sqs import EventType, RetryPolicy, Runlane, RunStatus
 from runlane_sqs.core import machine
 from runlane_sqs.core.machine import Transition
-from runlane_sqs.core.model import Run, Slot
-from runlane_sqs.core.names import new_lease_token
+from runlane_sqs.core.model import Run, Slot, new_lease_token
 from tests.backends import Backend
 from tests.workers import SYNC, WorkerKind
 

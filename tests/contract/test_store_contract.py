@@ -22,12 +22,11 @@ import pytest
 from runlane_sqs import ConflictError, EventType, Lease, LeaseLost, Run, RunStatus
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.core import machine
-from runlane_sqs.core.agenda import AgendaKind, RepublishPolicy, listed_at
 from runlane_sqs.core.clock import truncate_ms
+from runlane_sqs.core.indexes import AgendaKind, RepublishPolicy, listed_at
 from runlane_sqs.core.limits import MAX_PAYLOAD_LIMIT_BYTES
 from runlane_sqs.core.machine import Transition
-from runlane_sqs.core.model import JSON, RunEvent
-from runlane_sqs.core.names import new_lease_token, new_run_id
+from runlane_sqs.core.model import JSON, RunEvent, new_lease_token, new_run_id
 from runlane_sqs.core.payload import encode_json
 from runlane_sqs.core.recovery import QueueLine, plan_publish
 from runlane_sqs.core.wakeup import Wakeup, parse_wakeup

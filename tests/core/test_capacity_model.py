@@ -15,12 +15,11 @@ from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.codec import run_state_attributes
 from runlane_sqs.adapters.dynamodb.requests import CLAIM_WRITES
 from runlane_sqs.core import machine
-from runlane_sqs.core.agenda import AgendaKind
 from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.config import RunlaneConfig
+from runlane_sqs.core.indexes import FINISHED_SHARDS, SHARDS, AgendaKind, shard_count
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Run, RunStatus
-from runlane_sqs.core.shards import FINISHED_SHARDS, SHARDS, shard_count
 from runlane_sqs.core.wakeup import ClaimHint
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)

@@ -22,7 +22,7 @@ from runlane_sqs.adapters.dynamodb.cursors import (
     waits_key,
 )
 from runlane_sqs.adapters.dynamodb.listing import list_run_keys
-from runlane_sqs.core.shards import FINISHED_SHARDS, SHARDS
+from runlane_sqs.core.indexes import FINISHED_SHARDS, SHARDS
 from runlane_sqs.errors import InvalidCursor
 from runlane_sqs.ports.store import RunQuery
 

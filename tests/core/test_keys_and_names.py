@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runlane_sqs.adapters.dynamodb import keys
-from runlane_sqs.core.agenda import AgendaKind
 from runlane_sqs.core.errors import ConfigurationError, InvalidKeyError
-from runlane_sqs.core.model import RunStatus
+from runlane_sqs.core.indexes import FEW_SHARDS, SHARDS, AgendaKind
+from runlane_sqs.core.model import RunStatus, new_lease_token, new_run_id
 from runlane_sqs.core.names import (
     MAX_KEY_CHARS,
     check_environment,
@@ -19,10 +19,7 @@ from runlane_sqs.core.names import (
     check_queue,
     check_task_name,
     is_run_id,
-    new_lease_token,
-    new_run_id,
 )
-from runlane_sqs.core.shards import FEW_SHARDS, SHARDS
 
 FAST = settings(database=None, deadline=None, max_examples=200)
 RUN_ID = "0123456789abcdef0123456789abcdef"

@@ -1,4 +1,4 @@
-"""Maintenance's pure decisions (core/recovery.py) and the agenda (core/agenda.py).
+"""Maintenance's pure decisions (core/recovery.py) and the agenda (core/indexes.py).
 
 Lease expiry, attempt deadlines, republishing and abandoned cancellations at the level
 of (run, now, settings) -> Transition | Skip: what a pass publishes, when it publishes
@@ -13,8 +13,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from runlane_sqs.core import machine
-from runlane_sqs.core.agenda import AgendaKind, RepublishPolicy, agenda_entry, eager_wake_at
 from runlane_sqs.core.errors import IllegalTransition
+from runlane_sqs.core.indexes import AgendaKind, RepublishPolicy, agenda_entry, eager_wake_at
 from runlane_sqs.core.limits import MAX_DELAY_SECONDS
 from runlane_sqs.core.machine import Skip, SkipReason, Transition
 from runlane_sqs.core.model import EventType, Failure, Lease, Run, RunStatus

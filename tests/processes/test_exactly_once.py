@@ -18,7 +18,7 @@ from typing import Any
 from runlane_sqs import ConflictError, EventType, Runlane, RunStatus
 from runlane_sqs.core import machine
 from runlane_sqs.core.machine import Transition
-from runlane_sqs.core.names import new_lease_token
+from runlane_sqs.core.model import new_lease_token
 from tests.apps.tasks import RECORD_TASK, SIDE_EFFECTS_ENV, register_counting
 from tests.emulators import WorkerProcess, queue_counts, queue_url
 from tests.wakeups import forged_bodies, send_bodies

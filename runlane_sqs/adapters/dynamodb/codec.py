@@ -14,8 +14,8 @@ from urllib.parse import quote, unquote
 
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.items import EventMap, RunItem, TokenItem
-from runlane_sqs.core.agenda import agenda_entry, listed_at
 from runlane_sqs.core.clock import EPOCH, ONE_MS
+from runlane_sqs.core.indexes import agenda_entry, agenda_pk, listed_at
 from runlane_sqs.core.model import (
     EventType,
     Failure,
@@ -129,7 +129,7 @@ def run_state_attributes(run: Run) -> dict[str, Any]:
         "wait_pk": wait_partition(run),
         "wait_sk": wait_sort_key(run) if waiting or slot_wait else None,
         "status_pk": keys.status_pk(run.environment, run.status, run.id),
-        "agenda_pk": keys.agenda_pk(run.environment, entry[0], run.id) if entry else None,
+        "agenda_pk": agenda_pk(run.environment, entry[0], run.id) if entry else None,
         "agenda_at": _ms(listed) if listed else None,
     }
 
@@ -185,8 +185,9 @@ def map_additions(before: Run, after: Run) -> dict[str, dict[str, str]]:
 
 def run_to_item(run: Run, events: list[RunEvent], payload_json: str) -> RunItem:
     created_ms = _ms(run.created_at)
+    pk, created_sk = keys.run_pk(run.environment, run.id), keys.created_sk(created_ms, run.id)
     item = RunItem(
-        pk=keys.run_pk(run.environment, run.id),
+        pk=pk,
         sk=keys.RUN_SK,
         run_id=run.id,
         environment=run.environment,
@@ -207,7 +208,7 @@ def run_to_item(run: Run, events: list[RunEvent], payload_json: str) -> RunItem:
         events=[event_to_map(e) for e in events],
         steps={map_key(k): compact_json(v) for k, v in run.steps.items()},
         wait_results={map_key(k): compact_json(v) for k, v in run.wait_results.items()},
-        created_sk=keys.created_sk(created_ms, run.id),
+        created_sk=created_sk,
         **run_state_attributes(run),
     )
     return item
@@ -282,13 +283,14 @@ def run_from_wire(wire: AttributeMap) -> Run:
         item.text("failure"),
         item.text("parked_from"),
     )
+    payload, result = decode_json(item.text("payload")), decode_json(item.text("result"))
     run = Run(
         id=item.required_text("run_id"),
         environment=item.required_text("environment"),
         task=item.required_text("task"),
         queue=item.required_text("queue"),
         status=RunStatus(item.required_text("status")),
-        payload=decode_json(item.text("payload")),
+        payload=payload,
         deadline_at=item.time("deadline_at"),
         lease_losses=item.number("lease_losses") or 0,
         wake_at=item.time("wake_at"),
@@ -317,7 +319,7 @@ def run_from_wire(wire: AttributeMap) -> Run:
         attempt=item.number("attempt") or 0,
         due_at=item.time("due_at"),
         lease=lease,
-        result=decode_json(item.text("result")),
+        result=result,
         failure=Failure.from_json(json.loads(failure)) if failure else None,
         idempotency_key=item.text("idempotency_key"),
         singleton_key=item.text("singleton_key"),
@@ -358,7 +360,7 @@ def token_to_wire(token: Token) -> AttributeMap:
         created_at=_ms(token.created_at),
         timeout_at=_ms_or_none(token.timeout_at),
         decided_at=_ms_or_none(token.decided_at),
-        agenda_pk=keys.agenda_pk(token.environment, entry[0], token.id) if entry else None,
+        agenda_pk=agenda_pk(token.environment, entry[0], token.id) if entry else None,
         agenda_at=_ms(entry[1]) if entry else None,
     )
     wire: AttributeMap = item.serialize()

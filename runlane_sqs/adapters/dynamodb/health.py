@@ -16,10 +16,9 @@ from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.errors import QueryAll, Send, send_conditional
 from runlane_sqs.adapters.dynamodb.items import AGENDA_INDEX, STATUS_INDEX
 from runlane_sqs.adapters.dynamodb.requests import Request
-from runlane_sqs.core.agenda import AgendaKind, agenda_partitions
 from runlane_sqs.core.clock import from_epoch_ms, to_epoch_ms
 from runlane_sqs.core.health import Count, GroupTally
-from runlane_sqs.core.shards import shard_count
+from runlane_sqs.core.indexes import AgendaKind, agenda_partitions, shard_count
 from runlane_sqs.ports.health import PassRecord
 
 

@@ -9,9 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from runlane_sqs.core.agenda import AGENDA_SHARDS, agenda_partitions, agenda_pk
+from runlane_sqs.core.indexes import (
+    AGENDA_SHARDS,
+    agenda_partitions,
+    agenda_pk,
+    shard_count,
+    shard_of,
+    status_group,
+    status_groups,
+)
 from runlane_sqs.core.model import RunStatus
-from runlane_sqs.core.shards import shard_count, shard_of, status_group, status_groups
 from runlane_sqs.ports.store import KeyKind
 
 __all__ = ["AGENDA_SHARDS", "agenda_partitions", "agenda_pk"]

@@ -25,8 +25,8 @@ from botocore.exceptions import ClientError
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.errors import Send, error_code, send_conditional
 from runlane_sqs.adapters.dynamodb.requests import Request
-from runlane_sqs.core.agenda import slot_agenda_pk
 from runlane_sqs.core.clock import to_epoch_ms
+from runlane_sqs.core.indexes import slot_agenda_pk
 from runlane_sqs.core.model import Run
 from runlane_sqs.core.ordering import PLACE_DIGITS, TURN_CHECK_AFTER, OrderHead, Place, order_scope
 

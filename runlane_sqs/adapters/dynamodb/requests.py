@@ -45,9 +45,9 @@ from runlane_sqs.adapters.dynamodb.items import (
     TokenItem,
 )
 from runlane_sqs.adapters.dynamodb.writes import RunWrite
-from runlane_sqs.core.agenda import AgendaKind
 from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.clock import to_epoch_ms
+from runlane_sqs.core.indexes import AgendaKind
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import (
     LEASED_STATUSES,

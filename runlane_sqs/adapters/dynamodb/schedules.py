@@ -20,8 +20,8 @@ from runlane_sqs.adapters.dynamodb.cursors import (
 from runlane_sqs.adapters.dynamodb.errors import Query, Refused, Send, send_conditional
 from runlane_sqs.adapters.dynamodb.items import ScheduleItem
 from runlane_sqs.adapters.dynamodb.requests import Request, query_agenda
-from runlane_sqs.core.agenda import schedule_agenda_pk
 from runlane_sqs.core.clock import from_epoch_ms, to_epoch_ms
+from runlane_sqs.core.indexes import schedule_agenda_pk
 from runlane_sqs.core.schedule_state import ScheduleState, ScheduleStatus
 from runlane_sqs.core.schedules import Schedule
 from runlane_sqs.ports.schedules import ScheduleConflict

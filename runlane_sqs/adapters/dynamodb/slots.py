@@ -34,9 +34,9 @@ from runlane_sqs.adapters.dynamodb.requests import (
     query_agenda,
     query_waiters,
 )
-from runlane_sqs.core.agenda import slot_agenda_pk
 from runlane_sqs.core.clock import from_epoch_ms, to_epoch_ms
 from runlane_sqs.core.errors import ConflictError, NoFreeSlot, StorageUnavailable
+from runlane_sqs.core.indexes import slot_agenda_pk
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Run, Slot
 from runlane_sqs.core.ordering import turn_passed

@@ -11,8 +11,8 @@ from datetime import datetime, timedelta
 from runlane_sqs.adapters.dynamodb.codec import run_state_attributes
 from runlane_sqs.core.clock import to_epoch_ms
 from runlane_sqs.core.health import Count, GroupTally
+from runlane_sqs.core.indexes import shard_of, status_group
 from runlane_sqs.core.model import Run
-from runlane_sqs.core.shards import shard_of, status_group
 from runlane_sqs.ports.health import PassRecord
 
 MILLISECOND = timedelta(milliseconds=1)

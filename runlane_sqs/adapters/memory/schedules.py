@@ -13,8 +13,8 @@ from runlane_sqs.adapters.dynamodb.cursors import (
     decode_cursor,
     encode_cursor,
 )
-from runlane_sqs.core.agenda import schedule_agenda_pk
 from runlane_sqs.core.clock import to_epoch_ms
+from runlane_sqs.core.indexes import schedule_agenda_pk
 from runlane_sqs.core.schedule_state import ScheduleState
 from runlane_sqs.ports.schedules import ScheduleConflict
 

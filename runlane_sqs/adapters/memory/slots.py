@@ -13,9 +13,9 @@ from datetime import datetime
 
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.cursors import agenda_key, decode_cursor, encode_cursor
-from runlane_sqs.core.agenda import slot_agenda_pk
 from runlane_sqs.core.clock import to_epoch_ms
 from runlane_sqs.core.errors import NoFreeSlot
+from runlane_sqs.core.indexes import slot_agenda_pk
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Run
 from runlane_sqs.core.slots import SlotState, holder, slots_freed, slots_taken

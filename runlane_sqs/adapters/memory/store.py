@@ -34,10 +34,10 @@ from runlane_sqs.adapters.memory.health import InMemoryHealthStore
 from runlane_sqs.adapters.memory.ordering import InMemoryOrderStore
 from runlane_sqs.adapters.memory.schedules import InMemoryScheduleStore
 from runlane_sqs.adapters.memory.slots import InMemorySlotStore
-from runlane_sqs.core.agenda import listed_at
 from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.clock import to_epoch_ms
 from runlane_sqs.core.errors import ConflictError, LeaseLost
+from runlane_sqs.core.indexes import listed_at
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import LEASED_STATUSES, Lease, Run, RunEvent, WaitKind
 from runlane_sqs.core.ordering import Place
