@@ -50,6 +50,13 @@ test-integration: $(STAMP)
 test-acceptance: $(STAMP)
 	$(BIN)/python -m pytest tests/processes/cli
 
+# The modules one plain run passes through and the switches between them, in memory
+# (tools/run_path.py; docs/design/architecture.md). tests/core/test_run_path.py holds
+# them to their bounds.
+.PHONY: run-path
+run-path: $(STAMP)
+	$(BIN)/python tools/run_path.py --list
+
 lint: $(STAMP)
 	$(BIN)/ruff check runlane_sqs maintenance tests bench chaos tools
 	$(BIN)/ruff format --check runlane_sqs maintenance tests bench chaos tools
