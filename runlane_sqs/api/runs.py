@@ -143,7 +143,7 @@ class RunsApi:
 
     def find_current(self, task: str, idempotency_key: str) -> Run | None:
         """The run holding an idempotency key (None if the key is free)."""
-        owner = self._engine.store.get_key_owner(
+        owner = self._engine.store.keys.get_key_owner(
             KeyKind.IDEMPOTENCY,
             task,
             check_key("idempotency", idempotency_key),
@@ -154,7 +154,7 @@ class RunsApi:
 
     def find_active(self, task: str, singleton_key: str) -> Run | None:
         """The unfinished run holding a singleton key (None if none)."""
-        owner = self._engine.store.get_key_owner(
+        owner = self._engine.store.keys.get_key_owner(
             KeyKind.SINGLETON, task, check_key("singleton", singleton_key), self._engine.clock.now()
         )
         run = self._engine.store.get_run(owner) if owner else None
@@ -239,7 +239,7 @@ class RunsApi:
             if run.created_at <= cutoff and self._engine.store.delete_run(run):
                 deleted += 1
                 if run.idempotency_key is not None:
-                    self._engine.store.release_key(
+                    self._engine.store.keys.release_key(
                         KeyKind.IDEMPOTENCY, run.task, run.idempotency_key, run.id
                     )
         log.info("pruned %d of %d run(s)", deleted, len(page.runs))
@@ -313,5 +313,5 @@ class IdempotencyApi:
 
     def reset(self, task: str, key: str) -> None:
         """Free ``key`` so the next trigger with it creates a new run."""
-        self._engine.store.delete_key(KeyKind.IDEMPOTENCY, task, check_key("idempotency", key))
+        self._engine.store.keys.delete_key(KeyKind.IDEMPOTENCY, task, check_key("idempotency", key))
         log.info("idempotency key of task %s reset", task, extra={"task": task})

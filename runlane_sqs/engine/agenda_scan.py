@@ -53,7 +53,7 @@ class AgendaScan:
             saved = self.cursors.get(partition)
             cursor, saved = self._partition(kind, partition, saved, per_partition)
             if cursor != saved:
-                self.store.save_cursor(partition, cursor)
+                self.store.progress.save_cursor(partition, cursor)
             if cursor:
                 self.cursors[partition] = cursor
             else:
@@ -86,7 +86,7 @@ class AgendaScan:
         self, kind: AgendaKind, partition: str, limit: int, cursor: str | None
     ) -> tuple[Page, str | None]:
         if kind is AgendaKind.TOKEN:
-            return self.store.token_agenda_page(partition, self.now, limit, cursor)
+            return self.store.tokens.token_agenda_page(partition, self.now, limit, cursor)
         if kind is AgendaKind.SCHEDULE:
             return self.store.schedules.schedule_agenda_page(partition, self.now, limit, cursor)
         if kind is AgendaKind.SLOT:
@@ -100,4 +100,4 @@ class AgendaScan:
             exc,
             extra={"partition": partition},
         )
-        self.store.save_cursor(partition, None)
+        self.store.progress.save_cursor(partition, None)

@@ -59,7 +59,7 @@ class AttemptRuntime:
         raise LeaseLost(self._run.id)
 
     def get_token(self, token_id: str) -> Token | None:
-        return self._store.get_token(token_id)
+        return self._store.tokens.get_token(token_id)
 
     def watch_run(self, run_id: str) -> Run | None:
         return self._store.watch_run(run_id)

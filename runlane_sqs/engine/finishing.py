@@ -74,7 +74,7 @@ class Finisher:
         owner finished, so a failure here is logged, not raised."""
         for kind, key in keys_to_release(run):
             try:
-                self._store.release_key(kind, run.task, key, run.id)
+                self._store.keys.release_key(kind, run.task, key, run.id)
             except RunlaneError as exc:
                 log.warning(
                     "could not release %s key of run %s: %s",

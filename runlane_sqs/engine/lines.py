@@ -69,7 +69,7 @@ class QueueLines:
             if backlog.drained:
                 at = truncate_ms(self._now - self._settle)
                 if drained is None or drained < at:
-                    self._store.save_drained(queue, at)
+                    self._store.progress.save_drained(queue, at)
                     drained = at
         except RunlaneError as exc:
             log.warning(
@@ -83,5 +83,5 @@ class QueueLines:
 
     def _load(self) -> dict[str, datetime]:
         if self._drained is None:
-            self._drained = self._store.load_drained()
+            self._drained = self._store.progress.load_drained()
         return self._drained

@@ -192,7 +192,7 @@ class Maintenance:
         report = PassReport(started_at=now.isoformat())
         for name in JOBS:
             report.job(name)
-        cursors = self._store.load_cursors()
+        cursors = self._store.progress.load_cursors()
 
         def out_of_time() -> bool:
             if time_budget_seconds is None:

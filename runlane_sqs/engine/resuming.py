@@ -119,7 +119,7 @@ class Resumer:
         if waiting.target is None:
             return None
         if waiting.kind is WaitKind.TOKEN:
-            token = self._store.get_token(waiting.target)
+            token = self._store.tokens.get_token(waiting.target)
             return token_resumption(token) if token is not None and token.is_decided else None
         if waiting.kind is WaitKind.RUN:
             other = self._store.get_run(waiting.target)

@@ -47,11 +47,11 @@ class TokensApi:
         token = core.new_token(
             secrets.token_hex(16), self._config.environment, now, timeout_at, metadata
         )
-        self._store.create_token(token)
+        self._store.tokens.create_token(token)
         return token
 
     def get(self, token_id: str) -> Token:
-        token = self._store.get_token(token_id)
+        token = self._store.tokens.get_token(token_id)
         if token is None:
             raise TokenNotFound(token_id)
         return token
@@ -75,7 +75,7 @@ class TokensApi:
         # a token id is a bearer secret: spans carry its digest only
         attributes = {t.TOKEN_ID: digest(token_id), t.OUTCOME: status.value}
         with self._observer.spanning(t.DECIDE_TOKEN, t.SpanKind.PRODUCER, attributes) as span:
-            stored = self._store.decide_token(decision)
+            stored = self._store.tokens.decide_token(decision)
             resumed = self.resume(stored, limit=RESUME_BATCH, trace=span.trace).resumed
             span.set({t.RESUMED: resumed})
         return stored
@@ -84,7 +84,7 @@ class TokensApi:
         """Maintenance's look at a listed token: time it out once past its timeout,
         resume up to ``limit`` waiters of a decided one."""
         job.examined += 1
-        token = self._store.get_token(listed.id)
+        token = self._store.tokens.get_token(listed.id)
         if token is None:
             job.skipped += 1
             return
@@ -93,7 +93,7 @@ class TokensApi:
                 job.skipped += 1
                 return
             try:
-                token = self._store.decide_token(
+                token = self._store.tokens.decide_token(
                     core.TokenDecision.of(token.id, TokenStatus.TIMED_OUT, None, now)
                 )
             except TokenAlreadyDecided as lost:
@@ -109,5 +109,5 @@ class TokensApi:
         resumption = replace(token_resumption(token), trace=trace)
         report = self._resumer.resume_waiters(resumption, limit=limit)
         if not report.more:
-            self._store.finish_token_resume(token.id)
+            self._store.tokens.finish_token_resume(token.id)
         return report

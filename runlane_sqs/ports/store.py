@@ -17,11 +17,11 @@ from runlane_sqs.core.errors import RunlaneError
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Lease, Run, RunEvent, RunStatus, WaitKind
 from runlane_sqs.core.ordering import Place
-from runlane_sqs.core.tokens import Token, TokenDecision
 from runlane_sqs.ports.health import HealthStore
 from runlane_sqs.ports.ordering import OrderStore
 from runlane_sqs.ports.schedules import ScheduleStore
 from runlane_sqs.ports.slots import SlotStore
+from runlane_sqs.ports.tokens import TokenStore
 
 
 class KeyKind(StrEnum):
@@ -69,6 +69,42 @@ class RunQuery:
     """Only runs made by this schedule (read, then kept: pages may be short)."""
 
 
+class KeyStore(Protocol):
+    """Idempotency and singleton keys: who holds one, and freeing it."""
+
+    def release_key(self, kind: KeyKind, task: str, key: str, run_id: str) -> None:
+        """Free a key if ``run_id`` still holds it (a no-op otherwise)."""
+        ...
+
+    def get_key_owner(self, kind: KeyKind, task: str, key: str, now: datetime) -> str | None:
+        """The run id an idempotency or singleton key points to, unless it expired."""
+        ...
+
+    def delete_key(self, kind: KeyKind, task: str, key: str) -> None: ...
+
+
+class ProgressStore(Protocol):
+    """What maintenance keeps between passes: where it stopped in each agenda partition
+    and when it last saw each queue drained."""
+
+    def load_cursors(self) -> dict[str, str]:
+        """Maintenance's saved cursors, by agenda partition."""
+        ...
+
+    def save_cursor(self, partition: str, cursor: str | None) -> None:
+        """Remember (or, with ``None``, forget) where maintenance stopped in a partition."""
+        ...
+
+    def load_drained(self) -> dict[str, datetime]:
+        """When maintenance last saw each queue drained, by queue."""
+        ...
+
+    def save_drained(self, queue: str, at: datetime) -> None:
+        """Remember that ``queue`` was drained by ``at`` (a later time than the one kept;
+        an earlier one is ignored, so overlapping passes never move it back)."""
+        ...
+
+
 class RunStore(Protocol):
     """Authoritative storage of runs. Every state change is one conditional write."""
 
@@ -92,6 +128,22 @@ class RunStore(Protocol):
     def health(self) -> HealthStore:
         """Bounded reads of the same environment and its last maintenance pass
         (:mod:`runlane_sqs.ports.health`)."""
+        ...
+
+    @property
+    def tokens(self) -> TokenStore:
+        """The tokens of the same environment (:mod:`runlane_sqs.ports.tokens`)."""
+        ...
+
+    @property
+    def keys(self) -> KeyStore:
+        """The idempotency and singleton keys of the same environment (a new run's keys
+        are claimed by :meth:`create_run`)."""
+        ...
+
+    @property
+    def progress(self) -> ProgressStore:
+        """Where maintenance's passes stopped, in the same environment."""
         ...
 
     def create_run(
@@ -139,10 +191,6 @@ class RunStore(Protocol):
         current."""
         ...
 
-    def release_key(self, kind: KeyKind, task: str, key: str, run_id: str) -> None:
-        """Free a key if ``run_id`` still holds it (a no-op otherwise)."""
-        ...
-
     def agenda_page(
         self, partition: str, until: datetime, limit: int, cursor: str | None
     ) -> tuple[list[Run], str | None]:
@@ -161,27 +209,6 @@ class RunStore(Protocol):
         """Ids of runs released to wait for ``target``, a page at a time."""
         ...
 
-    def create_token(self, token: Token) -> None: ...
-
-    def get_token(self, token_id: str) -> Token | None: ...
-
-    def decide_token(self, decision: TokenDecision) -> Token:
-        """Store a decision if the token is still pending, without reading it first, and
-        return the decided token; raises :class:`~runlane_sqs.core.tokens.TokenNotFound`,
-        or :class:`~runlane_sqs.core.tokens.TokenAlreadyDecided` carrying the stored
-        token."""
-        ...
-
-    def finish_token_resume(self, token_id: str) -> None:
-        """Take a decided token off the agenda: no waiter is left."""
-        ...
-
-    def token_agenda_page(
-        self, partition: str, until: datetime, limit: int, cursor: str | None
-    ) -> tuple[list[Token], str | None]:
-        """Like :meth:`agenda_page`, for tokens."""
-        ...
-
     def list_runs(
         self, query: RunQuery, limit: int, cursor: str | None
     ) -> tuple[list[Run], str | None]:
@@ -190,27 +217,4 @@ class RunStore(Protocol):
 
     def delete_run(self, run: Run) -> bool:
         """Remove a finished run that has not changed since read; False if it had."""
-        ...
-
-    def get_key_owner(self, kind: KeyKind, task: str, key: str, now: datetime) -> str | None:
-        """The run id an idempotency or singleton key points to, unless it expired."""
-        ...
-
-    def delete_key(self, kind: KeyKind, task: str, key: str) -> None: ...
-
-    def load_cursors(self) -> dict[str, str]:
-        """Maintenance's saved cursors, by agenda partition."""
-        ...
-
-    def save_cursor(self, partition: str, cursor: str | None) -> None:
-        """Remember (or, with ``None``, forget) where maintenance stopped in a partition."""
-        ...
-
-    def load_drained(self) -> dict[str, datetime]:
-        """When maintenance last saw each queue drained, by queue."""
-        ...
-
-    def save_drained(self, queue: str, at: datetime) -> None:
-        """Remember that ``queue`` was drained by ``at`` (a later time than the one kept;
-        an earlier one is ignored, so overlapping passes never move it back)."""
         ...

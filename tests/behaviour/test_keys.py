@@ -64,7 +64,7 @@ def run_count(app: Runlane) -> int:
 
 def key_owner(app: Runlane, kind: KeyKind, key: str, task: str = CHARGE) -> str | None:
     """The run id the stored key item names (None once the key is released)."""
-    return app.store.get_key_owner(kind, task, key, app.clock.now())
+    return app.store.keys.get_key_owner(kind, task, key, app.clock.now())
 
 
 BAD_KEYS = [

@@ -84,7 +84,7 @@ FORGED: dict[str, Callable[[str], str]] = {
 def save_directly(backend: Backend, app: Runlane, partition: str, cursor: str) -> None:
     """Write a saved cursor as the table (or the in-memory store) holds it."""
     if not backend.real:
-        app.store.save_cursor(partition, cursor)
+        app.store.progress.save_cursor(partition, cursor)
         return
     dynamodb = backend.request.getfixturevalue("dynamodb")
     dynamodb.put_item(
@@ -111,7 +111,7 @@ def test_a_forged_saved_cursor_is_discarded_and_the_pass_publishes_every_due_run
     assert published(report) == len(run_ids)
     assert take_wakeups(app) == Counter({run_id: 1 for run_id in run_ids})
     assert report.cursors == {}
-    assert app.store.load_cursors() == {}
+    assert app.store.progress.load_cursors() == {}
     warned = [r for r in caplog.records if DISCARDED in r.getMessage()]
     assert {r.levelno for r in warned} == {logging.WARNING}
     assert sorted(getattr(r, "partition", None) for r in warned) == sorted(every_partition(app))
@@ -158,7 +158,7 @@ def a_pass_that_saves_due_cursors(app: Runlane) -> tuple[list[str], Counter[str]
     report = app.maintenance.run_pass()
     due = set(agenda_partitions(app.config.environment, AgendaKind.RUN.value))
     assert set(report.cursors) == due
-    assert set(app.store.load_cursors()) == due
+    assert set(app.store.progress.load_cursors()) == due
     app.maintenance.bounds = MaintenanceConfig()
     return run_ids, take_wakeups(app)
 
@@ -178,7 +178,7 @@ def test_a_saved_cursor_refused_for_good_is_discarded_and_the_scan_starts_over(
     assert len(refused) == AGENDA_SHARDS
     assert published(report) == len(run_ids) - sum(first.values())
     assert first + take_wakeups(app) == Counter({run_id: 1 for run_id in run_ids})
-    assert app.store.load_cursors() == {}
+    assert app.store.progress.load_cursors() == {}
     assert caplog.text.count(DISCARDED) == AGENDA_SHARDS
 
 
@@ -186,15 +186,15 @@ def test_a_transient_failure_keeps_the_saved_cursor_for_the_next_pass(
     app: Runlane, backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run_ids, first = a_pass_that_saves_due_cursors(app)
-    saved = app.store.load_cursors()
+    saved = app.store.progress.load_cursors()
     with monkeypatch.context() as patched:
         refuse_resumed_queries(backend, app, patched, "ThrottlingException")
         with pytest.raises(StorageUnavailable):
             app.maintenance.run_pass()
-    assert app.store.load_cursors() == saved
+    assert app.store.progress.load_cursors() == saved
 
     report = app.maintenance.run_pass()
 
     assert published(report) == len(run_ids) - sum(first.values())
     assert first + take_wakeups(app) == Counter({run_id: 1 for run_id in run_ids})
-    assert app.store.load_cursors() == {}
+    assert app.store.progress.load_cursors() == {}

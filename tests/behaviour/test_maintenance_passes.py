@@ -158,7 +158,7 @@ def test_bounded_passes_resume_from_cursors_and_publish_every_due_run_once(
         assert job.published == job.acted == expected
         if n == 0:  # every partition has more due runs than its share of the budget
             assert set(report.cursors) == set(agenda_partitions(app.config.environment, "run"))
-            assert app.store.load_cursors() == report.cursors
+            assert app.store.progress.load_cursors() == report.cursors
             json.dumps(report.cursors)
         batch = take_wakeups(app)
         assert sum(batch.values()) == expected
@@ -170,7 +170,7 @@ def test_bounded_passes_resume_from_cursors_and_publish_every_due_run_once(
         report = app.maintenance.run_pass()
         assert published(report) == 0
     assert report.cursors == {}, "a scan that reached the end keeps no cursor"
-    assert app.store.load_cursors() == {}
+    assert app.store.progress.load_cursors() == {}
     assert take_wakeups(app) == Counter()
     assert drain(app) == 0  # every wakeup was taken off the queue above
 

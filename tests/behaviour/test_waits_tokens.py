@@ -311,8 +311,10 @@ def test_a_resume_the_decider_missed_is_made_by_maintenance(
     run = app.trigger("token-waiter", {"token": token.id})
     assert drain(app) == 1
     # decided in storage only, then taken off the agenda: nothing resumes the run
-    app.store.decide_token(TokenDecision.of(token.id, TokenStatus.COMPLETED, "late", clock.now()))
-    app.store.finish_token_resume(token.id)
+    app.store.tokens.decide_token(
+        TokenDecision.of(token.id, TokenStatus.COMPLETED, "late", clock.now())
+    )
+    app.store.tokens.finish_token_resume(token.id)
     app.maintenance.run_pass()
     assert status(app, run.id) is RunStatus.RELEASED
 
@@ -362,7 +364,7 @@ def test_a_token_completed_just_before_its_waiter_releases_still_resumes_it(
     app: Runlane, handlers: Handlers, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     token = app.tokens.create()
-    get_token = app.store.get_token
+    get_token = app.store.tokens.get_token
     raced: list[str] = []
 
     def read_then_complete(token_id: str) -> Any:
@@ -372,7 +374,7 @@ def test_a_token_completed_just_before_its_waiter_releases_still_resumes_it(
             app.tokens.complete(token_id, "raced")  # no waiter is released yet
         return seen
 
-    monkeypatch.setattr(app.store, "get_token", read_then_complete)
+    monkeypatch.setattr(app.store.tokens, "get_token", read_then_complete)
     run = app.trigger("token-waiter", {"token": token.id})
     assert drain_all(app) == 2
     assert app.runs.get(run.id).result == {"status": "completed", "value": "raced"}

@@ -81,7 +81,7 @@ def client_error(code: str) -> ClientError:
 # (tests/core/test_cursor_checks.py), so DynamoDB never sees one to refuse.
 READS: dict[str, tuple[Callable[[DynamoRunStore, str | None], object], str]] = {
     "agenda": (lambda s, c: s.agenda_page(PARTITION, NOW, 10, c), AGENDA_CURSOR),
-    "token agenda": (lambda s, c: s.token_agenda_page(PARTITION, NOW, 10, c), AGENDA_CURSOR),
+    "token agenda": (lambda s, c: s.tokens.token_agenda_page(PARTITION, NOW, 10, c), AGENDA_CURSOR),
     "waiters": (lambda s, c: s.waiting_runs(WaitKind.SIGNAL, "order-7", 10, c), WAITS_CURSOR),
 }
 
@@ -173,7 +173,7 @@ def test_a_refused_token_decision_raises_with_the_decision_that_won_from_one_req
     client = RefusingWrites(condition_failed(token_to_wire(won)))
 
     with pytest.raises(TokenAlreadyDecided) as refused:
-        DynamoRunStore(client, TABLE, ENV).decide_token(DECISION)
+        DynamoRunStore(client, TABLE, ENV).tokens.decide_token(DECISION)
 
     assert refused.value.token.value == {"approved": True}
     assert len(client.updates) == 1
@@ -183,7 +183,7 @@ def test_a_refused_decision_of_a_token_that_is_not_there_is_not_found() -> None:
     client = RefusingWrites(condition_failed(None))
 
     with pytest.raises(TokenNotFound):
-        DynamoRunStore(client, TABLE, ENV).decide_token(DECISION)
+        DynamoRunStore(client, TABLE, ENV).tokens.decide_token(DECISION)
 
     assert len(client.updates) == 1
 
@@ -192,6 +192,6 @@ def test_a_throttled_conditional_write_is_unavailable_not_refused() -> None:
     store = DynamoRunStore(RefusingWrites(client_error("ThrottlingException")), TABLE, ENV)
 
     with pytest.raises(StorageUnavailable):
-        store.decide_token(DECISION)
+        store.tokens.decide_token(DECISION)
     with pytest.raises(StorageUnavailable):
         store.watch_run("0" * 32)  # refused would be None: no such run

@@ -334,12 +334,12 @@ def test_a_republish_held_in_line_keeps_the_wakeups_place_until_a_claim(
 
 def test_the_drained_times_of_queues_never_move_back(backend: Backend) -> None:
     store = backend.store
-    assert store.load_drained() == {}
+    assert store.progress.load_drained() == {}
     later, earlier = backend.clock.now(), backend.clock.now() - timedelta(minutes=1)
-    store.save_drained("default", later)
-    store.save_drained("default", earlier)  # an overlapping pass that counted first
-    store.save_drained("reports", earlier)
-    assert store.load_drained() == {"default": later, "reports": earlier}
+    store.progress.save_drained("default", later)
+    store.progress.save_drained("default", earlier)  # an overlapping pass that counted first
+    store.progress.save_drained("reports", earlier)
+    assert store.progress.load_drained() == {"default": later, "reports": earlier}
 
 
 # --- RunStore: leases ------------------------------------------------------------------
@@ -456,15 +456,15 @@ def test_release_key_frees_the_key_only_for_its_holder(backend: Backend) -> None
     singleton = KeyClaim(KeyKind.SINGLETON, TASK, "nightly")
     first = _create(backend, claims=[singleton])
 
-    backend.store.release_key(KeyKind.SINGLETON, TASK, "nightly", new_run_id())
+    backend.store.keys.release_key(KeyKind.SINGLETON, TASK, "nightly", new_run_id())
     assert _refused_claim(backend, [singleton]).owner == first.id
 
-    backend.store.release_key(KeyKind.SINGLETON, TASK, "nightly", first.id)
+    backend.store.keys.release_key(KeyKind.SINGLETON, TASK, "nightly", first.id)
     second = _create(backend, claims=[singleton])
 
-    backend.store.release_key(KeyKind.SINGLETON, TASK, "nightly", first.id)
+    backend.store.keys.release_key(KeyKind.SINGLETON, TASK, "nightly", first.id)
     assert _refused_claim(backend, [singleton]).owner == second.id
-    backend.store.release_key(KeyKind.IDEMPOTENCY, TASK, "never-claimed", first.id)
+    backend.store.keys.release_key(KeyKind.IDEMPOTENCY, TASK, "never-claimed", first.id)
 
 
 def test_an_expired_idempotency_key_can_be_claimed_again(backend: Backend) -> None:
@@ -536,16 +536,16 @@ def test_a_finished_run_leaves_the_agenda(backend: Backend) -> None:
 def test_cursors_round_trip_and_saving_none_forgets(backend: Backend) -> None:
     store = backend.store
     due, lease = (f"{backend.environment}#{kind}#0" for kind in ("due", "lease"))
-    assert store.load_cursors() == {}
+    assert store.progress.load_cursors() == {}
 
-    store.save_cursor(due, "cursor-1")
-    store.save_cursor(lease, "cursor-2")
-    assert store.load_cursors() == {due: "cursor-1", lease: "cursor-2"}
+    store.progress.save_cursor(due, "cursor-1")
+    store.progress.save_cursor(lease, "cursor-2")
+    assert store.progress.load_cursors() == {due: "cursor-1", lease: "cursor-2"}
 
-    store.save_cursor(due, "cursor-3")
-    store.save_cursor(lease, None)
-    store.save_cursor(f"{backend.environment}#run#3", None)
-    assert store.load_cursors() == {due: "cursor-3"}
+    store.progress.save_cursor(due, "cursor-3")
+    store.progress.save_cursor(lease, None)
+    store.progress.save_cursor(f"{backend.environment}#run#3", None)
+    assert store.progress.load_cursors() == {due: "cursor-3"}
 
 
 # --- WakeupTransport -------------------------------------------------------------------

@@ -78,7 +78,7 @@ PAGED_READS: dict[str, Callable[[RunStore, Any], object]] = {
     "agenda": lambda store, cursor: store.agenda_page(
         agenda_partitions(store.environment, "run")[0], far_future(), 10, cursor
     ),
-    "token agenda": lambda store, cursor: store.token_agenda_page(
+    "token agenda": lambda store, cursor: store.tokens.token_agenda_page(
         agenda_partitions(store.environment, "token")[0], far_future(), 10, cursor
     ),
     "waiters": lambda store, cursor: store.waiting_runs(WaitKind.SIGNAL, "order-7", 10, cursor),

@@ -29,7 +29,9 @@ from runlane_sqs.adapters.dynamodb.cursors import (
     waits_key,
 )
 from runlane_sqs.adapters.dynamodb.errors import (
+    Query,
     Refused,
+    Send,
     call,
     refused_as_malformed,
     send_conditional,
@@ -90,6 +92,12 @@ class DynamoRunStore:
             self._send, lambda sent: self._query_all(sent, None), table, environment
         )
         """Bounded reads for the console and ``app.health``; the last pass's report."""
+        self.tokens = DynamoTokenStore(self._send, self._query, table, environment)
+        """The environment's tokens, in the same table."""
+        self.keys = DynamoKeyStore(self._send, table, environment)
+        """The environment's idempotency and singleton keys, in the same table."""
+        self.progress = DynamoProgressStore(self._send, table, environment)
+        """Where maintenance's passes stopped, in the same table."""
 
     @functools.cached_property
     def _endpoint(self) -> str | None:
@@ -213,11 +221,6 @@ class DynamoRunStore:
             raise LeaseLost(run.id)
         return run_from_wire(sent["Attributes"])
 
-    def release_key(self, kind: KeyKind, task: str, key: str, run_id: str) -> None:
-        pk = keys.key_pk(self.environment, kind, task, key)
-        # refused: another run holds the key now, and keeps it
-        send_conditional(self._send, "delete_item", requests.release_key(self.table, pk, run_id))
-
     def agenda_page(
         self, partition: str, until: datetime, limit: int, cursor: str | None
     ) -> tuple[list[Run], str | None]:
@@ -227,36 +230,6 @@ class DynamoRunStore:
         # the index holds no run state: read the listed runs themselves (consistently)
         listed = [{"pk": item["pk"], "sk": item["sk"]} for item in response.get("Items", [])]
         return self._batch_get(listed), encode_cursor(response.get("LastEvaluatedKey"))
-
-    def load_cursors(self) -> dict[str, str]:
-        response = self._send("query", requests.query_cursors(self.table, self.environment))
-        prefix = keys.CURSOR_SK_PREFIX
-        return {
-            item["sk"]["S"][len(prefix) :]: item["cursor"]["S"]
-            for item in response.get("Items", [])
-            if item["sk"]["S"].startswith(prefix)
-        }
-
-    def save_cursor(self, partition: str, cursor: str | None) -> None:
-        if cursor is None:
-            self._send(
-                "delete_item", requests.delete_cursor(self.table, self.environment, partition)
-            )
-        else:
-            request = requests.put_cursor(self.table, self.environment, partition, cursor)
-            self._send("put_item", request)
-
-    def load_drained(self) -> dict[str, datetime]:
-        response = self._send("query", requests.query_drained(self.table, self.environment))
-        prefix = keys.DRAINED_SK_PREFIX
-        return {
-            item["sk"]["S"][len(prefix) :]: from_epoch_ms(int(item["drained_at"]["N"]))
-            for item in response.get("Items", [])
-        }
-
-    def save_drained(self, queue: str, at: datetime) -> None:
-        request = requests.put_drained(self.table, self.environment, queue, to_epoch_ms(at))
-        send_conditional(self._send, "put_item", request)  # refused: a later time is kept
 
     def watch_run(self, run_id: str) -> Run | None:
         request = requests.watch_run(self.table, self.environment, run_id)
@@ -275,36 +248,6 @@ class DynamoRunStore:
         prefix = keys.run_pk(self.environment, "")
         ids = [item["pk"]["S"][len(prefix) :] for item in response.get("Items", [])]
         return ids, encode_cursor(response.get("LastEvaluatedKey"))
-
-    def create_token(self, token: Token) -> None:
-        self._send("put_item", requests.put_token(self.table, token_to_wire(token)))
-
-    def get_token(self, token_id: str) -> Token | None:
-        request = requests.get_token(self.table, self.environment, token_id)
-        wire = self._send("get_item", request).get("Item")
-        return token_from_wire(wire) if wire else None
-
-    def decide_token(self, decision: TokenDecision) -> Token:
-        request = requests.decide_token(self.table, self.environment, decision)
-        sent = send_conditional(self._send, "update_item", request)
-        if not isinstance(sent, Refused):
-            return token_from_wire(sent["Attributes"])
-        if sent.item is None:
-            raise TokenNotFound(decision.token_id)
-        raise TokenAlreadyDecided(token_from_wire(sent.item))
-
-    def finish_token_resume(self, token_id: str) -> None:
-        request = requests.finish_token_resume(self.table, self.environment, token_id)
-        send_conditional(self._send, "update_item", request)  # refused: still pending
-
-    def token_agenda_page(
-        self, partition: str, until: datetime, limit: int, cursor: str | None
-    ) -> tuple[list[Token], str | None]:
-        start = decode_cursor(cursor, agenda_key(partition))
-        request = requests.query_agenda(self.table, partition, to_epoch_ms(until), limit, start)
-        response = self._query(request, cursor)
-        tokens = [token_from_wire(item) for item in response.get("Items", [])]
-        return tokens, encode_cursor(response.get("LastEvaluatedKey"))
 
     def list_runs(
         self, query: RunQuery, limit: int, cursor: str | None
@@ -356,6 +299,61 @@ class DynamoRunStore:
         sent = send_conditional(self._send, "delete_item", requests.delete_run(self.table, run))
         return not isinstance(sent, Refused)
 
+
+class DynamoTokenStore:
+    """The tokens of one environment, in the run table (``store.tokens``)."""
+
+    def __init__(self, send: Send, query: Query, table: str, environment: str) -> None:
+        self._send = send
+        self._query = query
+        self.table = table
+        self.environment = environment
+
+    def create_token(self, token: Token) -> None:
+        self._send("put_item", requests.put_token(self.table, token_to_wire(token)))
+
+    def get_token(self, token_id: str) -> Token | None:
+        request = requests.get_token(self.table, self.environment, token_id)
+        wire = self._send("get_item", request).get("Item")
+        return token_from_wire(wire) if wire else None
+
+    def decide_token(self, decision: TokenDecision) -> Token:
+        request = requests.decide_token(self.table, self.environment, decision)
+        sent = send_conditional(self._send, "update_item", request)
+        if not isinstance(sent, Refused):
+            return token_from_wire(sent["Attributes"])
+        if sent.item is None:
+            raise TokenNotFound(decision.token_id)
+        raise TokenAlreadyDecided(token_from_wire(sent.item))
+
+    def finish_token_resume(self, token_id: str) -> None:
+        request = requests.finish_token_resume(self.table, self.environment, token_id)
+        send_conditional(self._send, "update_item", request)  # refused: still pending
+
+    def token_agenda_page(
+        self, partition: str, until: datetime, limit: int, cursor: str | None
+    ) -> tuple[list[Token], str | None]:
+        start = decode_cursor(cursor, agenda_key(partition))
+        request = requests.query_agenda(self.table, partition, to_epoch_ms(until), limit, start)
+        response = self._query(request, cursor)
+        tokens = [token_from_wire(item) for item in response.get("Items", [])]
+        return tokens, encode_cursor(response.get("LastEvaluatedKey"))
+
+
+class DynamoKeyStore:
+    """The idempotency and singleton keys of one environment (``store.keys``); a new
+    run's keys are claimed with it, in :meth:`DynamoRunStore.create_run`."""
+
+    def __init__(self, send: Send, table: str, environment: str) -> None:
+        self._send = send
+        self.table = table
+        self.environment = environment
+
+    def release_key(self, kind: KeyKind, task: str, key: str, run_id: str) -> None:
+        pk = keys.key_pk(self.environment, kind, task, key)
+        # refused: another run holds the key now, and keeps it
+        send_conditional(self._send, "delete_item", requests.release_key(self.table, pk, run_id))
+
     def get_key_owner(self, kind: KeyKind, task: str, key: str, now: datetime) -> str | None:
         pk = keys.key_pk(self.environment, kind, task, key)
         item = self._send("get_item", requests.get_key(self.table, pk)).get("Item")
@@ -371,6 +369,45 @@ class DynamoRunStore:
             "delete_item",
             requests.delete_key(self.table, keys.key_pk(self.environment, kind, task, key)),
         )
+
+
+class DynamoProgressStore:
+    """Where maintenance's passes stopped, in one environment (``store.progress``)."""
+
+    def __init__(self, send: Send, table: str, environment: str) -> None:
+        self._send = send
+        self.table = table
+        self.environment = environment
+
+    def load_cursors(self) -> dict[str, str]:
+        response = self._send("query", requests.query_cursors(self.table, self.environment))
+        prefix = keys.CURSOR_SK_PREFIX
+        return {
+            item["sk"]["S"][len(prefix) :]: item["cursor"]["S"]
+            for item in response.get("Items", [])
+            if item["sk"]["S"].startswith(prefix)
+        }
+
+    def save_cursor(self, partition: str, cursor: str | None) -> None:
+        if cursor is None:
+            self._send(
+                "delete_item", requests.delete_cursor(self.table, self.environment, partition)
+            )
+        else:
+            request = requests.put_cursor(self.table, self.environment, partition, cursor)
+            self._send("put_item", request)
+
+    def load_drained(self) -> dict[str, datetime]:
+        response = self._send("query", requests.query_drained(self.table, self.environment))
+        prefix = keys.DRAINED_SK_PREFIX
+        return {
+            item["sk"]["S"][len(prefix) :]: from_epoch_ms(int(item["drained_at"]["N"]))
+            for item in response.get("Items", [])
+        }
+
+    def save_drained(self, queue: str, at: datetime) -> None:
+        request = requests.put_drained(self.table, self.environment, queue, to_epoch_ms(at))
+        send_conditional(self._send, "put_item", request)  # refused: a later time is kept
 
 
 def _conflict(run_id: str, stored: dict[str, Any] | None) -> ConflictError:

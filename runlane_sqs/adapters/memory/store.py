@@ -37,7 +37,7 @@ from runlane_sqs.adapters.memory.slots import InMemorySlotStore
 from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.clock import to_epoch_ms
 from runlane_sqs.core.errors import ConflictError, LeaseLost
-from runlane_sqs.core.indexes import listed_at
+from runlane_sqs.core.indexes import agenda_pk, listed_at
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import LEASED_STATUSES, Lease, Run, RunEvent, WaitKind
 from runlane_sqs.core.ordering import Place
@@ -108,10 +108,13 @@ class InMemoryRunStore:
         self.environment = environment
         self._runs: dict[str, _Stored] = {}
         self._keys: dict[tuple[KeyKind, str, str], _Key] = {}
-        self._cursors: dict[str, str] = {}
-        self._drained: dict[str, datetime] = {}
-        self._tokens: dict[str, Token] = {}
         self._lock = threading.Lock()
+        self.tokens = InMemoryTokenStore(environment)
+        """The environment's tokens."""
+        self.keys = InMemoryKeyStore(self._keys, self._lock)
+        """The environment's idempotency and singleton keys."""
+        self.progress = InMemoryProgressStore()
+        """Where maintenance's passes stopped."""
         self.schedules = InMemoryScheduleStore(environment)
         """The environment's schedules."""
         self.slots = InMemorySlotStore(environment, self._lock, self._all_runs)
@@ -215,12 +218,6 @@ class InMemoryRunStore:
             stored.run = replace(current, lease=lease, review_at=listed_at(current))
             return stored.run
 
-    def release_key(self, kind: KeyKind, task: str, key: str, run_id: str) -> None:
-        with self._lock:
-            held = self._keys.get((kind, task, key))
-            if held is not None and held.run_id == run_id:
-                del self._keys[(kind, task, key)]
-
     def agenda_page(
         self, partition: str, until: datetime, limit: int, cursor: str | None
     ) -> tuple[list[Run], str | None]:
@@ -272,6 +269,57 @@ class InMemoryRunStore:
         }
         return page, encode_cursor({name: {"S": value} for name, value in last.items()})
 
+    def list_runs(
+        self, query: RunQuery, limit: int, cursor: str | None
+    ) -> tuple[list[Run], str | None]:
+        after = decode_cursor(cursor, _listing_key(self.environment))
+        with self._lock:
+            matching = [
+                s.run
+                for s in self._runs.values()
+                if s.run.status in query.statuses
+                and query.task in (None, s.run.task)
+                and query.queue in (None, s.run.queue)
+                and query.schedule in (None, s.run.schedule_id)
+                and (query.created_after is None or s.run.created_at >= query.created_after)
+                and (query.created_before is None or s.run.created_at <= query.created_before)
+            ]
+        matching.sort(key=lambda r: (r.created_at, r.id), reverse=True)
+        if after:
+            position = after["created_sk"]["S"]
+            matching = [r for r in matching if _created_sk(r) < position]
+        page = matching[:limit]
+        if len(matching) <= limit or not page:
+            return page, None
+        last = {"environment": {"S": self.environment}, "created_sk": {"S": _created_sk(page[-1])}}
+        return page, encode_cursor(last)
+
+    def delete_run(self, run: Run) -> bool:
+        with self._lock:
+            stored = self._runs.get(run.id)
+            if stored is None or stored.run.seq != run.seq or not stored.run.is_terminal:
+                return False
+            del self._runs[run.id]
+            return True
+
+    def _all_runs(self) -> list[Run]:
+        """Every stored run; the caller holds the lock."""
+        return [s.run for s in self._runs.values()]
+
+    # inspection helpers for tests
+    def all_runs(self) -> list[Run]:
+        with self._lock:
+            return [s.run for s in self._runs.values()]
+
+
+class InMemoryTokenStore:
+    """The tokens of one environment (``store.tokens``)."""
+
+    def __init__(self, environment: str) -> None:
+        self.environment = environment
+        self._tokens: dict[str, Token] = {}
+        self._lock = threading.Lock()
+
     def create_token(self, token: Token) -> None:
         with self._lock:
             if token.id in self._tokens:
@@ -308,7 +356,7 @@ class InMemoryRunStore:
                 entry = token_agenda_entry(token)
                 if entry is None or entry[1] > until:
                     continue
-                if keys.agenda_pk(self.environment, entry[0], token.id) != partition:
+                if agenda_pk(self.environment, entry[0], token.id) != partition:
                     continue
                 position = (to_epoch_ms(entry[1]), keys.token_pk(self.environment, token.id))
                 if _after(position, start):
@@ -320,38 +368,20 @@ class InMemoryRunStore:
         at, pk = page[-1][0]
         return [token for _, token in page], _agenda_cursor(partition, at, pk, keys.TOKEN_SK)
 
-    def list_runs(
-        self, query: RunQuery, limit: int, cursor: str | None
-    ) -> tuple[list[Run], str | None]:
-        after = decode_cursor(cursor, _listing_key(self.environment))
-        with self._lock:
-            matching = [
-                s.run
-                for s in self._runs.values()
-                if s.run.status in query.statuses
-                and query.task in (None, s.run.task)
-                and query.queue in (None, s.run.queue)
-                and query.schedule in (None, s.run.schedule_id)
-                and (query.created_after is None or s.run.created_at >= query.created_after)
-                and (query.created_before is None or s.run.created_at <= query.created_before)
-            ]
-        matching.sort(key=lambda r: (r.created_at, r.id), reverse=True)
-        if after:
-            position = after["created_sk"]["S"]
-            matching = [r for r in matching if _created_sk(r) < position]
-        page = matching[:limit]
-        if len(matching) <= limit or not page:
-            return page, None
-        last = {"environment": {"S": self.environment}, "created_sk": {"S": _created_sk(page[-1])}}
-        return page, encode_cursor(last)
 
-    def delete_run(self, run: Run) -> bool:
+class InMemoryKeyStore:
+    """The idempotency and singleton keys of one environment (``store.keys``), shared
+    with the run store, which claims a new run's keys with the run."""
+
+    def __init__(self, held: dict[tuple[KeyKind, str, str], _Key], lock: threading.Lock) -> None:
+        self._keys = held
+        self._lock = lock
+
+    def release_key(self, kind: KeyKind, task: str, key: str, run_id: str) -> None:
         with self._lock:
-            stored = self._runs.get(run.id)
-            if stored is None or stored.run.seq != run.seq or not stored.run.is_terminal:
-                return False
-            del self._runs[run.id]
-            return True
+            held = self._keys.get((kind, task, key))
+            if held is not None and held.run_id == run_id:
+                del self._keys[(kind, task, key)]
 
     def get_key_owner(self, kind: KeyKind, task: str, key: str, now: datetime) -> str | None:
         with self._lock:
@@ -365,6 +395,15 @@ class InMemoryRunStore:
     def delete_key(self, kind: KeyKind, task: str, key: str) -> None:
         with self._lock:
             self._keys.pop((kind, task, key), None)
+
+
+class InMemoryProgressStore:
+    """Where maintenance's passes stopped (``store.progress``)."""
+
+    def __init__(self) -> None:
+        self._cursors: dict[str, str] = {}
+        self._drained: dict[str, datetime] = {}
+        self._lock = threading.Lock()
 
     def load_cursors(self) -> dict[str, str]:
         with self._lock:
@@ -385,12 +424,3 @@ class InMemoryRunStore:
         with self._lock:
             if queue not in self._drained or self._drained[queue] < at:
                 self._drained[queue] = at
-
-    def _all_runs(self) -> list[Run]:
-        """Every stored run; the caller holds the lock."""
-        return [s.run for s in self._runs.values()]
-
-    # inspection helpers for tests
-    def all_runs(self) -> list[Run]:
-        with self._lock:
-            return [s.run for s in self._runs.values()]
