@@ -15,7 +15,7 @@ from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.codec import run_state_attributes
 from runlane_sqs.adapters.dynamodb.requests import CLAIM_WRITES
 from runlane_sqs.core import machine
-from runlane_sqs.core.agenda import AgendaKind
+from runlane_sqs.core.agenda import AgendaKind, agenda_pk
 from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.machine import Transition
@@ -124,7 +124,7 @@ def test_ten_thousand_runs_per_second_keep_every_partition_under_its_limit() -> 
     load: Counter[str] = Counter()
     for run_id in run_ids(RUNS):
         partitions = {
-            "agenda:prod#run": keys.agenda_pk("prod", AgendaKind.RUN, run_id),
+            "agenda:prod#run": agenda_pk("prod", AgendaKind.RUN, run_id),
             "by_status:prod#active": keys.status_pk("prod", RunStatus.QUEUED, run_id),
             "by_status:prod#succeeded": keys.status_pk("prod", RunStatus.SUCCEEDED, run_id),
         }
