@@ -11,8 +11,10 @@ prints one line per finding, ``path:line: RULE message``, and exits 1 when there
   (``T = TypeVar(...)``, ``P = ParamSpec(...)``) are conventions of each module, not
   definitions;
 - ``re-export``: a module imports a name from another module of the package that only
-  imports it there (import it from the module that defines it); the public namespaces
-  in ``NAMESPACES`` may gather names from elsewhere, and the examples in ``EXAMPLES``,
+  imports it there, reads it as an attribute of such a module (``keys.agenda_pk`` after
+  ``from package.adapters.dynamodb import keys``), or lists in its ``__all__`` a name it
+  only imports (import it from the module that defines it); the public namespaces in
+  ``NAMESPACES`` may gather names from elsewhere, and the examples in ``EXAMPLES``,
   which read as user code, may import through them, but the other modules do not import
   through them either;
 - ``shadowed-module``: a parameter of a function, method or lambda has the name of a
@@ -45,6 +47,10 @@ NAMESPACES = frozenset(
         "runlane_sqs/testing.py",
         "runlane_sqs/local/__init__.py",
         "runlane_sqs/aws_lambda.py",
+        # public paths (docs, CHANGELOG): the errors by their module, and the Lambda
+        # consumer's preferred path, which runlane_sqs.aws_lambda aliases
+        "runlane_sqs/errors.py",
+        "runlane_sqs/lambdas/consumer.py",
     }
 )
 """The public namespaces: they gather names defined elsewhere (paths from the root)."""
@@ -305,6 +311,97 @@ def re_exports(
                 yield Finding(module.path, node.lineno, "re-export", message)
 
 
+def exported_but_imported(
+    modules: dict[str, Module], namespaces: frozenset[str]
+) -> Iterator[Finding]:
+    """A name in a module's ``__all__`` that the module does not define and that is no
+    submodule of it: the module offers a second import path to a name defined elsewhere."""
+    for module in modules.values():
+        if module.path in namespaces:
+            continue
+        for name, line in all_names(module.tree.body):
+            if name in module.defined or f"{module.dotted}.{name}" in modules:
+                continue
+            message = f"'{name}' listed in __all__ of {module.dotted}, which does not define it"
+            yield Finding(module.path, line, "re-export", message)
+
+
+def all_names(body: list[ast.stmt]) -> Iterator[tuple[str, int]]:
+    """``(name, line)`` for each string a module-level ``__all__`` is given, added or
+    extended with (``__all__ = [...]``, ``__all__: list[str] = [...]``, ``__all__ += [...]``)."""
+    for statement in module_statements(body):
+        if isinstance(statement, ast.Assign):
+            targets = statement.targets
+        elif isinstance(statement, ast.AnnAssign | ast.AugAssign):
+            targets = [statement.target]
+        else:
+            continue
+        if statement.value is None or not any(
+            isinstance(t, ast.Name) and t.id == "__all__" for t in targets
+        ):
+            continue
+        for node in ast.walk(statement.value):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                yield node.value, node.lineno
+
+
+def attribute_re_exports(
+    modules: dict[str, Module],
+    namespaces: frozenset[str],
+    examples: frozenset[str] = frozenset(),
+) -> Iterator[Finding]:
+    """``m.y`` where ``m`` is bound to a module ``x`` of the package (``import package.x as
+    m``, ``from package import x``) that does not define ``y``, and ``y`` is no module."""
+    for module in modules.values():
+        if module.path in namespaces:
+            continue
+        bound = package_modules(modules, module)
+        seen: set[tuple[int, str, str]] = set()
+        for node in ast.walk(module.tree):
+            if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)):
+                continue
+            source = bound.get(node.value.id)
+            if source is None:
+                continue
+            target = modules[source]
+            if module.path in examples and target.path in namespaces:
+                continue
+            if node.attr in target.defined or f"{source}.{node.attr}" in modules:
+                continue
+            read = (node.lineno, node.value.id, node.attr)
+            if read in seen:
+                continue
+            seen.add(read)
+            where = "a public namespace" if target.path in namespaces else "only imported there"
+            message = (
+                f"'{node.attr}' read as {node.value.id}.{node.attr} from {source},"
+                f" which does not define it ({where})"
+            )
+            yield Finding(module.path, node.lineno, "re-export", message)
+
+
+def package_modules(modules: dict[str, Module], module: Module) -> dict[str, str]:
+    """Names bound to another module of the package by an ``import package.x as m`` or a
+    ``from package import x`` anywhere in ``module``: name -> dotted module. A name bound
+    to two different modules is left out."""
+    bound: dict[str, set[str]] = defaultdict(set)
+    for node in ast.walk(module.tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname and alias.name in modules:
+                    bound[alias.asname].add(alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            source = imported_from(module, node)
+            for alias in node.names:
+                if f"{source}.{alias.name}" in modules:
+                    bound[alias.asname or alias.name].add(f"{source}.{alias.name}")
+    return {
+        name: dotted
+        for name, (dotted, *others) in bound.items()
+        if not others and dotted != module.dotted
+    }
+
+
 def module_names(modules: dict[str, Module], module: Module) -> dict[str, str]:
     """Names bound to modules by the module's top-level imports: name -> module."""
     bound: dict[str, str] = {}
@@ -378,6 +475,8 @@ def check(
     found = [
         *same_names(modules, allowed or []),
         *re_exports(modules, namespaces, examples),
+        *attribute_re_exports(modules, namespaces, examples),
+        *exported_but_imported(modules, namespaces),
         *shadowed_modules(modules),
         *stale_allowances(modules, allowed or [], allowed_file),
     ]

@@ -13,7 +13,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from runlane_sqs.adapters.aws import DEFAULT_BOTOCORE_CONFIG, AwsClients
+from runlane_sqs.adapters.aws import AwsClients
 from runlane_sqs.adapters.dynamodb.store import DynamoRunStore
 from runlane_sqs.adapters.sqs.transport import SqsTransport
 from runlane_sqs.api.operators import OperatorApis
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from runlane_sqs.runtime.aio.worker import AsyncWorker
     from runlane_sqs.runtime.worker import Worker, WorkerOptions
 
-__all__ = ["DEFAULT_BOTOCORE_CONFIG", "Runlane"]
+__all__ = ["Runlane"]
 log = logging.getLogger("runlane_sqs")
 
 

@@ -16,19 +16,7 @@ import click
 from runlane_sqs.cli.backend import dev, maintenance, provision, worker
 from runlane_sqs.cli.console import console
 from runlane_sqs.cli.decisions import signals, tokens
-from runlane_sqs.cli.exits import (
-    EXIT_ABORTED,
-    EXIT_APP_NOT_IMPORTABLE,
-    EXIT_BACKEND,
-    EXIT_ILLEGAL,
-    EXIT_NOT_FOUND,
-    EXIT_OK,
-    EXIT_RUN_UNSUCCESSFUL,
-    EXIT_UNHEALTHY,
-    EXIT_USAGE,
-    EXIT_WAIT_TIMED_OUT,
-    RunlaneGroup,
-)
+from runlane_sqs.cli.exits import RunlaneGroup
 from runlane_sqs.cli.health import health
 from runlane_sqs.cli.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
 from runlane_sqs.cli.queues import queues
@@ -71,16 +59,4 @@ for command in (
 ):
     main.add_command(command)
 
-__all__ = [
-    "EXIT_ABORTED",
-    "EXIT_APP_NOT_IMPORTABLE",
-    "EXIT_BACKEND",
-    "EXIT_ILLEGAL",
-    "EXIT_NOT_FOUND",
-    "EXIT_OK",
-    "EXIT_RUN_UNSUCCESSFUL",
-    "EXIT_UNHEALTHY",
-    "EXIT_USAGE",
-    "EXIT_WAIT_TIMED_OUT",
-    "main",
-]
+__all__ = ["main"]

@@ -20,10 +20,15 @@ from datetime import timedelta
 import pytest
 
 from runlane_sqs import ConflictError, EventType, Lease, LeaseLost, Run, RunStatus
-from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.core import machine
 from runlane_sqs.core.clock import truncate_ms
-from runlane_sqs.core.indexes import AgendaKind, RepublishPolicy, listed_at
+from runlane_sqs.core.indexes import (
+    AgendaKind,
+    RepublishPolicy,
+    agenda_partitions,
+    agenda_pk,
+    listed_at,
+)
 from runlane_sqs.core.limits import MAX_PAYLOAD_LIMIT_BYTES
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import JSON, RunEvent, new_lease_token, new_run_id
@@ -365,7 +370,7 @@ def test_renew_lease_extends_the_current_lease(backend: Backend) -> None:
     assert len(backend.store.get_events(run.id)) == 2
     # the agenda entry stays where the claim put it, at the old expiry: maintenance looks
     # then, finds the lease alive and lists the run at the new one (no index write here)
-    partition = keys.agenda_pk(backend.environment, AgendaKind.RUN, run.id)
+    partition = agenda_pk(backend.environment, AgendaKind.RUN, run.id)
     at_old, _ = backend.store.agenda_page(partition, claimed.lease.expires_at, 10, None)
     assert [r.id for r in at_old] == [run.id]
     assert stored.review_at == claimed.lease.expires_at
@@ -497,7 +502,7 @@ def test_agenda_page_lists_due_runs_of_one_partition_in_time_order_page_by_page(
     cancelled = _create(backend, run_id=_in_shard(0), due_in=2)
     store.apply(machine.request_cancel(cancelled, now=now, actor="alice", reason="no"))
     _claim(backend, _create(backend, run_id=_in_shard(0)))  # now on the lease partition
-    partition = keys.agenda_pk(backend.environment, AgendaKind.RUN, listed[0].id)
+    partition = agenda_pk(backend.environment, AgendaKind.RUN, listed[0].id)
 
     pages: list[list[Run]] = []
     cursor: str | None = None
@@ -519,7 +524,7 @@ def test_a_finished_run_leaves_the_agenda(backend: Backend) -> None:
     run = _create(backend, run_id=_in_shard(2))
     claimed = _claim(backend, run)
     assert claimed.lease is not None
-    partition = keys.agenda_pk(backend.environment, AgendaKind.RUN, run.id)
+    partition = agenda_pk(backend.environment, AgendaKind.RUN, run.id)
     until = claimed.lease.expires_at
     assert [r.id for r in backend.store.agenda_page(partition, until, 10, None)[0]] == [run.id]
 
@@ -529,7 +534,7 @@ def test_a_finished_run_leaves_the_agenda(backend: Backend) -> None:
 
     far = until + timedelta(days=365)
     for kind in AgendaKind:
-        for shard in keys.agenda_partitions(backend.environment, kind):
+        for shard in agenda_partitions(backend.environment, kind):
             assert backend.store.agenda_page(shard, far, 10, None) == ([], None)
 
 

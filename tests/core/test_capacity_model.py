@@ -17,7 +17,7 @@ from runlane_sqs.adapters.dynamodb.requests import CLAIM_WRITES
 from runlane_sqs.core import machine
 from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.config import RunlaneConfig
-from runlane_sqs.core.indexes import FINISHED_SHARDS, SHARDS, AgendaKind, shard_count
+from runlane_sqs.core.indexes import FINISHED_SHARDS, SHARDS, AgendaKind, agenda_pk, shard_count
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Run, RunStatus
 from runlane_sqs.core.wakeup import ClaimHint
@@ -123,7 +123,7 @@ def test_ten_thousand_runs_per_second_keep_every_partition_under_its_limit() -> 
     load: Counter[str] = Counter()
     for run_id in run_ids(RUNS):
         partitions = {
-            "agenda:prod#run": keys.agenda_pk("prod", AgendaKind.RUN, run_id),
+            "agenda:prod#run": agenda_pk("prod", AgendaKind.RUN, run_id),
             "by_status:prod#active": keys.status_pk("prod", RunStatus.QUEUED, run_id),
             "by_status:prod#succeeded": keys.status_pk("prod", RunStatus.SUCCEEDED, run_id),
         }

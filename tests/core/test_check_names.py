@@ -55,7 +55,7 @@ def test_assignments_in_module_level_blocks_count_and_private_names_and_imports_
             "class C:\n    advance = 1\n",
         },
     )
-    assert lines(check(tmp_path, "pkg")) == [
+    assert lines(check(tmp_path, "pkg", namespaces=frozenset({"pkg/__init__.py"}))) == [
         "pkg/a.py:1: same-name 'LIMIT' is also defined in pkg/b.py:7"
     ]
 
@@ -180,6 +180,101 @@ def test_a_name_imported_from_a_module_that_only_imports_it_is_reported(
         " which does not define it (only imported there)",
         "runlane_sqs/engine/steps.py:1: re-export 'Enum' imported from runlane_sqs.core.model,"
         " which does not define it (only imported there)",
+    ]
+
+
+def test_a_name_listed_in_all_by_a_module_that_only_imports_it_is_reported(
+    tmp_path: Path,
+) -> None:
+    write(
+        tmp_path,
+        {
+            **RE_EXPORTING,
+            "runlane_sqs/engine/__init__.py": "from . import steps\n\n__all__ = ['steps']\n",
+            "runlane_sqs/engine/steps.py": """\
+                from runlane_sqs.core.model import Run
+
+                LIMIT = 1
+                __all__ = ["LIMIT", "Run"]
+            """,
+            "runlane_sqs/engine/message.py": """\
+                from runlane_sqs.core import model
+
+                __all__: list[str] = ["model", "later"]
+                __all__ += ("model",)
+
+
+                def later() -> None:
+                    __all__ = ["model"]
+            """,
+            "runlane_sqs/testing.py": "from runlane_sqs.core.model import Run\n__all__ = ['Run']\n",
+        },
+    )
+    assert lines(check(tmp_path, "runlane_sqs")) == [
+        "runlane_sqs/engine/message.py:3: re-export 'model' listed in __all__ of"
+        " runlane_sqs.engine.message, which does not define it",
+        "runlane_sqs/engine/message.py:4: re-export 'model' listed in __all__ of"
+        " runlane_sqs.engine.message, which does not define it",
+        "runlane_sqs/engine/steps.py:4: re-export 'Run' listed in __all__ of"
+        " runlane_sqs.engine.steps, which does not define it",
+    ]
+
+
+def test_a_name_read_through_a_module_that_only_imports_it_is_reported(
+    tmp_path: Path,
+) -> None:
+    write(
+        tmp_path,
+        {
+            **RE_EXPORTING,
+            "runlane_sqs/engine/steps.py": """\
+                from runlane_sqs.core.model import Run
+
+                LIMIT = 1
+            """,
+            "runlane_sqs/engine/message.py": """\
+                import runlane_sqs.engine.steps as step_module
+                import runlane_sqs.core.model
+                from runlane_sqs import testing
+                from runlane_sqs.core import model
+                from runlane_sqs.engine import steps
+                from . import steps as same_steps
+
+
+                def run() -> object:
+                    from runlane_sqs.engine import steps as local_steps
+
+                    model.Run, model.Enum, steps.LIMIT, runlane_sqs.core.model.Enum
+                    steps.Run, steps.Run(), step_module.Run, same_steps.Run
+                    testing.helper, testing.Run, local_steps.LIMIT
+                    return steps.Run.mro
+            """,
+            "runlane_sqs/local/demo.py": """\
+                from runlane_sqs import testing
+                from runlane_sqs.engine import steps
+
+                testing.Run, steps.Run
+            """,
+            "runlane_sqs/aws_lambda.py": "from runlane_sqs.engine import steps\n\nsteps.Run\n",
+        },
+    )
+    assert [line for line in lines(check(tmp_path, "runlane_sqs")) if "message" in line] == [
+        "runlane_sqs/engine/message.py:12: re-export 'Enum' read as model.Enum from"
+        " runlane_sqs.core.model, which does not define it (only imported there)",
+        "runlane_sqs/engine/message.py:13: re-export 'Run' read as same_steps.Run from"
+        " runlane_sqs.engine.steps, which does not define it (only imported there)",
+        "runlane_sqs/engine/message.py:13: re-export 'Run' read as step_module.Run from"
+        " runlane_sqs.engine.steps, which does not define it (only imported there)",
+        "runlane_sqs/engine/message.py:13: re-export 'Run' read as steps.Run from"
+        " runlane_sqs.engine.steps, which does not define it (only imported there)",
+        "runlane_sqs/engine/message.py:14: re-export 'Run' read as testing.Run from"
+        " runlane_sqs.testing, which does not define it (a public namespace)",
+        "runlane_sqs/engine/message.py:15: re-export 'Run' read as steps.Run from"
+        " runlane_sqs.engine.steps, which does not define it (only imported there)",
+    ]
+    assert [line for line in lines(check(tmp_path, "runlane_sqs")) if "demo" in line] == [
+        "runlane_sqs/local/demo.py:4: re-export 'Run' read as steps.Run from"
+        " runlane_sqs.engine.steps, which does not define it (only imported there)",
     ]
 
 

@@ -12,6 +12,7 @@ import pytest
 from runlane_sqs.adapters.dynamodb import codec, keys, requests, writes
 from runlane_sqs.core import machine
 from runlane_sqs.core.clock import to_epoch_ms
+from runlane_sqs.core.indexes import agenda_pk
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import EventType, Failure, Lease, Run, RunEvent, RunStatus
 from runlane_sqs.core.retry import RetryDecision
@@ -158,7 +159,7 @@ def test_a_leased_run_is_on_the_agenda_at_its_lease_expiry() -> None:
     run = make_run(status=RunStatus.RUNNING, due_at=None, lease=LEASE)
     wire = codec.run_to_wire(run, [], "{}")
     assert wire["agenda_at"] == {"N": str(to_epoch_ms(LEASE.expires_at))}
-    assert wire["agenda_pk"] == {"S": keys.agenda_pk("prod", "run", RUN_ID)}
+    assert wire["agenda_pk"] == {"S": agenda_pk("prod", "run", RUN_ID)}
     assert wire["status_pk"] == {"S": "prod#active#11"}
 
 
@@ -176,7 +177,7 @@ def test_a_runnable_run_is_on_the_agenda_at_its_due_time(status: RunStatus) -> N
     due = NOW + timedelta(hours=3)
     wire = codec.run_to_wire(make_run(status=status, due_at=due), [], "{}")
     assert wire["agenda_at"] == {"N": str(to_epoch_ms(due))}
-    assert wire["agenda_pk"] == {"S": keys.agenda_pk("prod", "run", RUN_ID)}
+    assert wire["agenda_pk"] == {"S": agenda_pk("prod", "run", RUN_ID)}
 
 
 def test_a_run_whose_wakeup_was_published_is_on_the_agenda_at_its_wake_time() -> None:
@@ -315,7 +316,7 @@ def test_a_retry_puts_the_run_back_on_the_due_agenda() -> None:
     assert update.set["status"] == "retrying"
     assert update.set["due_at"] == to_epoch_ms(retry_at)
     assert update.set["agenda_at"] == to_epoch_ms(retry_at)
-    assert update.set["agenda_pk"] == keys.agenda_pk("prod", "run", RUN_ID)
+    assert update.set["agenda_pk"] == agenda_pk("prod", "run", RUN_ID)
     assert update.set["status_pk"] == "prod#active#11"  # unchanged: no index write
     assert {"lease_owner", "lease_token", "lease_expires_at"} <= update.removed
 

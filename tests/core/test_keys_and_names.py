@@ -10,7 +10,14 @@ from hypothesis import strategies as st
 
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.core.errors import ConfigurationError, InvalidKeyError
-from runlane_sqs.core.indexes import FEW_SHARDS, SHARDS, AgendaKind
+from runlane_sqs.core.indexes import (
+    AGENDA_SHARDS,
+    FEW_SHARDS,
+    SHARDS,
+    AgendaKind,
+    agenda_partitions,
+    agenda_pk,
+)
 from runlane_sqs.core.model import RunStatus, new_lease_token, new_run_id
 from runlane_sqs.core.names import (
     MAX_KEY_CHARS,
@@ -80,7 +87,7 @@ def test_records_few_runs_write_have_few_shards() -> None:
     # parked runs and tokens: 4 partitions each, so a pass reads few empty ones
     parked = keys.status_partitions("prod", [RunStatus.PARKED])
     assert parked == [f"prod#parked#{shard}" for shard in range(FEW_SHARDS)]
-    assert len(keys.agenda_partitions("prod", "token")) == FEW_SHARDS
+    assert len(agenda_partitions("prod", "token")) == FEW_SHARDS
     assert keys.status_pk("prod", RunStatus.PARKED, "0021" + "0" * 28) == "prod#parked#1"
     assert keys.status_pk("prod", RunStatus.QUEUED, "0021" + "0" * 28) == "prod#active#1"
     assert keys.status_pk("prod", RunStatus.QUEUED, "0023" + "0" * 28) == "prod#active#3"
@@ -88,34 +95,30 @@ def test_records_few_runs_write_have_few_shards() -> None:
 
 
 def test_agenda_shard_is_taken_from_the_run_id() -> None:
-    shards = [keys.agenda_pk("prod", "run", f"{n:04x}" + "0" * 28) for n in (0, 1, 31, 32, 33)]
+    shards = [agenda_pk("prod", "run", f"{n:04x}" + "0" * 28) for n in (0, 1, 31, 32, 33)]
     assert shards == ["prod#run#0", "prod#run#1", "prod#run#31", "prod#run#0", "prod#run#1"]
 
 
 def test_agenda_partitions_are_scoped_by_environment_and_kind() -> None:
-    assert keys.agenda_pk("prod", AgendaKind.RUN, RUN_ID) == "prod#run#3"
-    assert keys.agenda_pk("prod", AgendaKind.TOKEN, RUN_ID) == "prod#token#3"
-    assert not set(keys.agenda_partitions("prod", "run")) & set(
-        keys.agenda_partitions("prod", "token")
-    )
-    assert not set(keys.agenda_partitions("prod", "run")) & set(
-        keys.agenda_partitions("staging", "run")
-    )
+    assert agenda_pk("prod", AgendaKind.RUN, RUN_ID) == "prod#run#3"
+    assert agenda_pk("prod", AgendaKind.TOKEN, RUN_ID) == "prod#token#3"
+    assert not set(agenda_partitions("prod", "run")) & set(agenda_partitions("prod", "token"))
+    assert not set(agenda_partitions("prod", "run")) & set(agenda_partitions("staging", "run"))
 
 
 @FAST
 @given(run_ids, st.sampled_from(list(AgendaKind)))
 def test_agenda_shard_is_in_range_and_stable(run_id: str, kind: AgendaKind) -> None:
-    pk = keys.agenda_pk("prod", kind, run_id)
-    assert pk == keys.agenda_pk("prod", kind, run_id)
-    assert pk in keys.agenda_partitions("prod", kind)
-    assert 0 <= int(pk.rsplit("#", 1)[1]) < keys.AGENDA_SHARDS
+    pk = agenda_pk("prod", kind, run_id)
+    assert pk == agenda_pk("prod", kind, run_id)
+    assert pk in agenda_partitions("prod", kind)
+    assert 0 <= int(pk.rsplit("#", 1)[1]) < AGENDA_SHARDS
 
 
 def test_agenda_partitions_cover_every_shard() -> None:
-    partitions = keys.agenda_partitions("prod", "run")
-    assert len(partitions) == len(set(partitions)) == keys.AGENDA_SHARDS
-    hits = Counter(keys.agenda_pk("prod", "run", new_run_id()) for _ in range(2000))
+    partitions = agenda_partitions("prod", "run")
+    assert len(partitions) == len(set(partitions)) == AGENDA_SHARDS
+    hits = Counter(agenda_pk("prod", "run", new_run_id()) for _ in range(2000))
     assert set(hits) == set(partitions)
 
 

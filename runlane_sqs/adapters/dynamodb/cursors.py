@@ -23,7 +23,6 @@ from runlane_sqs.core.errors import InvalidCursor
 __all__ = [
     "NUMBER",
     "STRING",
-    "InvalidCursor",
     "KeyShape",
     "StartKey",
     "agenda_key",

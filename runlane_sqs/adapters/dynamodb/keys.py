@@ -10,9 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from runlane_sqs.core.indexes import (
-    AGENDA_SHARDS,
-    agenda_partitions,
-    agenda_pk,
     shard_count,
     shard_of,
     status_group,
@@ -20,8 +17,6 @@ from runlane_sqs.core.indexes import (
 )
 from runlane_sqs.core.model import RunStatus
 from runlane_sqs.ports.store import KeyKind
-
-__all__ = ["AGENDA_SHARDS", "agenda_partitions", "agenda_pk"]
 
 RUN_PREFIX = "RUN#"
 RUN_SK = "RUN"

@@ -47,7 +47,7 @@ from runlane_sqs.adapters.dynamodb.items import (
 from runlane_sqs.adapters.dynamodb.writes import RunWrite
 from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.clock import to_epoch_ms
-from runlane_sqs.core.indexes import AgendaKind
+from runlane_sqs.core.indexes import AgendaKind, agenda_pk
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import (
     LEASED_STATUSES,
@@ -372,7 +372,7 @@ def decide_token(table: str, environment: str, decision: TokenDecision) -> Reque
     actions: list[Action] = [
         TokenItem.token_status.set(decision.status.value),
         TokenItem.decided_at.set(decided_ms),
-        TokenItem.agenda_pk.set(keys.agenda_pk(environment, kind, decision.token_id)),
+        TokenItem.agenda_pk.set(agenda_pk(environment, kind, decision.token_id)),
         TokenItem.agenda_at.set(decided_ms),
     ]
     if decision.value is not None:
