@@ -11,8 +11,9 @@ Deploy a module of your own whose ``handler`` the function names (``consumer.han
 and give the event source mapping ``FunctionResponseTypes: [ReportBatchItemFailures]``
 (``infra/runlane.yaml`` does). Each record becomes a
 :class:`~runlane_sqs.ports.transport.ReceivedWakeup` and goes through the same
-:class:`~runlane_sqs.runtime.executor.Executor` as the long-running worker: parse, re-read
-the run, claim its lease, run the handler, record the outcome under the lease token.
+:class:`~runlane_sqs.runtime.executor.Executor` as the long-running worker: parse, claim
+the lease (on the wakeup's hint, or after re-reading the run), run the handler, record the
+outcome under the lease token (docs/design/architecture.md, "The per-message path").
 
 What the handler returns, ``{"batchItemFailures": [{"itemIdentifier": messageId}, ...]}``:
 
