@@ -11,7 +11,6 @@ import signal
 import threading
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any
 
 import click
 
@@ -28,7 +27,7 @@ from runlane_sqs.core.errors import ConfigurationError, StorageUnavailable, Tran
 from runlane_sqs.core.indexes import AGENDA_SHARDS
 from runlane_sqs.engine.maintenance import MaintenanceConfig
 from runlane_sqs.local.moto import MotoServer
-from runlane_sqs.runtime.worker import ENV_WORKER_ID
+from runlane_sqs.runtime.worker import ENV_WORKER_ID, WorkerOptions
 
 log = logging.getLogger("runlane_sqs.maintenance")
 TRANSIENT_ERRORS = (StorageUnavailable, TransportError)
@@ -163,11 +162,7 @@ def worker(
     """Run a worker until SIGTERM/SIGINT (or, with --drain, until the queues are empty)."""
     app = app_for_command(app_spec, "the worker runs your tasks")
     with_settings(app, lease_duration=lease_seconds)
-    options: dict[str, Any] = {
-        "concurrency": concurrency,
-        "grace_period": grace_period,
-        "worker_id": worker_id,
-    }
+    options = WorkerOptions(concurrency=concurrency, grace_period=grace_period, worker_id=worker_id)
     draining = drain or max_runs is not None
     chosen = list(queues) or None
     if use_async:

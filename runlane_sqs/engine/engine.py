@@ -126,8 +126,3 @@ class HasEngine(Protocol):
 
     @property
     def engine(self) -> Engine: ...
-
-
-def engine_of(host: Engine | HasEngine) -> Engine:
-    """The engine itself, or the one an app carries: workers accept either."""
-    return host if isinstance(host, Engine) else host.engine
