@@ -505,3 +505,27 @@ def test_the_async_workers_handler_threads_end_with_its_drain(app: Runlane) -> N
     for thread in used:
         thread.join(WAIT_SECONDS)
     assert [t.name for t in used if t.is_alive()] == []
+
+
+def test_a_stop_from_another_thread_as_the_drain_closes_its_loop_does_not_raise(
+    app: Runlane,
+) -> None:
+    """The loop a stop would wake closes between its first wake-up and the next (the
+    drain it woke ended): the stop returns quietly, as the drain is over."""
+    worker = AsyncWorker(app, wait_seconds=0)
+    loop = asyncio.new_event_loop()
+    schedule = loop.call_soon_threadsafe  # raises RuntimeError once the loop is closed
+    woken: list[object] = []
+
+    def wake_then_close(callback: Any) -> object:
+        if woken:
+            return schedule(callback)
+        woken.append(callback)
+        loop.close()  # the drain woke by the first call ends and closes its loop
+        return None
+
+    asyncio.run(worker.drain())  # a session: the worker now knows its loop and events
+    worker._loop = loop  # as it stands when the stop is called (the same object, open)
+    loop.call_soon_threadsafe = wake_then_close  # type: ignore[method-assign]
+    worker.stop()
+    assert len(woken) == 1 and loop.is_closed()

@@ -12,6 +12,7 @@ cancel what is left (``asyncio`` cancellation) and leave those runs to lease exp
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import threading
@@ -127,7 +128,9 @@ class AsyncWorker(WorkerBase):
         if self._session is not None:
             self._session.leases.cancel_all()
         loop, changed, stopped = self._loop, self._changed, self._stopped
-        if loop is not None and changed is not None and not loop.is_closed():
+        if loop is None or changed is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nothing to wake
             loop.call_soon_threadsafe(changed.set)
             if stopped is not None:
                 loop.call_soon_threadsafe(stopped.set)
