@@ -58,7 +58,7 @@ class Engine:
         self.publisher = Publisher(store, transport, clock)
         self.resumer = Resumer(store, self.publisher, clock, config)
         self.turns = Turns(store, self.publisher, clock, config)
-        self.finisher = Finisher(store, self.resumer, self.turns)
+        self.finisher = Finisher(store.keys, self.resumer, self.turns)
         self.slot_waker = SlotWaker(store, self.publisher, clock, config, tasks)
         self.triggers = Triggers(
             store=store,
@@ -69,7 +69,7 @@ class Engine:
             config=config,
             observer=self.observer,
         )
-        self.tokens = TokensApi(store, self.resumer, clock, config, self.observer)
+        self.tokens = TokensApi(store.tokens, self.resumer, clock, config, self.observer)
         self.signals = SignalsApi(self.resumer, config.payload_limit, self.observer)
 
     @cached_property

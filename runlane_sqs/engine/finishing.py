@@ -10,7 +10,7 @@ from runlane_sqs.core.errors import RunlaneError
 from runlane_sqs.core.model import Run, RunStatus
 from runlane_sqs.engine.ordering import Turns
 from runlane_sqs.engine.resuming import RESUME_BATCH, Resumer, run_finished
-from runlane_sqs.ports.store import KeyKind, RunStore
+from runlane_sqs.ports.store import KeyKind, KeyStore
 
 log = logging.getLogger("runlane_sqs")
 
@@ -34,8 +34,8 @@ class Finisher:
     """Frees a finished run's keys, resumes the runs waiting for it and hands its
     ordering key's turn on."""
 
-    def __init__(self, store: RunStore, resumer: Resumer, turns: Turns) -> None:
-        self._store = store
+    def __init__(self, keys: KeyStore, resumer: Resumer, turns: Turns) -> None:
+        self._keys = keys
         self._resumer = resumer
         self._turns = turns
 
@@ -74,7 +74,7 @@ class Finisher:
         owner finished, so a failure here is logged, not raised."""
         for kind, key in keys_to_release(run):
             try:
-                self._store.keys.release_key(kind, run.task, key, run.id)
+                self._keys.release_key(kind, run.task, key, run.id)
             except RunlaneError as exc:
                 log.warning(
                     "could not release %s key of run %s: %s",

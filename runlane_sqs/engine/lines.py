@@ -21,7 +21,7 @@ from runlane_sqs.core.clock import truncate_ms
 from runlane_sqs.core.errors import RunlaneError
 from runlane_sqs.core.indexes import RepublishPolicy
 from runlane_sqs.core.recovery import QueueLine
-from runlane_sqs.ports.store import RunStore
+from runlane_sqs.ports.store import ProgressStore
 from runlane_sqs.ports.transport import BacklogProbe
 
 log = logging.getLogger("runlane_sqs.maintenance")
@@ -36,12 +36,12 @@ class QueueLines:
 
     def __init__(
         self,
-        store: RunStore,
+        progress: ProgressStore,
         probe: BacklogProbe | None,
         policy: RepublishPolicy,
         now: datetime,
     ) -> None:
-        self._store = store
+        self._progress = progress
         self._probe = probe
         self._settle = min(COUNTS_SETTLE, policy.after)
         self._now = now
@@ -69,7 +69,7 @@ class QueueLines:
             if backlog.drained:
                 at = truncate_ms(self._now - self._settle)
                 if drained is None or drained < at:
-                    self._store.progress.save_drained(queue, at)
+                    self._progress.save_drained(queue, at)
                     drained = at
         except RunlaneError as exc:
             log.warning(
@@ -83,5 +83,5 @@ class QueueLines:
 
     def _load(self) -> dict[str, datetime]:
         if self._drained is None:
-            self._drained = self._store.progress.load_drained()
+            self._drained = self._progress.load_drained()
         return self._drained

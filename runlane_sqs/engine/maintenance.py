@@ -199,7 +199,7 @@ class Maintenance:
                 return False
             return time.monotonic() - started > time_budget_seconds
 
-        lines = QueueLines(self._store, self._backlog, self._config.republish, now)
+        lines = QueueLines(self._store.progress, self._backlog, self._config.republish, now)
         lines.sample(self._tasks.queues())
 
         def handle(kind: AgendaKind, page: Page) -> None:

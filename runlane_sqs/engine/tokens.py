@@ -18,7 +18,7 @@ from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenNotFound, T
 from runlane_sqs.engine.observing import Observer
 from runlane_sqs.engine.reports import JobReport
 from runlane_sqs.engine.resuming import RESUME_BATCH, Resumer, ResumeReport, token_resumption
-from runlane_sqs.ports.store import RunStore
+from runlane_sqs.ports.tokens import TokenStore
 
 
 class TokensApi:
@@ -26,13 +26,13 @@ class TokensApi:
 
     def __init__(
         self,
-        store: RunStore,
+        tokens: TokenStore,
         resumer: Resumer,
         clock: Clock,
         config: RunlaneConfig,
         observer: Observer,
     ) -> None:
-        self._store = store
+        self._tokens = tokens
         self._resumer = resumer
         self._clock = clock
         self._config = config
@@ -47,11 +47,11 @@ class TokensApi:
         token = core.new_token(
             secrets.token_hex(16), self._config.environment, now, timeout_at, metadata
         )
-        self._store.tokens.create_token(token)
+        self._tokens.create_token(token)
         return token
 
     def get(self, token_id: str) -> Token:
-        token = self._store.tokens.get_token(token_id)
+        token = self._tokens.get_token(token_id)
         if token is None:
             raise TokenNotFound(token_id)
         return token
@@ -75,7 +75,7 @@ class TokensApi:
         # a token id is a bearer secret: spans carry its digest only
         attributes = {t.TOKEN_ID: digest(token_id), t.OUTCOME: status.value}
         with self._observer.spanning(t.DECIDE_TOKEN, t.SpanKind.PRODUCER, attributes) as span:
-            stored = self._store.tokens.decide_token(decision)
+            stored = self._tokens.decide_token(decision)
             resumed = self.resume(stored, limit=RESUME_BATCH, trace=span.trace).resumed
             span.set({t.RESUMED: resumed})
         return stored
@@ -84,7 +84,7 @@ class TokensApi:
         """Maintenance's look at a listed token: time it out once past its timeout,
         resume up to ``limit`` waiters of a decided one."""
         job.examined += 1
-        token = self._store.tokens.get_token(listed.id)
+        token = self._tokens.get_token(listed.id)
         if token is None:
             job.skipped += 1
             return
@@ -93,7 +93,7 @@ class TokensApi:
                 job.skipped += 1
                 return
             try:
-                token = self._store.tokens.decide_token(
+                token = self._tokens.decide_token(
                     core.TokenDecision.of(token.id, TokenStatus.TIMED_OUT, None, now)
                 )
             except TokenAlreadyDecided as lost:
@@ -109,5 +109,5 @@ class TokensApi:
         resumption = replace(token_resumption(token), trace=trace)
         report = self._resumer.resume_waiters(resumption, limit=limit)
         if not report.more:
-            self._store.tokens.finish_token_resume(token.id)
+            self._tokens.finish_token_resume(token.id)
         return report
