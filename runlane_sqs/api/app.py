@@ -21,7 +21,9 @@ from runlane_sqs.api.telemetry import Telemetry
 from runlane_sqs.core.clock import Clock, SystemClock
 from runlane_sqs.core.config import RunlaneConfig, RunlaneSettings
 from runlane_sqs.core.errors import StorageUnavailable
+from runlane_sqs.core.groups import Group
 from runlane_sqs.core.model import JSON, Run
+from runlane_sqs.engine.context import DEFAULT_MAX_IN_FLIGHT, Child
 from runlane_sqs.engine.engine import Engine
 from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.signals import SignalsApi
@@ -240,6 +242,23 @@ class Runlane(OperatorApis):
         """Create one run per payload and publish their wakeups in batches of ten
         (``delay`` applies to every one)."""
         return self.engine.triggers.trigger_many(task, payloads, **options)
+
+    def group(
+        self,
+        children: Iterable[Child],
+        *,
+        then: Child | None = None,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        tolerate: int | float = 0,
+    ) -> Group:
+        """Start ``(task, payload)`` children as one group, at most ``max_in_flight`` at
+        once, and trigger ``then`` once when they have all finished (Celery's chord);
+        the callback runs whether the group succeeded or failed, and reads which with
+        ``ctx.joined_group()``. Everything is validated before anything is written.
+        Inside a handler, ``ctx.map`` and ``ctx.group`` wait for a group instead."""
+        return self.engine.groups.start(
+            children, then=then, max_in_flight=max_in_flight, tolerate=tolerate
+        )
 
     def publish(self, run: Run, *, delay: timedelta | None = None) -> bool:
         """Publish one wakeup for ``run``; False if SQS refused (maintenance repairs it)."""

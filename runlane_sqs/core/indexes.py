@@ -55,6 +55,7 @@ _COUNTS = {
     "parked": FEW_SHARDS,
     "schedule": FEW_SHARDS,
     "slot": FEW_SHARDS,
+    "group": FEW_SHARDS,
 }
 
 ACTIVE = "active"
@@ -101,6 +102,9 @@ class AgendaKind(StrEnum):
     SLOT = "slot"
     """Concurrency limits' slot records with holders or waiters, by when maintenance
     checks their holders and wakes waiters that free slots can take."""
+    GROUP = "group"
+    """Groups that have not joined, by when maintenance next checks them (starts a child
+    an interrupted finisher did not, joins a group an interrupted finisher completed)."""
 
 
 @dataclass(frozen=True, slots=True)

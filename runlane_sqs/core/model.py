@@ -175,6 +175,8 @@ class WaitKind(StrEnum):
     """A token's decision (``ctx.wait_for_token``)."""
     RUN = "run"
     """Another run to finish (``ctx.wait_for_run``)."""
+    GROUP = "group"
+    """A group of runs to join (``ctx.map``): target is the group id."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,6 +327,12 @@ class Run:
     """The run's number among its ordering key's runs (from 0, in trigger order)."""
     turn_wait: bool = False
     """The run waits for earlier runs of its ordering key to finish (not due meanwhile)."""
+    group_id: str | None = None
+    """The group this run is a child of (:mod:`runlane_sqs.core.groups`)."""
+    group_index: int | None = None
+    """The index of the child's item in its group."""
+    joined_group: str | None = None
+    """The group whose join triggered this run (a group's callback)."""
     trace: str | None = None
     """The trace context of the span that triggered the run, packed
     (:func:`~runlane_sqs.core.telemetry.pack_trace`); its attempts continue that trace."""

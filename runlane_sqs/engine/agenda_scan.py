@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from runlane_sqs.core.errors import InvalidCursor, StorageError, StorageUnavailable
+from runlane_sqs.core.groups import Group
 from runlane_sqs.core.indexes import AgendaKind
 from runlane_sqs.core.model import Run
 from runlane_sqs.core.schedule_state import ScheduleState
@@ -28,9 +29,9 @@ log = logging.getLogger("runlane_sqs.maintenance")
 AGENDA_PAGE_SIZE = 25
 """Candidates asked for in one ``Query``."""
 
-Page = list[Run] | list[Token] | list[ScheduleState] | list[SlotState]
-"""One page of an agenda partition: runs, tokens, schedules or slot records, by the
-partition's kind."""
+Page = list[Run] | list[Token] | list[ScheduleState] | list[SlotState] | list[Group]
+"""One page of an agenda partition: runs, tokens, schedules, slot records or groups, by
+the partition's kind."""
 
 
 @dataclass
@@ -91,6 +92,8 @@ class AgendaScan:
             return self.store.schedules.schedule_agenda_page(partition, self.now, limit, cursor)
         if kind is AgendaKind.SLOT:
             return self.store.slots.slot_agenda_page(partition, self.now, limit, cursor)
+        if kind is AgendaKind.GROUP:
+            return self.store.groups.group_agenda_page(partition, self.now, limit, cursor)
         return self.store.agenda_page(partition, self.now, limit, cursor)
 
     def _discard(self, partition: str, exc: Exception) -> None:

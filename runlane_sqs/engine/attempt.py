@@ -1,14 +1,19 @@
-"""What one attempt's context may do with storage: record steps, read tokens, watch runs."""
+"""What one attempt's context may do with storage: record steps, read tokens, watch runs,
+open groups."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 
 from runlane_sqs.core import machine, waits
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.errors import ConflictError, LeaseLost
+from runlane_sqs.core.groups import Group, group_id_for
 from runlane_sqs.core.model import JSON, Run
 from runlane_sqs.core.tokens import Token
+from runlane_sqs.engine.context import Child
+from runlane_sqs.engine.groups import Groups
 from runlane_sqs.engine.leases import LeaseBook
 from runlane_sqs.ports.store import RunStore
 
@@ -19,6 +24,7 @@ class AttemptRuntime:
     def __init__(
         self,
         store: RunStore,
+        groups: Groups,
         clock: Clock,
         payload_limit: int,
         leases: LeaseBook,
@@ -26,6 +32,7 @@ class AttemptRuntime:
         token: str,
     ) -> None:
         self._store = store
+        self._groups = groups
         self._clock = clock
         self._leases = leases
         self._run = run
@@ -63,3 +70,27 @@ class AttemptRuntime:
 
     def watch_run(self, run_id: str) -> Run | None:
         return self._store.watch_run(run_id)
+
+    def open_group(
+        self, wait_name: str, children: Iterable[Child], max_in_flight: int, tolerate: int | float
+    ) -> Group:
+        """Open the run's group at ``wait_name`` (the one an earlier attempt opened, if
+        any), fenced on this attempt's lease, and start its first children."""
+        items = self._groups.items(children)
+        group, chunks = self._groups.new_group(
+            items,
+            group_id=group_id_for(self._run.id, wait_name),
+            parent=self._run,
+            max_in_flight=max_in_flight,
+            tolerate=tolerate,
+        )
+        return self._groups.open(group, chunks, (self._run.id, self._token))
+
+    def get_group(self, group_id: str) -> Group | None:
+        return self._store.groups.get_group(group_id)
+
+    def group_children(self, group_id: str, start: int, limit: int) -> list[Run | None]:
+        group = self._store.groups.get_group(group_id)
+        if group is None:
+            return []
+        return self._store.groups.children(group, start, limit)

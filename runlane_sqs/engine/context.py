@@ -6,7 +6,7 @@ import inspect
 import json
 import logging
 import sys
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NoReturn, Protocol, TypeVar, cast
@@ -20,6 +20,7 @@ from runlane_sqs.core.errors import (
     RunNotFound,
     StepError,
 )
+from runlane_sqs.core.groups import Group, GroupFailed, GroupResults, GroupStatus
 from runlane_sqs.core.model import JSON, Failure, Run, RunStatus, Wait, WaitKind
 from runlane_sqs.core.names import check_key
 from runlane_sqs.core.payload import encode_json
@@ -123,6 +124,29 @@ class AttemptServices(Protocol):
 
     def watch_run(self, run_id: str) -> Run | None: ...
 
+    def open_group(
+        self, wait_name: str, children: Iterable[Child], max_in_flight: int, tolerate: int | float
+    ) -> Group: ...
+
+    def get_group(self, group_id: str) -> Group | None: ...
+
+    def group_children(self, group_id: str, start: int, limit: int) -> list[Run | None]: ...
+
+
+DEFAULT_MAX_IN_FLIGHT = 100
+"""Children of one ``ctx.map`` running at once unless it says otherwise."""
+
+
+class NamedTask(Protocol):
+    """A registered task (:class:`~runlane_sqs.Task`), as groups name their children's."""
+
+    @property
+    def name(self) -> str: ...
+
+
+Child = tuple[NamedTask | str, JSON]
+"""One child of a group: its task (or the task's name) and its payload."""
+
 
 @dataclass
 class TaskContext:
@@ -145,6 +169,9 @@ class TaskContext:
     scheduled_for: datetime | None = None
     """The schedule occurrence the run is (``None``: not an occurrence), e.g. the hour an
     hourly report covers, whenever the run actually starts."""
+    joined_group_id: str | None = None
+    """The group whose join triggered this run (a group's callback): see
+    :meth:`joined_group`."""
     cancellation: Cancellation = field(default_factory=Cancellation)
     services: AttemptServices | None = field(default=None, repr=False)
     _waits: dict[tuple[WaitKind, str | None], int] = field(default_factory=dict, repr=False)
@@ -166,6 +193,7 @@ class TaskContext:
             log=run_logger("runlane_sqs.task", run, worker_id),
             schedule_id=run.schedule_id,
             scheduled_for=run.scheduled_for,
+            joined_group_id=run.joined_group,
             services=services,
         )
 
@@ -272,6 +300,91 @@ class TaskContext:
             raise ConfigurationError("a run cannot wait for itself")
         name, result = self._next_wait(WaitKind.RUN, run_id)
         return name, RunOutcome.from_json(result) if isinstance(result, dict) else None
+
+    # groups ----------------------------------------------------------------------
+
+    def map(
+        self,
+        task: NamedTask | str,
+        items: Iterable[JSON],
+        *,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        tolerate: int | float = 0,
+    ) -> GroupResults:
+        """Run ``task`` once per item as child runs, at most ``max_in_flight`` at once, and
+        wait (releasing the lease) until they have all finished: the next attempt gets
+        the group's results here. Raises :class:`GroupFailed` when more than ``tolerate``
+        children (a count, or a fraction below 1) failed or were cancelled."""
+        return self.group(
+            [(task, item) for item in items], max_in_flight=max_in_flight, tolerate=tolerate
+        )
+
+    async def map_async(
+        self,
+        task: NamedTask | str,
+        items: Iterable[JSON],
+        *,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        tolerate: int | float = 0,
+    ) -> GroupResults:
+        """:meth:`map` for ``async def`` handlers (its writes run on a thread)."""
+        children = [(task, item) for item in items]
+        return await self.group_async(children, max_in_flight=max_in_flight, tolerate=tolerate)
+
+    def group(
+        self,
+        children: Iterable[Child],
+        *,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        tolerate: int | float = 0,
+    ) -> GroupResults:
+        """:meth:`map` over ``(task, payload)`` pairs, each child its own task."""
+        name, recorded = self._next_wait(WaitKind.GROUP, None)
+        if isinstance(recorded, dict):
+            return self._joined(recorded)
+        group = self._services().open_group(name, children, max_in_flight, tolerate)
+        return self._group_outcome(name, group)
+
+    async def group_async(
+        self,
+        children: Iterable[Child],
+        *,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        tolerate: int | float = 0,
+    ) -> GroupResults:
+        """:meth:`group` for ``async def`` handlers (its writes run on a thread)."""
+        name, recorded = self._next_wait(WaitKind.GROUP, None)
+        if isinstance(recorded, dict):
+            return self._joined(recorded)
+        group = await _on_thread(
+            self._services().open_group, name, list(children), max_in_flight, tolerate
+        )
+        return self._group_outcome(name, group)
+
+    def joined_group(self) -> GroupResults | None:
+        """In a group's callback: the group whose join triggered this run (``None`` in
+        any other run). Its children's results are read from storage when iterated."""
+        if self.joined_group_id is None:
+            return None
+        group = self._services().get_group(self.joined_group_id)
+        if group is None:
+            return None
+        return GroupResults.of(group.summary(), self._reader(group.id))
+
+    def _group_outcome(self, name: str, group: Group) -> GroupResults:
+        if group.complete:  # no children, or all finished before the release was asked
+            return self._joined(group.summary())
+        raise WaitRequested(Wait(WaitKind.GROUP, name, group.id))
+
+    def _joined(self, summary: dict[str, JSON]) -> GroupResults:
+        results = GroupResults.of(summary, self._reader(str(summary["group"])))
+        if results.status is GroupStatus.FAILED:
+            raise GroupFailed(results)
+        return results
+
+    def _reader(self, group_id: str) -> Callable[[int, int], list[Run | None]]:
+        services = self._services()
+        return lambda start, limit: services.group_children(group_id, start, limit)
 
     # durable steps ---------------------------------------------------------------
 

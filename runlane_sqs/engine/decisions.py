@@ -15,6 +15,7 @@ from enum import StrEnum
 from runlane_sqs.core import machine, waits
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.errors import InvalidPayloadError, LeaseLost, StepError
+from runlane_sqs.core.groups import GroupFailed
 from runlane_sqs.core.limits import MAX_TRACEBACK_CHARS
 from runlane_sqs.core.machine import Skip, Transition
 from runlane_sqs.core.model import Failure, Run, RunStatus, Slot, Wait, new_lease_token
@@ -103,7 +104,7 @@ def decide_raised(config: RunlaneConfig, task: Task, exc: BaseException, token: 
     if wait is not None:
         return _decide_release(config, wait, token)
     retryable = task.retry.is_retryable(exc) and not isinstance(
-        exc, StepError | InvalidPayloadError
+        exc, StepError | InvalidPayloadError | GroupFailed
     )
     failure = failure_from(exc, retryable=retryable, redact=config.redact)
 

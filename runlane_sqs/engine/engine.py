@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.engine.finishing import Finisher
+from runlane_sqs.engine.groups import Groups
 from runlane_sqs.engine.observing import Observer
 from runlane_sqs.engine.ordering import Turns
 from runlane_sqs.engine.publishing import Publisher
@@ -58,7 +59,8 @@ class Engine:
         self.publisher = Publisher(store, transport, clock)
         self.resumer = Resumer(store, self.publisher, clock, config)
         self.turns = Turns(store, self.publisher, clock, config)
-        self.finisher = Finisher(store.keys, self.resumer, self.turns)
+        self.groups = Groups(store, self.publisher, self.resumer, tasks, clock, config)
+        self.finisher = Finisher(store.keys, self.resumer, self.turns, self.groups)
         self.slot_waker = SlotWaker(store, self.publisher, clock, config, tasks)
         self.triggers = Triggers(
             store=store,
@@ -113,6 +115,7 @@ class Engine:
             scheduler=self.scheduler,
             slot_waker=self.slot_waker,
             turns=self.turns,
+            groups=self.groups,
             tasks=self.tasks,
             observer=self.observer,
             clock=self.clock,

@@ -1,6 +1,6 @@
 """What follows a run reaching a terminal status: its keys are freed, a first batch of
-the runs waiting for it resume (maintenance polls for the rest), and its ordering key's
-turn is handed on (maintenance checks it too)."""
+the runs waiting for it resume (maintenance polls for the rest), its ordering key's
+turn is handed on and its group moves on (maintenance checks both too)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import logging
 
 from runlane_sqs.core.errors import RunlaneError
 from runlane_sqs.core.model import Run, RunStatus
+from runlane_sqs.engine.groups import Groups
 from runlane_sqs.engine.ordering import Turns
 from runlane_sqs.engine.resuming import RESUME_BATCH, Resumer, run_finished
 from runlane_sqs.ports.store import KeyKind, KeyStore
@@ -26,18 +27,25 @@ def keys_to_release(run: Run) -> list[tuple[KeyKind, str]]:
 
 
 def finishing_needs_storage(run: Run) -> bool:
-    """Whether a finished run has keys to free, waiters to resume or a turn to hand on."""
-    return run.watched or bool(keys_to_release(run)) or run.ordering_key is not None
+    """Whether a finished run has keys to free, waiters to resume, a turn to hand on or
+    a group to move on."""
+    return (
+        run.watched
+        or bool(keys_to_release(run))
+        or run.ordering_key is not None
+        or run.group_id is not None
+    )
 
 
 class Finisher:
     """Frees a finished run's keys, resumes the runs waiting for it and hands its
     ordering key's turn on."""
 
-    def __init__(self, keys: KeyStore, resumer: Resumer, turns: Turns) -> None:
+    def __init__(self, keys: KeyStore, resumer: Resumer, turns: Turns, groups: Groups) -> None:
         self._keys = keys
         self._resumer = resumer
         self._turns = turns
+        self._groups = groups
 
     def after_finished(self, run: Run) -> None:
         """Free the run's keys, resume a first batch of its waiters and wake the next run
@@ -55,6 +63,18 @@ class Finisher:
                     run.id,
                     exc,
                     extra={"run_id": run.id, "task": run.task},
+                )
+        if run.group_id is not None and run.is_terminal:
+            try:
+                self._groups.after_child(run)
+            except RunlaneError as exc:
+                log.warning(
+                    "moving group %s on after its child %s finished failed (maintenance "
+                    "does it): %s",
+                    run.group_id,
+                    run.id,
+                    exc,
+                    extra={"run_id": run.id, "task": run.task, "group_id": run.group_id},
                 )
         if run.watched:
             try:

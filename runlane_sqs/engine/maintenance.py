@@ -41,6 +41,7 @@ from runlane_sqs.core import telemetry as t
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.errors import ConfigurationError, ConflictError, RunlaneError
+from runlane_sqs.core.groups import Group
 from runlane_sqs.core.indexes import AGENDA_SHARDS, AgendaKind, agenda_partitions
 from runlane_sqs.core.machine import Skip, Transition
 from runlane_sqs.core.model import LEASED_STATUSES, Run, RunStatus, WaitKind
@@ -58,6 +59,7 @@ from runlane_sqs.core.tokens import Token
 from runlane_sqs.core.waits import poll_later
 from runlane_sqs.engine.agenda_scan import AgendaScan, Page
 from runlane_sqs.engine.finishing import Finisher
+from runlane_sqs.engine.groups import Groups
 from runlane_sqs.engine.lines import QueueLines
 from runlane_sqs.engine.observing import Observer
 from runlane_sqs.engine.ordering import Turns
@@ -66,6 +68,7 @@ from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.reports import (
     JOB_DUE,
     JOB_EXPIRED,
+    JOB_GROUPS,
     JOB_PARKED,
     JOB_SCHEDULES,
     JOB_TOKENS,
@@ -121,7 +124,7 @@ def _polls_target(run: Run) -> bool:
     return (
         run.status is RunStatus.RELEASED
         and waiting is not None
-        and waiting.kind in (WaitKind.TOKEN, WaitKind.RUN)
+        and waiting.kind in (WaitKind.TOKEN, WaitKind.RUN, WaitKind.GROUP)
         and run.due_at is None
     )
 
@@ -141,6 +144,7 @@ class Maintenance:
         scheduler: Scheduler,
         slot_waker: SlotWaker,
         turns: Turns,
+        groups: Groups,
         tasks: TaskRegistry,
         clock: Clock,
         config: RunlaneConfig,
@@ -158,6 +162,7 @@ class Maintenance:
         self._scheduler = scheduler
         self._slots = slot_waker
         self._turns = turns
+        self._groups = groups
         self._tasks = tasks
         self._clock = clock
         self._config = config
@@ -174,7 +179,7 @@ class Maintenance:
         )
 
     def run_pass(self, *, time_budget_seconds: float | None = None) -> PassReport:
-        """One bounded pass over the four scans; stops starting pages when out of time.
+        """One bounded pass over the agenda's scans; stops starting pages when out of time.
         Logs its report (the ``report`` field of one line) and records its span and
         metrics."""
         with self._observer.spanning(t.MAINTENANCE_PASS, t.SpanKind.INTERNAL, {}) as span:
@@ -206,7 +211,7 @@ class Maintenance:
             wakeups.add(self._handle(page, now, report, lines))
 
         scan = AgendaScan(self._store, now, cursors, out_of_time, handle)
-        for kind in (AgendaKind.RUN, AgendaKind.TOKEN, AgendaKind.SCHEDULE, AgendaKind.SLOT):
+        for kind in AgendaKind:
             if kind is AgendaKind.SCHEDULE:
                 if out_of_time():
                     break
@@ -252,6 +257,9 @@ class Maintenance:
             if isinstance(item, SlotState):
                 wakeups.extend(self._slot(item, now, report.slots))
                 continue
+            if isinstance(item, Group):
+                self._group(item, now, report.job(JOB_GROUPS))
+                continue
             wakeup = self._candidate(item, now, report, lines)
             if wakeup is not None:
                 wakeups.append(wakeup)
@@ -288,6 +296,24 @@ class Maintenance:
         job.repaired += checked.repaired
         job.acted += len(checked.woken)
         return [(run, job, None) for run in checked.woken]
+
+    def _group(self, group: Group, now: datetime, job: JobReport) -> None:
+        """Start the children and do the join an interrupted finisher left undone."""
+        job.examined += 1
+        try:
+            acted = self._groups.review(group, now)
+        except RunlaneError as exc:
+            log.warning(
+                "maintenance could not move group %s on: %s",
+                group.id,
+                exc,
+                extra={"group_id": group.id, "run_id": group.parent_run_id},
+            )
+            return
+        if acted:
+            job.acted += 1
+        else:
+            job.skipped += 1
 
     def _waiting(self, run: Run, now: datetime, job: JobReport) -> Run | None:
         """A run waiting on a token or a run: resume it if the target has decided (a resume

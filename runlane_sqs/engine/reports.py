@@ -98,6 +98,7 @@ JOB_TOKENS = "tokens"
 JOB_PARKED = "parked_runs"
 JOB_SCHEDULES = "schedules"
 JOB_SLOTS = "slots"
+JOB_GROUPS = "groups"
 JOBS = (
     JOB_DUE,
     JOB_EXPIRED,
@@ -107,6 +108,7 @@ JOBS = (
     JOB_TOKENS,
     JOB_SCHEDULES,
     JOB_SLOTS,
+    JOB_GROUPS,
     JOB_PARKED,
 )
 

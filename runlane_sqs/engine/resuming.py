@@ -16,6 +16,7 @@ from runlane_sqs.core import waits
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.errors import ConflictError
+from runlane_sqs.core.groups import Group
 from runlane_sqs.core.machine import Skip
 from runlane_sqs.core.model import JSON, EventType, Run, Wait, WaitKind
 from runlane_sqs.core.redaction import digest
@@ -115,7 +116,8 @@ class Resumer:
         return ResumeReport(resumed=len(resumed), more=cursor is not None)
 
     def target_resumption(self, waiting: Wait) -> Resumption | None:
-        """The resumption for a token or run wait whose target has decided, else ``None``."""
+        """The resumption for a token, run or group wait whose target has decided (a
+        group: is complete), else ``None``."""
         if waiting.target is None:
             return None
         if waiting.kind is WaitKind.TOKEN:
@@ -124,6 +126,9 @@ class Resumer:
         if waiting.kind is WaitKind.RUN:
             other = self._store.get_run(waiting.target)
             return run_finished(other) if other is not None and other.is_terminal else None
+        if waiting.kind is WaitKind.GROUP:
+            group = self._store.groups.get_group(waiting.target)
+            return group_resumption(group) if group is not None and group.complete else None
         return None
 
     def recheck(self, run: Run) -> None:
@@ -153,3 +158,15 @@ def token_resumption(token: Token) -> Resumption:
     """What a decided token writes into the runs waiting for it."""
     result, event, data = core_tokens.wait_result(token)
     return Resumption(WaitKind.TOKEN, token.id, result, event, data)
+
+
+def group_resumption(group: Group) -> Resumption:
+    """What a complete group writes into its parent's wait: its counts (the children's
+    results stay in the children)."""
+    return Resumption(
+        kind=WaitKind.GROUP,
+        target=group.id,
+        result=group.summary(),
+        event=EventType.RESUMED,
+        data={"group": group.id, "status": group.status.value},
+    )

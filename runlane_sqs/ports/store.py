@@ -17,6 +17,7 @@ from runlane_sqs.core.errors import RunlaneError
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Lease, Run, RunEvent, RunStatus, WaitKind
 from runlane_sqs.core.ordering import Place
+from runlane_sqs.ports.groups import GroupStore
 from runlane_sqs.ports.health import HealthStore
 from runlane_sqs.ports.ordering import OrderStore
 from runlane_sqs.ports.schedules import ScheduleStore
@@ -142,6 +143,12 @@ class RunStore(Protocol):
         ...
 
     @property
+    def groups(self) -> GroupStore:
+        """The groups of the same environment (:mod:`runlane_sqs.ports.groups`); a
+        child's terminal write counts it in its group (:meth:`apply`)."""
+        ...
+
+    @property
     def progress(self) -> ProgressStore:
         """Where maintenance's passes stopped, in the same environment."""
         ...
@@ -174,8 +181,9 @@ class RunStore(Protocol):
         Raises :class:`~runlane_sqs.core.errors.ConflictError` carrying the stored run otherwise.
         A claim that takes concurrency slots takes them in the same atomic write, or raises
         :class:`~runlane_sqs.core.errors.NoFreeSlot` and writes nothing; a write that ends
-        an attempt frees the slots it held in the same write, and a write that makes an
-        ordered run terminal leaves its key's line in the same write.
+        an attempt frees the slots it held in the same write, a write that makes an
+        ordered run terminal leaves its key's line in the same write, and a write that
+        makes a group's child terminal counts it in its group in the same write.
         """
         ...
 

@@ -34,6 +34,7 @@ def begin_attempt(
     both drivers: steps and waits in a context use the engine's sync store)."""
     services = AttemptRuntime(
         engine.store,
+        engine.groups,
         engine.clock,
         engine.config.payload_limit,
         leases,

@@ -147,6 +147,11 @@ class RunItem(Model):
     """1 while the run waits for earlier runs of its ordering key to finish."""
     trace = UnicodeAttribute(null=True)
     """The packed W3C trace context of the span that triggered the run."""
+    group_id = UnicodeAttribute(null=True)
+    """The group a child run belongs to; ``group_index`` its item's index."""
+    group_index = NumberAttribute(null=True)
+    joined_group = UnicodeAttribute(null=True)
+    """The group whose join triggered this run (a callback)."""
     events = ListAttribute(of=EventMap, null=True)
     # index attributes, derived from the state above on every write
     status_pk = UnicodeAttribute(null=True)
@@ -238,3 +243,46 @@ class KeyItem(Model):
     created_at = NumberAttribute()
     expires_at = NumberAttribute(null=True)
     """Epoch seconds; DynamoDB TTL removes the item after this (conditions check it too)."""
+
+
+class GroupItem(Model):
+    """A group (:mod:`runlane_sqs.core.groups`): its size, window and counts, listed on
+    the agenda until it has joined. Its items are in :class:`GroupChunkItem` records of
+    the same partition."""
+
+    class Meta:
+        table_name = "runlane"
+
+    pk = UnicodeAttribute(hash_key=True)
+    sk = UnicodeAttribute(range_key=True)
+    group_id = UnicodeAttribute()
+    environment = UnicodeAttribute()
+    total = NumberAttribute()
+    window = NumberAttribute()
+    tolerate = NumberAttribute()
+    bounds = UnicodeAttribute()
+    """JSON list of each chunk's first item index."""
+    parent_run_id = UnicodeAttribute(null=True)
+    then_task = UnicodeAttribute(null=True)
+    then_payload = UnicodeAttribute(null=True)
+    started = NumberAttribute()
+    succeeded = NumberAttribute(null=True)
+    """Added to by the write that makes a child terminal (as are ``failed`` and
+    ``cancelled``)."""
+    failed = NumberAttribute(null=True)
+    cancelled = NumberAttribute(null=True)
+    created_at = NumberAttribute()
+    joined_at = NumberAttribute(null=True)
+    agenda_pk = UnicodeAttribute(null=True)
+    agenda_at = NumberAttribute(null=True)
+
+
+class GroupChunkItem(Model):
+    """One chunk of a group's items: JSON ``[[task, payload], ...]`` in index order."""
+
+    class Meta:
+        table_name = "runlane"
+
+    pk = UnicodeAttribute(hash_key=True)
+    sk = UnicodeAttribute(range_key=True)
+    items = UnicodeAttribute()

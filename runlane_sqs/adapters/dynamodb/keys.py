@@ -69,6 +69,27 @@ def wait_pk(environment: str, kind: str, target: str) -> str:
     return f"{environment}#{kind}#{target}"
 
 
+GROUP_PREFIX = "GROUP#"
+GROUP_SK = "GROUP"
+CHUNK_SK_PREFIX = "ITEMS#"
+
+
+def group_pk(environment: str, group_id: str) -> str:
+    """The partition of a group's record and its item chunks."""
+    return f"{GROUP_PREFIX}{environment}#{group_id}"
+
+
+def group_key(environment: str, group_id: str) -> dict[str, dict[str, str]]:
+    return {"pk": {"S": group_pk(environment, group_id)}, "sk": {"S": GROUP_SK}}
+
+
+def chunk_key(environment: str, group_id: str, chunk: int) -> dict[str, dict[str, str]]:
+    return {
+        "pk": {"S": group_pk(environment, group_id)},
+        "sk": {"S": f"{CHUNK_SK_PREFIX}{chunk:03d}"},
+    }
+
+
 SLOT_WAIT = "slot"
 """The waits-index kind of runs waiting for a concurrency slot (target: the scope)."""
 SLOT_PREFIX = "SLOT#"

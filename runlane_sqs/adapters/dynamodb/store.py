@@ -36,6 +36,7 @@ from runlane_sqs.adapters.dynamodb.errors import (
     refused_as_malformed,
     send_conditional,
 )
+from runlane_sqs.adapters.dynamodb.groups import DynamoGroupStore
 from runlane_sqs.adapters.dynamodb.health import DynamoHealthStore
 from runlane_sqs.adapters.dynamodb.listing import list_run_keys
 from runlane_sqs.adapters.dynamodb.ordering import DynamoOrderStore, moved, trigger_items
@@ -98,6 +99,8 @@ class DynamoRunStore:
         """The environment's idempotency and singleton keys, in the same table."""
         self.progress = DynamoProgressStore(self._send, table, environment)
         """Where maintenance's passes stopped, in the same table."""
+        self.groups = DynamoGroupStore(self._send, self._query, self._batch_get, table, environment)
+        """The environment's groups, in the same table."""
 
     @functools.cached_property
     def _endpoint(self) -> str | None:

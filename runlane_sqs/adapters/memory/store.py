@@ -30,6 +30,7 @@ from runlane_sqs.adapters.dynamodb.cursors import (
     encode_cursor,
     waits_key,
 )
+from runlane_sqs.adapters.memory.groups import InMemoryGroupStore
 from runlane_sqs.adapters.memory.health import InMemoryHealthStore
 from runlane_sqs.adapters.memory.ordering import InMemoryOrderStore
 from runlane_sqs.adapters.memory.schedules import InMemoryScheduleStore
@@ -123,6 +124,8 @@ class InMemoryRunStore:
         """The environment's ordering keys."""
         self.health = InMemoryHealthStore(environment, self._lock, self._all_runs)
         """Bounded reads for the console and ``app.health``; the last pass's report."""
+        self.groups = InMemoryGroupStore(environment, self._lock, self._stored_run)
+        """The environment's groups."""
 
     def create_run(
         self,
@@ -183,6 +186,7 @@ class InMemoryRunStore:
                 raise ConflictError(transition.run_id, current)
             self.slots.take_and_free(transition)
             self.orders.leave(transition)
+            self.groups.count(transition)
             after = replace(transition.after, watched=current.watched)
             stored.run = _as_stored(after, stored.payload_json)
             stored.events.extend(_event_as_stored(e) for e in transition.events)
@@ -301,6 +305,11 @@ class InMemoryRunStore:
                 return False
             del self._runs[run.id]
             return True
+
+    def _stored_run(self, run_id: str) -> Run | None:
+        """A run as stored, read under the lock its caller holds."""
+        stored = self._runs.get(run_id)
+        return stored.run if stored else None
 
     def _all_runs(self) -> list[Run]:
         """Every stored run; the caller holds the lock."""

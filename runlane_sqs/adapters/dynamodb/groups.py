@@ -1,0 +1,290 @@
+"""The DynamoDB group store: a group's record and its item chunks share a partition;
+a child is counted by an ``ADD`` to the record in the transaction that makes it
+terminal (:func:`count_update`, sent by the run store's ``apply``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from runlane_sqs.adapters.dynamodb import keys
+from runlane_sqs.adapters.dynamodb.codec import AttributeMap, compact_json
+from runlane_sqs.adapters.dynamodb.cursors import agenda_key, decode_cursor, encode_cursor
+from runlane_sqs.adapters.dynamodb.errors import Query, Refused, Send, error_code, send_conditional
+from runlane_sqs.adapters.dynamodb.items import GroupChunkItem, GroupItem
+from runlane_sqs.adapters.dynamodb.requests import Request, query_agenda
+from runlane_sqs.core.clock import from_epoch_ms, to_epoch_ms
+from runlane_sqs.core.errors import LeaseLost
+from runlane_sqs.core.groups import Group, Item, Then, child_run_id, counted
+from runlane_sqs.core.indexes import AgendaKind, agenda_pk
+from runlane_sqs.core.machine import Transition
+from runlane_sqs.core.model import Run
+
+BatchGet = Callable[[list[dict[str, Any]]], list[Run]]
+"""Reads runs by their keys, in order (the run store's ``BatchGetItem``)."""
+
+
+def group_to_wire(group: Group) -> AttributeMap:
+    listed = group.review_at if group.joined_at is None else None
+    item = GroupItem(
+        pk=keys.group_pk(group.environment, group.id),
+        sk=keys.GROUP_SK,
+        group_id=group.id,
+        environment=group.environment,
+        total=group.total,
+        window=group.window,
+        tolerate=group.tolerate,
+        bounds=compact_json(list(group.bounds)),
+        parent_run_id=group.parent_run_id,
+        then_task=group.then.task if group.then else None,
+        then_payload=group.then.payload_json if group.then else None,
+        started=group.started,
+        succeeded=group.succeeded or None,
+        failed=group.failed or None,
+        cancelled=group.cancelled or None,
+        created_at=to_epoch_ms(group.created_at),
+        joined_at=to_epoch_ms(group.joined_at) if group.joined_at else None,
+        agenda_pk=agenda_pk(group.environment, AgendaKind.GROUP.value, group.id)
+        if listed
+        else None,
+        agenda_at=to_epoch_ms(listed) if listed else None,
+    )
+    wire: AttributeMap = item.serialize()
+    return wire
+
+
+def group_from_wire(wire: AttributeMap) -> Group:
+    item: GroupItem = GroupItem.from_raw_data(wire)
+    then = None
+    if item.then_task is not None:
+        then = Then(item.then_task, item.then_payload or "null")
+    return Group(
+        id=item.group_id,
+        environment=item.environment,
+        total=int(item.total),
+        window=int(item.window),
+        tolerate=int(item.tolerate),
+        created_at=from_epoch_ms(int(item.created_at)),
+        bounds=tuple(json.loads(item.bounds)),
+        parent_run_id=item.parent_run_id,
+        then=then,
+        started=int(item.started),
+        succeeded=int(item.succeeded or 0),
+        failed=int(item.failed or 0),
+        cancelled=int(item.cancelled or 0),
+        joined_at=from_epoch_ms(int(item.joined_at)) if item.joined_at is not None else None,
+        review_at=from_epoch_ms(int(item.agenda_at)) if item.agenda_at is not None else None,
+    )
+
+
+def chunk_to_wire(
+    environment: str, group_id: str, chunk: int, items: Sequence[Item]
+) -> AttributeMap:
+    key = keys.chunk_key(environment, group_id, chunk)
+    text = "[" + ",".join(f"[{json.dumps(i.task)},{i.payload_json}]" for i in items) + "]"
+    wire: AttributeMap = GroupChunkItem(
+        pk=key["pk"]["S"], sk=key["sk"]["S"], items=text
+    ).serialize()
+    return wire
+
+
+def count_update(table: str, transition: Transition) -> Request | None:
+    """The transaction item counting a child that this write makes terminal (``None``
+    for every other write)."""
+    name = counted(transition.before, transition.after)
+    if name is None:
+        return None
+    after = transition.after
+    assert after.group_id is not None
+    return {
+        "Update": {
+            "TableName": table,
+            "Key": keys.group_key(after.environment, after.group_id),
+            "UpdateExpression": "ADD #count :one",
+            "ConditionExpression": "attribute_exists(#pk)",
+            "ExpressionAttributeNames": {"#count": name, "#pk": "pk"},
+            "ExpressionAttributeValues": {":one": {"N": "1"}},
+        }
+    }
+
+
+class DynamoGroupStore:
+    """The groups of one environment (``store.groups``)."""
+
+    def __init__(
+        self, send: Send, query: Query, batch_get: BatchGet, table: str, environment: str
+    ) -> None:
+        self._send = send
+        self._query = query
+        self._batch_get = batch_get
+        self.table = table
+        self.environment = environment
+
+    def open_group(
+        self, group: Group, chunks: Sequence[Sequence[Item]], fence: tuple[str, str] | None
+    ) -> Group:
+        items: list[Request] = []
+        if fence is not None:
+            run_id, token = fence
+            items.append(
+                {
+                    "ConditionCheck": {
+                        "TableName": self.table,
+                        "Key": keys.run_key(self.environment, run_id),
+                        "ConditionExpression": "#token = :token",
+                        "ExpressionAttributeNames": {"#token": "lease_token"},
+                        "ExpressionAttributeValues": {":token": {"S": token}},
+                    }
+                }
+            )
+        items.append(
+            {
+                "Put": {
+                    "TableName": self.table,
+                    "Item": group_to_wire(group),
+                    "ConditionExpression": "attribute_not_exists(#pk)",
+                    "ExpressionAttributeNames": {"#pk": "pk"},
+                }
+            }
+        )
+        items += [
+            {
+                "Put": {
+                    "TableName": self.table,
+                    "Item": chunk_to_wire(self.environment, group.id, n, c),
+                }
+            }
+            for n, c in enumerate(chunks)
+        ]
+        try:
+            self._send("transact_write_items", {"TransactItems": items})
+        except ClientError as exc:
+            if error_code(exc) != "TransactionCanceledException":
+                raise
+            reasons: list[dict[str, Any]] = exc.response.get("CancellationReasons") or []  # type: ignore[assignment]
+            codes = [reason.get("Code") for reason in reasons]
+            if fence is not None and codes and codes[0] == "ConditionalCheckFailed":
+                raise LeaseLost(fence[0]) from None
+            stored = self.get_group(group.id)
+            if stored is None:
+                raise
+            return stored
+        return group
+
+    def get_group(self, group_id: str) -> Group | None:
+        response = self._send(
+            "get_item",
+            {
+                "TableName": self.table,
+                "Key": keys.group_key(self.environment, group_id),
+                "ConsistentRead": True,
+            },
+        )
+        wire = response.get("Item")
+        return group_from_wire(wire) if wire else None
+
+    def get_items(self, group_id: str, chunk: int) -> list[Item]:
+        response = self._send(
+            "get_item",
+            {
+                "TableName": self.table,
+                "Key": keys.chunk_key(self.environment, group_id, chunk),
+                "ConsistentRead": True,
+            },
+        )
+        wire = response.get("Item")
+        if not wire:
+            return []
+        return [
+            Item(task, compact_json(payload)) for task, payload in json.loads(wire["items"]["S"])
+        ]
+
+    def mark_started(self, group_id: str, seen: int) -> tuple[bool, Group | None]:
+        sent = send_conditional(
+            self._send,
+            "update_item",
+            {
+                "TableName": self.table,
+                "Key": keys.group_key(self.environment, group_id),
+                "UpdateExpression": "SET #started = :next",
+                "ConditionExpression": "#started = :seen",
+                "ExpressionAttributeNames": {"#started": "started"},
+                "ExpressionAttributeValues": {
+                    ":seen": {"N": str(seen)},
+                    ":next": {"N": str(seen + 1)},
+                },
+                "ReturnValues": "ALL_NEW",
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            },
+        )
+        if isinstance(sent, Refused):
+            return False, group_from_wire(sent.item) if sent.item else None
+        return True, group_from_wire(sent["Attributes"])
+
+    def mark_joined(self, group_id: str, at: datetime) -> bool:
+        sent = send_conditional(
+            self._send,
+            "update_item",
+            {
+                "TableName": self.table,
+                "Key": keys.group_key(self.environment, group_id),
+                "UpdateExpression": "SET #joined = :at REMOVE #apk, #aat",
+                "ConditionExpression": "attribute_exists(#pk) AND attribute_not_exists(#joined)",
+                "ExpressionAttributeNames": {
+                    "#joined": "joined_at",
+                    "#apk": "agenda_pk",
+                    "#aat": "agenda_at",
+                    "#pk": "pk",
+                },
+                "ExpressionAttributeValues": {":at": {"N": str(to_epoch_ms(at))}},
+            },
+        )
+        return not isinstance(sent, Refused)
+
+    def relist(self, group_id: str, at: datetime) -> None:
+        send_conditional(
+            self._send,
+            "update_item",
+            {
+                "TableName": self.table,
+                "Key": keys.group_key(self.environment, group_id),
+                "UpdateExpression": "SET #apk = :apk, #aat = :at",
+                "ConditionExpression": "attribute_exists(#pk) AND attribute_not_exists(#joined)",
+                "ExpressionAttributeNames": {
+                    "#joined": "joined_at",
+                    "#apk": "agenda_pk",
+                    "#aat": "agenda_at",
+                    "#pk": "pk",
+                },
+                "ExpressionAttributeValues": {
+                    ":apk": {"S": agenda_pk(self.environment, AgendaKind.GROUP.value, group_id)},
+                    ":at": {"N": str(to_epoch_ms(at))},
+                },
+            },
+        )
+
+    def group_agenda_page(
+        self, partition: str, until: datetime, limit: int, cursor: str | None
+    ) -> tuple[list[Group], str | None]:
+        start = decode_cursor(cursor, agenda_key(partition))
+        request = query_agenda(self.table, partition, to_epoch_ms(until), limit, start)
+        response = self._query(request, cursor)
+        groups = []
+        for listed in response.get("Items", []):
+            group_id = listed["pk"]["S"][len(keys.group_pk(self.environment, "")) :]
+            group = self.get_group(group_id)
+            if group is not None:
+                groups.append(group)
+        return groups, encode_cursor(response.get("LastEvaluatedKey"))
+
+    def children(self, group: Group, start: int, limit: int) -> list[Run | None]:
+        indexes = range(max(0, start), min(group.total, start + min(limit, 100)))
+        ids = [child_run_id(group.id, i) for i in indexes]
+        found = {
+            run.id: run for run in self._batch_get([keys.run_key(self.environment, i) for i in ids])
+        }
+        return [found.get(i) for i in ids]

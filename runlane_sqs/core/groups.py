@@ -1,0 +1,297 @@
+"""Groups: runs started together whose terminal outcomes are counted once (the join).
+
+A group is a map over items (``ctx.map``, whose parent run waits for it) or a set of
+runs with a callback (``app.group(..., then=...)``). Its record keeps the counts; the
+children are ordinary runs that name their group and their item's index. Each child's
+terminal write counts it in the same atomic write (so a child is counted exactly once,
+whatever is redelivered or raced); whichever finisher then finds the group complete
+joins it: resumes the parent or triggers the callback, both writes that can land once.
+
+Children start as a sliding window of ``window`` runs: a finishing child lets the next
+item start. Items are kept in chunks beside the group record, never in the parent run.
+Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from runlane_sqs.core.errors import ConfigurationError, PayloadTooLarge, RunlaneError
+from runlane_sqs.core.model import JSON, Failure, Run, RunStatus
+
+CHUNK_BYTES = 300 * 1024
+"""Most item bytes one chunk record holds (DynamoDB's item limit is 400 KB)."""
+GROUP_BYTES = 3_500_000
+"""Most item bytes of one group: its records are written in one transaction (4 MB)."""
+MAX_CHUNKS = 97
+"""Chunk records of one group (a transaction writes at most 100 items)."""
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256(":".join(parts).encode()).hexdigest()[:32]
+
+
+def group_id_for(parent_run_id: str, wait_name: str) -> str:
+    """The id of the group a parent opens at a wait: the same in every attempt, so a
+    retried ``ctx.map`` finds the group its earlier attempt opened."""
+    return _digest(parent_run_id, wait_name)
+
+
+def child_run_id(group_id: str, index: int) -> str:
+    """The run id of a group's ``index``-th child: whoever starts it writes the same run,
+    so a child is created once however many finishers start it."""
+    return _digest(group_id, str(index))
+
+
+def callback_run_id(group_id: str) -> str:
+    """The run id of a group's callback: triggered once, by whichever join lands first."""
+    return _digest(group_id, "then")
+
+
+class GroupStatus(StrEnum):
+    """Where a group stands."""
+
+    RUNNING = "running"
+    """Children are running or not started yet."""
+    SUCCEEDED = "succeeded"
+    """Every child finished, and no more failed (or were cancelled) than tolerated."""
+    FAILED = "failed"
+    """More children failed or were cancelled than tolerated; the rest are not started
+    and the running ones are asked to cancel."""
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One item of a group: the task a child runs and its payload as stored JSON."""
+
+    task: str
+    payload_json: str
+
+
+@dataclass(frozen=True, slots=True)
+class Then:
+    """A group's callback: triggered once when the group joins, whether it succeeded or
+    failed (its context says which)."""
+
+    task: str
+    payload_json: str
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """The record of one group: its size, its window, its counts."""
+
+    id: str
+    environment: str
+    total: int
+    window: int
+    """Children running at once, at most (``max_in_flight``)."""
+    tolerate: int
+    """Children that may fail (or be cancelled) before the group fails."""
+    created_at: datetime
+    bounds: tuple[int, ...] = (0,)
+    """The index of each chunk's first item."""
+    parent_run_id: str | None = None
+    """The run waiting for the group (``ctx.map``)."""
+    then: Then | None = None
+    started: int = 0
+    """Children created so far: items ``0 .. started - 1``."""
+    succeeded: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    joined_at: datetime | None = None
+    """When the join was done (the parent resumed or the callback triggered)."""
+    review_at: datetime | None = None
+    """When maintenance next looks at the group (``None`` once it has joined)."""
+
+    @property
+    def finished(self) -> int:
+        return self.succeeded + self.failed + self.cancelled
+
+    @property
+    def status(self) -> GroupStatus:
+        if self.failed + self.cancelled > self.tolerate:
+            return GroupStatus.FAILED
+        if self.finished >= self.total:
+            return GroupStatus.SUCCEEDED
+        return GroupStatus.RUNNING
+
+    @property
+    def complete(self) -> bool:
+        """Ready to join: every child finished, or too many failed."""
+        return self.status is not GroupStatus.RUNNING
+
+    def next_start(self) -> int | None:
+        """The index of the next child to start, if the window has room for it."""
+        if self.complete or self.started >= self.total:
+            return None
+        if self.started >= self.finished + self.window:
+            return None
+        return self.started
+
+    def chunk_of(self, index: int) -> int:
+        """The chunk that holds item ``index``."""
+        return bisect.bisect_right(self.bounds, index) - 1
+
+    def summary(self) -> dict[str, JSON]:
+        """What the parent's wait records and the callback's context reads: the group's
+        counts (results stay with the children)."""
+        return {
+            "group": self.id,
+            "status": self.status.value,
+            "total": self.total,
+            "succeeded": self.succeeded,
+            "failed": self.failed,
+            "cancelled": self.cancelled,
+        }
+
+    def with_changes(self, **changes: Any) -> Group:
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True, slots=True)
+class ChildOutcome:
+    """How one child of a group finished (or that it has not)."""
+
+    index: int
+    run_id: str
+    status: RunStatus | None
+    """``None``: the child was never started (its group failed first)."""
+    result: JSON = None
+    failure: Failure | None = None
+
+
+ReadChildren = Callable[[int, int], "list[Run | None]"]
+"""Reads the child runs of items ``start .. start + limit - 1`` from storage."""
+
+
+@dataclass(frozen=True)
+class GroupResults:
+    """What ``ctx.map`` returns and a group's callback reads (``ctx.joined_group()``):
+    the group's counts; its children's results and failures are read from storage in
+    pages, by item index, when iterated (never copied into the parent)."""
+
+    group_id: str
+    status: GroupStatus
+    total: int
+    succeeded: int
+    failed: int
+    cancelled: int
+    read: ReadChildren = field(repr=False, compare=False)
+    page_size: int = 100
+
+    @classmethod
+    def of(cls, summary: dict[str, JSON], read: ReadChildren) -> GroupResults:
+        return cls(
+            group_id=str(summary["group"]),
+            status=GroupStatus(summary["status"]),
+            total=int(summary["total"]),
+            succeeded=int(summary["succeeded"]),
+            failed=int(summary["failed"]),
+            cancelled=int(summary["cancelled"]),
+            read=read,
+        )
+
+    @property
+    def ok(self) -> bool:
+        return self.status is GroupStatus.SUCCEEDED
+
+    def outcomes(self, start: int = 0) -> Iterator[ChildOutcome]:
+        """Every child's outcome from item ``start`` on, in index order."""
+        for first in range(start, self.total, self.page_size):
+            for offset, run in enumerate(self.read(first, self.page_size)):
+                index = first + offset
+                if run is None:
+                    yield ChildOutcome(index, child_run_id(self.group_id, index), None)
+                else:
+                    yield ChildOutcome(index, run.id, run.status, run.result, run.failure)
+
+    def results(self) -> Iterator[JSON]:
+        """Each child's result in index order (``None`` for a child that did not succeed)."""
+        for outcome in self.outcomes():
+            yield outcome.result if outcome.status is RunStatus.SUCCEEDED else None
+
+    def failures(self) -> Iterator[ChildOutcome]:
+        """The children that failed, were cancelled or never started."""
+        for outcome in self.outcomes():
+            if outcome.status is not RunStatus.SUCCEEDED:
+                yield outcome
+
+
+class GroupFailed(RunlaneError):
+    """``ctx.map`` (or ``ctx.join``) found its group failed: more children failed or were
+    cancelled than it tolerates. Not retried (the group's outcome is recorded); catch it
+    to go on with the children that succeeded, whose results ``results`` pages."""
+
+    def __init__(self, results: GroupResults) -> None:
+        super().__init__(
+            f"group {results.group_id} failed: {results.failed} failed and "
+            f"{results.cancelled} cancelled of {results.total} children"
+        )
+        self.results = results
+
+
+COUNTED = {
+    RunStatus.SUCCEEDED: "succeeded",
+    RunStatus.FAILED: "failed",
+    RunStatus.CANCELLED: "cancelled",
+}
+"""The group count each terminal status of a child adds to."""
+
+
+def counted(before: Run, after: Run) -> str | None:
+    """The count a write adds to: the write that makes a group's child terminal counts
+    it (``None`` for every other write)."""
+    if after.group_id is None or before.is_terminal or not after.is_terminal:
+        return None
+    return COUNTED[after.status]
+
+
+def tolerance(tolerate: int | float, total: int) -> int:
+    """Failed children a group tolerates: a count, or a fraction of ``total`` (below 1)."""
+    if isinstance(tolerate, bool) or not isinstance(tolerate, int | float):
+        raise ConfigurationError(f"tolerate must be a count or a fraction; got {tolerate!r}")
+    if isinstance(tolerate, float):
+        if not 0 <= tolerate < 1:
+            raise ConfigurationError(
+                f"tolerate as a fraction must be at least 0 and below 1; got {tolerate}"
+            )
+        return int(tolerate * total)
+    if tolerate < 0:
+        raise ConfigurationError(f"tolerate must not be negative; got {tolerate}")
+    return tolerate
+
+
+def check_window(max_in_flight: int) -> int:
+    if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
+        raise ConfigurationError(
+            f"max_in_flight must be a whole number of at least 1; got {max_in_flight!r}"
+        )
+    return max_in_flight
+
+
+def chunk(items: Sequence[Item]) -> tuple[tuple[int, ...], list[list[Item]]]:
+    """Items in chunks of at most :data:`CHUNK_BYTES`; returns each chunk's first index
+    and the chunks. Raises :class:`PayloadTooLarge` for a group past :data:`GROUP_BYTES`
+    or :data:`MAX_CHUNKS` chunks."""
+    bounds: list[int] = [0]
+    chunks: list[list[Item]] = [[]]
+    size = total = 0
+    for index, item in enumerate(items):
+        weight = len(item.task) + len(item.payload_json.encode()) + 8
+        total += weight
+        if chunks[-1] and size + weight > CHUNK_BYTES:
+            bounds.append(index)
+            chunks.append([])
+            size = 0
+        chunks[-1].append(item)
+        size += weight
+    if total > GROUP_BYTES or len(chunks) > MAX_CHUNKS:
+        raise PayloadTooLarge("the items of one group", total, GROUP_BYTES)
+    return tuple(bounds), chunks

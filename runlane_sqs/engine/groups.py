@@ -1,0 +1,285 @@
+"""Opening groups, starting their children as a sliding window, and the join.
+
+A child's terminal write counts it in its group (the run store does it in the same
+write). Whoever wrote it then reads the group: if the window has room the next child
+starts; if the group is complete it joins. Every step here can be done twice without
+a second effect: a child's run id is fixed by its group and index (creating it again
+changes nothing), the parent's resume is conditional on its wait, the callback's run
+id is fixed by its group, and ``started`` only moves from the value read. Maintenance
+repeats the same steps for a group listed on the agenda, so a finisher that died
+between its writes leaves nothing undone.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from datetime import datetime
+
+from runlane_sqs.core import groups as core
+from runlane_sqs.core import machine
+from runlane_sqs.core.clock import Clock
+from runlane_sqs.core.config import RunlaneConfig
+from runlane_sqs.core.errors import ConfigurationError, ConflictError, IllegalTransition
+from runlane_sqs.core.groups import Group, GroupStatus, Item, Then
+from runlane_sqs.core.model import JSON, Run, new_run_id
+from runlane_sqs.core.payload import encode_json
+from runlane_sqs.engine.context import Child, NamedTask
+from runlane_sqs.engine.publishing import Publisher
+from runlane_sqs.engine.resuming import Resumer, group_resumption
+from runlane_sqs.engine.tasks import TaskRegistry
+from runlane_sqs.ports.store import RunStore
+
+log = logging.getLogger("runlane_sqs.groups")
+
+CHILDREN_PAGE = 100
+"""Children read at once (one ``BatchGetItem``)."""
+
+
+class Groups:
+    """Opens groups, starts their children and joins them."""
+
+    def __init__(
+        self,
+        store: RunStore,
+        publisher: Publisher,
+        resumer: Resumer,
+        tasks: TaskRegistry,
+        clock: Clock,
+        config: RunlaneConfig,
+    ) -> None:
+        self._store = store
+        self._publisher = publisher
+        self._resumer = resumer
+        self._tasks = tasks
+        self._clock = clock
+        self._config = config
+
+    # opening -----------------------------------------------------------------------
+
+    def items(self, children: Iterable[Child]) -> list[Item]:
+        """Validate children before anything is written: registered tasks, payloads
+        within the limit."""
+        items: list[Item] = []
+        for number, child in enumerate(children):
+            if not isinstance(child, tuple) or len(child) != 2:
+                raise ConfigurationError(
+                    f"child {number} of a group must be a (task, payload) pair; got "
+                    f"{type(child).__name__} (groups do not nest: start the inner one in a "
+                    "child's handler with ctx.map)"
+                )
+            task = self._tasks.resolve(_task_name(child[0]))
+            text = encode_json(
+                child[1],
+                what=f"payload of child {number}",
+                limit_bytes=self._config.payload_limit,
+            )
+            items.append(Item(task.name, text))
+        return items
+
+    def then(self, callback: Child | None) -> Then | None:
+        if callback is None:
+            return None
+        task = self._tasks.resolve(_task_name(callback[0]))
+        text = encode_json(
+            callback[1], what="payload of then", limit_bytes=self._config.payload_limit
+        )
+        return Then(task.name, text)
+
+    def new_group(
+        self,
+        items: list[Item],
+        *,
+        group_id: str | None = None,
+        parent: Run | None = None,
+        then: Then | None = None,
+        max_in_flight: int,
+        tolerate: int | float,
+    ) -> tuple[Group, list[list[Item]]]:
+        """The record of a new group and its item chunks (nothing written)."""
+        window = core.check_window(max_in_flight)
+        bounds, chunks = core.chunk(items)
+        now = self._clock.now()
+        group = Group(
+            id=group_id or new_run_id(),
+            environment=self._config.environment,
+            total=len(items),
+            window=window,
+            tolerate=core.tolerance(tolerate, len(items)),
+            created_at=now,
+            bounds=bounds,
+            parent_run_id=parent.id if parent else None,
+            then=then,
+            review_at=now + self._config.republish.after,
+        )
+        return group, chunks
+
+    def start(
+        self,
+        children: Iterable[Child],
+        *,
+        then: Child | None,
+        max_in_flight: int,
+        tolerate: int | float,
+    ) -> Group:
+        """A group started from outside a run (``app.group``), with its callback."""
+        items = self.items(children)
+        group, chunks = self.new_group(
+            items, then=self.then(then), max_in_flight=max_in_flight, tolerate=tolerate
+        )
+        return self.open(group, chunks, None)
+
+    def open(self, group: Group, chunks: list[list[Item]], fence: tuple[str, str] | None) -> Group:
+        """Store the group (once: a second open returns the first) and start its first
+        window of children; a group with no items joins at once."""
+        stored = self._store.groups.open_group(group, chunks, fence)
+        log.info(
+            "group %s: %d item(s), at most %d running",
+            stored.id,
+            stored.total,
+            stored.window,
+            extra={"group_id": stored.id, "run_id": stored.parent_run_id},
+        )
+        return self.advance(stored)
+
+    # the window and the join -------------------------------------------------------
+
+    def advance(self, group: Group) -> Group:
+        """Start children while the window has room; join a complete group."""
+        created: list[Run] = []
+        items: dict[int, list[Item]] = {}
+        try:
+            while (index := group.next_start()) is not None:
+                child = self._create_child(group, index, items)
+                if child is not None:
+                    created.append(child)
+                _, stored = self._store.groups.mark_started(group.id, index)
+                if stored is None:
+                    break
+                group = stored
+        finally:
+            if created:
+                self._publisher.publish_new(created)
+        if group.complete and group.joined_at is None:
+            self.join(group)
+        return group
+
+    def _create_child(self, group: Group, index: int, cache: dict[int, list[Item]]) -> Run | None:
+        """Create the ``index``-th child (``None``: it exists already)."""
+        chunk = group.chunk_of(index)
+        if chunk not in cache:
+            cache[chunk] = self._store.groups.get_items(group.id, chunk)
+        item = cache[chunk][index - group.bounds[chunk]]
+        task = self._tasks.get(item.task)
+        if task is None:
+            raise ConfigurationError(
+                f"group {group.id} starts task {item.task!r}, which this app does not register"
+            )
+        run, event = machine.new_run(
+            run_id=core.child_run_id(group.id, index),
+            environment=group.environment,
+            task=task.name,
+            queue=task.queue,
+            payload=_payload(item.payload_json),
+            now=self._clock.now(),
+            republish=self._config.republish,
+        )
+        run = run.with_changes(group_id=group.id, group_index=index)
+        try:
+            self._store.create_run(run, event, item.payload_json)
+        except ConflictError:
+            return None  # started already, by another finisher
+        return run
+
+    def after_child(self, run: Run) -> None:
+        """A child finished (and was counted): start the next one, or join."""
+        assert run.group_id is not None
+        group = self._store.groups.get_group(run.group_id)
+        if group is not None and group.joined_at is None:
+            self.advance(group)
+
+    def join(self, group: Group) -> None:
+        """Resume the parent or trigger the callback (each lands once), ask the children
+        still running to cancel if the group failed, and record the join."""
+        if group.parent_run_id is not None:
+            parent = self._store.get_run(group.parent_run_id)
+            if parent is not None:
+                resumed = self._resumer.resume_one(parent, group_resumption(group))
+                if resumed is not None:
+                    self._publisher.publish_many([resumed])
+        if group.then is not None:
+            self._trigger_then(group, group.then)
+        if group.status is GroupStatus.FAILED:
+            self._cancel_unfinished(group)
+        if self._store.groups.mark_joined(group.id, self._clock.now()):
+            log.info(
+                "group %s joined: %s (%d succeeded, %d failed, %d cancelled of %d)",
+                group.id,
+                group.status.value,
+                group.succeeded,
+                group.failed,
+                group.cancelled,
+                group.total,
+                extra={"group_id": group.id, "run_id": group.parent_run_id},
+            )
+
+    def _trigger_then(self, group: Group, then: Then) -> None:
+        task = self._tasks.get(then.task)
+        if task is None:
+            raise ConfigurationError(
+                f"group {group.id}'s callback is task {then.task!r}, which this app does not "
+                "register"
+            )
+        run, event = machine.new_run(
+            run_id=core.callback_run_id(group.id),
+            environment=group.environment,
+            task=task.name,
+            queue=task.queue,
+            payload=_payload(then.payload_json),
+            now=self._clock.now(),
+            republish=self._config.republish,
+        )
+        run = run.with_changes(joined_group=group.id)
+        try:
+            self._store.create_run(run, event, then.payload_json)
+        except ConflictError:
+            return  # triggered already, by another join
+        self._publisher.publish_new([run])
+
+    def _cancel_unfinished(self, group: Group) -> None:
+        """Ask the started children that have not finished to cancel (cooperative)."""
+        for start in range(0, group.started, CHILDREN_PAGE):
+            for child in self._store.groups.children(group, start, CHILDREN_PAGE):
+                if child is None or child.is_terminal:
+                    continue
+                self._cancel(child)
+
+    def _cancel(self, child: Run) -> None:
+        try:
+            decision = machine.request_cancel(
+                child, now=self._clock.now(), actor="group", reason="the group failed"
+            )
+            self._store.apply(decision)
+        except (ConflictError, IllegalTransition):
+            return  # it moved on meanwhile (it finished, or is asked already)
+
+    # maintenance -------------------------------------------------------------------
+
+    def review(self, group: Group, now: datetime) -> bool:
+        """Maintenance's look at a listed group: start what an interrupted finisher did
+        not, join what it completed; list it again later if it has not joined. Returns
+        whether it did anything."""
+        before = (group.started, group.joined_at)
+        after = self.advance(group)
+        if after.joined_at is None and not after.complete:
+            self._store.groups.relist(group.id, now + self._config.republish.after)
+        return (after.started, after.joined_at) != before or after.complete
+
+
+def _payload(payload_json: str) -> JSON:
+    return json.loads(payload_json)
+
+
+def _task_name(task: NamedTask | str) -> str:
+    return task if isinstance(task, str) else str(getattr(task, "name", task))

@@ -1,0 +1,251 @@
+"""Groups on every backend: ``ctx.map`` fans out and joins once, ``app.group`` triggers
+its callback once, children start as a sliding window, failures past ``tolerate`` fail
+the group, and bad input is refused before anything is written.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import pytest
+
+from runlane_sqs import ConfigurationError, EventType, Runlane, RunStatus, TaskContext
+from runlane_sqs.core.errors import PayloadTooLarge, UnknownTaskError
+from runlane_sqs.core.groups import GroupFailed, GroupStatus, child_run_id, group_id_for
+from runlane_sqs.core.model import WaitKind
+from tests.backends import Backend
+from tests.behaviour.waits_support import drain_all, qualified
+from tests.behaviour.worker_support import drain
+
+
+class Handlers:
+    def __init__(self) -> None:
+        self.parent_attempts = 0
+        self.running = 0
+        self.most_running = 0
+        self.callbacks: list[Any] = []
+
+    def square(self, ctx: TaskContext, payload: Any) -> Any:
+        if payload.get("fail"):
+            raise ValueError(f"item {payload['n']} broke")
+        return payload["n"] ** 2
+
+    def month(self, ctx: TaskContext, payload: Any) -> Any:
+        self.parent_attempts += 1
+        items = [{"n": n, "fail": n in payload.get("fail", [])} for n in range(payload["count"])]
+        try:
+            results = ctx.map(
+                "square",
+                items,
+                max_in_flight=payload.get("window", 100),
+                tolerate=payload.get("tolerate", 0),
+            )
+        except GroupFailed as failed:
+            return {"failed_group": failed.results.failed}
+        return {
+            "succeeded": results.succeeded,
+            "failed": results.failed,
+            "sum": sum(r for r in results.results() if r is not None),
+            "failures": [f.failure.message for f in results.failures() if f.failure],
+        }
+
+    def notify(self, ctx: TaskContext, payload: Any) -> Any:
+        joined = ctx.joined_group()
+        assert joined is not None
+        self.callbacks.append((payload, joined.status.value, list(joined.results())))
+        return joined.succeeded
+
+
+@pytest.fixture
+def handlers() -> Handlers:
+    return Handlers()
+
+
+@pytest.fixture
+def app(backend: Backend, handlers: Handlers) -> Runlane:
+    def register(app: Runlane) -> None:
+        app.task(handlers.square, name="square")
+        app.task(handlers.month, name="month")
+        app.task(handlers.notify, name="notify")
+
+    return backend.app(register=register)
+
+
+def test_a_map_joins_once_and_the_parent_gets_every_result_from_storage(
+    app: Runlane, handlers: Handlers
+) -> None:
+    parent = app.trigger("month", {"count": 12})
+    assert drain(app, max_runs=1) == 1
+    waiting = app.runs.get(parent.id)
+    assert waiting.status is RunStatus.RELEASED
+    assert waiting.waiting is not None and waiting.waiting.kind is WaitKind.GROUP
+    assert waiting.lease is None  # it holds no worker while it waits
+    drain_all(app)
+    done = app.runs.get(parent.id)
+    assert done.status is RunStatus.SUCCEEDED
+    assert done.result == {
+        "succeeded": 12,
+        "failed": 0,
+        "sum": sum(n * n for n in range(12)),
+        "failures": [],
+    }
+    assert handlers.parent_attempts == 2  # one to open the group, one after the join
+    resumes = [e for e in app.runs.events(parent.id) if e.type is EventType.RESUMED]
+    assert len(resumes) == 1
+    # the results stay with the children: the parent's item holds the counts only
+    assert "sum" not in str(done.wait_results)
+
+
+def test_children_start_as_a_sliding_window(app: Runlane) -> None:
+    parent = app.trigger("month", {"count": 7, "window": 3})
+    assert drain(app, max_runs=1) == 1
+    group_id = group_id_for(parent.id, "group:#1")
+    started = [app.store.get_run(child_run_id(group_id, i)) for i in range(7)]
+    assert [run is not None for run in started] == [True] * 3 + [False] * 4
+    assert drain(app, max_runs=1) == 1  # one child finishes: one more starts
+    assert app.store.get_run(child_run_id(group_id, 3)) is not None
+    assert app.store.get_run(child_run_id(group_id, 4)) is None
+    drain_all(app)
+    assert app.runs.get(parent.id).result["succeeded"] == 7
+
+
+def test_failures_within_tolerate_still_succeed(app: Runlane) -> None:
+    parent = app.trigger("month", {"count": 10, "fail": [3], "tolerate": 0.1})
+    drain_all(app)
+    result = app.runs.get(parent.id).result
+    assert result["succeeded"] == 9
+    assert result["failed"] == 1
+    assert result["failures"] == ["item 3 broke"]
+
+
+def test_failures_past_tolerate_fail_the_group_and_start_no_more_children(
+    app: Runlane,
+) -> None:
+    parent = app.trigger("month", {"count": 10, "fail": [0], "window": 2})
+    drain_all(app)
+    assert app.runs.get(parent.id).result == {"failed_group": 1}
+    group_id = group_id_for(parent.id, "group:#1")
+    never = [i for i in range(10) if app.store.get_run(child_run_id(group_id, i)) is None]
+    assert len(never) >= 7  # the window was 2: at most three children ever started
+
+
+def test_an_empty_map_joins_at_once_without_waiting(app: Runlane, handlers: Handlers) -> None:
+    parent = app.trigger("month", {"count": 0})
+    assert drain(app) == 1
+    done = app.runs.get(parent.id)
+    assert done.status is RunStatus.SUCCEEDED
+    assert done.result["succeeded"] == 0
+    assert handlers.parent_attempts == 1
+
+
+def test_a_group_triggers_its_callback_once_with_the_results(
+    app: Runlane, handlers: Handlers
+) -> None:
+    group = app.group(
+        [("square", {"n": n}) for n in range(5)], then=("notify", {"album": 7}), max_in_flight=2
+    )
+    assert group.total == 5
+    drain_all(app)
+    assert handlers.callbacks == [({"album": 7}, "succeeded", [0, 1, 4, 9, 16])]
+    # a second join (maintenance racing a finisher) triggers nothing more
+    app.engine.groups.join(app.store.groups.get_group(group.id))
+    drain_all(app)
+    assert len(handlers.callbacks) == 1
+
+
+def test_a_failed_group_still_triggers_its_callback_which_sees_the_failure(
+    app: Runlane, handlers: Handlers
+) -> None:
+    app.group(
+        [("square", {"n": 1}), ("square", {"n": 2, "fail": True})], then=("notify", None)
+    )
+    drain_all(app)
+    assert handlers.callbacks == [(None, GroupStatus.FAILED.value, [1, None])]
+
+
+def test_a_child_counted_twice_is_impossible_even_when_its_finish_is_replayed(
+    app: Runlane,
+) -> None:
+    group = app.group([("square", {"n": n}) for n in range(3)], then=("notify", None))
+    drain_all(app)
+    child = app.runs.get(child_run_id(group.id, 0))
+    app.after_finished(child)  # a redelivered finish: nothing is counted again
+    stored = app.store.groups.get_group(group.id)
+    assert (stored.succeeded, stored.failed, stored.cancelled) == (3, 0, 0)
+    assert stored.joined_at is not None
+
+
+@pytest.mark.parametrize(
+    ("children", "options", "error"),
+    [
+        ([("nope", {})], {}, UnknownTaskError),
+        ([("square", {"n": 1})], {"max_in_flight": 0}, ConfigurationError),
+        ([("square", {"n": 1})], {"tolerate": 1.5}, ConfigurationError),
+        ([("square", {"n": 1})], {"tolerate": -1}, ConfigurationError),
+        ([("square", {"pad": "x" * 70_000})], {}, PayloadTooLarge),
+        (["square"], {}, ConfigurationError),
+    ],
+)
+def test_bad_groups_are_refused_before_anything_is_written(
+    app: Runlane, children: list[Any], options: dict[str, Any], error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        app.group(children, then=("notify", None), **options)
+    assert app.runs.list().runs == []
+
+
+def test_a_callback_task_that_is_not_registered_is_refused(app: Runlane) -> None:
+    with pytest.raises(UnknownTaskError):
+        app.group([("square", {"n": 1})], then=("missing", None))
+
+
+def test_a_parent_whose_map_has_bad_items_fails_without_starting_children(
+    app: Runlane,
+) -> None:
+    def bad_parent(ctx: TaskContext, payload: Any) -> Any:
+        return ctx.map("missing", [1, 2])
+
+    app.task(bad_parent, name="bad-parent")
+    run = app.trigger("bad-parent")
+    assert drain(app) == 1
+    failed = app.runs.get(run.id)
+    assert failed.status is RunStatus.FAILED
+    assert failed.failure is not None and failed.failure.type == qualified(UnknownTaskError)
+    assert [r.id for r in app.runs.list().runs] == [run.id]
+
+
+def test_maintenance_starts_a_child_and_joins_a_group_an_interrupted_finisher_left(
+    app: Runlane, backend: Backend, handlers: Handlers
+) -> None:
+    group = app.group([("square", {"n": n}) for n in range(2)], then=("notify", None))
+    # the children finish, but their finishers die before moving the group on
+    original = app.engine.finisher._groups.after_child
+    app.engine.finisher._groups.after_child = lambda run: None  # type: ignore[method-assign]
+    try:
+        drain_all(app)
+    finally:
+        app.engine.finisher._groups.after_child = original  # type: ignore[method-assign]
+    assert handlers.callbacks == []
+    backend.clock.advance(app.config.republish.after * 2)
+    report = app.maintenance.run_pass()
+    assert report.job("groups").acted == 1
+    drain_all(app)
+    assert [c[1] for c in handlers.callbacks] == ["succeeded"]
+    assert app.store.groups.get_group(group.id).joined_at is not None
+
+
+def test_async_handlers_map_with_map_async(backend: Backend) -> None:
+    def square(ctx: TaskContext, payload: Any) -> Any:
+        return payload * 2
+
+    async def parent(ctx: TaskContext, payload: Any) -> Any:
+        results = await ctx.map_async("double", [1, 2, 3])
+        return list(results.results())
+
+    app = backend.app(
+        register=lambda a: (a.task(square, name="double"), a.task(parent, name="parent"))
+    )
+    run = app.trigger("parent")
+    drain_all(app)
+    assert app.runs.get(run.id).result == [2, 4, 6]
