@@ -85,6 +85,21 @@ from .core.errors import (
 from .core.errors import (
     UnknownTaskError as UnknownTaskError,
 )
+from .core.groups import (
+    ChildOutcome as ChildOutcome,
+)
+from .core.groups import (
+    Group as Group,
+)
+from .core.groups import (
+    GroupFailed as GroupFailed,
+)
+from .core.groups import (
+    GroupResults as GroupResults,
+)
+from .core.groups import (
+    GroupStatus as GroupStatus,
+)
 from .core.model import (
     EventType as EventType,
 )

@@ -5,7 +5,6 @@ the group, and bad input is refused before anything is written.
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 import pytest
@@ -157,9 +156,7 @@ def test_a_group_triggers_its_callback_once_with_the_results(
 def test_a_failed_group_still_triggers_its_callback_which_sees_the_failure(
     app: Runlane, handlers: Handlers
 ) -> None:
-    app.group(
-        [("square", {"n": 1}), ("square", {"n": 2, "fail": True})], then=("notify", None)
-    )
+    app.group([("square", {"n": 1}), ("square", {"n": 2, "fail": True})], then=("notify", None))
     drain_all(app)
     assert handlers.callbacks == [(None, GroupStatus.FAILED.value, [1, None])]
 
