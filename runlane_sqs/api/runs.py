@@ -16,7 +16,14 @@ from runlane_sqs.api.waiting import wait_for, wait_for_async
 from runlane_sqs.core import machine, parking
 from runlane_sqs.core.attempts import Attempt, attempts_from
 from runlane_sqs.core.clock import Duration, to_timedelta
-from runlane_sqs.core.errors import ConflictError, IllegalTransition, RunlaneError, RunNotFound
+from runlane_sqs.core.errors import (
+    ConflictError,
+    IllegalTransition,
+    InvalidCursor,
+    RunlaneError,
+    RunNotFound,
+)
+from runlane_sqs.core.groups import Group, groups_of
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import (
     JSON,
@@ -25,6 +32,7 @@ from runlane_sqs.core.model import (
     Run,
     RunEvent,
     RunStatus,
+    WaitKind,
     new_run_id,
 )
 from runlane_sqs.core.names import check_key
@@ -141,6 +149,50 @@ class RunsApi:
         runs, next_cursor = self._engine.store.list_runs(query, limit, cursor)
         return RunPage(runs, next_cursor)
 
+    def groups(self, run_id: str) -> Sequence[Group]:
+        """The groups a parent run opened (``ctx.map``, ``ctx.group``), in call order, as
+        stored now: counts per status, how many started, whether it joined."""
+        found = [self._engine.store.groups.get_group(g) for g in groups_of(self.events(run_id))]
+        return [group for group in found if group is not None]
+
+    def group(self, group_id: str) -> Group:
+        """One group as stored now (``app.group`` returns its id); raises
+        :class:`~runlane_sqs.core.errors.RunlaneError` if there is none."""
+        group = self._engine.store.groups.get_group(group_id)
+        if group is None:
+            raise RunlaneError(f"no group {group_id!r} in this environment")
+        return group
+
+    def children(self, parent_id: str, *, limit: int = 50, cursor: str | None = None) -> RunPage:
+        """A page of the child runs of a parent's groups in item order (of a group's,
+        if ``parent_id`` is a group id: ``app.group`` has no parent run), read by their
+        fixed ids, never a table scan. Children not started yet are left out."""
+        if not 1 <= limit <= MAX_LIST_LIMIT:
+            raise RunlaneError(f"limit must be between 1 and {MAX_LIST_LIMIT}")
+        store = self._engine.store
+        run = store.get_run(parent_id)
+        if run is not None:
+            groups = self.groups(parent_id)
+        else:
+            group = store.groups.get_group(parent_id)
+            if group is None:
+                raise RunNotFound(parent_id)
+            groups = [group]
+        position, index = _children_position(cursor, len(groups))
+        runs: list[Run] = []
+        while position < len(groups) and len(runs) < limit:
+            group = groups[position]
+            if index >= group.started:
+                position, index = position + 1, 0
+                continue
+            want = min(limit - len(runs), group.started - index)
+            runs.extend(r for r in store.groups.children(group, index, want) if r is not None)
+            index += want
+        more = position < len(groups) and (
+            index < groups[position].started or position + 1 < len(groups)
+        )
+        return RunPage(runs, f"{position}:{index}" if more else None)
+
     def find_current(self, task: str, idempotency_key: str) -> Run | None:
         """The run holding an idempotency key (None if the key is free)."""
         owner = self._engine.store.keys.get_key_owner(
@@ -167,12 +219,15 @@ class RunsApi:
         ``cancel_requested`` and its worker sets the handler's cancellation event at the
         next heartbeat. Raises :class:`~runlane_sqs.core.errors.IllegalTransition` for a
         finished run (a success that won the race stays a success)."""
-        stored = self._transition(
-            run_id,
-            lambda run: machine.request_cancel(
+        seen: list[Run] = []
+
+        def decide(run: Run) -> Transition:
+            seen.append(run)
+            return machine.request_cancel(
                 run, now=self._engine.clock.now(), actor=actor, reason=reason
-            ),
-        )
+            )
+
+        stored = self._transition(run_id, decide)
         log.info(
             "run %s: %s by %s",
             run_id,
@@ -182,6 +237,9 @@ class RunsApi:
         )
         if stored.is_terminal:
             self._engine.finisher.after_finished(stored)
+            waiting = seen[-1].waiting
+            if waiting is not None and waiting.kind is WaitKind.GROUP and waiting.target:
+                self._engine.groups.stop(waiting.target)  # its children go with it
         return stored
 
     def unpark(self, run_id: str, *, reason: str = "", actor: str = "operator") -> Run:
@@ -315,3 +373,14 @@ class IdempotencyApi:
         """Free ``key`` so the next trigger with it creates a new run."""
         self._engine.store.keys.delete_key(KeyKind.IDEMPOTENCY, task, check_key("idempotency", key))
         log.info("idempotency key of task %s reset", task, extra={"task": task})
+
+
+def _children_position(cursor: str | None, groups: int) -> tuple[int, int]:
+    """Where a page of children starts: the group's place among the parent's groups and
+    the item index (``cursor`` is what the previous page returned)."""
+    if cursor is None:
+        return 0, 0
+    position, _, index = cursor.partition(":")
+    if not (position.isdigit() and index.isdigit()) or int(position) >= groups:
+        raise InvalidCursor(f"cursor {cursor[:40]!r} is not valid: not a page of these children")
+    return int(position), int(index)

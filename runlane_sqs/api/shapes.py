@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from runlane_sqs.core.attempts import Attempt
+from runlane_sqs.core.groups import Group
 from runlane_sqs.core.model import JSON, Failure, Lease, Run, RunEvent, Wait
 from runlane_sqs.core.schedule_state import ScheduleState
 from runlane_sqs.core.tokens import Token
@@ -81,7 +82,31 @@ def run_to_json(run: Run) -> dict[str, JSON]:
         "place": run.place,
         "waiting_for_turn": run.turn_wait,
         "slot_wait": run.slot_wait,
+        "group_id": run.group_id,
+        "group_index": run.group_index,
+        "joined_group": run.joined_group,
         "seq": run.seq,
+    }
+
+
+def group_to_json(group: Group) -> dict[str, JSON]:
+    """One group as stored: its status, size, window, counts per status, how many
+    children started and are running, its parent or callback, and when it joined."""
+    return {
+        "id": group.id,
+        "status": group.status.value,
+        "total": group.total,
+        "started": group.started,
+        "running": group.running,
+        "succeeded": group.succeeded,
+        "failed": group.failed,
+        "cancelled": group.cancelled,
+        "max_in_flight": group.window,
+        "tolerate": group.tolerate,
+        "parent_run_id": group.parent_run_id,
+        "then": group.then.task if group.then else None,
+        "created_at": iso(group.created_at),
+        "joined_at": iso(group.joined_at),
     }
 
 

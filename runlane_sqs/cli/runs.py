@@ -18,10 +18,16 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
 
 from runlane_sqs.api.app import Runlane
 from runlane_sqs.api.runs import MAX_LIST_LIMIT
-from runlane_sqs.api.shapes import attempt_to_json, event_to_json, iso, run_to_json
+from runlane_sqs.api.shapes import (
+    attempt_to_json,
+    event_to_json,
+    group_to_json,
+    iso,
+    run_to_json,
+)
 from runlane_sqs.cli import tables
 from runlane_sqs.cli.escaping import echo
-from runlane_sqs.cli.exits import EXIT_RUN_UNSUCCESSFUL, EXIT_WAIT_TIMED_OUT, fail
+from runlane_sqs.cli.exits import EXIT_RUN_UNSUCCESSFUL, EXIT_USAGE, EXIT_WAIT_TIMED_OUT, fail
 from runlane_sqs.cli.options import (
     actor_options,
     actor_or_user,
@@ -120,12 +126,18 @@ def runs() -> None:
     metavar="ISO-TIME",
     help="ISO-8601 time (UTC if no offset).",
 )
+@click.option(
+    "--parent",
+    metavar="RUN_ID",
+    help="Only the children of this run's groups (or of this group id), in item order.",
+)
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, MAX_LIST_LIMIT))
 @click.option("--cursor", help="Continue from a previous page.")
 @json_option
 def list_runs(
     app_spec: str | None,
     statuses: tuple[str, ...],
+    parent: str | None,
     task: str | None,
     queue: str | None,
     schedule: str | None,
@@ -135,18 +147,24 @@ def list_runs(
     cursor: str | None,
     as_json: bool,
 ) -> None:
-    """List runs newest first (one page; the next page needs --cursor)."""
+    """List runs newest first (one page; the next page needs --cursor); with --parent, a
+    group's children in item order."""
     app = app_or_env_for_command(app_spec)
-    page = app.runs.list(
-        status=list(statuses) or None,
-        task=task,
-        queue=queue,
-        created_after=created_after,
-        created_before=created_before,
-        schedule=schedule,
-        limit=limit,
-        cursor=cursor,
-    )
+    if parent is not None:
+        if statuses or task or queue or schedule or created_after or created_before:
+            fail("--parent lists a group's children; it takes no other filter", EXIT_USAGE)
+        page = app.runs.children(parent, limit=limit, cursor=cursor)
+    else:
+        page = app.runs.list(
+            status=list(statuses) or None,
+            task=task,
+            queue=queue,
+            created_after=created_after,
+            created_before=created_before,
+            schedule=schedule,
+            limit=limit,
+            cursor=cursor,
+        )
     if as_json:
         emit_json({"runs": [run_to_json(r) for r in page.runs], "cursor": page.cursor})
     else:
@@ -158,8 +176,16 @@ def list_runs(
 @click.argument("run_id")
 @json_option
 def show_run(app_spec: str | None, run_id: str, as_json: bool) -> None:
-    """Show one run as stored now."""
-    _emit_run(app_or_env_for_command(app_spec).runs.get(run_id), as_json)
+    """Show one run as stored now, with the groups it opened (counts per status)."""
+    app = app_or_env_for_command(app_spec)
+    run = app.runs.get(run_id)
+    groups = app.runs.groups(run_id) if run.attempt else []
+    if as_json:
+        emit_json({**run_to_json(run), "groups": [group_to_json(g) for g in groups]})
+        return
+    tables.print_run(run)
+    for group in groups:
+        tables.print_group(group)
 
 
 @runs.command()

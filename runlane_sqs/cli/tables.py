@@ -24,6 +24,7 @@ from rich.text import Text
 from runlane_sqs.api.shapes import iso, run_to_json, token_to_json
 from runlane_sqs.cli.escaping import BLOCK_KEEPS, printable
 from runlane_sqs.core.attempts import Attempt
+from runlane_sqs.core.groups import Group
 from runlane_sqs.core.model import JSON, Failure, Run, RunEvent
 from runlane_sqs.core.tokens import Token
 
@@ -120,6 +121,22 @@ def print_run(run: Run) -> None:
     if run.failure is not None and run.failure.traceback.strip():
         out.print(Text("traceback of the latest failure:", style="bold"))
         out.print(Text(printable(run.failure.traceback.rstrip(), BLOCK_KEEPS)), soft_wrap=True)
+
+
+def print_group(group: Group) -> None:
+    """One group a run opened: its status and counts per status, as a field/value table."""
+    rows: list[tuple[str, str | Text]] = [
+        ("status", status_text(group.status.value)),
+        ("children", f"{group.total} ({group.started} started, {group.running} running)"),
+        ("succeeded", str(group.succeeded)),
+        ("failed", str(group.failed)),
+        ("cancelled", str(group.cancelled)),
+        ("max_in_flight", str(group.window)),
+        ("tolerate", str(group.tolerate)),
+    ]
+    if group.joined_at is not None:
+        rows.append(("joined_at", group.joined_at.isoformat()))
+    show(f"group {group.id} (runs list --parent {group.parent_run_id or group.id})", _fields(rows))
 
 
 def due_in(run: Run, now: datetime) -> str:

@@ -23,7 +23,7 @@ from enum import StrEnum
 from typing import Any
 
 from runlane_sqs.core.errors import ConfigurationError, PayloadTooLarge, RunlaneError
-from runlane_sqs.core.model import JSON, Failure, Run, RunStatus
+from runlane_sqs.core.model import JSON, EventType, Failure, Run, RunEvent, RunStatus, WaitKind
 
 CHUNK_BYTES = 300 * 1024
 """Most item bytes one chunk record holds (DynamoDB's item limit is 400 KB)."""
@@ -64,6 +64,9 @@ class GroupStatus(StrEnum):
     FAILED = "failed"
     """More children failed or were cancelled than tolerated; the rest are not started
     and the running ones are asked to cancel."""
+    STOPPED = "stopped"
+    """Its parent was cancelled: the rest are not started and the running ones are asked
+    to cancel."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +110,9 @@ class Group:
     cancelled: int = 0
     joined_at: datetime | None = None
     """When the join was done (the parent resumed or the callback triggered)."""
+    stopped_at: datetime | None = None
+    """When the group was stopped because its parent was cancelled: no child starts
+    after, the running ones are asked to cancel."""
     review_at: datetime | None = None
     """When maintenance next looks at the group (``None`` once it has joined)."""
 
@@ -116,11 +122,18 @@ class Group:
 
     @property
     def status(self) -> GroupStatus:
+        if self.stopped_at is not None:
+            return GroupStatus.STOPPED
         if self.failed + self.cancelled > self.tolerate:
             return GroupStatus.FAILED
         if self.finished >= self.total:
             return GroupStatus.SUCCEEDED
         return GroupStatus.RUNNING
+
+    @property
+    def running(self) -> int:
+        """Children started that have not finished."""
+        return max(0, self.started - self.finished)
 
     @property
     def complete(self) -> bool:
@@ -235,6 +248,20 @@ class GroupFailed(RunlaneError):
             f"{results.cancelled} cancelled of {results.total} children"
         )
         self.results = results
+
+
+def groups_of(events: Sequence[RunEvent]) -> list[str]:
+    """The ids of the groups a parent opened, in the order it released to wait for them
+    (its ``released`` events name each wait, and stay in its history whatever follows)."""
+    ids: list[str] = []
+    for event in events:
+        wait = event.data.get("wait") if event.type is EventType.RELEASED else None
+        if not isinstance(wait, dict) or wait.get("kind") != WaitKind.GROUP.value:
+            continue
+        target = wait.get("target")
+        if isinstance(target, str) and target not in ids:
+            ids.append(target)
+    return ids
 
 
 COUNTED = {

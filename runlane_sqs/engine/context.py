@@ -20,7 +20,7 @@ from runlane_sqs.core.errors import (
     RunNotFound,
     StepError,
 )
-from runlane_sqs.core.groups import Group, GroupFailed, GroupResults, GroupStatus
+from runlane_sqs.core.groups import Group, GroupFailed, GroupResults
 from runlane_sqs.core.model import JSON, Failure, Run, RunStatus, Wait, WaitKind
 from runlane_sqs.core.names import check_key
 from runlane_sqs.core.payload import encode_json
@@ -378,7 +378,7 @@ class TaskContext:
 
     def _joined(self, summary: dict[str, JSON]) -> GroupResults:
         results = GroupResults.of(summary, self._reader(str(summary["group"])))
-        if results.status is GroupStatus.FAILED:
+        if not results.ok:
             raise GroupFailed(results)
         return results
 

@@ -210,7 +210,7 @@ class Groups:
                     self._publisher.publish_many([resumed])
         if group.then is not None:
             self._trigger_then(group, group.then)
-        if group.status is GroupStatus.FAILED:
+        if group.status in (GroupStatus.FAILED, GroupStatus.STOPPED):
             self._cancel_unfinished(group)
         if self._store.groups.mark_joined(group.id, self._clock.now()):
             log.info(
@@ -223,6 +223,13 @@ class Groups:
                 group.total,
                 extra={"group_id": group.id, "run_id": group.parent_run_id},
             )
+
+    def stop(self, group_id: str) -> None:
+        """Stop a group whose parent was cancelled: no child starts after, the running
+        ones are asked to cancel, and the group joins (resuming nothing)."""
+        group = self._store.groups.mark_stopped(group_id, self._clock.now())
+        if group is not None:
+            self.join(group)
 
     def _trigger_then(self, group: Group, then: Then) -> None:
         task = self._tasks.get(then.task)
@@ -271,6 +278,11 @@ class Groups:
         not, join what it completed; list it again later if it has not joined. Returns
         whether it did anything."""
         before = (group.started, group.joined_at)
+        if group.parent_run_id is not None and not group.complete:
+            parent = self._store.get_run(group.parent_run_id)
+            if parent is None or parent.is_terminal:  # cancelled while it opened the group
+                self.stop(group.id)
+                return True
         after = self.advance(group)
         if after.joined_at is None and not after.complete:
             self._store.groups.relist(group.id, now + self._config.republish.after)

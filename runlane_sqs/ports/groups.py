@@ -45,6 +45,11 @@ class GroupStore(Protocol):
         already."""
         ...
 
+    def mark_stopped(self, group_id: str, at: datetime) -> Group | None:
+        """Stop a group that has not joined (its parent was cancelled) and return it as
+        stored; ``None`` if it had joined or does not exist."""
+        ...
+
     def relist(self, group_id: str, at: datetime) -> None:
         """List an unjoined group on the agenda at ``at`` (maintenance looks again then)."""
         ...

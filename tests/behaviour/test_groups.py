@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from runlane_sqs import ConfigurationError, EventType, Runlane, RunStatus, TaskContext
-from runlane_sqs.core.errors import PayloadTooLarge, UnknownTaskError
+from runlane_sqs.core.errors import InvalidCursor, PayloadTooLarge, RunNotFound, UnknownTaskError
 from runlane_sqs.core.groups import GroupFailed, GroupStatus, child_run_id, group_id_for
 from runlane_sqs.core.model import WaitKind
 from tests.backends import Backend
@@ -246,3 +246,48 @@ def test_async_handlers_map_with_map_async(backend: Backend) -> None:
     run = app.trigger("parent")
     drain_all(app)
     assert app.runs.get(run.id).result == [2, 4, 6]
+
+
+def test_cancelling_a_waiting_parent_cancels_its_unfinished_children_and_starts_no_more(
+    app: Runlane,
+) -> None:
+    parent = app.trigger("month", {"count": 6, "window": 2})
+    assert drain(app, max_runs=1) == 1
+    [group] = app.runs.groups(parent.id)
+    assert (group.started, group.running) == (2, 2)
+    app.runs.cancel(parent.id, reason="not this month")
+    assert app.runs.get(parent.id).status is RunStatus.CANCELLED
+    stopped = app.runs.group(group.id)
+    assert stopped.status is GroupStatus.STOPPED and stopped.joined_at is not None
+    children = app.runs.children(parent.id).runs
+    assert [c.status for c in children] == [RunStatus.CANCELLED, RunStatus.CANCELLED]
+    drain_all(app)
+    assert app.runs.group(group.id).started == 2  # no child started after the cancel
+
+
+def test_children_are_listed_in_item_order_a_page_at_a_time(app: Runlane) -> None:
+    parent = app.trigger("month", {"count": 5})
+    drain_all(app)
+    first = app.runs.children(parent.id, limit=2)
+    assert [r.group_index for r in first.runs] == [0, 1]
+    assert first.cursor is not None
+    second = app.runs.children(parent.id, limit=2, cursor=first.cursor)
+    third = app.runs.children(parent.id, limit=2, cursor=second.cursor)
+    assert [r.group_index for r in second.runs + third.runs] == [2, 3, 4]
+    assert third.cursor is None
+    [group] = app.runs.groups(parent.id)
+    by_group = app.runs.children(group.id, limit=10)
+    assert [r.id for r in by_group.runs] == [r.id for r in first.runs + second.runs + third.runs]
+
+
+@pytest.mark.parametrize("cursor", ["nope", "9:0", "-1:2", "0:\x1b[31m", "\ud800"])
+def test_a_bad_children_cursor_is_a_clear_error(app: Runlane, cursor: str) -> None:
+    parent = app.trigger("month", {"count": 1})
+    drain_all(app)
+    with pytest.raises(InvalidCursor, match="not valid"):
+        app.runs.children(parent.id, cursor=cursor)
+
+
+def test_children_of_an_unknown_run_or_group_is_run_not_found(app: Runlane) -> None:
+    with pytest.raises(RunNotFound):
+        app.runs.children("0" * 32)

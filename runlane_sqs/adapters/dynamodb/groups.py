@@ -48,6 +48,7 @@ def group_to_wire(group: Group) -> AttributeMap:
         cancelled=group.cancelled or None,
         created_at=to_epoch_ms(group.created_at),
         joined_at=to_epoch_ms(group.joined_at) if group.joined_at else None,
+        stopped_at=to_epoch_ms(group.stopped_at) if group.stopped_at else None,
         agenda_pk=agenda_pk(group.environment, AgendaKind.GROUP.value, group.id)
         if listed
         else None,
@@ -77,6 +78,7 @@ def group_from_wire(wire: AttributeMap) -> Group:
         failed=int(item.failed or 0),
         cancelled=int(item.cancelled or 0),
         joined_at=from_epoch_ms(int(item.joined_at)) if item.joined_at is not None else None,
+        stopped_at=from_epoch_ms(int(item.stopped_at)) if item.stopped_at is not None else None,
         review_at=from_epoch_ms(int(item.agenda_at)) if item.agenda_at is not None else None,
     )
 
@@ -244,6 +246,28 @@ class DynamoGroupStore:
             },
         )
         return not isinstance(sent, Refused)
+
+    def mark_stopped(self, group_id: str, at: datetime) -> Group | None:
+        sent = send_conditional(
+            self._send,
+            "update_item",
+            {
+                "TableName": self.table,
+                "Key": keys.group_key(self.environment, group_id),
+                "UpdateExpression": "SET #stopped = if_not_exists(#stopped, :at)",
+                "ConditionExpression": "attribute_exists(#pk) AND attribute_not_exists(#joined)",
+                "ExpressionAttributeNames": {
+                    "#stopped": "stopped_at",
+                    "#joined": "joined_at",
+                    "#pk": "pk",
+                },
+                "ExpressionAttributeValues": {":at": {"N": str(to_epoch_ms(at))}},
+                "ReturnValues": "ALL_NEW",
+            },
+        )
+        if isinstance(sent, Refused):
+            return None
+        return group_from_wire(sent["Attributes"])
 
     def relist(self, group_id: str, at: datetime) -> None:
         send_conditional(

@@ -273,6 +273,7 @@ class GroupItem(Model):
     cancelled = NumberAttribute(null=True)
     created_at = NumberAttribute()
     joined_at = NumberAttribute(null=True)
+    stopped_at = NumberAttribute(null=True)
     agenda_pk = UnicodeAttribute(null=True)
     agenda_at = NumberAttribute(null=True)
 

@@ -91,6 +91,16 @@ class InMemoryGroupStore:
             self._groups[group_id] = replace(group, joined_at=truncate_ms(at), review_at=None)
             return True
 
+    def mark_stopped(self, group_id: str, at: datetime) -> Group | None:
+        with self._lock:
+            group = self._groups.get(group_id)
+            if group is None or group.joined_at is not None:
+                return None
+            if group.stopped_at is None:
+                group = replace(group, stopped_at=truncate_ms(at))
+                self._groups[group_id] = group
+            return group
+
     def relist(self, group_id: str, at: datetime) -> None:
         with self._lock:
             group = self._groups.get(group_id)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.processes.cli.apps.names import CHARGE, ECHO, FAIL_ENV, NAP
+from tests.processes.cli.apps.names import CHARGE, ECHO, FAIL_ENV, FAN_OUT, NAP
 from tests.processes.cli.conftest import Cli
 
 RUNS = 20
@@ -224,3 +224,35 @@ def test_a_drain_says_how_many_wakeups_of_another_environment_it_left_on_the_que
     )
     assert cli.ok("worker", "--drain", env=staging).stdout.strip() == "executed 1 run(s)"
     assert cli.ok("runs", "get", run_id, "--json", env=staging).json()["status"] == "succeeded"
+
+
+def test_a_map_from_a_worker_process_joins_once_and_its_group_is_seen_from_the_cli(
+    cli: Cli, provisioned: dict[str, str]
+) -> None:
+    parent = _trigger(cli, FAN_OUT, "--payload", json.dumps({"items": [1, 2, 3, 4, 5]}))
+    cli.ok("worker", "--drain", "--concurrency", "2")
+    while cli.ok("worker", "--drain").stdout.strip() != "executed 0 run(s)":
+        pass
+    done = _run(cli, parent)
+    assert done["status"] == "succeeded"
+    assert done["result"] == {"sum": 15, "succeeded": 5}
+    [group] = done["groups"]
+    assert (group["status"], group["total"], group["succeeded"]) == ("succeeded", 5, 5)
+    assert group["running"] == 0 and group["joined_at"] is not None
+    history = cli("runs", "events", parent, "--json").json()["events"]
+    resumes = [e for e in history if e["type"] == "resumed"]
+    assert [e["data"] for e in resumes] == [{"group": group["id"], "status": "succeeded"}]
+
+    first = cli.ok("runs", "list", "--parent", parent, "--limit", "3", "--json").json()
+    assert [r["group_index"] for r in first["runs"]] == [0, 1, 2]
+    rest = cli.ok("runs", "list", "--parent", parent, "--cursor", first["cursor"], "--json").json()
+    assert [r["group_index"] for r in rest["runs"]] == [3, 4]
+    assert rest["cursor"] is None
+    assert {r["status"] for r in first["runs"] + rest["runs"]} == {"succeeded"}
+    table = cli.ok("runs", "get", parent).stdout
+    assert f"group {group['id']}" in table and "5 started, 0 running" in table
+
+    bad = cli("runs", "list", "--parent", parent, "--cursor", "\x1b[31mnope")
+    assert bad.code != 0 and "not valid" in bad.stderr and "\x1b[31m" not in bad.stderr
+    mixed = cli("runs", "list", "--parent", parent, "--task", ECHO)
+    assert mixed.code == EXIT_USAGE and "--parent" in mixed.stderr

@@ -19,6 +19,7 @@ from tests.processes.cli.apps.names import (
     ECHO,
     FAIL_ENV,
     FAIL_WITH,
+    FAN_OUT,
     LEASE_SECONDS,
     MARKERS_ENV,
     NAP,
@@ -33,6 +34,12 @@ app = Runlane.from_env(lease_duration=LEASE_SECONDS)
 def echo(ctx: TaskContext, payload: Any) -> dict[str, Any]:
     ctx.log.info("echoing")
     return {"echo": payload}
+
+
+@app.task(name=FAN_OUT)
+def fan_out(ctx: TaskContext, payload: Any) -> dict[str, Any]:
+    results = ctx.map(ECHO, payload["items"], max_in_flight=2)
+    return {"sum": sum(r["echo"] for r in results.results()), "succeeded": results.succeeded}
 
 
 @app.task(name=CHARGE, retry=RetryPolicy(max_attempts=1))
