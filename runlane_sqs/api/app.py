@@ -23,7 +23,7 @@ from runlane_sqs.core.config import RunlaneConfig, RunlaneSettings
 from runlane_sqs.core.errors import StorageUnavailable
 from runlane_sqs.core.groups import Group
 from runlane_sqs.core.model import JSON, Run
-from runlane_sqs.engine.context import DEFAULT_MAX_IN_FLIGHT, Child
+from runlane_sqs.engine.context import DEFAULT_MAX_IN_FLIGHT, Child, NamedTask
 from runlane_sqs.engine.engine import Engine
 from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.signals import SignalsApi
@@ -259,6 +259,13 @@ class Runlane(OperatorApis):
         return self.engine.groups.start(
             children, then=then, max_in_flight=max_in_flight, tolerate=tolerate
         )
+
+    def chain(self, first: Child, *steps: NamedTask | str) -> Group:
+        """Run ``first`` (a ``(task, payload)`` pair), then each of ``steps`` with the
+        result of the one before as its payload; the chain stops at a step that fails or
+        is cancelled. Each step is a group of one child (``app.runs.children`` of the
+        returned group id lists the first run; each step's group opens the next's)."""
+        return self.engine.groups.chain(first, steps)
 
     def publish(self, run: Run, *, delay: timedelta | None = None) -> bool:
         """Publish one wakeup for ``run``; False if SQS refused (maintenance repairs it)."""

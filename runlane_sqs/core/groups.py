@@ -49,6 +49,11 @@ def child_run_id(group_id: str, index: int) -> str:
     return _digest(group_id, str(index))
 
 
+def next_group_id(group_id: str) -> str:
+    """The id of the group a chain's step opens for the step after it."""
+    return _digest(group_id, "next")
+
+
 def callback_run_id(group_id: str) -> str:
     """The run id of a group's callback: triggered once, by whichever join lands first."""
     return _digest(group_id, "then")
@@ -103,6 +108,9 @@ class Group:
     parent_run_id: str | None = None
     """The run waiting for the group (``ctx.map``)."""
     then: Then | None = None
+    next_tasks: tuple[str, ...] = ()
+    """A chain's steps after this group's one child: when it succeeds, the next step
+    starts as a group of its own with the child's result as its payload."""
     started: int = 0
     """Children created so far: items ``0 .. started - 1``."""
     succeeded: int = 0

@@ -21,7 +21,12 @@ from runlane_sqs.core import groups as core
 from runlane_sqs.core import machine
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.config import RunlaneConfig
-from runlane_sqs.core.errors import ConfigurationError, ConflictError, IllegalTransition
+from runlane_sqs.core.errors import (
+    ConfigurationError,
+    ConflictError,
+    IllegalTransition,
+    RunlaneError,
+)
 from runlane_sqs.core.groups import Group, GroupStatus, Item, Then
 from runlane_sqs.core.model import JSON, Run, new_run_id
 from runlane_sqs.core.payload import encode_json
@@ -94,6 +99,7 @@ class Groups:
         group_id: str | None = None,
         parent: Run | None = None,
         then: Then | None = None,
+        next_tasks: tuple[str, ...] = (),
         max_in_flight: int,
         tolerate: int | float,
     ) -> tuple[Group, list[list[Item]]]:
@@ -111,6 +117,7 @@ class Groups:
             bounds=bounds,
             parent_run_id=parent.id if parent else None,
             then=then,
+            next_tasks=next_tasks,
             review_at=now + self._config.republish.after,
         )
         return group, chunks
@@ -128,6 +135,15 @@ class Groups:
         group, chunks = self.new_group(
             items, then=self.then(then), max_in_flight=max_in_flight, tolerate=tolerate
         )
+        return self.open(group, chunks, None)
+
+    def chain(self, first: Child, steps: Iterable[NamedTask | str]) -> Group:
+        """A chain started from outside a run (``app.chain``): ``first`` runs, then each
+        step with the result of the one before; it stops at a step that does not
+        succeed. Each step is a group of one child, so each hand-on is a join."""
+        items = self.items([first])
+        names = tuple(self._tasks.resolve(_task_name(step)).name for step in steps)
+        group, chunks = self.new_group(items, next_tasks=names, max_in_flight=1, tolerate=0)
         return self.open(group, chunks, None)
 
     def open(self, group: Group, chunks: list[list[Item]], fence: tuple[str, str] | None) -> Group:
@@ -210,6 +226,8 @@ class Groups:
                     self._publisher.publish_many([resumed])
         if group.then is not None:
             self._trigger_then(group, group.then)
+        if group.next_tasks and group.status is GroupStatus.SUCCEEDED:
+            self._next_step(group)
         if group.status in (GroupStatus.FAILED, GroupStatus.STOPPED):
             self._cancel_unfinished(group)
         if self._store.groups.mark_joined(group.id, self._clock.now()):
@@ -230,6 +248,35 @@ class Groups:
         group = self._store.groups.mark_stopped(group_id, self._clock.now())
         if group is not None:
             self.join(group)
+
+    def _next_step(self, group: Group) -> None:
+        """Open the group of a chain's next step, with this step's result as its payload
+        (once: the next group's id is fixed by this one's)."""
+        [child] = self._store.groups.children(group, 0, 1)
+        assert child is not None  # the group succeeded: its one child did
+        try:
+            text = encode_json(
+                child.result,
+                what=f"result of chain step {child.id}",
+                limit_bytes=self._config.payload_limit,
+            )
+        except RunlaneError as exc:  # the chain stops here, and says why
+            log.error(
+                "chain stops after run %s: its result cannot be the next step's payload: %s",
+                child.id,
+                exc,
+                extra={"run_id": child.id, "task": child.task, "group_id": group.id},
+            )
+            return
+        task, rest = group.next_tasks[0], group.next_tasks[1:]
+        following, chunks = self.new_group(
+            [Item(task, text)],
+            group_id=core.next_group_id(group.id),
+            next_tasks=rest,
+            max_in_flight=1,
+            tolerate=0,
+        )
+        self.open(following, chunks, None)
 
     def _trigger_then(self, group: Group, then: Then) -> None:
         task = self._tasks.get(then.task)

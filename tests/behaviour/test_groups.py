@@ -11,7 +11,13 @@ import pytest
 
 from runlane_sqs import ConfigurationError, EventType, Runlane, RunStatus, TaskContext
 from runlane_sqs.core.errors import InvalidCursor, PayloadTooLarge, RunNotFound, UnknownTaskError
-from runlane_sqs.core.groups import GroupFailed, GroupStatus, child_run_id, group_id_for
+from runlane_sqs.core.groups import (
+    GroupFailed,
+    GroupStatus,
+    child_run_id,
+    group_id_for,
+    next_group_id,
+)
 from runlane_sqs.core.model import WaitKind
 from tests.backends import Backend
 from tests.behaviour.waits_support import drain_all, qualified
@@ -291,3 +297,33 @@ def test_a_bad_children_cursor_is_a_clear_error(app: Runlane, cursor: str) -> No
 def test_children_of_an_unknown_run_or_group_is_run_not_found(app: Runlane) -> None:
     with pytest.raises(RunNotFound):
         app.runs.children("0" * 32)
+
+
+def test_a_chain_hands_each_result_to_the_next_step(app: Runlane) -> None:
+    def add_one(ctx: TaskContext, payload: Any) -> Any:
+        return payload + 1
+
+    app.task(add_one, name="add-one")
+    first = app.chain(("square", {"n": 3}), "add-one", "add-one")
+    drain_all(app)
+    second = next_group_id(first.id)
+    third = next_group_id(second)
+    runs = [app.runs.get(child_run_id(g, 0)) for g in (first.id, second, third)]
+    assert [r.result for r in runs] == [9, 10, 11]
+    assert [r.payload for r in runs[1:]] == [9, 10]
+    assert app.store.groups.get_group(next_group_id(third)) is None  # it ends there
+
+
+def test_a_chain_stops_at_a_step_that_fails(app: Runlane) -> None:
+    first = app.chain(("square", {"n": 1, "fail": True}), "square")
+    drain_all(app)
+    assert app.runs.get(child_run_id(first.id, 0)).status is RunStatus.FAILED
+    assert app.store.groups.get_group(next_group_id(first.id)) is None
+
+
+def test_a_chain_with_a_step_that_is_not_registered_is_refused_before_anything_is_written(
+    app: Runlane,
+) -> None:
+    with pytest.raises(UnknownTaskError):
+        app.chain(("square", {"n": 1}), "square", "missing")
+    assert app.runs.list().runs == []

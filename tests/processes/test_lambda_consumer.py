@@ -14,6 +14,7 @@ import pytest
 from tenacity import retry, retry_if_exception_type, stop_after_attempt
 
 from runlane_sqs import (
+    EventType,
     MissingResourceError,
     Run,
     Runlane,
@@ -24,6 +25,7 @@ from runlane_sqs import (
 from runlane_sqs.adapters.memory.store import InMemoryRunStore
 from runlane_sqs.adapters.memory.transport import InMemoryTransport
 from runlane_sqs.core.claims import HintedClaim
+from runlane_sqs.core.groups import callback_run_id, child_run_id, next_group_id
 from runlane_sqs.core.wakeup import Wakeup, parse_wakeup
 from runlane_sqs.lambdas.consumer import NotAnSqsEvent, logical_queue, sqs_handler
 from runlane_sqs.ports.transport import ReceivedWakeup
@@ -761,3 +763,45 @@ def test_an_invocation_traces_its_attempts_as_a_worker_does_and_flushes_at_its_e
     assert attempt.attributes["messaging.message.id"] == messages[0].message_id
     assert app.runs.get(runs[0].id).result == f"{trigger.context.trace_id:032x}"
     assert flushed == [True]
+
+
+def test_a_map_a_group_with_a_callback_and_a_chain_complete_through_lambda_invocations(
+    app: Runlane, clock: ManualClock, transport: InMemoryTransport, calls: list[Any]
+) -> None:
+    """Each invocation handles what the queue holds; the children a finishing child
+    starts and the parent it resumes arrive as wakeups for later invocations."""
+
+    @app.task(name="parent")
+    def parent(ctx: TaskContext, payload: Any) -> Any:
+        results = ctx.map("work", [{"n": n} for n in range(5)], max_in_flight=2)
+        return [r["done"] for r in results.results()]
+
+    @app.task(name="then")
+    def then(ctx: TaskContext, payload: Any) -> Any:
+        joined = ctx.joined_group()
+        assert joined is not None
+        return joined.succeeded
+
+    @app.task(name="next")
+    def next_step(ctx: TaskContext, payload: Any) -> Any:
+        return {"got": payload}
+
+    run = app.trigger("parent")
+    chord = app.group([("work", {"n": "x"}), ("work", {"n": "y"})], then=("then", None))
+    chain = app.chain(("work", {"n": "c"}), "next")
+    handler = sqs_handler(app, safety_margin_seconds=MARGIN_SECONDS)
+    for number in range(30):
+        messages = transport.receive("default", 10, 0)
+        if not messages:
+            break
+        response = handler(
+            {"Records": [sqs_record(m) for m in messages]},
+            FakeContext(clock, 60, f"req-{number}"),
+        )
+        assert reported(response) == []
+    assert app.runs.get(run.id).result == [0, 1, 2, 3, 4]
+    resumes = [e for e in app.runs.events(run.id) if e.type is EventType.RESUMED]
+    assert len(resumes) == 1
+    assert app.runs.get(callback_run_id(chord.id)).result == 2
+    last = app.runs.get(child_run_id(next_group_id(chain.id), 0))
+    assert last.result == {"got": {"done": "c"}}

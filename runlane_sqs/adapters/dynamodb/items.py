@@ -265,6 +265,8 @@ class GroupItem(Model):
     parent_run_id = UnicodeAttribute(null=True)
     then_task = UnicodeAttribute(null=True)
     then_payload = UnicodeAttribute(null=True)
+    next_tasks = UnicodeAttribute(null=True)
+    """JSON list of a chain's steps after this group's one child."""
     started = NumberAttribute()
     succeeded = NumberAttribute(null=True)
     """Added to by the write that makes a child terminal (as are ``failed`` and
