@@ -34,10 +34,12 @@ from runlane_sqs.console.decisions import Decisions
 from runlane_sqs.console.operations import Operations
 from runlane_sqs.console.security import COOKIE, CSRF_FIELD, Guard
 from runlane_sqs.console.views import Problem
-from runlane_sqs.core.errors import IllegalTransition, RunlaneError, RunNotFound
+from runlane_sqs.core.errors import IllegalTransition, InvalidCursor, RunlaneError, RunNotFound
 from runlane_sqs.core.health import Activity
 from runlane_sqs.core.model import RunStatus
 
+CHILDREN_PER_PAGE = 50
+"""Children a parent's run page lists at once (the next page has a link)."""
 log = logging.getLogger("runlane_sqs.console")
 HERE = Path(__file__).resolve().parent
 ACTOR_COOKIE = "runlane_console_actor"
@@ -225,6 +227,16 @@ class Pages:
         run, events, attempts = history.run, history.events, history.attempts
         bars, marks = views.timeline(run, attempts, events, self.app.clock.now())
         hide = self.settings.hide_payloads
+        groups = self.app.runs.groups(run_id) if run.attempt else []
+        children = None
+        if groups:
+            try:
+                children = self.app.runs.children(
+                    run_id, limit=CHILDREN_PER_PAGE, cursor=request.query_params.get("children")
+                )
+            except InvalidCursor as exc:
+                raise Problem(400, str(exc)) from None
+        member = self.app.store.groups.get_group(run.group_id) if run.group_id else None
         return self.render(
             request,
             "run.html",
@@ -237,6 +249,9 @@ class Pages:
             result=views.pretty(run.result, hide) if run.status is RunStatus.SUCCEEDED else None,
             trace_id=views.trace_of(run),
             actions=views.actions_for(run, self.settings.read_only),
+            groups=groups,
+            children=children,
+            member=member,
             actor=unquote(request.cookies.get(ACTOR_COOKIE, "")),
             done=views.done_action(request.query_params.get("done")),
         )

@@ -310,3 +310,31 @@ def test_read_only_looks_tokens_up_but_decides_and_signals_nothing(app: Runlane)
         signal = post(client, "/signals", key="order-7")
     assert refused.status_code == 403 and signal.status_code == 403
     assert not app.tokens.get(token.id).is_decided
+
+
+def test_a_parent_s_page_shows_its_group_s_progress_and_links_its_children(
+    app: Runlane, client: TestClient
+) -> None:
+    @app.task(name="console.fans")
+    def fans(ctx: TaskContext, payload: Any) -> Any:
+        results = ctx.map(WORKS, [{"n": n} for n in range(60)], max_in_flight=60)
+        return results.succeeded
+
+    parent = app.trigger("console.fans")
+    assert app.worker().drain(max_runs=1) == 1
+    waiting = client.get(f"/runs/{parent.id}")
+    assert "0 of 60 finished" in waiting.text and "60 running (at most 60)" in waiting.text
+    drain(app)
+    page = client.get(f"/runs/{parent.id}")
+    assert page.status_code == 200
+    assert "60 of 60 finished: 60 succeeded, 0 failed, 0 cancelled" in page.text
+    assert page.text.count('class="child-row"') == 50
+    [child_link] = re.findall(r'<a href="/runs/([0-9a-f]{32})">', page.text)[:1]
+    nxt = re.search(r'id="next-children" href="[^"]*"|href="([^"]*)" id="next-children"', page.text)
+    assert nxt is not None
+    rest = client.get(nxt.group(1).replace("&amp;", "&"))
+    assert rest.text.count('class="child-row"') == 10
+    child = client.get(f"/runs/{child_link}")
+    assert f'id="parent-run">{parent.id}</a>' in child.text
+    bad = client.get(f"/runs/{parent.id}?children=%1B%5B31mnope")
+    assert bad.status_code == 400 and "\x1b" not in bad.text and "not valid" in bad.text
