@@ -20,6 +20,7 @@ from runlane_sqs.core.groups import (
 )
 from runlane_sqs.core.model import WaitKind
 from tests.backends import Backend
+from tests.workers import WorkerKind
 from tests.behaviour.waits_support import drain_all, qualified
 from tests.behaviour.worker_support import drain
 
@@ -35,6 +36,9 @@ class Handlers:
         if payload.get("fail"):
             raise ValueError(f"item {payload['n']} broke")
         return payload["n"] ** 2
+
+    def square_of(self, ctx: TaskContext, payload: Any) -> Any:
+        return payload**2
 
     def month(self, ctx: TaskContext, payload: Any) -> Any:
         self.parent_attempts += 1
@@ -73,6 +77,7 @@ def app(backend: Backend, handlers: Handlers) -> Runlane:
         app.task(handlers.square, name="square")
         app.task(handlers.month, name="month")
         app.task(handlers.notify, name="notify")
+        app.task(handlers.square_of, name="square-of")
 
     return backend.app(register=register)
 
@@ -327,3 +332,26 @@ def test_a_chain_with_a_step_that_is_not_registered_is_refused_before_anything_i
     with pytest.raises(UnknownTaskError):
         app.chain(("square", {"n": 1}), "square", "missing")
     assert app.runs.list().runs == []
+
+
+def test_a_map_a_chord_and_a_chain_complete_on_either_worker(
+    app: Runlane, handlers: Handlers, worker_kind: WorkerKind
+) -> None:
+    async def async_parent(ctx: TaskContext, payload: Any) -> Any:
+        results = await ctx.group_async(
+            [("square", {"n": 2}), ("square", {"n": 3})], max_in_flight=1
+        )
+        return list(results.results())
+
+    app.task(async_parent, name="async-parent")
+    parent = app.trigger("month", {"count": 6, "window": 4})
+    other = app.trigger("async-parent")
+    chord = app.group([("square", {"n": n}) for n in range(3)], then=("notify", "done"))
+    chain = app.chain(("square", {"n": 4}), "square-of")
+    while worker_kind.drain(app, concurrency=3):
+        pass
+    assert app.runs.get(parent.id).result["sum"] == sum(n * n for n in range(6))
+    assert app.runs.get(other.id).result == [4, 9]
+    assert handlers.callbacks == [("done", "succeeded", [0, 1, 4])]
+    assert app.runs.get(child_run_id(next_group_id(chain.id), 0)).result == 256
+    assert app.store.groups.get_group(chord.id).joined_at is not None

@@ -98,7 +98,8 @@ def chunk_to_wire(
 
 def count_update(table: str, transition: Transition) -> Request | None:
     """The transaction item counting a child that this write makes terminal (``None``
-    for every other write)."""
+    for every other write). Unconditional: nothing may keep a child from finishing (a
+    group record that is gone leaves a bare counter, which reads as no group)."""
     name = counted(transition.before, transition.after)
     if name is None:
         return None
@@ -109,8 +110,7 @@ def count_update(table: str, transition: Transition) -> Request | None:
             "TableName": table,
             "Key": keys.group_key(after.environment, after.group_id),
             "UpdateExpression": "ADD #count :one",
-            "ConditionExpression": "attribute_exists(#pk)",
-            "ExpressionAttributeNames": {"#count": name, "#pk": "pk"},
+            "ExpressionAttributeNames": {"#count": name},
             "ExpressionAttributeValues": {":one": {"N": "1"}},
         }
     }
@@ -189,7 +189,7 @@ class DynamoGroupStore:
             },
         )
         wire = response.get("Item")
-        return group_from_wire(wire) if wire else None
+        return group_from_wire(wire) if wire and "group_id" in wire else None
 
     def get_items(self, group_id: str, chunk: int) -> list[Item]:
         response = self._send(

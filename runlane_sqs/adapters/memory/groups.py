@@ -132,7 +132,8 @@ class InMemoryGroupStore:
 
     def children(self, group: Group, start: int, limit: int) -> list[Run | None]:
         indexes = range(max(0, start), min(group.total, start + min(limit, 100)))
-        return [self._get_run(child_run_id(group.id, i)) for i in indexes]
+        with self._lock:
+            return [self._get_run(child_run_id(group.id, i)) for i in indexes]
 
 
 def compact_json_text(payload_json: str) -> str:
