@@ -20,9 +20,9 @@ from runlane_sqs.core.groups import (
 )
 from runlane_sqs.core.model import WaitKind
 from tests.backends import Backend
-from tests.workers import WorkerKind
 from tests.behaviour.waits_support import drain_all, qualified
 from tests.behaviour.worker_support import drain
+from tests.workers import WorkerKind
 
 
 class Handlers:
