@@ -339,9 +339,9 @@ class TaskContext:
         tolerate: int | float = 0,
     ) -> GroupResults:
         """:meth:`map` over ``(task, payload)`` pairs, each child its own task."""
-        name, recorded = self._next_wait(WaitKind.GROUP, None)
-        if isinstance(recorded, dict):
-            return self._joined(recorded)
+        name, joined = self._begin_group()
+        if joined is not None:
+            return joined
         group = self._services().open_group(name, children, max_in_flight, tolerate)
         return self._group_outcome(name, group)
 
@@ -353,9 +353,9 @@ class TaskContext:
         tolerate: int | float = 0,
     ) -> GroupResults:
         """:meth:`group` for ``async def`` handlers (its writes run on a thread)."""
-        name, recorded = self._next_wait(WaitKind.GROUP, None)
-        if isinstance(recorded, dict):
-            return self._joined(recorded)
+        name, joined = self._begin_group()
+        if joined is not None:
+            return joined
         group = await _on_thread(
             self._services().open_group, name, list(children), max_in_flight, tolerate
         )
@@ -370,6 +370,11 @@ class TaskContext:
         if group is None:
             return None
         return GroupResults.of(group.summary(), self._reader(group.id))
+
+    def _begin_group(self) -> tuple[str, GroupResults | None]:
+        """The name of this group wait, and its results if an earlier attempt joined it."""
+        name, recorded = self._next_wait(WaitKind.GROUP, None)
+        return name, self._joined(recorded) if isinstance(recorded, dict) else None
 
     def _group_outcome(self, name: str, group: Group) -> GroupResults:
         if group.complete:  # no children, or all finished before the release was asked

@@ -230,66 +230,59 @@ class DynamoGroupStore:
         return True, group_from_wire(sent["Attributes"])
 
     def mark_joined(self, group_id: str, at: datetime) -> bool:
-        sent = send_conditional(
-            self._send,
-            "update_item",
-            {
-                "TableName": self.table,
-                "Key": keys.group_key(self.environment, group_id),
-                "UpdateExpression": "SET #joined = :at REMOVE #apk, #aat",
-                "ConditionExpression": "attribute_exists(#pk) AND attribute_not_exists(#joined)",
-                "ExpressionAttributeNames": {
-                    "#joined": "joined_at",
-                    "#apk": "agenda_pk",
-                    "#aat": "agenda_at",
-                    "#pk": "pk",
-                },
-                "ExpressionAttributeValues": {":at": {"N": str(to_epoch_ms(at))}},
-            },
+        sent = self._update_unjoined(
+            group_id,
+            "SET #joined = :at REMOVE #apk, #aat",
+            {":at": {"N": str(to_epoch_ms(at))}},
         )
         return not isinstance(sent, Refused)
 
     def mark_stopped(self, group_id: str, at: datetime) -> Group | None:
-        sent = send_conditional(
-            self._send,
-            "update_item",
-            {
-                "TableName": self.table,
-                "Key": keys.group_key(self.environment, group_id),
-                "UpdateExpression": "SET #stopped = if_not_exists(#stopped, :at)",
-                "ConditionExpression": "attribute_exists(#pk) AND attribute_not_exists(#joined)",
-                "ExpressionAttributeNames": {
-                    "#stopped": "stopped_at",
-                    "#joined": "joined_at",
-                    "#pk": "pk",
-                },
-                "ExpressionAttributeValues": {":at": {"N": str(to_epoch_ms(at))}},
-                "ReturnValues": "ALL_NEW",
-            },
+        sent = self._update_unjoined(
+            group_id,
+            "SET #stopped = if_not_exists(#stopped, :at)",
+            {":at": {"N": str(to_epoch_ms(at))}},
+            returns="ALL_NEW",
         )
         if isinstance(sent, Refused):
             return None
         return group_from_wire(sent["Attributes"])
 
     def relist(self, group_id: str, at: datetime) -> None:
-        send_conditional(
+        self._update_unjoined(
+            group_id,
+            "SET #apk = :apk, #aat = :at",
+            {
+                ":apk": {"S": agenda_pk(self.environment, AgendaKind.GROUP.value, group_id)},
+                ":at": {"N": str(to_epoch_ms(at))},
+            },
+        )
+
+    def _update_unjoined(
+        self, group_id: str, update: str, values: Request, returns: str = "NONE"
+    ) -> dict[str, Any] | Refused:
+        """Update a group record that exists and has not joined (refused otherwise)."""
+        names = {"#joined": "joined_at", "#pk": "pk"}
+        names |= {
+            name: attribute
+            for name, attribute in (
+                ("#stopped", "stopped_at"),
+                ("#apk", "agenda_pk"),
+                ("#aat", "agenda_at"),
+            )
+            if name in update
+        }
+        return send_conditional(
             self._send,
             "update_item",
             {
                 "TableName": self.table,
                 "Key": keys.group_key(self.environment, group_id),
-                "UpdateExpression": "SET #apk = :apk, #aat = :at",
+                "UpdateExpression": update,
                 "ConditionExpression": "attribute_exists(#pk) AND attribute_not_exists(#joined)",
-                "ExpressionAttributeNames": {
-                    "#joined": "joined_at",
-                    "#apk": "agenda_pk",
-                    "#aat": "agenda_at",
-                    "#pk": "pk",
-                },
-                "ExpressionAttributeValues": {
-                    ":apk": {"S": agenda_pk(self.environment, AgendaKind.GROUP.value, group_id)},
-                    ":at": {"N": str(to_epoch_ms(at))},
-                },
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": values,
+                "ReturnValues": returns,
             },
         )
 
