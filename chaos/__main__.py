@@ -1,6 +1,7 @@
 """``python -m chaos [--runs N] [--seed S] [--backend aws-local|moto] [--smoke]``: one
 chaos run; prints one figure line, writes the figures as JSON to chaos/results/ and
-exits 1 on any lost, stuck or doubly succeeded run or unexplained extra execution."""
+exits 1 on any lost, stuck or doubly succeeded run, unexplained extra execution, or
+group that did not join once with its children once and its parent resumed once."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from chaos import backends, plan
+from chaos import backends, fanout, plan
 from chaos.app import LEASE_SECONDS
+from chaos.fanout import GroupFigures
 from chaos.ledger import Figures
 from chaos.runner import Chaos
 
@@ -27,13 +29,30 @@ def _leases(values: list[float | None]) -> str:
     return "[" + ",".join(shown) + "]"
 
 
+def group_part(groups: GroupFigures) -> str:
+    return (
+        f"groups={groups.groups} (maps={groups.maps} thens={groups.thens}) "
+        f"unjoined={len(groups.unjoined)} miscounted={len(groups.miscounted)} "
+        f"stray_children={len(groups.stray_children)} "
+        f"not_resumed_once={len(groups.not_resumed_once)} "
+        f"wrong_results={len(groups.wrong_results)} "
+        f"callbacks_not_once={len(groups.callbacks_not_once)} "
+        f"group_resumes={groups.resumes} joined_before_wait={groups.joined_before_wait}"
+    )
+
+
 def figure_line(
-    figures: Figures, injected: dict[str, int], outages: list[float], elapsed: float
+    figures: Figures,
+    groups: GroupFigures,
+    injected: dict[str, int],
+    outages: list[float],
+    elapsed: float,
 ) -> str:
     faults = " ".join(f"{k}={v}" for k, v in injected.items())
     faults += f" db_outage_s={outages}"
     return (
-        f"chaos: runs={figures.runs} faults={sum(injected.values())} ({faults}) "
+        f"chaos: runs={figures.runs} children={figures.children} "
+        f"faults={sum(injected.values())} ({faults}) "
         f"lost={len(figures.lost)} stuck={len(figures.stuck)} "
         f"double_successes={len(figures.double_successes)} "
         f"extra_executions={figures.extra_explained + figures.extra_unexplained} "
@@ -41,13 +60,13 @@ def figure_line(
         f"of_which_outage={figures.extra_by_outage} "
         f"unexplained={figures.extra_unexplained}) "
         f"zombie_completions={figures.zombie_completions} "
-        f"executions={figures.executions} "
+        f"executions={figures.executions} {group_part(groups)} "
         f"recovery_after_kill={_leases(figures.recovery_leases)}x{LEASE_SECONDS:g}s-lease "
         f"chaos_phase={elapsed:.0f}s"
     )
 
 
-def violations(figures: Figures) -> list[str]:
+def violations(figures: Figures, groups: GroupFigures) -> list[str]:
     found = []
     for name, runs in (
         ("lost", figures.lost),
@@ -57,6 +76,9 @@ def violations(figures: Figures) -> list[str]:
     ):
         if runs:
             found.append(f"{name}: {len(runs)} run(s), e.g. {runs[:5]}")
+    for name, ids in fanout.violations(groups).items():
+        if ids:
+            found.append(f"{name}: {len(ids)}, e.g. {ids[:5]}")
     return found
 
 
@@ -81,16 +103,18 @@ def main(argv: list[str] | None = None) -> int:
     began = time.monotonic()
     with backends.start(args.backend) as backend:
         chaos = Chaos(chosen, backend, out_dir)
-        figures, injected, elapsed = chaos.run()
-    line = figure_line(figures, injected, chaos.details.get("db_outages_seconds", []), elapsed)
+        figures, groups, injected, elapsed = chaos.run()
+    outages = chaos.details.get("db_outages_seconds", [])
+    line = figure_line(figures, groups, injected, outages, elapsed)
     line += f" elapsed={time.monotonic() - began:.0f}s"
-    problems = violations(figures)
+    problems = violations(figures, groups)
     report = {
         "command": " ".join(["python -m chaos", *(argv if argv is not None else sys.argv[1:])]),
         "backend": args.backend,
         "plan": asdict(chosen),
         "injected": injected,
         "figures": asdict(figures),
+        "groups": asdict(groups),
         "faults": chaos.details,
         "elapsed_seconds": elapsed,
         "violations": problems,
@@ -112,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
             lines = [line for line in log_file.read_text().splitlines() if run_id in line]
             for line in lines[-MAX_LOG_LINES:]:
                 print(f"chaos:   {log_file.stem}: {line}", file=sys.stderr)
+    for group in chaos.details.get("violating_groups", []):
+        print(f"chaos: group {json.dumps(group)}", file=sys.stderr)
     print(f"chaos: details in {out_dir}", file=sys.stderr)
     return 1 if problems else 0
 

@@ -12,19 +12,30 @@ Payload ``{"i": index, "kind": kind}``; kinds:
 - ``fail_once``: raises on attempt 1 (the retry policy tries again).
 - ``release``: releases for a second on attempt 1 (no retry cost), returns after.
 - ``sleep``: runs :data:`SLEEP_SECONDS`, past the lease, while the worker heartbeats.
+- ``map``: a parent: ``ctx.map`` (``ctx.map_async``) of ``payload["task"]`` over
+  ``payload["items"]``, at most ``payload["window"]`` at once; the attempt that waits
+  ends ``wait``, the resumed one returns its children's values in item order and their
+  sum.
+- ``then``: a group's callback (``app.group(..., then=...)``): returns the values of the
+  group's children (``ctx.joined_group()``) in item order and their sum.
+
+A child of a ``map`` parent or of an ``app.group`` is one of the first four kinds with
+``"item"`` (its index) and ``"value"`` in its payload; it returns the value.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
-from runlane_sqs import RetryPolicy, Runlane, TaskContext
+from runlane_sqs import GroupResults, RetryPolicy, Runlane, TaskContext, WaitRequested
 
 LOG_ENV = "RUNLANE_CHAOS_LOG"
 """The ground-truth log every execution appends to."""
@@ -47,6 +58,10 @@ FAIL_ONCE = "fail_once"
 RELEASE = "release"
 SLEEP = "sleep"
 KINDS = (PLAIN, FAIL_ONCE, RELEASE, SLEEP)
+MAP = "map"
+THEN = "then"
+WAIT = "wait"
+"""The end of a parent's attempt that released to wait for its group."""
 
 RETRY = RetryPolicy(max_attempts=20, backoff="fixed", delay=0.5)
 """Generous: a kill, a lost lease or a refused write each cost an attempt."""
@@ -72,6 +87,8 @@ class _Execution:
         self.fields = {
             "run": ctx.run_id,
             "i": payload["i"],
+            "kind": payload["kind"],
+            "item": payload.get("item"),
             "attempt": ctx.attempt,
             "pid": os.getpid(),
             "x": uuid.uuid4().hex[:12],
@@ -95,22 +112,86 @@ def _decide(execution: _Execution, ctx: TaskContext) -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def _fanning_in(execution: _Execution) -> Iterator[None]:
+    """Ends the execution ``wait`` when the attempt releases to wait for its group, and
+    ``fail`` when a storage request of the fan-in fails (a fault the proxy injected:
+    the retry policy tries again)."""
+    try:
+        yield
+    except WaitRequested:
+        execution.end(WAIT)
+        raise
+    except Exception:
+        execution.end("fail")
+        raise
+
+
+def _callback_group(ctx: TaskContext) -> GroupResults:
+    group = ctx.joined_group()
+    if group is None:
+        raise LookupError(f"run {ctx.run_id}: a then callback without its joined group")
+    return group
+
+
+def _values(results: GroupResults) -> list[Any]:
+    """The children's values in item order (``None`` for a child that did not succeed)."""
+    return [None if r is None else r["value"] for r in results.results()]
+
+
+def _joined(
+    execution: _Execution, payload: Any, group_id: str, values: list[Any]
+) -> dict[str, Any]:
+    """A parent's or callback's result: its group and its children's values, in order."""
+    execution.end("ok")
+    return {
+        "i": payload["i"],
+        "pid": os.getpid(),
+        "group": group_id,
+        "values": values,
+        "sum": sum(v for v in values if v is not None),
+    }
+
+
+def _done(execution: _Execution, payload: Any) -> dict[str, Any]:
+    execution.end("ok")
+    return {"i": payload["i"], "pid": os.getpid(), "value": payload.get("value")}
+
+
 def run_sync(ctx: TaskContext, payload: Any) -> dict[str, Any]:
     execution = _Execution(ctx, payload)
+    if execution.kind in (MAP, THEN):
+        with _fanning_in(execution):
+            if execution.kind == MAP:
+                window = payload["window"]
+                results = ctx.map(payload["task"], payload["items"], max_in_flight=window)
+            else:
+                results = _callback_group(ctx)
+            values = _values(results)
+        return _joined(execution, payload, results.group_id, values)
     _decide(execution, ctx)
     time.sleep(SLEEP_SECONDS if execution.kind == SLEEP else random.uniform(0, WORK_SECONDS))
-    execution.end("ok")
-    return {"i": payload["i"], "pid": os.getpid()}
+    return _done(execution, payload)
 
 
 async def run_async(ctx: TaskContext, payload: Any) -> dict[str, Any]:
     execution = _Execution(ctx, payload)
+    if execution.kind in (MAP, THEN):
+        with _fanning_in(execution):
+            if execution.kind == MAP:
+                window = payload["window"]
+                results = await ctx.map_async(
+                    payload["task"], payload["items"], max_in_flight=window
+                )
+            else:
+                results = await asyncio.to_thread(_callback_group, ctx)
+            values = await asyncio.to_thread(_values, results)
+        return _joined(execution, payload, results.group_id, values)
     _decide(execution, ctx)
     await asyncio.sleep(
         SLEEP_SECONDS if execution.kind == SLEEP else random.uniform(0, WORK_SECONDS)
     )
-    execution.end("ok")
-    return {"i": payload["i"], "pid": os.getpid()}
+    return _done(execution, payload)
 
 
 def build_app(**options: Any) -> Runlane:

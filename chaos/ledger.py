@@ -11,12 +11,14 @@ Words:
   before it was SIGSTOPped (a zombie: whatever it did after the stop, its lease was
   given to another worker), or while DynamoDB was down (restarting) for longer than
   a lease can be sure to survive (a third of it);
-- a run *needs* one execution per designed ``fail`` or ``release`` end outside the
-  explained ones, plus one for its success; every other execution is *extra*;
+- a run *needs* one execution per designed ``fail``, ``release`` or ``wait`` (a parent
+  released for its group) end outside the explained ones, plus one for its success;
+  every other execution is *extra*;
 - a *double success* is a run with two unexplained executions that both ended ``ok``;
 - *lost*: triggered, but missing from storage, or terminal without succeeding, or
   ``succeeded`` without any execution having ended ``ok``; *stuck*: not terminal
-  after the drain.
+  after the drain. The children of fan-outs (``chaos/fanout.py``) are counted like
+  triggered runs.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Any
 from chaos.fleet import Signalled
 
 OK = "ok"
-DESIGNED_ENDS = frozenset({"fail", "release"})
+DESIGNED_ENDS = frozenset({"fail", "release", "wait"})
 SUCCEEDED = "succeeded"
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 
@@ -44,6 +46,11 @@ class Execution:
     started: float
     ended: float | None = None
     outcome: str | None = None
+    trigger: int | None = None
+    """The index of the trigger it belongs to (a fan-out's children share theirs)."""
+    kind: str | None = None
+    item: int | None = None
+    """A fan-out's child: the index of its item."""
 
 
 def read_log(path: Path) -> dict[str, list[Execution]]:
@@ -58,7 +65,13 @@ def read_log(path: Path) -> dict[str, list[Execution]]:
             key = record["x"]
             if record["e"] == "start":
                 executions[key] = Execution(
-                    record["run"], record["pid"], record["attempt"], record["t"]
+                    record["run"],
+                    record["pid"],
+                    record["attempt"],
+                    record["t"],
+                    trigger=record.get("i"),
+                    kind=record.get("kind"),
+                    item=record.get("item"),
                 )
             elif key in executions:
                 executions[key].ended = record["t"]
@@ -132,6 +145,8 @@ def by_signal(execution: Execution, signals: Iterable[Signalled], lease_seconds:
 @dataclass
 class Figures:
     runs: int = 0
+    children: int = 0
+    """Runs the fan-outs started: judged like triggered runs, not counted in ``runs``."""
     lost: list[str] = field(default_factory=list)
     stuck: list[str] = field(default_factory=list)
     double_successes: list[str] = field(default_factory=list)
@@ -203,11 +218,14 @@ def count(
     statuses: Mapping[str, str | None],
     per_run: Mapping[str, list[Execution]],
     faults: Faults,
+    children: Iterable[str] = (),
 ) -> Figures:
-    """The figures for ``triggered`` runs (index -> run id) with their final
-    ``statuses`` (``None``: missing from storage)."""
-    figures = Figures(runs=len(triggered))
-    for run_id in triggered.values():
+    """The figures for ``triggered`` runs (index -> run id) and the fan-outs'
+    ``children`` (run ids) with their final ``statuses`` (``None``: missing from
+    storage)."""
+    children = list(children)
+    figures = Figures(runs=len(triggered), children=len(children))
+    for run_id in [*triggered.values(), *children]:
         status = statuses.get(run_id)
         executions = per_run.get(run_id, [])
         figures.executions += len(executions)

@@ -38,6 +38,15 @@ class Plan:
         (RELEASE, 0.10),
         (SLEEP, 0.10),
     )
+    """The kinds of single runs and of the children of fan-outs."""
+    map_share: float = 0.10
+    """Triggers that are parents: ``ctx.map`` over a few children, then their sum."""
+    then_share: float = 0.05
+    """Triggers that are ``app.group(children, then=callback)`` instead of a run."""
+    fan_out_items: tuple[int, int] = (3, 5)
+    """Children of one fan-out: at least, at most."""
+    fan_out_window: int = 2
+    """``max_in_flight`` of every fan-out: below its item count, so the window slides."""
 
     def timeline(self) -> list[tuple[float, str]]:
         """(seconds into the trigger phase, action), in order. The freeze, the burst, the

@@ -16,15 +16,17 @@ from typing import Any
 
 import boto3
 
-from chaos import ledger
+from chaos import fanout, ledger
 from chaos.app import (
     ASYNC_QUEUE,
     ASYNC_TASK,
     LEASE_SECONDS,
     LOG_ENV,
+    MAP,
     QUEUES,
     SYNC_QUEUE,
     SYNC_TASK,
+    THEN,
     build_app,
 )
 from chaos.backends import Backend
@@ -35,6 +37,9 @@ from chaos.wakeups import WakeupSender
 from runlane_sqs import Runlane
 from runlane_sqs.adapters.sqs.transport import SqsTransport
 from runlane_sqs.core.errors import RunNotFound
+from runlane_sqs.core.groups import callback_run_id, child_run_id, group_id_for
+from runlane_sqs.core.model import WaitKind
+from runlane_sqs.core.waits import wait_name
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 WORKERS_PER_KIND = 2
@@ -63,6 +68,8 @@ class Chaos:
     random: random.Random = field(init=False)
     faults: FaultPlan = field(init=False)
     triggered: dict[int, str] = field(default_factory=dict)
+    """Index -> the run each trigger is judged by (a ``then`` trigger's: its callback)."""
+    fan_outs: dict[int, fanout.FanOut] = field(default_factory=dict)
     restarts: int = 0
     zombies: int = 0
     last_fault_at: float = 0.0
@@ -99,7 +106,7 @@ class Chaos:
             "PYTHONPATH": path,
         }
 
-    def run(self) -> tuple[ledger.Figures, dict[str, int], float]:
+    def run(self) -> tuple[ledger.Figures, fanout.GroupFigures, dict[str, int], float]:
         started = time.monotonic()
         app = self._app(uuid.uuid4().hex[:8])
         app.provision(list(QUEUES))
@@ -126,23 +133,49 @@ class Chaos:
         per_run = ledger.read_log(self.log_path)
         outages = self.backend.dynamodb.outages if self.backend.dynamodb else []
         faults = ledger.Faults(fleet.signals, outages, LEASE_SECONDS)
-        figures = ledger.count(self.triggered, statuses, per_run, faults)
+        found = [(f, self._found(app, f)) for f in self.fan_outs.values()]
+        children = [run_id for fan_out in self.fan_outs.values() for run_id in fan_out.children]
+        statuses.update(fanout.statuses(found))
+        figures = ledger.count(self.triggered, statuses, per_run, faults, children)
+        groups = fanout.judge(found, per_run)
+        violating = list(dict.fromkeys(ledger.violating(figures) + groups.violating_runs))
         self.details = {
             "signals": [vars(s) for s in fleet.signals],
             "db_outages_seconds": [round(b - a, 1) for a, b in outages],
             "worker_exits": fleet.exits,
-            "violating_runs": self._histories(app, figures, per_run),
+            "fan_outs": [vars(f) for f in self.fan_outs.values()],
+            "violating_runs": self._histories(app, violating, per_run),
+            "violating_groups": [
+                fanout.describe(f, stored)
+                for f, stored in found
+                if f.run_id in groups.violating_runs
+            ][:5],
         }
         injected = self._injected(fleet, sender)
-        return figures, injected, time.monotonic() - started
+        return figures, groups, injected, time.monotonic() - started
+
+    def _found(self, app: Runlane, fan_out: fanout.FanOut) -> fanout.Found:
+        """What storage holds for a fan-out: its group, its parent or callback, its
+        children and the parent's history."""
+        store = app.store
+        beyond = child_run_id(fan_out.group_id, len(fan_out.values))
+        return fanout.Found(
+            group=_retrying("group", store.groups.get_group, fan_out.group_id),
+            run=_retrying("get", store.get_run, fan_out.run_id),
+            children=[_retrying("get", store.get_run, c) for c in fan_out.children],
+            beyond=_retrying("get", store.get_run, beyond),
+            events=_retrying("events", store.get_events, fan_out.run_id)
+            if fan_out.shape == MAP
+            else [],
+        )
 
     def _histories(
-        self, app: Runlane, figures: ledger.Figures, per_run: dict[str, list[ledger.Execution]]
+        self, app: Runlane, run_ids: list[str], per_run: dict[str, list[ledger.Execution]]
     ) -> dict[str, dict[str, Any]]:
         """Each violating run's executions (from the ground-truth log) beside its stored
         events, so a failed run in CI can be read from its output alone."""
         histories: dict[str, dict[str, Any]] = {}
-        for run_id in ledger.violating(figures)[:5]:
+        for run_id in run_ids[:5]:
             try:
                 events = _retrying("events", app.runs.events, run_id)
             except RunNotFound:
@@ -181,6 +214,28 @@ class Chaos:
                 return kind
         return self.plan.mix[0][0]
 
+    def _task(self) -> tuple[str, str]:
+        """A task and its queue: each worker kind half the time."""
+        if self.random.random() < 0.5:
+            return ASYNC_TASK, ASYNC_QUEUE
+        return SYNC_TASK, SYNC_QUEUE
+
+    def _shape(self) -> str | None:
+        """:data:`MAP`, :data:`THEN` or ``None`` (a single run), by the plan's shares."""
+        pick = self.random.random()
+        if pick < self.plan.map_share:
+            return MAP
+        if pick < self.plan.map_share + self.plan.then_share:
+            return THEN
+        return None
+
+    def _items(self, i: int) -> list[dict[str, Any]]:
+        """The children's payloads of a fan-out: kinds from the mix, a value each."""
+        return [
+            {"i": i, "kind": self._kind(), "item": n, "value": self.random.randint(1, 1000)}
+            for n in range(self.random.randint(*self.plan.fan_out_items))
+        ]
+
     def _trigger(self, app: Runlane, sender: WakeupSender) -> None:
         pending: list[tuple[float, str, str]] = []  # (when, run id, queue): duplicates
         begin = time.monotonic()
@@ -189,23 +244,65 @@ class Chaos:
             while time.monotonic() < begin + i * interval:
                 self._send_due(pending, sender)
                 time.sleep(0.01)
-            task = ASYNC_TASK if self.random.random() < 0.5 else SYNC_TASK
-            queue = ASYNC_QUEUE if task == ASYNC_TASK else SYNC_QUEUE
-            payload = {"i": i, "kind": self._kind()}
-            key = f"chaos-{self.plan.seed}-{i}"
-            run = _retrying("trigger", app.trigger, task, payload, idempotency_key=key)
-            self.triggered[i] = run.id
+            run_id, queue, also = self._trigger_one(app, i)
+            self.triggered[i] = run_id
             self.first_trigger.set()
             if i % 50 == 0:
                 log.info("triggered %d runs", i + 1)
             if self.random.random() < self.plan.duplicate_share:
-                delay = self.random.uniform(0, self.plan.duplicate_delay_seconds)
-                heapq.heappush(pending, (time.monotonic() + delay, run.id, queue))
+                for copied, copied_queue in [(run_id, queue), *also]:
+                    delay = self.random.uniform(0, self.plan.duplicate_delay_seconds)
+                    heapq.heappush(pending, (time.monotonic() + delay, copied, copied_queue))
             if self.random.random() < self.plan.forged_share:
-                _retrying("forge", sender.forge, run.id, queue)
+                _retrying("forge", sender.forge, run_id, queue)
         while pending:
             self._send_due(pending, sender)
             time.sleep(0.05)
+
+    def _trigger_one(self, app: Runlane, i: int) -> tuple[str, str, list[tuple[str, str]]]:
+        """Trigger the ``i``-th run or group: the run id it is judged by, its queue, and
+        the (run id, queue) of a fan-out's first child, whose wakeup a duplicate copies
+        too."""
+        shape = self._shape()
+        task, queue = self._task()
+        if shape == THEN:
+            return self._trigger_group(app, i, task, queue)
+        if shape == MAP:
+            child_task, child_queue = self._task()
+            window = self.plan.fan_out_window
+            items = self._items(i)
+            payload = {"i": i, "kind": MAP, "task": child_task, "window": window, "items": items}
+        else:
+            payload = {"i": i, "kind": self._kind()}
+        key = f"chaos-{self.plan.seed}-{i}"
+        run = _retrying("trigger", app.trigger, task, payload, idempotency_key=key)
+        if shape != MAP:
+            return run.id, queue, []
+        group_id = group_id_for(run.id, wait_name(WaitKind.GROUP, None, 1))
+        values = tuple(item["value"] for item in items)
+        self.fan_outs[i] = fanout.FanOut(i, MAP, group_id, run.id, values)
+        return run.id, queue, [(child_run_id(group_id, 0), child_queue)]
+
+    def _trigger_group(
+        self, app: Runlane, i: int, task: str, queue: str
+    ) -> tuple[str, str, list[tuple[str, str]]]:
+        """``app.group`` over a few children of either task, with ``task`` as its
+        callback; judged by the callback run."""
+        items = self._items(i)
+        tasks = [self._task() for _ in items]
+        children = [(child_task, item) for (child_task, _), item in zip(tasks, items, strict=True)]
+        sent: list[None] = []
+
+        def start() -> Any:
+            sent.append(None)
+            then = (task, {"i": i, "kind": THEN})
+            return app.group(children, then=then, max_in_flight=self.plan.fan_out_window)
+
+        group = _retrying("group", start)
+        callback = callback_run_id(group.id)
+        values = tuple(item["value"] for item in items)
+        self.fan_outs[i] = fanout.FanOut(i, THEN, group.id, callback, values, len(sent) > 1)
+        return callback, queue, [(child_run_id(group.id, 0), tasks[0][1])]
 
     def _send_due(self, pending: list[tuple[float, str, str]], sender: WakeupSender) -> None:
         while pending and pending[0][0] <= time.monotonic():
