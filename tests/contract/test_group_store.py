@@ -5,6 +5,7 @@ cursors, and a child is counted by the write that makes it terminal, once."""
 
 from __future__ import annotations
 
+import contextlib
 from datetime import timedelta
 
 import pytest
@@ -142,10 +143,8 @@ def test_a_child_is_counted_by_the_write_that_ends_it_once(backend: Backend) -> 
     success = machine.record_success(claimed, token=token, result=4, now=backend.clock.now())
     done = backend.store.apply(success)
     assert done.is_terminal
-    try:  # a resend (DynamoDB knows its own landed write) or a replay: nothing changes
-        assert backend.store.apply(success).seq == done.seq
-    except ConflictError:
-        pass
+    with contextlib.suppress(ConflictError):  # a resend (DynamoDB knows its own landed
+        assert backend.store.apply(success).seq == done.seq  # write) or a replay: no change
     stored = backend.store.groups.get_group(group.id)
     assert stored is not None
     assert (stored.succeeded, stored.failed, stored.cancelled) == (1, 0, 0)
