@@ -161,18 +161,24 @@ class Groups:
 
     # the window and the join -------------------------------------------------------
 
-    def advance(self, group: Group) -> Group:
-        """Start children while the window has room; join a complete group."""
+    def advance(self, group: Group, starts: int | None = None) -> Group:
+        """Start children while the window has room (at most ``starts`` of them counted by
+        this call: a finisher starts the one its end made room for, so finishers at the
+        same moment do not all race for the same items); join a complete group."""
         created: list[Run] = []
         items: dict[int, list[Item]] = {}
+        counted = 0
         try:
-            while (index := group.next_start()) is not None:
+            while (starts is None or counted < starts) and (
+                index := group.next_start()
+            ) is not None:
                 child = self._create_child(group, index, items)
                 if child is not None:
                     created.append(child)
-                _, stored = self._store.groups.mark_started(group.id, index)
+                moved, stored = self._store.groups.mark_started(group.id, index)
                 if stored is None:
                     break
+                counted += moved
                 group = stored
         finally:
             if created:
@@ -213,7 +219,7 @@ class Groups:
         assert run.group_id is not None
         group = self._store.groups.get_group(run.group_id)
         if group is not None and group.joined_at is None:
-            self.advance(group)
+            self.advance(group, starts=1)
 
     def join(self, group: Group) -> None:
         """Resume the parent or trigger the callback (each lands once), ask the children
