@@ -30,6 +30,7 @@ from bench.backlog import measure_backlog
 from bench.coldstart import measure_coldstart
 from bench.console import measure_console
 from bench.cost import measure_costs
+from bench.fanout import JOIN_CHILDREN, measure_fanout
 from bench.latency import measure_latency
 from bench.limits import limits_json, measure_limits
 from bench.maintenance_scale import measure_maintenance
@@ -51,6 +52,7 @@ MEASUREMENTS = (
     "backlog",
     "tracing",
     "console",
+    "fanout",
 )
 MEMORY_CONCURRENCY = 32
 CONSOLE_WIDTH = 150
@@ -71,6 +73,12 @@ class Sizes:
     tracing_runs: int = 2000
     console_sizes: list[int] = field(default_factory=lambda: [100, 10_000, 100_000])
     console_loads: int = 3
+    fanout_children: int = 200
+    """On moto, which copies the whole table for each item of a transaction: its time
+    grows with the square of the map (1,000 children did not finish in 6 minutes)."""
+    fanout_children_aws_local: int = 10_000
+    fanout_join_groups: int = 5
+    """Small maps after the counted one, each timing one more join."""
 
 
 SMOKE = Sizes(
@@ -86,6 +94,9 @@ SMOKE = Sizes(
     tracing_runs=100,
     console_sizes=[100, 1_000],
     console_loads=1,
+    fanout_children=50,
+    fanout_children_aws_local=50,
+    fanout_join_groups=2,
 )
 
 
@@ -220,6 +231,23 @@ class Runner:
         for row in rows:
             if row.status.startswith("failed"):
                 self.results["errors"].append(f"console ({row.table_runs:,} runs): {row.status}")
+
+    def fanout(self) -> None:
+        """A ``ctx.map`` over 200 children (10,000 on aws-local) on top of plain runs:
+        requests and units per child, parent resumes, the join's latency, the parent's
+        item size, worker memory (bench/fanout.py)."""
+        sizes = self.sizes
+        children = (
+            sizes.fanout_children_aws_local
+            if self.backend.name == backends.AWS_LOCAL
+            else sizes.fanout_children
+        )
+        total = children + sizes.fanout_join_groups * JOIN_CHILDREN
+        bar = self.bar(f"fanout: ctx.map over {children:,} children, then join timings", total)
+        result = measure_fanout(
+            self.backend, children, sizes.cost_runs, sizes.fanout_join_groups, bar
+        )
+        self.results["fanout"] = result.to_json()
 
 
 def _versions() -> dict[str, str]:

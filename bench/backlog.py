@@ -35,7 +35,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import timedelta
 from statistics import fmean
 from typing import Any
@@ -338,7 +338,7 @@ def measure_mode(
     result.left_in_queue = _depth(backend, url)
     worker.drain()  # the duplicates left: their receives and deletes are counted
     maintenance = keeper_counter.snapshot()
-    result.counts = _sum(counter.snapshot(), maintenance)
+    result.counts = counter.snapshot().plus(maintenance)
     result.maintenance = maintenance
     result.sent, result.sent_by_maintenance = sent.sent + keeper_sent.sent, keeper_sent.sent
     result.passes, result.pass_seconds = passes.count, passes.seconds
@@ -361,10 +361,6 @@ def _hold(passes: Passes, deadline_seconds: float) -> float:
     ):
         time.sleep(0.05)
     return time.monotonic()
-
-
-def _sum(a: Counts, b: Counts) -> Counts:
-    return Counts(**{f.name: getattr(a, f.name) + getattr(b, f.name) for f in fields(Counts)})
 
 
 def _check(app: Runlane, ids: list[str], result: BacklogResult, errors: list[str]) -> None:

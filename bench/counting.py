@@ -38,6 +38,8 @@ class Counts:
     """``ScannedCount`` summed over Query and Scan responses."""
     items_returned: int = 0
     """``Count`` summed over Query and Scan responses."""
+    write_units_by_operation: dict[str, float] = field(default_factory=dict)
+    """``dynamodb.Operation`` -> of ``write_units``, those its responses reported."""
 
     def service(self, name: str) -> Counter[str]:
         prefix = f"{name}."
@@ -67,6 +69,21 @@ class Counts:
         """Did every DynamoDB response report its consumed capacity?"""
         return self.capacity_reported >= self.dynamodb_requests
 
+    def plus(self, other: Counts) -> Counts:
+        units = dict(self.write_units_by_operation)
+        for op, value in other.write_units_by_operation.items():
+            units[op] = units.get(op, 0.0) + value
+        return Counts(
+            requests=self.requests + other.requests,
+            read_units=self.read_units + other.read_units,
+            write_units=self.write_units + other.write_units,
+            index_write_units=self.index_write_units + other.index_write_units,
+            capacity_reported=self.capacity_reported + other.capacity_reported,
+            items_read=self.items_read + other.items_read,
+            items_returned=self.items_returned + other.items_returned,
+            write_units_by_operation=units,
+        )
+
     def minus(self, other: Counts) -> Counts:
         return Counts(
             requests=self.requests - other.requests,
@@ -76,6 +93,10 @@ class Counts:
             capacity_reported=self.capacity_reported - other.capacity_reported,
             items_read=self.items_read - other.items_read,
             items_returned=self.items_returned - other.items_returned,
+            write_units_by_operation={
+                op: units - other.write_units_by_operation.get(op, 0.0)
+                for op, units in self.write_units_by_operation.items()
+            },
         )
 
 
@@ -133,6 +154,10 @@ class RequestCounter:
                     read, write = 0.0, read
                 counts.read_units += read
                 counts.write_units += write
+                if write:
+                    units = counts.write_units_by_operation
+                    op = f"dynamodb.{model.name}"
+                    units[op] = units.get(op, 0.0) + write
                 if is_write:
                     counts.index_write_units += indexes
             if model.name in ("Query", "Scan"):
@@ -151,6 +176,7 @@ class RequestCounter:
                 capacity_reported=c.capacity_reported,
                 items_read=c.items_read,
                 items_returned=c.items_returned,
+                write_units_by_operation=dict(c.write_units_by_operation),
             )
 
     def reset(self) -> None:

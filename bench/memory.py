@@ -16,10 +16,12 @@ def process_tree(process: psutil.Process) -> list[psutil.Process]:
 
 
 class PeakRss:
-    """Samples a process's RSS (its children's included) until stopped; keeps the peak."""
+    """Samples a process's RSS (its children's included, unless ``children=False``) until
+    stopped; keeps the peak."""
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: int, *, children: bool = True) -> None:
         self._process = psutil.Process(pid)
+        self._children = children
         self._stop = threading.Event()
         self.peak = 0
         self._thread = threading.Thread(target=self._sample, name="bench-rss", daemon=True)
@@ -35,7 +37,8 @@ class PeakRss:
     def _sample(self) -> None:
         while not self._stop.is_set():
             try:
-                rss = sum(p.memory_info().rss for p in process_tree(self._process))
+                tree = process_tree(self._process) if self._children else [self._process]
+                rss = sum(p.memory_info().rss for p in tree)
             except psutil.Error:
                 return
             self.peak = max(self.peak, rss)

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from bench.backlog_tables import print_backlog
 from bench.console_tables import print_console
+from bench.fanout_tables import print_fanout
 from bench.targets import Target
 
 MOTO_CAPACITY_NOTE = (
@@ -303,6 +304,7 @@ def print_results(console: Console, results: dict[str, Any], targets: list[Targe
     print_coldstart(console, results.get("coldstart"))
     print_tracing(console, results.get("tracing"))
     print_console(console, results.get("console"), backend)
+    print_fanout(console, results.get("fanout"), backend)
     for note in results.get("notes", []):
         console.print(f"[yellow]note:[/] {note}")
     console.print(targets_table(targets, backend))

@@ -29,6 +29,11 @@ BACKLOG_REPUBLISHED_PER_RUN = 0.05
 BACKLOG_WAKEUPS_PER_RUN = 1.1
 """With maintenance's queue counts, runs waiting in a backlog longer than
 ``republish_after`` (bench/backlog.py): republishes and wakeups sent per run."""
+FANOUT_EXTRA_WRITES_PER_CHILD = 1.0
+FANOUT_EXTRA_WCU_PER_CHILD = 4.0
+"""A ``ctx.map`` child on top of a plain run: write requests and write units, at most
+(bench/fanout.py)."""
+FANOUT_PARENT_RESUMES = 1
 CONSOLE_SAME_REQUESTS = ("/runs", "/runs?status=failed")
 """Console pages whose requests per load must not grow with the table
 (bench/console.py)."""
@@ -122,6 +127,7 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
     targets += backlog_targets(results.get("backlog") or [])
     targets += tracing_targets(results.get("tracing") or [])
     targets += console_targets(results.get("console") or [])
+    targets += fanout_targets(results.get("fanout") or {})
     for memory in results.get("memory") or []:
         rss = memory.get("worker_rss")
         targets.append(
@@ -241,3 +247,35 @@ def console_targets(rows: list[dict[str, Any]]) -> list[Target]:
 
 def _page(row: dict[str, Any], name: str) -> dict[str, Any] | None:
     return next((p for p in row["pages"] if p["page"] == name), None)
+
+
+def fanout_targets(result: dict[str, Any]) -> list[Target]:
+    """A map's children on top of plain runs: extra write requests and write units per
+    child, and the parent resumed exactly once."""
+    extra = result.get("extra_per_child") or {}
+    note = result["status"] if result and result["status"] != "ok" else ""
+    units_note = note or (
+        f"capacity {result['capacity']}" if result and result["capacity"] != "complete" else ""
+    )
+    resumes = result.get("parent_resumes") if result else None
+    return [
+        at_most(
+            "DynamoDB writes per map child over a plain run",
+            extra.get("dynamodb_writes"),
+            FANOUT_EXTRA_WRITES_PER_CHILD,
+            note=note,
+        ),
+        at_most(
+            "write units per map child over a plain run",
+            extra.get("write_units"),
+            FANOUT_EXTRA_WCU_PER_CHILD,
+            note=units_note,
+        ),
+        Target(
+            "parent resumes per map",
+            f"= {FANOUT_PARENT_RESUMES}",
+            resumes,
+            met=None if resumes is None else resumes == FANOUT_PARENT_RESUMES,
+            note=note,
+        ),
+    ]
