@@ -162,23 +162,26 @@ class Groups:
     # the window and the join -------------------------------------------------------
 
     def advance(self, group: Group, starts: int | None = None) -> Group:
-        """Start children while the window has room (at most ``starts`` of them counted by
-        this call: a finisher starts the one its end made room for, so finishers at the
-        same moment do not all race for the same items); join a complete group."""
+        """Start children while the window has room, and join a complete group.
+
+        ``starts=1`` (a finisher) starts the one child its end made room for, so
+        finishers at the same moment do not all race for the same items; without it
+        (opening a group, maintenance) the window is filled, its children created first
+        and counted with one write."""
         created: list[Run] = []
         items: dict[int, list[Item]] = {}
         counted = 0
         try:
-            while (starts is None or counted < starts) and (
-                index := group.next_start()
-            ) is not None:
-                child = self._create_child(group, index, items)
-                if child is not None:
-                    created.append(child)
-                moved, stored = self._store.groups.mark_started(group.id, index)
+            while (starts is None or counted < starts) and group.next_start() is not None:
+                batch = self._room(group) if starts is None else [group.started]
+                for index in batch:
+                    child = self._create_child(group, index, items)
+                    if child is not None:
+                        created.append(child)
+                moved, stored = self._store.groups.mark_started(group.id, group.started, len(batch))
                 if stored is None:
                     break
-                counted += moved
+                counted += len(batch) if moved else 0
                 group = stored
         finally:
             if created:
@@ -186,6 +189,12 @@ class Groups:
         if group.complete and group.joined_at is None:
             self.join(group)
         return group
+
+    @staticmethod
+    def _room(group: Group) -> list[int]:
+        """The items the window has room for now, from the next one to start."""
+        end = min(group.total, group.finished + group.window)
+        return list(range(group.started, end))
 
     def _create_child(self, group: Group, index: int, cache: dict[int, list[Item]]) -> Run | None:
         """Create the ``index``-th child (``None``: it exists already)."""

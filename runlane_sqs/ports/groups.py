@@ -35,9 +35,10 @@ class GroupStore(Protocol):
         """The items of one chunk of a group, in index order."""
         ...
 
-    def mark_started(self, group_id: str, seen: int) -> tuple[bool, Group | None]:
-        """Count one more child started if ``seen`` children were started so far; returns
-        whether it counted and the group as stored after the write (or as refused)."""
+    def mark_started(self, group_id: str, seen: int, count: int = 1) -> tuple[bool, Group | None]:
+        """Count ``count`` more children started if ``seen`` children were started so
+        far; returns whether it counted and the group as stored after the write (or as
+        refused)."""
         ...
 
     def mark_joined(self, group_id: str, at: datetime) -> bool:

@@ -86,6 +86,8 @@ def test_started_moves_only_from_the_value_read(backend: Backend) -> None:
     assert moved and stored is not None and stored.started == 1
     moved, stored = backend.store.groups.mark_started(group.id, 0)
     assert not moved and stored is not None and stored.started == 1
+    moved, stored = backend.store.groups.mark_started(group.id, 1, 2)
+    assert moved and stored is not None and stored.started == 3
 
 
 def test_the_join_and_the_stop_are_recorded_once(backend: Backend) -> None:

@@ -207,7 +207,7 @@ class DynamoGroupStore:
             Item(task, compact_json(payload)) for task, payload in json.loads(wire["items"]["S"])
         ]
 
-    def mark_started(self, group_id: str, seen: int) -> tuple[bool, Group | None]:
+    def mark_started(self, group_id: str, seen: int, count: int = 1) -> tuple[bool, Group | None]:
         sent = send_conditional(
             self._send,
             "update_item",
@@ -219,7 +219,7 @@ class DynamoGroupStore:
                 "ExpressionAttributeNames": {"#started": "started"},
                 "ExpressionAttributeValues": {
                     ":seen": {"N": str(seen)},
-                    ":next": {"N": str(seen + 1)},
+                    ":next": {"N": str(seen + count)},
                 },
                 "ReturnValues": "ALL_NEW",
                 "ReturnValuesOnConditionCheckFailure": "ALL_OLD",

@@ -74,12 +74,12 @@ class InMemoryGroupStore:
         with self._lock:
             return list(self._chunks.get((group_id, chunk), []))
 
-    def mark_started(self, group_id: str, seen: int) -> tuple[bool, Group | None]:
+    def mark_started(self, group_id: str, seen: int, count: int = 1) -> tuple[bool, Group | None]:
         with self._lock:
             group = self._groups.get(group_id)
             if group is None or group.started != seen:
                 return False, group
-            group = replace(group, started=seen + 1)
+            group = replace(group, started=seen + count)
             self._groups[group_id] = group
             return True, group
 
