@@ -23,7 +23,7 @@ from runlane_sqs.core.errors import (
     RunlaneError,
     RunNotFound,
 )
-from runlane_sqs.core.groups import Group, groups_of
+from runlane_sqs.core.groups import Group, group_root, groups_of
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import (
     JSON,
@@ -152,7 +152,11 @@ class RunsApi:
     def groups(self, run_id: str) -> Sequence[Group]:
         """The groups a parent run opened (``ctx.map``, ``ctx.group``), in call order, as
         stored now: counts per status, how many started, whether it joined."""
-        found = [self._engine.store.groups.get_group(g) for g in groups_of(self.events(run_id))]
+        run = self.get(run_id)
+        ids = groups_of(self.events(run_id))
+        if group_root(run) != run.id:  # a redriven parent: the groups of the run it redrives
+            ids = groups_of(self.events(group_root(run))) + ids
+        found = [self._engine.store.groups.get_group(g) for g in ids]
         return [group for group in found if group is not None]
 
     def group(self, group_id: str) -> Group:
@@ -192,6 +196,27 @@ class RunsApi:
             index < groups[position].started or position + 1 < len(groups)
         )
         return RunPage(runs, f"{position}:{index}" if more else None)
+
+    def retry_failed(
+        self, run_or_group_id: str, *, reason: str = "", actor: str = "operator"
+    ) -> Group:
+        """Rerun the failed and cancelled children of a group (a parent's latest, or the
+        group with this id) and start the items it never started; once they finish, the
+        group joins again: its callback runs again, or a parent that failed runs again
+        as a new run linked to it whose ``ctx.map`` finds the group's new results.
+        Raises :class:`~runlane_sqs.core.errors.IllegalTransition` when the group has not
+        joined, was stopped, has nothing to rerun, or its parent did not fail."""
+        store = self._engine.store
+        if store.get_run(run_or_group_id) is not None:
+            groups = self.groups(run_or_group_id)
+            if not groups:
+                raise IllegalTransition(f"run {run_or_group_id} opened no group")
+            group_id = groups[-1].id
+        elif store.groups.get_group(run_or_group_id) is not None:
+            group_id = run_or_group_id
+        else:
+            raise RunNotFound(run_or_group_id)
+        return self._engine.groups.retry_failed(group_id, actor=actor, reason=reason)
 
     def find_current(self, task: str, idempotency_key: str) -> Run | None:
         """The run holding an idempotency key (None if the key is free)."""

@@ -98,6 +98,7 @@ def group_to_json(group: Group) -> dict[str, JSON]:
         "total": group.total,
         "started": group.started,
         "running": group.running,
+        "generation": group.generation,
         "succeeded": group.succeeded,
         "failed": group.failed,
         "cancelled": group.cancelled,

@@ -1,5 +1,5 @@
 """Run commands: ``trigger`` and
-``runs list|get|events|attempts|wait|cancel|unpark|retry|rerun|prune``.
+``runs list|get|events|attempts|wait|cancel|unpark|retry|retry-failed|rerun|prune``.
 
 Every ``runs`` command works without an app (``app_or_env_for_command``): it reads and writes
 stored runs only. ``trigger`` needs the app that registers the task.
@@ -296,6 +296,25 @@ def retry(app_spec: str | None, run_id: str, actor: str | None, reason: str, as_
         run_id, reason=reason, actor=actor_or_user(actor)
     )
     _emit_link(run, as_json)
+
+
+@runs.command("retry-failed")
+@optional_app_option
+@click.argument("run_id")
+@actor_options
+@json_option
+def retry_failed(
+    app_spec: str | None, run_id: str, actor: str | None, reason: str, as_json: bool
+) -> None:
+    """Rerun the failed children of a parent's latest group (or of a group id); once
+    they finish the group joins again (a failed parent runs again, linked to it)."""
+    group = app_or_env_for_command(app_spec).runs.retry_failed(
+        run_id, reason=reason, actor=actor_or_user(actor)
+    )
+    if as_json:
+        emit_json(group_to_json(group))
+    else:
+        echo(f"group {group.id}: rerunning its failed children (generation {group.generation})")
 
 
 @runs.command()

@@ -22,8 +22,22 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from runlane_sqs.core.errors import ConfigurationError, PayloadTooLarge, RunlaneError
-from runlane_sqs.core.model import JSON, EventType, Failure, Run, RunEvent, RunStatus, WaitKind
+from runlane_sqs.core.errors import (
+    ConfigurationError,
+    IllegalTransition,
+    PayloadTooLarge,
+    RunlaneError,
+)
+from runlane_sqs.core.model import (
+    JSON,
+    EventType,
+    Failure,
+    LinkKind,
+    Run,
+    RunEvent,
+    RunStatus,
+    WaitKind,
+)
 
 CHUNK_BYTES = 300 * 1024
 """Most item bytes one chunk record holds (DynamoDB's item limit is 400 KB)."""
@@ -54,9 +68,31 @@ def next_group_id(group_id: str) -> str:
     return _digest(group_id, "next")
 
 
-def callback_run_id(group_id: str) -> str:
-    """The run id of a group's callback: triggered once, by whichever join lands first."""
-    return _digest(group_id, "then")
+def callback_run_id(group_id: str, generation: int = 0) -> str:
+    """The run id of a group's callback: triggered once per join (a group joins again
+    after each ``runs retry-failed``, its ``generation``), by whichever join lands first."""
+    if generation == 0:
+        return _digest(group_id, "then")
+    return _digest(group_id, "then", str(generation))
+
+
+def redrive_run_id(group_id: str, index: int, generation: int) -> str:
+    """The run id of the child that reruns item ``index`` in a group's ``generation``-th
+    redrive (``runs retry-failed``)."""
+    return _digest(group_id, str(index), "redrive", str(generation))
+
+
+def redriven_parent_id(group_id: str, generation: int) -> str:
+    """The run id of the parent that a group's ``generation``-th join runs again, once."""
+    return _digest(group_id, "parent", str(generation))
+
+
+def group_root(run: Run) -> str:
+    """The run whose id names a run's groups: itself, or for a redriven parent the run it
+    redrives (so its ``ctx.map`` calls find that run's groups)."""
+    if run.source_kind == LinkKind.REDRIVE.value and run.source_run_id is not None:
+        return run.source_run_id
+    return run.id
 
 
 class GroupStatus(StrEnum):
@@ -113,6 +149,11 @@ class Group:
     starts as a group of its own with the child's result as its payload."""
     started: int = 0
     """Children created so far: items ``0 .. started - 1``."""
+    generation: int = 0
+    """How many times ``runs retry-failed`` reran the group's failed children."""
+    redriven: tuple[tuple[int, int], ...] = ()
+    """``(index, generation)`` of each item rerun: its current child is
+    :func:`redrive_run_id` of that generation."""
     succeeded: int = 0
     failed: int = 0
     cancelled: int = 0
@@ -155,6 +196,13 @@ class Group:
         if self.started >= self.finished + self.window:
             return None
         return self.started
+
+    def child_id(self, index: int) -> str:
+        """The run id of item ``index``'s current child (its latest rerun, if any)."""
+        for redriven, generation in reversed(self.redriven):
+            if redriven == index:
+                return redrive_run_id(self.id, index, generation)
+        return child_run_id(self.id, index)
 
     def chunk_of(self, index: int) -> int:
         """The chunk that holds item ``index``."""
@@ -330,3 +378,28 @@ def chunk(items: Sequence[Item]) -> tuple[tuple[int, ...], list[list[Item]]]:
     if total > GROUP_BYTES or len(chunks) > MAX_CHUNKS:
         raise PayloadTooLarge("the items of one group", total, GROUP_BYTES)
     return tuple(bounds), chunks
+
+
+def redrive(group: Group, unsuccessful: Sequence[tuple[int, RunStatus]]) -> Group:
+    """The group reopened to rerun its ``unsuccessful`` children (each an index and its
+    child's status, failed or cancelled): their counts are taken back, the items never
+    started will start, and the join is done again. Raises
+    :class:`~runlane_sqs.core.errors.IllegalTransition` for a group that has not joined,
+    was stopped with its parent, or has nothing to rerun."""
+    if group.joined_at is None:
+        raise IllegalTransition(f"group {group.id} has not joined yet; nothing to rerun")
+    if group.stopped_at is not None:
+        raise IllegalTransition(f"group {group.id} was stopped with its parent; nothing to rerun")
+    if not unsuccessful and group.started >= group.total:
+        raise IllegalTransition(f"every child of group {group.id} succeeded; nothing to rerun")
+    generation = group.generation + 1
+    rerun = sorted({index for index, _ in unsuccessful})
+    kept = tuple(pair for pair in group.redriven if pair[0] not in rerun)
+    return replace(
+        group,
+        generation=generation,
+        redriven=kept + tuple((index, generation) for index in rerun),
+        failed=group.failed - sum(1 for _, s in unsuccessful if s is RunStatus.FAILED),
+        cancelled=group.cancelled - sum(1 for _, s in unsuccessful if s is RunStatus.CANCELLED),
+        joined_at=None,
+    )

@@ -162,6 +162,10 @@ class LinkKind(StrEnum):
     """From a failed run: try the same work again."""
     RERUN = "rerun"
     """From any finished run: run the same work again."""
+    REDRIVE = "redrive"
+    """From a parent that failed with its group: the group's failed children were rerun
+    (``runs retry-failed``) and the group joined again; the new run's ``ctx.map`` calls
+    find the groups of the run it redrives, with their new results."""
 
 
 class WaitKind(StrEnum):

@@ -9,7 +9,7 @@ from datetime import datetime
 from runlane_sqs.core import machine, waits
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.errors import ConflictError, LeaseLost
-from runlane_sqs.core.groups import Group, group_id_for
+from runlane_sqs.core.groups import Group, group_id_for, group_root
 from runlane_sqs.core.model import JSON, Run
 from runlane_sqs.core.tokens import Token
 from runlane_sqs.engine.context import Child
@@ -79,7 +79,7 @@ class AttemptRuntime:
         items = self._groups.items(children)
         group, chunks = self._groups.new_group(
             items,
-            group_id=group_id_for(self._run.id, wait_name),
+            group_id=group_id_for(group_root(self._run), wait_name),
             parent=self._run,
             max_in_flight=max_in_flight,
             tolerate=tolerate,

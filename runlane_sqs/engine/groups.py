@@ -28,7 +28,8 @@ from runlane_sqs.core.errors import (
     RunlaneError,
 )
 from runlane_sqs.core.groups import Group, GroupStatus, Item, Then
-from runlane_sqs.core.model import JSON, Run, new_run_id
+from runlane_sqs.core.limits import MAX_PAYLOAD_LIMIT_BYTES
+from runlane_sqs.core.model import JSON, LinkKind, Run, RunStatus, new_run_id
 from runlane_sqs.core.payload import encode_json
 from runlane_sqs.engine.context import Child, NamedTask
 from runlane_sqs.engine.publishing import Publisher
@@ -196,8 +197,15 @@ class Groups:
         end = min(group.total, group.finished + group.window)
         return list(range(group.started, end))
 
-    def _create_child(self, group: Group, index: int, cache: dict[int, list[Item]]) -> Run | None:
-        """Create the ``index``-th child (``None``: it exists already)."""
+    def _create_child(
+        self,
+        group: Group,
+        index: int,
+        cache: dict[int, list[Item]],
+        source: tuple[str, LinkKind, str, str] | None = None,
+    ) -> Run | None:
+        """Create item ``index``'s current child (``None``: it exists already); a rerun
+        names the child it replaces in ``source``."""
         chunk = group.chunk_of(index)
         if chunk not in cache:
             cache[chunk] = self._store.groups.get_items(group.id, chunk)
@@ -208,13 +216,14 @@ class Groups:
                 f"group {group.id} starts task {item.task!r}, which this app does not register"
             )
         run, event = machine.new_run(
-            run_id=core.child_run_id(group.id, index),
+            run_id=group.child_id(index),
             environment=group.environment,
             task=task.name,
             queue=task.queue,
             payload=_payload(item.payload_json),
             now=self._clock.now(),
             republish=self._config.republish,
+            source=source,
         )
         run = run.with_changes(group_id=group.id, group_index=index)
         try:
@@ -239,6 +248,8 @@ class Groups:
                 resumed = self._resumer.resume_one(parent, group_resumption(group))
                 if resumed is not None:
                     self._publisher.publish_many([resumed])
+        if group.parent_run_id is not None and group.generation:
+            self._redrive_parent(group, group.parent_run_id)
         if group.then is not None:
             self._trigger_then(group, group.then)
         if group.next_tasks and group.status is GroupStatus.SUCCEEDED:
@@ -293,6 +304,99 @@ class Groups:
         )
         self.open(following, chunks, None)
 
+    def retry_failed(self, group_id: str, *, actor: str, reason: str) -> Group:
+        """Rerun a joined group's failed and cancelled children (and start the items it
+        never started), as Step Functions' redrive does: each rerun is a new run linked
+        to the child it replaces; once they finish the group joins again, triggering its
+        callback again, opening a chain's next step, or running a failed parent again
+        (a new run linked to it, whose ``ctx.map`` finds this group). Raises
+        :class:`~runlane_sqs.core.errors.IllegalTransition` when there is nothing to rerun
+        or the parent did not fail."""
+        group = self._store.groups.get_group(group_id)
+        if group is None:
+            raise RunlaneError(f"no group {group_id!r} in this environment")
+        if group.parent_run_id is not None:
+            parent = self._store.get_run(group.parent_run_id)
+            if parent is None or parent.status is not RunStatus.FAILED:
+                status = parent.status.value if parent else "gone"
+                raise IllegalTransition(
+                    f"the parent {group.parent_run_id} of group {group.id} is {status}; "
+                    "retry-failed reruns the group of a parent that failed"
+                )
+        unsuccessful = [
+            (child.group_index, child.status)
+            for start in range(0, group.started, CHILDREN_PAGE)
+            for child in self._store.groups.children(group, start, CHILDREN_PAGE)
+            if child is not None
+            and child.group_index is not None
+            and child.status in (RunStatus.FAILED, RunStatus.CANCELLED)
+        ]
+        reopened = core.redrive(group, unsuccessful).with_changes(
+            review_at=self._clock.now() + self._config.republish.after
+        )
+        taken_failed = group.failed - reopened.failed
+        taken_cancelled = group.cancelled - reopened.cancelled
+        if not self._store.groups.reopen(reopened, group.generation, taken_failed, taken_cancelled):
+            raise ConflictError(group.id, None)
+        replaced = {index: group.child_id(index) for index, _ in unsuccessful}
+        rerun = self._rerun(reopened, actor, reason, replaced)
+        log.info(
+            "group %s: rerunning %d child(ren) by %s (generation %d)",
+            group.id,
+            len(rerun),
+            actor,
+            reopened.generation,
+            extra={"group_id": group.id, "run_id": group.parent_run_id},
+        )
+        stored = self._store.groups.get_group(group.id)
+        return self.advance(stored) if stored is not None else reopened
+
+    def _rerun(
+        self, group: Group, actor: str, reason: str, replaced: dict[int, str] | None = None
+    ) -> list[Run]:
+        """Create the children of the items rerun in the group's generation (those that
+        exist already are left as they are), each linked to the child it replaces, and
+        publish their wakeups."""
+        created: list[Run] = []
+        items: dict[int, list[Item]] = {}
+        for index, generation in group.redriven:
+            if generation != group.generation:
+                continue
+            before = (replaced or {}).get(index, core.child_run_id(group.id, index))
+            source = (before, LinkKind.RETRY, actor, reason)
+            child = self._create_child(group, index, items, source)
+            if child is not None:
+                created.append(child)
+        if created:
+            self._publisher.publish_new(created)
+        return created
+
+    def _redrive_parent(self, group: Group, parent_id: str) -> None:
+        """After a redrive's join, run a parent that failed again (once per generation):
+        a new run linked to it, whose ``ctx.map`` calls find its groups."""
+        parent = self._store.get_run(parent_id)
+        if parent is None or parent.status is not RunStatus.FAILED:
+            return
+        if group.status is not GroupStatus.SUCCEEDED:
+            return  # still failing: the parent would fail the same way
+        task = self._tasks.get(parent.task)
+        run, event = machine.new_run(
+            run_id=core.redriven_parent_id(group.id, group.generation),
+            environment=parent.environment,
+            task=parent.task,
+            queue=task.queue if task is not None else parent.queue,
+            payload=parent.payload,
+            now=self._clock.now(),
+            republish=self._config.republish,
+            source=(parent.id, LinkKind.REDRIVE, "retry-failed", f"group {group.id}"),
+        )
+        text = encode_json(parent.payload, what="payload", limit_bytes=MAX_PAYLOAD_LIMIT_BYTES)
+        try:
+            self._store.create_run(run, event, text)
+        except ConflictError:
+            return  # ran again already, by another join
+        self._publisher.publish_new([run])
+
     def _trigger_then(self, group: Group, then: Then) -> None:
         task = self._tasks.get(then.task)
         if task is None:
@@ -301,7 +405,7 @@ class Groups:
                 "register"
             )
         run, event = machine.new_run(
-            run_id=core.callback_run_id(group.id),
+            run_id=core.callback_run_id(group.id, group.generation),
             environment=group.environment,
             task=task.name,
             queue=task.queue,
@@ -340,6 +444,8 @@ class Groups:
         not, join what it completed; list it again later if it has not joined. Returns
         whether it did anything."""
         before = (group.started, group.joined_at)
+        if group.generation and not group.complete:  # a redrive cut short: its reruns
+            self._rerun(group, "maintenance", "a redrive's rerun was not created")
         if group.parent_run_id is not None and not group.complete:
             parent = self._store.get_run(group.parent_run_id)
             if parent is None or parent.is_terminal:  # cancelled while it opened the group

@@ -51,6 +51,14 @@ class GroupStore(Protocol):
         stored; ``None`` if it had joined or does not exist."""
         ...
 
+    def reopen(self, reopened: Group, seen_generation: int, failed: int, cancelled: int) -> bool:
+        """Write a redrive (:func:`~runlane_sqs.core.groups.redrive`): the new generation
+        and the items rerun, ``failed`` and ``cancelled`` taken back from the counts
+        (subtracted, so counts that moved meanwhile are kept), the join undone and the
+        group listed at ``reopened.review_at``; only if the group is still joined at
+        ``seen_generation`` (False if refused)."""
+        ...
+
     def relist(self, group_id: str, at: datetime) -> None:
         """List an unjoined group on the agenda at ``at`` (maintenance looks again then)."""
         ...

@@ -9,14 +9,24 @@ from typing import Any
 
 import pytest
 
-from runlane_sqs import ConfigurationError, EventType, Runlane, RunStatus, TaskContext
+from runlane_sqs import (
+    ConfigurationError,
+    EventType,
+    IllegalTransition,
+    RetryPolicy,
+    Runlane,
+    RunStatus,
+    TaskContext,
+)
 from runlane_sqs.core.errors import InvalidCursor, PayloadTooLarge, RunNotFound, UnknownTaskError
 from runlane_sqs.core.groups import (
     GroupFailed,
     GroupStatus,
+    callback_run_id,
     child_run_id,
     group_id_for,
     next_group_id,
+    redriven_parent_id,
 )
 from runlane_sqs.core.model import WaitKind
 from tests.backends import Backend
@@ -355,3 +365,88 @@ def test_a_map_a_chord_and_a_chain_complete_on_either_worker(
     assert handlers.callbacks == [("done", "succeeded", [0, 1, 4])]
     assert app.runs.get(child_run_id(next_group_id(chain.id), 0)).result == 256
     assert app.store.groups.get_group(chord.id).joined_at is not None
+
+
+class Flaky:
+    """Items listed in ``broken`` fail until they are fixed; counts executions by item."""
+
+    def __init__(self) -> None:
+        self.broken: set[int] = set()
+        self.executions: dict[int, int] = {}
+
+    def __call__(self, ctx: TaskContext, payload: Any) -> Any:
+        n = payload["n"]
+        self.executions[n] = self.executions.get(n, 0) + 1
+        if n in self.broken:
+            raise ValueError(f"item {n} is broken")
+        return n * 10
+
+
+@pytest.fixture
+def flaky(app: Runlane) -> Flaky:
+    flaky = Flaky()
+    app.task(flaky, name="flaky")
+
+    def mapper(ctx: TaskContext, payload: Any) -> Any:
+        results = ctx.map("flaky", [{"n": n} for n in range(payload["count"])], max_in_flight=3)
+        return list(results.results())
+
+    app.task(mapper, name="mapper", retry=RetryPolicy(max_attempts=1))
+    return flaky
+
+
+def test_retry_failed_reruns_only_the_failed_children_and_runs_the_failed_parent_again(
+    app: Runlane, flaky: Flaky
+) -> None:
+    flaky.broken = {1}
+    parent = app.trigger("mapper", {"count": 6})
+    drain_all(app)
+    failed = app.runs.get(parent.id)
+    assert failed.status is RunStatus.FAILED
+    assert failed.failure is not None and failed.failure.type == qualified(GroupFailed)
+
+    flaky.broken = set()
+    group = app.runs.retry_failed(parent.id, reason="fixed the bug", actor="ana")
+    assert group.generation == 1
+    drain_all(app)
+    # the failed item ran again; no item that had succeeded did (the group failed at
+    # item 1, so the items it had not started, or asked to cancel, ran once, now)
+    assert flaky.executions == {0: 1, 1: 2, 2: 1, 3: 1, 4: 1, 5: 1}
+    assert app.runs.get(parent.id).status is RunStatus.FAILED  # its history stays
+    again = app.runs.get(redriven_parent_id(group.id, 1))
+    assert again.status is RunStatus.SUCCEEDED
+    assert again.result == [0, 10, 20, 30, 40, 50]
+    assert (again.source_run_id, again.source_kind) == (parent.id, "redrive")
+    rerun = app.runs.get(app.runs.group(group.id).child_id(1))
+    assert rerun.source_run_id == child_run_id(group.id, 1)
+    assert [r.status for r in app.runs.children(parent.id).runs] == [RunStatus.SUCCEEDED] * 6
+    with pytest.raises(IllegalTransition):  # the parent no longer failed: nothing to do
+        app.runs.retry_failed(group.id)
+
+
+def test_retry_failed_runs_a_chord_s_callback_again(app: Runlane, handlers: Handlers) -> None:
+    group = app.group(
+        [("square", {"n": 1}), ("square", {"n": 2, "fail": True})], then=("notify", None)
+    )
+    drain_all(app)
+    assert [c[1] for c in handlers.callbacks] == ["failed"]
+    assert app.runs.retry_failed(group.id).generation == 1
+    drain_all(app)  # the child fails the same way: the group joins again, failed
+    assert [c[1] for c in handlers.callbacks] == ["failed", "failed"]
+    assert app.runs.get(callback_run_id(group.id, 1)).joined_group == group.id
+    with pytest.raises(IllegalTransition, match="opened no group"):
+        app.runs.retry_failed(child_run_id(group.id, 0))
+
+
+def test_retry_failed_refuses_a_group_that_has_not_joined_or_has_nothing_to_rerun(
+    app: Runlane, flaky: Flaky
+) -> None:
+    parent = app.trigger("mapper", {"count": 4})
+    assert drain(app, max_runs=1) == 1
+    with pytest.raises(IllegalTransition):  # still running
+        app.runs.retry_failed(parent.id)
+    drain_all(app)
+    with pytest.raises(IllegalTransition):  # every child succeeded (and the parent too)
+        app.runs.retry_failed(parent.id)
+    with pytest.raises(RunNotFound):
+        app.runs.retry_failed("0" * 32)

@@ -19,7 +19,7 @@ from runlane_sqs.adapters.dynamodb.items import GroupChunkItem, GroupItem
 from runlane_sqs.adapters.dynamodb.requests import Request, query_agenda
 from runlane_sqs.core.clock import from_epoch_ms, to_epoch_ms
 from runlane_sqs.core.errors import LeaseLost
-from runlane_sqs.core.groups import Group, Item, Then, child_run_id, counted
+from runlane_sqs.core.groups import Group, Item, Then, counted
 from runlane_sqs.core.indexes import AgendaKind, agenda_pk
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Run
@@ -44,6 +44,8 @@ def group_to_wire(group: Group) -> AttributeMap:
         then_payload=group.then.payload_json if group.then else None,
         next_tasks=compact_json(list(group.next_tasks)) if group.next_tasks else None,
         started=group.started,
+        generation=group.generation or None,
+        redriven=compact_json([list(pair) for pair in group.redriven]) if group.redriven else None,
         succeeded=group.succeeded or None,
         failed=group.failed or None,
         cancelled=group.cancelled or None,
@@ -76,6 +78,8 @@ def group_from_wire(wire: AttributeMap) -> Group:
         then=then,
         next_tasks=tuple(json.loads(item.next_tasks)) if item.next_tasks else (),
         started=int(item.started),
+        generation=int(item.generation or 0),
+        redriven=tuple((int(i), int(g)) for i, g in json.loads(item.redriven or "[]")),
         succeeded=int(item.succeeded or 0),
         failed=int(item.failed or 0),
         cancelled=int(item.cancelled or 0),
@@ -248,6 +252,49 @@ class DynamoGroupStore:
             return None
         return group_from_wire(sent["Attributes"])
 
+    def reopen(self, reopened: Group, seen_generation: int, failed: int, cancelled: int) -> bool:
+        values: Request = {
+            ":gen": {"N": str(reopened.generation)},
+            ":redriven": {"S": compact_json([list(pair) for pair in reopened.redriven])},
+            ":zero": {"N": "0"},
+            ":failed": {"N": str(failed)},
+            ":cancelled": {"N": str(cancelled)},
+            ":apk": {"S": agenda_pk(self.environment, AgendaKind.GROUP.value, reopened.id)},
+            ":at": {"N": str(to_epoch_ms(reopened.review_at or reopened.created_at))},
+        }
+        seen = "attribute_not_exists(#gen)"
+        if seen_generation:
+            seen, values[":seen"] = "#gen = :seen", {"N": str(seen_generation)}
+        sent = send_conditional(
+            self._send,
+            "update_item",
+            {
+                "TableName": self.table,
+                "Key": keys.group_key(self.environment, reopened.id),
+                "UpdateExpression": (
+                    "SET #gen = :gen, #redriven = :redriven, #apk = :apk, #aat = :at, "
+                    "#failed = if_not_exists(#failed, :zero) - :failed, "
+                    "#cancelled = if_not_exists(#cancelled, :zero) - :cancelled "
+                    "REMOVE #joined"
+                ),
+                "ConditionExpression": (
+                    f"attribute_exists(#joined) AND attribute_not_exists(#stopped) AND {seen}"
+                ),
+                "ExpressionAttributeNames": {
+                    "#gen": "generation",
+                    "#redriven": "redriven",
+                    "#apk": "agenda_pk",
+                    "#aat": "agenda_at",
+                    "#failed": "failed",
+                    "#cancelled": "cancelled",
+                    "#joined": "joined_at",
+                    "#stopped": "stopped_at",
+                },
+                "ExpressionAttributeValues": values,
+            },
+        )
+        return not isinstance(sent, Refused)
+
     def relist(self, group_id: str, at: datetime) -> None:
         self._update_unjoined(
             group_id,
@@ -302,7 +349,7 @@ class DynamoGroupStore:
 
     def children(self, group: Group, start: int, limit: int) -> list[Run | None]:
         indexes = range(max(0, start), min(group.total, start + min(limit, 100)))
-        ids = [child_run_id(group.id, i) for i in indexes]
+        ids = [group.child_id(i) for i in indexes]
         found = {
             run.id: run for run in self._batch_get([keys.run_key(self.environment, i) for i in ids])
         }

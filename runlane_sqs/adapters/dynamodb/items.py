@@ -268,6 +268,10 @@ class GroupItem(Model):
     next_tasks = UnicodeAttribute(null=True)
     """JSON list of a chain's steps after this group's one child."""
     started = NumberAttribute()
+    generation = NumberAttribute(null=True)
+    """How many times ``runs retry-failed`` reran failed children."""
+    redriven = UnicodeAttribute(null=True)
+    """JSON ``[[index, generation], ...]`` of the items rerun."""
     succeeded = NumberAttribute(null=True)
     """Added to by the write that makes a child terminal (as are ``failed`` and
     ``cancelled``)."""

@@ -13,7 +13,7 @@ from runlane_sqs.adapters.dynamodb.codec import compact_json
 from runlane_sqs.adapters.dynamodb.cursors import agenda_key, decode_cursor, encode_cursor
 from runlane_sqs.core.clock import to_epoch_ms, truncate_ms
 from runlane_sqs.core.errors import LeaseLost
-from runlane_sqs.core.groups import Group, Item, child_run_id, counted
+from runlane_sqs.core.groups import Group, Item, counted
 from runlane_sqs.core.indexes import AgendaKind, agenda_pk
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Run
@@ -101,6 +101,27 @@ class InMemoryGroupStore:
                 self._groups[group_id] = group
             return group
 
+    def reopen(self, reopened: Group, seen_generation: int, failed: int, cancelled: int) -> bool:
+        with self._lock:
+            group = self._groups.get(reopened.id)
+            if (
+                group is None
+                or group.joined_at is None
+                or group.stopped_at is not None
+                or group.generation != seen_generation
+            ):
+                return False
+            self._groups[group.id] = replace(
+                group,
+                generation=reopened.generation,
+                redriven=reopened.redriven,
+                failed=group.failed - failed,
+                cancelled=group.cancelled - cancelled,
+                joined_at=None,
+                review_at=truncate_ms(reopened.review_at or group.created_at),
+            )
+            return True
+
     def relist(self, group_id: str, at: datetime) -> None:
         with self._lock:
             group = self._groups.get(group_id)
@@ -133,7 +154,7 @@ class InMemoryGroupStore:
     def children(self, group: Group, start: int, limit: int) -> list[Run | None]:
         indexes = range(max(0, start), min(group.total, start + min(limit, 100)))
         with self._lock:
-            return [self._get_run(child_run_id(group.id, i)) for i in indexes]
+            return [self._get_run(group.child_id(i)) for i in indexes]
 
 
 def compact_json_text(payload_json: str) -> str:

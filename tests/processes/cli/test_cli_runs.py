@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.processes.cli.apps.names import CHARGE, ECHO, FAIL_ENV, FAN_OUT, NAP
+from tests.processes.cli.apps.names import CHARGE, CHARGE_ALL, ECHO, FAIL_ENV, FAN_OUT, NAP
 from tests.processes.cli.conftest import Cli
 
 RUNS = 20
@@ -256,3 +256,29 @@ def test_a_map_from_a_worker_process_joins_once_and_its_group_is_seen_from_the_c
     assert bad.code != 0 and "not valid" in bad.stderr and "\x1b[31m" not in bad.stderr
     mixed = cli("runs", "list", "--parent", parent, "--task", ECHO)
     assert mixed.code == EXIT_USAGE and "--parent" in mixed.stderr
+
+
+def test_retry_failed_from_the_cli_reruns_a_group_s_failed_children_and_its_parent(
+    cli: Cli, provisioned: dict[str, str]
+) -> None:
+    parent = _trigger(cli, CHARGE_ALL, "--payload", json.dumps({"amounts": [1, 2, 3]}))
+    while cli.ok("worker", "--drain", env={FAIL_ENV: "1"}).stdout.strip() != "executed 0 run(s)":
+        pass
+    assert _run(cli, parent)["status"] == "failed"
+    early = cli("runs", "retry-failed", "0" * 32)
+    assert early.code != 0
+
+    done = cli.ok("runs", "retry-failed", parent, "--reason", "card fixed", "--json").json()
+    assert (done["generation"], done["status"]) == (1, "running")
+    again = cli("runs", "retry-failed", parent)
+    assert again.code == EXIT_ILLEGAL and "not joined" in again.stderr
+    while cli.ok("worker", "--drain").stdout.strip() != "executed 0 run(s)":
+        pass
+    [group] = _run(cli, parent)["groups"]
+    assert (group["status"], group["succeeded"], group["joined_at"] is not None) == (
+        "succeeded",
+        3,
+        True,
+    )
+    children = cli.ok("runs", "list", "--parent", parent, "--json").json()["runs"]
+    assert all(c["status"] == "succeeded" and c["source_kind"] == "retry" for c in children)

@@ -16,6 +16,7 @@ from runlane_sqs import RetryPolicy, Runlane, TaskContext
 from tests.processes.cli.apps.names import (
     APPROVAL,
     CHARGE,
+    CHARGE_ALL,
     ECHO,
     FAIL_ENV,
     FAIL_WITH,
@@ -40,6 +41,12 @@ def echo(ctx: TaskContext, payload: Any) -> dict[str, Any]:
 def fan_out(ctx: TaskContext, payload: Any) -> dict[str, Any]:
     results = ctx.map(ECHO, payload["items"], max_in_flight=2)
     return {"sum": sum(r["echo"] for r in results.results()), "succeeded": results.succeeded}
+
+
+@app.task(name=CHARGE_ALL, retry=RetryPolicy(max_attempts=1))
+def charge_all(ctx: TaskContext, payload: Any) -> dict[str, Any]:
+    results = ctx.map(CHARGE, [{"amount": a} for a in payload["amounts"]])
+    return {"total": sum(r["charged"] for r in results.results())}
 
 
 @app.task(name=CHARGE, retry=RetryPolicy(max_attempts=1))
