@@ -164,6 +164,9 @@ class Group:
     after, the running ones are asked to cancel."""
     review_at: datetime | None = None
     """When maintenance next looks at the group (``None`` once it has joined)."""
+    reviewed: int | None = None
+    """How many children had finished at maintenance's last look (``None``: none yet):
+    a group that has not moved since is checked for a child claimed but never created."""
 
     @property
     def finished(self) -> int:

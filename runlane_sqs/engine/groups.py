@@ -162,27 +162,21 @@ class Groups:
 
     # the window and the join -------------------------------------------------------
 
-    def advance(self, group: Group, starts: int | None = None) -> Group:
-        """Start children while the window has room, and join a complete group.
-
-        ``starts=1`` (a finisher) starts the one child its end made room for, so
-        finishers at the same moment do not all race for the same items; without it
-        (opening a group, maintenance) the window is filled, its children created first
-        and counted with one write."""
+    def advance(self, group: Group) -> Group:
+        """Fill the window (opening a group, maintenance): the children it has room for
+        are created first, then counted started with one write; join a complete group."""
         created: list[Run] = []
         items: dict[int, list[Item]] = {}
-        counted = 0
         try:
-            while (starts is None or counted < starts) and group.next_start() is not None:
-                batch = self._room(group) if starts is None else [group.started]
+            while group.next_start() is not None:
+                batch = self._room(group)
                 for index in batch:
                     child = self._create_child(group, index, items)
                     if child is not None:
                         created.append(child)
-                moved, stored = self._store.groups.mark_started(group.id, group.started, len(batch))
+                _, stored = self._store.groups.mark_started(group.id, group.started, len(batch))
                 if stored is None:
                     break
-                counted += len(batch) if moved else 0
                 group = stored
         finally:
             if created:
@@ -190,6 +184,31 @@ class Groups:
         if group.complete and group.joined_at is None:
             self.join(group)
         return group
+
+    def start_next(self, group: Group) -> None:
+        """A finisher's step: claim the items the window has room for as this finisher
+        read it (usually the one its end made room for; each claim gets its own item, so
+        finishers at the same moment do not race for one) and create their children;
+        join a complete group. A child claimed but never created (its finisher died) is
+        created by maintenance."""
+        if group.complete:
+            self.join(group)
+            return
+        if group.next_start() is None:
+            return
+        limit = min(group.total, group.finished + group.window)
+        created: list[Run] = []
+        items: dict[int, list[Item]] = {}
+        try:
+            while (index := self._store.groups.claim_next(group.id, limit)) is not None:
+                child = self._create_child(group, index, items)
+                if child is not None:
+                    created.append(child)
+                if index + 1 >= limit:
+                    break
+        finally:
+            if created:
+                self._publisher.publish_new(created)
 
     @staticmethod
     def _room(group: Group) -> list[int]:
@@ -237,7 +256,7 @@ class Groups:
         assert run.group_id is not None
         group = self._store.groups.get_group(run.group_id)
         if group is not None and group.joined_at is None:
-            self.advance(group, starts=1)
+            self.start_next(group)
 
     def join(self, group: Group) -> None:
         """Resume the parent or trigger the callback (each lands once), ask the children
@@ -351,6 +370,22 @@ class Groups:
         stored = self._store.groups.get_group(group.id)
         return self.advance(stored) if stored is not None else reopened
 
+    def _create_missing(self, group: Group) -> None:
+        """Create the children of claimed items that do not exist (a finisher died
+        between its claim and the child's creation), reading the group's children by
+        their ids a page at a time."""
+        created: list[Run] = []
+        items: dict[int, list[Item]] = {}
+        for start in range(0, group.started, CHILDREN_PAGE):
+            children = self._store.groups.children(group, start, CHILDREN_PAGE)
+            for offset, child in enumerate(children):
+                if child is None:
+                    made = self._create_child(group, start + offset, items)
+                    if made is not None:
+                        created.append(made)
+        if created:
+            self._publisher.publish_new(created)
+
     def _rerun(
         self, group: Group, actor: str, reason: str, replaced: dict[int, str] | None = None
     ) -> list[Run]:
@@ -451,9 +486,11 @@ class Groups:
             if parent is None or parent.is_terminal:  # cancelled while it opened the group
                 self.stop(group.id)
                 return True
+        if group.reviewed == group.finished and not group.complete:
+            self._create_missing(group)  # no child finished since the last look
         after = self.advance(group)
         if after.joined_at is None and not after.complete:
-            self._store.groups.relist(group.id, now + self._config.republish.after)
+            self._store.groups.relist(group.id, now + self._config.republish.after, after.finished)
         return (after.started, after.joined_at) != before or after.complete
 
 

@@ -59,8 +59,14 @@ class GroupStore(Protocol):
         ``seen_generation`` (False if refused)."""
         ...
 
-    def relist(self, group_id: str, at: datetime) -> None:
-        """List an unjoined group on the agenda at ``at`` (maintenance looks again then)."""
+    def claim_next(self, group_id: str, limit: int) -> int | None:
+        """Count one more child started if fewer than ``limit`` are; returns the index of
+        the item this call claimed (each caller gets its own), ``None`` if refused."""
+        ...
+
+    def relist(self, group_id: str, at: datetime, finished: int) -> None:
+        """List an unjoined group on the agenda at ``at`` (maintenance looks again then),
+        noting that ``finished`` of its children had finished."""
         ...
 
     def group_agenda_page(

@@ -18,7 +18,13 @@ from runlane_sqs import (
     RunStatus,
     TaskContext,
 )
-from runlane_sqs.core.errors import InvalidCursor, PayloadTooLarge, RunNotFound, UnknownTaskError
+from runlane_sqs.core.errors import (
+    InvalidCursor,
+    PayloadTooLarge,
+    RunNotFound,
+    StorageUnavailable,
+    UnknownTaskError,
+)
 from runlane_sqs.core.groups import (
     GroupFailed,
     GroupStatus,
@@ -450,3 +456,30 @@ def test_retry_failed_refuses_a_group_that_has_not_joined_or_has_nothing_to_reru
         app.runs.retry_failed(parent.id)
     with pytest.raises(RunNotFound):
         app.runs.retry_failed("0" * 32)
+
+
+def test_maintenance_creates_a_child_whose_finisher_died_after_claiming_it(
+    app: Runlane, backend: Backend, handlers: Handlers
+) -> None:
+    group = app.group(
+        [("square", {"n": n}) for n in range(2)], then=("notify", None), max_in_flight=1
+    )
+    groups = app.engine.groups
+    create = groups._create_child
+    dies = [True]
+
+    def dying(*args: Any, **kwargs: Any) -> Any:
+        if dies.pop() if dies else False:
+            raise StorageUnavailable("the finisher's process died here")
+        return create(*args, **kwargs)
+
+    groups._create_child = dying  # type: ignore[method-assign]
+    drain_all(app)  # child 0 runs; its finisher claims item 1 and dies
+    stuck = app.runs.group(group.id)
+    assert (stuck.started, stuck.finished, handlers.callbacks) == (2, 1, [])
+    assert app.store.get_run(child_run_id(group.id, 1)) is None
+    for _ in range(2):  # the first look notes the progress, the second finds none
+        backend.clock.advance(app.config.republish.after * 2)
+        app.maintenance.run_pass()
+    drain_all(app)
+    assert [c[1:] for c in handlers.callbacks] == [("succeeded", [0, 1])]

@@ -88,6 +88,8 @@ def test_started_moves_only_from_the_value_read(backend: Backend) -> None:
     assert not moved and stored is not None and stored.started == 1
     moved, stored = backend.store.groups.mark_started(group.id, 1, 2)
     assert moved and stored is not None and stored.started == 3
+    assert backend.store.groups.claim_next(group.id, 3) is None  # the limit is reached
+    assert [backend.store.groups.claim_next(group.id, 5) for _ in range(3)] == [3, 4, None]
 
 
 def test_the_join_and_the_stop_are_recorded_once(backend: Backend) -> None:
@@ -108,7 +110,7 @@ def test_the_agenda_lists_unjoined_groups_a_page_at_a_time(backend: Backend) -> 
         opened.append(backend.store.groups.open_group(group, chunks, None).id)
     backend.store.groups.mark_joined(opened[0], backend.clock.now())
     later = backend.clock.now() + timedelta(minutes=10)
-    backend.store.groups.relist(opened[1], later + timedelta(hours=1))
+    backend.store.groups.relist(opened[1], later + timedelta(hours=1), 0)
     found: list[str] = []
     for partition in agenda_partitions(backend.environment, AgendaKind.GROUP.value):
         cursor = None

@@ -52,6 +52,7 @@ def group_to_wire(group: Group) -> AttributeMap:
         created_at=to_epoch_ms(group.created_at),
         joined_at=to_epoch_ms(group.joined_at) if group.joined_at else None,
         stopped_at=to_epoch_ms(group.stopped_at) if group.stopped_at else None,
+        reviewed=group.reviewed,
         agenda_pk=agenda_pk(group.environment, AgendaKind.GROUP.value, group.id)
         if listed
         else None,
@@ -85,6 +86,7 @@ def group_from_wire(wire: AttributeMap) -> Group:
         cancelled=int(item.cancelled or 0),
         joined_at=from_epoch_ms(int(item.joined_at)) if item.joined_at is not None else None,
         stopped_at=from_epoch_ms(int(item.stopped_at)) if item.stopped_at is not None else None,
+        reviewed=int(item.reviewed) if item.reviewed is not None else None,
         review_at=from_epoch_ms(int(item.agenda_at)) if item.agenda_at is not None else None,
     )
 
@@ -295,13 +297,32 @@ class DynamoGroupStore:
         )
         return not isinstance(sent, Refused)
 
-    def relist(self, group_id: str, at: datetime) -> None:
+    def claim_next(self, group_id: str, limit: int) -> int | None:
+        sent = send_conditional(
+            self._send,
+            "update_item",
+            {
+                "TableName": self.table,
+                "Key": keys.group_key(self.environment, group_id),
+                "UpdateExpression": "SET #started = #started + :one",
+                "ConditionExpression": "#started < :limit AND attribute_not_exists(#joined)",
+                "ExpressionAttributeNames": {"#started": "started", "#joined": "joined_at"},
+                "ExpressionAttributeValues": {":one": {"N": "1"}, ":limit": {"N": str(limit)}},
+                "ReturnValues": "UPDATED_NEW",
+            },
+        )
+        if isinstance(sent, Refused):
+            return None
+        return int(sent["Attributes"]["started"]["N"]) - 1
+
+    def relist(self, group_id: str, at: datetime, finished: int) -> None:
         self._update_unjoined(
             group_id,
-            "SET #apk = :apk, #aat = :at",
+            "SET #apk = :apk, #aat = :at, #reviewed = :finished",
             {
                 ":apk": {"S": agenda_pk(self.environment, AgendaKind.GROUP.value, group_id)},
                 ":at": {"N": str(to_epoch_ms(at))},
+                ":finished": {"N": str(finished)},
             },
         )
 
@@ -316,6 +337,7 @@ class DynamoGroupStore:
                 ("#stopped", "stopped_at"),
                 ("#apk", "agenda_pk"),
                 ("#aat", "agenda_at"),
+                ("#reviewed", "reviewed"),
             )
             if name in update
         }

@@ -280,6 +280,8 @@ class GroupItem(Model):
     created_at = NumberAttribute()
     joined_at = NumberAttribute(null=True)
     stopped_at = NumberAttribute(null=True)
+    reviewed = NumberAttribute(null=True)
+    """Children finished at maintenance's last look."""
     agenda_pk = UnicodeAttribute(null=True)
     agenda_at = NumberAttribute(null=True)
 

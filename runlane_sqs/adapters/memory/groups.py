@@ -122,11 +122,21 @@ class InMemoryGroupStore:
             )
             return True
 
-    def relist(self, group_id: str, at: datetime) -> None:
+    def claim_next(self, group_id: str, limit: int) -> int | None:
+        with self._lock:
+            group = self._groups.get(group_id)
+            if group is None or group.joined_at is not None or group.started >= limit:
+                return None
+            self._groups[group_id] = replace(group, started=group.started + 1)
+            return group.started
+
+    def relist(self, group_id: str, at: datetime, finished: int) -> None:
         with self._lock:
             group = self._groups.get(group_id)
             if group is not None and group.joined_at is None:
-                self._groups[group_id] = replace(group, review_at=truncate_ms(at))
+                self._groups[group_id] = replace(
+                    group, review_at=truncate_ms(at), reviewed=finished
+                )
 
     def group_agenda_page(
         self, partition: str, until: datetime, limit: int, cursor: str | None
