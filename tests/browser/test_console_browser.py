@@ -19,6 +19,7 @@ from tests.browser.example.app.tasks import (
     APPROVAL,
     CHARGE,
     GATEWAY,
+    INVOICES,
     NIGHTLY,
     register_console_tasks,
 )
@@ -145,6 +146,36 @@ def health_and_schedules(app: Runlane, page: Page, screenshots: Screenshots) -> 
     row.get_by_label("reason").fill("back on")
     row.get_by_role("button", name="Resume").click()
     expect(row.locator(".status")).to_have_text("active")
+
+
+def test_a_parent_s_page_shows_its_group_and_leads_to_its_children(
+    make_app: Callable[..., Runlane],
+    shop: Shop,
+    console: Console,
+    page: Page,
+    screenshots: Screenshots,
+    tmp_path: Path,
+) -> None:
+    app = register_console_tasks(make_app())
+    app.provision()
+    parent = app.trigger(INVOICES, {"orders": [11, 12, 13, 14, 15]})
+    shop.drain(tmp_path / "worker-1.log")
+    assert app.runs.get(parent.id).result == 5
+
+    page.goto(f"{console.url}/runs/{parent.id}?token={TOKEN}")
+    expect(page.locator("#run-status")).to_have_text("succeeded")
+    expect(page.locator(".group-progress")).to_contain_text(
+        "5 of 5 finished: 5 succeeded, 0 failed, 0 cancelled"
+    )
+    expect(page.locator(".group-progress progress")).to_have_attribute("value", "5")
+    rows = page.locator("table.children tr.child-row")
+    expect(rows).to_have_count(5)
+    screenshots.take(page, "run-group")
+    rows.first.get_by_role("link").click()
+    expect(page.locator("#member-of")).to_contain_text("item 0 of group")
+    expect(page.locator("#result")).to_contain_text('"charged": 11')
+    page.locator("#parent-run").click()
+    expect(page).to_have_url(f"{console.url}/runs/{parent.id}")
 
 
 def test_without_the_token_the_browser_gets_the_refusal_page(console: Console, page: Page) -> None:

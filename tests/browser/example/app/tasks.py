@@ -16,6 +16,8 @@ CHARGE = "shop.charge"
 APPROVAL = "shop.approval"
 REPORT = "shop.report"
 NIGHTLY = "shop.nightly-report"
+INVOICES = "shop.invoices"
+"""Renders one invoice per order of ``payload["orders"]`` with ``ctx.map``."""
 GATEWAY = "SHOP_GATEWAY"
 """``down`` in a worker's environment: declined orders fail; unset: they go through."""
 
@@ -30,6 +32,11 @@ def register_console_tasks(app: Runlane) -> Runlane:
     @app.task(name=APPROVAL)
     def approval(ctx: TaskContext, payload: Any) -> Any:
         return ctx.wait_for_token(payload["token"]).value
+
+    @app.task(name=INVOICES)
+    def invoices(ctx: TaskContext, payload: Any) -> Any:
+        orders = [{"order": n} for n in payload["orders"]]
+        return ctx.map(CHARGE, orders, max_in_flight=2).succeeded
 
     @app.task(name=REPORT, schedules=[Schedule.cron(NIGHTLY, "30 2 * * *")])
     def report(ctx: TaskContext, payload: Any) -> Any:
