@@ -1,13 +1,14 @@
 """Opening groups, starting their children as a sliding window, and the join.
 
 A child's terminal write counts it in its group (the run store does it in the same
-write). Whoever wrote it then reads the group: if the window has room the next child
-starts; if the group is complete it joins. Every step here can be done twice without
-a second effect: a child's run id is fixed by its group and index (creating it again
-changes nothing), the parent's resume is conditional on its wait, the callback's run
-id is fixed by its group, and ``started`` only moves from the value read. Maintenance
-repeats the same steps for a group listed on the agenda, so a finisher that died
-between its writes leaves nothing undone.
+write). Whoever wrote it then reads the group: if the window has room it claims the
+next item (an atomic increment of ``started``: each claim its own item) and creates its
+child; if the group is complete it joins. Every other step can be done twice without a
+second effect: a child's run id is fixed by its group and index (creating it again
+changes nothing), the parent's resume is conditional on its wait, and the callback's
+run id is fixed by its group. Maintenance repeats the same steps for a group listed on
+the agenda (and creates the child of an item claimed by a finisher that died), so a
+finisher that died between its writes leaves nothing undone.
 """
 
 from __future__ import annotations
