@@ -164,6 +164,9 @@ from .core.tokens import (
     TokenStatus as TokenStatus,
 )
 from .engine.context import (
+    GroupOptions as GroupOptions,
+)
+from .engine.context import (
     RunOutcome as RunOutcome,
 )
 from .engine.context import (

@@ -23,7 +23,7 @@ from runlane_sqs.core.config import RunlaneConfig, RunlaneSettings
 from runlane_sqs.core.errors import StorageUnavailable
 from runlane_sqs.core.groups import Group
 from runlane_sqs.core.model import JSON, Run
-from runlane_sqs.engine.context import DEFAULT_MAX_IN_FLIGHT, Child, NamedTask
+from runlane_sqs.engine.context import Child, GroupOptions, NamedTask
 from runlane_sqs.engine.engine import Engine
 from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.signals import SignalsApi
@@ -248,17 +248,15 @@ class Runlane(OperatorApis):
         children: Iterable[Child],
         *,
         then: Child | None = None,
-        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-        tolerate: int | float = 0,
+        **options: Unpack[GroupOptions],
     ) -> Group:
-        """Start ``(task, payload)`` children as one group, at most ``max_in_flight`` at
-        once, and trigger ``then`` once when they have all finished (Celery's chord);
-        the callback runs whether the group succeeded or failed, and reads which with
-        ``ctx.joined_group()``. Everything is validated before anything is written.
-        Inside a handler, ``ctx.map`` and ``ctx.group`` wait for a group instead."""
-        return self.engine.groups.start(
-            children, then=then, max_in_flight=max_in_flight, tolerate=tolerate
-        )
+        """Start ``(task, payload)`` children as one group (:class:`~runlane_sqs.GroupOptions`:
+        ``max_in_flight``, ``tolerate``) and trigger ``then`` once when they have all
+        finished (Celery's chord); the callback runs whether the group succeeded or failed,
+        and reads which with ``ctx.joined_group()``. Everything is validated before
+        anything is written. Inside a handler, ``ctx.map`` and ``ctx.group`` wait for a
+        group instead."""
+        return self.engine.groups.start(children, then, options)
 
     def chain(self, first: Child, *steps: NamedTask | str) -> Group:
         """Run ``first`` (a ``(task, payload)`` pair), then each of ``steps`` with the

@@ -12,7 +12,7 @@ from runlane_sqs.core.errors import ConflictError, LeaseLost
 from runlane_sqs.core.groups import Group, group_id_for, group_root
 from runlane_sqs.core.model import JSON, Run
 from runlane_sqs.core.tokens import Token
-from runlane_sqs.engine.context import Child
+from runlane_sqs.engine.context import Child, GroupOptions
 from runlane_sqs.engine.groups import Groups
 from runlane_sqs.engine.leases import LeaseBook
 from runlane_sqs.ports.store import RunStore
@@ -71,9 +71,7 @@ class AttemptRuntime:
     def watch_run(self, run_id: str) -> Run | None:
         return self._store.watch_run(run_id)
 
-    def open_group(
-        self, wait_name: str, children: Iterable[Child], max_in_flight: int, tolerate: int | float
-    ) -> Group:
+    def open_group(self, wait_name: str, children: Iterable[Child], options: GroupOptions) -> Group:
         """Open the run's group at ``wait_name`` (the one an earlier attempt opened, if
         any), fenced on this attempt's lease, and start its first children."""
         items = self._groups.items(children)
@@ -81,8 +79,7 @@ class AttemptRuntime:
             items,
             group_id=group_id_for(group_root(self._run), wait_name),
             parent=self._run,
-            max_in_flight=max_in_flight,
-            tolerate=tolerate,
+            options=options,
         )
         return self._groups.open(group, chunks, (self._run.id, self._token))
 

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NoReturn, Protocol, TypeVar, cast
+from typing import Any, NoReturn, Protocol, TypedDict, TypeVar, Unpack, cast
 
 from runlane_sqs.core.cancellation import Cancellation
 from runlane_sqs.core.clock import Duration, to_timedelta
@@ -125,7 +125,7 @@ class AttemptServices(Protocol):
     def watch_run(self, run_id: str) -> Run | None: ...
 
     def open_group(
-        self, wait_name: str, children: Iterable[Child], max_in_flight: int, tolerate: int | float
+        self, wait_name: str, children: Iterable[Child], options: GroupOptions
     ) -> Group: ...
 
     def get_group(self, group_id: str) -> Group | None: ...
@@ -134,7 +134,19 @@ class AttemptServices(Protocol):
 
 
 DEFAULT_MAX_IN_FLIGHT = 100
-"""Children of one ``ctx.map`` running at once unless it says otherwise."""
+"""Children of one group running at once unless it says otherwise."""
+
+
+class GroupOptions(TypedDict, total=False):
+    """How a group runs its children (``ctx.map``, ``ctx.group``, ``app.group``); each
+    option may be left out."""
+
+    max_in_flight: int
+    """Children running at once, at most (default :data:`DEFAULT_MAX_IN_FLIGHT`): a
+    finishing child lets the next item start."""
+    tolerate: int | float
+    """Children that may fail or be cancelled before the group fails: a count, or a
+    fraction of the items below 1 (default 0)."""
 
 
 class NamedTask(Protocol):
@@ -304,61 +316,36 @@ class TaskContext:
     # groups ----------------------------------------------------------------------
 
     def map(
-        self,
-        task: NamedTask | str,
-        items: Iterable[JSON],
-        *,
-        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-        tolerate: int | float = 0,
+        self, task: NamedTask | str, items: Iterable[JSON], **options: Unpack[GroupOptions]
     ) -> GroupResults:
         """Run ``task`` once per item as child runs, at most ``max_in_flight`` at once, and
         wait (releasing the lease) until they have all finished: the next attempt gets
         the group's results here. Raises :class:`GroupFailed` when more than ``tolerate``
         children (a count, or a fraction below 1) failed or were cancelled."""
-        return self.group(
-            [(task, item) for item in items], max_in_flight=max_in_flight, tolerate=tolerate
-        )
+        return self.group([(task, item) for item in items], **options)
 
     async def map_async(
-        self,
-        task: NamedTask | str,
-        items: Iterable[JSON],
-        *,
-        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-        tolerate: int | float = 0,
+        self, task: NamedTask | str, items: Iterable[JSON], **options: Unpack[GroupOptions]
     ) -> GroupResults:
         """:meth:`map` for ``async def`` handlers (its writes run on a thread)."""
-        children = [(task, item) for item in items]
-        return await self.group_async(children, max_in_flight=max_in_flight, tolerate=tolerate)
+        return await self.group_async([(task, item) for item in items], **options)
 
-    def group(
-        self,
-        children: Iterable[Child],
-        *,
-        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-        tolerate: int | float = 0,
-    ) -> GroupResults:
+    def group(self, children: Iterable[Child], **options: Unpack[GroupOptions]) -> GroupResults:
         """:meth:`map` over ``(task, payload)`` pairs, each child its own task."""
         name, joined = self._begin_group()
         if joined is not None:
             return joined
-        group = self._services().open_group(name, children, max_in_flight, tolerate)
+        group = self._services().open_group(name, children, options)
         return self._group_outcome(name, group)
 
     async def group_async(
-        self,
-        children: Iterable[Child],
-        *,
-        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-        tolerate: int | float = 0,
+        self, children: Iterable[Child], **options: Unpack[GroupOptions]
     ) -> GroupResults:
         """:meth:`group` for ``async def`` handlers (its writes run on a thread)."""
         name, joined = self._begin_group()
         if joined is not None:
             return joined
-        group = await _on_thread(
-            self._services().open_group, name, list(children), max_in_flight, tolerate
-        )
+        group = await _on_thread(self._services().open_group, name, list(children), options)
         return self._group_outcome(name, group)
 
     def joined_group(self) -> GroupResults | None:

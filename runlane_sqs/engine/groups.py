@@ -32,7 +32,7 @@ from runlane_sqs.core.groups import Group, GroupStatus, Item, Then
 from runlane_sqs.core.limits import MAX_PAYLOAD_LIMIT_BYTES
 from runlane_sqs.core.model import JSON, LinkKind, Run, RunStatus, new_run_id
 from runlane_sqs.core.payload import encode_json
-from runlane_sqs.engine.context import Child, NamedTask
+from runlane_sqs.engine.context import DEFAULT_MAX_IN_FLIGHT, Child, GroupOptions, NamedTask
 from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.resuming import Resumer, group_resumption
 from runlane_sqs.engine.tasks import TaskRegistry
@@ -42,6 +42,8 @@ log = logging.getLogger("runlane_sqs.groups")
 
 CHILDREN_PAGE = 100
 """Children read at once (one ``BatchGetItem``)."""
+ONE_AT_A_TIME = GroupOptions(max_in_flight=1, tolerate=0)
+"""A chain step's group: one child."""
 
 
 class Groups:
@@ -102,11 +104,15 @@ class Groups:
         parent: Run | None = None,
         then: Then | None = None,
         next_tasks: tuple[str, ...] = (),
-        max_in_flight: int,
-        tolerate: int | float,
+        options: GroupOptions,
     ) -> tuple[Group, list[list[Item]]]:
         """The record of a new group and its item chunks (nothing written)."""
-        window = core.check_window(max_in_flight)
+        unknown = sorted(set(options) - GroupOptions.__optional_keys__)
+        if unknown:
+            known = ", ".join(sorted(GroupOptions.__optional_keys__))
+            raise ConfigurationError(f"unknown group option(s) {unknown}; the options are {known}")
+        window = core.check_window(options.get("max_in_flight", DEFAULT_MAX_IN_FLIGHT))
+        tolerate = options.get("tolerate", 0)
         bounds, chunks = core.chunk(items)
         now = self._clock.now()
         group = Group(
@@ -124,19 +130,10 @@ class Groups:
         )
         return group, chunks
 
-    def start(
-        self,
-        children: Iterable[Child],
-        *,
-        then: Child | None,
-        max_in_flight: int,
-        tolerate: int | float,
-    ) -> Group:
+    def start(self, children: Iterable[Child], then: Child | None, options: GroupOptions) -> Group:
         """A group started from outside a run (``app.group``), with its callback."""
         items = self.items(children)
-        group, chunks = self.new_group(
-            items, then=self.then(then), max_in_flight=max_in_flight, tolerate=tolerate
-        )
+        group, chunks = self.new_group(items, then=self.then(then), options=options)
         return self.open(group, chunks, None)
 
     def chain(self, first: Child, steps: Iterable[NamedTask | str]) -> Group:
@@ -145,7 +142,7 @@ class Groups:
         succeed. Each step is a group of one child, so each hand-on is a join."""
         items = self.items([first])
         names = tuple(self._tasks.resolve(_task_name(step)).name for step in steps)
-        group, chunks = self.new_group(items, next_tasks=names, max_in_flight=1, tolerate=0)
+        group, chunks = self.new_group(items, next_tasks=names, options=ONE_AT_A_TIME)
         return self.open(group, chunks, None)
 
     def open(self, group: Group, chunks: list[list[Item]], fence: tuple[str, str] | None) -> Group:
@@ -319,8 +316,7 @@ class Groups:
             [Item(task, text)],
             group_id=core.next_group_id(group.id),
             next_tasks=rest,
-            max_in_flight=1,
-            tolerate=0,
+            options=ONE_AT_A_TIME,
         )
         self.open(following, chunks, None)
 

@@ -207,6 +207,8 @@ def test_a_child_counted_twice_is_impossible_even_when_its_finish_is_replayed(
         ([("square", {"n": 1})], {"max_in_flight": 0}, ConfigurationError),
         ([("square", {"n": 1})], {"tolerate": 1.5}, ConfigurationError),
         ([("square", {"n": 1})], {"tolerate": -1}, ConfigurationError),
+        ([("square", {"n": 1})], {"max_inflight": 3}, ConfigurationError),
+        ([("square", {"n": 1})], {"tolerate": True}, ConfigurationError),
         ([("square", {"pad": "x" * 70_000})], {}, PayloadTooLarge),
         (["square"], {}, ConfigurationError),
     ],
