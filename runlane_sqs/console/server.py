@@ -36,7 +36,7 @@ from runlane_sqs.console.security import COOKIE, CSRF_FIELD, Guard
 from runlane_sqs.console.views import Problem
 from runlane_sqs.core.errors import IllegalTransition, InvalidCursor, RunlaneError, RunNotFound
 from runlane_sqs.core.health import Activity
-from runlane_sqs.core.model import RunStatus
+from runlane_sqs.core.model import Run, RunStatus
 
 CHILDREN_PER_PAGE = 50
 """Children a parent's run page lists at once (the next page has a link)."""
@@ -248,7 +248,7 @@ class Pages:
             payload=views.pretty(run.payload, hide),
             result=views.pretty(run.result, hide) if run.status is RunStatus.SUCCEEDED else None,
             trace_id=views.trace_of(run),
-            actions=views.actions_for(run, self.settings.read_only),
+            actions=views.actions_for(run, self.settings.read_only, bool(groups)),
             groups=groups,
             children=children,
             member=member,
@@ -272,13 +272,14 @@ class Pages:
         if action not in views.ACTION_STATUSES:
             raise Problem(404, f"There is no action {views.shown(action)!r}.")
         actor, reason = views.checked_actor(form)
-        perform = {
+        perform: Callable[..., Any] = {
             "cancel": self.app.runs.cancel,
             "retry": self.app.runs.retry,
             "rerun": self.app.runs.rerun,
+            "retry-failed": self.app.runs.retry_failed,
         }[action]
         try:
-            stored = perform(run_id, reason=reason, actor=f"console:{actor}")
+            done = perform(run_id, reason=reason, actor=f"console:{actor}")
         except RunNotFound as exc:
             raise Problem(404, str(exc)) from None
         except IllegalTransition as exc:
@@ -294,4 +295,4 @@ class Pages:
             reason,
             extra={"run_id": run_id},
         )
-        return stored.id, actor
+        return (done.id if isinstance(done, Run) else run_id), actor

@@ -26,9 +26,12 @@ ACTION_STATUSES: Mapping[str, frozenset[RunStatus]] = {
     "cancel": frozenset(s for s in RunStatus if not s.is_terminal),
     "retry": frozenset({RunStatus.FAILED}),
     "rerun": frozenset(s for s in RunStatus if s.is_terminal),
+    "retry-failed": frozenset({RunStatus.FAILED}),
 }
 """The statuses in which each action is offered (the API decides; the page only hides
-buttons that would be refused)."""
+buttons that would be refused). ``retry-failed`` only for a parent that opened a group."""
+GROUP_ACTIONS = frozenset({"retry-failed"})
+"""Actions offered only on the page of a run that opened a group."""
 MARKED_EVENTS = frozenset(
     {
         EventType.LEASE_EXPIRED,
@@ -184,11 +187,15 @@ def trace_of(run: Run) -> str | None:
     return trace_id_of(run.trace)
 
 
-def actions_for(run: Run, read_only: bool) -> list[str]:
-    """The actions the run page offers for ``run``."""
+def actions_for(run: Run, read_only: bool, has_groups: bool = False) -> list[str]:
+    """The actions the run page offers for ``run`` (``has_groups``: it opened a group)."""
     if read_only:
         return []
-    return [name for name, allowed in ACTION_STATUSES.items() if run.status in allowed]
+    return [
+        name
+        for name, allowed in ACTION_STATUSES.items()
+        if run.status in allowed and (has_groups or name not in GROUP_ACTIONS)
+    ]
 
 
 def checked_actor(form: Mapping[str, str]) -> tuple[str, str]:

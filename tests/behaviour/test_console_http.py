@@ -338,3 +338,39 @@ def test_a_parent_s_page_shows_its_group_s_progress_and_links_its_children(
     assert f'id="parent-run">{parent.id}</a>' in child.text
     bad = client.get(f"/runs/{parent.id}?children=%1B%5B31mnope")
     assert bad.status_code == 400 and "\x1b" not in bad.text and "not valid" in bad.text
+
+
+def test_retry_failed_from_a_failed_parent_s_page_reruns_its_group_s_failed_children(
+    app: Runlane, client: TestClient
+) -> None:
+    broken = {"on": True}
+
+    @app.task(name="console.item", retry=RetryPolicy(max_attempts=1))
+    def item(ctx: TaskContext, payload: Any) -> Any:
+        if broken["on"] and payload == 2:
+            raise RuntimeError("item 2 broke")
+        return payload
+
+    @app.task(name="console.parent", retry=RetryPolicy(max_attempts=1))
+    def parent_task(ctx: TaskContext, payload: Any) -> Any:
+        return sum(ctx.map("console.item", [1, 2, 3]).results())
+
+    parent = app.trigger("console.parent")
+    drain(app)
+    assert app.runs.get(parent.id).status is RunStatus.FAILED
+    page = client.get(f"/runs/{parent.id}").text
+    assert 'id="retry-failed-button"' in page and 'id="retry-button"' in page
+    plain = app.trigger(FAILS, 1)
+    drain(app)
+    assert 'id="retry-failed-button"' not in client.get(f"/runs/{plain.id}").text
+
+    broken["on"] = False
+    response = act(client, parent.id, "retry-failed", reason="item 2 fixed")
+    assert response.status_code == 303
+    assert response.headers["location"] == f"/runs/{parent.id}?done=retry-failed"
+    assert "retry-failed recorded" in client.get(response.headers["location"]).text
+    drain(app)
+    [group] = app.runs.groups(parent.id)
+    assert (group.generation, group.status.value, group.succeeded) == (1, "succeeded", 3)
+    again = act(client, parent.id, "retry-failed", reason="twice")
+    assert again.status_code == 409  # the group has nothing left to rerun
