@@ -152,12 +152,29 @@ class RunsApi:
     def groups(self, run_id: str) -> Sequence[Group]:
         """The groups a parent run opened (``ctx.map``, ``ctx.group``), in call order, as
         stored now: counts per status, how many started, whether it joined."""
-        run = self.get(run_id)
-        ids = groups_of(self.events(run_id))
-        if group_root(run) != run.id:  # a redriven parent: the groups of the run it redrives
-            ids = groups_of(self.events(group_root(run))) + ids
+        return self.groups_in(self.history(run_id))
+
+    def groups_in(self, history: RunHistory) -> Sequence[Group]:
+        """:meth:`groups` of a run whose history was read already (no second read)."""
+        return self._groups_of(history.run, history.events)
+
+    def _groups_of(self, run: Run, events: Sequence[RunEvent]) -> Sequence[Group]:
+        ids = groups_of(events)
+        root = group_root(run)
+        if root != run.id:  # a redriven parent: the groups of the run it redrives
+            redriven = self._engine.store.get_history(root)
+            ids = (groups_of(redriven[1]) if redriven else []) + ids
         found = [self._engine.store.groups.get_group(g) for g in ids]
         return [group for group in found if group is not None]
+
+    def _groups_named(self, run_or_group_id: str) -> Sequence[Group] | None:
+        """A parent's groups, or the group with this id, from one read of each kind
+        (``None``: neither exists)."""
+        found = self._engine.store.get_history(run_or_group_id)
+        if found is not None:
+            return self._groups_of(*found)
+        group = self._engine.store.groups.get_group(run_or_group_id)
+        return [group] if group is not None else None
 
     def group(self, group_id: str) -> Group:
         """One group as stored now (``app.group`` returns its id); raises
@@ -174,14 +191,9 @@ class RunsApi:
         if not 1 <= limit <= MAX_LIST_LIMIT:
             raise RunlaneError(f"limit must be between 1 and {MAX_LIST_LIMIT}")
         store = self._engine.store
-        run = store.get_run(parent_id)
-        if run is not None:
-            groups = self.groups(parent_id)
-        else:
-            group = store.groups.get_group(parent_id)
-            if group is None:
-                raise RunNotFound(parent_id)
-            groups = [group]
+        groups = self._groups_named(parent_id)
+        if groups is None:
+            raise RunNotFound(parent_id)
         position, index = _children_position(cursor, len(groups))
         runs: list[Run] = []
         while position < len(groups) and len(runs) < limit:
@@ -206,17 +218,12 @@ class RunsApi:
         as a new run linked to it whose ``ctx.map`` finds the group's new results.
         Raises :class:`~runlane_sqs.core.errors.IllegalTransition` when the group has not
         joined, was stopped, has nothing to rerun, or its parent did not fail."""
-        store = self._engine.store
-        if store.get_run(run_or_group_id) is not None:
-            groups = self.groups(run_or_group_id)
-            if not groups:
-                raise IllegalTransition(f"run {run_or_group_id} opened no group")
-            group_id = groups[-1].id
-        elif store.groups.get_group(run_or_group_id) is not None:
-            group_id = run_or_group_id
-        else:
+        groups = self._groups_named(run_or_group_id)
+        if groups is None:
             raise RunNotFound(run_or_group_id)
-        return self._engine.groups.retry_failed(group_id, actor=actor, reason=reason)
+        if not groups:
+            raise IllegalTransition(f"run {run_or_group_id} opened no group")
+        return self._engine.groups.retry_failed(groups[-1].id, actor=actor, reason=reason)
 
     def find_current(self, task: str, idempotency_key: str) -> Run | None:
         """The run holding an idempotency key (None if the key is free)."""

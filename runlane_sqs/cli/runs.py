@@ -178,8 +178,8 @@ def list_runs(
 def show_run(app_spec: str | None, run_id: str, as_json: bool) -> None:
     """Show one run as stored now, with the groups it opened (counts per status)."""
     app = app_or_env_for_command(app_spec)
-    run = app.runs.get(run_id)
-    groups = app.runs.groups(run_id) if run.attempt else []
+    history = app.runs.history(run_id)
+    run, groups = history.run, app.runs.groups_in(history)
     if as_json:
         emit_json({**run_to_json(run), "groups": [group_to_json(g) for g in groups]})
         return

@@ -227,7 +227,7 @@ class Pages:
         run, events, attempts = history.run, history.events, history.attempts
         bars, marks = views.timeline(run, attempts, events, self.app.clock.now())
         hide = self.settings.hide_payloads
-        groups = self.app.runs.groups(run_id) if run.attempt else []
+        groups = self.app.runs.groups_in(history)
         children = None
         if groups:
             try:
