@@ -59,9 +59,6 @@ class Engine:
         self.publisher = Publisher(store, transport, clock)
         self.resumer = Resumer(store, self.publisher, clock, config)
         self.turns = Turns(store, self.publisher, clock, config)
-        self.groups = Groups(store, self.publisher, self.resumer, tasks, clock, config)
-        self.finisher = Finisher(store.keys, self.resumer, self.turns, self.groups)
-        self.slot_waker = SlotWaker(store, self.publisher, clock, config, tasks)
         self.triggers = Triggers(
             store=store,
             transport=transport,
@@ -71,6 +68,11 @@ class Engine:
             config=config,
             observer=self.observer,
         )
+        self.groups = Groups(
+            store, self.publisher, self.resumer, self.triggers, tasks, clock, config
+        )
+        self.finisher = Finisher(store.keys, self.resumer, self.turns, self.groups)
+        self.slot_waker = SlotWaker(store, self.publisher, clock, config, tasks)
         self.tokens = TokensApi(store.tokens, self.resumer, clock, config, self.observer)
         self.signals = SignalsApi(self.resumer, config.payload_limit, self.observer)
 

@@ -29,13 +29,13 @@ from runlane_sqs.core.errors import (
     RunlaneError,
 )
 from runlane_sqs.core.groups import Group, GroupStatus, Item, Then
-from runlane_sqs.core.limits import MAX_PAYLOAD_LIMIT_BYTES
-from runlane_sqs.core.model import JSON, LinkKind, Run, RunStatus, new_run_id
+from runlane_sqs.core.model import LinkKind, Run, RunStatus, new_run_id
 from runlane_sqs.core.payload import encode_json
 from runlane_sqs.engine.context import DEFAULT_MAX_IN_FLIGHT, Child, GroupOptions, NamedTask
 from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.resuming import Resumer, group_resumption
-from runlane_sqs.engine.tasks import TaskRegistry
+from runlane_sqs.engine.tasks import Task, TaskRegistry, concurrency_key_of
+from runlane_sqs.engine.triggering import Triggers
 from runlane_sqs.ports.store import RunStore
 
 log = logging.getLogger("runlane_sqs.groups")
@@ -54,6 +54,7 @@ class Groups:
         store: RunStore,
         publisher: Publisher,
         resumer: Resumer,
+        triggers: Triggers,
         tasks: TaskRegistry,
         clock: Clock,
         config: RunlaneConfig,
@@ -61,6 +62,7 @@ class Groups:
         self._store = store
         self._publisher = publisher
         self._resumer = resumer
+        self._triggers = triggers
         self._tasks = tasks
         self._clock = clock
         self._config = config
@@ -68,8 +70,8 @@ class Groups:
     # opening -----------------------------------------------------------------------
 
     def items(self, children: Iterable[Child]) -> list[Item]:
-        """Validate children before anything is written: registered tasks, payloads
-        within the limit."""
+        """Validate children before anything is written, as a trigger does: registered
+        tasks, their queues, payloads within the limit, concurrency keys."""
         items: list[Item] = []
         for number, child in enumerate(children):
             if not isinstance(child, tuple) or len(child) != 2:
@@ -78,23 +80,15 @@ class Groups:
                     f"{type(child).__name__} (groups do not nest: start the inner one in a "
                     "child's handler with ctx.map)"
                 )
-            task = self._tasks.resolve(_task_name(child[0]))
-            text = encode_json(
-                child[1],
-                what=f"payload of child {number}",
-                limit_bytes=self._config.payload_limit,
-            )
-            items.append(Item(task.name, text))
+            request = self._triggers.request(_task_name(child[0]), child[1])
+            items.append(Item(request.task, request.payload_json))
         return items
 
     def then(self, callback: Child | None) -> Then | None:
         if callback is None:
             return None
-        task = self._tasks.resolve(_task_name(callback[0]))
-        text = encode_json(
-            callback[1], what="payload of then", limit_bytes=self._config.payload_limit
-        )
-        return Then(task.name, text)
+        request = self._triggers.request(_task_name(callback[0]), callback[1])
+        return Then(request.task, request.payload_json)
 
     def new_group(
         self,
@@ -227,26 +221,51 @@ class Groups:
         if chunk not in cache:
             cache[chunk] = self._store.groups.get_items(group.id, chunk)
         item = cache[chunk][index - group.bounds[chunk]]
-        task = self._tasks.get(item.task)
+        task = self._registered(item.task, f"group {group.id} starts task")
+        return self._create(
+            group.child_id(index),
+            task,
+            item.payload_json,
+            source=source,
+            group_id=group.id,
+            group_index=index,
+        )  # None: started already, by another finisher
+
+    def _registered(self, name: str, what: str) -> Task:
+        task = self._tasks.get(name)
         if task is None:
-            raise ConfigurationError(
-                f"group {group.id} starts task {item.task!r}, which this app does not register"
-            )
+            raise ConfigurationError(f"{what} {name!r}, which this app does not register")
+        return task
+
+    def _create(
+        self,
+        run_id: str,
+        task: Task,
+        payload_json: str,
+        *,
+        source: tuple[str, LinkKind, str, str] | None = None,
+        **changes: object,
+    ) -> Run | None:
+        """Write a run the group makes under its fixed id, with the concurrency key a
+        trigger would give it; ``None`` if that id exists already (made by another
+        finisher, join or maintenance)."""
+        payload = json.loads(payload_json)
         run, event = machine.new_run(
-            run_id=group.child_id(index),
-            environment=group.environment,
+            run_id=run_id,
+            environment=self._config.environment,
             task=task.name,
             queue=task.queue,
-            payload=_payload(item.payload_json),
+            payload=payload,
             now=self._clock.now(),
             republish=self._config.republish,
             source=source,
         )
-        run = run.with_changes(group_id=group.id, group_index=index)
+        key = concurrency_key_of(task, payload, None)
+        run = run.with_changes(concurrency_key=key, **changes)
         try:
-            self._store.create_run(run, event, item.payload_json)
+            self._store.create_run(run, event, payload_json)
         except ConflictError:
-            return None  # started already, by another finisher
+            return None
         return run
 
     def after_child(self, run: Run) -> None:
@@ -411,46 +430,24 @@ class Groups:
             return
         if group.status is not GroupStatus.SUCCEEDED:
             return  # still failing: the parent would fail the same way
-        task = self._tasks.get(parent.task)
-        run, event = machine.new_run(
-            run_id=core.redriven_parent_id(group.id, group.generation),
-            environment=parent.environment,
-            task=parent.task,
-            queue=task.queue if task is not None else parent.queue,
-            payload=parent.payload,
-            now=self._clock.now(),
-            republish=self._config.republish,
-            source=(parent.id, LinkKind.REDRIVE, "retry-failed", f"group {group.id}"),
-        )
-        text = encode_json(parent.payload, what="payload", limit_bytes=MAX_PAYLOAD_LIMIT_BYTES)
+        link = (parent.id, LinkKind.REDRIVE, "retry-failed", f"group {group.id}")
         try:
-            self._store.create_run(run, event, text)
+            self._triggers.relaunch(
+                parent, core.redriven_parent_id(group.id, group.generation), link
+            )
         except ConflictError:
             return  # ran again already, by another join
-        self._publisher.publish_new([run])
 
     def _trigger_then(self, group: Group, then: Then) -> None:
-        task = self._tasks.get(then.task)
-        if task is None:
-            raise ConfigurationError(
-                f"group {group.id}'s callback is task {then.task!r}, which this app does not "
-                "register"
-            )
-        run, event = machine.new_run(
-            run_id=core.callback_run_id(group.id, group.generation),
-            environment=group.environment,
-            task=task.name,
-            queue=task.queue,
-            payload=_payload(then.payload_json),
-            now=self._clock.now(),
-            republish=self._config.republish,
+        task = self._registered(then.task, f"group {group.id}'s callback is task")
+        run = self._create(
+            core.callback_run_id(group.id, group.generation),
+            task,
+            then.payload_json,
+            joined_group=group.id,
         )
-        run = run.with_changes(joined_group=group.id)
-        try:
-            self._store.create_run(run, event, then.payload_json)
-        except ConflictError:
-            return  # triggered already, by another join
-        self._publisher.publish_new([run])
+        if run is not None:  # None: triggered already, by another join
+            self._publisher.publish_new([run])
 
     def _cancel_unfinished(self, group: Group) -> None:
         """Ask the started children that have not finished to cancel (cooperative)."""
@@ -489,10 +486,6 @@ class Groups:
         if after.joined_at is None and not after.complete:
             self._store.groups.relist(group.id, now + self._config.republish.after, after.finished)
         return (after.started, after.joined_at) != before or after.complete
-
-
-def _payload(payload_json: str) -> JSON:
-    return json.loads(payload_json)
 
 
 def _task_name(task: NamedTask | str) -> str:

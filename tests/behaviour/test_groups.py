@@ -20,6 +20,7 @@ from runlane_sqs import (
 )
 from runlane_sqs.core.errors import (
     InvalidCursor,
+    InvalidKeyError,
     PayloadTooLarge,
     RunNotFound,
     StorageUnavailable,
@@ -485,3 +486,22 @@ def test_maintenance_creates_a_child_whose_finisher_died_after_claiming_it(
         app.maintenance.run_pass()
     drain_all(app)
     assert [c[1:] for c in handlers.callbacks] == [("succeeded", [0, 1])]
+
+
+def test_children_and_callbacks_get_the_concurrency_key_a_trigger_would_give_them(
+    app: Runlane,
+) -> None:
+    def charge(ctx: TaskContext, payload: Any) -> Any:
+        return payload["account"]
+
+    app.task(charge, name="keyed", concurrency_key=lambda p: p["account"], key_limit=1)
+    group = app.group(
+        [("keyed", {"account": "a"}), ("keyed", {"account": "b"})],
+        then=("keyed", {"account": "c"}),
+    )
+    drain_all(app)
+    runs = [app.runs.get(child_run_id(group.id, i)) for i in range(2)]
+    runs.append(app.runs.get(callback_run_id(group.id)))
+    assert [r.concurrency_key for r in runs] == ["a", "b", "c"]
+    with pytest.raises(InvalidKeyError):  # refused before anything is written
+        app.group([("keyed", {"no": "account"})])
