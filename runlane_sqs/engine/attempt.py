@@ -33,6 +33,7 @@ class AttemptRuntime:
     ) -> None:
         self._store = store
         self._groups = groups
+        self._joined: dict[str, Group] = {}
         self._clock = clock
         self._leases = leases
         self._run = run
@@ -87,7 +88,12 @@ class AttemptRuntime:
         return self._store.groups.get_group(group_id)
 
     def group_children(self, group_id: str, start: int, limit: int) -> list[Run | None]:
-        group = self._store.groups.get_group(group_id)
+        """A page of a joined group's children; the group record (which names them) is
+        read once per attempt, not once per page."""
+        group = self._joined.get(group_id)
         if group is None:
-            return []
+            group = self._store.groups.get_group(group_id)
+            if group is None:
+                return []
+            self._joined[group_id] = group
         return self._store.groups.children(group, start, limit)
