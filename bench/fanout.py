@@ -25,9 +25,12 @@ beside one child's. The bench process's RSS is sampled every 20 ms during the ma
 drain (:class:`bench.memory.PeakRss`, this process alone: the emulators are its
 children): the worker runs in this process.
 
-Then :data:`JOIN_CHILDREN`-child maps, one after the other on the same app and
-uncounted, give more samples of the join's latency (its p50), as the large map gives
-one.
+Then :data:`JOIN_CHILDREN`-child maps, one after the other on the same app, give more
+samples of the join's latency (its p50), as the large map gives one. The first of them
+is counted too: the slope between the two maps is what one more child costs, without the
+parent's fixed share (``marginal_extra_per_child``: the slope less a plain run), and the
+intercept is that share (``parent_extra_per_map``: the parent's second attempt, the
+opening, the join, less its own plain run). The targets are held against the slope.
 """
 
 from __future__ import annotations
@@ -101,6 +104,9 @@ class FanoutResult:
     child_item_bytes: int | None = None
     rss_before: int | None = None
     rss_peak: int | None = None
+    small_children: int = 0
+    """Children of the small map counted for the slope (0: none was)."""
+    small_counts: Counts | None = None
 
     @property
     def capacity(self) -> str:
@@ -115,6 +121,28 @@ class FanoutResult:
         """Per child, the map's ``value`` less ``children + 1`` plain runs'."""
         return (value - per_plain_run * (self.children + 1)) / self.children
 
+    def slope(self, capacity: bool) -> tuple[dict[str, float | None], dict[str, float | None]]:
+        """What one more child adds over a plain run, and the parent's fixed extra per
+        map, from the two maps counted (empty without the small one)."""
+        small = self.small_counts
+        if small is None or self.small_children == self.children:
+            return {}, {}
+        capacity = capacity and small.capacity_reported >= small.dynamodb_requests
+        base = self.baseline.counts
+        plain = totals(base, base.capacity_complete)
+        big, little = totals(self.counts, capacity), totals(small, capacity)
+        per_child: dict[str, float | None] = {}
+        per_map: dict[str, float | None] = {}
+        for key, value in big.items():
+            other, each = little[key], plain[key]
+            if value is None or other is None or each is None:
+                per_child[key] = per_map[key] = None
+                continue
+            marginal = (value - other) / (self.children - self.small_children)
+            per_child[key] = marginal - self.baseline.per_run(each)
+            per_map[key] = value - self.children * marginal - self.baseline.per_run(each)
+        return per_child, per_map
+
     def to_json(self) -> dict[str, Any]:
         c, base = self.counts, self.baseline.counts
         plain = self.baseline.per_run
@@ -125,6 +153,7 @@ class FanoutResult:
             for key, value in totals(base, base.capacity_complete).items()
         }
         join = self.join_samples_ms or ([self.join_ms] if self.join_ms is not None else [])
+        marginal, per_map = self.slope(capacity_known)
         return {
             "children": self.children,
             "max_in_flight": MAX_IN_FLIGHT,
@@ -154,6 +183,9 @@ class FanoutResult:
                 for key, value in totals(c, capacity_known).items()
             },
             "plain_per_run": plain_totals,
+            "small_children": self.small_children,
+            "marginal_extra_per_child": marginal,
+            "parent_extra_per_map": per_map,
             "capacity": self.capacity,
             "parent_resumes": self.resumes,
             "join_ms": self.join_ms,
@@ -307,8 +339,9 @@ def measure_map(
     progress: Progress,
     *,
     drain_wait_seconds: int | None = None,
-) -> tuple[FanoutResult, Runlane]:
-    """The counted map, after its baseline; returns the app for the uncounted maps."""
+) -> tuple[FanoutResult, Runlane, RequestCounter]:
+    """The counted map, after its baseline; returns the app and its counter for the
+    small maps."""
     plain = next(s for s in SCENARIOS if s.name == "plain")
     baseline = measure_scenario(
         plain,
@@ -335,7 +368,7 @@ def measure_map(
     result.parent_item_bytes = stored_bytes(app, backend, parent)
     first_child = child_run_id(group_id_for(parent, WAIT_NAME), 0)
     result.child_item_bytes = stored_bytes(app, backend, first_child)
-    return result, app
+    return result, app, counter
 
 
 def measure_fanout(
@@ -349,12 +382,15 @@ def measure_fanout(
 ) -> FanoutResult:
     """The counted map of ``children`` children after ``baseline_runs`` plain runs, then
     ``join_groups`` small maps that only time the join."""
-    result, app = measure_map(
+    result, app, counter = measure_map(
         backend, children, baseline_runs, progress, drain_wait_seconds=drain_wait_seconds
     )
     drain = drainer(drain_wait_seconds)
-    for _ in range(join_groups):
+    for n in range(join_groups):
+        counter.reset()
         parent = run_map(app, JOIN_CHILDREN, drain)
+        if n == 0:
+            result.small_children, result.small_counts = JOIN_CHILDREN, counter.snapshot()
         _, join_ms, _ = join_timing(app, parent)
         result.join_samples_ms.append(join_ms)
     return result

@@ -73,9 +73,21 @@ def fanout_lines(result: dict[str, Any]) -> list[str]:
     mib = 2**20
     samples = result["join_samples_ms"]
     rss_peak, rss_before = result["rss_peak"], result["rss_before"]
-    return [
+    lines = [
         f"fanout: {result['children']:,} children in {_f(result['seconds'], 1)} s; parent "
         f"resumed {result['parent_resumes']} time(s)",
+    ]
+    marginal, per_map = result.get("marginal_extra_per_child"), result.get("parent_extra_per_map")
+    if marginal and per_map:
+        figures = ((label, marginal[key], per_map[key]) for label, key in TOTALS)
+        lines.append(
+            f"fanout: one more child over a plain run / the parent's own extra per map (the "
+            f"slope and intercept of this map and one of {result['small_children']} "
+            "children): "
+            + "; ".join(f"{label} {_f(child)} / {_f(parent)}" for label, child, parent in figures)
+        )
+    return [
+        *lines,
         f"fanout: last child's outcome -> parent resumed {_f(result['join_ms'], 0)} ms, -> its "
         f"next attempt started {_f(result['resume_start_ms'], 0)} ms (stored timestamps); "
         f"over {len(samples)} more maps of 20 children: p50 {_f(result['join_p50_ms'], 0)} "

@@ -251,8 +251,9 @@ def _page(row: dict[str, Any], name: str) -> dict[str, Any] | None:
 
 def fanout_targets(result: dict[str, Any]) -> list[Target]:
     """A map's children on top of plain runs: extra write requests and write units per
-    child, and the parent resumed exactly once."""
-    extra = result.get("extra_per_child") or {}
+    child (what one more child adds, when the small map was counted; else the parent's
+    share spread over the children too), and the parent resumed exactly once."""
+    extra = result.get("marginal_extra_per_child") or result.get("extra_per_child") or {}
     note = result["status"] if result and result["status"] != "ok" else ""
     units_note = note or (
         f"capacity {result['capacity']}" if result and result["capacity"] != "complete" else ""

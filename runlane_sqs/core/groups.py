@@ -2,21 +2,24 @@
 
 A group is a map over items (``ctx.map``, whose parent run waits for it) or a set of
 runs with a callback (``app.group(..., then=...)``). Its record keeps the counts; the
-children are ordinary runs that name their group and their item's index. Each child's
-terminal write counts it in the same atomic write (so a child is counted exactly once,
-whatever is redelivered or raced); whichever finisher then finds the group complete
-joins it: resumes the parent or triggers the callback, both writes that can land once.
+children are ordinary runs that name their group and their item's index. Items are kept
+in chunks beside the group record, never in the parent run.
 
-Children start as a sliding window of ``window`` runs: a finishing child lets the next
-item start. Items are kept in chunks beside the group record, never in the parent run.
-Nothing here does I/O.
+Children start as a sliding window of ``window`` lanes: each lane holds the position of
+the one child running in it (positions ``0 .. total - 1`` are the items; each rerun of
+``runs retry-failed`` appends one more, :attr:`Group.redriven`). A child is counted by
+one conditional write to the group record that empties its lane, so it lands once
+however often it is sent; the same write gives the lane the next position to start when
+there is one (the window slides, and finishers never race for an item). Whoever makes
+the count complete joins the group: resumes the parent or triggers the callback, both
+writes that land once. Nothing here does I/O.
 """
 
 from __future__ import annotations
 
 import bisect
 import hashlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
@@ -148,12 +151,18 @@ class Group:
     """A chain's steps after this group's one child: when it succeeds, the next step
     starts as a group of its own with the child's result as its payload."""
     started: int = 0
-    """Children created so far: items ``0 .. started - 1``."""
+    """Positions started so far: ``0 .. started - 1``."""
+    lanes: Mapping[int, int] = field(default_factory=dict)
+    """Lane -> the position of the child running in it (started, not counted yet): at
+    most ``window`` lanes, numbered ``0 .. window - 1``."""
     generation: int = 0
     """How many times ``runs retry-failed`` reran the group's failed children."""
     redriven: tuple[tuple[int, int], ...] = ()
-    """``(index, generation)`` of each item rerun: its current child is
-    :func:`redrive_run_id` of that generation."""
+    """``(index, generation)`` of each rerun, in the order they were asked for: the
+    ``k``-th is position ``total + k``, and an item's current child is the
+    :func:`redrive_run_id` of its latest rerun."""
+    redrive_by: tuple[str, str] | None = None
+    """Who asked for the latest redrive and why: each rerun's link says so."""
     succeeded: int = 0
     failed: int = 0
     cancelled: int = 0
@@ -164,9 +173,6 @@ class Group:
     after, the running ones are asked to cancel."""
     review_at: datetime | None = None
     """When maintenance next looks at the group (``None`` once it has joined)."""
-    reviewed: int | None = None
-    """How many children had finished at maintenance's last look (``None``: none yet):
-    a group that has not moved since is checked for a child claimed but never created."""
 
     @property
     def finished(self) -> int:
@@ -184,21 +190,66 @@ class Group:
 
     @property
     def running(self) -> int:
-        """Children started that have not finished."""
-        return max(0, self.started - self.finished)
+        """Children started that have not been counted."""
+        return len(self.lanes)
+
+    @property
+    def positions(self) -> int:
+        """Positions to start in all: the items, then each rerun."""
+        return self.total + len(self.redriven)
+
+    @property
+    def allowance(self) -> int:
+        """Failed (or cancelled) children the group still tolerates; below 0 it failed."""
+        return self.tolerate - self.failed - self.cancelled
 
     @property
     def complete(self) -> bool:
         """Ready to join: every child finished, or too many failed."""
         return self.status is not GroupStatus.RUNNING
 
-    def next_start(self) -> int | None:
-        """The index of the next child to start, if the window has room for it."""
-        if self.complete or self.started >= self.total:
-            return None
-        if self.started >= self.finished + self.window:
-            return None
-        return self.started
+    def room(self) -> dict[int, int]:
+        """The free lanes to fill now, each with the position it starts (none once the
+        group is complete or every position has started)."""
+        if self.complete:
+            return {}
+        free = (lane for lane in range(self.window) if lane not in self.lanes)
+        return dict(zip(free, range(self.started, self.positions), strict=False))
+
+    def at(self, position: int) -> tuple[int, str]:
+        """The item index and the child run id of a position."""
+        if position < self.total:
+            return position, child_run_id(self.id, position)
+        index, generation = self.redriven[position - self.total]
+        return index, redrive_run_id(self.id, index, generation)
+
+    def position_of(self, run_id: str, index: int) -> int | None:
+        """The position whose child is ``run_id`` (item ``index``'s first child or one of
+        its reruns); ``None`` if the run is not one of this group's children."""
+        if run_id == child_run_id(self.id, index):
+            return index
+        for k, (rerun, generation) in enumerate(self.redriven):
+            if rerun == index and redrive_run_id(self.id, index, generation) == run_id:
+                return self.total + k
+        return None
+
+    def replaced(self, position: int) -> str:
+        """The run id of the child a rerun's position replaces: its item's child before
+        that rerun."""
+        index, _ = self.at(position)
+        earlier = [
+            redrive_run_id(self.id, index, generation)
+            for rerun, generation in self.redriven[: position - self.total]
+            if rerun == index
+        ]
+        return earlier[-1] if earlier else child_run_id(self.id, index)
+
+    def lane_of(self, position: int) -> int | None:
+        """The lane a position runs in; ``None`` once it is counted (or not started)."""
+        for lane, held in self.lanes.items():
+            if held == position:
+                return lane
+        return None
 
     def child_id(self, index: int) -> str:
         """The run id of item ``index``'s current child (its latest rerun, if any)."""
@@ -331,14 +382,6 @@ COUNTED = {
 """The group count each terminal status of a child adds to."""
 
 
-def counted(before: Run, after: Run) -> str | None:
-    """The count a write adds to: the write that makes a group's child terminal counts
-    it (``None`` for every other write)."""
-    if after.group_id is None or before.is_terminal or not after.is_terminal:
-        return None
-    return COUNTED[after.status]
-
-
 def tolerance(tolerate: int | float, total: int) -> int:
     """Failed children a group tolerates: a count, or a fraction of ``total`` (below 1)."""
     if isinstance(tolerate, bool) or not isinstance(tolerate, int | float):
@@ -385,8 +428,9 @@ def chunk(items: Sequence[Item]) -> tuple[tuple[int, ...], list[list[Item]]]:
 
 def redrive(group: Group, unsuccessful: Sequence[tuple[int, RunStatus]]) -> Group:
     """The group reopened to rerun its ``unsuccessful`` children (each an index and its
-    child's status, failed or cancelled): their counts are taken back, the items never
-    started will start, and the join is done again. Raises
+    child's status, failed or cancelled): their counts are taken back, each rerun is a
+    new position after the others (so the reruns start through the window, as the items
+    never started do), and the join is done again. Raises
     :class:`~runlane_sqs.core.errors.IllegalTransition` for a group that has not joined,
     was stopped with its parent, or has nothing to rerun."""
     if group.joined_at is None:
@@ -397,11 +441,10 @@ def redrive(group: Group, unsuccessful: Sequence[tuple[int, RunStatus]]) -> Grou
         raise IllegalTransition(f"every child of group {group.id} succeeded; nothing to rerun")
     generation = group.generation + 1
     rerun = sorted({index for index, _ in unsuccessful})
-    kept = tuple(pair for pair in group.redriven if pair[0] not in rerun)
     return replace(
         group,
         generation=generation,
-        redriven=kept + tuple((index, generation) for index in rerun),
+        redriven=group.redriven + tuple((index, generation) for index in rerun),
         failed=group.failed - sum(1 for _, s in unsuccessful if s is RunStatus.FAILED),
         cancelled=group.cancelled - sum(1 for _, s in unsuccessful if s is RunStatus.CANCELLED),
         joined_at=None,

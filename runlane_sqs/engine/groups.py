@@ -1,20 +1,24 @@
 """Opening groups, starting their children as a sliding window, and the join.
 
-A child's terminal write counts it in its group (the run store does it in the same
-write). Whoever wrote it then reads the group: if the window has room it claims the
-next item (an atomic increment of ``started``: each claim its own item) and creates its
-child; if the group is complete it joins. Every other step can be done twice without a
-second effect: a child's run id is fixed by its group and index (creating it again
-changes nothing), the parent's resume is conditional on its wait, and the callback's
-run id is fixed by its group. Maintenance repeats the same steps for a group listed on
-the agenda (and creates the child of an item claimed by a finisher that died), so a
-finisher that died between its writes leaves nothing undone.
+Whoever makes a child terminal then counts it (:meth:`Groups.after_child`): it reads the
+group and sends one conditional write that empties the child's lane, giving it the next
+position when there is one (:meth:`~runlane_sqs.ports.groups.GroupStore.count`); it
+then creates that position's child, or joins a group its count completed. Every step
+can be done twice without a second effect: a count lands only while the lane holds its
+child, a child's run id is fixed by its group and position (creating it again changes
+nothing), the parent's resume is conditional on its wait, and the callback's run id is
+fixed by its group. Maintenance looks at a listed group's lanes: it creates a child a
+finisher started but did not create, counts one a writer made terminal but did not
+count, and joins what is complete; so a writer that died between its writes leaves
+nothing undone.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable
 from datetime import datetime
 
@@ -42,6 +46,10 @@ log = logging.getLogger("runlane_sqs.groups")
 
 CHILDREN_PAGE = 100
 """Children read at once (one ``BatchGetItem``)."""
+CHUNKS_KEPT = 16
+"""Item chunks a process keeps after reading them (up to 16 x 300 KB): a chunk never
+changes once its group is opened, and the finishers of one group start the items of one
+chunk after another, so each process reads a chunk about once, not once per child."""
 ONE_AT_A_TIME = GroupOptions(max_in_flight=1, tolerate=0)
 """A chain step's group: one child."""
 
@@ -66,6 +74,8 @@ class Groups:
         self._tasks = tasks
         self._clock = clock
         self._config = config
+        self._chunks: OrderedDict[tuple[str, int], list[Item]] = OrderedDict()
+        self._chunks_lock = threading.Lock()
 
     # opening -----------------------------------------------------------------------
 
@@ -100,7 +110,8 @@ class Groups:
         next_tasks: tuple[str, ...] = (),
         options: GroupOptions,
     ) -> tuple[Group, list[list[Item]]]:
-        """The record of a new group and its item chunks (nothing written)."""
+        """The record of a new group, its first window started, and its item chunks
+        (nothing written)."""
         unknown = sorted(set(options) - GroupOptions.__optional_keys__)
         if unknown:
             known = ", ".join(sorted(GroupOptions.__optional_keys__))
@@ -109,6 +120,7 @@ class Groups:
         tolerate = options.get("tolerate", 0)
         bounds, chunks = core.chunk(items)
         now = self._clock.now()
+        first = min(window, len(items))
         group = Group(
             id=group_id or new_run_id(),
             environment=self._config.environment,
@@ -120,6 +132,8 @@ class Groups:
             parent_run_id=parent.id if parent else None,
             then=then,
             next_tasks=next_tasks,
+            started=first,
+            lanes={lane: lane for lane in range(first)},
             review_at=now + self._config.republish.after,
         )
         return group, chunks
@@ -140,9 +154,9 @@ class Groups:
         return self.open(group, chunks, None)
 
     def open(self, group: Group, chunks: list[list[Item]], fence: tuple[str, str] | None) -> Group:
-        """Store the group (once: a second open returns the first) and start its first
+        """Store the group (once: a second open returns the first) and create its first
         window of children; a group with no items joins at once."""
-        stored = self._store.groups.open_group(group, chunks, fence)
+        stored, written = self._store.groups.open_group(group, chunks, fence)
         log.info(
             "group %s: %d item(s), at most %d running",
             stored.id,
@@ -150,86 +164,123 @@ class Groups:
             stored.window,
             extra={"group_id": stored.id, "run_id": stored.parent_run_id},
         )
+        if written:
+            self._create_children(stored, sorted(stored.lanes.values()))
+        else:  # opened by an earlier attempt, which may have died before its children
+            stored, _ = self._repair_lanes(stored)
         return self.advance(stored)
 
     # the window and the join -------------------------------------------------------
 
     def advance(self, group: Group) -> Group:
-        """Fill the window (opening a group, maintenance): the children it has room for
-        are created first, then counted started with one write; join a complete group."""
-        created: list[Run] = []
-        items: dict[int, list[Item]] = {}
-        try:
-            while group.next_start() is not None:
-                batch = self._room(group)
-                for index in batch:
-                    child = self._create_child(group, index, items)
-                    if child is not None:
-                        created.append(child)
-                _, stored = self._store.groups.mark_started(group.id, group.started, len(batch))
-                if stored is None:
-                    break
-                group = stored
-        finally:
-            if created:
-                self._publisher.publish_new(created)
+        """Fill the free lanes (a redrive, maintenance) with one write each time, then
+        create their children; join a complete group."""
+        while room := group.room():
+            started, stored = self._store.groups.mark_started(group.id, group.started, room)
+            if stored is None:
+                break
+            if started:
+                self._create_children(stored, sorted(room.values()))
+            group = stored
         if group.complete and group.joined_at is None:
             self.join(group)
         return group
 
-    def start_next(self, group: Group) -> None:
-        """A finisher's step: claim the items the window has room for as this finisher
-        read it (usually the one its end made room for; each claim gets its own item, so
-        finishers at the same moment do not race for one) and create their children;
-        join a complete group. A child claimed but never created (its finisher died) is
-        created by maintenance."""
-        if group.complete:
+    def after_child(self, run: Run) -> None:
+        """A child finished: count it (starting the next position in its lane), then
+        join the group if that completed it."""
+        assert run.group_id is not None and run.group_index is not None
+        group = self._store.groups.get_group(run.group_id)
+        if group is None:
+            return
+        position = group.position_of(run.id, run.group_index)
+        lane = None if position is None else group.lane_of(position)
+        if position is not None and lane is not None:
+            group = self._count(group, lane, position, run.status)
+        if group.complete and group.joined_at is None:
             self.join(group)
-            return
-        if group.next_start() is None:
-            return
-        limit = min(group.total, group.finished + group.window)
+
+    def _count(self, group: Group, lane: int, position: int, status: RunStatus) -> Group:
+        """Count the terminal child at ``position`` (once, however often this runs) and
+        create the child of the position its lane starts; returns the group after."""
+        start = group.started < group.positions and not group.complete
+        counted = self._store.groups.count(group.id, lane, position, status, start=start)
+        refused = counted.group if start and not counted.landed else None
+        if refused is not None and refused.lanes.get(lane) == position:  # nothing to start
+            counted = self._store.groups.count(group.id, lane, position, status, start=False)
+        after = counted.group or group
+        if counted.landed and start:
+            self._create_children(after, [after.lanes[lane]])
+        return after
+
+    def _create_children(self, group: Group, positions: list[int]) -> None:
+        """Create the children of started positions (one that exists is left as it is)
+        and publish their wakeups."""
         created: list[Run] = []
-        items: dict[int, list[Item]] = {}
         try:
-            while (index := self._store.groups.claim_next(group.id, limit)) is not None:
-                child = self._create_child(group, index, items)
+            for position in positions:
+                child = self._create_child(group, position)
                 if child is not None:
                     created.append(child)
-                if index + 1 >= limit:
-                    break
         finally:
             if created:
                 self._publisher.publish_new(created)
 
-    @staticmethod
-    def _room(group: Group) -> list[int]:
-        """The items the window has room for now, from the next one to start."""
-        end = min(group.total, group.finished + group.window)
-        return list(range(group.started, end))
-
-    def _create_child(
-        self,
-        group: Group,
-        index: int,
-        cache: dict[int, list[Item]],
-        source: tuple[str, LinkKind, str, str] | None = None,
-    ) -> Run | None:
-        """Create item ``index``'s current child (``None``: it exists already); a rerun
-        names the child it replaces in ``source``."""
+    def _item(self, group: Group, index: int) -> Item:
+        """Item ``index`` of a group, from its chunk (read once, then kept)."""
         chunk = group.chunk_of(index)
-        if chunk not in cache:
-            cache[chunk] = self._store.groups.get_items(group.id, chunk)
-        item = cache[chunk][index - group.bounds[chunk]]
+        key = (group.id, chunk)
+        with self._chunks_lock:
+            items = self._chunks.get(key)
+            if items is not None:
+                self._chunks.move_to_end(key)
+        if not items:
+            items = self._store.groups.get_items(group.id, chunk)
+            with self._chunks_lock:
+                self._chunks[key] = items
+                while len(self._chunks) > CHUNKS_KEPT:
+                    self._chunks.popitem(last=False)
+        return items[index - group.bounds[chunk]]
+
+    def _create_child(self, group: Group, position: int) -> Run | None:
+        """Create a position's child (``None``: it exists already); a rerun is linked to
+        the child it replaces."""
+        index, run_id = group.at(position)
+        item = self._item(group, index)
         task = self._registered(item.task, f"group {group.id} starts task")
+        source = None
+        if position >= group.total:
+            actor, reason = group.redrive_by or ("retry-failed", f"group {group.id}")
+            source = (group.replaced(position), LinkKind.RETRY, actor, reason)
         return self._create(
-            group.child_id(index),
+            run_id,
             task,
             item.payload_json,
             source=source,
             group_id=group.id,
             group_index=index,
-        )  # None: started already, by another finisher
+        )
+
+    def _repair_lanes(self, group: Group) -> tuple[Group, bool]:
+        """Read the children of the group's lanes: create those not created (a finisher
+        died after starting them), count the terminal ones not counted (a writer died
+        after ending them); returns the group as the counts left it, and whether there
+        was anything to repair."""
+        positions = sorted(group.lanes.values())
+        missing: list[int] = []
+        repaired = False
+        for first in range(0, len(positions), CHILDREN_PAGE):
+            page = positions[first : first + CHILDREN_PAGE]
+            for position, child in zip(
+                page, self._store.groups.children_at(group, page), strict=True
+            ):
+                if child is None:
+                    missing.append(position)
+                elif child.is_terminal and (lane := group.lane_of(position)) is not None:
+                    group = self._count(group, lane, position, child.status)
+                    repaired = True
+        self._create_children(group, missing)
+        return group, repaired or bool(missing)
 
     def _registered(self, name: str, what: str) -> Task:
         task = self._tasks.get(name)
@@ -267,13 +318,6 @@ class Groups:
         except ConflictError:
             return None
         return run
-
-    def after_child(self, run: Run) -> None:
-        """A child finished (and was counted): start the next one, or join."""
-        assert run.group_id is not None
-        group = self._store.groups.get_group(run.group_id)
-        if group is not None and group.joined_at is None:
-            self.start_next(group)
 
     def join(self, group: Group) -> None:
         """Resume the parent or trigger the callback (each lands once), ask the children
@@ -367,60 +411,23 @@ class Groups:
             and child.status in (RunStatus.FAILED, RunStatus.CANCELLED)
         ]
         reopened = core.redrive(group, unsuccessful).with_changes(
-            review_at=self._clock.now() + self._config.republish.after
+            review_at=self._clock.now() + self._config.republish.after,
+            redrive_by=(actor, reason),
         )
         taken_failed = group.failed - reopened.failed
         taken_cancelled = group.cancelled - reopened.cancelled
         if not self._store.groups.reopen(reopened, group.generation, taken_failed, taken_cancelled):
             raise ConflictError(group.id, None)
-        replaced = {index: group.child_id(index) for index, _ in unsuccessful}
-        rerun = self._rerun(reopened, actor, reason, replaced)
         log.info(
             "group %s: rerunning %d child(ren) by %s (generation %d)",
             group.id,
-            len(rerun),
+            len(unsuccessful),
             actor,
             reopened.generation,
             extra={"group_id": group.id, "run_id": group.parent_run_id},
         )
         stored = self._store.groups.get_group(group.id)
         return self.advance(stored) if stored is not None else reopened
-
-    def _create_missing(self, group: Group) -> None:
-        """Create the children of claimed items that do not exist (a finisher died
-        between its claim and the child's creation), reading the group's children by
-        their ids a page at a time."""
-        created: list[Run] = []
-        items: dict[int, list[Item]] = {}
-        for start in range(0, group.started, CHILDREN_PAGE):
-            children = self._store.groups.children(group, start, CHILDREN_PAGE)
-            for offset, child in enumerate(children):
-                if child is None:
-                    made = self._create_child(group, start + offset, items)
-                    if made is not None:
-                        created.append(made)
-        if created:
-            self._publisher.publish_new(created)
-
-    def _rerun(
-        self, group: Group, actor: str, reason: str, replaced: dict[int, str] | None = None
-    ) -> list[Run]:
-        """Create the children of the items rerun in the group's generation (those that
-        exist already are left as they are), each linked to the child it replaces, and
-        publish their wakeups."""
-        created: list[Run] = []
-        items: dict[int, list[Item]] = {}
-        for index, generation in group.redriven:
-            if generation != group.generation:
-                continue
-            before = (replaced or {}).get(index, core.child_run_id(group.id, index))
-            source = (before, LinkKind.RETRY, actor, reason)
-            child = self._create_child(group, index, items, source)
-            if child is not None:
-                created.append(child)
-        if created:
-            self._publisher.publish_new(created)
-        return created
 
     def _redrive_parent(self, group: Group, parent_id: str) -> None:
         """After a redrive's join, run a parent that failed again (once per generation):
@@ -450,42 +457,47 @@ class Groups:
             self._publisher.publish_new([run])
 
     def _cancel_unfinished(self, group: Group) -> None:
-        """Ask the started children that have not finished to cancel (cooperative)."""
-        for start in range(0, group.started, CHILDREN_PAGE):
-            for child in self._store.groups.children(group, start, CHILDREN_PAGE):
+        """Ask the children still running in the group's lanes to cancel (cooperative);
+        one not started yet is cancelled at once, and counted."""
+        positions = sorted(group.lanes.values())
+        for first in range(0, len(positions), CHILDREN_PAGE):
+            page = positions[first : first + CHILDREN_PAGE]
+            for position, child in zip(
+                page, self._store.groups.children_at(group, page), strict=True
+            ):
                 if child is None or child.is_terminal:
                     continue
-                self._cancel(child)
+                cancelled = self._cancel(child)
+                lane = group.lane_of(position)
+                if cancelled is not None and cancelled.is_terminal and lane is not None:
+                    group = self._count(group, lane, position, cancelled.status)
 
-    def _cancel(self, child: Run) -> None:
+    def _cancel(self, child: Run) -> Run | None:
         try:
             decision = machine.request_cancel(
                 child, now=self._clock.now(), actor="group", reason="the group failed"
             )
-            self._store.apply(decision)
+            return self._store.apply(decision)
         except (ConflictError, IllegalTransition):
-            return  # it moved on meanwhile (it finished, or is asked already)
+            return None  # it moved on meanwhile (it finished, or is asked already)
 
     # maintenance -------------------------------------------------------------------
 
     def review(self, group: Group, now: datetime) -> bool:
-        """Maintenance's look at a listed group: start what an interrupted finisher did
-        not, join what it completed; list it again later if it has not joined. Returns
-        whether it did anything."""
-        before = (group.started, group.joined_at)
-        if group.generation and not group.complete:  # a redrive cut short: its reruns
-            self._rerun(group, "maintenance", "a redrive's rerun was not created")
+        """Maintenance's look at a listed group: repair its lanes (children started but
+        not created, ended but not counted), fill its window, join it if it is complete;
+        list it again later if it has not joined. Returns whether it did anything."""
+        before = (group.started, group.finished, group.joined_at)
         if group.parent_run_id is not None and not group.complete:
             parent = self._store.get_run(group.parent_run_id)
             if parent is None or parent.is_terminal:  # cancelled while it opened the group
                 self.stop(group.id)
                 return True
-        if group.reviewed == group.finished and not group.complete:
-            self._create_missing(group)  # no child finished since the last look
-        after = self.advance(group)
+        repaired, did = self._repair_lanes(group)
+        after = self.advance(repaired)
         if after.joined_at is None and not after.complete:
-            self._store.groups.relist(group.id, now + self._config.republish.after, after.finished)
-        return (after.started, after.joined_at) != before or after.complete
+            self._store.groups.relist(group.id, now + self._config.republish.after)
+        return did or (after.started, after.finished, after.joined_at) != before or after.complete
 
 
 def _task_name(task: NamedTask | str) -> str:

@@ -1,7 +1,8 @@
 """The group store port: group records, their items, and their place on the agenda.
 
-A child is counted in its group by the run store's write that makes it terminal
-(:meth:`~runlane_sqs.ports.store.RunStore.apply`), in the same atomic write.
+A child is counted by :meth:`GroupStore.count` after the run store's write that made it
+terminal: one conditional write that empties the child's lane (so it lands once) and
+may start the next position in it (:mod:`runlane_sqs.core.groups`).
 
 Adapters: :mod:`runlane_sqs.adapters.dynamodb.groups` and
 :mod:`runlane_sqs.adapters.memory.groups`.
@@ -9,12 +10,23 @@ Adapters: :mod:`runlane_sqs.adapters.dynamodb.groups` and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
 from runlane_sqs.core.groups import Group, Item
-from runlane_sqs.core.model import Run
+from runlane_sqs.core.model import Run, RunStatus
+
+
+@dataclass(frozen=True, slots=True)
+class Counted:
+    """What :meth:`GroupStore.count` did."""
+
+    landed: bool
+    """False: the write was refused (see ``group``, as stored)."""
+    group: Group | None
+    """The group after the write, or as stored when it was refused (``None``: gone)."""
 
 
 class GroupStore(Protocol):
@@ -22,9 +34,9 @@ class GroupStore(Protocol):
 
     def open_group(
         self, group: Group, chunks: Sequence[Sequence[Item]], fence: tuple[str, str] | None
-    ) -> Group:
-        """Store a new group with its items in one atomic write and return it; the group
-        already stored under its id if there is one (an earlier attempt opened it).
+    ) -> tuple[Group, bool]:
+        """Store a new group with its items in one atomic write; returns the group as
+        stored and whether this call wrote it (False: an earlier attempt opened it).
         ``fence`` is the parent's run id and lease token: the write lands only while the
         parent's attempt holds its lease, else :class:`~runlane_sqs.core.errors.LeaseLost`."""
         ...
@@ -35,10 +47,21 @@ class GroupStore(Protocol):
         """The items of one chunk of a group, in index order."""
         ...
 
-    def mark_started(self, group_id: str, seen: int, count: int = 1) -> tuple[bool, Group | None]:
-        """Count ``count`` more children started if ``seen`` children were started so
-        far; returns whether it counted and the group as stored after the write (or as
-        refused)."""
+    def mark_started(
+        self, group_id: str, seen: int, lanes: Mapping[int, int]
+    ) -> tuple[bool, Group | None]:
+        """Start the positions ``lanes`` gives each free lane (``Group.room``) if
+        ``seen`` positions were started so far and the group still runs; returns whether
+        it did and the group as stored after the write (or as refused)."""
+        ...
+
+    def count(
+        self, group_id: str, lane: int, position: int, status: RunStatus, *, start: bool
+    ) -> Counted:
+        """Count the terminal child at ``position`` once: lands only while ``lane`` holds
+        that position. With ``start``, the same write gives the lane the next position if
+        there is one and the group still runs (refused otherwise: send it again without).
+        Counting lands also after the join (the counts stay true)."""
         ...
 
     def mark_joined(self, group_id: str, at: datetime) -> bool:
@@ -53,20 +76,14 @@ class GroupStore(Protocol):
 
     def reopen(self, reopened: Group, seen_generation: int, failed: int, cancelled: int) -> bool:
         """Write a redrive (:func:`~runlane_sqs.core.groups.redrive`): the new generation
-        and the items rerun, ``failed`` and ``cancelled`` taken back from the counts
+        and the reruns' positions, ``failed`` and ``cancelled`` taken back from the counts
         (subtracted, so counts that moved meanwhile are kept), the join undone and the
         group listed at ``reopened.review_at``; only if the group is still joined at
         ``seen_generation`` (False if refused)."""
         ...
 
-    def claim_next(self, group_id: str, limit: int) -> int | None:
-        """Count one more child started if fewer than ``limit`` are; returns the index of
-        the item this call claimed (each caller gets its own), ``None`` if refused."""
-        ...
-
-    def relist(self, group_id: str, at: datetime, finished: int) -> None:
-        """List an unjoined group on the agenda at ``at`` (maintenance looks again then),
-        noting that ``finished`` of its children had finished."""
+    def relist(self, group_id: str, at: datetime) -> None:
+        """List an unjoined group on the agenda at ``at`` (maintenance looks again then)."""
         ...
 
     def group_agenda_page(
@@ -76,5 +93,10 @@ class GroupStore(Protocol):
         ...
 
     def children(self, group: Group, start: int, limit: int) -> list[Run | None]:
-        """The child runs of items ``start .. start + limit - 1`` (``None``: not started)."""
+        """The current child runs of items ``start .. start + limit - 1`` (``None``: not
+        started), at most 100."""
+        ...
+
+    def children_at(self, group: Group, positions: Sequence[int]) -> list[Run | None]:
+        """The child runs of ``positions`` (``None``: not created), at most 100."""
         ...

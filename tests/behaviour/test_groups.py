@@ -477,15 +477,43 @@ def test_maintenance_creates_a_child_whose_finisher_died_after_claiming_it(
         return create(*args, **kwargs)
 
     groups._create_child = dying  # type: ignore[method-assign]
-    drain_all(app)  # child 0 runs; its finisher claims item 1 and dies
+    drain_all(app)  # child 0 runs; its finisher starts item 1 in its lane and dies
     stuck = app.runs.group(group.id)
     assert (stuck.started, stuck.finished, handlers.callbacks) == (2, 1, [])
     assert app.store.get_run(child_run_id(group.id, 1)) is None
-    for _ in range(2):  # the first look notes the progress, the second finds none
-        backend.clock.advance(app.config.republish.after * 2)
-        app.maintenance.run_pass()
+    backend.clock.advance(app.config.republish.after * 2)
+    assert app.maintenance.run_pass().job("groups").acted == 1
     drain_all(app)
     assert [c[1:] for c in handlers.callbacks] == [("succeeded", [0, 1])]
+
+
+def test_a_count_whose_response_is_lost_lands_once_and_its_next_child_is_created(
+    app: Runlane, backend: Backend, handlers: Handlers
+) -> None:
+    group = app.group(
+        [("square", {"n": n}) for n in range(3)], then=("notify", None), max_in_flight=1
+    )
+    groups = app.store.groups
+    count = groups.count
+    lost = [True]
+
+    def losing(*args: Any, **kwargs: Any) -> Any:
+        counted = count(*args, **kwargs)
+        if lost.pop() if lost else False:
+            raise StorageUnavailable("the count landed; its response did not arrive")
+        return counted
+
+    groups.count = losing  # type: ignore[method-assign]
+    drain_all(app)  # child 0 is counted and item 1 started, but nobody heard of it
+    assert app.store.get_run(child_run_id(group.id, 1)) is None
+    app.after_finished(app.runs.get(child_run_id(group.id, 0)))  # the finish, replayed
+    assert app.runs.group(group.id).succeeded == 1  # counted once
+    backend.clock.advance(app.config.republish.after * 2)
+    assert app.maintenance.run_pass().job("groups").acted == 1
+    drain_all(app)
+    assert [c[1:] for c in handlers.callbacks] == [("succeeded", [0, 1, 4])]
+    stored = app.runs.group(group.id)
+    assert (stored.succeeded, stored.started, dict(stored.lanes)) == (3, 3, {})
 
 
 def test_children_and_callbacks_get_the_concurrency_key_a_trigger_would_give_them(

@@ -22,7 +22,7 @@ def bench_backend(backend_env: dict[str, str]) -> Backend:
     return Backend("test", backend_env, "the test backend", authoritative_capacity=False)
 
 
-def test_a_map_costs_one_transaction_and_one_group_read_per_child_and_resumes_once(
+def test_a_map_costs_one_count_and_one_group_read_per_child_and_resumes_once(
     bench_backend: Backend,
 ) -> None:
     assert CHILDREN <= MAX_IN_FLIGHT  # every child starts when the group opens
@@ -32,14 +32,22 @@ def test_a_map_costs_one_transaction_and_one_group_read_per_child_and_resumes_on
     ).to_json()
 
     requests = result["requests"]
-    # the children and the parent are triggered once each; each child ends in a
-    # transaction that counts it, and the group is opened by one more
+    # the children and the parent are triggered once each; each child is claimed and
+    # ended as a plain run is, then counted by one more UpdateItem (none refused: the
+    # window holds every child); the group is opened by the one transaction
     assert requests["dynamodb.PutItem"] == CHILDREN + 1
-    assert requests["dynamodb.TransactWriteItems"] == CHILDREN + 1
+    assert requests["dynamodb.TransactWriteItems"] == 1
+    assert result["refused"] == {}
+    rest = requests["dynamodb.UpdateItem"] - 3 * CHILDREN
+    assert rest == 6  # the parent claimed, released, resumed, claimed, succeeded; the join
     # each finisher reads its group; the opening reads the item chunk, the join the parent
     assert requests["dynamodb.GetItem"] >= CHILDREN + 2
     assert result["plain_requests_per_run"]["dynamodb.UpdateItem"] == 2
     assert result["extra_requests_per_child"]["dynamodb.PutItem"] == pytest.approx(0)
+    # one more child costs one more write than a plain run (its count); the parent's own
+    # extra is fixed: its release, resume and second attempt, the opening, the join
+    assert result["marginal_extra_per_child"]["dynamodb_writes"] == pytest.approx(1.0)
+    assert result["parent_extra_per_map"]["dynamodb_writes"] == pytest.approx(5.0)
     assert result["parent_resumes"] == 1
     assert len(result["join_samples_ms"]) == 1
     assert result["resume_start_ms"] >= result["join_ms"] >= 0  # stored order, not speed

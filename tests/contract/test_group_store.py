@@ -1,27 +1,28 @@
 """The group store's contract, on the in-memory store and on DynamoDB over HTTP: a
-group opens once (fenced on its parent's lease), ``started`` moves only from the value
-read, the join and the stop are recorded once, the agenda lists unjoined groups with
-cursors, and a child is counted by the write that makes it terminal, once."""
+group opens once (fenced on its parent's lease), lanes are filled only from the
+``started`` read and only while the group runs, a child is counted once (however often
+its count is sent) and its lane starts the next position, each lane its own, the join
+and the stop are recorded once, and the agenda lists unjoined groups with cursors."""
 
 from __future__ import annotations
 
-import contextlib
 from datetime import timedelta
 
 import pytest
 
-from runlane_sqs import ConflictError, LeaseLost
+from runlane_sqs import LeaseLost
 from runlane_sqs.core import machine
 from runlane_sqs.core.errors import InvalidCursor
-from runlane_sqs.core.groups import Group, Item, child_run_id, chunk
+from runlane_sqs.core.groups import Group, GroupStatus, Item, child_run_id, chunk, redrive
 from runlane_sqs.core.indexes import AgendaKind, agenda_partitions
-from runlane_sqs.core.model import new_lease_token, new_run_id
+from runlane_sqs.core.model import RunStatus, new_lease_token, new_run_id
 from tests.contract.store_backends import LEASE, QUEUE, Backend
 
 TASK = "contract.task"
 
 
 def _group(backend: Backend, total: int = 3, **changes: object) -> tuple[Group, list[list[Item]]]:
+    """A group of ``total`` items in two lanes, none started (unless ``changes`` say)."""
     items = [Item(TASK, f'{{"n":{n}}}') for n in range(total)]
     bounds, chunks = chunk(items)
     group = Group(
@@ -35,6 +36,14 @@ def _group(backend: Backend, total: int = 3, **changes: object) -> tuple[Group, 
         review_at=backend.clock.now() + timedelta(minutes=5),
     ).with_changes(**changes)
     return group, chunks
+
+
+def _running(backend: Backend, total: int = 3, **changes: object) -> Group:
+    """A group opened with its first two positions running in lanes 0 and 1."""
+    group, chunks = _group(backend, total, started=2, lanes={0: 0, 1: 1}, **changes)
+    stored, written = backend.store.groups.open_group(group, chunks, None)
+    assert written
+    return stored
 
 
 def _leased_parent(backend: Backend) -> tuple[str, str]:
@@ -57,11 +66,19 @@ def _leased_parent(backend: Backend) -> tuple[str, str]:
 
 
 def test_a_group_opens_once_with_its_items(backend: Backend) -> None:
-    group, chunks = _group(backend)
-    stored = backend.store.groups.open_group(group, chunks, None)
-    assert (stored.id, stored.total, stored.started) == (group.id, 3, 0)
+    group, chunks = _group(backend, started=2, lanes={0: 0, 1: 1})
+    stored, written = backend.store.groups.open_group(group, chunks, None)
+    assert written
+    assert (stored.id, stored.total, stored.started, dict(stored.lanes)) == (
+        group.id,
+        3,
+        2,
+        {0: 0, 1: 1},
+    )
+    assert backend.store.groups.get_group(group.id) == stored
     again, _ = _group(backend, total=7)
-    assert backend.store.groups.open_group(again.with_changes(id=group.id), chunks, None).total == 3
+    stored, written = backend.store.groups.open_group(again.with_changes(id=group.id), chunks, None)
+    assert not written and stored.total == 3
     assert backend.store.groups.get_items(group.id, 0) == [
         Item(TASK, '{"n":0}'),
         Item(TASK, '{"n":1}'),
@@ -76,20 +93,93 @@ def test_opening_is_fenced_on_the_parent_s_lease(backend: Backend) -> None:
     with pytest.raises(LeaseLost):
         backend.store.groups.open_group(group, chunks, (parent, "not-the-token"))
     assert backend.store.groups.get_group(group.id) is None
-    assert backend.store.groups.open_group(group, chunks, (parent, token)).id == group.id
+    assert backend.store.groups.open_group(group, chunks, (parent, token))[0].id == group.id
 
 
-def test_started_moves_only_from_the_value_read(backend: Backend) -> None:
+def test_lanes_are_filled_only_from_the_value_read_and_while_the_group_runs(
+    backend: Backend,
+) -> None:
     group, chunks = _group(backend)
     backend.store.groups.open_group(group, chunks, None)
-    moved, stored = backend.store.groups.mark_started(group.id, 0)
-    assert moved and stored is not None and stored.started == 1
-    moved, stored = backend.store.groups.mark_started(group.id, 0)
-    assert not moved and stored is not None and stored.started == 1
-    moved, stored = backend.store.groups.mark_started(group.id, 1, 2)
-    assert moved and stored is not None and stored.started == 3
-    assert backend.store.groups.claim_next(group.id, 3) is None  # the limit is reached
-    assert [backend.store.groups.claim_next(group.id, 5) for _ in range(3)] == [3, 4, None]
+    moved, stored = backend.store.groups.mark_started(group.id, 0, {0: 0})
+    assert moved and stored is not None and (stored.started, dict(stored.lanes)) == (1, {0: 0})
+    moved, stored = backend.store.groups.mark_started(group.id, 0, {1: 0})
+    assert not moved and stored is not None and dict(stored.lanes) == {0: 0}
+    moved, stored = backend.store.groups.mark_started(group.id, 1, {1: 1})
+    assert moved and stored is not None and dict(stored.lanes) == {0: 0, 1: 1}
+    backend.store.groups.mark_stopped(group.id, backend.clock.now())
+    moved, stored = backend.store.groups.mark_started(group.id, 2, {2: 2})
+    assert not moved and stored is not None and stored.started == 2
+
+
+def test_a_count_lands_once_and_its_lane_starts_the_next_position(backend: Backend) -> None:
+    group = _running(backend, total=4)
+    counts = backend.store.groups
+    first = counts.count(group.id, 1, 1, RunStatus.SUCCEEDED, start=True)
+    assert first.landed and first.group is not None
+    assert (first.group.succeeded, first.group.started, dict(first.group.lanes)) == (
+        1,
+        3,
+        {0: 0, 1: 2},
+    )
+    # the same count again (a lost response, a redelivered wakeup, maintenance): refused
+    for start in (True, False):
+        again = counts.count(group.id, 1, 1, RunStatus.SUCCEEDED, start=start)
+        assert not again.landed and again.group == first.group
+    # two lanes at once: each starts its own position
+    zero = counts.count(group.id, 0, 0, RunStatus.SUCCEEDED, start=True)
+    assert zero.landed and zero.group is not None and dict(zero.group.lanes) == {0: 3, 1: 2}
+    # nothing left to start: refused with start, lands without
+    assert not counts.count(group.id, 1, 2, RunStatus.SUCCEEDED, start=True).landed
+    last = counts.count(group.id, 1, 2, RunStatus.SUCCEEDED, start=False)
+    assert last.landed and last.group is not None and dict(last.group.lanes) == {0: 3}
+    done = counts.count(group.id, 0, 3, RunStatus.SUCCEEDED, start=False)
+    assert done.landed and done.group is not None
+    assert (done.group.succeeded, dict(done.group.lanes), done.group.complete) == (4, {}, True)
+    assert counts.get_group(group.id) == done.group
+
+
+def test_a_failure_past_the_tolerance_starts_nothing_and_is_counted(backend: Backend) -> None:
+    group = _running(backend, total=5, tolerate=1)
+    counts = backend.store.groups
+    tolerated = counts.count(group.id, 0, 0, RunStatus.FAILED, start=True)
+    assert tolerated.landed and tolerated.group is not None
+    after = tolerated.group
+    assert (after.failed, after.lanes[0], after.allowance) == (1, 2, 0)
+    assert not counts.count(group.id, 1, 1, RunStatus.CANCELLED, start=True).landed
+    failing = counts.count(group.id, 1, 1, RunStatus.CANCELLED, start=False)
+    assert failing.landed and failing.group is not None
+    assert failing.group.status is GroupStatus.FAILED and failing.group.started == 3
+    assert not counts.count(group.id, 0, 2, RunStatus.SUCCEEDED, start=True).landed
+    moved, _ = counts.mark_started(group.id, 3, {1: 3})
+    assert not moved
+    # a child still running when the group joined is counted when it ends
+    assert counts.mark_joined(group.id, backend.clock.now())
+    late = counts.count(group.id, 0, 2, RunStatus.SUCCEEDED, start=False)
+    assert late.landed and late.group is not None and late.group.succeeded == 1
+
+
+def test_a_redrive_adds_positions_and_takes_the_failures_back(backend: Backend) -> None:
+    group = _running(backend, total=2)
+    counts = backend.store.groups
+    counts.count(group.id, 0, 0, RunStatus.FAILED, start=False)
+    failed = counts.count(group.id, 1, 1, RunStatus.SUCCEEDED, start=False).group
+    assert failed is not None and failed.status is GroupStatus.FAILED
+    assert counts.mark_joined(group.id, backend.clock.now())
+    joined = counts.get_group(group.id)
+    assert joined is not None
+    reopened = redrive(joined, [(0, RunStatus.FAILED)]).with_changes(redrive_by=("ana", "fixed"))
+    assert counts.reopen(reopened, 0, 1, 0)
+    assert not counts.reopen(reopened, 0, 1, 0)  # once per generation
+    stored = counts.get_group(group.id)
+    assert stored is not None
+    assert (stored.positions, stored.allowance, stored.failed, stored.joined_at) == (3, 0, 0, None)
+    assert stored.redrive_by == ("ana", "fixed") and stored.room() == {0: 2}
+    moved, filled = counts.mark_started(group.id, 2, stored.room())
+    assert moved and filled is not None and dict(filled.lanes) == {0: 2}
+    assert filled.at(2) == (0, filled.child_id(0)) and filled.replaced(2) == child_run_id(
+        group.id, 0
+    )
 
 
 def test_the_join_and_the_stop_are_recorded_once(backend: Backend) -> None:
@@ -107,10 +197,10 @@ def test_the_agenda_lists_unjoined_groups_a_page_at_a_time(backend: Backend) -> 
     opened = []
     for _ in range(6):
         group, chunks = _group(backend)
-        opened.append(backend.store.groups.open_group(group, chunks, None).id)
+        opened.append(backend.store.groups.open_group(group, chunks, None)[0].id)
     backend.store.groups.mark_joined(opened[0], backend.clock.now())
     later = backend.clock.now() + timedelta(minutes=10)
-    backend.store.groups.relist(opened[1], later + timedelta(hours=1), 0)
+    backend.store.groups.relist(opened[1], later + timedelta(hours=1))
     found: list[str] = []
     for partition in agenda_partitions(backend.environment, AgendaKind.GROUP.value):
         cursor = None
@@ -125,32 +215,18 @@ def test_the_agenda_lists_unjoined_groups_a_page_at_a_time(backend: Backend) -> 
         backend.store.groups.group_agenda_page(partition, later, 1, "not-a-cursor")
 
 
-def test_a_child_is_counted_by_the_write_that_ends_it_once(backend: Backend) -> None:
-    group, chunks = _group(backend, total=1)
-    backend.store.groups.open_group(group, chunks, None)
+def test_children_are_read_by_item_and_by_position(backend: Backend) -> None:
+    group = _running(backend, total=3)
     child, event = machine.new_run(
-        run_id=child_run_id(group.id, 0),
+        run_id=child_run_id(group.id, 1),
         environment=backend.environment,
         task=TASK,
         queue=QUEUE,
-        payload={"n": 0},
+        payload={"n": 1},
         now=backend.clock.now(),
     )
-    child = child.with_changes(group_id=group.id, group_index=0)
-    backend.store.create_run(child, event, '{"n":0}')
-    token = new_lease_token()
-    claim = machine.claim_lease(
-        child, now=backend.clock.now(), owner="w", token=token, duration=LEASE, timeout=None
-    )
-    assert not isinstance(claim, machine.Skip)
-    claimed = backend.store.apply(claim)
-    success = machine.record_success(claimed, token=token, result=4, now=backend.clock.now())
-    done = backend.store.apply(success)
-    assert done.is_terminal
-    with contextlib.suppress(ConflictError):  # a resend (DynamoDB knows its own landed
-        assert backend.store.apply(success).seq == done.seq  # write) or a replay: no change
-    stored = backend.store.groups.get_group(group.id)
-    assert stored is not None
-    assert (stored.succeeded, stored.failed, stored.cancelled) == (1, 0, 0)
-    assert stored.complete
-    assert [r.result if r else None for r in backend.store.groups.children(stored, 0, 5)] == [4]
+    backend.store.create_run(child.with_changes(group_id=group.id, group_index=1), event, "{}")
+    by_item = backend.store.groups.children(group, 0, 5)
+    assert [c.id if c else None for c in by_item] == [None, child.id, None]
+    by_position = backend.store.groups.children_at(group, [1, 0])
+    assert [c.id if c else None for c in by_position] == [child.id, None]

@@ -1,11 +1,15 @@
-"""The DynamoDB group store: a group's record and its item chunks share a partition;
-a child is counted by an ``ADD`` to the record in the transaction that makes it
-terminal (:func:`count_update`, sent by the run store's ``apply``)."""
+"""The DynamoDB group store: a group's record and its item chunks share a partition.
+
+A child is counted by one ``UpdateItem`` of the record, conditional on its lane still
+holding its position (``lanes.#lane = :position``), which empties the lane or gives it
+the next position: ``SET lanes.#lane = started, started = started + 1`` reads
+``started`` as it was before the write, so concurrent finishers each start their own
+position with no read and no retry."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -19,10 +23,10 @@ from runlane_sqs.adapters.dynamodb.items import GroupChunkItem, GroupItem
 from runlane_sqs.adapters.dynamodb.requests import Request, query_agenda
 from runlane_sqs.core.clock import from_epoch_ms, to_epoch_ms
 from runlane_sqs.core.errors import LeaseLost
-from runlane_sqs.core.groups import Group, Item, Then, counted
+from runlane_sqs.core.groups import COUNTED, Group, Item, Then
 from runlane_sqs.core.indexes import AgendaKind, agenda_pk
-from runlane_sqs.core.machine import Transition
-from runlane_sqs.core.model import Run
+from runlane_sqs.core.model import Run, RunStatus
+from runlane_sqs.ports.groups import Counted
 
 BatchGet = Callable[[list[dict[str, Any]]], list[Run]]
 """Reads runs by their keys, in order (the run store's ``BatchGetItem``)."""
@@ -44,21 +48,24 @@ def group_to_wire(group: Group) -> AttributeMap:
         then_payload=group.then.payload_json if group.then else None,
         next_tasks=compact_json(list(group.next_tasks)) if group.next_tasks else None,
         started=group.started,
+        positions=group.positions,
+        allowance=group.allowance,
         generation=group.generation or None,
         redriven=compact_json([list(pair) for pair in group.redriven]) if group.redriven else None,
+        redrive_by=compact_json(list(group.redrive_by)) if group.redrive_by else None,
         succeeded=group.succeeded or None,
         failed=group.failed or None,
         cancelled=group.cancelled or None,
         created_at=to_epoch_ms(group.created_at),
         joined_at=to_epoch_ms(group.joined_at) if group.joined_at else None,
         stopped_at=to_epoch_ms(group.stopped_at) if group.stopped_at else None,
-        reviewed=group.reviewed,
         agenda_pk=agenda_pk(group.environment, AgendaKind.GROUP.value, group.id)
         if listed
         else None,
         agenda_at=to_epoch_ms(listed) if listed else None,
     )
     wire: AttributeMap = item.serialize()
+    wire["lanes"] = {"M": {str(lane): {"N": str(at)} for lane, at in group.lanes.items()}}
     return wire
 
 
@@ -79,14 +86,15 @@ def group_from_wire(wire: AttributeMap) -> Group:
         then=then,
         next_tasks=tuple(json.loads(item.next_tasks)) if item.next_tasks else (),
         started=int(item.started),
+        lanes={int(lane): int(at["N"]) for lane, at in wire.get("lanes", {}).get("M", {}).items()},
         generation=int(item.generation or 0),
         redriven=tuple((int(i), int(g)) for i, g in json.loads(item.redriven or "[]")),
+        redrive_by=tuple(json.loads(item.redrive_by)) if item.redrive_by else None,
         succeeded=int(item.succeeded or 0),
         failed=int(item.failed or 0),
         cancelled=int(item.cancelled or 0),
         joined_at=from_epoch_ms(int(item.joined_at)) if item.joined_at is not None else None,
         stopped_at=from_epoch_ms(int(item.stopped_at)) if item.stopped_at is not None else None,
-        reviewed=int(item.reviewed) if item.reviewed is not None else None,
         review_at=from_epoch_ms(int(item.agenda_at)) if item.agenda_at is not None else None,
     )
 
@@ -102,24 +110,17 @@ def chunk_to_wire(
     return wire
 
 
-def count_update(table: str, transition: Transition) -> Request | None:
-    """The transaction item counting a child that this write makes terminal (``None``
-    for every other write). Unconditional: nothing may keep a child from finishing (a
-    group record that is gone leaves a bare counter, which reads as no group)."""
-    name = counted(transition.before, transition.after)
-    if name is None:
-        return None
-    after = transition.after
-    assert after.group_id is not None
-    return {
-        "Update": {
-            "TableName": table,
-            "Key": keys.group_key(after.environment, after.group_id),
-            "UpdateExpression": "ADD #count :one",
-            "ExpressionAttributeNames": {"#count": name},
-            "ExpressionAttributeValues": {":one": {"N": "1"}},
-        }
-    }
+def still_runs(failing: bool = False) -> str:
+    """The condition of starting a position: the group has not joined, was not stopped
+    and has not failed (nor fails by the failure counted in the same write)."""
+    least = ">" if failing else ">="
+    return (
+        "attribute_not_exists(#joined) AND attribute_not_exists(#stopped) "
+        f"AND #allowance {least} :zero"
+    )
+
+
+RUNS_NAMES = {"#joined": "joined_at", "#stopped": "stopped_at", "#allowance": "allowance"}
 
 
 class DynamoGroupStore:
@@ -136,7 +137,7 @@ class DynamoGroupStore:
 
     def open_group(
         self, group: Group, chunks: Sequence[Sequence[Item]], fence: tuple[str, str] | None
-    ) -> Group:
+    ) -> tuple[Group, bool]:
         items: list[Request] = []
         if fence is not None:
             run_id, token = fence
@@ -182,8 +183,8 @@ class DynamoGroupStore:
             stored = self.get_group(group.id)
             if stored is None:
                 raise
-            return stored
-        return group
+            return stored, False
+        return group, True
 
     def get_group(self, group_id: str) -> Group | None:
         response = self._send(
@@ -213,20 +214,30 @@ class DynamoGroupStore:
             Item(task, compact_json(payload)) for task, payload in json.loads(wire["items"]["S"])
         ]
 
-    def mark_started(self, group_id: str, seen: int, count: int = 1) -> tuple[bool, Group | None]:
+    def mark_started(
+        self, group_id: str, seen: int, lanes: Mapping[int, int]
+    ) -> tuple[bool, Group | None]:
+        names = {"#started": "started", "#lanes": "lanes"} | RUNS_NAMES
+        values: Request = {
+            ":seen": {"N": str(seen)},
+            ":next": {"N": str(seen + len(lanes))},
+            ":zero": {"N": "0"},
+        }
+        sets = ["#started = :next"]
+        for n, (lane, position) in enumerate(sorted(lanes.items())):
+            names[f"#l{n}"] = str(lane)
+            values[f":p{n}"] = {"N": str(position)}
+            sets.append(f"#lanes.#l{n} = :p{n}")
         sent = send_conditional(
             self._send,
             "update_item",
             {
                 "TableName": self.table,
                 "Key": keys.group_key(self.environment, group_id),
-                "UpdateExpression": "SET #started = :next",
-                "ConditionExpression": "#started = :seen",
-                "ExpressionAttributeNames": {"#started": "started"},
-                "ExpressionAttributeValues": {
-                    ":seen": {"N": str(seen)},
-                    ":next": {"N": str(seen + count)},
-                },
+                "UpdateExpression": "SET " + ", ".join(sets),
+                "ConditionExpression": f"#started = :seen AND {still_runs()}",
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": values,
                 "ReturnValues": "ALL_NEW",
                 "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
             },
@@ -234,6 +245,43 @@ class DynamoGroupStore:
         if isinstance(sent, Refused):
             return False, group_from_wire(sent.item) if sent.item else None
         return True, group_from_wire(sent["Attributes"])
+
+    def count(
+        self, group_id: str, lane: int, position: int, status: RunStatus, *, start: bool
+    ) -> Counted:
+        names = {"#lanes": "lanes", "#lane": str(lane), "#count": COUNTED[status]}
+        values: Request = {":position": {"N": str(position)}, ":one": {"N": "1"}}
+        adds = "ADD #count :one"
+        unsuccessful = status is not RunStatus.SUCCEEDED
+        if unsuccessful:
+            names["#allowance"] = "allowance"
+            values[":less"] = {"N": "-1"}
+            adds += ", #allowance :less"
+        condition = "#lanes.#lane = :position"
+        if start:
+            names |= {"#started": "started", "#positions": "positions"} | RUNS_NAMES
+            values[":zero"] = {"N": "0"}
+            update = f"SET #lanes.#lane = #started, #started = #started + :one {adds}"
+            condition += f" AND #started < #positions AND {still_runs(unsuccessful)}"
+        else:
+            update = f"REMOVE #lanes.#lane {adds}"
+        sent = send_conditional(
+            self._send,
+            "update_item",
+            {
+                "TableName": self.table,
+                "Key": keys.group_key(self.environment, group_id),
+                "UpdateExpression": update,
+                "ConditionExpression": condition,
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": values,
+                "ReturnValues": "ALL_NEW",
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            },
+        )
+        if isinstance(sent, Refused):
+            return Counted(False, group_from_wire(sent.item) if sent.item else None)
+        return Counted(True, group_from_wire(sent["Attributes"]))
 
     def mark_joined(self, group_id: str, at: datetime) -> bool:
         sent = self._update_unjoined(
@@ -258,9 +306,12 @@ class DynamoGroupStore:
         values: Request = {
             ":gen": {"N": str(reopened.generation)},
             ":redriven": {"S": compact_json([list(pair) for pair in reopened.redriven])},
+            ":by": {"S": compact_json(list(reopened.redrive_by or ()))},
             ":zero": {"N": "0"},
             ":failed": {"N": str(failed)},
             ":cancelled": {"N": str(cancelled)},
+            ":taken": {"N": str(failed + cancelled)},
+            ":positions": {"N": str(reopened.positions)},
             ":apk": {"S": agenda_pk(self.environment, AgendaKind.GROUP.value, reopened.id)},
             ":at": {"N": str(to_epoch_ms(reopened.review_at or reopened.created_at))},
         }
@@ -274,10 +325,10 @@ class DynamoGroupStore:
                 "TableName": self.table,
                 "Key": keys.group_key(self.environment, reopened.id),
                 "UpdateExpression": (
-                    "SET #gen = :gen, #redriven = :redriven, #apk = :apk, #aat = :at, "
+                    "SET #gen = :gen, #redriven = :redriven, #by = :by, #apk = :apk, #aat = :at, "
                     "#failed = if_not_exists(#failed, :zero) - :failed, "
-                    "#cancelled = if_not_exists(#cancelled, :zero) - :cancelled "
-                    "REMOVE #joined"
+                    "#cancelled = if_not_exists(#cancelled, :zero) - :cancelled, "
+                    "#positions = :positions ADD #allowance :taken REMOVE #joined"
                 ),
                 "ConditionExpression": (
                     f"attribute_exists(#joined) AND attribute_not_exists(#stopped) AND {seen}"
@@ -285,10 +336,13 @@ class DynamoGroupStore:
                 "ExpressionAttributeNames": {
                     "#gen": "generation",
                     "#redriven": "redriven",
+                    "#by": "redrive_by",
                     "#apk": "agenda_pk",
                     "#aat": "agenda_at",
                     "#failed": "failed",
                     "#cancelled": "cancelled",
+                    "#positions": "positions",
+                    "#allowance": "allowance",
                     "#joined": "joined_at",
                     "#stopped": "stopped_at",
                 },
@@ -297,32 +351,13 @@ class DynamoGroupStore:
         )
         return not isinstance(sent, Refused)
 
-    def claim_next(self, group_id: str, limit: int) -> int | None:
-        sent = send_conditional(
-            self._send,
-            "update_item",
-            {
-                "TableName": self.table,
-                "Key": keys.group_key(self.environment, group_id),
-                "UpdateExpression": "SET #started = #started + :one",
-                "ConditionExpression": "#started < :limit AND attribute_not_exists(#joined)",
-                "ExpressionAttributeNames": {"#started": "started", "#joined": "joined_at"},
-                "ExpressionAttributeValues": {":one": {"N": "1"}, ":limit": {"N": str(limit)}},
-                "ReturnValues": "UPDATED_NEW",
-            },
-        )
-        if isinstance(sent, Refused):
-            return None
-        return int(sent["Attributes"]["started"]["N"]) - 1
-
-    def relist(self, group_id: str, at: datetime, finished: int) -> None:
+    def relist(self, group_id: str, at: datetime) -> None:
         self._update_unjoined(
             group_id,
-            "SET #apk = :apk, #aat = :at, #reviewed = :finished",
+            "SET #apk = :apk, #aat = :at",
             {
                 ":apk": {"S": agenda_pk(self.environment, AgendaKind.GROUP.value, group_id)},
                 ":at": {"N": str(to_epoch_ms(at))},
-                ":finished": {"N": str(finished)},
             },
         )
 
@@ -337,7 +372,6 @@ class DynamoGroupStore:
                 ("#stopped", "stopped_at"),
                 ("#apk", "agenda_pk"),
                 ("#aat", "agenda_at"),
-                ("#reviewed", "reviewed"),
             )
             if name in update
         }
@@ -371,7 +405,12 @@ class DynamoGroupStore:
 
     def children(self, group: Group, start: int, limit: int) -> list[Run | None]:
         indexes = range(max(0, start), min(group.total, start + min(limit, 100)))
-        ids = [group.child_id(i) for i in indexes]
+        return self._runs([group.child_id(i) for i in indexes])
+
+    def children_at(self, group: Group, positions: Sequence[int]) -> list[Run | None]:
+        return self._runs([group.at(position)[1] for position in positions[:100]])
+
+    def _runs(self, ids: list[str]) -> list[Run | None]:
         found = {
             run.id: run for run in self._batch_get([keys.run_key(self.environment, i) for i in ids])
         }

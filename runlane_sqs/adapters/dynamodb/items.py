@@ -268,20 +268,27 @@ class GroupItem(Model):
     next_tasks = UnicodeAttribute(null=True)
     """JSON list of a chain's steps after this group's one child."""
     started = NumberAttribute()
+    lanes = MapAttribute[str, Any](null=True)  # type: ignore[no-untyped-call]
+    """Lane number -> the position running in it (numbers); written on the wire by
+    ``group_to_wire`` (an empty map too: a lane is set inside it)."""
+    positions = NumberAttribute()
+    """``total`` plus the reruns: a lane starts a position only below it."""
+    allowance = NumberAttribute()
+    """``tolerate`` less ``failed`` and ``cancelled``: a lane starts a position only
+    while it is not below 0."""
     generation = NumberAttribute(null=True)
     """How many times ``runs retry-failed`` reran failed children."""
     redriven = UnicodeAttribute(null=True)
-    """JSON ``[[index, generation], ...]`` of the items rerun."""
+    """JSON ``[[index, generation], ...]`` of the reruns, in position order."""
+    redrive_by = UnicodeAttribute(null=True)
+    """JSON ``[actor, reason]`` of the latest redrive."""
     succeeded = NumberAttribute(null=True)
-    """Added to by the write that makes a child terminal (as are ``failed`` and
-    ``cancelled``)."""
+    """Added to by the write that counts a child (as are ``failed`` and ``cancelled``)."""
     failed = NumberAttribute(null=True)
     cancelled = NumberAttribute(null=True)
     created_at = NumberAttribute()
     joined_at = NumberAttribute(null=True)
     stopped_at = NumberAttribute(null=True)
-    reviewed = NumberAttribute(null=True)
-    """Children finished at maintenance's last look."""
     agenda_pk = UnicodeAttribute(null=True)
     agenda_at = NumberAttribute(null=True)
 

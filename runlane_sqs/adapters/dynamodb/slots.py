@@ -26,7 +26,6 @@ from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.codec import run_from_wire
 from runlane_sqs.adapters.dynamodb.cursors import agenda_key, decode_cursor, encode_cursor
 from runlane_sqs.adapters.dynamodb.errors import Query, Refused, Send, error_code, send_conditional
-from runlane_sqs.adapters.dynamodb.groups import count_update
 from runlane_sqs.adapters.dynamodb.ordering import finish_items
 from runlane_sqs.adapters.dynamodb.replays import landed_transition
 from runlane_sqs.adapters.dynamodb.requests import (
@@ -106,14 +105,12 @@ def _free(table: str, environment: str, slot: Slot, entry: str, now_ms: int) -> 
 
 
 def transaction(table: str, transition: Transition) -> Request | None:
-    """The ``TransactWriteItems`` of a transition that takes or frees slots, ends an
-    ordered run or ends a group's child (``None`` for every other transition: it stays
-    one ``UpdateItem``). The run's update comes first, then the slots taken, freed, the
-    line left and the group's count."""
+    """The ``TransactWriteItems`` of a transition that takes or frees slots or ends an
+    ordered run (``None`` for every other transition: it stays one ``UpdateItem``). The
+    run's update comes first, then the slots taken, freed and the line left."""
     taken, freed = slots_taken(transition), slots_freed(transition)
     ordering_key = turn_passed(transition)
-    count = count_update(table, transition)
-    if not taken and not freed and ordering_key is None and count is None:
+    if not taken and not freed and ordering_key is None:
         return None
     run = apply_transition(table, transition)
     run.pop("ReturnValues", None)  # a transaction returns nothing
@@ -133,8 +130,6 @@ def transaction(table: str, transition: Transition) -> Request | None:
         items += [{"Update": _free(table, env, s, entry, now_ms)} for s in freed]
     if ordering_key is not None:
         items += finish_items(table, after, ordering_key)
-    if count is not None:
-        items.append(count)
     return {"TransactItems": items}
 
 

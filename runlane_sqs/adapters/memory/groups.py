@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 
@@ -13,15 +13,14 @@ from runlane_sqs.adapters.dynamodb.codec import compact_json
 from runlane_sqs.adapters.dynamodb.cursors import agenda_key, decode_cursor, encode_cursor
 from runlane_sqs.core.clock import to_epoch_ms, truncate_ms
 from runlane_sqs.core.errors import LeaseLost
-from runlane_sqs.core.groups import Group, Item, counted
+from runlane_sqs.core.groups import COUNTED, Group, Item
 from runlane_sqs.core.indexes import AgendaKind, agenda_pk
-from runlane_sqs.core.machine import Transition
-from runlane_sqs.core.model import Run
+from runlane_sqs.core.model import Run, RunStatus
+from runlane_sqs.ports.groups import Counted
 
 
 class InMemoryGroupStore:
-    """The groups of one environment (``store.groups``); shares the run store's lock,
-    so a child's terminal write and its count are one step."""
+    """The groups of one environment (``store.groups``); shares the run store's lock."""
 
     def __init__(
         self, environment: str, lock: threading.Lock, get_run: Callable[[str], Run | None]
@@ -34,7 +33,7 @@ class InMemoryGroupStore:
 
     def open_group(
         self, group: Group, chunks: Sequence[Sequence[Item]], fence: tuple[str, str] | None
-    ) -> Group:
+    ) -> tuple[Group, bool]:
         with self._lock:
             if fence is not None:
                 parent = self._get_run(fence[0])
@@ -42,7 +41,7 @@ class InMemoryGroupStore:
                     raise LeaseLost(fence[0])
             stored = self._groups.get(group.id)
             if stored is not None:
-                return stored
+                return stored, False
             group = replace(
                 group,
                 created_at=truncate_ms(group.created_at),
@@ -53,18 +52,7 @@ class InMemoryGroupStore:
                 self._chunks[(group.id, n)] = [
                     Item(i.task, compact_json_text(i.payload_json)) for i in items
                 ]
-            return group
-
-    def count(self, transition: Transition) -> None:
-        """Count a child this write makes terminal (called under the run store's lock)."""
-        name = counted(transition.before, transition.after)
-        if name is None:
-            return
-        group_id = transition.after.group_id
-        assert group_id is not None
-        group = self._groups.get(group_id)
-        if group is not None:
-            self._groups[group_id] = replace(group, **{name: getattr(group, name) + 1})
+            return group, True
 
     def get_group(self, group_id: str) -> Group | None:
         with self._lock:
@@ -74,14 +62,35 @@ class InMemoryGroupStore:
         with self._lock:
             return list(self._chunks.get((group_id, chunk), []))
 
-    def mark_started(self, group_id: str, seen: int, count: int = 1) -> tuple[bool, Group | None]:
+    def mark_started(
+        self, group_id: str, seen: int, lanes: Mapping[int, int]
+    ) -> tuple[bool, Group | None]:
         with self._lock:
             group = self._groups.get(group_id)
-            if group is None or group.started != seen:
+            if group is None or group.started != seen or not _still_runs(group):
                 return False, group
-            group = replace(group, started=seen + count)
+            group = replace(group, started=seen + len(lanes), lanes={**group.lanes, **dict(lanes)})
             self._groups[group_id] = group
             return True, group
+
+    def count(
+        self, group_id: str, lane: int, position: int, status: RunStatus, *, start: bool
+    ) -> Counted:
+        with self._lock:
+            group = self._groups.get(group_id)
+            if group is None or group.lanes.get(lane) != position:
+                return Counted(False, group)
+            name = COUNTED[status]
+            after = replace(group, **{name: getattr(group, name) + 1})
+            if start:
+                if group.started >= group.positions or not _still_runs(after):
+                    return Counted(False, group)
+                lanes = {**group.lanes, lane: group.started}
+                after = replace(after, lanes=lanes, started=group.started + 1)
+            else:
+                after = replace(after, lanes={k: v for k, v in group.lanes.items() if k != lane})
+            self._groups[group_id] = after
+            return Counted(True, after)
 
     def mark_joined(self, group_id: str, at: datetime) -> bool:
         with self._lock:
@@ -115,6 +124,7 @@ class InMemoryGroupStore:
                 group,
                 generation=reopened.generation,
                 redriven=reopened.redriven,
+                redrive_by=reopened.redrive_by,
                 failed=group.failed - failed,
                 cancelled=group.cancelled - cancelled,
                 joined_at=None,
@@ -122,21 +132,11 @@ class InMemoryGroupStore:
             )
             return True
 
-    def claim_next(self, group_id: str, limit: int) -> int | None:
-        with self._lock:
-            group = self._groups.get(group_id)
-            if group is None or group.joined_at is not None or group.started >= limit:
-                return None
-            self._groups[group_id] = replace(group, started=group.started + 1)
-            return group.started
-
-    def relist(self, group_id: str, at: datetime, finished: int) -> None:
+    def relist(self, group_id: str, at: datetime) -> None:
         with self._lock:
             group = self._groups.get(group_id)
             if group is not None and group.joined_at is None:
-                self._groups[group_id] = replace(
-                    group, review_at=truncate_ms(at), reviewed=finished
-                )
+                self._groups[group_id] = replace(group, review_at=truncate_ms(at))
 
     def group_agenda_page(
         self, partition: str, until: datetime, limit: int, cursor: str | None
@@ -165,6 +165,15 @@ class InMemoryGroupStore:
         indexes = range(max(0, start), min(group.total, start + min(limit, 100)))
         with self._lock:
             return [self._get_run(group.child_id(i)) for i in indexes]
+
+    def children_at(self, group: Group, positions: Sequence[int]) -> list[Run | None]:
+        with self._lock:
+            return [self._get_run(group.at(position)[1]) for position in positions[:100]]
+
+
+def _still_runs(group: Group) -> bool:
+    """A group may start a position: not joined, not stopped, not failed."""
+    return group.joined_at is None and group.stopped_at is None and group.allowance >= 0
 
 
 def compact_json_text(payload_json: str) -> str:

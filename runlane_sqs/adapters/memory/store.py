@@ -186,7 +186,6 @@ class InMemoryRunStore:
                 raise ConflictError(transition.run_id, current)
             self.slots.take_and_free(transition)
             self.orders.leave(transition)
-            self.groups.count(transition)
             after = replace(transition.after, watched=current.watched)
             stored.run = _as_stored(after, stored.payload_json)
             stored.events.extend(_event_as_stored(e) for e in transition.events)
