@@ -73,9 +73,7 @@ class Sizes:
     tracing_runs: int = 2000
     console_sizes: list[int] = field(default_factory=lambda: [100, 10_000, 100_000])
     console_loads: int = 3
-    fanout_children: int = 200
-    """On moto, which copies the whole table for each item of a transaction: its time
-    grows with the square of the map (1,000 children did not finish in 6 minutes)."""
+    fanout_children: int = 1_000
     fanout_children_aws_local: int = 10_000
     fanout_join_groups: int = 5
     """Small maps after the counted one, each timing one more join."""

@@ -44,10 +44,8 @@ from runlane_sqs.core.model import (
 
 CHUNK_BYTES = 300 * 1024
 """Most item bytes one chunk record holds (DynamoDB's item limit is 400 KB)."""
-GROUP_BYTES = 3_500_000
-"""Most item bytes of one group: its records are written in one transaction (4 MB)."""
-MAX_CHUNKS = 97
-"""Chunk records of one group (a transaction writes at most 100 items)."""
+GROUP_BYTES = 64 * 1024 * 1024
+"""Most item bytes of one group (the parent's process holds them while it opens it)."""
 
 
 def _digest(*parts: str) -> str:
@@ -144,6 +142,10 @@ class Group:
     created_at: datetime
     bounds: tuple[int, ...] = (0,)
     """The index of each chunk's first item."""
+    items_key: str = ""
+    """Which opening's chunks hold the items: each attempt that opens the group writes
+    its chunks under a key of its own before the record, and the record that lands names
+    its opening's (an attempt that lost names none)."""
     parent_run_id: str | None = None
     """The run waiting for the group (``ctx.map``)."""
     then: Then | None = None
@@ -407,8 +409,7 @@ def check_window(max_in_flight: int) -> int:
 
 def chunk(items: Sequence[Item]) -> tuple[tuple[int, ...], list[list[Item]]]:
     """Items in chunks of at most :data:`CHUNK_BYTES`; returns each chunk's first index
-    and the chunks. Raises :class:`PayloadTooLarge` for a group past :data:`GROUP_BYTES`
-    or :data:`MAX_CHUNKS` chunks."""
+    and the chunks. Raises :class:`PayloadTooLarge` for a group past :data:`GROUP_BYTES`."""
     bounds: list[int] = [0]
     chunks: list[list[Item]] = [[]]
     size = total = 0
@@ -421,8 +422,8 @@ def chunk(items: Sequence[Item]) -> tuple[tuple[int, ...], list[list[Item]]]:
             size = 0
         chunks[-1].append(item)
         size += weight
-    if total > GROUP_BYTES or len(chunks) > MAX_CHUNKS:
-        raise PayloadTooLarge("the items of one group", total, GROUP_BYTES)
+        if total > GROUP_BYTES:
+            raise PayloadTooLarge("the items of one group", total, GROUP_BYTES)
     return tuple(bounds), chunks
 
 

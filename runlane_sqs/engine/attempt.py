@@ -73,14 +73,16 @@ class AttemptRuntime:
         return self._store.watch_run(run_id)
 
     def open_group(self, wait_name: str, children: Iterable[Child], options: GroupOptions) -> Group:
-        """Open the run's group at ``wait_name`` (the one an earlier attempt opened, if
-        any), fenced on this attempt's lease, and start its first children."""
+        """Open the run's group at ``wait_name``, fenced on this attempt's lease, and
+        start its first children. The group an earlier attempt opened is taken as it is:
+        ``children`` is not read again (a generator paging an API is read once)."""
+        group_id = group_id_for(group_root(self._run), wait_name)
+        stored = self._store.groups.get_group(group_id)
+        if stored is not None:
+            return self._groups.opened(stored)
         items = self._groups.items(children)
         group, chunks = self._groups.new_group(
-            items,
-            group_id=group_id_for(group_root(self._run), wait_name),
-            parent=self._run,
-            options=options,
+            items, group_id=group_id, parent=self._run, options=options
         )
         return self._groups.open(group, chunks, (self._run.id, self._token))
 

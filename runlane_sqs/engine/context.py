@@ -321,14 +321,18 @@ class TaskContext:
         """Run ``task`` once per item as child runs, at most ``max_in_flight`` at once, and
         wait (releasing the lease) until they have all finished: the next attempt gets
         the group's results here. Raises :class:`GroupFailed` when more than ``tolerate``
-        children (a count, or a fraction below 1) failed or were cancelled."""
-        return self.group([(task, item) for item in items], **options)
+        children (a count, or a fraction below 1) failed or were cancelled.
+
+        ``items`` may be a generator that pages through a source: it is read once, when
+        the group is first opened, and its items are kept with the group, never in this
+        run's item; a later attempt finds the group and does not read it again."""
+        return self.group(((task, item) for item in items), **options)
 
     async def map_async(
         self, task: NamedTask | str, items: Iterable[JSON], **options: Unpack[GroupOptions]
     ) -> GroupResults:
         """:meth:`map` for ``async def`` handlers (its writes run on a thread)."""
-        return await self.group_async([(task, item) for item in items], **options)
+        return await self.group_async(((task, item) for item in items), **options)
 
     def group(self, children: Iterable[Child], **options: Unpack[GroupOptions]) -> GroupResults:
         """:meth:`map` over ``(task, payload)`` pairs, each child its own task."""
@@ -345,7 +349,7 @@ class TaskContext:
         name, joined = self._begin_group()
         if joined is not None:
             return joined
-        group = await _on_thread(self._services().open_group, name, list(children), options)
+        group = await _on_thread(self._services().open_group, name, children, options)
         return self._group_outcome(name, group)
 
     def joined_group(self) -> GroupResults | None:

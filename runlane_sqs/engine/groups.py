@@ -129,6 +129,7 @@ class Groups:
             tolerate=core.tolerance(tolerate, len(items)),
             created_at=now,
             bounds=bounds,
+            items_key=new_run_id(),
             parent_run_id=parent.id if parent else None,
             then=then,
             next_tasks=next_tasks,
@@ -164,11 +165,16 @@ class Groups:
             stored.window,
             extra={"group_id": stored.id, "run_id": stored.parent_run_id},
         )
-        if written:
-            self._create_children(stored, sorted(stored.lanes.values()))
-        else:  # opened by an earlier attempt, which may have died before its children
-            stored, _ = self._repair_lanes(stored)
+        if not written:
+            return self.opened(stored)
+        self._create_children(stored, sorted(stored.lanes.values()))
         return self.advance(stored)
+
+    def opened(self, group: Group) -> Group:
+        """A group opened by an earlier attempt, which may have died before creating its
+        children: create those missing, count those ended, join it if complete."""
+        repaired, _ = self._repair_lanes(group)
+        return self.advance(repaired)
 
     # the window and the join -------------------------------------------------------
 
@@ -235,7 +241,7 @@ class Groups:
             if items is not None:
                 self._chunks.move_to_end(key)
         if not items:
-            items = self._store.groups.get_items(group.id, chunk)
+            items = self._store.groups.get_items(group, chunk)
             with self._chunks_lock:
                 self._chunks[key] = items
                 while len(self._chunks) > CHUNKS_KEPT:

@@ -35,15 +35,16 @@ class GroupStore(Protocol):
     def open_group(
         self, group: Group, chunks: Sequence[Sequence[Item]], fence: tuple[str, str] | None
     ) -> tuple[Group, bool]:
-        """Store a new group with its items in one atomic write; returns the group as
-        stored and whether this call wrote it (False: an earlier attempt opened it).
+        """Store a new group with its items (the record last: a group is stored once its
+        record is); returns the group as stored and whether this call wrote it (False:
+        an earlier attempt opened it).
         ``fence`` is the parent's run id and lease token: the write lands only while the
         parent's attempt holds its lease, else :class:`~runlane_sqs.core.errors.LeaseLost`."""
         ...
 
     def get_group(self, group_id: str) -> Group | None: ...
 
-    def get_items(self, group_id: str, chunk: int) -> list[Item]:
+    def get_items(self, group: Group, chunk: int) -> list[Item]:
         """The items of one chunk of a group, in index order."""
         ...
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from bench.fanout import item_bytes
 from runlane_sqs import (
     ConfigurationError,
     EventType,
@@ -18,6 +19,8 @@ from runlane_sqs import (
     RunStatus,
     TaskContext,
 )
+from runlane_sqs.adapters.dynamodb import keys
+from runlane_sqs.core import groups as core_groups
 from runlane_sqs.core.errors import (
     InvalidCursor,
     InvalidKeyError,
@@ -36,7 +39,7 @@ from runlane_sqs.core.groups import (
     redriven_parent_id,
 )
 from runlane_sqs.core.model import WaitKind
-from tests.backends import Backend
+from tests.backends import ONLY_AWS, Backend
 from tests.behaviour.waits_support import drain_all, qualified
 from tests.behaviour.worker_support import drain
 from tests.workers import WorkerKind
@@ -533,3 +536,56 @@ def test_children_and_callbacks_get_the_concurrency_key_a_trigger_would_give_the
     assert [r.concurrency_key for r in runs] == ["a", "b", "c"]
     with pytest.raises(InvalidKeyError):  # refused before anything is written
         app.group([("keyed", {"no": "account"})])
+
+
+def test_a_map_over_pages_reads_them_once_and_keeps_them_out_of_the_parent(
+    app: Runlane, handlers: Handlers
+) -> None:
+    pages_read: list[int] = []
+
+    def pages() -> Any:
+        for page in range(3):  # an API read a page at a time, in the first attempt only
+            pages_read.append(page)
+            yield from ({"n": page * 2 + n} for n in range(2))
+
+    def paged(ctx: TaskContext, payload: Any) -> Any:
+        handlers.parent_attempts += 1
+        results = ctx.map("square", pages(), max_in_flight=2)
+        return sum(r for r in results.results() if r is not None)
+
+    app.task(paged, name="paged")
+    run = app.trigger("paged")
+    drain_all(app)
+    assert app.runs.get(run.id).result == sum(n * n for n in range(6))
+    assert handlers.parent_attempts == 2 and pages_read == [0, 1, 2]  # not read again
+
+
+@ONLY_AWS
+def test_a_map_of_100_000_items_keeps_the_parent_s_item_small(app: Runlane, dynamodb: Any) -> None:
+    """Emulators only: sizes the parent's raw DynamoDB item once it waits for its map."""
+
+    def big(ctx: TaskContext, payload: Any) -> Any:
+        return ctx.map("square", ({"n": n} for n in range(100_000)), max_in_flight=2).total
+
+    app.task(big, name="big")
+    run = app.trigger("big")
+    assert drain(app, max_runs=1) == 1  # the parent opens the group and is released
+    item = dynamodb.get_item(
+        TableName=app.config.table,
+        Key=keys.run_key(app.config.environment, run.id),
+        ConsistentRead=True,
+    )["Item"]
+    assert item_bytes(item) < 8_000
+    group = app.runs.group(group_id_for(run.id, "group:#1"))
+    assert (group.total, group.started, len(group.bounds)) == (100_000, 2, 9)  # 2.5 MB
+    app.runs.cancel(run.id)
+    assert app.runs.group(group.id).status is GroupStatus.STOPPED
+
+
+def test_a_group_past_the_item_limit_is_refused_before_anything_is_written(
+    app: Runlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(core_groups, "GROUP_BYTES", 1_000)
+    with pytest.raises(PayloadTooLarge):
+        app.group([("square", {"n": n, "pad": "x" * 50}) for n in range(100)])
+    assert app.runs.list().runs == []

@@ -79,7 +79,7 @@ def test_a_group_opens_once_with_its_items(backend: Backend) -> None:
     again, _ = _group(backend, total=7)
     stored, written = backend.store.groups.open_group(again.with_changes(id=group.id), chunks, None)
     assert not written and stored.total == 3
-    assert backend.store.groups.get_items(group.id, 0) == [
+    assert backend.store.groups.get_items(stored, 0) == [
         Item(TASK, '{"n":0}'),
         Item(TASK, '{"n":1}'),
         Item(TASK, '{"n":2}'),

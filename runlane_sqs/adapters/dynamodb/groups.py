@@ -43,6 +43,7 @@ def group_to_wire(group: Group) -> AttributeMap:
         window=group.window,
         tolerate=group.tolerate,
         bounds=compact_json(list(group.bounds)),
+        items_key=group.items_key,
         parent_run_id=group.parent_run_id,
         then_task=group.then.task if group.then else None,
         then_payload=group.then.payload_json if group.then else None,
@@ -82,6 +83,7 @@ def group_from_wire(wire: AttributeMap) -> Group:
         tolerate=int(item.tolerate),
         created_at=from_epoch_ms(int(item.created_at)),
         bounds=tuple(json.loads(item.bounds)),
+        items_key=item.items_key,
         parent_run_id=item.parent_run_id,
         then=then,
         next_tasks=tuple(json.loads(item.next_tasks)) if item.next_tasks else (),
@@ -99,10 +101,8 @@ def group_from_wire(wire: AttributeMap) -> Group:
     )
 
 
-def chunk_to_wire(
-    environment: str, group_id: str, chunk: int, items: Sequence[Item]
-) -> AttributeMap:
-    key = keys.chunk_key(environment, group_id, chunk)
+def chunk_to_wire(group: Group, chunk: int, items: Sequence[Item]) -> AttributeMap:
+    key = keys.chunk_key(group.environment, group.id, group.items_key, chunk)
     text = "[" + ",".join(f"[{json.dumps(i.task)},{i.payload_json}]" for i in items) + "]"
     wire: AttributeMap = GroupChunkItem(
         pk=key["pk"]["S"], sk=key["sk"]["S"], items=text
@@ -138,53 +138,52 @@ class DynamoGroupStore:
     def open_group(
         self, group: Group, chunks: Sequence[Sequence[Item]], fence: tuple[str, str] | None
     ) -> tuple[Group, bool]:
-        items: list[Request] = []
-        if fence is not None:
-            run_id, token = fence
-            items.append(
-                {
-                    "ConditionCheck": {
-                        "TableName": self.table,
-                        "Key": keys.run_key(self.environment, run_id),
-                        "ConditionExpression": "#token = :token",
-                        "ExpressionAttributeNames": {"#token": "lease_token"},
-                        "ExpressionAttributeValues": {":token": {"S": token}},
-                    }
-                }
+        """The chunks first, one ``PutItem`` each under this opening's key (no group
+        record names them yet: an opening that dies here leaves them unread), then the
+        record, conditional on none being stored and, with a fence, in a transaction
+        with the parent's lease check."""
+        for n, items in enumerate(chunks):
+            self._send(
+                "put_item", {"TableName": self.table, "Item": chunk_to_wire(group, n, items)}
             )
-        items.append(
-            {
-                "Put": {
-                    "TableName": self.table,
-                    "Item": group_to_wire(group),
-                    "ConditionExpression": "attribute_not_exists(#pk)",
-                    "ExpressionAttributeNames": {"#pk": "pk"},
-                }
-            }
-        )
-        items += [
-            {
-                "Put": {
-                    "TableName": self.table,
-                    "Item": chunk_to_wire(self.environment, group.id, n, c),
-                }
-            }
-            for n, c in enumerate(chunks)
-        ]
+        record: Request = {
+            "TableName": self.table,
+            "Item": group_to_wire(group),
+            "ConditionExpression": "attribute_not_exists(#pk)",
+            "ExpressionAttributeNames": {"#pk": "pk"},
+        }
+        if fence is None:
+            if isinstance(send_conditional(self._send, "put_item", record), Refused):
+                return self._stored(group.id), False
+            return group, True
+        run_id, token = fence
+        check = {
+            "TableName": self.table,
+            "Key": keys.run_key(self.environment, run_id),
+            "ConditionExpression": "#token = :token",
+            "ExpressionAttributeNames": {"#token": "lease_token"},
+            "ExpressionAttributeValues": {":token": {"S": token}},
+        }
         try:
-            self._send("transact_write_items", {"TransactItems": items})
+            self._send(
+                "transact_write_items",
+                {"TransactItems": [{"ConditionCheck": check}, {"Put": record}]},
+            )
         except ClientError as exc:
             if error_code(exc) != "TransactionCanceledException":
                 raise
             reasons: list[dict[str, Any]] = exc.response.get("CancellationReasons") or []  # type: ignore[assignment]
             codes = [reason.get("Code") for reason in reasons]
-            if fence is not None and codes and codes[0] == "ConditionalCheckFailed":
-                raise LeaseLost(fence[0]) from None
-            stored = self.get_group(group.id)
-            if stored is None:
-                raise
-            return stored, False
+            if codes and codes[0] == "ConditionalCheckFailed":
+                raise LeaseLost(run_id) from None
+            return self._stored(group.id), False
         return group, True
+
+    def _stored(self, group_id: str) -> Group:
+        stored = self.get_group(group_id)
+        if stored is None:
+            raise RuntimeError(f"group {group_id} was refused as existing but is not stored")
+        return stored
 
     def get_group(self, group_id: str) -> Group | None:
         response = self._send(
@@ -198,12 +197,12 @@ class DynamoGroupStore:
         wire = response.get("Item")
         return group_from_wire(wire) if wire and "group_id" in wire else None
 
-    def get_items(self, group_id: str, chunk: int) -> list[Item]:
+    def get_items(self, group: Group, chunk: int) -> list[Item]:
         response = self._send(
             "get_item",
             {
                 "TableName": self.table,
-                "Key": keys.chunk_key(self.environment, group_id, chunk),
+                "Key": keys.chunk_key(self.environment, group.id, group.items_key, chunk),
                 "ConsistentRead": True,
             },
         )

@@ -262,6 +262,8 @@ class GroupItem(Model):
     tolerate = NumberAttribute()
     bounds = UnicodeAttribute()
     """JSON list of each chunk's first item index."""
+    items_key = UnicodeAttribute()
+    """The opening whose :class:`GroupChunkItem` records hold the items."""
     parent_run_id = UnicodeAttribute(null=True)
     then_task = UnicodeAttribute(null=True)
     then_payload = UnicodeAttribute(null=True)

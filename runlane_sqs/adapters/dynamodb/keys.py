@@ -83,10 +83,13 @@ def group_key(environment: str, group_id: str) -> dict[str, dict[str, str]]:
     return {"pk": {"S": group_pk(environment, group_id)}, "sk": {"S": GROUP_SK}}
 
 
-def chunk_key(environment: str, group_id: str, chunk: int) -> dict[str, dict[str, str]]:
+def chunk_key(
+    environment: str, group_id: str, items_key: str, chunk: int
+) -> dict[str, dict[str, str]]:
+    """One chunk of the items an opening of the group wrote (``Group.items_key``)."""
     return {
         "pk": {"S": group_pk(environment, group_id)},
-        "sk": {"S": f"{CHUNK_SK_PREFIX}{chunk:03d}"},
+        "sk": {"S": f"{CHUNK_SK_PREFIX}{items_key}#{chunk:05d}"},
     }
 
 

@@ -58,9 +58,9 @@ class InMemoryGroupStore:
         with self._lock:
             return self._groups.get(group_id)
 
-    def get_items(self, group_id: str, chunk: int) -> list[Item]:
+    def get_items(self, group: Group, chunk: int) -> list[Item]:
         with self._lock:
-            return list(self._chunks.get((group_id, chunk), []))
+            return list(self._chunks.get((group.id, chunk), []))
 
     def mark_started(
         self, group_id: str, seen: int, lanes: Mapping[int, int]
