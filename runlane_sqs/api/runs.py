@@ -23,7 +23,7 @@ from runlane_sqs.core.errors import (
     RunlaneError,
     RunNotFound,
 )
-from runlane_sqs.core.groups import Group, group_root, groups_of
+from runlane_sqs.core.groups import Group, group_id_for, group_root
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import (
     JSON,
@@ -37,6 +37,7 @@ from runlane_sqs.core.model import (
 )
 from runlane_sqs.core.names import check_key
 from runlane_sqs.core.schedules import check_schedule_id
+from runlane_sqs.core.waits import wait_name
 from runlane_sqs.engine.engine import Engine
 from runlane_sqs.ports.store import KeyKind, RunQuery
 
@@ -152,27 +153,27 @@ class RunsApi:
     def groups(self, run_id: str) -> Sequence[Group]:
         """The groups a parent run opened (``ctx.map``, ``ctx.group``), in call order, as
         stored now: counts per status, how many started, whether it joined."""
-        return self.groups_in(self.history(run_id))
+        return self.groups_of(self.get(run_id))
 
-    def groups_in(self, history: RunHistory) -> Sequence[Group]:
-        """:meth:`groups` of a run whose history was read already (no second read)."""
-        return self._groups_of(history.run, history.events)
-
-    def _groups_of(self, run: Run, events: Sequence[RunEvent]) -> Sequence[Group]:
-        ids = groups_of(events)
-        root = group_root(run)
-        if root != run.id:  # a redriven parent: the groups of the run it redrives
-            redriven = self._engine.store.get_history(root)
-            ids = (groups_of(redriven[1]) if redriven else []) + ids
-        found = [self._engine.store.groups.get_group(g) for g in ids]
-        return [group for group in found if group is not None]
+    def groups_of(self, run: Run) -> Sequence[Group]:
+        """The groups a run's ``ctx.map`` calls opened, by their ids (fixed by the run and
+        each call's number), read until the first that does not exist: one read more than
+        there are groups, and none missed (a group that completed while it was opened
+        was never waited for, so the run's history does not name it)."""
+        root = group_root(run)  # a redriven parent finds the groups of the run it redrives
+        found: list[Group] = []
+        while group := self._engine.store.groups.get_group(
+            group_id_for(root, wait_name(WaitKind.GROUP, None, len(found) + 1))
+        ):
+            found.append(group)
+        return found
 
     def _groups_named(self, run_or_group_id: str) -> Sequence[Group] | None:
         """A parent's groups, or the group with this id, from one read of each kind
         (``None``: neither exists)."""
-        found = self._engine.store.get_history(run_or_group_id)
-        if found is not None:
-            return self._groups_of(*found)
+        run = self._engine.store.get_run(run_or_group_id)
+        if run is not None:
+            return self.groups_of(run)
         group = self._engine.store.groups.get_group(run_or_group_id)
         return [group] if group is not None else None
 

@@ -179,7 +179,7 @@ def show_run(app_spec: str | None, run_id: str, as_json: bool) -> None:
     """Show one run as stored now, with the groups it opened (counts per status)."""
     app = app_or_env_for_command(app_spec)
     history = app.runs.history(run_id)
-    run, groups = history.run, app.runs.groups_in(history)
+    run, groups = history.run, app.runs.groups_of(history.run)
     if as_json:
         emit_json({**run_to_json(run), "groups": [group_to_json(g) for g in groups]})
         return

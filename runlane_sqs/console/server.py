@@ -227,7 +227,7 @@ class Pages:
         run, events, attempts = history.run, history.events, history.attempts
         bars, marks = views.timeline(run, attempts, events, self.app.clock.now())
         hide = self.settings.hide_payloads
-        groups = self.app.runs.groups_in(history)
+        groups = self.app.runs.groups_of(history.run)
         children = None
         if groups:
             try:

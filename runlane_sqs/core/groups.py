@@ -33,13 +33,10 @@ from runlane_sqs.core.errors import (
 )
 from runlane_sqs.core.model import (
     JSON,
-    EventType,
     Failure,
     LinkKind,
     Run,
-    RunEvent,
     RunStatus,
-    WaitKind,
 )
 
 CHUNK_BYTES = 300 * 1024
@@ -360,20 +357,6 @@ class GroupFailed(RunlaneError):
             f"{results.cancelled} cancelled of {results.total} children"
         )
         self.results = results
-
-
-def groups_of(events: Sequence[RunEvent]) -> list[str]:
-    """The ids of the groups a parent opened, in the order it released to wait for them
-    (its ``released`` events name each wait, and stay in its history whatever follows)."""
-    ids: list[str] = []
-    for event in events:
-        wait = event.data.get("wait") if event.type is EventType.RELEASED else None
-        if not isinstance(wait, dict) or wait.get("kind") != WaitKind.GROUP.value:
-            continue
-        target = wait.get("target")
-        if isinstance(target, str) and target not in ids:
-            ids.append(target)
-    return ids
 
 
 COUNTED = {

@@ -167,6 +167,13 @@ def test_an_empty_map_joins_at_once_without_waiting(app: Runlane, handlers: Hand
     assert done.status is RunStatus.SUCCEEDED
     assert done.result["succeeded"] == 0
     assert handlers.parent_attempts == 1
+    # never waited for, so no event names it; operators still see it
+    [group] = app.runs.groups(parent.id)
+    assert (group.total, group.status, group.joined_at is not None) == (
+        0,
+        GroupStatus.SUCCEEDED,
+        True,
+    )
 
 
 def test_a_group_triggers_its_callback_once_with_the_results(
