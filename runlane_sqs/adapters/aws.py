@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import platform
 from collections.abc import Mapping
 from importlib import metadata
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import boto3
 from botocore.config import Config
 from botocore.exceptions import NoRegionError
 
+from runlane_sqs.adapters.lean import HOT_OPERATIONS, LeanClient, lean_unsupported
 from runlane_sqs.core.errors import ConfigurationError
+
+log = logging.getLogger("runlane_sqs.aws")
 
 REGION_VARIABLES = ("AWS_DEFAULT_REGION", "AWS_REGION")
 
@@ -53,6 +57,53 @@ DEFAULT_BOTOCORE_CONFIG = Config(
 RETRY_MODES = ("legacy", "standard", "adaptive")
 ENV_MAX_ATTEMPTS = "AWS_MAX_ATTEMPTS"
 ENV_RETRY_MODE = "AWS_RETRY_MODE"
+ENV_AWS_CLIENT = "RUNLANE_AWS_CLIENT"
+AwsClientKind = Literal["botocore", "lean"]
+AWS_CLIENT_KINDS: Final = ("botocore", "lean")
+DEFAULT_AWS_CLIENT: Final[AwsClientKind] = "botocore"
+"""How the per-run requests are sent (``RUNLANE_AWS_CLIENT``): by the botocore client,
+or by the lean client (:mod:`runlane_sqs.adapters.lean`)."""
+
+
+def aws_client_kind(environ: Mapping[str, str] = os.environ) -> AwsClientKind:
+    """The client ``RUNLANE_AWS_CLIENT`` asks for (:data:`DEFAULT_AWS_CLIENT` when unset);
+    a bad value is a :class:`ConfigurationError`."""
+    value = environ.get(ENV_AWS_CLIENT, "").strip().lower() or DEFAULT_AWS_CLIENT
+    if value == "lean":
+        return "lean"
+    if value == "botocore":
+        return "botocore"
+    raise ConfigurationError(
+        f"{ENV_AWS_CLIENT} must be one of {', '.join(AWS_CLIENT_KINDS)}, not {value!r}"
+    )
+
+
+def total_attempts(config: Config) -> int | None:
+    """Attempts per request under ``config``'s standard retry mode (``None``: another
+    mode, which only the botocore client follows)."""
+    retries: dict[str, Any] = getattr(config, "retries", None) or {}
+    if retries.get("mode", "legacy") != "standard":
+        return None
+    if "total_max_attempts" in retries:
+        return int(retries["total_max_attempts"])
+    if "max_attempts" in retries:
+        return int(retries["max_attempts"]) + 1
+    return 3
+
+
+def lean_refused_by(config: Config) -> str | None:
+    """Why a botocore config keeps the lean client off (``None``: it does not): the
+    options it honours are those of the HTTP session it borrows, the user agent and
+    the standard retry mode; client-side parameter validation and other signers are
+    botocore's alone."""
+    if total_attempts(config) is None:
+        return "its retry mode is not standard"
+    if getattr(config, "parameter_validation", True) is not False:
+        return "it validates parameters on the client (set parameter_validation=False)"
+    signer = getattr(config, "signature_version", None)
+    if signer not in (None, "v4"):
+        return f"it signs with {signer}"
+    return None
 
 
 def default_botocore_config(environ: Mapping[str, str] = os.environ) -> Config:
@@ -98,12 +149,14 @@ class AwsClients:
         endpoint_url: str | None,
         session: boto3.Session | None = None,
         botocore_config: Config | None = None,
+        aws_client: AwsClientKind | None = None,
     ) -> None:
         self.region = region
         self.endpoint_url = endpoint_url
         self.botocore_config = (
             with_fixed_user_agent(botocore_config) if botocore_config else default_botocore_config()
         )
+        self.aws_client: AwsClientKind = aws_client or aws_client_kind()
         self._session = session
         self._clients: dict[str, Any] = {}
 
@@ -129,7 +182,27 @@ class AwsClients:
                     f"no AWS region for the {service} client: set "
                     f"{' or '.join(REGION_VARIABLES)} (or pass region= to Runlane)"
                 ) from None
+            if self.aws_client == "lean" and service in HOT_OPERATIONS:
+                self._clients[service] = self._lean(service, self._clients[service])
         return self._clients[service]
+
+    def _lean(self, service: str, client: Any) -> Any:
+        """``client`` with its per-run requests sent lean, or ``client`` itself when the
+        lean client cannot send them as botocore would (said once, in the log)."""
+        credentials = self.session.get_credentials()
+        reason = lean_unsupported(client) or lean_refused_by(self.botocore_config)
+        if credentials is None:
+            reason = "no credentials were found (botocore raises the error)"
+        attempts = total_attempts(self.botocore_config)
+        if reason is not None or attempts is None:
+            log.warning(
+                "%s=lean: the %s client sends its requests with botocore: %s",
+                ENV_AWS_CLIENT,
+                service,
+                reason,
+            )
+            return client
+        return LeanClient(client, credentials, max_attempts=attempts)
 
     def lazy(self, service: str) -> LazyClient:
         """A stand-in for :meth:`client` that builds the client on its first use, so an

@@ -1,0 +1,380 @@
+"""The lean client against botocore, byte for byte (runlane_sqs/adapters/lean.py).
+
+For each operation the lean client sends, over generated parameters (unicode and
+control characters, numbers at the edges, binary, long strings), with and without a
+session token, and with the clock and the invocation id frozen, what the lean client
+would send equals what the botocore client sends for the same call: the URL, the body
+bytes, every signed header and the ``Authorization`` header. botocore's request is
+captured by a ``before-send`` hook that answers with a canned response, the lean one by
+the HTTP session it is given, so nothing leaves the process. Then the other way: the
+same canned response bodies (success, a refused condition with its item, throttling, a
+5xx, an expired token, a body that is not JSON) parse to the same result, or raise the
+same error with the same ``response``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from botocore.awsrequest import AWSPreparedRequest, AWSResponse
+from botocore.config import Config
+from botocore.exceptions import ClientError
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from runlane_sqs.adapters.aws import default_botocore_config
+from runlane_sqs.adapters.lean import HOT_OPERATIONS, LeanClient
+
+FROZEN = datetime.datetime(2026, 12, 4, 9, 30, 15, tzinfo=datetime.UTC)
+INVOCATION = uuid.UUID("12345678-1234-5678-1234-567812345678")
+ENDPOINTS = {
+    "dynamodb": "https://dynamodb.eu-west-1.amazonaws.com",
+    "sqs": "https://sqs.eu-west-1.amazonaws.com",
+}
+QUEUE_URL = "https://sqs.eu-west-1.amazonaws.com/123456789012/runlane-default"
+
+
+class Canned:
+    """Stands in for the HTTP layer: keeps each request and answers with one response."""
+
+    def __init__(self, status: int = 200, body: bytes = b"{}", headers: Any = None) -> None:
+        self.status, self.body = status, body
+        self.headers = headers or {"x-amzn-RequestId": "REQ1", "Content-Type": "json"}
+        self.sent: list[AWSPreparedRequest] = []
+
+    def response(self, request: AWSPreparedRequest, **kwargs: Any) -> AWSResponse:
+        self.sent.append(request)
+        raw = _Raw(self.body)
+        return AWSResponse(request.url, self.status, dict(self.headers), raw)
+
+    def send(self, request: AWSPreparedRequest) -> AWSResponse:
+        return self.response(request)
+
+
+class _Raw:
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+
+    def stream(self, **kwargs: Any) -> Iterator[bytes]:
+        yield self._body
+
+
+@pytest.fixture(autouse=True)
+def frozen(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("botocore.auth.get_current_datetime", lambda: FROZEN)
+    monkeypatch.setattr(uuid, "uuid4", lambda: INVOCATION)
+
+
+def _clients(
+    service: str, token: str | None, canned: Canned, attempts: int = 5
+) -> tuple[Any, LeanClient]:
+    """A botocore client answered by ``canned``, and a lean client over another botocore
+    client whose HTTP session is ``canned``: the same session, config and credentials."""
+    session = boto3.session.Session(
+        aws_access_key_id="AKIDEXAMPLE",
+        aws_secret_access_key="wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+        aws_session_token=token,
+        region_name="eu-west-1",
+    )
+    retries: Any = {"mode": "standard", "total_max_attempts": attempts}
+    config = default_botocore_config({}).merge(Config(retries=retries))
+    botocore = session.client(service, endpoint_url=ENDPOINTS[service], config=config)
+    botocore.meta.events.register("before-send", canned.response)
+    plain = session.client(service, endpoint_url=ENDPOINTS[service], config=config)
+    lean = LeanClient(plain, session.get_credentials(), max_attempts=attempts, sleep=lambda s: None)
+    lean._http = canned  # type: ignore[attr-defined]
+    return botocore, lean
+
+
+def _signed(request: AWSPreparedRequest) -> dict[str, str]:
+    """The signed headers as sent (botocore keeps some as bytes), and the signature."""
+    headers = {
+        k.lower(): v.decode() if isinstance(v, bytes) else v for k, v in request.headers.items()
+    }
+    authorization = headers["authorization"]
+    names = authorization.split("SignedHeaders=")[1].split(",")[0].split(";")
+    return {name: headers.get(name, "<host>") for name in names} | {"authorization": authorization}
+
+
+def _body(request: AWSPreparedRequest) -> bytes:
+    body = request.body
+    return body if isinstance(body, bytes) else (body or "").encode()
+
+
+texts = st.text(st.characters(codec="utf-8"), max_size=300) | st.sampled_from(
+    ["", "x" * 70_000, "<b>&'\"</b>", "\x00\x1f\x7f", "\u2028\ufeff", "é漢字🙂"]
+)
+numbers = st.sampled_from(
+    ["0", "-0", "1", "-1", "1E+125", "9.9999999999999999999999999999999999999E+125", "1E-130"]
+) | st.integers(-(2**63), 2**63).map(str)
+values = st.recursive(
+    st.builds(lambda t: {"S": t}, texts)
+    | st.builds(lambda n: {"N": n}, numbers)
+    | st.builds(lambda b: {"B": b}, st.binary(max_size=200))
+    | st.builds(lambda b: {"BOOL": b}, st.booleans())
+    | st.just({"NULL": True})
+    | st.builds(lambda s: {"SS": s}, st.lists(texts, min_size=1, max_size=3, unique=True)),
+    lambda inner: (
+        st.builds(lambda m: {"M": m}, st.dictionaries(texts, inner, max_size=3))
+        | st.builds(lambda items: {"L": items}, st.lists(inner, max_size=3))
+    ),
+    max_leaves=8,
+)
+items = st.dictionaries(texts, values, max_size=5)
+
+
+def _key(pk: str) -> dict[str, Any]:
+    return {"pk": {"S": pk}, "sk": {"S": "RUN"}}
+
+
+CALLS: dict[str, st.SearchStrategy[dict[str, Any]]] = {
+    "update_item": st.fixed_dictionaries(
+        {
+            "TableName": st.just("runlane"),
+            "Key": texts.map(_key),
+            "UpdateExpression": st.just("SET #s = :s, #n = #n + :one"),
+            "ConditionExpression": st.just("#seq = :seq AND attribute_exists(#pk)"),
+            "ExpressionAttributeNames": st.just(
+                {"#s": "status", "#n": "n", "#seq": "seq", "#pk": "pk"}
+            ),
+            "ExpressionAttributeValues": st.fixed_dictionaries(
+                {":s": values, ":one": st.just({"N": "1"}), ":seq": values}
+            ),
+            "ReturnValues": st.sampled_from(["ALL_NEW", "NONE"]),
+            "ReturnValuesOnConditionCheckFailure": st.just("ALL_OLD"),
+            "ReturnConsumedCapacity": st.just("INDEXES"),
+        }
+    ),
+    "put_item": st.fixed_dictionaries(
+        {
+            "TableName": st.just("runlane"),
+            "Item": items.map(lambda i: {**_key("p"), **i}),
+            "ConditionExpression": st.just("attribute_not_exists(#pk)"),
+            "ExpressionAttributeNames": st.just({"#pk": "pk"}),
+        }
+    ),
+    "get_item": st.fixed_dictionaries(
+        {"TableName": st.just("runlane"), "Key": texts.map(_key), "ConsistentRead": st.booleans()}
+    ),
+    "receive_message": st.fixed_dictionaries(
+        {
+            "QueueUrl": st.just(QUEUE_URL),
+            "MaxNumberOfMessages": st.integers(1, 10),
+            "WaitTimeSeconds": st.integers(0, 20),
+            "MessageSystemAttributeNames": st.just(["ApproximateReceiveCount", "SentTimestamp"]),
+            "MessageAttributeNames": st.just(["All"]),
+        }
+    ),
+    "send_message": st.fixed_dictionaries(
+        {
+            "QueueUrl": st.just(QUEUE_URL),
+            "MessageBody": texts,
+            "DelaySeconds": st.integers(0, 900),
+            "MessageAttributes": st.dictionaries(
+                st.from_regex(r"[a-zA-Z][a-zA-Z0-9_]{0,20}", fullmatch=True),
+                st.builds(lambda t: {"DataType": "String", "StringValue": t}, texts)
+                | st.builds(lambda b: {"DataType": "Binary", "BinaryValue": b}, st.binary()),
+                max_size=3,
+            ),
+        }
+    ),
+    "send_message_batch": st.fixed_dictionaries(
+        {
+            "QueueUrl": st.just(QUEUE_URL),
+            "Entries": st.lists(
+                st.builds(
+                    lambda n, body: {"Id": f"m{n}", "MessageBody": body, "DelaySeconds": n},
+                    st.integers(0, 900),
+                    texts,
+                ),
+                min_size=1,
+                max_size=10,
+                unique_by=lambda e: e["Id"],
+            ),
+        }
+    ),
+    "delete_message_batch": st.fixed_dictionaries(
+        {
+            "QueueUrl": st.just(QUEUE_URL),
+            "Entries": st.lists(
+                st.builds(
+                    lambda n, h: {"Id": f"d{n}", "ReceiptHandle": h}, st.integers(0, 9), texts
+                ),
+                min_size=1,
+                max_size=10,
+                unique_by=lambda e: e["Id"],
+            ),
+        }
+    ),
+    "change_message_visibility": st.fixed_dictionaries(
+        {
+            "QueueUrl": st.just(QUEUE_URL),
+            "ReceiptHandle": texts,
+            "VisibilityTimeout": st.integers(0, 43_200),
+        }
+    ),
+    "change_message_visibility_batch": st.fixed_dictionaries(
+        {
+            "QueueUrl": st.just(QUEUE_URL),
+            "Entries": st.lists(
+                st.builds(
+                    lambda n, h: {"Id": f"c{n}", "ReceiptHandle": h, "VisibilityTimeout": n},
+                    st.integers(0, 9),
+                    texts,
+                ),
+                min_size=1,
+                max_size=10,
+                unique_by=lambda e: e["Id"],
+            ),
+        }
+    ),
+}
+
+
+def _service(method: str) -> str:
+    return next(s for s, ops in HOT_OPERATIONS.items() if method in ops)
+
+
+def test_every_lean_operation_has_a_parity_case() -> None:
+    assert set(CALLS) == {op for ops in HOT_OPERATIONS.values() for op in ops}
+
+
+@pytest.mark.filterwarnings("ignore:Generating overly large repr")  # the 70 KB strings
+@pytest.mark.parametrize("token", [None, "FwoGZXIvYXdzEBYaDH//session+token="])
+@pytest.mark.parametrize("method", sorted(CALLS))
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_the_lean_request_is_the_botocore_request(
+    method: str, token: str | None, data: st.DataObject
+) -> None:
+    params = data.draw(CALLS[method])
+    canned = Canned()
+    botocore, lean = _clients(_service(method), token, canned)
+    getattr(botocore, method)(**params)
+    getattr(lean, method)(**params)
+    sent, lean_sent = canned.sent
+    assert lean_sent.url == sent.url
+    assert lean_sent.method == sent.method == "POST"
+    assert _body(lean_sent) == _body(sent)
+    assert _signed(lean_sent) == _signed(sent)
+
+
+RESPONSES: list[tuple[str, int, dict[str, Any], Any]] = [
+    ("update_item", 200, {}, {"Attributes": {"seq": {"N": "3"}, "blob": {"B": "AAEC/w=="}}}),
+    (
+        "update_item",
+        200,
+        {},
+        {
+            "ConsumedCapacity": {
+                "TableName": "runlane",
+                "CapacityUnits": 3.0,
+                "Table": {"CapacityUnits": 1.0},
+            }
+        },
+    ),
+    (
+        "update_item",
+        400,
+        {},
+        {
+            "__type": "com.amazonaws.dynamodb.v20120810#ConditionalCheckFailedException",
+            "message": "The conditional request failed",
+            "Item": {"seq": {"N": "4"}, "bs": {"BS": ["AA==", "AQ=="]}},
+        },
+    ),
+    (
+        "put_item",
+        400,
+        {},
+        {
+            "__type": "com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException",
+            "message": "Rate exceeded",
+        },
+    ),
+    ("get_item", 500, {}, {"__type": "com.amazonaws.dynamodb#InternalServerError", "message": "x"}),
+    (
+        "get_item",
+        400,
+        {},
+        {"__type": "com.amazon.coral.service#ExpiredTokenException", "message": "expired"},
+    ),
+    ("get_item", 200, {}, {}),
+    ("get_item", 502, {}, b"<html>Bad gateway</html>"),
+    (
+        "receive_message",
+        200,
+        {},
+        {
+            "Messages": [
+                {
+                    "MessageId": "m1",
+                    "ReceiptHandle": "r1",
+                    "MD5OfBody": "d",
+                    "Body": '{"run": "x"}',
+                    "Attributes": {"ApproximateReceiveCount": "2"},
+                    "MessageAttributes": {"b": {"DataType": "Binary", "BinaryValue": "AAEC"}},
+                }
+            ]
+        },
+    ),
+    (
+        "send_message_batch",
+        200,
+        {},
+        {
+            "Successful": [{"Id": "m0", "MessageId": "x", "MD5OfMessageBody": "y"}],
+            "Failed": [
+                {"Id": "m1", "SenderFault": True, "Code": "InvalidParameterValue", "Message": "no"}
+            ],
+        },
+    ),
+    (
+        "send_message",
+        400,
+        {"x-amzn-query-error": "AWS.SimpleQueueService.NonExistentQueue;Sender"},
+        {
+            "__type": "com.amazonaws.sqs#QueueDoesNotExist",
+            "message": "The specified queue does not exist.",
+        },
+    ),
+    (
+        "delete_message_batch",
+        400,
+        {},
+        {"__type": "com.amazonaws.sqs#ThrottlingException", "message": "slow down"},
+    ),
+]
+
+
+PARAMS: dict[str, dict[str, Any]] = {
+    "update_item": {"TableName": "runlane", "Key": _key("k"), "UpdateExpression": "SET a = :a"},
+    "put_item": {"TableName": "runlane", "Item": _key("k")},
+    "get_item": {"TableName": "runlane", "Key": _key("k")},
+    "send_message": {"QueueUrl": QUEUE_URL, "MessageBody": "x"},
+    "send_message_batch": {"QueueUrl": QUEUE_URL, "Entries": [{"Id": "m0", "MessageBody": "x"}]},
+    "delete_message_batch": {"QueueUrl": QUEUE_URL, "Entries": [{"Id": "d", "ReceiptHandle": "r"}]},
+}
+
+
+@pytest.mark.parametrize(("method", "status", "headers", "body"), RESPONSES)
+def test_a_response_parses_as_botocore_parses_it(
+    method: str, status: int, headers: dict[str, str], body: Any
+) -> None:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    canned = Canned(status, raw, {"x-amzn-RequestId": "REQ1", **headers})
+    botocore, lean = _clients(_service(method), None, canned, attempts=1)
+    params = PARAMS.get(method, {"QueueUrl": QUEUE_URL})
+    outcomes = []
+    for client in (botocore, lean):
+        try:
+            outcomes.append(("ok", getattr(client, method)(**params)))
+        except ClientError as exc:
+            outcomes.append((type(exc).__name__, exc.response, str(exc)))
+    assert outcomes[1] == outcomes[0]

@@ -1,0 +1,208 @@
+"""Choosing the lean client (``RUNLANE_AWS_CLIENT``), when it steps aside for botocore,
+and how it retries: botocore's standard mode, each attempt signed anew, a connection
+error retried like a 5xx, and the retry quota spent and paid back as botocore does."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import boto3
+import pytest
+from botocore.awsrequest import AWSPreparedRequest, AWSResponse
+from botocore.config import Config
+from botocore.exceptions import ClientError, EndpointConnectionError
+
+from runlane_sqs.adapters.aws import (
+    AwsClients,
+    aws_client_kind,
+    default_botocore_config,
+    lean_refused_by,
+    total_attempts,
+)
+from runlane_sqs.adapters.lean import LeanClient
+from runlane_sqs.core.errors import ConfigurationError
+
+
+def _clients(kind: str, config: Config | None = None, **session: Any) -> AwsClients:
+    credentials = {"aws_access_key_id": "test", "aws_secret_access_key": "test"}
+    return AwsClients(
+        region="us-east-1",
+        endpoint_url="http://127.0.0.1:9",
+        session=boto3.session.Session(**(credentials | session)),
+        botocore_config=config,
+        aws_client=kind,  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "kind"),
+    [("", "botocore"), ("lean", "lean"), (" LEAN ", "lean"), ("botocore", "botocore")],
+)
+def test_the_variable_chooses_the_client(value: str, kind: str) -> None:
+    assert aws_client_kind({"RUNLANE_AWS_CLIENT": value}) == kind
+
+
+@pytest.mark.parametrize("value", ["fast", "lean;rm -rf", "\x00"])
+def test_a_bad_choice_is_a_configuration_error(value: str) -> None:
+    with pytest.raises(ConfigurationError, match="RUNLANE_AWS_CLIENT must be one of"):
+        aws_client_kind({"RUNLANE_AWS_CLIENT": value})
+
+
+def test_only_dynamodb_and_sqs_clients_are_lean() -> None:
+    clients = _clients("lean")
+    assert isinstance(clients.client("dynamodb"), LeanClient)
+    assert isinstance(clients.client("sqs"), LeanClient)
+    assert not isinstance(clients.client("cloudformation"), LeanClient)
+    assert not isinstance(_clients("botocore").client("dynamodb"), LeanClient)
+
+
+def test_a_lean_client_hands_other_operations_to_botocore() -> None:
+    client = _clients("lean").client("dynamodb")
+    assert client.meta.service_model.service_name == "dynamodb"
+    assert client.describe_table.__self__ is client.botocore_client  # a bound botocore method
+
+
+@pytest.mark.parametrize(
+    ("config", "reason"),
+    [
+        (Config(retries={"mode": "adaptive"}), "retry mode is not standard"),
+        (Config(retries={"mode": "legacy", "max_attempts": 3}), "retry mode is not standard"),
+        (Config(retries={"mode": "standard"}), "validates parameters"),
+        (
+            Config(
+                retries={"mode": "standard"}, parameter_validation=False, signature_version="v2"
+            ),
+            "signs with v2",
+        ),
+    ],
+)
+def test_a_config_the_lean_client_cannot_honour_keeps_botocore(
+    config: Config, reason: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert reason in (lean_refused_by(config) or "")
+    with caplog.at_level(logging.WARNING, logger="runlane_sqs.aws"):
+        client = _clients("lean", config).client("dynamodb")
+    assert not isinstance(client, LeanClient)
+    assert "RUNLANE_AWS_CLIENT=lean: the dynamodb client sends its requests with botocore: " in (
+        caplog.text
+    )
+
+
+def test_fips_endpoints_keep_botocore() -> None:
+    config = default_botocore_config({}).merge(Config(use_fips_endpoint=True))
+    assert not isinstance(_clients("lean", config).client("dynamodb"), LeanClient)
+
+
+def test_attempts_follow_the_standard_retry_settings() -> None:
+    assert total_attempts(default_botocore_config({})) == 5
+    assert total_attempts(Config(retries={"mode": "standard", "max_attempts": 2})) == 3
+    assert total_attempts(Config(retries={"mode": "standard"})) == 3
+    assert total_attempts(Config(retries={"mode": "adaptive"})) is None
+
+
+class Flaky:
+    """Answers each request from a list: an exception to raise or a (status, body)."""
+
+    def __init__(self, answers: list[Any]) -> None:
+        self.answers = answers
+        self.sent: list[AWSPreparedRequest] = []
+
+    def send(self, request: AWSPreparedRequest) -> AWSResponse:
+        self.sent.append(request)
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        status, body = answer
+        return AWSResponse(request.url, status, {"x-amzn-RequestId": "r"}, _Raw(body))
+
+
+class _Raw:
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    def stream(self, **_: Any) -> Any:
+        return iter([self.body])
+
+
+def _lean(answers: list[Any], sleeps: list[float], attempts: int = 5) -> tuple[LeanClient, Flaky]:
+    clients = _clients("lean")
+    client = clients.client("dynamodb")
+    assert isinstance(client, LeanClient)
+    lean = LeanClient(
+        client.botocore_client,
+        clients.session.get_credentials(),
+        max_attempts=attempts,
+        sleep=sleeps.append,
+    )
+    flaky = Flaky(answers)
+    lean._http = flaky  # type: ignore[attr-defined]
+    return lean, flaky
+
+
+THROTTLED = (400, b'{"__type":"x#ThrottlingException","message":"slow down"}')
+DOWN = (503, b"")
+OK = (200, b'{"Item":{"pk":{"S":"a"}}}')
+KEY = {"TableName": "t", "Key": {"pk": {"S": "a"}}}
+
+
+def test_throttling_5xx_and_connection_errors_are_retried_and_each_attempt_signed_anew() -> None:
+    sleeps: list[float] = []
+    refused = EndpointConnectionError(endpoint_url="http://127.0.0.1:9")
+    lean, flaky = _lean([THROTTLED, DOWN, refused, OK], sleeps)
+    response = lean.get_item(**KEY)
+    assert response["Item"] == {"pk": {"S": "a"}}
+    assert response["ResponseMetadata"]["RetryAttempts"] == 3
+    assert len(sleeps) == 3 and all(0 <= s <= 2 ** (n + 1) for n, s in enumerate(sleeps))
+    requests = [dict(r.headers) for r in flaky.sent]
+    assert [r["amz-sdk-request"] for r in requests] == [
+        "attempt=1",
+        "attempt=2; max=5",
+        "attempt=3; max=5",
+        "attempt=4; max=5",
+    ]
+    assert len({r["amz-sdk-invocation-id"] for r in requests}) == 1
+
+
+def test_the_last_attempt_s_error_is_raised_with_its_response() -> None:
+    lean, flaky = _lean([THROTTLED, THROTTLED, THROTTLED], [], attempts=3)
+    with pytest.raises(ClientError) as raised:
+        lean.get_item(**KEY)
+    assert raised.value.response["Error"]["Code"] == "ThrottlingException"
+    metadata = raised.value.response["ResponseMetadata"]
+    assert (metadata["RetryAttempts"], metadata["MaxAttemptsReached"]) == (2, True)
+    assert len(flaky.sent) == 3
+
+
+def test_a_connection_error_that_outlasts_the_attempts_is_raised_as_botocore_s() -> None:
+    refused = EndpointConnectionError(endpoint_url="http://127.0.0.1:9")
+    lean, _ = _lean([refused, refused], [], attempts=2)
+    with pytest.raises(EndpointConnectionError):
+        lean.get_item(**KEY)
+
+
+def test_a_refused_condition_is_not_retried_and_carries_the_item() -> None:
+    refusal = (
+        400,
+        b'{"__type":"com.amazonaws.dynamodb.v20120810#ConditionalCheckFailedException",'
+        b'"message":"The conditional request failed","Item":{"seq":{"N":"7"}}}',
+    )
+    lean, flaky = _lean([refusal], [])
+    with pytest.raises(ClientError) as raised:
+        lean.update_item(**KEY, UpdateExpression="SET a = :a")
+    assert type(raised.value).__name__ == "ConditionalCheckFailedException"
+    assert raised.value.response["Item"] == {"seq": {"N": "7"}}
+    assert len(flaky.sent) == 1
+
+
+def test_the_retry_quota_runs_out_in_a_long_outage_and_requests_are_tried_once() -> None:
+    lean, flaky = _lean([DOWN] * 200, [])
+    tries = []
+    for _ in range(30):
+        before = len(flaky.sent)
+        with pytest.raises(ClientError) as raised:
+            lean.get_item(**KEY)
+        tries.append(len(flaky.sent) - before)
+    # 500 units, 5 a retry: 25 calls of 5 tries (4 retries each), then one try each
+    assert tries == [5] * 25 + [1] * 5
+    assert raised.value.response["ResponseMetadata"]["RetryQuotaReached"] is True
