@@ -11,14 +11,22 @@ botocore client's.
 - **Signing and credentials**: botocore's ``SigV4Auth`` with the frozen credentials of
   the app's session, so every provider keeps working (environment, profiles, ECS task
   role, IMDS, web identity) and refreshes as it does for botocore.
-- **HTTP**: the botocore client's own ``URLLib3Session``: its keep-alive pool, TLS
-  verification, CA bundle, proxies and timeouts.
+- **HTTP**: keep-alive ``http.client`` connections of the library's own
+  (:mod:`runlane_sqs.adapters.lean_http`), set up as the botocore client's HTTP session
+  is (CA bundle, timeouts, pool size, ``TCP_NODELAY``); through a proxy or with a
+  client certificate, the botocore client's session itself.
 - **Responses and errors**: parsed as botocore's JSON parser does for these operations
   (blobs decoded, ``ResponseMetadata`` added); an error is the botocore client's own
   ``ClientError`` class for its code, with the same ``response`` (``Error``, the
   modeled fields such as a refused condition's ``Item``, ``ResponseMetadata``).
 - **Retries**: botocore's standard retry mode (its retry conditions, exponential
   backoff with jitter and retry quota), each attempt signed anew.
+- **Events**: the botocore client's own ``provide-client-params``,
+  ``before-parameter-build``, ``before-call`` and ``after-call`` events, with the
+  arguments botocore gives them, so what hooks them (request counters, tracing, a
+  handler that answers in place of the service) sees these requests too; headers a
+  ``before-call`` handler adds (a Lambda trace id) are sent unsigned, as botocore sends
+  them.
 
 What it cannot send the way botocore would (see :func:`lean_unsupported`), it leaves to
 botocore.
@@ -32,12 +40,16 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol, cast
+from urllib.parse import urlsplit
 
-from botocore.auth import SigV4Auth
+from botocore.auth import SIGNED_HEADERS_BLACKLIST, SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.exceptions import BotoCoreError
 from botocore.retries import quota, standard
+
+from runlane_sqs.adapters.lean_http import KeepAlive, Response, unsupported_by
 
 HOT_OPERATIONS: Final[Mapping[str, Mapping[str, str]]] = {
     "dynamodb": {
@@ -57,6 +69,60 @@ HOT_OPERATIONS: Final[Mapping[str, Mapping[str, str]]] = {
 """The operations a worker and a trigger send per run, by service: the ones sent lean."""
 
 Sleep = Callable[[float], None]
+
+
+class Exchange(Protocol):
+    """Sends one signed ``POST`` and reads its whole response."""
+
+    def post(self, path: str, body: bytes, headers: dict[str, str]) -> Response: ...
+
+
+class BotocoreExchange:
+    """An :class:`Exchange` over the botocore client's own HTTP session (for endpoints
+    reached through a proxy or with a client certificate)."""
+
+    def __init__(self, url: str, http_session: Any) -> None:
+        self._url = url.rstrip("/")
+        self._http = http_session
+
+    def post(self, path: str, body: bytes, headers: dict[str, str]) -> Response:
+        request = AWSRequest(method="POST", url=self._url + path, data=body, headers=headers)
+        answer = self._http.send(request.prepare())
+        read = {name.lower(): value for name, value in answer.headers.items()}
+        return Response(answer.status_code, read, answer.content)
+
+
+class _SignedHeaders(dict[str, str]):
+    """The headers to sign, lower-cased, each once: what ``SigV4Auth`` reads of them
+    (its own map is an ``email`` message, built twice per request)."""
+
+    def get_all(self, name: str) -> list[str]:
+        return [self[name]]
+
+
+class JsonSigV4(SigV4Auth):
+    """botocore's ``SigV4Auth``, given the headers to sign as a plain map (the request
+    carries its ``Host``, so the signer does not parse the URL for it twice)."""
+
+    def headers_to_sign(self, request: Any) -> Any:
+        return _SignedHeaders(
+            (name.lower(), value)
+            for name, value in request.headers.items()
+            if name.lower() not in SIGNED_HEADERS_BLACKLIST
+        )
+
+
+@dataclass(slots=True)
+class _Signable:
+    """What ``SigV4Auth.add_auth`` reads and writes of a request, without botocore's
+    ``AWSRequest`` (whose headers are an ``email`` message): a JSON ``POST``."""
+
+    url: str
+    headers: dict[str, str]
+    body: bytes
+    method: str = "POST"
+    params: dict[str, str] = field(default_factory=dict)
+    context: dict[str, Any] = field(default_factory=dict)
 
 
 def lean_unsupported(client: Any) -> str | None:
@@ -84,6 +150,16 @@ def _blob(value: Any) -> Any:
     if isinstance(value, bytes | bytearray):
         return base64.b64encode(value).decode("ascii")
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def _host(url: str) -> str:
+    """The ``Host`` header of ``url`` as botocore's signer computes it: the network
+    location, without a scheme's default port."""
+    parts = urlsplit(url)
+    default = {"http": 80, "https": 443}.get(parts.scheme)
+    if parts.port is not None and parts.port == default:
+        return parts.netloc.rsplit(":", 1)[0]
+    return parts.netloc
 
 
 BLOB_KEYS: Final = frozenset({"B", "BinaryValue"})
@@ -135,11 +211,20 @@ class LeanClient:
         self._signer_scope = (model.signing_name, meta.region_name)
         self._target = model.metadata["targetPrefix"]
         self._headers = {
+            "Host": _host(self._url),
             "Content-Type": f"application/x-amz-json-{model.metadata['jsonVersion']}",
             **({"x-amzn-query-mode": "true"} if model.is_query_compatible else {}),
             "User-Agent": meta.config.user_agent or "",
         }
-        self._http = client._endpoint.http_session
+        http_session = client._endpoint.http_session
+        self._exchange: Exchange = (
+            BotocoreExchange(self._url, http_session)
+            if unsupported_by(http_session, self._url)
+            else KeepAlive(self._url, http_session)
+        )
+        self._events = meta.events
+        self._service_id = model.service_id.hyphenize()
+        self._config = meta.config
         self._max_attempts = max_attempts
         self._retryable = standard.StandardRetryConditions(max_attempts=max_attempts)
         self._backoff = standard.ExponentialBackoff()
@@ -156,11 +241,65 @@ class LeanClient:
             return getattr(self._client, name)
         return lambda **params: self.send(operation, params)
 
-    def send(self, operation: str, params: Mapping[str, Any]) -> dict[str, Any]:
-        """Send one operation, retried as botocore's standard mode retries it."""
-        body = json.dumps(params, default=_blob).encode()
+    def send(self, operation: str, params: Mapping[str, Any]) -> Any:
+        """Send one operation as the botocore client's ``_make_api_call`` does: its
+        events around it, retried as botocore's standard mode retries it."""
         operation_model = self._model.operation_model(operation)
-        context: dict[str, Any] = {"retries": {"invocation-id": str(uuid.uuid4())}}
+        context: dict[str, Any] = {
+            "client_region": self._signer_scope[1],
+            "client_config": self._config,
+            "has_streaming_input": False,
+        }
+        event = f"{self._service_id}.{operation}"
+        given = self._events.emit(
+            f"provide-client-params.{event}", params=params, model=operation_model, context=context
+        )
+        params = next((r for _, r in given if r is not None), params)
+        self._events.emit(
+            f"before-parameter-build.{event}", params=params, model=operation_model, context=context
+        )
+        request = {
+            "url_path": "/",
+            "query_string": "",
+            "method": "POST",
+            "headers": {},
+            "body": json.dumps(params, default=_blob).encode(),
+            "url": self._url,
+            "context": context,
+        }
+        _, answered = self._events.emit_until_response(
+            f"before-call.{event}",
+            model=operation_model,
+            params=request,
+            request_signer=None,
+            context=context,
+        )
+        if answered is not None:  # a handler answered in place of the service
+            http_response, parsed = answered
+        else:
+            http_response, parsed = self._attempts(operation, operation_model, request, context)
+        self._events.emit(
+            f"after-call.{event}",
+            http_response=http_response,
+            parsed=parsed,
+            model=operation_model,
+            context=context,
+        )
+        if http_response.status_code >= ERROR_STATUS:
+            error = parsed["Error"]
+            code = error.get("QueryErrorCode") or error["Code"]
+            raise self._client.exceptions.from_code(code)(parsed, operation)
+        return parsed
+
+    def _attempts(
+        self, operation: str, operation_model: Any, request: dict[str, Any], context: Any
+    ) -> tuple[Response, dict[str, Any]]:
+        """Send ``request`` until it succeeds or botocore's standard mode gives up;
+        returns the last response, parsed (a connection error that outlasts the
+        attempts is raised)."""
+        body: bytes = request["body"]
+        added: dict[str, str] = request["headers"]  # by before-call handlers: unsigned
+        context["retries"] = {"invocation-id": str(uuid.uuid4())}
         attempt = 1
         while True:
             context["retries"]["attempt"] = attempt
@@ -168,9 +307,10 @@ class LeanClient:
             http_response: Any = None
             caught: Exception | None = None
             try:
-                http_response = self._http.send(self._signed(operation, body, context))
+                headers = self._signed(operation, body, context) | added
+                http_response = self._exchange.post("/", body, headers)
                 parsed = self._parse(http_response)
-            except BotoCoreError as exc:  # its HTTP session's: connection errors, timeouts
+            except BotoCoreError as exc:  # the exchange's: connection errors, timeouts
                 caught = exc  # retried if botocore's standard mode retries it
             retry = standard.RetryContext(
                 attempt_number=attempt,
@@ -186,37 +326,35 @@ class LeanClient:
                 continue
             break
         # botocore calls it with the request's context dict (its after-call event)
-        self._quota.release_retry_quota(context, http_response)  # type: ignore[arg-type]
+        self._quota.release_retry_quota(context, http_response)
         if caught is not None:
             raise caught
         assert parsed is not None
         metadata = parsed["ResponseMetadata"]
         metadata |= retry.get_retry_metadata()
         metadata["RetryAttempts"] = attempt - 1
-        if http_response.status_code >= ERROR_STATUS:
-            error = parsed["Error"]
-            code = error.get("QueryErrorCode") or error["Code"]
-            raise self._client.exceptions.from_code(code)(parsed, operation)
-        return parsed
+        return http_response, parsed
 
-    def _signed(self, operation: str, body: bytes, context: dict[str, Any]) -> Any:
+    def _signed(self, operation: str, body: bytes, context: dict[str, Any]) -> dict[str, str]:
+        """The headers of one attempt, signed as botocore signs them."""
         headers = {"X-Amz-Target": f"{self._target}.{operation}", **self._headers}
-        request = AWSRequest(method="POST", url=self._url, data=body, headers=headers)
+        request = _Signable(self._url, headers, body)
         name, region = self._signer_scope
-        SigV4Auth(self._credentials.get_frozen_credentials(), name, region).add_auth(request)
+        signer = JsonSigV4(self._credentials.get_frozen_credentials(), name, region)
+        signer.add_auth(cast(AWSRequest, request))  # reads and writes only what it has
         retries = context["retries"]  # added after signing, as botocore adds them
-        request.headers["amz-sdk-invocation-id"] = retries["invocation-id"]
-        request.headers["amz-sdk-request"] = (
+        headers["amz-sdk-invocation-id"] = retries["invocation-id"]
+        headers["amz-sdk-request"] = (
             f"attempt={retries['attempt']}"
             if retries["attempt"] == 1
             else f"attempt={retries['attempt']}; max={self._max_attempts}"
         )
-        return request.prepare()
+        return headers
 
-    def _parse(self, response: Any) -> dict[str, Any]:
+    def _parse(self, response: Response) -> dict[str, Any]:
         """A response as botocore's JSON parser gives it."""
-        headers = {k.lower(): v for k, v in response.headers.items()}
-        content: bytes = response.content
+        headers = response.headers
+        content = response.content
         try:
             parsed: dict[str, Any] = json.loads(content) if content else {}
         except ValueError:

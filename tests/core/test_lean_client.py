@@ -9,7 +9,6 @@ from typing import Any
 
 import boto3
 import pytest
-from botocore.awsrequest import AWSPreparedRequest, AWSResponse
 from botocore.config import Config
 from botocore.exceptions import ClientError, EndpointConnectionError
 
@@ -20,7 +19,8 @@ from runlane_sqs.adapters.aws import (
     lean_refused_by,
     total_attempts,
 )
-from runlane_sqs.adapters.lean import LeanClient
+from runlane_sqs.adapters.lean import BotocoreExchange, LeanClient
+from runlane_sqs.adapters.lean_http import KeepAlive, Response
 from runlane_sqs.core.errors import ConfigurationError
 
 
@@ -89,6 +89,24 @@ def test_a_config_the_lean_client_cannot_honour_keeps_botocore(
     )
 
 
+def test_an_endpoint_behind_a_proxy_is_sent_over_botocore_s_http_session(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
+    clients = AwsClients(
+        region="eu-west-1",
+        endpoint_url=None,
+        session=boto3.session.Session(aws_access_key_id="k", aws_secret_access_key="s"),
+        aws_client="lean",
+    )
+    client = clients.client("dynamodb")
+    assert isinstance(client, LeanClient)
+    assert isinstance(client._exchange, BotocoreExchange)  # type: ignore[attr-defined]
+    monkeypatch.delenv("HTTPS_PROXY")
+    direct = _clients("lean").client("dynamodb")
+    assert isinstance(direct._exchange, KeepAlive)  # type: ignore[attr-defined]
+
+
 def test_fips_endpoints_keep_botocore() -> None:
     config = default_botocore_config({}).merge(Config(use_fips_endpoint=True))
     assert not isinstance(_clients("lean", config).client("dynamodb"), LeanClient)
@@ -106,23 +124,15 @@ class Flaky:
 
     def __init__(self, answers: list[Any]) -> None:
         self.answers = answers
-        self.sent: list[AWSPreparedRequest] = []
+        self.sent: list[dict[str, str]] = []
 
-    def send(self, request: AWSPreparedRequest) -> AWSResponse:
-        self.sent.append(request)
+    def post(self, path: str, body: bytes, headers: dict[str, str]) -> Response:
+        self.sent.append(dict(headers))
         answer = self.answers.pop(0)
         if isinstance(answer, Exception):
             raise answer
-        status, body = answer
-        return AWSResponse(request.url, status, {"x-amzn-RequestId": "r"}, _Raw(body))
-
-
-class _Raw:
-    def __init__(self, body: bytes) -> None:
-        self.body = body
-
-    def stream(self, **_: Any) -> Any:
-        return iter([self.body])
+        status, content = answer
+        return Response(status, {"x-amzn-requestid": "r"}, content)
 
 
 def _lean(answers: list[Any], sleeps: list[float], attempts: int = 5) -> tuple[LeanClient, Flaky]:
@@ -136,7 +146,7 @@ def _lean(answers: list[Any], sleeps: list[float], attempts: int = 5) -> tuple[L
         sleep=sleeps.append,
     )
     flaky = Flaky(answers)
-    lean._http = flaky  # type: ignore[attr-defined]
+    lean._exchange = flaky  # type: ignore[attr-defined]
     return lean, flaky
 
 
@@ -154,7 +164,7 @@ def test_throttling_5xx_and_connection_errors_are_retried_and_each_attempt_signe
     assert response["Item"] == {"pk": {"S": "a"}}
     assert response["ResponseMetadata"]["RetryAttempts"] == 3
     assert len(sleeps) == 3 and all(0 <= s <= 2 ** (n + 1) for n, s in enumerate(sleeps))
-    requests = [dict(r.headers) for r in flaky.sent]
+    requests = flaky.sent
     assert [r["amz-sdk-request"] for r in requests] == [
         "attempt=1",
         "attempt=2; max=5",
@@ -206,3 +216,51 @@ def test_the_retry_quota_runs_out_in_a_long_outage_and_requests_are_tried_once()
     # 500 units, 5 a retry: 25 calls of 5 tries (4 retries each), then one try each
     assert tries == [5] * 25 + [1] * 5
     assert raised.value.response["ResponseMetadata"]["RetryQuotaReached"] is True
+
+
+def test_the_botocore_client_s_events_fire_around_a_lean_request() -> None:
+    lean, flaky = _lean([OK], [])
+    seen: list[str] = []
+
+    def provide(params: dict[str, Any], model: Any, **_: Any) -> None:
+        seen.append(f"provide:{model.name}")
+        params["ReturnConsumedCapacity"] = "TOTAL"  # as the bench's counter asks
+
+    def before(model: Any, params: dict[str, Any], **_: Any) -> None:
+        seen.append(f"before:{model.name}")
+        params["headers"]["X-Amzn-Trace-Id"] = "Root=1-abc"  # as botocore does in Lambda
+
+    def after(parsed: Any, http_response: Any, **_: Any) -> None:
+        seen.append(f"after:{http_response.status_code}:{sorted(parsed)}")
+
+    events = lean.meta.events
+    events.register("provide-client-params.dynamodb.GetItem", provide)
+    events.register("before-call.dynamodb.GetItem", before)
+    events.register("after-call.dynamodb", after)
+    lean.get_item(**KEY)
+    assert seen == [
+        "provide:GetItem",
+        "before:GetItem",
+        "after:200:['Item', 'ResponseMetadata']",
+    ]
+    [sent] = flaky.sent
+    assert sent["X-Amzn-Trace-Id"] == "Root=1-abc"
+    assert "x-amzn-trace-id" not in sent["Authorization"]  # sent unsigned, as by botocore
+
+
+def test_a_before_call_handler_can_answer_in_place_of_the_service() -> None:
+    lean, flaky = _lean([], [])
+
+    def refuse(model: Any, **_: Any) -> None:
+        raise EndpointConnectionError(endpoint_url="http://127.0.0.1:9")
+
+    def answer(model: Any, **_: Any) -> Any:
+        return Response(200, {}, b""), {"Item": {"pk": {"S": "stub"}}}
+
+    lean.meta.events.register("before-call.dynamodb.GetItem", refuse)
+    with pytest.raises(EndpointConnectionError):
+        lean.get_item(**KEY)
+    lean.meta.events.unregister("before-call.dynamodb.GetItem", refuse)
+    lean.meta.events.register("before-call.dynamodb.GetItem", answer)
+    assert lean.get_item(**KEY)["Item"] == {"pk": {"S": "stub"}}
+    assert flaky.sent == []

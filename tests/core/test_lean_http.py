@@ -1,0 +1,171 @@
+"""The lean client's HTTP exchange (runlane_sqs/adapters/lean_http.py) against a small
+HTTP server in this process: connections are kept alive and reused, a connection the
+server closed while idle is not reused, sized and chunked bodies are read whole, headers
+are read by lower-case name, and failures are botocore's exceptions (which its standard
+retry mode retries): a refused connection, a read that times out, a connection dropped
+mid-answer."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, ClassVar
+
+import pytest
+from botocore.exceptions import (
+    ConnectionClosedError,
+    EndpointConnectionError,
+    ReadTimeoutError,
+)
+from botocore.httpsession import URLLib3Session
+
+from runlane_sqs.adapters.lean_http import KeepAlive, unsupported_by
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    connections: ClassVar[set[tuple[str, int]]] = set()
+    mode: ClassVar[str] = "sized"
+
+    def do_POST(self) -> None:
+        Handler.connections.add(self.client_address)
+        length = int(self.headers["Content-Length"])
+        body = self.rfile.read(length)
+        if Handler.mode == "slow":
+            time.sleep(0.5)
+        if Handler.mode == "drop":
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        self.send_response(200)
+        self.send_header("X-Amzn-RequestId", "r1")
+        self.send_header("Set-Thing", "a")
+        self.send_header("set-thing", "b")
+        if Handler.mode == "chunked":
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for part in (b'{"echo":', body, b"}"):
+                self.wfile.write(f"{len(part):x}\r\n".encode() + part + b"\r\n")
+            self.wfile.write(b"0\r\n\r\n")
+            return
+        answer = b'{"echo":' + body + b"}"
+        self.send_header("Content-Length", str(len(answer)))
+        if Handler.mode == "close":
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[ThreadingHTTPServer]:
+    Handler.connections = set()
+    Handler.mode = "sized"
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture
+def pools() -> Iterator[list[KeepAlive]]:
+    made: list[KeepAlive] = []
+    yield made
+    for pool in made:
+        pool.close()
+
+
+@pytest.fixture
+def pool_for(pools: list[KeepAlive]) -> Any:
+    def make(url: str, read_timeout: float = 5) -> KeepAlive:
+        session = URLLib3Session(timeout=(1, read_timeout), max_pool_connections=2)
+        pools.append(KeepAlive(url, session))
+        return pools[-1]
+
+    return make
+
+
+def _url(server: ThreadingHTTPServer) -> str:
+    host, port = server.server_address[:2]
+    return f"http://{host}:{port}"
+
+
+def test_connections_are_kept_alive_and_headers_read_by_lower_case_name(
+    server: ThreadingHTTPServer, pool_for: Any
+) -> None:
+    pool = pool_for(_url(server))
+    answers = [pool.post("/", b'"%d"' % n, {"Content-Type": "x"}) for n in range(5)]
+    assert [a.content for a in answers] == [b'{"echo":"%d"}' % n for n in range(5)]
+    assert answers[0].status_code == 200
+    assert answers[0].headers["x-amzn-requestid"] == "r1"
+    assert answers[0].headers["set-thing"] == "a, b"
+    assert len(Handler.connections) == 1  # one connection, reused
+
+
+def test_a_chunked_body_is_read_whole(server: ThreadingHTTPServer, pool_for: Any) -> None:
+    Handler.mode = "chunked"
+    pool = pool_for(_url(server))
+    for _ in range(2):
+        assert pool.post("/", b"[1,2]", {}).content == b'{"echo":[1,2]}'
+    assert len(Handler.connections) == 1
+
+
+def test_a_connection_the_server_closes_is_not_reused(
+    server: ThreadingHTTPServer, pool_for: Any
+) -> None:
+    Handler.mode = "close"
+    pool = pool_for(_url(server))
+    for _ in range(3):
+        assert pool.post("/", b"1", {}).content == b'{"echo":1}'
+    assert len(Handler.connections) == 3
+
+
+def test_an_idle_connection_dropped_by_the_server_is_replaced(
+    server: ThreadingHTTPServer, pool_for: Any
+) -> None:
+    pool = pool_for(_url(server))
+    pool.post("/", b"1", {})
+    [idle] = pool._idle  # type: ignore[attr-defined]
+    assert idle.sock is not None
+    idle.sock.shutdown(socket.SHUT_RD)  # as if the server had closed it
+    assert pool.post("/", b"2", {}).content == b'{"echo":2}'
+    assert len(Handler.connections) == 2
+
+
+def test_a_refused_connection_is_botocore_s_endpoint_connection_error(pool_for: Any) -> None:
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    with pytest.raises(EndpointConnectionError):
+        pool_for(f"http://127.0.0.1:{port}").post("/", b"1", {})
+
+
+def test_a_slow_answer_is_a_read_timeout(server: ThreadingHTTPServer, pool_for: Any) -> None:
+    Handler.mode = "slow"
+    with pytest.raises(ReadTimeoutError):
+        pool_for(_url(server), read_timeout=0.1).post("/", b"1", {})
+
+
+def test_a_connection_dropped_mid_answer_is_connection_closed(
+    server: ThreadingHTTPServer, pool_for: Any
+) -> None:
+    Handler.mode = "drop"
+    with pytest.raises(ConnectionClosedError):
+        pool_for(_url(server)).post("/", b"1", {})
+
+
+def test_proxies_and_client_certificates_are_left_to_botocore() -> None:
+    url = "https://dynamodb.eu-west-1.amazonaws.com/"
+    assert unsupported_by(URLLib3Session(), url) is None
+    proxied = URLLib3Session(proxies={"https": "http://proxy.internal:3128"})
+    assert "proxy" in (unsupported_by(proxied, url) or "")
+    certified = URLLib3Session(client_cert="/tmp/client.pem")
+    assert "certificate" in (unsupported_by(certified, url) or "")
+    assert "not botocore" in (unsupported_by(object(), url) or "")
