@@ -92,10 +92,10 @@ def total_attempts(config: Config) -> int | None:
 
 
 def lean_refused_by(config: Config) -> str | None:
-    """Why a botocore config keeps the lean client off (``None``: it does not): the
-    options it honours are those of the HTTP session it borrows, the user agent and
-    the standard retry mode; client-side parameter validation and other signers are
-    botocore's alone."""
+    """Why a botocore config keeps the lean client off (``None``: it does not): it
+    honours the options of the botocore client's HTTP session (read from it), the user
+    agent and the standard retry mode; client-side parameter validation and other
+    signers are botocore's alone."""
     if total_attempts(config) is None:
         return "its retry mode is not standard"
     if getattr(config, "parameter_validation", True) is not False:
