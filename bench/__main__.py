@@ -27,6 +27,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from bench import backends, chart, report, targets
 from bench.backlog import measure_backlog
+from bench.clients import STEPS as CLIENT_STEPS
+from bench.clients import measure_clients
 from bench.coldstart import measure_coldstart
 from bench.console import measure_console
 from bench.cost import measure_costs
@@ -53,6 +55,7 @@ MEASUREMENTS = (
     "tracing",
     "console",
     "fanout",
+    "clients",
 )
 MEMORY_CONCURRENCY = 32
 CONSOLE_WIDTH = 150
@@ -77,6 +80,8 @@ class Sizes:
     fanout_children_aws_local: int = 10_000
     fanout_join_groups: int = 5
     """Small maps after the counted one, each timing one more join."""
+    client_calls: int = 1000
+    """Requests of each kind measured per client and round (bench/clients.py)."""
 
 
 SMOKE = Sizes(
@@ -95,6 +100,7 @@ SMOKE = Sizes(
     fanout_children=50,
     fanout_children_aws_local=50,
     fanout_join_groups=2,
+    client_calls=50,
 )
 
 
@@ -246,6 +252,13 @@ class Runner:
             self.backend, children, sizes.cost_runs, sizes.fanout_join_groups, bar
         )
         self.results["fanout"] = result.to_json()
+
+    def clients(self) -> None:
+        """Client CPU per request, botocore against the lean client (bench/clients.py)."""
+        calls = self.sizes.client_calls
+        bar = self.bar(f"clients: {calls} requests of each kind, per client", CLIENT_STEPS)
+        rows = measure_clients(self.backend, calls, bar)
+        self.results["clients"] = [row.to_json() for row in rows]
 
 
 def _versions() -> dict[str, str]:

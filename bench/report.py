@@ -231,6 +231,32 @@ def coldstart_table(result: dict[str, Any]) -> Table:
     return table
 
 
+def clients_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table(title="client CPU per request: botocore against the lean client")
+    for header in ("request", "botocore CPU µs", "lean CPU µs", "lean / botocore", "wall ms"):
+        table.add_column(header, justify="left" if header == "request" else "right")
+    by = {(r["kind"], r["request"]): r for r in rows}
+    for request in dict.fromkeys(r["request"] for r in rows):
+        botocore, lean = by.get(("botocore", request)), by.get(("lean", request))
+        cpu = [row["cpu_us"] if row else None for row in (botocore, lean)]
+        wall = [f"{row['wall_ms']:.2f}" if row else "-" for row in (botocore, lean)]
+        ratio = f"{cpu[1] / cpu[0]:.2f}" if cpu[0] and cpu[1] is not None else "-"
+        table.add_row(
+            request, *(f"{c:,.0f}" if c is not None else "-" for c in cpu), ratio, " / ".join(wall)
+        )
+    table.caption = (
+        "one request at a time from the bench process; the median of 3 rounds, the kinds "
+        "alternating; CPU is the process's (bench/clients.py)"
+    )
+    return table
+
+
+def print_clients(console: Console, rows: list[dict[str, Any]] | None) -> None:
+    """The client CPU table, if it ran."""
+    if rows:
+        console.print(clients_table(rows))
+
+
 def print_coldstart(console: Console, result: dict[str, Any] | None) -> None:
     """The cold start table, if it ran (it needs no backend, so names none)."""
     if result:
@@ -305,6 +331,7 @@ def print_results(console: Console, results: dict[str, Any], targets: list[Targe
     print_tracing(console, results.get("tracing"))
     print_console(console, results.get("console"), backend)
     print_fanout(console, results.get("fanout"), backend)
+    print_clients(console, results.get("clients"))
     for note in results.get("notes", []):
         console.print(f"[yellow]note:[/] {note}")
     console.print(targets_table(targets, backend))
