@@ -1,5 +1,5 @@
 """The lean AWS client: the per-run requests of DynamoDB and SQS without botocore's client
-machinery, and with botocore's signing, credentials and HTTP session.
+machinery, and with botocore's signing, credentials, retry rules and events.
 
 Both services speak AWS's JSON protocol, where a request is the operation's parameters as
 JSON and a response is its result as JSON. :class:`LeanClient` wraps the app's botocore
