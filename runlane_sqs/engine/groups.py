@@ -19,7 +19,7 @@ import json
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 
 from runlane_sqs.core import groups as core
@@ -272,21 +272,24 @@ class Groups:
         died after starting them), count the terminal ones not counted (a writer died
         after ending them); returns the group as the counts left it, and whether there
         was anything to repair."""
-        positions = sorted(group.lanes.values())
         missing: list[int] = []
         repaired = False
-        for first in range(0, len(positions), CHILDREN_PAGE):
-            page = positions[first : first + CHILDREN_PAGE]
-            for position, child in zip(
-                page, self._store.groups.children_at(group, page), strict=True
-            ):
-                if child is None:
-                    missing.append(position)
-                elif child.is_terminal and (lane := group.lane_of(position)) is not None:
-                    group = self._count(group, lane, position, child.status)
-                    repaired = True
+        for position, child in self._lane_children(group):
+            if child is None:
+                missing.append(position)
+            elif child.is_terminal and (lane := group.lane_of(position)) is not None:
+                group = self._count(group, lane, position, child.status)
+                repaired = True
         self._create_children(group, missing)
         return group, repaired or bool(missing)
+
+    def _lane_children(self, group: Group) -> Iterator[tuple[int, Run | None]]:
+        """Each position running in the group's lanes, with its child (``None``: not
+        created), read by id a page at a time."""
+        positions = sorted(group.lanes.values())
+        for first in range(0, len(positions), CHILDREN_PAGE):
+            page = positions[first : first + CHILDREN_PAGE]
+            yield from zip(page, self._store.groups.children_at(group, page), strict=True)
 
     def _registered(self, name: str, what: str) -> Task:
         task = self._tasks.get(name)
@@ -465,18 +468,13 @@ class Groups:
     def _cancel_unfinished(self, group: Group) -> None:
         """Ask the children still running in the group's lanes to cancel (cooperative);
         one not started yet is cancelled at once, and counted."""
-        positions = sorted(group.lanes.values())
-        for first in range(0, len(positions), CHILDREN_PAGE):
-            page = positions[first : first + CHILDREN_PAGE]
-            for position, child in zip(
-                page, self._store.groups.children_at(group, page), strict=True
-            ):
-                if child is None or child.is_terminal:
-                    continue
-                cancelled = self._cancel(child)
-                lane = group.lane_of(position)
-                if cancelled is not None and cancelled.is_terminal and lane is not None:
-                    group = self._count(group, lane, position, cancelled.status)
+        for position, child in self._lane_children(group):
+            if child is None or child.is_terminal:
+                continue
+            cancelled = self._cancel(child)
+            lane = group.lane_of(position)
+            if cancelled is not None and cancelled.is_terminal and lane is not None:
+                group = self._count(group, lane, position, cancelled.status)
 
     def _cancel(self, child: Run) -> Run | None:
         try:
