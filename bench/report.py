@@ -233,19 +233,25 @@ def coldstart_table(result: dict[str, Any]) -> Table:
 
 def clients_table(rows: list[dict[str, Any]]) -> Table:
     table = Table(title="client CPU per request: botocore against the lean client")
-    for header in ("request", "botocore CPU µs", "lean CPU µs", "lean / botocore", "wall ms"):
-        table.add_column(header, justify="left" if header == "request" else "right")
-    by = {(r["kind"], r["request"]): r for r in rows}
-    for request in dict.fromkeys(r["request"] for r in rows):
-        botocore, lean = by.get(("botocore", request)), by.get(("lean", request))
+    headers = ("worker", "request", "botocore CPU µs", "lean CPU µs", "lean / botocore", "wall ms")
+    for header in headers:
+        table.add_column(header, justify="left" if header in ("worker", "request") else "right")
+    by = {(r["kind"], r.get("worker", "sync"), r["request"]): r for r in rows}
+    for worker, request in dict.fromkeys((r.get("worker", "sync"), r["request"]) for r in rows):
+        botocore, lean = by.get(("botocore", worker, request)), by.get(("lean", worker, request))
         cpu = [row["cpu_us"] if row else None for row in (botocore, lean)]
         wall = [f"{row['wall_ms']:.2f}" if row else "-" for row in (botocore, lean)]
         ratio = f"{cpu[1] / cpu[0]:.2f}" if cpu[0] and cpu[1] is not None else "-"
         table.add_row(
-            request, *(f"{c:,.0f}" if c is not None else "-" for c in cpu), ratio, " / ".join(wall)
+            worker,
+            request,
+            *(f"{c:,.0f}" if c is not None else "-" for c in cpu),
+            ratio,
+            " / ".join(wall),
         )
     table.caption = (
-        "one request at a time from the bench process; the median of 3 rounds, the kinds "
+        "one request at a time from the bench process (sync: boto3's clients; async: "
+        "aiobotocore's, as the async worker opens them); the median of 3 rounds, the kinds "
         "alternating; CPU is the process's (bench/clients.py)"
     )
     return table

@@ -13,7 +13,8 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import NoRegionError
 
-from runlane_sqs.adapters.lean import HOT_OPERATIONS, LeanClient, lean_unsupported
+from runlane_sqs.adapters.lean.client import LeanClient
+from runlane_sqs.adapters.lean.protocol import HOT_OPERATIONS, lean_unsupported
 from runlane_sqs.core.errors import ConfigurationError
 
 log = logging.getLogger("runlane_sqs.aws")
@@ -182,27 +183,38 @@ class AwsClients:
                     f"no AWS region for the {service} client: set "
                     f"{' or '.join(REGION_VARIABLES)} (or pass region= to Runlane)"
                 ) from None
-            if self.aws_client == "lean" and service in HOT_OPERATIONS:
+            if self.sends_lean(service):
                 self._clients[service] = self._lean(service, self._clients[service])
         return self._clients[service]
 
+    def sends_lean(self, service: str) -> bool:
+        """Whether the lean client is asked for and sends some of ``service``'s requests."""
+        return self.aws_client == "lean" and service in HOT_OPERATIONS
+
     def _lean(self, service: str, client: Any) -> Any:
-        """``client`` with its per-run requests sent lean, or ``client`` itself when the
-        lean client cannot send them as botocore would (said once, in the log)."""
         credentials = self.session.get_credentials()
+        attempts = self.lean_attempts(service, client, credentials)
+        if attempts is None:
+            return client
+        return LeanClient(client, credentials, max_attempts=attempts)
+
+    def lean_attempts(self, service: str, client: Any, credentials: Any) -> int | None:
+        """The attempts per request of a lean client of ``client`` (a botocore or an
+        aiobotocore client of ``service``); ``None`` when the lean client cannot send
+        its requests as botocore would, which the log says once per client."""
         reason = lean_unsupported(client) or lean_refused_by(self.botocore_config)
         if credentials is None:
             reason = "no credentials were found (botocore raises the error)"
         attempts = total_attempts(self.botocore_config)
-        if reason is not None or attempts is None:
-            log.warning(
-                "%s=lean: the %s client sends its requests with botocore: %s",
-                ENV_AWS_CLIENT,
-                service,
-                reason,
-            )
-            return client
-        return LeanClient(client, credentials, max_attempts=attempts)
+        if reason is None and attempts is not None:
+            return attempts
+        log.warning(
+            "%s=lean: the %s client sends its requests with botocore: %s",
+            ENV_AWS_CLIENT,
+            service,
+            reason,
+        )
+        return None
 
     def lazy(self, service: str) -> LazyClient:
         """A stand-in for :meth:`client` that builds the client on its first use, so an

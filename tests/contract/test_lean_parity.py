@@ -1,19 +1,20 @@
-"""The lean client against botocore, byte for byte (runlane_sqs/adapters/lean.py).
+"""The lean clients against botocore, byte for byte (runlane_sqs/adapters/lean/).
 
-For each operation the lean client sends, over generated parameters (unicode and
-control characters, numbers at the edges, binary, long strings), with and without a
-session token, and with the clock and the invocation id frozen, what the lean client
-would send equals what the botocore client sends for the same call: the URL, the body
-bytes, every signed header and the ``Authorization`` header. botocore's request is
-captured by a ``before-send`` hook that answers with a canned response, the lean one by
-the HTTP session it is given, so nothing leaves the process. Then the other way: the
-same canned response bodies (success, a refused condition with its item, throttling, a
-5xx, an expired token, a body that is not JSON) parse to the same result, or raise the
-same error with the same ``response``.
+For each operation the lean clients send (the sync one and the async one), over
+generated parameters (unicode and control characters, numbers at the edges, binary, long
+strings), with and without a session token, and with the clock and the invocation id
+frozen, what a lean client would send equals what the botocore client sends for the
+same call: the URL, the body bytes, every signed header and the ``Authorization`` header.
+botocore's request is captured by a ``before-send`` hook that answers with a canned
+response, a lean one by the exchange it is given, so nothing leaves the process. Then
+the other way: the same canned response bodies (success, a refused condition with its
+item, throttling, a 5xx, an expired token, a body that is not JSON) parse to the same
+result, or raise the same error with the same ``response``, from both lean clients.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import json
 import uuid
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+import aioboto3
 import boto3
 import pytest
 from botocore.awsrequest import AWSPreparedRequest, AWSResponse
@@ -31,8 +33,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runlane_sqs.adapters.aws import default_botocore_config
-from runlane_sqs.adapters.lean import HOT_OPERATIONS, LeanClient
-from runlane_sqs.adapters.lean_http import Response
+from runlane_sqs.adapters.lean.aio import AsyncLeanClient
+from runlane_sqs.adapters.lean.client import LeanClient
+from runlane_sqs.adapters.lean.protocol import HOT_OPERATIONS, Response
 
 FROZEN = datetime.datetime(2026, 12, 4, 9, 30, 15, tzinfo=datetime.UTC)
 INVOCATION = uuid.UUID("12345678-1234-5678-1234-567812345678")
@@ -89,25 +92,66 @@ def frozen(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(uuid, "uuid4", lambda: INVOCATION)
 
 
+CREDENTIALS = {
+    "aws_access_key_id": "AKIDEXAMPLE",
+    "aws_secret_access_key": "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+    "region_name": "eu-west-1",
+}
+
+
+def _config(attempts: int) -> Config:
+    retries: Any = {"mode": "standard", "total_max_attempts": attempts}
+    return default_botocore_config({}).merge(Config(retries=retries))
+
+
 def _clients(
     service: str, token: str | None, canned: Canned, attempts: int = 5
 ) -> tuple[Any, LeanClient]:
     """A botocore client answered by ``canned``, and a lean client over another botocore
     client whose HTTP session is ``canned``: the same session, config and credentials."""
-    session = boto3.session.Session(
-        aws_access_key_id="AKIDEXAMPLE",
-        aws_secret_access_key="wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
-        aws_session_token=token,
-        region_name="eu-west-1",
-    )
-    retries: Any = {"mode": "standard", "total_max_attempts": attempts}
-    config = default_botocore_config({}).merge(Config(retries=retries))
+    session = boto3.session.Session(**CREDENTIALS, aws_session_token=token)
+    config = _config(attempts)
     botocore = session.client(service, endpoint_url=ENDPOINTS[service], config=config)
     botocore.meta.events.register("before-send", canned.response)
     plain = session.client(service, endpoint_url=ENDPOINTS[service], config=config)
     lean = LeanClient(plain, session.get_credentials(), max_attempts=attempts, sleep=lambda s: None)
     lean._exchange = canned  # type: ignore[attr-defined]
     return botocore, lean
+
+
+class AsyncCanned:
+    """``canned`` as the async lean client's exchange."""
+
+    def __init__(self, canned: Canned) -> None:
+        self.canned = canned
+
+    async def post(self, path: str, body: bytes, headers: dict[str, str]) -> Response:
+        return self.canned.post(path, body, headers)
+
+
+async def _no_sleep(seconds: float) -> None:
+    return None
+
+
+def _async_lean_call(
+    method: str, params: dict[str, Any], token: str | None, canned: Canned, attempts: int = 5
+) -> Any:
+    """``method`` called by an async lean client over an aiobotocore client with the same
+    credentials and config, answered by ``canned``."""
+    service = _service(method)
+
+    async def call() -> Any:
+        session = aioboto3.Session(**CREDENTIALS, aws_session_token=token)
+        config = _config(attempts)
+        async with session.client(  # type: ignore[call-overload]
+            service, endpoint_url=ENDPOINTS[service], config=config
+        ) as client:
+            credentials = await session.get_credentials()
+            lean = AsyncLeanClient(client, credentials, max_attempts=attempts, sleep=_no_sleep)
+            lean._exchange = AsyncCanned(canned)  # type: ignore[assignment]
+            return await getattr(lean, method)(**params)
+
+    return asyncio.run(call())
 
 
 def _signed(request: Sent) -> dict[str, str]:
@@ -276,11 +320,13 @@ def test_the_lean_request_is_the_botocore_request(
     botocore, lean = _clients(_service(method), token, canned)
     getattr(botocore, method)(**params)
     getattr(lean, method)(**params)
-    sent, lean_sent = canned.sent
-    assert lean_sent.url == sent.url
-    assert lean_sent.method == sent.method == "POST"
-    assert _body(lean_sent) == _body(sent)
-    assert _signed(lean_sent) == _signed(sent)
+    _async_lean_call(method, params, token, canned)
+    sent, *lean_sent = canned.sent
+    for lean_request in lean_sent:
+        assert lean_request.url == sent.url
+        assert lean_request.method == sent.method == "POST"
+        assert _body(lean_request) == _body(sent)
+        assert _signed(lean_request) == _signed(sent)
 
 
 RESPONSES: list[tuple[str, int, dict[str, Any], Any]] = [
@@ -390,9 +436,15 @@ def test_a_response_parses_as_botocore_parses_it(
     botocore, lean = _clients(_service(method), None, canned, attempts=1)
     params = PARAMS.get(method, {"QueueUrl": QUEUE_URL})
     outcomes = []
-    for client in (botocore, lean):
+    calls = [
+        lambda: getattr(botocore, method)(**params),
+        lambda: getattr(lean, method)(**params),
+        lambda: _async_lean_call(method, params, None, canned, attempts=1),
+    ]
+    for call in calls:
         try:
-            outcomes.append(("ok", getattr(client, method)(**params)))
+            outcomes.append(("ok", call()))
         except ClientError as exc:
             outcomes.append((type(exc).__name__, exc.response, str(exc)))
     assert outcomes[1] == outcomes[0]
+    assert outcomes[2] == outcomes[0]

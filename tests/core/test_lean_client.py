@@ -4,12 +4,14 @@ error retried like a 5xx, and the retry quota spent and paid back as botocore do
 
 from __future__ import annotations
 
+import datetime
 import logging
 from typing import Any
 
 import boto3
 import pytest
 from botocore.config import Config
+from botocore.credentials import RefreshableCredentials
 from botocore.exceptions import ClientError, EndpointConnectionError
 
 from runlane_sqs.adapters.aws import (
@@ -19,8 +21,9 @@ from runlane_sqs.adapters.aws import (
     lean_refused_by,
     total_attempts,
 )
-from runlane_sqs.adapters.lean import BotocoreExchange, LeanClient
-from runlane_sqs.adapters.lean_http import KeepAlive, Response
+from runlane_sqs.adapters.lean.client import BotocoreExchange, LeanClient
+from runlane_sqs.adapters.lean.keepalive import KeepAlive
+from runlane_sqs.adapters.lean.protocol import Response
 from runlane_sqs.core.errors import ConfigurationError
 
 
@@ -135,13 +138,15 @@ class Flaky:
         return Response(status, {"x-amzn-requestid": "r"}, content)
 
 
-def _lean(answers: list[Any], sleeps: list[float], attempts: int = 5) -> tuple[LeanClient, Flaky]:
+def _lean(
+    answers: list[Any], sleeps: list[float], attempts: int = 5, credentials: Any = None
+) -> tuple[LeanClient, Flaky]:
     clients = _clients("lean")
     client = clients.client("dynamodb")
     assert isinstance(client, LeanClient)
     lean = LeanClient(
         client.botocore_client,
-        clients.session.get_credentials(),
+        credentials or clients.session.get_credentials(),
         max_attempts=attempts,
         sleep=sleeps.append,
     )
@@ -156,7 +161,21 @@ OK = (200, b'{"Item":{"pk":{"S":"a"}}}')
 KEY = {"TableName": "t", "Key": {"pk": {"S": "a"}}}
 
 
-def test_throttling_5xx_and_connection_errors_are_retried_and_each_attempt_signed_anew() -> None:
+class Ticking:
+    """botocore's signing clock, a second later at each reading."""
+
+    def __init__(self) -> None:
+        self.now = datetime.datetime(2026, 12, 4, 9, 0, 0)
+
+    def __call__(self) -> datetime.datetime:
+        self.now += datetime.timedelta(seconds=1)
+        return self.now
+
+
+def test_throttling_5xx_and_connection_errors_are_retried_and_each_attempt_signed_anew(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("botocore.auth.get_current_datetime", Ticking())
     sleeps: list[float] = []
     refused = EndpointConnectionError(endpoint_url="http://127.0.0.1:9")
     lean, flaky = _lean([THROTTLED, DOWN, refused, OK], sleeps)
@@ -172,6 +191,8 @@ def test_throttling_5xx_and_connection_errors_are_retried_and_each_attempt_signe
         "attempt=4; max=5",
     ]
     assert len({r["amz-sdk-invocation-id"] for r in requests}) == 1
+    assert len({r["X-Amz-Date"] for r in requests}) == 4
+    assert len({r["Authorization"] for r in requests}) == 4
 
 
 def test_the_last_attempt_s_error_is_raised_with_its_response() -> None:
@@ -216,6 +237,56 @@ def test_the_retry_quota_runs_out_in_a_long_outage_and_requests_are_tried_once()
     # 500 units, 5 a retry: 25 calls of 5 tries (4 retries each), then one try each
     assert tries == [5] * 25 + [1] * 5
     assert raised.value.response["ResponseMetadata"]["RetryQuotaReached"] is True
+
+
+EXPIRED = (400, b'{"__type":"com.amazon.coral.service#ExpiredTokenException","message":"x"}')
+
+
+def rotating_credentials() -> tuple[RefreshableCredentials, list[str]]:
+    """Temporary credentials (valid for an hour, so never refreshed for their age) whose
+    every refresh hands out a new key; the list holds the keys handed out."""
+    keys = ["ASIAFIRST"]
+
+    def fetch() -> dict[str, str]:
+        keys.append(f"ASIANEW{len(keys)}")
+        expiry = datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)
+        return {
+            "access_key": keys[-1],
+            "secret_key": "secret",
+            "token": f"token-of-{keys[-1]}",
+            "expiry_time": expiry.isoformat(),
+        }
+
+    first = fetch() | {"access_key": "ASIAFIRST"}
+    keys.pop()
+    credentials = RefreshableCredentials.create_from_metadata(first, fetch, "test")
+    return credentials, keys
+
+
+def _key_id(headers: dict[str, str]) -> str:
+    return headers["Authorization"].split("Credential=")[1].split("/")[0]
+
+
+def test_expired_credentials_are_refreshed_and_the_request_signed_again_once() -> None:
+    credentials, keys = rotating_credentials()
+    lean, flaky = _lean([EXPIRED, OK], [], credentials=credentials)
+    assert lean.get_item(**KEY)["Item"] == {"pk": {"S": "a"}}
+    assert [_key_id(sent) for sent in flaky.sent] == ["ASIAFIRST", "ASIANEW1"]
+    assert flaky.sent[1]["X-Amz-Security-Token"] == "token-of-ASIANEW1"
+    assert keys == ["ASIAFIRST", "ASIANEW1"]
+
+    lean, flaky = _lean([EXPIRED, EXPIRED, OK], [], credentials=credentials)
+    with pytest.raises(ClientError) as raised:  # refreshed once per request, then raised
+        lean.get_item(**KEY)
+    assert raised.value.response["Error"]["Code"] == "ExpiredTokenException"
+    assert [_key_id(sent) for sent in flaky.sent] == ["ASIANEW1", "ASIANEW2"]
+
+
+def test_expired_static_credentials_are_raised_at_once() -> None:
+    lean, flaky = _lean([EXPIRED, OK], [])
+    with pytest.raises(ClientError, match="ExpiredTokenException"):
+        lean.get_item(**KEY)
+    assert len(flaky.sent) == 1
 
 
 def test_the_botocore_client_s_events_fire_around_a_lean_request() -> None:

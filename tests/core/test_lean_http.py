@@ -1,5 +1,6 @@
-"""The lean client's HTTP exchange (runlane_sqs/adapters/lean_http.py) against a small
-HTTP server in this process: connections are kept alive and reused, a connection the
+"""The lean clients' HTTP exchanges (runlane_sqs/adapters/lean/keepalive.py for the sync
+one, ``AiohttpExchange`` in runlane_sqs/adapters/lean/aio.py for the async one) against
+a small HTTP server in this process: connections are kept alive and reused, a connection the
 server closed while idle is not reused, sized and chunked bodies are read whole, headers
 are read by lower-case name, and failures are botocore's exceptions (which its standard
 retry mode retries): a refused connection, a read that times out, a connection dropped
@@ -7,6 +8,7 @@ mid-answer."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -15,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
 
 import pytest
+from aiobotocore.httpsession import AIOHTTPSession
 from botocore.exceptions import (
     ConnectionClosedError,
     EndpointConnectionError,
@@ -22,7 +25,8 @@ from botocore.exceptions import (
 )
 from botocore.httpsession import URLLib3Session
 
-from runlane_sqs.adapters.lean_http import KeepAlive, unsupported_by
+from runlane_sqs.adapters.lean.aio import AiohttpExchange, aiohttp_unsupported_by
+from runlane_sqs.adapters.lean.keepalive import KeepAlive, unsupported_by
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -169,3 +173,70 @@ def test_proxies_and_client_certificates_are_left_to_botocore() -> None:
     certified = URLLib3Session(client_cert="/tmp/client.pem")
     assert "certificate" in (unsupported_by(certified, url) or "")
     assert "not botocore" in (unsupported_by(object(), url) or "")
+
+
+# --- the async lean client's exchange: aiohttp, set up as aiobotocore's session ---------
+
+
+def _exchange_run(url: str, posts: list[bytes], read_timeout: float = 5) -> list[Any]:
+    """Each of ``posts`` sent in turn by one :class:`AiohttpExchange` (in one event loop);
+    each answer, or the exception it raised."""
+
+    async def main() -> list[Any]:
+        session = AIOHTTPSession(timeout=(1, read_timeout), max_pool_connections=2)
+        exchange = AiohttpExchange(url, session)
+        answers: list[Any] = []
+        try:
+            for body in posts:
+                try:
+                    answers.append(await exchange.post("/", body, {"Content-Type": "x"}))
+                except Exception as exc:
+                    answers.append(exc)
+        finally:
+            await exchange.close()
+        return answers
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("mode", ["sized", "chunked"])
+def test_async_connections_are_kept_alive_and_bodies_read_whole(
+    server: ThreadingHTTPServer, mode: str
+) -> None:
+    Handler.mode = mode
+    answers = _exchange_run(_url(server), [b'"%d"' % n for n in range(3)])
+    assert [a.content for a in answers] == [b'{"echo":"%d"}' % n for n in range(3)]
+    assert answers[0].status_code == 200
+    assert answers[0].headers["x-amzn-requestid"] == "r1"
+    assert len(Handler.connections) == 1
+
+
+def test_async_a_connection_the_server_closes_is_not_reused(server: ThreadingHTTPServer) -> None:
+    Handler.mode = "close"
+    answers = _exchange_run(_url(server), [b"1", b"2"])
+    assert [a.content for a in answers] == [b'{"echo":1}', b'{"echo":2}']
+    assert len(Handler.connections) == 2
+
+
+def test_async_failures_are_botocore_s_exceptions(server: ThreadingHTTPServer) -> None:
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    [refused] = _exchange_run(f"http://127.0.0.1:{port}", [b"1"])
+    assert isinstance(refused, EndpointConnectionError)
+    Handler.mode = "slow"
+    [slow] = _exchange_run(_url(server), [b"1"], read_timeout=0.1)
+    assert isinstance(slow, ReadTimeoutError)
+    Handler.mode = "drop"
+    [dropped] = _exchange_run(_url(server), [b"1"])
+    assert isinstance(dropped, ConnectionClosedError)
+
+
+def test_async_proxies_and_client_certificates_are_left_to_aiobotocore() -> None:
+    url = "https://dynamodb.eu-west-1.amazonaws.com/"
+    assert aiohttp_unsupported_by(AIOHTTPSession(), url) is None
+    proxied = AIOHTTPSession(proxies={"https": "http://proxy.internal:3128"})
+    assert "proxy" in (aiohttp_unsupported_by(proxied, url) or "")
+    certified = AIOHTTPSession(client_cert="/tmp/client.pem")
+    assert "certificate" in (aiohttp_unsupported_by(certified, url) or "")
+    assert "not aiobotocore" in (aiohttp_unsupported_by(URLLib3Session(), url) or "")

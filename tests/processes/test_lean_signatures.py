@@ -20,7 +20,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from runlane_sqs import Runlane, RunStatus
-from runlane_sqs.adapters.lean import LeanClient
+from runlane_sqs.adapters.lean.client import LeanClient
 from runlane_sqs.local import MotoServer
 from runlane_sqs.local.moto import LOCAL_CREDENTIALS, LOCAL_REGION
 

@@ -11,6 +11,7 @@ import boto3
 from runlane_sqs.adapters.aws import AwsClients
 from runlane_sqs.adapters.dynamodb.aio import AsyncDynamoRunStore
 from runlane_sqs.adapters.dynamodb.store import DynamoRunStore
+from runlane_sqs.adapters.lean.aio import AsyncLeanClient
 from runlane_sqs.adapters.sqs.aio import AsyncSqsTransport
 from runlane_sqs.adapters.sqs.transport import SqsTransport
 from runlane_sqs.adapters.threaded import ThreadedStore, ThreadedTransport
@@ -53,23 +54,38 @@ async def open_ports(
     async_store: AsyncRunStore
     async_transport: AsyncWakeupTransport
     if isinstance(store, DynamoRunStore):
-        client = await stack.enter_async_context(_client(aws, session, "dynamodb"))
+        client = await open_client(aws, session, "dynamodb", stack)
         async_store = AsyncDynamoRunStore(client, store.table, store.environment)
     else:
         async_store = ThreadedStore(store)
     if isinstance(transport, SqsTransport):
-        client = await stack.enter_async_context(_client(aws, session, "sqs"))
+        client = await open_client(aws, session, "sqs", stack)
         async_transport = AsyncSqsTransport(client, transport)
     else:
         async_transport = ThreadedTransport(transport)
     return async_store, async_transport
 
 
-def _client(aws: AwsClients, session: Any | None, service: str) -> Any:
+async def open_client(
+    aws: AwsClients, session: Any | None, service: str, stack: AsyncExitStack
+) -> Any:
+    """The open aiobotocore client of ``service`` (closed with ``stack``), its per-run
+    requests sent lean when the app asks for the lean client (``RUNLANE_AWS_CLIENT``)."""
     session = session or new_session(models_from=aws.session)
-    return session.client(
-        service,
-        region_name=aws.region,
-        endpoint_url=aws.endpoint_url,
-        config=aws.botocore_config,
+    client = await stack.enter_async_context(
+        session.client(
+            service,
+            region_name=aws.region,
+            endpoint_url=aws.endpoint_url,
+            config=aws.botocore_config,
+        )
     )
+    if not aws.sends_lean(service):
+        return client
+    credentials = await session.get_credentials()
+    attempts = aws.lean_attempts(service, client, credentials)
+    if attempts is None:
+        return client
+    lean = AsyncLeanClient(client, credentials, max_attempts=attempts)
+    stack.push_async_callback(lean.close_connections)
+    return lean

@@ -1,4 +1,4 @@
-"""The lean client's HTTP exchange: keep-alive ``http.client`` connections to one endpoint.
+"""The sync lean client's HTTP exchange: keep-alive ``http.client`` connections to one endpoint.
 
 It takes its settings from the botocore client's own HTTP session (``URLLib3Session``):
 the CA bundle it verifies TLS with, its connect and read timeouts, its pool size and its
@@ -18,7 +18,6 @@ import socket
 import ssl
 import threading
 import weakref
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -30,16 +29,7 @@ from botocore.exceptions import (
 )
 from botocore.httpsession import create_urllib3_context, get_cert_path
 
-
-@dataclass(frozen=True, slots=True)
-class Response:
-    """What the lean client reads of an HTTP response."""
-
-    status_code: int
-    headers: dict[str, str]
-    """Names in lower case."""
-    content: bytes
-
+from runlane_sqs.adapters.lean.protocol import Response
 
 MAX_HEADER_LINE = 65536
 MAX_HEADERS = 100

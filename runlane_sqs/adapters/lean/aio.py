@@ -1,0 +1,242 @@
+"""The async lean client: :class:`AsyncLeanClient` wraps an aiobotocore client and sends
+its :data:`~.protocol.HOT_OPERATIONS` itself, over keep-alive aiohttp connections of its
+own (:class:`AiohttpExchange`) set up as the aiobotocore client's HTTP session sets up
+its own (CA bundle, timeouts, pool size and connector settings), or, for an endpoint
+behind a proxy or with a client certificate, over that session itself
+(:class:`AioExchange`). Failures are raised as the botocore exceptions aiobotocore raises
+for them, so botocore's standard retry mode treats them alike."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import aiohttp
+from botocore.exceptions import (
+    BotoCoreError,
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    ReadTimeoutError,
+    SSLError,
+)
+from botocore.httpsession import create_urllib3_context, get_cert_path
+
+from runlane_sqs.adapters.lean.protocol import HOT_OPERATIONS, Call, JsonProtocol, Response
+
+AsyncSleep = Callable[[float], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Sendable:
+    """What aiobotocore's HTTP session reads of a prepared request."""
+
+    url: str
+    headers: dict[str, str]
+    body: bytes
+    method: str = "POST"
+    stream_output: bool = False
+
+
+class AsyncExchange(Protocol):
+    """Sends one signed ``POST`` and reads its whole response."""
+
+    async def post(self, path: str, body: bytes, headers: dict[str, str]) -> Response: ...
+
+    async def close(self) -> None: ...
+
+
+class AioExchange:
+    """An :class:`AsyncExchange` over an aiobotocore client's HTTP session (which raises
+    botocore's connection errors, as for the aiobotocore client)."""
+
+    def __init__(self, url: str, http_session: Any) -> None:
+        self._url = url.rstrip("/")
+        self._http = http_session
+
+    async def post(self, path: str, body: bytes, headers: dict[str, str]) -> Response:
+        answer = await self._http.send(_Sendable(self._url + path, headers, body))
+        read = {name.lower(): value for name, value in answer.headers.items()}
+        return Response(answer.status_code, read, await answer.content)
+
+    async def close(self) -> None:
+        """Nothing to close: the session is the aiobotocore client's."""
+
+
+def aiohttp_unsupported_by(http_session: Any, url: str) -> str | None:
+    """Why the aiobotocore session's settings for ``url`` cannot be followed by an
+    :class:`AiohttpExchange` (``None``: they can): another HTTP session than aiohttp's, a
+    proxy for the endpoint, or a client certificate."""
+    proxies = getattr(http_session, "_proxy_config", None)
+    if proxies is None or not hasattr(http_session, "_connector_args"):
+        return "its HTTP session is not aiobotocore's AIOHTTPSession"
+    if proxies.proxy_url_for(url):
+        return "requests to the endpoint go through a proxy"
+    if getattr(http_session, "_cert_file", None):
+        return "it presents a client certificate"
+    return None
+
+
+class AiohttpExchange:
+    """Keep-alive aiohttp connections to one endpoint, with the settings of an
+    aiobotocore ``AIOHTTPSession`` (opened in the running loop on first use)."""
+
+    def __init__(self, url: str, http_session: Any) -> None:
+        self._url = url.rstrip("/")
+        self._verify = http_session._verify
+        self._timeout: aiohttp.ClientTimeout = http_session._timeout
+        self._limit = int(http_session._max_pool_connections)
+        self._connector_args = dict(http_session._connector_args or {})
+        self._session: aiohttp.ClientSession | None = None
+
+    def _open(self) -> aiohttp.ClientSession:
+        context: Any = False
+        if self._url.startswith("https:") and self._verify is not False:
+            context = create_urllib3_context()
+            context.load_verify_locations(cafile=get_cert_path(self._verify))
+        connector = aiohttp.TCPConnector(limit=self._limit, ssl=context, **self._connector_args)
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=self._timeout,
+            headers={"Accept-Encoding": "identity"},  # as aiobotocore asks
+            skip_auto_headers={"Content-Type"},
+            auto_decompress=False,
+        )
+        return self._session
+
+    async def post(self, path: str, body: bytes, headers: dict[str, str]) -> Response:
+        session = self._session or self._open()
+        url = self._url + path
+        try:
+            async with session.post(url, data=body, headers=headers) as answer:
+                content = await answer.read()
+                read = {name.lower(): value for name, value in answer.headers.items()}
+                return Response(answer.status, read, content)
+        except aiohttp.ClientSSLError as exc:
+            raise SSLError(endpoint_url=url, error=exc) from exc
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError) as exc:
+            raise ConnectionClosedError(endpoint_url=url, error=exc) from exc
+        except aiohttp.ServerTimeoutError as exc:
+            if str(exc).lower().startswith("connect"):
+                raise ConnectTimeoutError(endpoint_url=url, error=exc) from exc
+            raise ReadTimeoutError(endpoint_url=url, error=exc) from exc
+        except (aiohttp.ClientConnectionError, socket.gaierror) as exc:
+            raise EndpointConnectionError(endpoint_url=url, error=exc) from exc
+        except TimeoutError as exc:
+            raise ReadTimeoutError(endpoint_url=url, error=exc) from exc
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+async def refresh_expired_async(credentials: Any, used: Any) -> bool:
+    """:func:`runlane_sqs.adapters.lean.client.refresh_expired` for aiobotocore's credentials,
+    which refresh under an ``asyncio`` lock."""
+    if not hasattr(credentials, "_protected_refresh"):
+        return False
+    async with credentials._refresh_lock:
+        if credentials._frozen_credentials == used:
+            await credentials._protected_refresh(is_mandatory=True)
+    return True
+
+
+class AsyncLeanClient:
+    """An aiobotocore client whose hot operations are sent lean
+    (:mod:`runlane_sqs.adapters.lean`); every other attribute is the aiobotocore client's."""
+
+    def __init__(
+        self,
+        client: Any,
+        credentials: Any,
+        *,
+        max_attempts: int,
+        sleep: AsyncSleep = asyncio.sleep,
+    ) -> None:
+        self._client = client
+        self._credentials = credentials
+        self._protocol = JsonProtocol(client, max_attempts=max_attempts)
+        self._operations = HOT_OPERATIONS.get(self._protocol.model.service_name, {})
+        self._events = client.meta.events
+        url, http_session = self._protocol.url, client._endpoint.http_session
+        self._exchange: AsyncExchange = (
+            AioExchange(url, http_session)
+            if aiohttp_unsupported_by(http_session, url)
+            else AiohttpExchange(url, http_session)
+        )
+        self._sleep = sleep
+
+    async def close_connections(self) -> None:
+        """Close the connections of the lean requests (the aiobotocore client's own
+        close with it)."""
+        await self._exchange.close()
+
+    @property
+    def botocore_client(self) -> Any:
+        return self._client
+
+    def __getattr__(self, name: str) -> Any:
+        operation = self._operations.get(name)
+        if operation is None:
+            return getattr(self._client, name)
+        return lambda **params: self.send(operation, params)
+
+    async def send(self, operation: str, params: Mapping[str, Any]) -> Any:
+        """Send one operation as aiobotocore's ``_make_api_call`` does (see
+        :meth:`runlane_sqs.adapters.lean.client.LeanClient.send`)."""
+        call = self._protocol.call(operation)
+        events, model, context = self._events, call.model, call.context
+        given = await events.emit(
+            call.event("provide-client-params"), params=params, model=model, context=context
+        )
+        params = next((r for _, r in given if r is not None), params)
+        await events.emit(
+            call.event("before-parameter-build"), params=params, model=model, context=context
+        )
+        request = call.request(params)
+        _, answered = await events.emit_until_response(
+            call.event("before-call"),
+            model=model,
+            params=request,
+            request_signer=None,
+            context=context,
+        )
+        # a handler may answer in place of the service
+        http_response, parsed = answered or await self._attempts(call, request)
+        await events.emit(
+            call.event("after-call"),
+            http_response=http_response,
+            parsed=parsed,
+            model=model,
+            context=context,
+        )
+        return call.result(http_response, parsed)
+
+    async def _attempts(self, call: Call, request: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """Send ``request`` until it succeeds or botocore's standard mode gives up."""
+        body: bytes = request["body"]
+        added: dict[str, str] = request["headers"]
+        refreshed = False
+        while True:
+            credentials = await self._credentials.get_frozen_credentials()
+            headers = call.signed(body, credentials) | added
+            try:
+                call.answered(await self._exchange.post("/", body, headers))
+            except BotoCoreError as exc:  # the session's: connection errors, timeouts
+                call.failed(exc)
+            if (
+                call.expired
+                and not refreshed
+                and await refresh_expired_async(self._credentials, credentials)
+            ):
+                refreshed = True
+                call.again()
+                continue
+            delay = call.retry_delay()
+            if delay is None:
+                return call.outcome()
+            await self._sleep(delay)
