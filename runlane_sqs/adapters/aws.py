@@ -61,7 +61,7 @@ ENV_RETRY_MODE = "AWS_RETRY_MODE"
 ENV_AWS_CLIENT = "RUNLANE_AWS_CLIENT"
 AwsClientKind = Literal["botocore", "lean"]
 AWS_CLIENT_KINDS: Final = ("botocore", "lean")
-DEFAULT_AWS_CLIENT: Final[AwsClientKind] = "botocore"
+DEFAULT_AWS_CLIENT: Final[AwsClientKind] = "lean"
 """How the per-run requests are sent (``RUNLANE_AWS_CLIENT``): by the botocore client,
 or by the lean client (:mod:`runlane_sqs.adapters.lean`)."""
 

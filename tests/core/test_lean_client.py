@@ -10,9 +10,11 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.awsrequest import AWSResponse
 from botocore.config import Config
 from botocore.credentials import RefreshableCredentials
 from botocore.exceptions import ClientError, EndpointConnectionError
+from moto import mock_aws
 
 from runlane_sqs.adapters.aws import (
     AwsClients,
@@ -40,7 +42,7 @@ def _clients(kind: str, config: Config | None = None, **session: Any) -> AwsClie
 
 @pytest.mark.parametrize(
     ("value", "kind"),
-    [("", "botocore"), ("lean", "lean"), (" LEAN ", "lean"), ("botocore", "botocore")],
+    [("", "lean"), ("lean", "lean"), (" LEAN ", "lean"), ("botocore", "botocore")],
 )
 def test_the_variable_chooses_the_client(value: str, kind: str) -> None:
     assert aws_client_kind({"RUNLANE_AWS_CLIENT": value}) == kind
@@ -335,3 +337,49 @@ def test_a_before_call_handler_can_answer_in_place_of_the_service() -> None:
     lean.meta.events.register("before-call.dynamodb.GetItem", answer)
     assert lean.get_item(**KEY)["Item"] == {"pk": {"S": "stub"}}
     assert flaky.sent == []
+
+
+def test_before_send_handlers_see_the_signed_request_and_may_answer() -> None:
+    lean, flaky = _lean([OK], [])
+    seen: list[Any] = []
+
+    def capture(request: Any, **_: Any) -> None:
+        seen.append(request)
+
+    lean.meta.events.register("before-send.dynamodb.GetItem", capture)
+    lean.get_item(**KEY)  # seen, then sent
+    [request] = seen
+    assert request.url == "http://127.0.0.1:9/"
+    assert request.headers["X-Amz-Target"] == "DynamoDB_20120810.GetItem"
+    assert b'"TableName": "t"' in request.body
+    assert len(flaky.sent) == 1
+
+    class Raw:
+        def stream(self, **_: Any) -> Any:
+            return iter([b'{"Item":{"pk":{"S":"canned"}}}'])
+
+    def answer(request: Any, **_: Any) -> Any:
+        return AWSResponse(request.url, 200, {"X-Amzn-RequestId": "c"}, Raw())
+
+    lean.meta.events.register("before-send.dynamodb.GetItem", answer)
+    response = lean.get_item(**KEY)
+    assert response["Item"] == {"pk": {"S": "canned"}}
+    assert response["ResponseMetadata"]["RequestId"] == "c"
+    assert len(flaky.sent) == 1  # answered in place: nothing sent
+
+
+def test_an_app_under_motos_mock_aws_is_answered_by_moto() -> None:
+    with mock_aws():
+        clients = _clients("lean")
+        clients.endpoint_url = None
+        dynamodb = clients.client("dynamodb")
+        assert isinstance(dynamodb, LeanClient)
+        dynamodb.create_table(
+            TableName="runs",
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        dynamodb.put_item(TableName="runs", Item={"pk": {"S": "a"}, "n": {"N": "1"}})
+        item = dynamodb.get_item(TableName="runs", Key={"pk": {"S": "a"}})["Item"]
+        assert item == {"pk": {"S": "a"}, "n": {"N": "1"}}

@@ -9,6 +9,7 @@ for them, so botocore's standard retry mode treats them alike."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import socket
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -25,7 +26,15 @@ from botocore.exceptions import (
 )
 from botocore.httpsession import create_urllib3_context, get_cert_path
 
-from runlane_sqs.adapters.lean.protocol import HOT_OPERATIONS, Call, JsonProtocol, Response
+from runlane_sqs.adapters.lean.protocol import (
+    HOT_OPERATIONS,
+    Call,
+    JsonProtocol,
+    Response,
+    answered_in_place,
+    handlers_of,
+    operation_method,
+)
 
 AsyncSleep = Callable[[float], Awaitable[Any]]
 
@@ -183,7 +192,9 @@ class AsyncLeanClient:
         operation = self._operations.get(name)
         if operation is None:
             return getattr(self._client, name)
-        return lambda **params: self.send(operation, params)
+        method = operation_method(self.send, operation)
+        self.__dict__[name] = method  # found without __getattr__ from now on
+        return method
 
     async def send(self, operation: str, params: Mapping[str, Any]) -> Any:
         """Send one operation as aiobotocore's ``_make_api_call`` does (see
@@ -216,6 +227,20 @@ class AsyncLeanClient:
         )
         return call.result(http_response, parsed)
 
+    async def _post(self, call: Call, body: bytes, headers: dict[str, str]) -> Response:
+        """One attempt's exchange, ``before-send`` handlers first (see
+        :meth:`runlane_sqs.adapters.lean.client.LeanClient._post`)."""
+        event = call.event("before-send")
+        if handlers_of(self._events, event):
+            prepared = call.prepared(body, headers)
+            _, answer = await self._events.emit_until_response(event, request=prepared)
+            if answer is not None:
+                content = answer.content
+                if inspect.isawaitable(content):  # aiobotocore's responses read lazily
+                    content = await content
+                return answered_in_place(answer, content)
+        return await self._exchange.post("/", body, headers)
+
     async def _attempts(self, call: Call, request: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         """Send ``request`` until it succeeds or botocore's standard mode gives up."""
         body: bytes = request["body"]
@@ -225,7 +250,7 @@ class AsyncLeanClient:
             credentials = await self._credentials.get_frozen_credentials()
             headers = call.signed(body, credentials) | added
             try:
-                call.answered(await self._exchange.post("/", body, headers))
+                call.answered(await self._post(call, body, headers))
             except BotoCoreError as exc:  # the session's: connection errors, timeouts
                 call.failed(exc)
             if (

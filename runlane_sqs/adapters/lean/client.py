@@ -15,7 +15,15 @@ from botocore.credentials import RefreshableCredentials
 from botocore.exceptions import BotoCoreError
 
 from runlane_sqs.adapters.lean.keepalive import KeepAlive, unsupported_by
-from runlane_sqs.adapters.lean.protocol import HOT_OPERATIONS, Call, JsonProtocol, Response
+from runlane_sqs.adapters.lean.protocol import (
+    HOT_OPERATIONS,
+    Call,
+    JsonProtocol,
+    Response,
+    answered_in_place,
+    handlers_of,
+    operation_method,
+)
 
 Sleep = Callable[[float], None]
 
@@ -91,7 +99,9 @@ class LeanClient:
         operation = self._operations.get(name)
         if operation is None:
             return getattr(self._client, name)
-        return lambda **params: self.send(operation, params)
+        method = operation_method(self.send, operation)
+        self.__dict__[name] = method  # found without __getattr__ from now on
+        return method
 
     def send(self, operation: str, params: Mapping[str, Any]) -> Any:
         """Send one operation as the botocore client's ``_make_api_call`` does: its
@@ -124,6 +134,18 @@ class LeanClient:
         )
         return call.result(http_response, parsed)
 
+    def _post(self, call: Call, body: bytes, headers: dict[str, str]) -> Response:
+        """One attempt's exchange. ``before-send`` handlers, when there are any (moto's
+        ``mock_aws``, a test capturing requests), get botocore's prepared request first
+        and may answer in place of the service, as they would for the botocore client."""
+        event = call.event("before-send")
+        if handlers_of(self._events, event):
+            prepared = call.prepared(body, headers)
+            _, answer = self._events.emit_until_response(event, request=prepared)
+            if answer is not None:
+                return answered_in_place(answer, answer.content)
+        return self._exchange.post("/", body, headers)
+
     def _attempts(self, call: Call, request: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         """Send ``request`` until it succeeds or botocore's standard mode gives up."""
         body: bytes = request["body"]
@@ -133,7 +155,7 @@ class LeanClient:
             credentials = self._credentials.get_frozen_credentials()
             headers = call.signed(body, credentials) | added
             try:
-                call.answered(self._exchange.post("/", body, headers))
+                call.answered(self._post(call, body, headers))
             except BotoCoreError as exc:  # the exchange's: connection errors, timeouts
                 call.failed(exc)
             if call.expired and not refreshed and refresh_expired(self._credentials, credentials):

@@ -12,7 +12,7 @@ import base64
 import http.client
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
 from urllib.parse import urlsplit
@@ -88,6 +88,34 @@ class _Signable:
     method: str = "POST"
     params: dict[str, str] = field(default_factory=dict)
     context: dict[str, Any] = field(default_factory=dict)
+
+
+def operation_method(send: Callable[[str, Any], Any], operation: str) -> Callable[..., Any]:
+    """``send`` as the client method of ``operation``: called with the operation's
+    parameters as keywords, as a botocore client's methods are."""
+
+    def method(**params: Any) -> Any:
+        return send(operation, params)
+
+    return method
+
+
+def handlers_of(events: Any, event: str) -> Any:
+    """The handlers a botocore (or aiobotocore) client's emitter would call for
+    ``event``, found as it finds them (its lookup cache, then its handler trie, which
+    botocore offers no public way to ask): empty unless something registered one."""
+    emitter = getattr(events, "_emitter", events)
+    cache = emitter._lookup_cache
+    handlers = cache.get(event)
+    if handlers is None:
+        handlers = cache[event] = emitter._handlers.prefix_search(event)
+    return handlers
+
+
+def answered_in_place(answer: Any, content: bytes) -> Response:
+    """What a ``before-send`` handler answered (botocore's ``AWSResponse``), read."""
+    headers = {name.lower(): value for name, value in answer.headers.items()}
+    return Response(answer.status_code, headers, content)
 
 
 def lean_unsupported(client: Any) -> str | None:
@@ -293,6 +321,11 @@ class Call:
             else f"attempt={self.attempt}; max={self.protocol.max_attempts}"
         )
         return headers
+
+    def prepared(self, body: bytes, headers: dict[str, str]) -> Any:
+        """The attempt as botocore's prepared request, for ``before-send`` handlers."""
+        request = AWSRequest(method="POST", url=self.protocol.url, data=body, headers=headers)
+        return request.prepare()
 
     def answered(self, response: Response) -> None:
         """The attempt's response came."""
