@@ -10,9 +10,10 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSResponse
 from botocore.config import Config
-from botocore.credentials import RefreshableCredentials
+from botocore.credentials import Credentials, RefreshableCredentials
 from botocore.exceptions import ClientError, EndpointConnectionError
 from moto import mock_aws
 
@@ -25,7 +26,7 @@ from runlane_sqs.adapters.aws import (
 )
 from runlane_sqs.adapters.lean.client import BotocoreExchange, LeanClient
 from runlane_sqs.adapters.lean.keepalive import KeepAlive
-from runlane_sqs.adapters.lean.protocol import Response
+from runlane_sqs.adapters.lean.protocol import Response, SigningKeys
 from runlane_sqs.core.errors import ConfigurationError
 
 
@@ -383,3 +384,22 @@ def test_an_app_under_motos_mock_aws_is_answered_by_moto() -> None:
         dynamodb.put_item(TableName="runs", Item={"pk": {"S": "a"}, "n": {"N": "1"}})
         item = dynamodb.get_item(TableName="runs", Key={"pk": {"S": "a"}})["Item"]
         assert item == {"pk": {"S": "a"}, "n": {"N": "1"}}
+
+
+def test_the_signing_key_is_derived_again_when_the_secret_or_the_day_changes() -> None:
+    keys = SigningKeys("dynamodb", "eu-west-1")
+
+    def botocores(secret: str, day: str) -> bytes:
+        signer = SigV4Auth(Credentials("AKID", secret), "dynamodb", "eu-west-1")
+        key = signer._sign(f"AWS4{secret}".encode(), day)
+        for part in ("eu-west-1", "dynamodb", "aws4_request"):
+            key = signer._sign(key, part)
+        return key
+
+    for secret, day in [
+        ("s1", "20261204"),
+        ("s1", "20261205"),
+        ("s2", "20261205"),
+        ("s1", "20261204"),
+    ]:
+        assert keys.key(secret, day) == botocores(secret, day)

@@ -9,6 +9,8 @@ JSON and a response is its result as JSON.
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import http.client
 import json
 import uuid
@@ -65,9 +67,34 @@ class _SignedHeaders(dict[str, str]):
         return [self[name]]
 
 
+class SigningKeys:
+    """SigV4's signing key of one client (its region and service): four HMACs of the
+    secret key and the day, the same for every request of the day, so derived again
+    only when the secret or the day changes."""
+
+    def __init__(self, service: str, region: str) -> None:
+        self._scope = (region, service, "aws4_request")
+        self._last: tuple[str, str, bytes] | None = None  # one attribute: threads share it
+
+    def key(self, secret: str, day: str) -> bytes:
+        last = self._last
+        if last is not None and last[0] == secret and last[1] == day:
+            return last[2]
+        key = hmac.new(f"AWS4{secret}".encode(), day.encode(), hashlib.sha256).digest()
+        for part in self._scope:
+            key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+        self._last = (secret, day, key)
+        return key
+
+
 class JsonSigV4(SigV4Auth):
     """botocore's ``SigV4Auth``, given the headers to sign as a plain map (the request
-    carries its ``Host``, so the signer does not parse the URL for it twice)."""
+    carries its ``Host``, so the signer does not parse the URL for it twice), and the
+    day's signing key kept by ``keys`` (botocore derives it for every request)."""
+
+    def __init__(self, credentials: Any, service: str, region: str, keys: SigningKeys) -> None:
+        super().__init__(credentials, service, region)
+        self._keys = keys
 
     def headers_to_sign(self, request: Any) -> Any:
         return _SignedHeaders(
@@ -75,6 +102,11 @@ class JsonSigV4(SigV4Auth):
             for name, value in request.headers.items()
             if name.lower() not in SIGNED_HEADERS_BLACKLIST
         )
+
+    def signature(self, string_to_sign: str, request: Any) -> str:
+        day = request.context["timestamp"][0:8]
+        key = self._keys.key(str(self.credentials.secret_key), day)
+        return hmac.new(key, string_to_sign.encode("utf-8"), hashlib.sha256).hexdigest()
 
 
 @dataclass(slots=True)
@@ -193,6 +225,7 @@ class JsonProtocol:
         self.service_id = model.service_id.hyphenize()
         self.max_attempts = max_attempts
         self._signing_name = model.signing_name
+        self._keys = SigningKeys(self._signing_name, self.region)
         self._target = model.metadata["targetPrefix"]
         self._headers = {
             "Host": _host(self.url),
@@ -213,7 +246,7 @@ class JsonProtocol:
         as botocore signs them."""
         headers = {"X-Amz-Target": f"{self._target}.{operation}", **self._headers}
         request = _Signable(self.url, headers, body)
-        signer = JsonSigV4(credentials, self._signing_name, self.region)
+        signer = JsonSigV4(credentials, self._signing_name, self.region, self._keys)
         signer.add_auth(cast(AWSRequest, request))  # reads and writes only what it has
         return headers
 
