@@ -25,6 +25,7 @@ from botocore.exceptions import (
     SSLError,
 )
 from botocore.httpsession import create_urllib3_context, get_cert_path
+from yarl import URL
 
 from runlane_sqs.adapters.lean.protocol import (
     HOT_OPERATIONS,
@@ -100,6 +101,7 @@ class AiohttpExchange:
         self._limit = int(http_session._max_pool_connections)
         self._connector_args = dict(http_session._connector_args or {})
         self._session: aiohttp.ClientSession | None = None
+        self._urls: dict[str, URL] = {}  # parsed once per path
 
     def _open(self) -> aiohttp.ClientSession:
         context: Any = False
@@ -109,6 +111,7 @@ class AiohttpExchange:
         connector = aiohttp.TCPConnector(limit=self._limit, ssl=context, **self._connector_args)
         self._session = aiohttp.ClientSession(
             connector=connector,
+            cookie_jar=aiohttp.DummyCookieJar(),  # AWS sets none: nothing to keep
             timeout=self._timeout,
             headers={"Accept-Encoding": "identity"},  # as aiobotocore asks
             skip_auto_headers={"Content-Type"},
@@ -119,8 +122,9 @@ class AiohttpExchange:
     async def post(self, path: str, body: bytes, headers: dict[str, str]) -> Response:
         session = self._session or self._open()
         url = self._url + path
+        parsed = self._urls.get(path) or self._urls.setdefault(path, URL(url))
         try:
-            async with session.post(url, data=body, headers=headers) as answer:
+            async with session.post(parsed, data=body, headers=headers) as answer:
                 content = await answer.read()
                 read = {name.lower(): value for name, value in answer.headers.items()}
                 return Response(answer.status, read, content)
