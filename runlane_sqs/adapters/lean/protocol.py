@@ -97,11 +97,14 @@ class JsonSigV4(SigV4Auth):
         self._keys = keys
 
     def headers_to_sign(self, request: Any) -> Any:
-        return _SignedHeaders(
-            (name.lower(), value)
-            for name, value in request.headers.items()
-            if name.lower() not in SIGNED_HEADERS_BLACKLIST
-        )
+        signed = request.to_sign  # read twice per signature, once the date is in
+        if signed is None:
+            lowered = ((name.lower(), value) for name, value in request.headers.items())
+            signed = _SignedHeaders(
+                (name, value) for name, value in lowered if name not in SIGNED_HEADERS_BLACKLIST
+            )
+            request.to_sign = signed
+        return signed
 
     def signature(self, string_to_sign: str, request: Any) -> str:
         day = request.context["timestamp"][0:8]
@@ -120,6 +123,8 @@ class _Signable:
     method: str = "POST"
     params: dict[str, str] = field(default_factory=dict)
     context: dict[str, Any] = field(default_factory=dict)
+    to_sign: _SignedHeaders | None = None
+    """The headers to sign, once :class:`JsonSigV4` has read them."""
 
 
 def operation_method(send: Callable[[str, Any], Any], operation: str) -> Callable[..., Any]:
