@@ -48,7 +48,7 @@ def moto_server() -> Iterator[MotoServer]:
     if TEST_BACKEND != "moto":
         pytest.skip(f"tests the embedded moto server, not used with {BACKEND_VARIABLE}=aws-local")
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    with MotoServer() as server:
+    with MotoServer(check_signatures=True) as server:
         yield server
 
 

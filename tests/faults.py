@@ -117,8 +117,8 @@ def _handler(upstream: str, policy: FaultPolicy) -> type[BaseHTTPRequestHandler]
         def _forward(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
             conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=30)
             try:
-                headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
-                conn.request("POST", self.path, body=body, headers=headers)
+                # the client's Host header (the proxy's address) as sent: it is signed
+                conn.request("POST", self.path, body=body, headers=dict(self.headers.items()))
                 response = conn.getresponse()
                 return response.status, response.getheaders(), response.read()
             finally:

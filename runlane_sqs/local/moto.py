@@ -25,6 +25,15 @@ from runlane_sqs.core.errors import ConfigurationError
 LOCAL_HOST = "127.0.0.1"
 LOCAL_REGION = "us-east-1"
 LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+CHECKED_USER_NAME = "runlane-local"
+"""The IAM user a server started with ``check_signatures`` registers (allowed everything)."""
+CHECKED_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "AKIARUNLANELOCAL0001",
+    "AWS_SECRET_ACCESS_KEY": "runlane/local/signature/checks/secret/01",
+}
+"""The fixed key of ``CHECKED_USER_NAME``: the one key such a server accepts."""
+RESET_PATH = "/moto-api/reset"
+"""``POST`` here makes moto forget every resource (:meth:`MotoServer.reset`)."""
 SERVER_ID_PATH = "/runlane-local/server-id"
 """``GET`` here answers the ``--server-id`` the server was started with
 (:func:`runlane_sqs.local.server.identify`)."""
@@ -84,11 +93,27 @@ class MotoServer:
     exits before it answers (quoting the end of its stderr) or does not answer in
     ``startup_timeout`` seconds. Another server already answering on the port is never
     taken for this one: the child is started with an id of its own and is ready only
-    when the port answers with that id."""
+    when the port answers with that id.
 
-    def __init__(self, port: int | None = None, startup_timeout: float = 30.0) -> None:
+    By default the server accepts any signature, from any key (``LOCAL_CREDENTIALS``
+    will do). With ``check_signatures=True`` it verifies every request's SigV4
+    signature as AWS does, and knows one key, ``CHECKED_CREDENTIALS`` (an IAM user
+    allowed every action, registered again after each :meth:`reset`):
+    :meth:`environment` then gives that key. This mode is for tests that must prove
+    requests are signed right (those the lean clients of
+    :mod:`runlane_sqs.adapters.lean` sign outside the botocore client), and for trying
+    temporary credentials: a role made with that key can be assumed through moto's STS.
+    Every process using the server must then sign with that key (or such a role's)."""
+
+    def __init__(
+        self,
+        port: int | None = None,
+        startup_timeout: float = 30.0,
+        check_signatures: bool = False,
+    ) -> None:
         self.port = port or free_port()
         self.startup_timeout = startup_timeout
+        self.check_signatures = check_signatures
         self._server_id = uuid.uuid4().hex
         self._process: subprocess.Popen[bytes] | None = None
         self._stderr: IO[bytes] | None = None
@@ -107,12 +132,19 @@ class MotoServer:
         """The server process's id while it runs."""
         return self._process.pid if self._process is not None and self.running else None
 
+    @property
+    def credentials(self) -> dict[str, str]:
+        """``AWS_ACCESS_KEY_ID`` and ``AWS_SECRET_ACCESS_KEY`` of a key this server accepts:
+        ``CHECKED_CREDENTIALS`` when it checks signatures, else ``LOCAL_CREDENTIALS``."""
+        return dict(CHECKED_CREDENTIALS if self.check_signatures else LOCAL_CREDENTIALS)
+
     def environment(self) -> dict[str, str]:
-        """Variables that point boto3 (and ``Runlane.from_env``) at this server."""
+        """Variables that point boto3 (and ``Runlane.from_env``) at this server, with a
+        key it accepts (:attr:`credentials`)."""
         return {
             "AWS_ENDPOINT_URL": self.endpoint_url,
             "AWS_DEFAULT_REGION": LOCAL_REGION,
-            **LOCAL_CREDENTIALS,
+            **self.credentials,
         }
 
     def start(self) -> MotoServer:
@@ -131,6 +163,7 @@ class MotoServer:
                 [
                     *(sys.executable, "-m", "runlane_sqs.local.server", "--quiet"),
                     *("--port", str(self.port), "--server-id", self._server_id),
+                    *(["--check-signatures"] if self.check_signatures else []),
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=self._stderr,
@@ -193,8 +226,9 @@ class MotoServer:
         return "\n".join(f"  {line}" for line in lines[-OUTPUT_TAIL_LINES:])
 
     def reset(self) -> None:
-        """Forget every table and queue (between tests)."""
-        request = urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", method="POST")
+        """Forget every table and queue (between tests); a server checking signatures
+        still knows ``CHECKED_CREDENTIALS`` afterwards."""
+        request = urllib.request.Request(f"{self.endpoint_url}{RESET_PATH}", method="POST")
         with urllib.request.urlopen(request, timeout=10):
             pass
 

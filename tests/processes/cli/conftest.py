@@ -40,7 +40,7 @@ def unreachable_backend() -> tuple[str, dict[str, str]]:
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[MotoServer]:
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    with MotoServer() as server:
+    with MotoServer(check_signatures=True) as server:
         yield server
 
 
