@@ -87,7 +87,9 @@ def _env_app(
 ) -> Runlane:
     """An app configured by the environment only, credentials included (as on a host
     where the SDK's provider chain finds them)."""
-    for variable in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
+    # the per-service endpoints of another backend (make test-aws-local) would win
+    others = ("AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_SQS")
+    for variable in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", *others):
         monkeypatch.delenv(variable, raising=False)
     env = {
         **server.environment(),
