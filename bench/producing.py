@@ -26,6 +26,10 @@ class DoneFile:
     def count(self) -> int:
         return self.path.stat().st_size
 
+    def reset(self) -> None:
+        """Count from zero again (the tasks append, so they go on writing from the start)."""
+        self.path.write_bytes(b"")
+
 
 def produce(
     trigger: Callable[[int], None], total: int, done: DoneFile, stop: threading.Event

@@ -7,6 +7,12 @@ emulator, not queue depth, sets the pace. Completions are counted by the size of
 file each no-op appends one byte to. The time is from the first trigger to the last
 completion; the worker's own CPU time (user + system, its children's included) is read
 at both ends of the same phase, so start-up and imports are not counted.
+
+Each worker first drains a fifth as many runs again, unmeasured: the warm-up opens its
+connections and its lazily built clients, and lets the emulators' JVM (DynamoDB Local)
+compile its hot paths. Without it, whichever system was measured first paid for that
+compilation: DynamoDB Local's CPU per run of the first system was about twice the
+second's, and it bounded that system's rate.
 """
 
 from __future__ import annotations
@@ -32,6 +38,15 @@ from bench.workers import ASYNC, DONE_FILE_VARIABLE, NOOP_TASK, SYNC, async_unav
 RUNLANE_CONCURRENCY = 8
 """The same as Celery's ``-c 8`` threads, its fastest setting on these emulators."""
 READY_TIMEOUT_SECONDS = 60.0
+WARM_UP_SHARE = 5
+"""The warm-up drains ``runs // WARM_UP_SHARE`` runs before the measured phase."""
+
+
+def warm_up_runs(runs: int) -> int:
+    """The runs drained, unmeasured, before ``runs`` are measured."""
+    return runs // WARM_UP_SHARE
+
+
 Progress = Callable[[int], None]
 
 
@@ -143,10 +158,15 @@ def timed_drain(
     progress: Progress,
     emulators: dict[str, int],
 ) -> Drained:
-    """Produce ``runs`` runs against a ready worker: the time, the worker's peak RSS and
-    its CPU time (and each emulator's), from the first trigger to the last completion."""
+    """Produce ``runs`` runs against a ready worker, after an unmeasured warm-up: the
+    time, the worker's peak RSS and its CPU time (and each emulator's), from the first
+    trigger to the last completion."""
     stop = threading.Event()
     deadline = time.monotonic() + max(180.0, runs / 4)
+    if warm_up := warm_up_runs(runs):
+        produce(trigger, warm_up, done, stop)
+        wait_for(warm_up, done, worker, deadline, lambda _: None)
+        done.reset()
     producer = threading.Thread(target=produce, args=(trigger, runs, done, stop), daemon=True)
     with PeakRss(worker.pid) as rss:
         try:
@@ -182,7 +202,8 @@ def runlane_worker(
         env = backend.subprocess_env(
             RUNLANE_TABLE=table, RUNLANE_QUEUE_PREFIX=prefix, **{DONE_FILE_VARIABLE: str(done.path)}
         )
-        argv = [sys.executable, "-m", "bench.workers", kind, "--runs", str(runs)]
+        total = runs + warm_up_runs(runs)
+        argv = [sys.executable, "-m", "bench.workers", kind, "--runs", str(total)]
         argv += ["--concurrency", str(concurrency), "--hold"]
         log = (Path(tmp) / "worker.log").open("w+b")
         pipe = subprocess.PIPE

@@ -13,17 +13,21 @@ request makes a bounded number of tries in a bounded time instead of 5 times 5
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any, TypeVar, cast
+from time import monotonic
+from typing import TypeVar
 
 from tenacity import (
-    retry,
+    AsyncRetrying,
+    Retrying,
     retry_if_exception_type,
     stop_after_attempt,
     stop_after_delay,
     wait_exponential,
 )
+from tenacity.stop import stop_base
+from tenacity.wait import wait_base
 
 from runlane_sqs.core.errors import StorageUnavailable
 from runlane_sqs.core.machine import Transition
@@ -34,7 +38,11 @@ LEASE_MARGIN = timedelta(seconds=1)
 """A fenced write stops retrying this long before its lease expires."""
 MAX_TRIES = 4
 """Calls of one request at most (each with botocore's own retries)."""
-F = TypeVar("F", bound=Callable[..., Any])
+BACKOFF: wait_base = wait_exponential(multiplier=0.2, max=5)
+"""The wait before each call again: 0.2 s, then doubling, at most 5 s."""
+UNAVAILABLE = retry_if_exception_type(StorageUnavailable)
+A = TypeVar("A")
+R = TypeVar("R")
 
 
 def write_budget(transition: Transition, now: datetime) -> timedelta:
@@ -47,13 +55,50 @@ def write_budget(transition: Transition, now: datetime) -> timedelta:
     return max(timedelta(0), min(DEFAULT_BUDGET, left))
 
 
-def storage_retry(budget: timedelta = DEFAULT_BUDGET) -> Callable[[F], F]:
-    """A tenacity decorator: retry on :class:`StorageUnavailable` while ``budget`` lasts
-    (at most :data:`MAX_TRIES` calls), backing off from 0.2 s."""
-    decorate = retry(
-        retry=retry_if_exception_type(StorageUnavailable),
-        stop=stop_after_attempt(MAX_TRIES) | stop_after_delay(budget.total_seconds()),
-        wait=wait_exponential(multiplier=0.2, max=5),
-        reraise=True,
-    )
-    return cast("Callable[[F], F]", decorate)
+def retried(request: Callable[[A], R], argument: A, budget: timedelta = DEFAULT_BUDGET) -> R:
+    """``request(argument)``, called again on :class:`StorageUnavailable` while ``budget``
+    lasts (at most :data:`MAX_TRIES` calls, waiting :data:`BACKOFF` between them).
+
+    The first call is made directly: tenacity takes over only once it has failed (it
+    costs more than the request's own CPU), and counts it as its first attempt."""
+    started = monotonic()
+    try:
+        return request(argument)
+    except StorageUnavailable as failure:
+        failed: list[BaseException] = [failure]
+
+        def again(argument: A) -> R:  # the first call's failure, then the calls after it
+            if failed:
+                raise failed.pop()
+            return request(argument)
+
+        return Retrying(retry=UNAVAILABLE, stop=_stop(budget, started), wait=BACKOFF, reraise=True)(
+            again, argument
+        )
+
+
+async def retried_async(
+    request: Callable[[A], Awaitable[R]], argument: A, budget: timedelta = DEFAULT_BUDGET
+) -> R:
+    """:func:`retried` for an async ``request``."""
+    started = monotonic()
+    try:
+        return await request(argument)
+    except StorageUnavailable as failure:
+        failed: list[BaseException] = [failure]
+
+        async def again(argument: A) -> R:
+            if failed:
+                raise failed.pop()
+            return await request(argument)
+
+        return await AsyncRetrying(
+            retry=UNAVAILABLE, stop=_stop(budget, started), wait=BACKOFF, reraise=True
+        )(again, argument)
+
+
+def _stop(budget: timedelta, started: float) -> stop_base:
+    """When the calls after a first one made at ``started`` stop: at :data:`MAX_TRIES` in
+    all, or when the budget's time left from then is spent."""
+    left = max(0.0, budget.total_seconds() - (monotonic() - started))
+    return stop_after_attempt(MAX_TRIES) | stop_after_delay(left)

@@ -22,7 +22,7 @@ from runlane_sqs.engine.leases import LeaseBook, TrackedAttempt
 from runlane_sqs.engine.message import Disposition
 from runlane_sqs.ports.store import RunStore
 from runlane_sqs.ports.transport import ReceivedWakeup
-from runlane_sqs.runtime.budget import storage_retry, write_budget
+from runlane_sqs.runtime.budget import retried, write_budget
 
 log = logging.getLogger("runlane_sqs.worker")
 
@@ -62,14 +62,14 @@ class Executor:
         return self._perform[type(request)](request)
 
     def read(self, request: message.ReadRun) -> Run | None:
-        return storage_retry()(self.engine.store.get_run)(request.run_id)
+        return retried(self.engine.store.get_run, request.run_id)
 
     def claim_hinted(self, request: message.ClaimHinted) -> Run:
-        return storage_retry()(self.engine.store.claim_hinted)(request.claim)
+        return retried(self.engine.store.claim_hinted, request.claim)
 
     def write(self, request: message.Write) -> Run:
         budget = write_budget(request.transition, self.engine.clock.now())
-        return storage_retry(budget)(self.engine.store.apply)(request.transition)
+        return retried(self.engine.store.apply, request.transition, budget)
 
     def begin(self, request: message.Begin) -> TaskContext:
         return begin_attempt(request, self.engine, self.leases, self.path.worker_id)

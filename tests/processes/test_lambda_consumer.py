@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from tenacity import retry, retry_if_exception_type, stop_after_attempt
+from tenacity import wait_none
 
 from runlane_sqs import (
     EventType,
@@ -94,14 +94,7 @@ class FakeContext:
 def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
     """The executor retries a throttled read up to four times with real exponential
     backoff (about 1.4 s); keep the retries, drop the waiting."""
-    monkeypatch.setattr(
-        "runlane_sqs.runtime.executor.storage_retry",
-        lambda budget=None: retry(
-            retry=retry_if_exception_type(StorageUnavailable),
-            stop=stop_after_attempt(MAX_TRIES),
-            reraise=True,
-        ),
-    )
+    monkeypatch.setattr("runlane_sqs.runtime.budget.BACKOFF", wait_none())
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from runlane_sqs.ports.aio import AsyncRunStore, AsyncWakeupTransport
 from runlane_sqs.ports.transport import ReceivedWakeup
 from runlane_sqs.runtime.aio.leases import AsyncLeaseKeeper
 from runlane_sqs.runtime.aio.threads import DaemonThreads
-from runlane_sqs.runtime.budget import storage_retry, write_budget
+from runlane_sqs.runtime.budget import retried_async, write_budget
 from runlane_sqs.runtime.executor import begin_attempt
 
 
@@ -71,14 +71,14 @@ class AsyncExecutor:
         return await self._perform[type(request)](request)
 
     async def read(self, request: message.ReadRun) -> Run | None:
-        return await storage_retry()(self.store.get_run)(request.run_id)
+        return await retried_async(self.store.get_run, request.run_id)
 
     async def claim_hinted(self, request: message.ClaimHinted) -> Run:
-        return await storage_retry()(self.store.claim_hinted)(request.claim)
+        return await retried_async(self.store.claim_hinted, request.claim)
 
     async def write(self, request: message.Write) -> Run:
         budget = write_budget(request.transition, self.engine.clock.now())
-        return await storage_retry(budget)(self.store.apply)(request.transition)
+        return await retried_async(self.store.apply, request.transition, budget)
 
     async def begin(self, request: message.Begin) -> TaskContext:
         return begin_attempt(request, self.engine, self.leases, self.path.worker_id)
