@@ -4,16 +4,22 @@ a small HTTP server in this process: connections are kept alive and reused, a co
 server closed while idle is not reused, sized and chunked bodies are read whole, headers
 are read by lower-case name, and failures are botocore's exceptions (which its standard
 retry mode retries): a refused connection, a read that times out, a connection dropped
-mid-answer."""
+mid-answer. Over TLS, the sync exchange verifies the server with the session's CA bundle,
+refuses a certificate it does not know, and skips the check when told to; so does the
+async one."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime
+import ipaddress
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
@@ -22,8 +28,13 @@ from botocore.exceptions import (
     ConnectionClosedError,
     EndpointConnectionError,
     ReadTimeoutError,
+    SSLError,
 )
 from botocore.httpsession import URLLib3Session
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from runlane_sqs.adapters.lean.aio import AiohttpExchange, aiohttp_unsupported_by
 from runlane_sqs.adapters.lean.keepalive import KeepAlive, unsupported_by
@@ -175,15 +186,111 @@ def test_proxies_and_client_certificates_are_left_to_botocore() -> None:
     assert "not botocore" in (unsupported_by(object(), url) or "")
 
 
+# --- TLS: verified with the session's CA bundle, refused without it, or not verified ---
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 and its key, as PEM files."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "runlane test endpoint")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    folder = tmp_path_factory.mktemp("tls")
+    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+@pytest.fixture
+def tls_server(
+    server: ThreadingHTTPServer, certificate: tuple[Path, Path]
+) -> Iterator[ThreadingHTTPServer]:
+    """The same server, answering over TLS with the self-signed certificate."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(*certificate)
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def _https(server: ThreadingHTTPServer) -> str:
+    host, port = server.server_address[:2]
+    return f"https://{host}:{port}"
+
+
+def test_tls_is_verified_with_the_session_s_ca_bundle(
+    tls_server: ThreadingHTTPServer, certificate: tuple[Path, Path], pools: list[KeepAlive]
+) -> None:
+    session = URLLib3Session(verify=str(certificate[0]), timeout=(1, 5))
+    pools.append(pool := KeepAlive(_https(tls_server), session))
+    answers = [pool.post("/", b"%d" % n, {}) for n in range(3)]
+    assert [a.content for a in answers] == [b'{"echo":%d}' % n for n in range(3)]
+    assert len(Handler.connections) == 1
+
+
+def test_an_unknown_certificate_is_refused(
+    tls_server: ThreadingHTTPServer, pools: list[KeepAlive]
+) -> None:
+    """botocore's default bundle does not hold the self-signed certificate: its own
+    ``SSLError``, as botocore's session raises it."""
+    pools.append(pool := KeepAlive(_https(tls_server), URLLib3Session(timeout=(1, 5))))
+    with pytest.raises(SSLError, match="CERTIFICATE_VERIFY_FAILED"):
+        pool.post("/", b"1", {})
+    assert Handler.connections == set()  # no request was sent
+
+
+def test_tls_is_not_verified_when_the_session_says_so(
+    tls_server: ThreadingHTTPServer, pools: list[KeepAlive]
+) -> None:
+    pools.append(pool := KeepAlive(_https(tls_server), URLLib3Session(verify=False)))
+    assert pool.post("/", b"1", {}).content == b'{"echo":1}'
+
+
+def test_a_header_holding_a_line_break_is_refused_unsent(
+    server: ThreadingHTTPServer, pool_for: Any
+) -> None:
+    with pytest.raises(ValueError, match="line break"):
+        pool_for(_url(server)).post("/", b"1", {"X-Added": "a\r\nX-Injected: 1"})
+    assert Handler.connections == set()
+
+
 # --- the async lean client's exchange: aiohttp, set up as aiobotocore's session ---------
 
 
-def _exchange_run(url: str, posts: list[bytes], read_timeout: float = 5) -> list[Any]:
+def _exchange_run(
+    url: str, posts: list[bytes], read_timeout: float = 5, verify: bool | str = True
+) -> list[Any]:
     """Each of ``posts`` sent in turn by one :class:`AiohttpExchange` (in one event loop);
     each answer, or the exception it raised."""
 
     async def main() -> list[Any]:
-        session = AIOHTTPSession(timeout=(1, read_timeout), max_pool_connections=2)
+        session = AIOHTTPSession(timeout=(1, read_timeout), max_pool_connections=2, verify=verify)
         exchange = AiohttpExchange(url, session)
         answers: list[Any] = []
         try:
@@ -240,3 +347,16 @@ def test_async_proxies_and_client_certificates_are_left_to_aiobotocore() -> None
     certified = AIOHTTPSession(client_cert="/tmp/client.pem")
     assert "certificate" in (aiohttp_unsupported_by(certified, url) or "")
     assert "not aiobotocore" in (aiohttp_unsupported_by(URLLib3Session(), url) or "")
+
+
+def test_async_tls_is_verified_with_the_session_s_ca_bundle_or_refused(
+    tls_server: ThreadingHTTPServer, certificate: tuple[Path, Path]
+) -> None:
+    url = _https(tls_server)
+    answers = _exchange_run(url, [b"1", b"2"], verify=str(certificate[0]))
+    assert [a.content for a in answers] == [b'{"echo":1}', b'{"echo":2}']
+    assert len(Handler.connections) == 1
+    [refused] = _exchange_run(url, [b"1"])
+    assert isinstance(refused, SSLError)
+    [unverified] = _exchange_run(url, [b"1"], verify=False)
+    assert unverified.content == b'{"echo":1}'

@@ -1,4 +1,9 @@
-"""The sync lean client's HTTP exchange: keep-alive ``http.client`` connections to one endpoint.
+"""The sync lean client's HTTP exchange: keep-alive HTTP/1.1 connections to one endpoint.
+
+Each request goes out in one write and its answer is read from the connection's own
+buffered reader: the status line, the headers by lower-case name, the body by its length
+or in chunks. That is all the JSON protocol needs of HTTP, at a fraction of the CPU of
+``http.client``, which builds a header object and a response object per request.
 
 It takes its settings from the botocore client's own HTTP session (``URLLib3Session``):
 the CA bundle it verifies TLS with, its connect and read timeouts, its pool size and its
@@ -6,7 +11,7 @@ socket options (``TCP_NODELAY``). An endpoint botocore would reach through a pro
 with a client certificate, is not handled here (:func:`unsupported_by`): the lean client
 then sends over botocore's session itself. Failures are raised as the botocore
 exceptions its session raises (``EndpointConnectionError``, ``ConnectTimeoutError``,
-``ReadTimeoutError``, ``ConnectionClosedError``), so botocore's standard retry mode
+``SSLError``, ``ReadTimeoutError``, ``ConnectionClosedError``), so botocore's standard retry mode
 treats them alike.
 """
 
@@ -26,6 +31,7 @@ from botocore.exceptions import (
     ConnectTimeoutError,
     EndpointConnectionError,
     ReadTimeoutError,
+    SSLError,
 )
 from botocore.httpsession import create_urllib3_context, get_cert_path
 
@@ -62,47 +68,73 @@ def _read_headers(fp: Any) -> HeaderMap:
     raise http.client.HTTPException(f"got more than {MAX_HEADERS} headers")
 
 
-class FastResponse(http.client.HTTPResponse):
-    """``http.client``'s response with its headers read into a :class:`HeaderMap`: the
-    rest (status line, chunked or sized body, keep-alive) is ``http.client``'s."""
+def _read_exact(rfile: Any, size: int) -> bytes:
+    data: bytes = rfile.read(size)
+    if len(data) < size:
+        raise http.client.IncompleteRead(data, size - len(data))
+    return data
 
-    def begin(self) -> None:
-        if self.headers is not None:
-            return
-        while True:
-            version, status, reason = self._read_status()
-            if status != http.client.CONTINUE:
-                break
-            _read_headers(self.fp)
-        self.code = self.status = status
-        self.reason = reason.strip()
-        if version in ("HTTP/1.0", "HTTP/0.9"):
-            self.version = 10
-        elif version.startswith("HTTP/1."):
-            self.version = 11
-        else:
-            raise http.client.UnknownProtocol(version)
-        headers = _read_headers(self.fp)
-        self.headers = self.msg = headers
-        self.chunked = (headers.get("transfer-encoding") or "").lower() == "chunked"
-        self.chunk_left = None
-        self.will_close = self._check_close()
-        self.length = self._body_length(status, headers)
-        if not self.will_close and not self.chunked and self.length is None:
-            self.will_close = True
 
-    def _body_length(self, status: int, headers: HeaderMap) -> int | None:
-        """The body's length, as ``http.client`` reads it (``None``: until it ends)."""
-        if status in (204, 304) or 100 <= status < 200 or self._method == "HEAD":  # type: ignore[attr-defined]
-            return 0
-        length = headers.get("content-length")
-        if not length or self.chunked:
-            return None
+def _read_chunked(rfile: Any) -> bytes:
+    """A chunked body: sized chunks up to the last (size 0), then the trailer lines."""
+    parts: list[bytes] = []
+    while True:
+        line = rfile.readline(MAX_HEADER_LINE + 1)
         try:
-            value = int(length)
+            size = int(line.split(b";", 1)[0], 16)
         except ValueError:
-            return None
-        return value if value >= 0 else None
+            raise http.client.IncompleteRead(b"".join(parts)) from None
+        if size == 0:
+            break
+        parts.append(_read_exact(rfile, size))
+        _read_exact(rfile, 2)  # the chunk's CRLF
+    _read_headers(rfile)  # trailers, read past and dropped as botocore drops them
+    return b"".join(parts)
+
+
+def read_response(rfile: Any) -> tuple[Response, bool]:
+    """One response from ``rfile`` (the connection's buffered reader), and whether the
+    server closes the connection after it. The body is read whole: by its length, in
+    chunks, or up to the end of the stream when it has neither."""
+    while True:
+        line = rfile.readline(MAX_HEADER_LINE + 1)
+        if not line:
+            raise http.client.RemoteDisconnected("the server closed the connection")
+        version, _, rest = line.decode("iso-8859-1").partition(" ")
+        code = rest.strip().partition(" ")[0]
+        if not version.startswith("HTTP/1.") or not code.isdigit():
+            raise http.client.BadStatusLine(line.decode("iso-8859-1").strip())
+        status = int(code)
+        headers = _read_headers(rfile)
+        if status != http.client.CONTINUE:
+            break
+    connection = (headers.get("connection") or "").lower()
+    will_close = "close" in connection or (version == "HTTP/1.0" and "keep-alive" not in connection)
+    length = headers.get("content-length")
+    if status in (204, 304) or status < 200:
+        content = b""
+    elif (headers.get("transfer-encoding") or "").lower() == "chunked":
+        content = _read_chunked(rfile)
+    elif length is not None and length.isdigit():
+        content = _read_exact(rfile, int(length))
+    else:
+        content, will_close = rfile.read(), True
+    return Response(status, headers, content), will_close
+
+
+class Connection:
+    """One kept-alive connection: its socket, and the buffered reader of its responses
+    (kept for the connection's life, so nothing is set up per request)."""
+
+    __slots__ = ("rfile", "sock")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.rfile = sock.makefile("rb")
+
+    def close(self) -> None:
+        self.rfile.close()
+        self.sock.close()
 
 
 def unsupported_by(http_session: Any, url: str) -> str | None:
@@ -128,6 +160,7 @@ class KeepAlive:
         self._https = parts.scheme == "https"
         self._host = parts.hostname or ""
         self._port = parts.port or (443 if self._https else 80)
+        self._host_header = f"Host: {parts.netloc}"
         timeout = http_session._timeout
         self._connect_timeout = getattr(timeout, "connect_timeout", None) or 60
         self._read_timeout = getattr(timeout, "read_timeout", None) or 60
@@ -143,30 +176,40 @@ class KeepAlive:
             else:
                 context.load_verify_locations(cafile=get_cert_path(verify))
             self._context = context
-        self._idle: list[http.client.HTTPConnection] = []
+        self._idle: list[Connection] = []
         self._lock = threading.Lock()
         weakref.finalize(self, _close_all, self._idle)  # an app dropped closes its sockets
 
     def post(self, path: str, body: bytes, headers: dict[str, str]) -> Response:
+        """Send one request and read its answer. The request goes out in one write: its
+        line, its headers (``Host`` and ``Content-Length`` added, ``Accept-Encoding:
+        identity`` as ``http.client`` sends it) and its body."""
+        lines = [f"POST {path} HTTP/1.1"]
+        if "Host" not in headers:
+            lines.append(self._host_header)
+        lines += [f"{name}: {value}" for name, value in headers.items()]
+        lines += ["Accept-Encoding: identity", f"Content-Length: {len(body)}", "", ""]
+        head = "\r\n".join(lines)
+        breaks = len(lines) - 1
+        if head.count("\n") != breaks or head.count("\r") != breaks:
+            raise ValueError(f"a header of the request holds a line break: {headers!r}")
         connection = self._take()
         try:
-            connection.request("POST", path, body, headers)
-            answer = connection.getresponse()
-            content = answer.read()
+            connection.sock.sendall(head.encode("iso-8859-1") + body)
+            response, will_close = read_response(connection.rfile)
         except TimeoutError as exc:
             connection.close()
             raise ReadTimeoutError(endpoint_url=self.url, error=exc) from exc
         except (http.client.HTTPException, OSError) as exc:
             connection.close()
             raise ConnectionClosedError(endpoint_url=self.url, error=exc) from exc
-        if answer.will_close:
+        if will_close:
             connection.close()
         else:
             self._give_back(connection)
-        headers_read = {name.lower(): value for name, value in answer.getheaders()}
-        return Response(answer.status, headers_read, content)
+        return response
 
-    def _take(self) -> http.client.HTTPConnection:
+    def _take(self) -> Connection:
         with self._lock:
             while self._idle:
                 connection = self._idle.pop()
@@ -175,37 +218,36 @@ class KeepAlive:
                 connection.close()
         return self._connect()
 
-    def _give_back(self, connection: http.client.HTTPConnection) -> None:
+    def _give_back(self, connection: Connection) -> None:
         with self._lock:
             if len(self._idle) < self._size:
                 self._idle.append(connection)
                 return
         connection.close()
 
-    def _connect(self) -> http.client.HTTPConnection:
-        connection: http.client.HTTPConnection
-        if self._context is not None:
-            connection = http.client.HTTPSConnection(
-                self._host, self._port, timeout=self._connect_timeout, context=self._context
-            )
-        else:
-            connection = http.client.HTTPConnection(
-                self._host, self._port, timeout=self._connect_timeout
-            )
+    def _connect(self) -> Connection:
         try:
-            connection.connect()
+            sock = socket.create_connection((self._host, self._port), self._connect_timeout)
         except TimeoutError as exc:
-            connection.close()
             raise ConnectTimeoutError(endpoint_url=self.url, error=exc) from exc
         except OSError as exc:
-            connection.close()
             raise EndpointConnectionError(endpoint_url=self.url, error=exc) from exc
-        connection.response_class = FastResponse
-        assert connection.sock is not None
-        for option in self._socket_options:
-            connection.sock.setsockopt(*option)
-        connection.sock.settimeout(self._read_timeout)
-        return connection
+        try:
+            for option in self._socket_options:
+                sock.setsockopt(*option)
+            if self._context is not None:
+                sock = self._context.wrap_socket(sock, server_hostname=self._host)
+        except TimeoutError as exc:
+            sock.close()
+            raise ConnectTimeoutError(endpoint_url=self.url, error=exc) from exc
+        except ssl.SSLError as exc:  # a certificate refused, as botocore raises it
+            sock.close()
+            raise SSLError(endpoint_url=self.url, error=exc) from exc
+        except OSError as exc:
+            sock.close()
+            raise EndpointConnectionError(endpoint_url=self.url, error=exc) from exc
+        sock.settimeout(self._read_timeout)
+        return Connection(sock)
 
     def close(self) -> None:
         with self._lock:
@@ -214,19 +256,16 @@ class KeepAlive:
         _close_all(idle)
 
 
-def _close_all(connections: list[http.client.HTTPConnection]) -> None:
+def _close_all(connections: list[Connection]) -> None:
     for connection in connections:
         connection.close()
 
 
-def _dropped(connection: http.client.HTTPConnection) -> bool:
+def _dropped(connection: Connection) -> bool:
     """Whether an idle connection was closed by the server (readable while idle: its
     end of stream, or bytes nobody asked for)."""
-    sock: socket.socket | None = connection.sock
-    if sock is None:
-        return True
     try:
-        readable, _, _ = select.select([sock], [], [], 0)
+        readable, _, _ = select.select([connection.sock], [], [], 0)
     except (OSError, ValueError):
         return True
     return bool(readable)
