@@ -205,10 +205,10 @@ class AsyncLeanClient:
         :meth:`runlane_sqs.adapters.lean.client.LeanClient.send`)."""
         call = self._protocol.call(operation)
         events, model, context = self._events, call.model, call.context
-        given = await events.emit(
-            call.event("provide-client-params"), params=params, model=model, context=context
-        )
-        params = next((r for _, r in given if r is not None), params)
+        # the events no handler listens to by default are emitted only when one does
+        if handlers_of(events, event := call.event("provide-client-params")):
+            given = await events.emit(event, params=params, model=model, context=context)
+            params = next((r for _, r in given if r is not None), params)
         await events.emit(
             call.event("before-parameter-build"), params=params, model=model, context=context
         )
@@ -222,13 +222,10 @@ class AsyncLeanClient:
         )
         # a handler may answer in place of the service
         http_response, parsed = answered or await self._attempts(call, request)
-        await events.emit(
-            call.event("after-call"),
-            http_response=http_response,
-            parsed=parsed,
-            model=model,
-            context=context,
-        )
+        if handlers_of(events, event := call.event("after-call")):
+            await events.emit(
+                event, http_response=http_response, parsed=parsed, model=model, context=context
+            )
         return call.result(http_response, parsed)
 
     async def _post(self, call: Call, body: bytes, headers: dict[str, str]) -> Response:

@@ -108,10 +108,10 @@ class LeanClient:
         events around it, retried as botocore's standard mode retries it."""
         call = self._protocol.call(operation)
         events, model, context = self._events, call.model, call.context
-        given = events.emit(
-            call.event("provide-client-params"), params=params, model=model, context=context
-        )
-        params = next((r for _, r in given if r is not None), params)
+        # the events no handler listens to by default are emitted only when one does
+        if handlers_of(events, event := call.event("provide-client-params")):
+            given = events.emit(event, params=params, model=model, context=context)
+            params = next((r for _, r in given if r is not None), params)
         events.emit(
             call.event("before-parameter-build"), params=params, model=model, context=context
         )
@@ -125,13 +125,10 @@ class LeanClient:
         )
         # a handler may answer in place of the service
         http_response, parsed = answered or self._attempts(call, request)
-        events.emit(
-            call.event("after-call"),
-            http_response=http_response,
-            parsed=parsed,
-            model=model,
-            context=context,
-        )
+        if handlers_of(events, event := call.event("after-call")):
+            events.emit(
+                event, http_response=http_response, parsed=parsed, model=model, context=context
+            )
         return call.result(http_response, parsed)
 
     def _post(self, call: Call, body: bytes, headers: dict[str, str]) -> Response:
