@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import platform
+import threading
 from collections.abc import Mapping
 from importlib import metadata
 from typing import Any, Final, Literal
@@ -160,6 +161,7 @@ class AwsClients:
         self.aws_client: AwsClientKind = aws_client or aws_client_kind()
         self._session = session
         self._clients: dict[str, Any] = {}
+        self._building = threading.Lock()
 
     @property
     def session(self) -> boto3.Session:
@@ -170,22 +172,30 @@ class AwsClients:
     def client(self, service: str) -> Any:
         """The client for ``service`` (built on first use); raises
         :class:`~runlane_sqs.errors.ConfigurationError` when no region is configured."""
-        if service not in self._clients:
-            try:
-                self._clients[service] = self.session.client(
-                    service,  # type: ignore[call-overload]
-                    region_name=self.region,
-                    endpoint_url=self.endpoint_url,
-                    config=self.botocore_config,
-                )
-            except NoRegionError:
-                raise ConfigurationError(
-                    f"no AWS region for the {service} client: set "
-                    f"{' or '.join(REGION_VARIABLES)} (or pass region= to Runlane)"
-                ) from None
-            if self.sends_lean(service):
-                self._clients[service] = self._lean(service, self._clients[service])
+        client = self._clients.get(service)
+        if client is not None:
+            return client
+        # once, whichever thread asks first: a worker's attempt threads all want the
+        # DynamoDB client at their first claim, and a boto3 session is not thread-safe
+        with self._building:
+            if service not in self._clients:
+                self._clients[service] = self._build(service)
         return self._clients[service]
+
+    def _build(self, service: str) -> Any:
+        try:
+            client = self.session.client(
+                service,  # type: ignore[call-overload]
+                region_name=self.region,
+                endpoint_url=self.endpoint_url,
+                config=self.botocore_config,
+            )
+        except NoRegionError:
+            raise ConfigurationError(
+                f"no AWS region for the {service} client: set "
+                f"{' or '.join(REGION_VARIABLES)} (or pass region= to Runlane)"
+            ) from None
+        return self._lean(service, client) if self.sends_lean(service) else client
 
     def sends_lean(self, service: str) -> bool:
         """Whether the lean client is asked for and sends some of ``service``'s requests."""

@@ -1,8 +1,12 @@
 """The app's boto3 clients send a user agent built once, so botocore does not rebuild
-it for every request; a user agent the user configures is kept."""
+it for every request; a user agent the user configures is kept. Each client is built
+once, however many threads ask for it at once."""
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import boto3
@@ -107,3 +111,23 @@ def test_a_request_is_tried_five_times_in_all_by_default(monkeypatch: pytest.Mon
 def test_a_bad_retry_variable_is_a_clear_error(environ: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         default_botocore_config(environ)
+
+
+def test_threads_asking_at_once_share_one_client_built_once() -> None:
+    """A worker's attempt threads all want the DynamoDB client at their first claim."""
+    made = clients()
+    build = made.session.client
+    arrived = threading.Barrier(8)
+    builds: list[str] = []
+
+    def counted(service: str, **kwargs: Any) -> Any:
+        builds.append(service)
+        with contextlib.suppress(threading.BrokenBarrierError):
+            arrived.wait(timeout=0.5)  # were it unguarded, every thread would be here
+        return build(service, **kwargs)
+
+    made.session.client = counted  # type: ignore[method-assign]
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda _: made.client("dynamodb"), range(8)))
+    assert builds == ["dynamodb"]
+    assert all(client is got[0] for client in got)
