@@ -8,11 +8,13 @@ file each no-op appends one byte to. The time is from the first trigger to the l
 completion; the worker's own CPU time (user + system, its children's included) is read
 at both ends of the same phase, so start-up and imports are not counted.
 
-Each worker first drains a fifth as many runs again, unmeasured: the warm-up opens its
-connections and its lazily built clients, and lets the emulators' JVM (DynamoDB Local)
-compile its hot paths. Without it, whichever system was measured first paid for that
-compilation: DynamoDB Local's CPU per run of the first system was about twice the
-second's, and it bounded that system's rate.
+Before the three systems, a sync worker drains one and a half times as many runs,
+unmeasured, so DynamoDB Local's JVM has compiled its hot paths: it takes thousands of
+requests to, and before this warm-up whichever system was measured first paid for it
+(DynamoDB Local's CPU per run of the first system was about twice the second's, and it
+bounded that system's rate; 1,500 runs drained by each worker in turn, twice: sync 7.9
+then 3.4 ms per run, async 4.6 then 3.0). Each worker then first drains a fifth as many
+runs again, unmeasured, to open its connections and build its lazily built clients.
 """
 
 from __future__ import annotations
@@ -39,7 +41,9 @@ RUNLANE_CONCURRENCY = 8
 """The same as Celery's ``-c 8`` threads, its fastest setting on these emulators."""
 READY_TIMEOUT_SECONDS = 60.0
 WARM_UP_SHARE = 5
-"""The warm-up drains ``runs // WARM_UP_SHARE`` runs before the measured phase."""
+"""A worker's warm-up drains ``runs // WARM_UP_SHARE`` runs before its measured phase."""
+EMULATOR_WARM_UP = 1.5
+"""The emulators' warm-up drains ``runs * EMULATOR_WARM_UP`` runs before any system."""
 
 
 def warm_up_runs(runs: int) -> int:
@@ -276,7 +280,10 @@ def celery_worker(backend: Backend, runs: int, progress: Progress) -> Throughput
 def measure_throughput(
     backend: Backend, runs: int, progress: Callable[[str], Progress]
 ) -> list[ThroughputResult]:
-    """Sync, async, then Celery; ``progress(system)`` gives each one's progress callback."""
+    """Sync, async, then Celery, after the emulators' warm-up; ``progress(system)`` gives
+    each one's progress callback."""
+    warm_up = int(runs * EMULATOR_WARM_UP)
+    runlane_worker(backend, SYNC, warm_up, RUNLANE_CONCURRENCY, lambda _: None)
     results = [
         runlane_worker(backend, kind, runs, RUNLANE_CONCURRENCY, progress(f"runlane {kind}"))
         for kind in (SYNC, ASYNC)
