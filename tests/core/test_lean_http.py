@@ -1,5 +1,5 @@
 """The lean clients' HTTP exchanges (runlane_sqs/adapters/lean/keepalive.py for the sync
-one, ``AiohttpExchange`` in runlane_sqs/adapters/lean/aio.py for the async one) against
+one, ``AsyncKeepAlive`` in the same module for the async one) against
 a small HTTP server in this process: connections are kept alive and reused, a connection the
 server closed while idle is not reused, sized and chunked bodies are read whole, headers
 are read by lower-case name, and failures are botocore's exceptions (which its standard
@@ -36,8 +36,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from runlane_sqs.adapters.lean.aio import AiohttpExchange, aiohttp_unsupported_by
-from runlane_sqs.adapters.lean.keepalive import KeepAlive, unsupported_by
+from runlane_sqs.adapters.lean.aio import async_unsupported_by
+from runlane_sqs.adapters.lean.keepalive import AsyncKeepAlive, KeepAlive, unsupported_by
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -280,18 +280,27 @@ def test_a_header_holding_a_line_break_is_refused_unsent(
     assert Handler.connections == set()
 
 
-# --- the async lean client's exchange: aiohttp, set up as aiobotocore's session ---------
+# --- the async lean client's exchange: asyncio streams, set up as aiobotocore's session --
 
 
 def _exchange_run(
-    url: str, posts: list[bytes], read_timeout: float = 5, verify: bool | str = True
+    url: str,
+    posts: list[bytes],
+    read_timeout: float = 5,
+    verify: bool | str = True,
+    connector_args: dict[str, Any] | None = None,
 ) -> list[Any]:
-    """Each of ``posts`` sent in turn by one :class:`AiohttpExchange` (in one event loop);
+    """Each of ``posts`` sent in turn by one :class:`AsyncKeepAlive` (in one event loop);
     each answer, or the exception it raised."""
 
     async def main() -> list[Any]:
-        session = AIOHTTPSession(timeout=(1, read_timeout), max_pool_connections=2, verify=verify)
-        exchange = AiohttpExchange(url, session)
+        session = AIOHTTPSession(
+            timeout=(1, read_timeout),
+            max_pool_connections=2,
+            verify=verify,
+            connector_args=connector_args,
+        )
+        exchange = AsyncKeepAlive(url, session)
         answers: list[Any] = []
         try:
             for body in posts:
@@ -325,6 +334,31 @@ def test_async_a_connection_the_server_closes_is_not_reused(server: ThreadingHTT
     assert len(Handler.connections) == 2
 
 
+@pytest.mark.parametrize(
+    "connector_args", [{"keepalive_timeout": 0}, {"force_close": True}], ids=["expired", "forced"]
+)
+def test_async_connections_follow_the_session_s_keep_alive_settings(
+    server: ThreadingHTTPServer, connector_args: dict[str, Any]
+) -> None:
+    """An idle connection older than ``keepalive_timeout`` is not reused; with
+    ``force_close`` none is."""
+    answers = _exchange_run(_url(server), [b"1", b"2", b"3"], connector_args=connector_args)
+    assert [a.content for a in answers] == [b'{"echo":%d}' % n for n in (1, 2, 3)]
+    assert len(Handler.connections) == 3
+
+
+def test_async_a_header_holding_a_line_break_is_refused_unsent(
+    server: ThreadingHTTPServer,
+) -> None:
+    async def main() -> None:
+        exchange = AsyncKeepAlive(_url(server), AIOHTTPSession())
+        with pytest.raises(ValueError, match="line break"):
+            await exchange.post("/", b"1", {"X-Added": "a\nX-Injected: 1"})
+
+    asyncio.run(main())
+    assert Handler.connections == set()
+
+
 def test_async_failures_are_botocore_s_exceptions(server: ThreadingHTTPServer) -> None:
     with socket.socket() as unused:
         unused.bind(("127.0.0.1", 0))
@@ -341,12 +375,12 @@ def test_async_failures_are_botocore_s_exceptions(server: ThreadingHTTPServer) -
 
 def test_async_proxies_and_client_certificates_are_left_to_aiobotocore() -> None:
     url = "https://dynamodb.eu-west-1.amazonaws.com/"
-    assert aiohttp_unsupported_by(AIOHTTPSession(), url) is None
+    assert async_unsupported_by(AIOHTTPSession(), url) is None
     proxied = AIOHTTPSession(proxies={"https": "http://proxy.internal:3128"})
-    assert "proxy" in (aiohttp_unsupported_by(proxied, url) or "")
+    assert "proxy" in (async_unsupported_by(proxied, url) or "")
     certified = AIOHTTPSession(client_cert="/tmp/client.pem")
-    assert "certificate" in (aiohttp_unsupported_by(certified, url) or "")
-    assert "not aiobotocore" in (aiohttp_unsupported_by(URLLib3Session(), url) or "")
+    assert "certificate" in (async_unsupported_by(certified, url) or "")
+    assert "not aiobotocore" in (async_unsupported_by(URLLib3Session(), url) or "")
 
 
 def test_async_tls_is_verified_with_the_session_s_ca_bundle_or_refused(

@@ -1,8 +1,8 @@
 """The async lean client: :class:`AsyncLeanClient` wraps an aiobotocore client and sends
-its :data:`~.protocol.HOT_OPERATIONS` itself, over keep-alive aiohttp connections of its
-own (:class:`AiohttpExchange`) set up as the aiobotocore client's HTTP session sets up
-its own (CA bundle, timeouts, pool size and connector settings), or, for an endpoint
-behind a proxy or with a client certificate, over that session itself
+its :data:`~.protocol.HOT_OPERATIONS` itself, over keep-alive asyncio streams of its own
+(:class:`~.keepalive.AsyncKeepAlive`) set up as the aiobotocore client's HTTP session
+sets up its connections (CA bundle, timeouts, pool size, keep-alive), or, for an
+endpoint behind a proxy or with a client certificate, over that session itself
 (:class:`AioExchange`). Failures are raised as the botocore exceptions aiobotocore raises
 for them, so botocore's standard retry mode treats them alike."""
 
@@ -10,23 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import socket
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import aiohttp
-from botocore.exceptions import (
-    BotoCoreError,
-    ConnectionClosedError,
-    ConnectTimeoutError,
-    EndpointConnectionError,
-    ReadTimeoutError,
-    SSLError,
-)
-from botocore.httpsession import create_urllib3_context, get_cert_path
-from yarl import URL
+from botocore.exceptions import BotoCoreError
 
+from runlane_sqs.adapters.lean.keepalive import AsyncKeepAlive
 from runlane_sqs.adapters.lean.protocol import (
     HOT_OPERATIONS,
     Call,
@@ -76,10 +66,10 @@ class AioExchange:
         """Nothing to close: the session is the aiobotocore client's."""
 
 
-def aiohttp_unsupported_by(http_session: Any, url: str) -> str | None:
+def async_unsupported_by(http_session: Any, url: str) -> str | None:
     """Why the aiobotocore session's settings for ``url`` cannot be followed by an
-    :class:`AiohttpExchange` (``None``: they can): another HTTP session than aiohttp's, a
-    proxy for the endpoint, or a client certificate."""
+    :class:`~.keepalive.AsyncKeepAlive` (``None``: they can): another HTTP session than
+    aiohttp's, a proxy for the endpoint, or a client certificate."""
     proxies = getattr(http_session, "_proxy_config", None)
     if proxies is None or not hasattr(http_session, "_connector_args"):
         return "its HTTP session is not aiobotocore's AIOHTTPSession"
@@ -88,63 +78,6 @@ def aiohttp_unsupported_by(http_session: Any, url: str) -> str | None:
     if getattr(http_session, "_cert_file", None):
         return "it presents a client certificate"
     return None
-
-
-class AiohttpExchange:
-    """Keep-alive aiohttp connections to one endpoint, with the settings of an
-    aiobotocore ``AIOHTTPSession`` (opened in the running loop on first use)."""
-
-    def __init__(self, url: str, http_session: Any) -> None:
-        self._url = url.rstrip("/")
-        self._verify = http_session._verify
-        self._timeout: aiohttp.ClientTimeout = http_session._timeout
-        self._limit = int(http_session._max_pool_connections)
-        self._connector_args = dict(http_session._connector_args or {})
-        self._session: aiohttp.ClientSession | None = None
-        self._urls: dict[str, URL] = {}  # parsed once per path
-
-    def _open(self) -> aiohttp.ClientSession:
-        context: Any = False
-        if self._url.startswith("https:") and self._verify is not False:
-            context = create_urllib3_context()
-            context.load_verify_locations(cafile=get_cert_path(self._verify))
-        connector = aiohttp.TCPConnector(limit=self._limit, ssl=context, **self._connector_args)
-        self._session = aiohttp.ClientSession(
-            connector=connector,
-            cookie_jar=aiohttp.DummyCookieJar(),  # AWS sets none: nothing to keep
-            timeout=self._timeout,
-            headers={"Accept-Encoding": "identity"},  # as aiobotocore asks
-            skip_auto_headers={"Content-Type"},
-            auto_decompress=False,
-        )
-        return self._session
-
-    async def post(self, path: str, body: bytes, headers: dict[str, str]) -> Response:
-        session = self._session or self._open()
-        url = self._url + path
-        parsed = self._urls.get(path) or self._urls.setdefault(path, URL(url))
-        try:
-            async with session.post(parsed, data=body, headers=headers) as answer:
-                content = await answer.read()
-                read = {name.lower(): value for name, value in answer.headers.items()}
-                return Response(answer.status, read, content)
-        except aiohttp.ClientSSLError as exc:
-            raise SSLError(endpoint_url=url, error=exc) from exc
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError) as exc:
-            raise ConnectionClosedError(endpoint_url=url, error=exc) from exc
-        except aiohttp.ServerTimeoutError as exc:
-            if str(exc).lower().startswith("connect"):
-                raise ConnectTimeoutError(endpoint_url=url, error=exc) from exc
-            raise ReadTimeoutError(endpoint_url=url, error=exc) from exc
-        except (aiohttp.ClientConnectionError, socket.gaierror) as exc:
-            raise EndpointConnectionError(endpoint_url=url, error=exc) from exc
-        except TimeoutError as exc:
-            raise ReadTimeoutError(endpoint_url=url, error=exc) from exc
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
 
 
 async def refresh_expired_async(credentials: Any, used: Any) -> bool:
@@ -178,8 +111,8 @@ class AsyncLeanClient:
         url, http_session = self._protocol.url, client._endpoint.http_session
         self._exchange: AsyncExchange = (
             AioExchange(url, http_session)
-            if aiohttp_unsupported_by(http_session, url)
-            else AiohttpExchange(url, http_session)
+            if async_unsupported_by(http_session, url)
+            else AsyncKeepAlive(url, http_session)
         )
         self._sleep = sleep
 

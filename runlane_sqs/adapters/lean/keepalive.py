@@ -17,12 +17,18 @@ treats them alike.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import dataclasses
+import enum
 import http.client
 import select
 import socket
 import ssl
 import threading
+import time
 import weakref
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -37,6 +43,11 @@ from botocore.httpsession import create_urllib3_context, get_cert_path
 
 from runlane_sqs.adapters.lean.protocol import Response
 
+CLOSE_SECONDS = 1.0
+"""How long closing the async pool waits for its connections to close."""
+KEEPALIVE_SECONDS = 15.0
+"""How long an idle async connection is kept without a ``keepalive_timeout`` set
+(aiohttp's own default)."""
 MAX_HEADER_LINE = 65536
 MAX_HEADERS = 100
 """http.client's own limits on a response's header lines."""
@@ -54,18 +65,89 @@ class HeaderMap(dict[str, str]):
         return default if value is None else [value]
 
 
-def _read_headers(fp: Any) -> HeaderMap:
+def _header(headers: HeaderMap, line: bytes) -> bool:
+    """Add one header line to ``headers``; False at the blank line that ends them."""
+    if len(line) > MAX_HEADER_LINE:
+        raise http.client.LineTooLong("header line")
+    if line in (b"\r\n", b"\n", b""):
+        return False
+    name, _, value = line.decode("iso-8859-1").partition(":")
+    key, text = name.strip().lower(), value.strip()
+    headers[key] = f"{headers[key]}, {text}" if key in headers else text
+    return True
+
+
+def _too_many_headers() -> http.client.HTTPException:
+    return http.client.HTTPException(f"got more than {MAX_HEADERS} headers")
+
+
+def _status(line: bytes) -> tuple[str, int]:
+    """The HTTP version and status code of a status line."""
+    if not line:
+        raise http.client.RemoteDisconnected("the server closed the connection")
+    version, _, rest = line.decode("iso-8859-1").partition(" ")
+    code = rest.strip().partition(" ")[0]
+    if not version.startswith("HTTP/1.") or not code.isdigit():
+        raise http.client.BadStatusLine(line.decode("iso-8859-1").strip())
+    return version, int(code)
+
+
+def _chunk_size(line: bytes) -> int:
+    try:
+        return int(line.split(b";", 1)[0], 16)
+    except ValueError:
+        raise http.client.IncompleteRead(b"") from None
+
+
+class Body(enum.Enum):
+    """How a response's body is delimited."""
+
+    NONE = "none"
+    SIZED = "sized"
+    CHUNKED = "chunked"
+    UNTIL_CLOSE = "until close"
+
+
+def framing(version: str, status: int, headers: HeaderMap) -> tuple[Body, int, bool]:
+    """How the body of a response with this status line and ``headers`` is read (its
+    length when sized), and whether the server closes the connection after it."""
+    connection = (headers.get("connection") or "").lower()
+    will_close = "close" in connection or (version == "HTTP/1.0" and "keep-alive" not in connection)
+    length = headers.get("content-length")
+    if status in (204, 304) or status < 200:
+        return Body.NONE, 0, will_close
+    if (headers.get("transfer-encoding") or "").lower() == "chunked":
+        return Body.CHUNKED, 0, will_close
+    if length is not None and length.isdigit():
+        return Body.SIZED, int(length), will_close
+    return Body.UNTIL_CLOSE, 0, True
+
+
+def request_head(path: str, headers: Mapping[str, str], host_header: str, length: int) -> bytes:
+    """A request's line and headers (``Host`` added unless given, then ``Accept-Encoding:
+    identity`` as ``http.client`` sends it, and ``Content-Length``), refused with
+    ``ValueError`` if a header would break a line (as ``http.client`` refuses it)."""
+    lines = [f"POST {path} HTTP/1.1"]
+    if "Host" not in headers:
+        lines.append(host_header)
+    lines += [f"{name}: {value}" for name, value in headers.items()]
+    lines += ["Accept-Encoding: identity", f"Content-Length: {length}", "", ""]
+    head = "\r\n".join(lines)
+    breaks = len(lines) - 1
+    if head.count("\n") != breaks or head.count("\r") != breaks:
+        raise ValueError(f"a header of the request holds a line break: {dict(headers)!r}")
+    return head.encode("iso-8859-1")
+
+
+# --- sync: a blocking socket and its buffered reader ---------------------------------
+
+
+def _read_headers(rfile: Any) -> HeaderMap:
     headers = HeaderMap()
     for _ in range(MAX_HEADERS + 1):
-        line = fp.readline(MAX_HEADER_LINE + 1)
-        if len(line) > MAX_HEADER_LINE:
-            raise http.client.LineTooLong("header line")
-        if line in (b"\r\n", b"\n", b""):
+        if not _header(headers, rfile.readline(MAX_HEADER_LINE + 1)):
             return headers
-        name, _, value = line.decode("iso-8859-1").partition(":")
-        key, text = name.strip().lower(), value.strip()
-        headers[key] = f"{headers[key]}, {text}" if key in headers else text
-    raise http.client.HTTPException(f"got more than {MAX_HEADERS} headers")
+    raise _too_many_headers()
 
 
 def _read_exact(rfile: Any, size: int) -> bytes:
@@ -78,14 +160,7 @@ def _read_exact(rfile: Any, size: int) -> bytes:
 def _read_chunked(rfile: Any) -> bytes:
     """A chunked body: sized chunks up to the last (size 0), then the trailer lines."""
     parts: list[bytes] = []
-    while True:
-        line = rfile.readline(MAX_HEADER_LINE + 1)
-        try:
-            size = int(line.split(b";", 1)[0], 16)
-        except ValueError:
-            raise http.client.IncompleteRead(b"".join(parts)) from None
-        if size == 0:
-            break
+    while size := _chunk_size(rfile.readline(MAX_HEADER_LINE + 1)):
         parts.append(_read_exact(rfile, size))
         _read_exact(rfile, 2)  # the chunk's CRLF
     _read_headers(rfile)  # trailers, read past and dropped as botocore drops them
@@ -97,28 +172,19 @@ def read_response(rfile: Any) -> tuple[Response, bool]:
     server closes the connection after it. The body is read whole: by its length, in
     chunks, or up to the end of the stream when it has neither."""
     while True:
-        line = rfile.readline(MAX_HEADER_LINE + 1)
-        if not line:
-            raise http.client.RemoteDisconnected("the server closed the connection")
-        version, _, rest = line.decode("iso-8859-1").partition(" ")
-        code = rest.strip().partition(" ")[0]
-        if not version.startswith("HTTP/1.") or not code.isdigit():
-            raise http.client.BadStatusLine(line.decode("iso-8859-1").strip())
-        status = int(code)
+        version, status = _status(rfile.readline(MAX_HEADER_LINE + 1))
         headers = _read_headers(rfile)
         if status != http.client.CONTINUE:
             break
-    connection = (headers.get("connection") or "").lower()
-    will_close = "close" in connection or (version == "HTTP/1.0" and "keep-alive" not in connection)
-    length = headers.get("content-length")
-    if status in (204, 304) or status < 200:
-        content = b""
-    elif (headers.get("transfer-encoding") or "").lower() == "chunked":
+    body, length, will_close = framing(version, status, headers)
+    if body is Body.SIZED:
+        content = _read_exact(rfile, length)
+    elif body is Body.CHUNKED:
         content = _read_chunked(rfile)
-    elif length is not None and length.isdigit():
-        content = _read_exact(rfile, int(length))
+    elif body is Body.UNTIL_CLOSE:
+        content = rfile.read()
     else:
-        content, will_close = rfile.read(), True
+        content = b""
     return Response(status, headers, content), will_close
 
 
@@ -135,6 +201,18 @@ class Connection:
     def close(self) -> None:
         self.rfile.close()
         self.sock.close()
+
+
+def tls_context(verify: Any) -> ssl.SSLContext:
+    """The TLS settings botocore's sessions use: its default context, verifying with
+    ``verify``'s CA bundle (botocore's own when ``True``), or not verifying if ``False``."""
+    context: ssl.SSLContext = create_urllib3_context()
+    if verify is False:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    else:
+        context.load_verify_locations(cafile=get_cert_path(verify))
+    return context
 
 
 def unsupported_by(http_session: Any, url: str) -> str | None:
@@ -166,16 +244,7 @@ class KeepAlive:
         self._read_timeout = getattr(timeout, "read_timeout", None) or 60
         self._size = int(http_session._max_pool_connections)
         self._socket_options = list(http_session._socket_options or [])
-        self._context: ssl.SSLContext | None = None
-        if self._https:
-            context = create_urllib3_context()
-            verify = http_session._verify
-            if verify is False:
-                context.check_hostname = False
-                context.verify_mode = ssl.CERT_NONE
-            else:
-                context.load_verify_locations(cafile=get_cert_path(verify))
-            self._context = context
+        self._context = tls_context(http_session._verify) if self._https else None
         self._idle: list[Connection] = []
         self._lock = threading.Lock()
         weakref.finalize(self, _close_all, self._idle)  # an app dropped closes its sockets
@@ -184,18 +253,10 @@ class KeepAlive:
         """Send one request and read its answer. The request goes out in one write: its
         line, its headers (``Host`` and ``Content-Length`` added, ``Accept-Encoding:
         identity`` as ``http.client`` sends it) and its body."""
-        lines = [f"POST {path} HTTP/1.1"]
-        if "Host" not in headers:
-            lines.append(self._host_header)
-        lines += [f"{name}: {value}" for name, value in headers.items()]
-        lines += ["Accept-Encoding: identity", f"Content-Length: {len(body)}", "", ""]
-        head = "\r\n".join(lines)
-        breaks = len(lines) - 1
-        if head.count("\n") != breaks or head.count("\r") != breaks:
-            raise ValueError(f"a header of the request holds a line break: {headers!r}")
+        head = request_head(path, headers, self._host_header, len(body))
         connection = self._take()
         try:
-            connection.sock.sendall(head.encode("iso-8859-1") + body)
+            connection.sock.sendall(head + body)
             response, will_close = read_response(connection.rfile)
         except TimeoutError as exc:
             connection.close()
@@ -269,3 +330,139 @@ def _dropped(connection: Connection) -> bool:
     except (OSError, ValueError):
         return True
     return bool(readable)
+
+
+# --- async: asyncio streams ------------------------------------------------------------
+
+
+async def _read_headers_async(reader: asyncio.StreamReader) -> HeaderMap:
+    headers = HeaderMap()
+    for _ in range(MAX_HEADERS + 1):
+        if not _header(headers, await reader.readline()):
+            return headers
+    raise _too_many_headers()
+
+
+async def _read_chunked_async(reader: asyncio.StreamReader) -> bytes:
+    parts: list[bytes] = []
+    while size := _chunk_size(await reader.readline()):
+        parts.append(await reader.readexactly(size))
+        await reader.readexactly(2)
+    await _read_headers_async(reader)
+    return b"".join(parts)
+
+
+async def read_response_async(reader: asyncio.StreamReader) -> tuple[Response, bool]:
+    """:func:`read_response` from an asyncio stream."""
+    while True:
+        version, status = _status(await reader.readline())
+        headers = await _read_headers_async(reader)
+        if status != http.client.CONTINUE:
+            break
+    body, length, will_close = framing(version, status, headers)
+    if body is Body.SIZED:
+        content = await reader.readexactly(length)
+    elif body is Body.CHUNKED:
+        content = await _read_chunked_async(reader)
+    elif body is Body.UNTIL_CLOSE:
+        content = await reader.read()
+    else:
+        content = b""
+    return Response(status, headers, content), will_close
+
+
+@dataclasses.dataclass(slots=True)
+class Stream:
+    """One kept-alive connection of the event loop, and when it was last given back."""
+
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    idle_since: float = 0.0
+
+    def usable(self, now: float, keepalive: float) -> bool:
+        """Still open (the server has not closed it) and not idle too long (the server
+        may be about to)."""
+        return (
+            not self.writer.is_closing()
+            and not self.reader.at_eof()
+            and now - self.idle_since < keepalive
+        )
+
+
+class AsyncKeepAlive:
+    """:class:`KeepAlive` for the event loop: keep-alive asyncio streams to one endpoint,
+    set up from an aiobotocore ``AIOHTTPSession``: its CA bundle, its connect and read
+    timeouts (the read timeout bounds the whole answer), its pool size, and its
+    connector's ``keepalive_timeout`` and ``force_close``. asyncio's transports set
+    ``TCP_NODELAY`` themselves."""
+
+    def __init__(self, url: str, http_session: Any) -> None:
+        parts = urlsplit(url)
+        self.url = url
+        self._host = parts.hostname or ""
+        self._port = parts.port or (443 if parts.scheme == "https" else 80)
+        self._host_header = f"Host: {parts.netloc}"
+        timeout = http_session._timeout
+        self._connect_timeout = timeout.sock_connect or timeout.connect or 60
+        self._read_timeout = timeout.sock_read or timeout.total or 60
+        self._size = int(http_session._max_pool_connections)
+        connector = http_session._connector_args or {}
+        keepalive = connector.get("keepalive_timeout")
+        self._keepalive = KEEPALIVE_SECONDS if keepalive is None else float(keepalive)
+        self._force_close = bool(connector.get("force_close"))
+        self._context = tls_context(http_session._verify) if parts.scheme == "https" else None
+        self._idle: list[Stream] = []
+
+    async def post(self, path: str, body: bytes, headers: dict[str, str]) -> Response:
+        """:meth:`KeepAlive.post` on the event loop."""
+        head = request_head(path, headers, self._host_header, len(body))
+        stream = await self._take()
+        try:
+            async with asyncio.timeout(self._read_timeout):
+                stream.writer.write(head + body)
+                response, will_close = await read_response_async(stream.reader)
+        except TimeoutError as exc:
+            stream.writer.close()
+            raise ReadTimeoutError(endpoint_url=self.url, error=exc) from exc
+        except (http.client.HTTPException, OSError, EOFError, ValueError) as exc:
+            stream.writer.close()  # EOFError: cut mid-body; ValueError: a line too long
+            raise ConnectionClosedError(endpoint_url=self.url, error=exc) from exc
+        if will_close or self._force_close or len(self._idle) >= self._size:
+            stream.writer.close()
+        else:
+            stream.idle_since = time.monotonic()
+            self._idle.append(stream)
+        return response
+
+    async def _take(self) -> Stream:
+        now = time.monotonic()
+        while self._idle:
+            stream = self._idle.pop()
+            if stream.usable(now, self._keepalive):
+                return stream
+            stream.writer.close()
+        try:
+            async with asyncio.timeout(self._connect_timeout):
+                reader, writer = await asyncio.open_connection(
+                    self._host,
+                    self._port,
+                    ssl=self._context,
+                    server_hostname=self._host if self._context is not None else None,
+                )
+        except TimeoutError as exc:
+            raise ConnectTimeoutError(endpoint_url=self.url, error=exc) from exc
+        except ssl.SSLError as exc:
+            raise SSLError(endpoint_url=self.url, error=exc) from exc
+        except OSError as exc:
+            raise EndpointConnectionError(endpoint_url=self.url, error=exc) from exc
+        return Stream(reader, writer)
+
+    async def close(self) -> None:
+        """Close the idle connections, waiting a little for TLS ones to say goodbye."""
+        idle, self._idle = self._idle, []
+        for stream in idle:
+            stream.writer.close()
+        closing = [stream.writer.wait_closed() for stream in idle]
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(CLOSE_SECONDS):
+                await asyncio.gather(*closing, return_exceptions=True)
