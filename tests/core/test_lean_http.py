@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import gc
 import ipaddress
 import socket
 import ssl
@@ -394,3 +395,24 @@ def test_async_tls_is_verified_with_the_session_s_ca_bundle_or_refused(
     assert isinstance(refused, SSLError)
     [unverified] = _exchange_run(url, [b"1"], verify=False)
     assert unverified.content == b'{"echo":1}'
+
+
+def test_async_connections_of_a_finished_event_loop_are_not_reused(
+    server: ThreadingHTTPServer,
+) -> None:
+    """A client used again from another event loop (``asyncio.run`` twice) connects anew;
+    the first loop's connection, never closed in it, is dropped as the loop left it."""
+    exchange = AsyncKeepAlive(_url(server), AIOHTTPSession())
+    first = asyncio.run(exchange.post("/", b"1", {}))
+
+    async def again() -> Any:
+        try:
+            return await exchange.post("/", b"2", {})
+        finally:
+            await exchange.close()
+
+    with pytest.warns(ResourceWarning, match="unclosed"):
+        second = asyncio.run(again())
+        gc.collect()
+    assert (first.content, second.content) == (b'{"echo":1}', b'{"echo":2}')
+    assert len(Handler.connections) == 2

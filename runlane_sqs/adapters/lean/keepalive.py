@@ -377,16 +377,22 @@ class Stream:
 
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
+    loop: asyncio.AbstractEventLoop
     idle_since: float = 0.0
 
-    def usable(self, now: float, keepalive: float) -> bool:
-        """Still open (the server has not closed it) and not idle too long (the server
-        may be about to)."""
+    def usable(self, loop: asyncio.AbstractEventLoop, now: float, keepalive: float) -> bool:
+        """Opened in ``loop``, still open (the server has not closed it) and not idle too
+        long (the server may be about to)."""
         return (
-            not self.writer.is_closing()
+            self.loop is loop
+            and not self.writer.is_closing()
             and not self.reader.at_eof()
             and now - self.idle_since < keepalive
         )
+
+    def close(self) -> None:
+        with contextlib.suppress(RuntimeError):  # its event loop is closed: nothing to do
+            self.writer.close()
 
 
 class AsyncKeepAlive:
@@ -422,25 +428,25 @@ class AsyncKeepAlive:
                 stream.writer.write(head + body)
                 response, will_close = await read_response_async(stream.reader)
         except TimeoutError as exc:
-            stream.writer.close()
+            stream.close()
             raise ReadTimeoutError(endpoint_url=self.url, error=exc) from exc
         except (http.client.HTTPException, OSError, EOFError, ValueError) as exc:
-            stream.writer.close()  # EOFError: cut mid-body; ValueError: a line too long
+            stream.close()  # EOFError: cut mid-body; ValueError: a line too long
             raise ConnectionClosedError(endpoint_url=self.url, error=exc) from exc
         if will_close or self._force_close or len(self._idle) >= self._size:
-            stream.writer.close()
+            stream.close()
         else:
             stream.idle_since = time.monotonic()
             self._idle.append(stream)
         return response
 
     async def _take(self) -> Stream:
-        now = time.monotonic()
+        loop, now = asyncio.get_running_loop(), time.monotonic()
         while self._idle:
             stream = self._idle.pop()
-            if stream.usable(now, self._keepalive):
+            if stream.usable(loop, now, self._keepalive):
                 return stream
-            stream.writer.close()
+            stream.close()
         try:
             async with asyncio.timeout(self._connect_timeout):
                 reader, writer = await asyncio.open_connection(
@@ -455,14 +461,15 @@ class AsyncKeepAlive:
             raise SSLError(endpoint_url=self.url, error=exc) from exc
         except OSError as exc:
             raise EndpointConnectionError(endpoint_url=self.url, error=exc) from exc
-        return Stream(reader, writer)
+        return Stream(reader, writer, loop)
 
     async def close(self) -> None:
         """Close the idle connections, waiting a little for TLS ones to say goodbye."""
         idle, self._idle = self._idle, []
+        loop = asyncio.get_running_loop()
         for stream in idle:
-            stream.writer.close()
-        closing = [stream.writer.wait_closed() for stream in idle]
+            stream.close()
+        closing = [stream.writer.wait_closed() for stream in idle if stream.loop is loop]
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(CLOSE_SECONDS):
                 await asyncio.gather(*closing, return_exceptions=True)
