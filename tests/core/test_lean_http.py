@@ -416,3 +416,27 @@ def test_async_connections_of_a_finished_event_loop_are_not_reused(
         gc.collect()
     assert (first.content, second.content) == (b'{"echo":1}', b'{"echo":2}')
     assert len(Handler.connections) == 2
+
+
+def test_async_a_request_cancelled_mid_answer_leaves_no_connection_behind(
+    server: ThreadingHTTPServer,
+) -> None:
+    """The rest of that answer would otherwise be read as the next request's."""
+    Handler.mode = "slow"
+
+    async def main() -> Any:
+        exchange = AsyncKeepAlive(_url(server), AIOHTTPSession())
+        waiting = asyncio.create_task(exchange.post("/", b"1", {}))
+        while not Handler.connections:  # the request has reached the server
+            await asyncio.sleep(0.01)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        Handler.mode = "sized"
+        try:
+            return await exchange.post("/", b"2", {})
+        finally:
+            await exchange.close()
+
+    assert asyncio.run(main()).content == b'{"echo":2}'
+    assert len(Handler.connections) == 2

@@ -264,6 +264,9 @@ class KeepAlive:
         except (http.client.HTTPException, OSError) as exc:
             connection.close()
             raise ConnectionClosedError(endpoint_url=self.url, error=exc) from exc
+        except BaseException:  # interrupted mid-answer: the rest of it would be read next
+            connection.close()
+            raise
         if will_close:
             connection.close()
         else:
@@ -433,6 +436,9 @@ class AsyncKeepAlive:
         except (http.client.HTTPException, OSError, EOFError, ValueError) as exc:
             stream.close()  # EOFError: cut mid-body; ValueError: a line too long
             raise ConnectionClosedError(endpoint_url=self.url, error=exc) from exc
+        except BaseException:  # cancelled mid-answer: the rest of it would be read next
+            stream.close()
+            raise
         if will_close or self._force_close or len(self._idle) >= self._size:
             stream.close()
         else:
