@@ -1,5 +1,5 @@
 """The lean clients' HTTP exchanges (runlane_sqs/adapters/lean/keepalive.py for the sync
-one, ``AsyncKeepAlive`` in the same module for the async one) against
+one, ``AsyncKeepAlive`` in runlane_sqs/adapters/lean/aio.py for the async one) against
 a small HTTP server in this process: connections are kept alive and reused, a connection the
 server closed while idle is not reused, sized and chunked bodies are read whole, headers
 are read by lower-case name, and failures are botocore's exceptions (which its standard
@@ -37,8 +37,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from runlane_sqs.adapters.lean.aio import async_unsupported_by
-from runlane_sqs.adapters.lean.keepalive import AsyncKeepAlive, KeepAlive, unsupported_by
+from runlane_sqs.adapters.lean.aio import AsyncKeepAlive, async_unsupported_by
+from runlane_sqs.adapters.lean.keepalive import KeepAlive, unsupported_by
 
 
 class Handler(BaseHTTPRequestHandler):

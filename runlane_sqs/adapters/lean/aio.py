@@ -1,6 +1,6 @@
 """The async lean client: :class:`AsyncLeanClient` wraps an aiobotocore client and sends
 its :data:`~.protocol.HOT_OPERATIONS` itself, over keep-alive asyncio streams of its own
-(:class:`~.keepalive.AsyncKeepAlive`) set up as the aiobotocore client's HTTP session
+(:class:`AsyncKeepAlive`) set up as the aiobotocore client's HTTP session
 sets up its connections (CA bundle, timeouts, pool size, keep-alive), or, for an
 endpoint behind a proxy or with a client certificate, over that session itself
 (:class:`AioExchange`). Failures are raised as the botocore exceptions aiobotocore raises
@@ -9,14 +9,38 @@ for them, so botocore's standard retry mode treats them alike."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
+import http.client
 import inspect
+import ssl
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
-from botocore.exceptions import BotoCoreError
+from botocore.exceptions import (
+    BotoCoreError,
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    ReadTimeoutError,
+    SSLError,
+)
 
-from runlane_sqs.adapters.lean.keepalive import AsyncKeepAlive
+from runlane_sqs.adapters.lean.keepalive import (
+    MAX_HEADERS,
+    Body,
+    HeaderMap,
+    add_header,
+    chunk_size,
+    framing,
+    request_head,
+    status_of,
+    tls_context,
+    too_many_headers,
+)
 from runlane_sqs.adapters.lean.protocol import (
     HOT_OPERATIONS,
     Call,
@@ -28,6 +52,11 @@ from runlane_sqs.adapters.lean.protocol import (
 )
 
 AsyncSleep = Callable[[float], Awaitable[Any]]
+CLOSE_SECONDS = 1.0
+"""How long closing the async pool waits for its connections to close."""
+KEEPALIVE_SECONDS = 15.0
+"""How long an idle async connection is kept without a ``keepalive_timeout`` set
+(aiohttp's own default)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +97,7 @@ class AioExchange:
 
 def async_unsupported_by(http_session: Any, url: str) -> str | None:
     """Why the aiobotocore session's settings for ``url`` cannot be followed by an
-    :class:`~.keepalive.AsyncKeepAlive` (``None``: they can): another HTTP session than
+    :class:`AsyncKeepAlive` (``None``: they can): another HTTP session than
     aiohttp's, a proxy for the endpoint, or a client certificate."""
     proxies = getattr(http_session, "_proxy_config", None)
     if proxies is None or not hasattr(http_session, "_connector_args"):
@@ -78,6 +107,149 @@ def async_unsupported_by(http_session: Any, url: str) -> str | None:
     if getattr(http_session, "_cert_file", None):
         return "it presents a client certificate"
     return None
+
+
+async def _read_headers_async(reader: asyncio.StreamReader) -> HeaderMap:
+    headers = HeaderMap()
+    for _ in range(MAX_HEADERS + 1):
+        if not add_header(headers, await reader.readline()):
+            return headers
+    raise too_many_headers()
+
+
+async def _read_chunked_async(reader: asyncio.StreamReader) -> bytes:
+    parts: list[bytes] = []
+    while size := chunk_size(await reader.readline()):
+        parts.append(await reader.readexactly(size))
+        await reader.readexactly(2)
+    await _read_headers_async(reader)
+    return b"".join(parts)
+
+
+async def read_response_async(reader: asyncio.StreamReader) -> tuple[Response, bool]:
+    """:func:`~.keepalive.read_response` from an asyncio stream."""
+    while True:
+        version, status = status_of(await reader.readline())
+        headers = await _read_headers_async(reader)
+        if status != http.client.CONTINUE:
+            break
+    body, length, will_close = framing(version, status, headers)
+    if body is Body.SIZED:
+        content = await reader.readexactly(length)
+    elif body is Body.CHUNKED:
+        content = await _read_chunked_async(reader)
+    elif body is Body.UNTIL_CLOSE:
+        content = await reader.read()
+    else:
+        content = b""
+    return Response(status, headers, content), will_close
+
+
+@dataclasses.dataclass(slots=True)
+class Stream:
+    """One kept-alive connection of the event loop, and when it was last given back."""
+
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    loop: asyncio.AbstractEventLoop
+    idle_since: float = 0.0
+
+    def usable(self, loop: asyncio.AbstractEventLoop, now: float, keepalive: float) -> bool:
+        """Opened in ``loop``, still open (the server has not closed it) and not idle too
+        long (the server may be about to)."""
+        return (
+            self.loop is loop
+            and not self.writer.is_closing()
+            and not self.reader.at_eof()
+            and now - self.idle_since < keepalive
+        )
+
+    def close(self) -> None:
+        with contextlib.suppress(RuntimeError):  # its event loop is closed: nothing to do
+            self.writer.close()
+
+
+class AsyncKeepAlive:
+    """:class:`~.keepalive.KeepAlive` for the event loop: keep-alive asyncio streams to one
+    endpoint, set up from an aiobotocore ``AIOHTTPSession``: its CA bundle, its connect and read
+    timeouts (the read timeout bounds the whole answer), its pool size, and its
+    connector's ``keepalive_timeout`` and ``force_close``. asyncio's transports set
+    ``TCP_NODELAY`` themselves."""
+
+    def __init__(self, url: str, http_session: Any) -> None:
+        parts = urlsplit(url)
+        self.url = url
+        self._host = parts.hostname or ""
+        self._port = parts.port or (443 if parts.scheme == "https" else 80)
+        self._host_header = f"Host: {parts.netloc}"
+        timeout = http_session._timeout
+        self._connect_timeout = timeout.sock_connect or timeout.connect or 60
+        self._read_timeout = timeout.sock_read or timeout.total or 60
+        self._size = int(http_session._max_pool_connections)
+        connector = http_session._connector_args or {}
+        keepalive = connector.get("keepalive_timeout")
+        self._keepalive = KEEPALIVE_SECONDS if keepalive is None else float(keepalive)
+        self._force_close = bool(connector.get("force_close"))
+        self._context = tls_context(http_session._verify) if parts.scheme == "https" else None
+        self._idle: list[Stream] = []
+
+    async def post(self, path: str, body: bytes, headers: dict[str, str]) -> Response:
+        """:meth:`~.keepalive.KeepAlive.post` on the event loop."""
+        head = request_head(path, headers, self._host_header, len(body))
+        stream = await self._take()
+        try:
+            async with asyncio.timeout(self._read_timeout):
+                stream.writer.write(head + body)
+                response, will_close = await read_response_async(stream.reader)
+        except TimeoutError as exc:
+            stream.close()
+            raise ReadTimeoutError(endpoint_url=self.url, error=exc) from exc
+        except (http.client.HTTPException, OSError, EOFError, ValueError) as exc:
+            stream.close()  # EOFError: cut mid-body; ValueError: a line too long
+            raise ConnectionClosedError(endpoint_url=self.url, error=exc) from exc
+        except BaseException:  # cancelled mid-answer: the rest of it would be read next
+            stream.close()
+            raise
+        if will_close or self._force_close or len(self._idle) >= self._size:
+            stream.close()
+        else:
+            stream.idle_since = time.monotonic()
+            self._idle.append(stream)
+        return response
+
+    async def _take(self) -> Stream:
+        loop, now = asyncio.get_running_loop(), time.monotonic()
+        while self._idle:
+            stream = self._idle.pop()
+            if stream.usable(loop, now, self._keepalive):
+                return stream
+            stream.close()
+        try:
+            async with asyncio.timeout(self._connect_timeout):
+                reader, writer = await asyncio.open_connection(
+                    self._host,
+                    self._port,
+                    ssl=self._context,
+                    server_hostname=self._host if self._context is not None else None,
+                )
+        except TimeoutError as exc:
+            raise ConnectTimeoutError(endpoint_url=self.url, error=exc) from exc
+        except ssl.SSLError as exc:
+            raise SSLError(endpoint_url=self.url, error=exc) from exc
+        except OSError as exc:
+            raise EndpointConnectionError(endpoint_url=self.url, error=exc) from exc
+        return Stream(reader, writer, loop)
+
+    async def close(self) -> None:
+        """Close the idle connections, waiting a little for TLS ones to say goodbye."""
+        idle, self._idle = self._idle, []
+        loop = asyncio.get_running_loop()
+        for stream in idle:
+            stream.close()
+        closing = [stream.writer.wait_closed() for stream in idle if stream.loop is loop]
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(CLOSE_SECONDS):
+                await asyncio.gather(*closing, return_exceptions=True)
 
 
 async def refresh_expired_async(credentials: Any, used: Any) -> bool:

@@ -1,4 +1,6 @@
-"""The sync lean client's HTTP exchange: keep-alive HTTP/1.1 connections to one endpoint.
+"""The sync lean client's HTTP exchange: keep-alive HTTP/1.1 connections to one endpoint
+(the async worker's, on asyncio streams, is in :mod:`.aio` and reads its answers with the
+same rules, :func:`framing` and the line readers here).
 
 Each request goes out in one write and its answer is read from the connection's own
 buffered reader: the status line, the headers by lower-case name, the body by its length
@@ -17,16 +19,12 @@ treats them alike.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import dataclasses
 import enum
 import http.client
 import select
 import socket
 import ssl
 import threading
-import time
 import weakref
 from collections.abc import Mapping
 from typing import Any
@@ -43,11 +41,6 @@ from botocore.httpsession import create_urllib3_context, get_cert_path
 
 from runlane_sqs.adapters.lean.protocol import Response
 
-CLOSE_SECONDS = 1.0
-"""How long closing the async pool waits for its connections to close."""
-KEEPALIVE_SECONDS = 15.0
-"""How long an idle async connection is kept without a ``keepalive_timeout`` set
-(aiohttp's own default)."""
 MAX_HEADER_LINE = 65536
 MAX_HEADERS = 100
 """http.client's own limits on a response's header lines."""
@@ -65,7 +58,7 @@ class HeaderMap(dict[str, str]):
         return default if value is None else [value]
 
 
-def _header(headers: HeaderMap, line: bytes) -> bool:
+def add_header(headers: HeaderMap, line: bytes) -> bool:
     """Add one header line to ``headers``; False at the blank line that ends them."""
     if len(line) > MAX_HEADER_LINE:
         raise http.client.LineTooLong("header line")
@@ -77,11 +70,11 @@ def _header(headers: HeaderMap, line: bytes) -> bool:
     return True
 
 
-def _too_many_headers() -> http.client.HTTPException:
+def too_many_headers() -> http.client.HTTPException:
     return http.client.HTTPException(f"got more than {MAX_HEADERS} headers")
 
 
-def _status(line: bytes) -> tuple[str, int]:
+def status_of(line: bytes) -> tuple[str, int]:
     """The HTTP version and status code of a status line."""
     if not line:
         raise http.client.RemoteDisconnected("the server closed the connection")
@@ -92,7 +85,7 @@ def _status(line: bytes) -> tuple[str, int]:
     return version, int(code)
 
 
-def _chunk_size(line: bytes) -> int:
+def chunk_size(line: bytes) -> int:
     try:
         return int(line.split(b";", 1)[0], 16)
     except ValueError:
@@ -145,9 +138,9 @@ def request_head(path: str, headers: Mapping[str, str], host_header: str, length
 def _read_headers(rfile: Any) -> HeaderMap:
     headers = HeaderMap()
     for _ in range(MAX_HEADERS + 1):
-        if not _header(headers, rfile.readline(MAX_HEADER_LINE + 1)):
+        if not add_header(headers, rfile.readline(MAX_HEADER_LINE + 1)):
             return headers
-    raise _too_many_headers()
+    raise too_many_headers()
 
 
 def _read_exact(rfile: Any, size: int) -> bytes:
@@ -160,7 +153,7 @@ def _read_exact(rfile: Any, size: int) -> bytes:
 def _read_chunked(rfile: Any) -> bytes:
     """A chunked body: sized chunks up to the last (size 0), then the trailer lines."""
     parts: list[bytes] = []
-    while size := _chunk_size(rfile.readline(MAX_HEADER_LINE + 1)):
+    while size := chunk_size(rfile.readline(MAX_HEADER_LINE + 1)):
         parts.append(_read_exact(rfile, size))
         _read_exact(rfile, 2)  # the chunk's CRLF
     _read_headers(rfile)  # trailers, read past and dropped as botocore drops them
@@ -172,7 +165,7 @@ def read_response(rfile: Any) -> tuple[Response, bool]:
     server closes the connection after it. The body is read whole: by its length, in
     chunks, or up to the end of the stream when it has neither."""
     while True:
-        version, status = _status(rfile.readline(MAX_HEADER_LINE + 1))
+        version, status = status_of(rfile.readline(MAX_HEADER_LINE + 1))
         headers = _read_headers(rfile)
         if status != http.client.CONTINUE:
             break
@@ -333,149 +326,3 @@ def _dropped(connection: Connection) -> bool:
     except (OSError, ValueError):
         return True
     return bool(readable)
-
-
-# --- async: asyncio streams ------------------------------------------------------------
-
-
-async def _read_headers_async(reader: asyncio.StreamReader) -> HeaderMap:
-    headers = HeaderMap()
-    for _ in range(MAX_HEADERS + 1):
-        if not _header(headers, await reader.readline()):
-            return headers
-    raise _too_many_headers()
-
-
-async def _read_chunked_async(reader: asyncio.StreamReader) -> bytes:
-    parts: list[bytes] = []
-    while size := _chunk_size(await reader.readline()):
-        parts.append(await reader.readexactly(size))
-        await reader.readexactly(2)
-    await _read_headers_async(reader)
-    return b"".join(parts)
-
-
-async def read_response_async(reader: asyncio.StreamReader) -> tuple[Response, bool]:
-    """:func:`read_response` from an asyncio stream."""
-    while True:
-        version, status = _status(await reader.readline())
-        headers = await _read_headers_async(reader)
-        if status != http.client.CONTINUE:
-            break
-    body, length, will_close = framing(version, status, headers)
-    if body is Body.SIZED:
-        content = await reader.readexactly(length)
-    elif body is Body.CHUNKED:
-        content = await _read_chunked_async(reader)
-    elif body is Body.UNTIL_CLOSE:
-        content = await reader.read()
-    else:
-        content = b""
-    return Response(status, headers, content), will_close
-
-
-@dataclasses.dataclass(slots=True)
-class Stream:
-    """One kept-alive connection of the event loop, and when it was last given back."""
-
-    reader: asyncio.StreamReader
-    writer: asyncio.StreamWriter
-    loop: asyncio.AbstractEventLoop
-    idle_since: float = 0.0
-
-    def usable(self, loop: asyncio.AbstractEventLoop, now: float, keepalive: float) -> bool:
-        """Opened in ``loop``, still open (the server has not closed it) and not idle too
-        long (the server may be about to)."""
-        return (
-            self.loop is loop
-            and not self.writer.is_closing()
-            and not self.reader.at_eof()
-            and now - self.idle_since < keepalive
-        )
-
-    def close(self) -> None:
-        with contextlib.suppress(RuntimeError):  # its event loop is closed: nothing to do
-            self.writer.close()
-
-
-class AsyncKeepAlive:
-    """:class:`KeepAlive` for the event loop: keep-alive asyncio streams to one endpoint,
-    set up from an aiobotocore ``AIOHTTPSession``: its CA bundle, its connect and read
-    timeouts (the read timeout bounds the whole answer), its pool size, and its
-    connector's ``keepalive_timeout`` and ``force_close``. asyncio's transports set
-    ``TCP_NODELAY`` themselves."""
-
-    def __init__(self, url: str, http_session: Any) -> None:
-        parts = urlsplit(url)
-        self.url = url
-        self._host = parts.hostname or ""
-        self._port = parts.port or (443 if parts.scheme == "https" else 80)
-        self._host_header = f"Host: {parts.netloc}"
-        timeout = http_session._timeout
-        self._connect_timeout = timeout.sock_connect or timeout.connect or 60
-        self._read_timeout = timeout.sock_read or timeout.total or 60
-        self._size = int(http_session._max_pool_connections)
-        connector = http_session._connector_args or {}
-        keepalive = connector.get("keepalive_timeout")
-        self._keepalive = KEEPALIVE_SECONDS if keepalive is None else float(keepalive)
-        self._force_close = bool(connector.get("force_close"))
-        self._context = tls_context(http_session._verify) if parts.scheme == "https" else None
-        self._idle: list[Stream] = []
-
-    async def post(self, path: str, body: bytes, headers: dict[str, str]) -> Response:
-        """:meth:`KeepAlive.post` on the event loop."""
-        head = request_head(path, headers, self._host_header, len(body))
-        stream = await self._take()
-        try:
-            async with asyncio.timeout(self._read_timeout):
-                stream.writer.write(head + body)
-                response, will_close = await read_response_async(stream.reader)
-        except TimeoutError as exc:
-            stream.close()
-            raise ReadTimeoutError(endpoint_url=self.url, error=exc) from exc
-        except (http.client.HTTPException, OSError, EOFError, ValueError) as exc:
-            stream.close()  # EOFError: cut mid-body; ValueError: a line too long
-            raise ConnectionClosedError(endpoint_url=self.url, error=exc) from exc
-        except BaseException:  # cancelled mid-answer: the rest of it would be read next
-            stream.close()
-            raise
-        if will_close or self._force_close or len(self._idle) >= self._size:
-            stream.close()
-        else:
-            stream.idle_since = time.monotonic()
-            self._idle.append(stream)
-        return response
-
-    async def _take(self) -> Stream:
-        loop, now = asyncio.get_running_loop(), time.monotonic()
-        while self._idle:
-            stream = self._idle.pop()
-            if stream.usable(loop, now, self._keepalive):
-                return stream
-            stream.close()
-        try:
-            async with asyncio.timeout(self._connect_timeout):
-                reader, writer = await asyncio.open_connection(
-                    self._host,
-                    self._port,
-                    ssl=self._context,
-                    server_hostname=self._host if self._context is not None else None,
-                )
-        except TimeoutError as exc:
-            raise ConnectTimeoutError(endpoint_url=self.url, error=exc) from exc
-        except ssl.SSLError as exc:
-            raise SSLError(endpoint_url=self.url, error=exc) from exc
-        except OSError as exc:
-            raise EndpointConnectionError(endpoint_url=self.url, error=exc) from exc
-        return Stream(reader, writer, loop)
-
-    async def close(self) -> None:
-        """Close the idle connections, waiting a little for TLS ones to say goodbye."""
-        idle, self._idle = self._idle, []
-        loop = asyncio.get_running_loop()
-        for stream in idle:
-            stream.close()
-        closing = [stream.writer.wait_closed() for stream in idle if stream.loop is loop]
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(CLOSE_SECONDS):
-                await asyncio.gather(*closing, return_exceptions=True)
