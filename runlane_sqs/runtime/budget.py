@@ -41,6 +41,7 @@ MAX_TRIES = 4
 BACKOFF: wait_base = wait_exponential(multiplier=0.2, max=5)
 """The wait before each call again: 0.2 s, then doubling, at most 5 s."""
 UNAVAILABLE = retry_if_exception_type(StorageUnavailable)
+"""What is called again: a request the store could not serve, nothing else."""
 A = TypeVar("A")
 R = TypeVar("R")
 

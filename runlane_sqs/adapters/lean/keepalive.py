@@ -13,8 +13,8 @@ socket options (``TCP_NODELAY``). An endpoint botocore would reach through a pro
 with a client certificate, is not handled here (:func:`unsupported_by`): the lean client
 then sends over botocore's session itself. Failures are raised as the botocore
 exceptions its session raises (``EndpointConnectionError``, ``ConnectTimeoutError``,
-``SSLError``, ``ReadTimeoutError``, ``ConnectionClosedError``), so botocore's standard retry mode
-treats them alike.
+``SSLError``, ``ReadTimeoutError``, ``ConnectionClosedError``), so botocore's standard
+retry mode treats them alike.
 """
 
 from __future__ import annotations
