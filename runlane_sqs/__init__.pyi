@@ -85,6 +85,9 @@ from .core.errors import (
 from .core.errors import (
     UnknownTaskError as UnknownTaskError,
 )
+from .core.errors import (
+    ValueUnreadable as ValueUnreadable,
+)
 from .core.groups import (
     ChildOutcome as ChildOutcome,
 )

@@ -20,6 +20,7 @@ from runlane_sqs.core.errors import (
     StorageUnavailable,
     TransportError,
     UnknownTaskError,
+    ValueUnreadable,
 )
 
 __all__ = [
@@ -41,4 +42,5 @@ __all__ = [
     "StorageUnavailable",
     "TransportError",
     "UnknownTaskError",
+    "ValueUnreadable",
 ]

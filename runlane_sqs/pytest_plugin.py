@@ -40,8 +40,13 @@ def runlane_in_memory(runlane_clock: ManualClock) -> Iterator[Callable[[Runlane]
     moved: list[tuple[Runlane, Callable[[], None]]] = []
 
     def move(app: Runlane) -> Runlane:
-        store, transport, clock = app.store, app.transport, app.clock
-        moved.append((app, lambda: app.rewire(store=store, transport=transport, clock=clock)))
+        store, transport, clock, objects = app.store, app.transport, app.clock, app.objects
+        moved.append(
+            (
+                app,
+                lambda: app.rewire(store=store, transport=transport, clock=clock, objects=objects),
+            )
+        )
         use_in_memory(app, runlane_clock)
         return app
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Unpack
 
+from runlane_sqs.adapters.memory.objects import InMemoryObjects
 from runlane_sqs.adapters.memory.store import InMemoryRunStore
 from runlane_sqs.adapters.memory.transport import InMemoryTransport
 from runlane_sqs.api.app import Runlane
@@ -36,14 +37,17 @@ def in_memory_app(
     telemetry: Telemetry | None = None,
     **settings: Unpack[RunlaneSettings],
 ) -> Runlane:
-    """A :class:`Runlane` app backed by in-memory storage and transport, in environment
-    ``test`` unless ``settings`` name another."""
+    """A :class:`Runlane` app backed by in-memory storage and transport (and objects,
+    with a ``payload_bucket``), in environment ``test`` unless ``settings`` name
+    another."""
     clock = clock or ManualClock()
     settings.setdefault("environment", "test")
+    bucket = settings.get("payload_bucket")
     return Runlane(
         clock=clock,
         store=InMemoryRunStore(settings["environment"]),
         transport=InMemoryTransport(clock),
+        objects=InMemoryObjects(bucket) if bucket else None,
         telemetry=telemetry,
         **settings,
     )
@@ -58,6 +62,11 @@ def use_in_memory(app: Runlane, clock: ManualClock | None = None) -> ManualClock
     test (see docs/testing.md).
     """
     clock = clock or ManualClock()
-    environment = app.config.environment
-    app.rewire(store=InMemoryRunStore(environment), transport=InMemoryTransport(clock), clock=clock)
+    environment, bucket = app.config.environment, app.config.payload_bucket
+    app.rewire(
+        store=InMemoryRunStore(environment),
+        transport=InMemoryTransport(clock),
+        clock=clock,
+        objects=InMemoryObjects(bucket) if bucket else None,
+    )
     return clock

@@ -183,12 +183,16 @@ class AwsClients:
         return self._clients[service]
 
     def _build(self, service: str) -> Any:
+        config = self.botocore_config
+        if service == "s3" and self._endpoint_set(service):
+            # an emulator serves every bucket at one host: address buckets by path
+            config = config.merge(Config(s3={"addressing_style": "path"}))
         try:
             client = self.session.client(
                 service,  # type: ignore[call-overload]
                 region_name=self.region,
                 endpoint_url=self.endpoint_url,
-                config=self.botocore_config,
+                config=config,
             )
         except NoRegionError:
             raise ConfigurationError(
@@ -196,6 +200,12 @@ class AwsClients:
                 f"{' or '.join(REGION_VARIABLES)} (or pass region= to Runlane)"
             ) from None
         return self._lean(service, client) if self.sends_lean(service) else client
+
+    def _endpoint_set(self, service: str) -> bool:
+        """Whether ``service`` is sent to an endpoint of the app's or the environment's
+        choosing (``endpoint_url``, ``AWS_ENDPOINT_URL``, ``AWS_ENDPOINT_URL_<SERVICE>``)."""
+        variables = ("AWS_ENDPOINT_URL", f"AWS_ENDPOINT_URL_{service.upper()}")
+        return bool(self.endpoint_url) or any(os.environ.get(v) for v in variables)
 
     def sends_lean(self, service: str) -> bool:
         """Whether the lean client is asked for and sends some of ``service``'s requests."""

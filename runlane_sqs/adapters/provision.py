@@ -131,6 +131,34 @@ def provision_table(client: Any, table: str) -> bool:
     return True
 
 
+def provision_bucket(client: Any, bucket: str) -> bool:
+    """Create the payload bucket (public access blocked) if it does not exist. True if
+    created. Local use only: on AWS the stack's template makes it, with its lifecycle
+    rule and encryption (docs/payloads.md)."""
+    try:
+        client.head_bucket(Bucket=bucket)
+        return False
+    except ClientError as exc:
+        if error_code(exc) not in ("404", "NoSuchBucket", "NotFound"):
+            raise
+    region = client.meta.region_name
+    request: dict[str, Any] = {"Bucket": bucket}
+    if region and region != "us-east-1":  # us-east-1 refuses a location constraint
+        request["CreateBucketConfiguration"] = {"LocationConstraint": region}
+    client.create_bucket(**request)
+    client.put_public_access_block(
+        Bucket=bucket,
+        PublicAccessBlockConfiguration={
+            "BlockPublicAcls": True,
+            "IgnorePublicAcls": True,
+            "BlockPublicPolicy": True,
+            "RestrictPublicBuckets": True,
+        },
+    )
+    log.info("created bucket %s", bucket)
+    return True
+
+
 def provision_queues(
     client: Any,
     names: Sequence[str],

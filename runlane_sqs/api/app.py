@@ -15,6 +15,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from runlane_sqs.adapters.aws import AwsClients
 from runlane_sqs.adapters.dynamodb.store import DynamoRunStore
+from runlane_sqs.adapters.s3 import S3Objects
 from runlane_sqs.adapters.sqs.transport import SqsTransport
 from runlane_sqs.api.operators import OperatorApis
 from runlane_sqs.api.telemetry import Telemetry
@@ -22,6 +23,7 @@ from runlane_sqs.core.clock import Clock, SystemClock
 from runlane_sqs.core.config import RunlaneConfig, RunlaneSettings
 from runlane_sqs.core.errors import StorageUnavailable
 from runlane_sqs.core.groups import Group
+from runlane_sqs.core.limits import MAX_PAYLOAD_LIMIT_BYTES
 from runlane_sqs.core.model import JSON, Run
 from runlane_sqs.engine.context import Child, GroupOptions, NamedTask
 from runlane_sqs.engine.engine import Engine
@@ -30,6 +32,7 @@ from runlane_sqs.engine.signals import SignalsApi
 from runlane_sqs.engine.tasks import Handler, Queue, ScheduleRules, Task, TaskOptions, TaskRegistry
 from runlane_sqs.engine.tokens import TokensApi
 from runlane_sqs.engine.triggering import TriggerManyOptions, TriggerOptions
+from runlane_sqs.ports.objects import ObjectStore
 from runlane_sqs.ports.store import RunStore
 from runlane_sqs.ports.transport import WakeupTransport
 
@@ -60,6 +63,7 @@ class Runlane(OperatorApis):
         config: RunlaneConfig | None = None,
         store: RunStore | None = None,
         transport: WakeupTransport | None = None,
+        objects: ObjectStore | None = None,
         clock: Clock | None = None,
         telemetry: Telemetry | None = None,
         session: boto3.Session | None = None,
@@ -77,7 +81,8 @@ class Runlane(OperatorApis):
         self.clock: Clock = clock or SystemClock()
         self.tasks = TaskRegistry(
             ScheduleRules(
-                maintenance_period=config.maintenance_period, payload_limit=config.payload_limit
+                maintenance_period=config.maintenance_period,
+                payload_limit=min(config.value_limit, MAX_PAYLOAD_LIMIT_BYTES),
             )
         )
         self.aws = AwsClients(
@@ -98,21 +103,35 @@ class Runlane(OperatorApis):
                 queue_urls=config.queue_urls,
             ),
             clock=self.clock,
+            objects=objects,
         )
 
-    def rewire(self, *, store: RunStore, transport: WakeupTransport, clock: Clock) -> None:
+    def rewire(
+        self,
+        *,
+        store: RunStore,
+        transport: WakeupTransport,
+        clock: Clock,
+        objects: ObjectStore | None = None,
+    ) -> None:
         """Run this app (its tasks and configuration) over other adapters and clock, e.g.
-        in memory for a test (:func:`runlane_sqs.testing.use_in_memory`). Workers built
-        before keep the adapters they were built with."""
+        in memory for a test (:func:`runlane_sqs.testing.use_in_memory`). ``objects``
+        holds the values over ``inline_limit`` (``None``: the ``payload_bucket`` in S3,
+        if the configuration names one). Workers built before keep the adapters they
+        were built with."""
         self.store = store
         self.transport = transport
         self.clock = clock
+        if objects is None and self.config.payload_bucket:
+            objects = S3Objects(self.aws.lazy("s3"), self.config.payload_bucket)
+        self.objects = objects
         self.engine = Engine(
             config=self.config,
             clock=clock,
             tasks=self.tasks,
             store=store,
             transport=transport,
+            objects=objects,
             observer=self.observer,
         )
         self.forget_apis()  # built again, over this engine, on first use
@@ -143,6 +162,7 @@ class Runlane(OperatorApis):
         *,
         store: RunStore | None = None,
         transport: WakeupTransport | None = None,
+        objects: ObjectStore | None = None,
         clock: Clock | None = None,
         telemetry: Telemetry | None = None,
         session: boto3.Session | None = None,
@@ -150,7 +170,8 @@ class Runlane(OperatorApis):
         **settings: Unpack[RunlaneSettings],
     ) -> Runlane:
         """An app configured by ``RUNLANE_TABLE``, ``RUNLANE_ENVIRONMENT``,
-        ``RUNLANE_QUEUE_PREFIX``, ``RUNLANE_QUEUE_URLS``, ``RUNLANE_LEASE_SECONDS``,
+        ``RUNLANE_QUEUE_PREFIX``, ``RUNLANE_QUEUE_URLS``, ``RUNLANE_PAYLOAD_BUCKET``,
+        ``RUNLANE_LEASE_SECONDS``,
         ``RUNLANE_REPUBLISH_AFTER_SECONDS``, ``RUNLANE_REPUBLISH_MAX_SECONDS``,
         ``RUNLANE_PARK_AFTER_RECEIVES`` and boto3's own variables (``AWS_ENDPOINT_URL``,
         ``AWS_ENDPOINT_URL_DYNAMODB``, ``AWS_ENDPOINT_URL_SQS``, ``AWS_DEFAULT_REGION``,
@@ -160,6 +181,7 @@ class Runlane(OperatorApis):
             config=RunlaneConfig.from_env(**settings),
             store=store,
             transport=transport,
+            objects=objects,
             clock=clock,
             telemetry=telemetry,
             session=session,
@@ -305,12 +327,15 @@ class Runlane(OperatorApis):
         return AsyncWorker(self, queues, session=session, **options)
 
     def provision(self, queues: Sequence[str] | None = None) -> None:
-        """Create the table and the queues (with dead-letter queues) if they are absent."""
+        """Create the table, the queues (with dead-letter queues) and the payload bucket
+        (with a ``payload_bucket``) if they are absent."""
         from runlane_sqs.adapters import provision  # noqa: PLC0415 (not on the Lambda path)
 
         names = list(queues) if queues else (self.tasks.queues() or ["default"])
         try:
             provision.provision_table(self.client("dynamodb"), self.config.table)
+            if self.config.payload_bucket and isinstance(self.objects, S3Objects):
+                provision.provision_bucket(self.client("s3"), self.config.payload_bucket)
             if isinstance(self.transport, SqsTransport):
                 transport = self.transport
                 provision.provision_queues(

@@ -84,17 +84,26 @@ class RunsApi:
         raise :class:`~runlane_sqs.errors.RunWaitTimedOut` (carrying its last state)
         after ``timeout``. Polls with one read per poll, backing off from 0.1 s to 5 s
         (:mod:`runlane_sqs.api.waiting` gives the cost)."""
-        return wait_for(lambda: self.get(run_id), timeout)
+        return self._engine.values.open_run(wait_for(lambda: self.get_stored(run_id), timeout))
 
     async def wait_async(self, run_id: str, *, timeout: Duration | None = None) -> Run:
         """:meth:`wait` for asyncio code: each read runs on a thread, the waits on the
         event loop."""
         import asyncio  # noqa: PLC0415 (loaded already: this runs on an event loop)
 
-        return await wait_for_async(lambda: asyncio.to_thread(self.get, run_id), timeout)
+        finished = await wait_for_async(lambda: asyncio.to_thread(self.get_stored, run_id), timeout)
+        return await asyncio.to_thread(self._engine.values.open_run, finished)
 
     def get(self, run_id: str) -> Run:
-        """The run as stored now; raises :class:`~runlane_sqs.core.errors.RunNotFound`."""
+        """The run as stored now, its payload and result opened (read from the payload
+        bucket when they are large); raises :class:`~runlane_sqs.core.errors.RunNotFound`,
+        or :class:`~runlane_sqs.errors.ValueUnreadable` when a large value cannot be read
+        back (:meth:`get_stored` reads the run without opening them)."""
+        return self._engine.values.open_run(self.get_stored(run_id))
+
+    def get_stored(self, run_id: str) -> Run:
+        """The run as stored now, a large payload or result left as its
+        :class:`~runlane_sqs.core.values.Sealed` reference (no S3 request)."""
         run = self._engine.store.get_run(run_id)
         if run is None:
             raise RunNotFound(run_id)
@@ -111,15 +120,19 @@ class RunsApi:
         """Each attempt: worker, start, end, outcome and failure."""
         return attempts_from(self.events(run_id))
 
-    def history(self, run_id: str) -> RunHistory:
+    def history(self, run_id: str, *, opened: bool = True) -> RunHistory:
         """The run with its history and attempts as of one read (``get``, ``events`` and
         ``attempts`` are a read each); raises
-        :class:`~runlane_sqs.core.errors.RunNotFound`."""
+        :class:`~runlane_sqs.core.errors.RunNotFound`. With ``opened=False`` a large
+        payload or result stays its :class:`~runlane_sqs.core.values.Sealed` reference
+        (no S3 request)."""
         found = self._engine.store.get_history(run_id)
         if found is None:
             raise RunNotFound(run_id)
         run, events = found
         ordered = sorted(events, key=lambda e: e.seq)
+        if opened:
+            run = self._engine.values.open_run(run)
         return RunHistory(run, ordered, attempts_from(ordered))
 
     def list(
@@ -136,7 +149,9 @@ class RunsApi:
     ) -> RunPage:
         """Runs newest first, from the status index (never a table scan). With
         ``schedule``, only runs that schedule made: the other runs read are left out, so
-        a page may hold fewer than ``limit`` runs while ``cursor`` goes on."""
+        a page may hold fewer than ``limit`` runs while ``cursor`` goes on. Runs are as
+        stored: a large payload or result is its
+        :class:`~runlane_sqs.core.values.Sealed` reference (:meth:`get` opens it)."""
         if not 1 <= limit <= MAX_LIST_LIMIT:
             raise RunlaneError(f"limit must be between 1 and {MAX_LIST_LIMIT}")
         query = RunQuery(
@@ -153,7 +168,7 @@ class RunsApi:
     def groups(self, run_id: str) -> Sequence[Group]:
         """The groups a parent run opened (``ctx.map``, ``ctx.group``), in call order, as
         stored now: counts per status, how many started, whether it joined."""
-        return self.groups_of(self.get(run_id))
+        return self.groups_of(self.get_stored(run_id))
 
     def groups_of(self, run: Run) -> Sequence[Group]:
         """The groups a run's ``ctx.map`` calls opened, by their ids (fixed by the run and
@@ -339,7 +354,7 @@ class RunsApi:
     # helpers ------------------------------------------------------------------------
 
     def _transition(self, run_id: str, decide: Callable[[Run], Transition]) -> Run:
-        run = self.get(run_id)
+        run = self.get_stored(run_id)
         for _ in range(machine.MAX_REDECISIONS):
             try:
                 return self._engine.store.apply(decide(run))
@@ -352,7 +367,7 @@ class RunsApi:
     def _link(self, run_id: str, kind: LinkKind, actor: str, reason: str) -> Run:
         """Create the new run first (its first event names the source), then record the
         link on the source, so a refused create leaves no dangling link."""
-        source = self.get(run_id)
+        source = self.get_stored(run_id)  # a large payload stays sealed: the same object
         machine.link_run(  # refuse early: retry needs failed, rerun needs finished
             source,
             kind=kind,

@@ -15,6 +15,7 @@ from runlane_sqs.core.groups import Group
 from runlane_sqs.core.model import JSON, Failure, Lease, Run, RunEvent, Wait
 from runlane_sqs.core.schedule_state import ScheduleState
 from runlane_sqs.core.tokens import Token
+from runlane_sqs.core.values import Sealed
 
 UPCOMING_SHOWN = 3
 """Occurrences a schedule's shape lists in ``upcoming``."""
@@ -68,8 +69,8 @@ def run_to_json(run: Run) -> dict[str, JSON]:
         "deadline_at": iso(run.deadline_at),
         "lease": lease_to_json(run.lease),
         "waiting": wait_to_json(run.waiting),
-        "payload": run.payload,
-        "result": run.result,
+        "payload": value_to_json(run.payload),
+        "result": value_to_json(run.result),
         "failure": failure_to_json(run.failure),
         "idempotency_key": run.idempotency_key,
         "singleton_key": run.singleton_key,
@@ -132,6 +133,15 @@ def attempt_to_json(attempt: Attempt) -> dict[str, JSON]:
     }
 
 
+def value_to_json(value: JSON) -> JSON:
+    """A stored value: itself, or for one not opened (a large value read without its
+    object, as ``runs list`` reads them) ``{"sealed": {"bucket", "key", "size",
+    "sha256"}}``."""
+    if isinstance(value, Sealed):
+        return {"sealed": value.reference.to_json()}
+    return value
+
+
 def token_to_json(token: Token) -> dict[str, JSON]:
     """One token: its decision (``pending``, ``completed``, ``timed_out``) and value."""
     return {
@@ -141,8 +151,8 @@ def token_to_json(token: Token) -> dict[str, JSON]:
         "created_at": iso(token.created_at),
         "timeout_at": iso(token.timeout_at),
         "decided_at": iso(token.decided_at),
-        "value": token.value,
-        "metadata": token.metadata,
+        "value": value_to_json(token.value),
+        "metadata": value_to_json(token.metadata),
         "resuming": token.resuming,
     }
 

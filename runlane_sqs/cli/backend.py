@@ -120,7 +120,7 @@ def with_settings(app: Runlane, **settings: float | None) -> Runlane:
             app.config = replace(app.config, **given)  # type: ignore[arg-type]
         except ConfigurationError as exc:
             raise click.UsageError(str(exc)) from None
-        app.rewire(store=app.store, transport=app.transport, clock=app.clock)
+        app.rewire(store=app.store, transport=app.transport, clock=app.clock, objects=app.objects)
     return app
 
 

@@ -18,7 +18,7 @@ from runlane_sqs.api.app import Runlane
 from runlane_sqs.api.loading import ENV_APP, InvalidAppSpec
 from runlane_sqs.core.errors import InvalidPayloadError
 from runlane_sqs.core.model import JSON
-from runlane_sqs.core.payload import parse_json
+from runlane_sqs.core.values import parse_json
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_ACTOR = "operator"

@@ -34,7 +34,13 @@ from runlane_sqs.console.decisions import Decisions
 from runlane_sqs.console.operations import Operations
 from runlane_sqs.console.security import COOKIE, CSRF_FIELD, Guard
 from runlane_sqs.console.views import Problem
-from runlane_sqs.core.errors import IllegalTransition, InvalidCursor, RunlaneError, RunNotFound
+from runlane_sqs.core.errors import (
+    IllegalTransition,
+    InvalidCursor,
+    RunlaneError,
+    RunNotFound,
+    ValueUnreadable,
+)
 from runlane_sqs.core.health import Activity
 from runlane_sqs.core.model import Run, RunStatus
 
@@ -221,7 +227,7 @@ class Pages:
     def run(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
         try:
-            history = self.app.runs.history(run_id)
+            history = self.app.runs.history(run_id, opened=False)  # opened below, if shown
         except RunNotFound as exc:
             raise Problem(404, str(exc)) from None
         run, events, attempts = history.run, history.events, history.attempts
@@ -245,8 +251,8 @@ class Pages:
             attempts=attempts,
             bars=bars,
             marks=marks,
-            payload=views.pretty(run.payload, hide),
-            result=views.pretty(run.result, hide) if run.status is RunStatus.SUCCEEDED else None,
+            payload=self.shown(run, "payload", hide),
+            result=self.shown(run, "result", hide) if run.status is RunStatus.SUCCEEDED else None,
             trace_id=views.trace_of(run),
             actions=views.actions_for(run, self.settings.read_only, bool(groups)),
             groups=groups,
@@ -255,6 +261,19 @@ class Pages:
             actor=unquote(request.cookies.get(ACTOR_COOKIE, "")),
             done=views.done_action(request.query_params.get("done")),
         )
+
+    def shown(self, run: Run, what: str, hide: bool) -> str:
+        """The run's payload or result as the page shows it: hidden (never read, with
+        ``--hide-payloads``), indented JSON, or why a large one cannot be read back."""
+        if hide:
+            return views.HIDDEN
+        try:
+            value = self.app.engine.values.open(
+                getattr(run, what), what=what, owner=f"run {run.id}"
+            )
+        except ValueUnreadable as exc:
+            return f"(cannot be shown: {exc})"
+        return views.pretty(value, hide=False)
 
     async def act(self, request: Request) -> Response:
         form = await self.checked_form(request, action=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from datetime import timedelta
@@ -14,9 +15,12 @@ from runlane_sqs.core.clock import Duration, to_timedelta
 from runlane_sqs.core.errors import ConfigurationError
 from runlane_sqs.core.indexes import RepublishPolicy
 from runlane_sqs.core.limits import (
+    DEFAULT_BUCKET_PAYLOAD_LIMIT_BYTES,
     DEFAULT_IDEMPOTENCY_RETENTION_DAYS,
+    DEFAULT_INLINE_LIMIT_BYTES,
     DEFAULT_LEASE_SECONDS,
     DEFAULT_PAYLOAD_LIMIT_BYTES,
+    MAX_BUCKET_PAYLOAD_LIMIT_BYTES,
     MAX_PAYLOAD_LIMIT_BYTES,
 )
 from runlane_sqs.core.names import check_environment, check_queue
@@ -27,6 +31,7 @@ ENV_TABLE = "RUNLANE_TABLE"
 ENV_ENVIRONMENT = "RUNLANE_ENVIRONMENT"
 ENV_QUEUE_PREFIX = "RUNLANE_QUEUE_PREFIX"
 ENV_QUEUE_URLS = "RUNLANE_QUEUE_URLS"
+ENV_PAYLOAD_BUCKET = "RUNLANE_PAYLOAD_BUCKET"
 """``name=url`` pairs separated by commas, e.g. ``default=https://sqs...,emails=https://...``."""
 DEFAULT_QUEUE_PREFIX = "runlane-{environment}-"
 """The SQS queue prefix of an app given none: its environment's own queues."""
@@ -56,7 +61,9 @@ class RunlaneSettings(TypedDict, total=False):
     region: str | None
     endpoint_url: str | None
     lease_duration: Duration
-    payload_limit: int
+    payload_limit: int | None
+    payload_bucket: str | None
+    inline_limit: int
     idempotency_retention: Duration
     republish_after: Duration
     republish_max: Duration
@@ -81,8 +88,15 @@ class RunlaneConfig:
     endpoint_url: str | None = None
     """Overrides every service endpoint (boto3 also reads ``AWS_ENDPOINT_URL``)."""
     lease_duration: timedelta = timedelta(seconds=DEFAULT_LEASE_SECONDS)
-    payload_limit: int = DEFAULT_PAYLOAD_LIMIT_BYTES
-    """Largest payload and result, in bytes of compact JSON."""
+    payload_limit: int | None = None
+    """Largest payload, result, step result, signal payload or token value, in bytes of
+    compact JSON (``None``: 64 KiB, or 100 MiB with a ``payload_bucket``);
+    :attr:`value_limit` is the limit in effect."""
+    payload_bucket: str | None = None
+    """The S3 bucket of values over ``inline_limit`` (docs/payloads.md). Without one,
+    every value is kept in its record and ``payload_limit`` is at most 128 KiB."""
+    inline_limit: int = DEFAULT_INLINE_LIMIT_BYTES
+    """Largest value kept in its record when there is a ``payload_bucket``."""
     idempotency_retention: timedelta = timedelta(days=DEFAULT_IDEMPOTENCY_RETENTION_DAYS)
     republish_after: timedelta = timedelta(minutes=5)
     """How long a published wakeup is trusted before maintenance publishes another
@@ -114,6 +128,15 @@ class RunlaneConfig:
             return url.rstrip("/").rsplit("/", 1)[-1]
         return f"{self.sqs_queue_prefix}{queue}"
 
+    @property
+    def value_limit(self) -> int:
+        """The largest value in bytes of compact JSON: ``payload_limit``, or its default."""
+        if self.payload_limit is not None:
+            return self.payload_limit
+        if self.payload_bucket:
+            return DEFAULT_BUCKET_PAYLOAD_LIMIT_BYTES
+        return DEFAULT_PAYLOAD_LIMIT_BYTES
+
     @cached_property
     def republish(self) -> RepublishPolicy:
         """How often wakeups of a due run are republished (built once: every write of a
@@ -130,10 +153,7 @@ class RunlaneConfig:
             raise ConfigurationError("table must be a non-empty DynamoDB table name")
         for name in self.queue_urls:
             check_queue(name)
-        if not 1 <= self.payload_limit <= MAX_PAYLOAD_LIMIT_BYTES:
-            raise ConfigurationError(
-                f"payload_limit must be between 1 and {MAX_PAYLOAD_LIMIT_BYTES} bytes"
-            )
+        self._check_value_limits()
         if self.lease_duration < timedelta(seconds=3):
             raise ConfigurationError("lease_duration must be at least 3 seconds")
         if not isinstance(self.park_after_receives, int) or self.park_after_receives < 1:
@@ -143,6 +163,22 @@ class RunlaneConfig:
         if not timedelta(seconds=1) <= self.republish_after <= self.republish_max:
             raise ConfigurationError(
                 "republish_after must be at least 1 s and at most republish_max"
+            )
+
+    def _check_value_limits(self) -> None:
+        if self.payload_bucket is not None:
+            check_bucket(self.payload_bucket)
+        highest = MAX_BUCKET_PAYLOAD_LIMIT_BYTES if self.payload_bucket else MAX_PAYLOAD_LIMIT_BYTES
+        limit = self.payload_limit
+        if limit is not None and (not isinstance(limit, int) or not 1 <= limit <= highest):
+            where = "with a payload_bucket" if self.payload_bucket else "without a payload_bucket"
+            raise ConfigurationError(
+                f"payload_limit must be a whole number of bytes from 1 to {highest} {where}"
+            )
+        inline = self.inline_limit
+        if not isinstance(inline, int) or not 1 <= inline <= MAX_PAYLOAD_LIMIT_BYTES:
+            raise ConfigurationError(
+                f"inline_limit must be a whole number of bytes from 1 to {MAX_PAYLOAD_LIMIT_BYTES}"
             )
 
     @classmethod
@@ -185,6 +221,8 @@ class RunlaneConfig:
             values["queue_prefix"] = prefix
         if urls := env.get(ENV_QUEUE_URLS):
             values["queue_urls"] = parse_queue_urls(urls)
+        if bucket := env.get(ENV_PAYLOAD_BUCKET, "").strip():
+            values["payload_bucket"] = bucket
         read: dict[str, str] = {}  # setting -> "VARIABLE=value", to name it in an error
         numbers: list[tuple[str, str, type[float] | type[int]]] = [
             (v, k, float) for v, k in SECONDS_VARIABLES.items()
@@ -227,6 +265,19 @@ def parse_number(variable: str, text: str, kind: type[float] | type[int]) -> flo
     if not math.isfinite(number):
         raise ConfigurationError(f"{variable} must be finite, not {text!r}")
     return number
+
+
+_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+def check_bucket(name: object) -> str:
+    """``name`` if it is a valid S3 bucket name, else a :class:`ConfigurationError`."""
+    if not isinstance(name, str) or not _BUCKET_NAME.match(name) or ".." in name:
+        raise ConfigurationError(
+            f"payload_bucket {name!r} is not an S3 bucket name (3 to 63 lowercase letters, "
+            "digits, dots and hyphens, starting and ending with a letter or digit)"
+        )
+    return name
 
 
 def parse_queue_urls(text: str) -> dict[str, str]:

@@ -41,6 +41,19 @@ class PayloadTooLarge(InvalidPayloadError):
         self.limit = limit
 
 
+class ValueUnreadable(RunlaneError):
+    """A value kept in the object store (a payload, a result, a step's or a wait's
+    result, a token's value) cannot be read back: the object is missing, its bytes do not
+    match the size and SHA-256 the run recorded, or no object store is configured.
+    Reading it again cannot help, so an attempt that meets one fails without retry."""
+
+    def __init__(self, what: str, owner: str, reference: object, reason: str) -> None:
+        super().__init__(f"{what} of {owner} cannot be read: {reason}; it is kept at {reference}")
+        self.owner = owner
+        self.reference = reference
+        self.reason = reason
+
+
 class InvalidKeyError(RunlaneError):
     """An idempotency or singleton key that is empty or malformed."""
 
@@ -139,6 +152,7 @@ for _error in (
     TransportError,
     ConflictError,
     LeaseLost,
+    ValueUnreadable,
 ):
     _error.__module__ = "runlane_sqs.errors"
 

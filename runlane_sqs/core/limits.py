@@ -22,8 +22,17 @@ MAX_ITEM_BYTES = 400 * 1024
 DEFAULT_PAYLOAD_LIMIT_BYTES = 64 * 1024
 """Largest payload (and result) as compact JSON unless the app sets ``payload_limit``."""
 MAX_PAYLOAD_LIMIT_BYTES = 128 * 1024
-"""The highest ``payload_limit`` an app may set: payload and result together stay well
-inside the 400 KB item, leaving room for history."""
+"""The highest ``payload_limit`` of an app without a ``payload_bucket`` (and the highest
+``inline_limit``): payload and result together stay well inside the 400 KB item,
+leaving room for history."""
+DEFAULT_BUCKET_PAYLOAD_LIMIT_BYTES = 100 * 1024 * 1024
+"""Largest value (payload, result, ...) of an app with a ``payload_bucket`` unless it
+sets ``payload_limit``."""
+MAX_BUCKET_PAYLOAD_LIMIT_BYTES = 5 * 1024**3
+"""The highest ``payload_limit`` with a ``payload_bucket``: S3's largest single PUT."""
+DEFAULT_INLINE_LIMIT_BYTES = 32 * 1024
+"""Largest value kept in its run's item when the app has a ``payload_bucket``; a larger
+one is kept in the bucket and the item holds a reference."""
 DEFAULT_LEASE_SECONDS = 60
 DEFAULT_VISIBILITY_TIMEOUT_SECONDS = 60
 DEFAULT_IDEMPOTENCY_RETENTION_DAYS = 30

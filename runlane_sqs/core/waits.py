@@ -123,10 +123,9 @@ def poll_later(run: Run, *, now: datetime, policy: RepublishPolicy) -> Transitio
     )
 
 
-def record_step(
-    run: Run, *, token: str, name: str, value: JSON, site: str, now: datetime
-) -> Transition:
-    """Record a durable step's result under the attempt's lease."""
+def record_step(run: Run, *, token: str, name: str, entry: JSON, now: datetime) -> Transition:
+    """Record a durable step under the attempt's lease: ``entry`` is its result and call
+    site (``{"value": ..., "site": ...}``) as kept (:mod:`runlane_sqs.core.values`)."""
     require_lease(run, token)
     if name in run.steps:
         raise IllegalTransition(f"step {name!r} of run {run.id} is already recorded")
@@ -136,5 +135,5 @@ def record_step(
         now,
         [(EventType.STEP_RECORDED, {"step": name})],
         token,
-        steps={**run.steps, name: {"value": value, "site": site}},
+        steps={**run.steps, name: entry},
     )

@@ -15,6 +15,7 @@ from runlane_sqs.core.tokens import Token
 from runlane_sqs.engine.context import Child, GroupOptions
 from runlane_sqs.engine.groups import Groups
 from runlane_sqs.engine.leases import LeaseBook
+from runlane_sqs.engine.values import Values
 from runlane_sqs.ports.store import RunStore
 
 
@@ -26,7 +27,7 @@ class AttemptRuntime:
         store: RunStore,
         groups: Groups,
         clock: Clock,
-        payload_limit: int,
+        values: Values,
         leases: LeaseBook,
         run: Run,
         token: str,
@@ -38,7 +39,7 @@ class AttemptRuntime:
         self._leases = leases
         self._run = run
         self._token = token
-        self.payload_limit = payload_limit
+        self.values = values
 
     def now(self) -> datetime:
         return self._clock.now()
@@ -46,13 +47,13 @@ class AttemptRuntime:
     def run(self) -> Run:
         return self._leases.current(self._run.id) or self._run
 
-    def record_step(self, name: str, value: JSON, site: str) -> None:
+    def record_step(self, name: str, entry: JSON) -> None:
         """Write the step under this attempt's lease; a concurrent change that keeps the
         lease (a cancel request) is decided again, a lost lease raises :class:`LeaseLost`."""
         current = self.run()
         for _ in range(machine.MAX_REDECISIONS):
             transition = waits.record_step(
-                current, token=self._token, name=name, value=value, site=site, now=self.now()
+                current, token=self._token, name=name, entry=entry, now=self.now()
             )
             try:
                 stored = self._store.apply(transition)
@@ -67,10 +68,12 @@ class AttemptRuntime:
         raise LeaseLost(self._run.id)
 
     def get_token(self, token_id: str) -> Token | None:
-        return self._store.tokens.get_token(token_id)
+        token = self._store.tokens.get_token(token_id)
+        return self.values.open_token(token) if token is not None else None
 
     def watch_run(self, run_id: str) -> Run | None:
-        return self._store.watch_run(run_id)
+        run = self._store.watch_run(run_id)
+        return self.values.open_run(run, payload=False) if run is not None else None
 
     def open_group(self, wait_name: str, children: Iterable[Child], options: GroupOptions) -> Group:
         """Open the run's group at ``wait_name``, fenced on this attempt's lease, and
@@ -98,4 +101,7 @@ class AttemptRuntime:
             if group is None:
                 return []
             self._joined[group_id] = group
-        return self._store.groups.children(group, start, limit)
+        return [
+            self.values.open_run(child, payload=False) if child is not None else None
+            for child in self._store.groups.children(group, start, limit)
+        ]

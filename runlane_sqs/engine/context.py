@@ -23,9 +23,10 @@ from runlane_sqs.core.errors import (
 from runlane_sqs.core.groups import Group, GroupFailed, GroupResults
 from runlane_sqs.core.model import JSON, Failure, Run, RunStatus, Wait, WaitKind
 from runlane_sqs.core.names import check_key
-from runlane_sqs.core.payload import encode_json
 from runlane_sqs.core.tokens import Token, TokenNotFound, TokenResult, TokenStatus
+from runlane_sqs.core.values import stored_text
 from runlane_sqs.core.waits import wait_name
+from runlane_sqs.engine.values import Prepared, Values
 
 T = TypeVar("T")
 
@@ -110,7 +111,8 @@ class RunOutcome:
 class AttemptServices(Protocol):
     """What the worker gives a context for steps and waits (storage access, the clock)."""
 
-    payload_limit: int
+    values: Values
+    """Seals step results and opens what the attempt reads back."""
 
     def now(self) -> datetime: ...
 
@@ -118,7 +120,9 @@ class AttemptServices(Protocol):
         """The latest stored state of the attempt's run."""
         ...
 
-    def record_step(self, name: str, value: JSON, site: str) -> None: ...
+    def record_step(self, name: str, entry: JSON) -> None:
+        """Record step ``name``'s entry (its result and call site, as kept)."""
+        ...
 
     def get_token(self, token_id: str) -> Token | None: ...
 
@@ -233,7 +237,10 @@ class TaskContext:
         count = self._waits.get((kind, target), 0) + 1
         self._waits[(kind, target)] = count
         name = wait_name(kind, target, count)
-        return name, self._services().run().wait_results.get(name)
+        services = self._services()
+        run = services.run()
+        owner = f"run {run.id}"
+        return name, services.values.open(run.wait_results.get(name), what=name, owner=owner)
 
     # waits -----------------------------------------------------------------------
 
@@ -390,8 +397,9 @@ class TaskContext:
         site = _call_site()
         found, value = self._begin_step(name, site)
         if not found:
-            value = self._storable(name, fn())
-            self._services().record_step(name, value, site)
+            entry, value = self._storable(name, fn(), site)
+            services = self._services()
+            services.record_step(name, services.values.keep(entry).value)
         return cast(T, value)
 
     async def step_async(self, name: str, fn: Callable[[], Awaitable[T] | T]) -> T:
@@ -403,8 +411,11 @@ class TaskContext:
             produced = fn()
             if inspect.isawaitable(produced):
                 produced = await produced
-            value = self._storable(name, produced)
-            await _on_thread(self._services().record_step, name, value, site)
+            entry, value = self._storable(name, produced, site)
+            services = self._services()
+            kept = services.values.keep  # a large entry's object is written on a thread
+            stored = (await _on_thread(kept, entry)) if entry.offloaded else kept(entry)
+            await _on_thread(services.record_step, name, stored.value)
         return cast(T, value)
 
     def _begin_step(self, name: str, site: str) -> tuple[bool, JSON]:
@@ -414,7 +425,11 @@ class TaskContext:
         if name in self._steps:
             raise StepError(f"step {name!r} is used twice in one attempt; names must be unique")
         self._steps.add(name)
-        recorded = self._services().run().steps.get(name)
+        services = self._services()
+        run = services.run()
+        recorded = services.values.open(
+            run.steps.get(name), what=f"step {name!r}", owner=f"run {run.id}"
+        )
         if not isinstance(recorded, dict):
             return False, None
         if recorded.get("site") != site:
@@ -424,27 +439,34 @@ class TaskContext:
             )
         return True, recorded.get("value")
 
-    def _storable(self, name: str, produced: object) -> JSON:
-        """``produced`` as later attempts will get it back from storage (checked JSON)."""
-        services = self._services()
-        text = encode_json(
-            produced, what=f"result of step {name!r}", limit_bytes=services.payload_limit
-        )
-        check_item_budget(services.run(), len(text.encode()), f"step {name!r}")
-        value: JSON = json.loads(text)
-        return value
+    def _storable(self, name: str, produced: object, site: str) -> tuple[Prepared, JSON]:
+        """The step's entry (its result and call site) checked and encoded, not yet kept,
+        and ``produced`` as later attempts will get it back from storage (checked JSON)."""
+        values = self._services().values
+        prepared = values.prepare(produced, what=f"result of step {name!r}")
+        value: JSON = json.loads(prepared.text)
+        entry_text = f'{{"value":{prepared.text},"site":{json.dumps(site)}}}'
+        entry = values.prepare_text({"value": value, "site": site}, entry_text)
+        stored_bytes = ENVELOPE_BYTES if entry.offloaded else len(entry.data)
+        check_item_budget(self._services().run(), stored_bytes, f"step {name!r}")
+        return entry, value
 
 
 MAX_STEP_NAME_CHARS = 128
 RUN_DATA_BUDGET_BYTES = 256 * 1024
 """Payload, result, step results and wait results of one run together stay under this,
 leaving the rest of DynamoDB's 400 KB item for history and state."""
+ENVELOPE_BYTES = 512
+"""At least what the item keeps of a value kept in the payload bucket (its reference)."""
 
 
 def run_data_bytes(run: Run) -> int:
-    """Roughly what a run's data occupies in its item (compact JSON)."""
-    parts = (run.payload, run.result, run.steps, run.wait_results)
-    return sum(len(json.dumps(p, separators=(",", ":"), default=str).encode()) for p in parts)
+    """Roughly what a run's data occupies in its item: the stored text of its payload,
+    result, step and wait results (a large value's reference, not the value)."""
+    texts = [stored_text(run.payload), stored_text(run.result)]
+    for entries in (run.steps, run.wait_results):
+        texts += [name + stored_text(entry) for name, entry in entries.items()]
+    return sum(len(text.encode()) for text in texts)
 
 
 def check_item_budget(run: Run, adding: int, what: str) -> None:

@@ -14,12 +14,11 @@ from enum import StrEnum
 
 from runlane_sqs.core import machine, waits
 from runlane_sqs.core.config import RunlaneConfig
-from runlane_sqs.core.errors import InvalidPayloadError, LeaseLost, StepError
+from runlane_sqs.core.errors import InvalidPayloadError, LeaseLost, StepError, ValueUnreadable
 from runlane_sqs.core.groups import GroupFailed
 from runlane_sqs.core.limits import MAX_TRACEBACK_CHARS
 from runlane_sqs.core.machine import Skip, Transition
-from runlane_sqs.core.model import Failure, Run, RunStatus, Slot, Wait, new_lease_token
-from runlane_sqs.core.payload import encode_json
+from runlane_sqs.core.model import JSON, Failure, Run, RunStatus, Slot, Wait, new_lease_token
 from runlane_sqs.core.redaction import Redact, apply_redaction
 from runlane_sqs.core.retry import RetryDecision, qualified_name
 from runlane_sqs.engine.context import WaitRequested
@@ -86,15 +85,9 @@ def failure_from(exc: BaseException, *, retryable: bool, redact: Redact | None =
     )
 
 
-def decide_returned(config: RunlaneConfig, result: object, token: str) -> Decide:
-    """The handler returned ``result``: success, or a failure if it is not storable JSON."""
-    try:
-        encode_json(result, what="handler result", limit_bytes=config.payload_limit)
-    except InvalidPayloadError as exc:
-        failure = failure_from(exc, retryable=False, redact=config.redact)
-        return lambda run, now: machine.record_failure(
-            run, token=token, failure=failure, decision=RetryDecision(retry_at=None), now=now
-        )
+def decide_returned(result: JSON, token: str) -> Decide:
+    """The handler returned: success, with ``result`` as the driver kept it (checked, and
+    sealed if large: a result that is not storable JSON was raised as a failure)."""
     return lambda run, now: machine.record_success(run, token=token, result=result, now=now)
 
 
@@ -104,7 +97,7 @@ def decide_raised(config: RunlaneConfig, task: Task, exc: BaseException, token: 
     if wait is not None:
         return _decide_release(config, wait, token)
     retryable = task.retry.is_retryable(exc) and not isinstance(
-        exc, StepError | InvalidPayloadError | GroupFailed
+        exc, StepError | InvalidPayloadError | GroupFailed | ValueUnreadable
     )
     failure = failure_from(exc, retryable=retryable, redact=config.redact)
 

@@ -26,6 +26,8 @@ from runlane_sqs.engine.slots import SlotWaker
 from runlane_sqs.engine.tasks import TaskRegistry
 from runlane_sqs.engine.tokens import TokensApi
 from runlane_sqs.engine.triggering import Triggers
+from runlane_sqs.engine.values import Values
+from runlane_sqs.ports.objects import ObjectStore
 from runlane_sqs.ports.store import RunStore
 from runlane_sqs.ports.transport import BacklogProbe, WakeupTransport
 
@@ -47,6 +49,7 @@ class Engine:
         tasks: TaskRegistry,
         store: RunStore,
         transport: WakeupTransport,
+        objects: ObjectStore | None = None,
         observer: Observer | None = None,
     ) -> None:
         self.config = config
@@ -56,8 +59,10 @@ class Engine:
         self.tasks = tasks
         self.store = store
         self.transport = transport
+        self.values = Values(config, objects)
+        """Seals values into their stored form and opens them (docs/payloads.md)."""
         self.publisher = Publisher(store, transport, clock)
-        self.resumer = Resumer(store, self.publisher, clock, config)
+        self.resumer = Resumer(store, self.publisher, self.values, clock, config)
         self.turns = Turns(store, self.publisher, clock, config)
         self.triggers = Triggers(
             store=store,
@@ -67,14 +72,17 @@ class Engine:
             clock=clock,
             config=config,
             observer=self.observer,
+            values=self.values,
         )
         self.groups = Groups(
-            store, self.publisher, self.resumer, self.triggers, tasks, clock, config
+            store, self.publisher, self.resumer, self.triggers, self.values, tasks, clock, config
         )
         self.finisher = Finisher(store.keys, self.resumer, self.turns, self.groups)
         self.slot_waker = SlotWaker(store, self.publisher, clock, config, tasks)
-        self.tokens = TokensApi(store.tokens, self.resumer, clock, config, self.observer)
-        self.signals = SignalsApi(self.resumer, config.payload_limit, self.observer)
+        self.tokens = TokensApi(
+            store.tokens, self.resumer, self.values, clock, config.environment, self.observer
+        )
+        self.signals = SignalsApi(self.resumer, self.values, self.observer)
 
     @cached_property
     def parking(self) -> Parking:
@@ -100,6 +108,7 @@ class Engine:
             clock=self.clock,
             config=self.config,
             observer=self.observer,
+            values=self.values,
         )
 
     @cached_property

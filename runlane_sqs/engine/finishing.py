@@ -10,7 +10,7 @@ from runlane_sqs.core.errors import RunlaneError
 from runlane_sqs.core.model import Run, RunStatus
 from runlane_sqs.engine.groups import Groups
 from runlane_sqs.engine.ordering import Turns
-from runlane_sqs.engine.resuming import RESUME_BATCH, Resumer, run_finished
+from runlane_sqs.engine.resuming import RESUME_BATCH, Resumer
 from runlane_sqs.ports.store import KeyKind, KeyStore
 
 log = logging.getLogger("runlane_sqs")
@@ -78,7 +78,7 @@ class Finisher:
                 )
         if run.watched:
             try:
-                self._resumer.resume_waiters(run_finished(run), limit=RESUME_BATCH)
+                self._resumer.resume_waiters(self._resumer.run_finished(run), limit=RESUME_BATCH)
             except RunlaneError as exc:
                 log.warning(
                     "resuming runs waiting for %s failed: %s",

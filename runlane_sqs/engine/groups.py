@@ -30,16 +30,19 @@ from runlane_sqs.core.errors import (
     ConfigurationError,
     ConflictError,
     IllegalTransition,
+    PayloadTooLarge,
     RunlaneError,
 )
 from runlane_sqs.core.groups import Group, GroupStatus, Item, Then
+from runlane_sqs.core.limits import MAX_PAYLOAD_LIMIT_BYTES
 from runlane_sqs.core.model import LinkKind, Run, RunStatus, new_run_id
-from runlane_sqs.core.payload import encode_json
+from runlane_sqs.core.values import encode_json
 from runlane_sqs.engine.context import DEFAULT_MAX_IN_FLIGHT, Child, GroupOptions, NamedTask
 from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.resuming import Resumer, group_resumption
 from runlane_sqs.engine.tasks import Task, TaskRegistry, concurrency_key_of
 from runlane_sqs.engine.triggering import Triggers
+from runlane_sqs.engine.values import Values
 from runlane_sqs.ports.store import RunStore
 
 log = logging.getLogger("runlane_sqs.groups")
@@ -63,10 +66,12 @@ class Groups:
         publisher: Publisher,
         resumer: Resumer,
         triggers: Triggers,
+        values: Values,
         tasks: TaskRegistry,
         clock: Clock,
         config: RunlaneConfig,
     ) -> None:
+        self._values = values
         self._store = store
         self._publisher = publisher
         self._resumer = resumer
@@ -91,14 +96,14 @@ class Groups:
                     "child's handler with ctx.map)"
                 )
             request = self._triggers.request(_task_name(child[0]), child[1])
-            items.append(Item(request.task, request.payload_json))
+            items.append(Item(request.task, _item_text(request.payload_json, f"child {number}")))
         return items
 
     def then(self, callback: Child | None) -> Then | None:
         if callback is None:
             return None
         request = self._triggers.request(_task_name(callback[0]), callback[1])
-        return Then(request.task, request.payload_json)
+        return Then(request.task, _item_text(request.payload_json, "the callback"))
 
     def new_group(
         self,
@@ -323,7 +328,9 @@ class Groups:
         key = concurrency_key_of(task, payload, None)
         run = run.with_changes(concurrency_key=key, **changes)
         try:
-            self._store.create_run(run, event, payload_json)
+            self._store.create_run(
+                run, event, self._values.keep(self._values.prepare_text(payload, payload_json)).text
+            )
         except ConflictError:
             return None
         return run
@@ -370,10 +377,12 @@ class Groups:
         [child] = self._store.groups.children(group, 0, 1)
         assert child is not None  # the group succeeded: its one child did
         try:
-            text = encode_json(
-                child.result,
-                what=f"result of chain step {child.id}",
-                limit_bytes=self._config.payload_limit,
+            result = self._values.open(child.result, what="result", owner=f"run {child.id}")
+            text = _item_text(
+                encode_json(
+                    result, what=f"result of chain step {child.id}", limit_bytes=ITEM_BYTES
+                ),
+                f"the result of chain step {child.id}",
             )
         except RunlaneError as exc:  # the chain stops here, and says why
             log.error(
@@ -502,6 +511,18 @@ class Groups:
         if after.joined_at is None and not after.complete:
             self._store.groups.relist(group.id, now + self._config.republish.after)
         return did or (after.started, after.finished, after.joined_at) != before or after.complete
+
+
+ITEM_BYTES = MAX_PAYLOAD_LIMIT_BYTES
+"""Largest payload of a group's child or callback: the group's records keep them."""
+
+
+def _item_text(text: str, what: str) -> str:
+    """``text``, a group item's payload, if its record can keep it."""
+    size = len(text.encode("utf-8"))
+    if size > ITEM_BYTES:
+        raise PayloadTooLarge(f"the payload of {what} of a group", size, ITEM_BYTES)
+    return text
 
 
 def _task_name(task: NamedTask | str) -> str:

@@ -119,11 +119,14 @@ class Begin:
 
 @dataclass(frozen=True, slots=True)
 class CallHandler:
-    """Call the task's handler. Result: what it returned; raises what it raised."""
+    """Call the task's handler with the payload opened. Result: what it returned, sealed
+    (:meth:`runlane_sqs.engine.values.Values.seal`); raises what it raised, or why the
+    payload could not be opened or the result kept."""
 
     task: Task
     ctx: TaskContext
     payload: JSON
+    """The payload as stored (a large one still sealed)."""
     span: Span = NO_SPAN
     """The attempt's span: the driver makes it current around the call."""
 
@@ -520,7 +523,7 @@ class MessagePath:
         except BaseException as exc:  # waits, and SystemExit/KeyboardInterrupt from a handler
             decide = decisions.decide_raised(self.config, task, exc, token)
         else:
-            decide = decisions.decide_returned(self.config, result, token)
+            decide = decisions.decide_returned(result, token)
         tracked: tuple[Run, bool] | None = yield End(run.id)
         latest, lost = tracked if tracked else (run, False)
         if lost:

@@ -23,6 +23,7 @@ from runlane_sqs.core.redaction import digest
 from runlane_sqs.core.tokens import Token
 from runlane_sqs.engine.context import RunOutcome
 from runlane_sqs.engine.publishing import Publisher
+from runlane_sqs.engine.values import Values
 from runlane_sqs.ports.store import RunStore
 
 log = logging.getLogger("runlane_sqs.resume")
@@ -39,7 +40,9 @@ class Resumption:
 
     kind: WaitKind
     target: str
-    result: dict[str, JSON]
+    result: JSON
+    """The wait's result as kept: a dict, or its :class:`~runlane_sqs.core.values.Sealed`
+    reference when it is large."""
     event: EventType
     data: dict[str, JSON]
     trace: str | None = None
@@ -58,10 +61,16 @@ class Resumer:
     """Writes a target's decision into the runs waiting for it and publishes their wakeups."""
 
     def __init__(
-        self, store: RunStore, publisher: Publisher, clock: Clock, config: RunlaneConfig
+        self,
+        store: RunStore,
+        publisher: Publisher,
+        values: Values,
+        clock: Clock,
+        config: RunlaneConfig,
     ) -> None:
         self._store = store
         self._publisher = publisher
+        self._values = values
         self._clock = clock
         self._config = config
 
@@ -122,14 +131,36 @@ class Resumer:
             return None
         if waiting.kind is WaitKind.TOKEN:
             token = self._store.tokens.get_token(waiting.target)
-            return token_resumption(token) if token is not None and token.is_decided else None
+            decided = token is not None and token.is_decided
+            return self.token_resumption(token) if token is not None and decided else None
         if waiting.kind is WaitKind.RUN:
             other = self._store.get_run(waiting.target)
-            return run_finished(other) if other is not None and other.is_terminal else None
+            finished = other is not None and other.is_terminal
+            return self.run_finished(other) if other is not None and finished else None
         if waiting.kind is WaitKind.GROUP:
             group = self._store.groups.get_group(waiting.target)
             return group_resumption(group) if group is not None and group.complete else None
         return None
+
+    def run_finished(self, run: Run) -> Resumption:
+        """What a finished run writes into the runs waiting for it (its result opened,
+        and the outcome sealed again: a large result is kept once more, as the wait's)."""
+        opened = self._values.open(run.result, what="result", owner=f"run {run.id}")
+        outcome = RunOutcome.of(run.with_changes(result=opened)).to_json()
+        return Resumption(
+            kind=WaitKind.RUN,
+            target=run.id,
+            result=self._values.seal(outcome, what=f"outcome of run {run.id}").value,
+            event=EventType.RESUMED,
+            data={"run": run.id, "status": run.status.value},
+        )
+
+    def token_resumption(self, token: Token) -> Resumption:
+        """What a decided token writes into the runs waiting for it (its value opened,
+        and the wait's result sealed again)."""
+        result, event, data = core_tokens.wait_result(self._values.open_token(token))
+        kept = self._values.seal(result, what="token result").value
+        return Resumption(WaitKind.TOKEN, token.id, kept, event, data)
 
     def recheck(self, run: Run) -> None:
         """A token decided (or a run finished) just before this run's release was written
@@ -141,23 +172,6 @@ class Resumer:
             resumed = self.resume_one(run, resumption)
             if resumed is not None:
                 self._publisher.publish_many([resumed])
-
-
-def run_finished(run: Run) -> Resumption:
-    """What a finished run writes into the runs waiting for it."""
-    return Resumption(
-        kind=WaitKind.RUN,
-        target=run.id,
-        result=RunOutcome.of(run).to_json(),
-        event=EventType.RESUMED,
-        data={"run": run.id, "status": run.status.value},
-    )
-
-
-def token_resumption(token: Token) -> Resumption:
-    """What a decided token writes into the runs waiting for it."""
-    result, event, data = core_tokens.wait_result(token)
-    return Resumption(WaitKind.TOKEN, token.id, result, event, data)
 
 
 def group_resumption(group: Group) -> Resumption:

@@ -29,7 +29,6 @@ from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.errors import ConflictError
 from runlane_sqs.core.model import Run, ScheduleOrigin, new_run_id
-from runlane_sqs.core.payload import encode_json
 from runlane_sqs.core.schedule_state import (
     DuePlan,
     ScheduleState,
@@ -42,6 +41,7 @@ from runlane_sqs.core.schedule_state import (
 from runlane_sqs.core.schedules import Schedule, occurrence_run_id
 from runlane_sqs.engine.observing import Observer
 from runlane_sqs.engine.tasks import TaskRegistry, concurrency_key_of
+from runlane_sqs.engine.values import Values
 from runlane_sqs.ports.schedules import ScheduleConflict, ScheduleStore
 from runlane_sqs.ports.store import RunStore
 
@@ -100,8 +100,10 @@ class Scheduler:
         clock: Clock,
         config: RunlaneConfig,
         observer: Observer,
+        values: Values,
     ) -> None:
         self._runs = store
+        self._values = values
         self._observer = observer
         self._store: ScheduleStore = store.schedules
         self._tasks = tasks
@@ -265,9 +267,7 @@ class Scheduler:
         # a registered task's payload gives its key (registration checked that it does)
         key = concurrency_key_of(task, run.payload, None) if task is not None else None
         run = run.with_changes(concurrency_key=key, trace=trace)
-        payload_json = encode_json(
-            schedule.payload, what="payload", limit_bytes=self._config.payload_limit
-        )
+        payload_json = self._values.seal(schedule.payload, what="payload").text
         self._runs.create_run(run, event, payload_json)
         log.info(
             "schedule %s created run %s of %s",

@@ -14,7 +14,6 @@ from runlane_sqs.core.errors import ConfigurationError, InvalidKeyError, Unknown
 from runlane_sqs.core.limits import DEFAULT_PAYLOAD_LIMIT_BYTES
 from runlane_sqs.core.model import JSON, Run, Slot
 from runlane_sqs.core.names import check_queue, check_task_name
-from runlane_sqs.core.payload import encode_json
 from runlane_sqs.core.retry import NO_RETRY, RetryPolicy
 from runlane_sqs.core.schedules import Schedule
 from runlane_sqs.core.slots import (
@@ -25,6 +24,7 @@ from runlane_sqs.core.slots import (
     key_scope,
     queue_scope,
 )
+from runlane_sqs.core.values import encode_json
 from runlane_sqs.engine.context import TaskContext
 
 Handler = Callable[[TaskContext, Any], Any]

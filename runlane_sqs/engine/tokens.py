@@ -9,15 +9,14 @@ from datetime import datetime
 from runlane_sqs.core import telemetry as t
 from runlane_sqs.core import tokens as core
 from runlane_sqs.core.clock import Clock, Duration, to_timedelta
-from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.model import JSON
 from runlane_sqs.core.names import is_run_id
-from runlane_sqs.core.payload import encode_json
 from runlane_sqs.core.redaction import digest
 from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenNotFound, TokenStatus
 from runlane_sqs.engine.observing import Observer
 from runlane_sqs.engine.reports import JobReport
-from runlane_sqs.engine.resuming import RESUME_BATCH, Resumer, ResumeReport, token_resumption
+from runlane_sqs.engine.resuming import RESUME_BATCH, Resumer, ResumeReport
+from runlane_sqs.engine.values import Values
 from runlane_sqs.ports.tokens import TokenStore
 
 
@@ -28,39 +27,42 @@ class TokensApi:
         self,
         tokens: TokenStore,
         resumer: Resumer,
+        values: Values,
         clock: Clock,
-        config: RunlaneConfig,
+        environment: str,
         observer: Observer,
     ) -> None:
+        self._environment = environment
         self._tokens = tokens
         self._resumer = resumer
+        self._values = values
         self._clock = clock
-        self._config = config
         self._observer = observer
 
     def create(self, *, timeout: Duration | None = None, metadata: JSON = None) -> Token:
         """A new pending token with an unguessable id; maintenance times it out after
         ``timeout`` (if given)."""
-        encode_json(metadata, what="token metadata", limit_bytes=self._config.payload_limit)
+        prepared = self._values.prepare(metadata, what="token metadata")
         now = self._clock.now()
         timeout_at = now + to_timedelta(timeout, "timeout") if timeout is not None else None
-        token = core.new_token(
-            secrets.token_hex(16), self._config.environment, now, timeout_at, metadata
-        )
+        kept = self._values.keep(prepared).value
+        token = core.new_token(secrets.token_hex(16), self._environment, now, timeout_at, kept)
         self._tokens.create_token(token)
-        return token
+        return replace(token, metadata=metadata)
 
     def get(self, token_id: str) -> Token:
+        """The token as stored, its value and metadata opened; raises
+        :class:`~runlane_sqs.core.tokens.TokenNotFound`."""
         token = self._tokens.get_token(token_id)
         if token is None:
             raise TokenNotFound(token_id)
-        return token
+        return self._values.open_token(token)
 
     def complete(self, token_id: str, value: JSON = None) -> Token:
         """Record the decision and resume a first batch of waiting runs at once; raises
         :class:`~runlane_sqs.core.tokens.TokenAlreadyDecided` if it was decided before."""
-        encode_json(value, what="token value", limit_bytes=self._config.payload_limit)
-        return self._decide(token_id, TokenStatus.COMPLETED, value)
+        kept = self._values.seal(value, what="token value").value
+        return replace(self._decide(token_id, TokenStatus.COMPLETED, kept), value=value)
 
     def time_out(self, token_id: str) -> Token:
         """Decide the token as ``timed_out`` (what maintenance does at its timeout)."""
@@ -106,7 +108,7 @@ class TokensApi:
     def resume(self, token: Token, *, limit: int, trace: str | None = None) -> ResumeReport:
         """Resume up to ``limit`` runs waiting on a decided token (their wakeups carry
         ``trace``); once none is left, the token leaves maintenance's agenda."""
-        resumption = replace(token_resumption(token), trace=trace)
+        resumption = replace(self._resumer.token_resumption(token), trace=trace)
         report = self._resumer.resume_waiters(resumption, limit=limit)
         if not report.more:
             self._tokens.finish_token_resume(token.id)

@@ -17,11 +17,12 @@ from runlane_sqs.core.errors import InvalidKeyError, OrderMoved, RunlaneError, S
 from runlane_sqs.core.indexes import RepublishPolicy
 from runlane_sqs.core.model import JSON, LinkKind, Run, RunEvent, RunStatus, new_run_id
 from runlane_sqs.core.names import check_key
-from runlane_sqs.core.payload import encode_json
 from runlane_sqs.core.telemetry import trace_id_of
+from runlane_sqs.core.values import Sealed
 from runlane_sqs.engine.observing import Observer
 from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.tasks import Task, TaskRegistry, concurrency_key_of
+from runlane_sqs.engine.values import Prepared, Values
 from runlane_sqs.ports.store import KeyClaim, KeyConflict, KeyKind, RunStore
 from runlane_sqs.ports.telemetry import Span
 from runlane_sqs.ports.transport import WakeupTransport
@@ -64,7 +65,9 @@ class TriggerRequest:
     task: str
     queue: str
     payload: JSON
-    payload_json: str
+    prepared: Prepared
+    """The payload checked and encoded (kept, in S3 if it is large, when the run is
+    written)."""
     due_at: datetime | None
     idempotency_key: str | None
     singleton_key: str | None
@@ -72,6 +75,11 @@ class TriggerRequest:
     ordering_key: str | None = None
     trace: str | None = None
     """The trace context of the trigger's span, stored on the run."""
+
+    @property
+    def payload_json(self) -> str:
+        """The payload's compact JSON text."""
+        return self.prepared.text
 
 
 def validate_keys(idempotency_key: object, singleton_key: object) -> tuple[str | None, str | None]:
@@ -89,6 +97,7 @@ def holds_key(kind: KeyKind, owner: Run) -> bool:
 
 def create(
     store: RunStore,
+    values: Values,
     request: TriggerRequest,
     *,
     environment: str,
@@ -112,9 +121,10 @@ def create(
     if request.concurrency_key is not None or request.trace is not None:
         run = run.with_changes(concurrency_key=request.concurrency_key, trace=request.trace)
     claims = _claims(request, now + idempotency_retention)
+    kept = values.keep(request.prepared)  # a large payload's object, before its reference
     for _ in range(MAX_KEY_TAKEOVERS):
         try:
-            return write_run(store, run, event, request.payload_json, claims, request.ordering_key)
+            return write_run(store, run, event, kept.text, claims, request.ordering_key)
         except KeyConflict as conflict:
             owner = store.get_run(conflict.owner) if conflict.owner else None
             if owner is not None and holds_key(conflict.claim.kind, owner):
@@ -185,8 +195,10 @@ class Triggers:
         clock: Clock,
         config: RunlaneConfig,
         observer: Observer,
+        values: Values,
     ) -> None:
         self._store = store
+        self._values = values
         self._transport = transport
         self._publisher = publisher
         self._tasks = tasks
@@ -237,14 +249,14 @@ class Triggers:
             raise InvalidKeyError(
                 "a run with an ordering key starts at its turn: it cannot also have a delay"
             )
-        payload_json = encode_json(payload, what="payload", limit_bytes=self._config.payload_limit)
+        prepared = self._values.prepare(payload, what="payload")
         wait = to_timedelta(delay, "delay") if delay is not None else None
         self._transport.check_queue(resolved.queue)  # a clear error before any write
         return TriggerRequest(
             task=resolved.name,
             queue=resolved.queue,
             payload=payload,
-            payload_json=payload_json,
+            prepared=prepared,
             due_at=self._clock.now() + wait if wait else None,
             idempotency_key=idem,
             singleton_key=single,
@@ -255,6 +267,7 @@ class Triggers:
     def _create(self, request: TriggerRequest) -> Run:
         run = create(
             self._store,
+            self._values,
             request,
             environment=self._config.environment,
             now=self._clock.now(),
@@ -280,8 +293,12 @@ class Triggers:
         app's code)."""
         task = self._tasks.get(source.task)
         queue = task.queue if task is not None else source.queue
-        payload_json = encode_json(
-            source.payload, what="payload", limit_bytes=self._config.payload_limit
+        payload = source.payload
+        # a sealed payload names the same object; an opened one is sealed again
+        payload_json = (
+            payload.text
+            if isinstance(payload, Sealed)
+            else self._values.seal(payload, what="payload").text
         )
         with self._observer.trigger(source.task, queue, source=source) as span:
             run, event = machine.new_run(

@@ -36,7 +36,7 @@ def begin_attempt(
         engine.store,
         engine.groups,
         engine.clock,
-        engine.config.payload_limit,
+        engine.values,
         leases,
         request.run,
         request.token,
@@ -75,13 +75,20 @@ class Executor:
         return begin_attempt(request, self.engine, self.leases, self.path.worker_id)
 
     def call(self, request: message.CallHandler) -> object:
-        """An ``async def`` handler runs to completion on a fresh event loop."""
+        """The handler, called with the run's payload (opened); its result, sealed. An
+        ``async def`` handler runs to completion on a fresh event loop."""
+        values = self.engine.values
         with request.span.active():
+            payload = values.open(
+                request.payload, what="payload", owner=f"run {request.ctx.run_id}"
+            )
             if request.task.is_async:
                 import asyncio  # noqa: PLC0415 (only for async handlers: a sync app never loads it)
 
-                return asyncio.run(request.task.fn(request.ctx, request.payload))
-            return request.task.fn(request.ctx, request.payload)
+                result = asyncio.run(request.task.fn(request.ctx, payload))
+            else:
+                result = request.task.fn(request.ctx, payload)
+            return values.seal(result, what="handler result").value
 
     def end(self, request: message.End) -> tuple[Run, bool] | None:
         return self.leases.untrack(request.run_id)

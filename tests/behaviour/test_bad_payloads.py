@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from runlane_sqs import InvalidPayloadError, Runlane, RunStatus, TaskContext
-from runlane_sqs.core.payload import MAX_JSON_DEPTH
+from runlane_sqs.core.values import MAX_JSON_DEPTH
 from tests.backends import Backend
 from tests.behaviour.worker_support import RETRY_AT_ONCE
 from tests.workers import WorkerKind

@@ -12,7 +12,7 @@ import pytest
 
 from runlane_sqs import InvalidPayloadError, PayloadTooLarge
 from runlane_sqs.core.limits import DEFAULT_PAYLOAD_LIMIT_BYTES
-from runlane_sqs.core.payload import (
+from runlane_sqs.core.values import (
     MAX_JSON_DEPTH,
     decode_json,
     encode_json,

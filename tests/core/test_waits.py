@@ -31,7 +31,7 @@ from runlane_sqs.core.model import (
 )
 from runlane_sqs.core.retry import RetryPolicy
 from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenResult, TokenStatus
-from runlane_sqs.engine.resuming import run_finished
+from runlane_sqs.testing import in_memory_app
 
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 LEASE = timedelta(seconds=60)
@@ -368,7 +368,7 @@ def test_a_finished_run_resumes_its_waiters_with_its_outcome(
     status: RunStatus, result: JSON, failure: Failure | None
 ) -> None:
     child = queued().with_changes(id=OTHER_ID, status=status, result=result, failure=failure)
-    resumption = run_finished(child)
+    resumption = in_memory_app().engine.resumer.run_finished(child)
     assert resumption.kind is WaitKind.RUN
     assert resumption.target == OTHER_ID
     assert resumption.event is EventType.RESUMED
@@ -493,7 +493,11 @@ def test_poll_later_of_a_run_that_no_longer_waits_is_skipped() -> None:
 def test_record_step_appends_step_recorded_under_the_lease() -> None:
     before = running()
     decision = waits.record_step(
-        before, token="tok-1", name="charge", value={"id": 7}, site="app.handler", now=NOW
+        before,
+        token="tok-1",
+        name="charge",
+        entry={"value": {"id": 7}, "site": "app.handler"},
+        now=NOW,
     )
     after = decision.after
     assert decision.fence == "tok-1"
@@ -513,8 +517,12 @@ def test_record_step_appends_step_recorded_under_the_lease() -> None:
 
 
 def test_record_step_keeps_earlier_steps() -> None:
-    first = waits.record_step(running(), token="tok-1", name="a", value=1, site="s", now=NOW)
-    second = waits.record_step(first.after, token="tok-1", name="b", value=None, site="s", now=NOW)
+    first = waits.record_step(
+        running(), token="tok-1", name="a", entry={"value": 1, "site": "s"}, now=NOW
+    )
+    second = waits.record_step(
+        first.after, token="tok-1", name="b", entry={"value": None, "site": "s"}, now=NOW
+    )
     assert second.after.steps == {
         "a": {"value": 1, "site": "s"},
         "b": {"value": None, "site": "s"},
@@ -522,20 +530,26 @@ def test_record_step_keeps_earlier_steps() -> None:
 
 
 def test_record_step_refuses_a_name_already_recorded() -> None:
-    first = waits.record_step(running(), token="tok-1", name="a", value=1, site="s", now=NOW)
+    first = waits.record_step(
+        running(), token="tok-1", name="a", entry={"value": 1, "site": "s"}, now=NOW
+    )
     with pytest.raises(IllegalTransition):
-        waits.record_step(first.after, token="tok-1", name="a", value=2, site="s", now=NOW)
+        waits.record_step(
+            first.after, token="tok-1", name="a", entry={"value": 2, "site": "s"}, now=NOW
+        )
 
 
 def test_record_step_with_another_lease_token_is_refused() -> None:
     with pytest.raises(LeaseLost):
-        waits.record_step(running("tok-1"), token="tok-2", name="a", value=1, site="s", now=NOW)
+        waits.record_step(
+            running("tok-1"), token="tok-2", name="a", entry={"value": 1, "site": "s"}, now=NOW
+        )
 
 
 def test_record_step_of_a_released_run_is_refused() -> None:
     run = released(time_wait(NOW))
     with pytest.raises(LeaseLost):
-        waits.record_step(run, token="tok-1", name="a", value=1, site="s", now=NOW)
+        waits.record_step(run, token="tok-1", name="a", entry={"value": 1, "site": "s"}, now=NOW)
 
 
 # retry counts failures, not attempts -------------------------------------------------------

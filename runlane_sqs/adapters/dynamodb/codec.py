@@ -1,8 +1,10 @@
 """Runs to DynamoDB items and back.
 
-Times are stored as whole epoch milliseconds; payload, result, failure and event data
-as compact JSON text. Index attributes are derived from the run's state here, so
-every write keeps the indexes consistent with the state it writes.
+Times are stored as whole epoch milliseconds; failure and event data as compact JSON
+text; payload, result, step and wait results and token values as their stored text
+(:mod:`runlane_sqs.core.values`: compact JSON, or the envelope of a sealed value).
+Index attributes are derived from the run's state here, so every write keeps the
+indexes consistent with the state it writes.
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ from runlane_sqs.core.model import (
     Wait,
     WaitKind,
 )
-from runlane_sqs.core.payload import decode_json
 from runlane_sqs.core.tokens import Token, TokenStatus, token_agenda_entry
+from runlane_sqs.core.values import decode_json, stored_text
 
 AttributeMap = dict[str, Any]
 """An item in the low-level DynamoDB wire format (``{"name": {"S": ...}}``)."""
@@ -113,7 +115,7 @@ def run_state_attributes(run: Run) -> dict[str, Any]:
         "lease_owner": lease.owner if lease else None,
         "lease_token": lease.token if lease else None,
         "lease_expires_at": _ms(lease.expires_at) if lease else None,
-        "result": compact_json(run.result) if run.result is not None else None,
+        "result": stored_text(run.result) if run.result is not None else None,
         "failure": compact_json(run.failure.to_json()) if run.failure else None,
         "deadline_at": _ms_or_none(run.deadline_at),
         "lease_losses": run.lease_losses or None,
@@ -174,7 +176,7 @@ def map_additions(before: Run, after: Run) -> dict[str, dict[str, str]]:
     additions: dict[str, dict[str, str]] = {}
     for name in MAP_ATTRIBUTES:
         old, new = getattr(before, name), getattr(after, name)
-        added = {map_key(k): compact_json(v) for k, v in new.items() if k not in old}
+        added = {map_key(k): stored_text(v) for k, v in new.items() if k not in old}
         if added:
             additions[name] = added
     return additions
@@ -209,8 +211,8 @@ def run_to_item(run: Run, events: list[RunEvent], payload_json: str) -> RunItem:
         group_index=run.group_index,
         joined_group=run.joined_group,
         events=[event_to_map(e) for e in events],
-        steps={map_key(k): compact_json(v) for k, v in run.steps.items()},
-        wait_results={map_key(k): compact_json(v) for k, v in run.wait_results.items()},
+        steps={map_key(k): stored_text(v) for k, v in run.steps.items()},
+        wait_results={map_key(k): stored_text(v) for k, v in run.wait_results.items()},
         created_sk=created_sk,
         **run_state_attributes(run),
     )
@@ -266,7 +268,7 @@ class _Attributes:
         value = self.wire.get(name)
         if value is None or "M" not in value:
             return {}
-        return {unquote(k): json.loads(v["S"]) for k, v in value["M"].items()}
+        return {unquote(k): decode_json(v["S"]) for k, v in value["M"].items()}
 
 
 def run_from_wire(wire: AttributeMap) -> Run:
@@ -361,8 +363,8 @@ def token_to_wire(token: Token) -> AttributeMap:
         token_id=token.id,
         environment=token.environment,
         token_status=token.status.value,
-        value=compact_json(token.value) if token.value is not None else None,
-        metadata=compact_json(token.metadata) if token.metadata is not None else None,
+        value=stored_text(token.value) if token.value is not None else None,
+        metadata=stored_text(token.metadata) if token.metadata is not None else None,
         created_at=_ms(token.created_at),
         timeout_at=_ms_or_none(token.timeout_at),
         decided_at=_ms_or_none(token.decided_at),

@@ -30,7 +30,6 @@ from runlane_sqs.adapters.dynamodb.codec import (
     HISTORY_ATTRIBUTE,
     INDEX_ATTRIBUTES,
     AttributeMap,
-    compact_json,
     event_to_wire,
     map_additions,
     run_state_attributes,
@@ -57,6 +56,7 @@ from runlane_sqs.core.model import (
     Run,
 )
 from runlane_sqs.core.tokens import TokenDecision
+from runlane_sqs.core.values import stored_text
 
 Request = dict[str, Any]
 """A DynamoDB request: the keyword arguments of one low-level client call."""
@@ -376,7 +376,7 @@ def decide_token(table: str, environment: str, decision: TokenDecision) -> Reque
         TokenItem.agenda_at.set(decided_ms),
     ]
     if decision.value is not None:
-        actions.append(TokenItem.value.set(compact_json(decision.value)))
+        actions.append(TokenItem.value.set(stored_text(decision.value)))
     return expressions(
         {
             "TableName": table,

@@ -6,7 +6,6 @@ run the same bodies against this store and the DynamoDB one.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -43,12 +42,13 @@ from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import LEASED_STATUSES, Lease, Run, RunEvent, WaitKind
 from runlane_sqs.core.ordering import Place
 from runlane_sqs.core.tokens import Token, TokenDecision, TokenNotFound, token_agenda_entry
+from runlane_sqs.core.values import decode_json, stored_text
 from runlane_sqs.ports.store import KeyClaim, KeyConflict, KeyKind, RunQuery
 
 
 def _json_copy(value: object) -> object:
-    """``value`` as DynamoDB would give it back (JSON text decoded again)."""
-    return None if value is None else json.loads(json.dumps(value))
+    """``value`` as DynamoDB would give it back (its stored text decoded again)."""
+    return None if value is None else decode_json(stored_text(value))
 
 
 def _as_stored(run: Run, payload_json: str) -> Run:

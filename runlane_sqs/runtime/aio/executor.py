@@ -11,6 +11,7 @@ import functools
 from typing import Any
 
 from runlane_sqs.core.model import Run
+from runlane_sqs.core.values import Sealed
 from runlane_sqs.engine import message
 from runlane_sqs.engine.context import TaskContext
 from runlane_sqs.engine.engine import Engine
@@ -84,12 +85,25 @@ class AsyncExecutor:
         return begin_attempt(request, self.engine, self.leases, self.path.worker_id)
 
     async def call(self, request: message.CallHandler) -> object:
-        task, ctx = request.task, request.ctx
+        """The handler, called with the run's payload (opened); its result, sealed. Only
+        a value kept in the payload bucket is read or written on a thread."""
+        task, ctx, values = request.task, request.ctx, self.engine.values
         try:
             with request.span.active():  # the thread runs in a copy of this context
+                payload = request.payload
+                if isinstance(payload, Sealed):
+                    opening = functools.partial(
+                        values.open, payload, what="payload", owner=f"run {ctx.run_id}"
+                    )
+                    payload = await asyncio.to_thread(opening)
                 if task.is_async:
-                    return await task.fn(ctx, request.payload)
-                return await self.threads.run(functools.partial(task.fn, ctx, request.payload))
+                    result = await task.fn(ctx, payload)
+                else:
+                    result = await self.threads.run(functools.partial(task.fn, ctx, payload))
+                prepared = values.prepare(result, what="handler result")
+                if prepared.offloaded:
+                    return (await asyncio.to_thread(values.keep, prepared)).value
+                return values.keep(prepared).value
         except asyncio.CancelledError:
             if _cancelled_by_worker():
                 ctx.log.warning(

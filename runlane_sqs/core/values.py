@@ -1,17 +1,28 @@
-"""JSON encoding of payloads and results, with the size and depth limits applied once.
+"""Values as stored: the JSON rules every stored value meets, and how a value kept
+elsewhere is named in its record.
 
 Payloads, results, step results, signal payloads and token values are stored as JSON
 text. A value is refused with :class:`~runlane_sqs.errors.InvalidPayloadError` when
 :mod:`json` cannot write it, when a string in it holds a lone surrogate (``"\\ud800"``
 has no UTF-8 form), or when it is nested deeper than :data:`MAX_JSON_DEPTH`. The checks
 walk the value with a loop, not recursion, so no value reaches Python's recursion limit.
+
+A small value is kept in its record (the run item, the token item) as its compact JSON.
+A value kept elsewhere is a *sealed* value: an envelope, ``~`` followed by compact JSON,
+that no JSON text can be mistaken for (JSON text never starts with ``~``). The envelope
+names the object holding the value's bytes (a claim check: bucket, key, size and
+SHA-256); :mod:`runlane_sqs.engine.values` writes the object and opens it again,
+checking its size and hash. Objects are addressed by their content within an
+environment (``{environment}/values/{sha256}``): a write sent again stores the same
+object, and two runs with the same large payload share one.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from typing import NoReturn
+from dataclasses import dataclass
+from typing import Any, NoReturn
 
 from runlane_sqs.core.errors import InvalidPayloadError, PayloadTooLarge
 from runlane_sqs.core.model import JSON
@@ -22,6 +33,73 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 """A surrogate code point: in a Python string it is always unpaired (a lone surrogate)."""
 _SHOWN_STEPS = 8
 """Steps of a location shown before the rest is cut (a too-deep value's path is long)."""
+
+
+ENVELOPE_MARK = "~"
+"""The first character of a sealed value's text (never the first of JSON text)."""
+ENVELOPE_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """Where a sealed value's bytes are: an object, its size and its SHA-256 (hex)."""
+
+    bucket: str
+    key: str
+    size: int
+    sha256: str
+
+    def __str__(self) -> str:
+        return f"s3://{self.bucket}/{self.key} ({self.size} bytes, sha256 {self.sha256})"
+
+    def to_json(self) -> dict[str, JSON]:
+        return {"bucket": self.bucket, "key": self.key, "size": self.size, "sha256": self.sha256}
+
+
+@dataclass(frozen=True, slots=True)
+class Sealed:
+    """A stored value not opened yet: the envelope naming the object that holds it.
+
+    A run read from storage carries one in place of a value kept elsewhere (its
+    ``payload``, ``result``, an entry of ``steps`` or ``wait_results``; a token's
+    ``value`` or ``metadata``); the engine opens it where the value is used."""
+
+    reference: Reference
+
+    @property
+    def text(self) -> str:
+        """The envelope as stored."""
+        body = {"v": ENVELOPE_VERSION, "ref": self.reference.to_json()}
+        return ENVELOPE_MARK + json.dumps(body, separators=(",", ":"))
+
+    @classmethod
+    def parse(cls, text: str) -> Sealed:
+        """The sealed value ``text`` (an envelope) stores; raises ``ValueError`` for an
+        envelope this version cannot read."""
+        body = json.loads(text[len(ENVELOPE_MARK) :])
+        if not isinstance(body, dict) or body.get("v") != ENVELOPE_VERSION:
+            raise ValueError(f"not a version {ENVELOPE_VERSION} value envelope")
+        ref = body["ref"]
+        return cls(
+            Reference(
+                bucket=str(ref["bucket"]),
+                key=str(ref["key"]),
+                size=int(ref["size"]),
+                sha256=str(ref["sha256"]),
+            )
+        )
+
+
+def stored_text(value: Any) -> str:
+    """The text a value is kept as: a sealed value's envelope, else compact JSON."""
+    if isinstance(value, Sealed):
+        return value.text
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def object_key(environment: str, sha256: str) -> str:
+    """The key of the object holding a value whose bytes hash to ``sha256``."""
+    return f"{environment}/values/{sha256}"
 
 
 def _where(path: tuple[str, ...]) -> str:
@@ -110,9 +188,12 @@ def parse_json(text: str, *, what: str) -> JSON:
 
 
 def decode_json(text: str | None) -> JSON:
-    """A stored value (written by :func:`encode_json`) read back."""
+    """A stored value read back: the JSON value :func:`encode_json` wrote, or the
+    :class:`~runlane_sqs.core.values.Sealed` reference an envelope holds."""
     if text is None:
         return None
+    if text.startswith(ENVELOPE_MARK):
+        return Sealed.parse(text)
     try:
         value: JSON = json.loads(text)
     except RecursionError:

@@ -1,0 +1,73 @@
+"""Values kept in S3: the object store of an app with a ``payload_bucket``.
+
+Requests go through the app's boto3 S3 client (path-style addressing when an endpoint is
+configured: emulators serve every bucket at one host). Only values over the app's
+``inline_limit`` come here, so a run with small values sends no S3 request.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from runlane_sqs.core.errors import MissingResourceError, StorageError, StorageUnavailable
+
+UNAVAILABLE_CODES = frozenset(
+    {"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "503", "500"}
+)
+NO_OBJECT_CODES = frozenset({"NoSuchKey", "404"})
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+class S3Objects:
+    """The objects of one bucket, through ``client`` (a boto3 S3 client)."""
+
+    def __init__(self, client: Any, bucket: str) -> None:
+        self._client = client
+        self._bucket = bucket
+
+    @property
+    def bucket(self) -> str:
+        return self._bucket
+
+    def put(self, key: str, data: bytes) -> None:
+        self._call("PutObject", key, Bucket=self._bucket, Key=key, Body=data)
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            response = self._call("GetObject", key, Bucket=self._bucket, Key=key)
+        except KeyError:
+            return None
+        body: bytes = response["Body"].read()
+        return body
+
+    def delete(self, key: str) -> None:
+        self._call("DeleteObject", key, Bucket=self._bucket, Key=key)
+
+    def _call(self, operation: str, key: str, **request: Any) -> Any:
+        method = getattr(self._client, _snake(operation))
+        where = f"s3://{self._bucket}/{key}"
+        try:
+            return method(**request)
+        except ClientError as exc:
+            code = _code(exc)
+            if code in NO_OBJECT_CODES:
+                raise KeyError(key) from None
+            if code == "NoSuchBucket":
+                raise MissingResourceError(
+                    f"S3 bucket {self._bucket!r} (payload_bucket) does not exist; create it "
+                    "with app.provision() (local use) or your CloudFormation stack (AWS)"
+                ) from exc
+            if code in UNAVAILABLE_CODES:
+                raise StorageUnavailable(f"S3 {operation} of {where} failed: {code}") from exc
+            raise StorageError(f"S3 {operation} of {where} was refused: {exc}") from exc
+        except BotoCoreError as exc:
+            raise StorageUnavailable(f"cannot reach S3 for {operation} of {where}: {exc}") from exc
+
+
+def _snake(operation: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in operation).lstrip("_")

@@ -1,0 +1,171 @@
+"""Keeping and opening values: claim checks for the ones too large for their record.
+
+Every value the library stores (a payload, a handler's result, a step's result, a
+signal's payload, a token's value or metadata, a wait's result) passes through
+:meth:`Values.seal` on its way in. It is checked (JSON, depth, ``payload_limit``); a
+value over ``inline_limit`` is written to the app's ``payload_bucket`` first and the
+record keeps a reference (:mod:`runlane_sqs.core.values`): the object before the write
+that names it, so a stored reference always names an object that was written. A small
+value costs what it always did: no request to S3.
+
+:meth:`Values.open` reads a sealed value back, checking the object's size and SHA-256
+against the reference: one ``GetObject`` per read, nothing cached, so what a read costs
+is plain and a damaged object is found by the first reader after the damage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, replace
+from typing import Any
+
+from runlane_sqs.core.config import RunlaneConfig
+from runlane_sqs.core.errors import ValueUnreadable
+from runlane_sqs.core.model import JSON, Run
+from runlane_sqs.core.tokens import Token
+from runlane_sqs.core.values import Reference, Sealed, encode_json, object_key
+from runlane_sqs.ports.objects import ObjectStore
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A value checked and encoded, not yet kept: its compact JSON text, and whether it
+    goes to the object store (:meth:`Values.keep` then sends one request)."""
+
+    value: JSON
+    text: str
+    data: bytes
+    offloaded: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """A value as its record keeps it: ``text`` is what the record stores, ``value``
+    what a :class:`~runlane_sqs.core.model.Run` holds (the value itself, or the
+    :class:`~runlane_sqs.core.values.Sealed` reference to it)."""
+
+    value: JSON
+    text: str
+
+
+class Values:
+    """Seals values into their stored form and opens them again, with the app's
+    ``payload_bucket`` (``objects``; ``None``: every value stays in its record)."""
+
+    def __init__(self, config: RunlaneConfig, objects: ObjectStore | None) -> None:
+        self._environment = config.environment
+        self._limit = config.value_limit
+        self._inline = config.inline_limit
+        self.objects = objects
+
+    @property
+    def limit(self) -> int:
+        """The largest value, in bytes of compact JSON."""
+        return self._limit
+
+    @property
+    def inline_limit(self) -> int:
+        """The largest value kept in its record when there is an object store."""
+        return self._inline
+
+    # sealing -------------------------------------------------------------------------
+
+    def prepare(self, value: JSON, *, what: str) -> Prepared:
+        """Check ``value`` (raising :class:`~runlane_sqs.errors.InvalidPayloadError` or
+        :class:`~runlane_sqs.errors.PayloadTooLarge`, before anything is written) and
+        encode it. CPU only."""
+        text = encode_json(value, what=what, limit_bytes=self._limit)
+        data = text.encode("utf-8")
+        offloaded = self.objects is not None and len(data) > self._inline
+        return Prepared(value, text, data, offloaded)
+
+    def keep(self, prepared: Prepared) -> Kept:
+        """``prepared`` as its record will keep it; a value over ``inline_limit`` is
+        written to the object store first (the one request this may send)."""
+        if not prepared.offloaded:
+            return Kept(prepared.value, prepared.text)
+        assert self.objects is not None
+        digest = hashlib.sha256(prepared.data).hexdigest()
+        key = object_key(self._environment, digest)
+        self.objects.put(key, prepared.data)
+        sealed = Sealed(Reference(self.objects.bucket, key, len(prepared.data), digest))
+        return Kept(sealed, sealed.text)
+
+    def prepare_text(self, value: JSON, text: str) -> Prepared:
+        """:meth:`prepare` for a value checked and encoded already (``text``, its compact
+        JSON: a group's item, a step's entry)."""
+        data = text.encode("utf-8")
+        offloaded = self.objects is not None and len(data) > self._inline
+        return Prepared(value, text, data, offloaded)
+
+    def seal(self, value: JSON, *, what: str) -> Kept:
+        """:meth:`prepare` then :meth:`keep`."""
+        return self.keep(self.prepare(value, what=what))
+
+    # opening -------------------------------------------------------------------------
+
+    def open(self, value: Any, *, what: str, owner: str) -> JSON:
+        """The value ``value`` stands for: itself, or a sealed value's object read and
+        checked. Raises :class:`~runlane_sqs.errors.ValueUnreadable` naming ``what``,
+        ``owner`` (``run 1f2e...``) and the reference when it cannot be read back."""
+        if not isinstance(value, Sealed):
+            return value
+        reference = value.reference
+        data = self._fetch(reference, what, owner)
+        try:
+            opened: JSON = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise ValueUnreadable(
+                what, owner, reference, f"its object is not JSON ({exc})"
+            ) from None
+        return opened
+
+    def open_run(self, run: Run, *, payload: bool = True) -> Run:
+        """``run`` with its result and (unless ``payload=False``) its payload opened; the
+        rest opens where it is read."""
+        sealed_payload = payload and isinstance(run.payload, Sealed)
+        if not sealed_payload and not isinstance(run.result, Sealed):
+            return run
+        owner = f"run {run.id}"
+        return run.with_changes(
+            payload=self.open(run.payload, what="payload", owner=owner)
+            if sealed_payload
+            else run.payload,
+            result=self.open(run.result, what="result", owner=owner),
+        )
+
+    def open_token(self, token: Token) -> Token:
+        """``token`` with its value and metadata opened."""
+        if not isinstance(token.value, Sealed) and not isinstance(token.metadata, Sealed):
+            return token
+        owner = "token " + token.id[:8] + "..."  # a token id is a bearer secret
+        return replace(
+            token,
+            value=self.open(token.value, what="value", owner=owner),
+            metadata=self.open(token.metadata, what="metadata", owner=owner),
+        )
+
+    def _fetch(self, reference: Reference, what: str, owner: str) -> bytes:
+        if self.objects is None:
+            raise ValueUnreadable(what, owner, reference, "this app has no payload_bucket")
+        if reference.bucket != self.objects.bucket:
+            raise ValueUnreadable(
+                what,
+                owner,
+                reference,
+                f"it is kept in bucket {reference.bucket!r}, not in this app's "
+                f"payload_bucket {self.objects.bucket!r}",
+            )
+        data = self.objects.get(reference.key)
+        if data is None:
+            raise ValueUnreadable(what, owner, reference, "its object is missing")
+        if len(data) != reference.size or hashlib.sha256(data).hexdigest() != reference.sha256:
+            raise ValueUnreadable(
+                what,
+                owner,
+                reference,
+                f"its object does not match the reference ({len(data)} bytes, "
+                f"sha256 {hashlib.sha256(data).hexdigest()})",
+            )
+        return data

@@ -1,0 +1,264 @@
+"""Large values, on every backend and with both workers: claim checks in the payload
+bucket (docs/payloads.md).
+
+With a ``payload_bucket``, a payload, result, step result, signal payload or token value
+over ``inline_limit`` is written to the bucket first and its record keeps a reference
+(bucket, key, size, SHA-256); readers fetch the object and check it. A small value is
+kept in its record as before, with no request to the bucket. An object that is missing
+or does not match its reference fails the attempt that reads it, without retry, naming
+the run and the reference; the operator API says the same, and still reads the run
+without its values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import pytest
+
+from runlane_sqs import (
+    ConfigurationError,
+    PayloadTooLarge,
+    Runlane,
+    RunStatus,
+    TaskContext,
+    ValueUnreadable,
+)
+from runlane_sqs.adapters.memory.objects import InMemoryObjects
+from runlane_sqs.core.values import Sealed, object_key
+from runlane_sqs.testing import in_memory_app
+from tests.backends import ONLY_MEMORY, Backend
+from tests.workers import WorkerKind
+
+BUCKET = "runlane-test-values"
+KIB = 1024
+MIB = 1024 * KIB
+
+
+def blob(size: int, seed: str = "x") -> dict[str, Any]:
+    """A payload of about ``size`` bytes as JSON, its text varied by ``seed``."""
+    unit = hashlib.sha256(seed.encode()).hexdigest()
+    return {"seed": seed, "blob": (unit * (size // len(unit) + 1))[:size]}
+
+
+class Tasks:
+    """Handlers that echo, step and wait with large values."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def register(self, app: Runlane) -> None:
+        app.task(self.echo, name="large.echo")
+        app.task(self.steps, name="large.steps")
+        app.task(self.signal, name="large.signal")
+        app.task(self.token, name="large.token")
+        app.task(self.waits_for_run, name="large.waits_for_run")
+
+    def echo(self, ctx: TaskContext, payload: Any) -> Any:
+        self.calls.append("echo")
+        return {"got": len(payload["blob"]), "back": payload["blob"][::-1]}
+
+    def steps(self, ctx: TaskContext, payload: Any) -> Any:
+        def produce() -> Any:
+            self.calls.append("produce")
+            return blob(payload["size"], "step")
+
+        value = ctx.step("big", produce)
+        if ctx.attempt == 1:
+            raise RuntimeError("fails after its step, once")
+        return {"step_seed": value["seed"], "step_size": len(value["blob"])}
+
+    def signal(self, ctx: TaskContext, payload: Any) -> Any:
+        received = ctx.wait_for_signal(payload["key"])
+        return {"signal_size": len(received.payload["blob"])}
+
+    def token(self, ctx: TaskContext, payload: Any) -> Any:
+        decided = ctx.wait_for_token(payload["token"])
+        return {"token_size": len(decided.value["blob"])}
+
+    def waits_for_run(self, ctx: TaskContext, payload: Any) -> Any:
+        outcome = ctx.wait_for_run(payload["run"])
+        return {"other_size": outcome.result["got"]}
+
+
+@pytest.fixture
+def tasks() -> Tasks:
+    return Tasks()
+
+
+@pytest.fixture
+def app(backend: Backend, tasks: Tasks) -> Runlane:
+    from tests.behaviour.worker_support import RETRY_AT_ONCE  # noqa: PLC0415
+
+    def register(app: Runlane) -> None:
+        tasks.register(app)
+        app.task(tasks.steps, name="large.steps_retried", retry=RETRY_AT_ONCE)
+
+    return backend.app(register=register, payload_bucket=BUCKET)
+
+
+def sealed(value: Any) -> Sealed:
+    assert isinstance(value, Sealed), f"expected a reference, found {type(value).__name__}"
+    return value
+
+
+def test_a_5_mb_payload_and_result_round_trip(app: Runlane, worker_kind: WorkerKind) -> None:
+    payload = blob(5 * MIB)
+    run = app.trigger("large.echo", payload)
+    assert run.payload == payload  # the trigger's own run holds the value it was given
+
+    assert worker_kind.drain(app) == 1
+
+    done = app.runs.wait(run.id, timeout=0)
+    assert done.status is RunStatus.SUCCEEDED
+    assert done.payload == payload
+    assert done.result == {"got": 5 * MIB, "back": payload["blob"][::-1]}
+    assert app.runs.get(run.id).result == done.result
+    stored = app.runs.get_stored(run.id)  # the item keeps references, not the values
+    reference = sealed(stored.payload).reference
+    assert reference.bucket == BUCKET
+    assert reference.size > 5 * MIB
+    assert reference.key == object_key(app.config.environment, reference.sha256)
+    assert sealed(stored.result).reference.size > 5 * MIB
+
+
+def test_a_value_under_the_inline_limit_stays_in_its_record(
+    app: Runlane, worker_kind: WorkerKind
+) -> None:
+    run = app.trigger("large.echo", {"blob": "small"})
+    assert worker_kind.drain(app) == 1
+
+    stored = app.runs.get_stored(run.id)
+    assert stored.payload == {"blob": "small"}
+    assert stored.result == {"got": 5, "back": "llams"}
+
+
+@ONLY_MEMORY
+def test_a_small_payload_sends_no_request_to_the_bucket(
+    app: Runlane, worker_kind: WorkerKind
+) -> None:
+    objects = app.objects
+    assert isinstance(objects, InMemoryObjects)
+    run = app.trigger("large.echo", {"blob": "x" * 200})
+    assert worker_kind.drain(app) == 1
+
+    assert app.runs.wait(run.id, timeout=0).status is RunStatus.SUCCEEDED
+    assert objects.requests == {}
+
+
+def test_the_same_payload_triggered_twice_is_stored_once(app: Runlane) -> None:
+    first = app.trigger("large.echo", blob(100 * KIB))
+    second = app.trigger("large.echo", blob(100 * KIB))
+
+    one = sealed(app.runs.get_stored(first.id).payload).reference
+    other = sealed(app.runs.get_stored(second.id).payload).reference
+    assert one == other
+    assert app.objects is not None
+    assert app.objects.get(one.key) is not None
+
+
+def test_a_large_step_result_is_recorded_once_and_read_back_by_the_next_attempt(
+    app: Runlane, tasks: Tasks, worker_kind: WorkerKind
+) -> None:
+    run = app.trigger("large.steps_retried", {"size": 200 * KIB})
+    worker_kind.drain_all(app)
+
+    done = app.runs.get(run.id)
+    assert done.status is RunStatus.SUCCEEDED, done.failure
+    assert done.result == {"step_seed": "step", "step_size": 200 * KIB}
+    assert tasks.calls == ["produce"]  # the second attempt read the step back
+    assert isinstance(app.runs.get_stored(run.id).steps["big"], Sealed)
+
+
+def test_a_large_signal_payload_and_token_value_reach_the_waiting_runs(
+    app: Runlane, worker_kind: WorkerKind
+) -> None:
+    token = app.tokens.create(metadata=blob(50 * KIB, "metadata"))
+    waiting_signal = app.trigger("large.signal", {"key": "order-7"})
+    waiting_token = app.trigger("large.token", {"token": token.id})
+    assert worker_kind.drain(app) == 2  # both released
+
+    assert app.signals.send("order-7", blob(300 * KIB, "signal")) == 1
+    completed = app.tokens.complete(token.id, blob(400 * KIB, "token"))
+    assert completed.value == blob(400 * KIB, "token")
+    worker_kind.drain_all(app)
+
+    assert app.runs.get(waiting_signal.id).result == {"signal_size": 300 * KIB}
+    assert app.runs.get(waiting_token.id).result == {"token_size": 400 * KIB}
+    read = app.tokens.get(token.id)
+    assert (read.value, read.metadata) == (blob(400 * KIB, "token"), blob(50 * KIB, "metadata"))
+
+
+def test_a_run_waiting_for_another_gets_its_large_result(
+    app: Runlane, worker_kind: WorkerKind
+) -> None:
+    other = app.trigger("large.echo", blob(200 * KIB))
+    waiter = app.trigger("large.waits_for_run", {"run": other.id})
+    worker_kind.drain_all(app)
+
+    assert app.runs.get(waiter.id).result == {"other_size": 200 * KIB}
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [(None, "its object is missing"), (b"{}", "its object does not match the reference")],
+    ids=["deleted", "replaced"],
+)
+def test_an_object_damaged_behind_the_runs_back_fails_the_attempt_clearly(
+    app: Runlane, worker_kind: WorkerKind, damage: bytes | None, reason: str
+) -> None:
+    run = app.trigger("large.echo", blob(100 * KIB))
+    reference = sealed(app.runs.get_stored(run.id).payload).reference
+    assert app.objects is not None
+    if damage is None:
+        app.objects.delete(reference.key)
+    else:
+        app.objects.put(reference.key, damage)
+
+    assert worker_kind.drain(app) == 1
+    worker_kind.drain_all(app)
+
+    failed = app.runs.get_stored(run.id)
+    assert failed.status is RunStatus.FAILED
+    assert failed.attempt == 1
+    assert failed.failure is not None
+    assert failed.failure.type == "runlane_sqs.errors.ValueUnreadable"
+    assert failed.failure.retryable is False
+    assert f"payload of run {run.id} cannot be read: {reason}" in failed.failure.message
+    assert reference.key in failed.failure.message
+    with pytest.raises(ValueUnreadable, match=reason):
+        app.runs.get(run.id)
+
+
+def test_a_payload_over_the_limit_is_refused_before_anything_is_written(
+    backend: Backend,
+) -> None:
+    app = backend.app(payload_bucket=BUCKET, payload_limit=MIB)
+    app.task(lambda ctx, payload: None, name="large.nothing")
+    with pytest.raises(PayloadTooLarge, match="the limit is 1048576 bytes"):
+        app.trigger("large.nothing", blob(2 * MIB))
+
+    assert app.runs.list().runs == []
+    if isinstance(app.objects, InMemoryObjects):
+        assert app.objects.keys() == []
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"payload_limit": 200 * KIB}, "from 1 to 131072 without a payload_bucket"),
+        ({"payload_bucket": "Bad_Bucket"}, "is not an S3 bucket name"),
+        ({"payload_bucket": "ok-bucket", "payload_limit": 6 * 1024**3}, "with a payload_bucket"),
+        ({"payload_bucket": "ok-bucket", "inline_limit": 0}, "inline_limit must be"),
+        ({"payload_bucket": "ok-bucket", "inline_limit": 200 * KIB}, "inline_limit must be"),
+    ],
+)
+def test_bad_value_settings_are_refused(settings: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        in_memory_app(**settings)
+
+
+def test_the_default_limit_follows_the_bucket() -> None:
+    assert in_memory_app().config.value_limit == 64 * KIB
+    assert in_memory_app(payload_bucket="ok-bucket").config.value_limit == 100 * MIB
