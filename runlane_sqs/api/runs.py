@@ -340,9 +340,9 @@ class RunsApi:
         else:
             cutoff = self._engine.clock.now() - to_timedelta(older_than, "older_than")
         page = self.list(status=list(chosen), created_before=cutoff, limit=limit, cursor=cursor)
-        deleted = 0
+        deleted, now = 0, self._engine.clock.now()
         for run in page.runs:
-            if run.created_at <= cutoff and self._engine.store.delete_run(run):
+            if run.created_at <= cutoff and self._engine.store.delete_run(run, now):
                 deleted += 1
                 if run.idempotency_key is not None:
                     self._engine.store.keys.release_key(

@@ -56,6 +56,7 @@ _COUNTS = {
     "schedule": FEW_SHARDS,
     "slot": FEW_SHARDS,
     "group": FEW_SHARDS,
+    "object": FEW_SHARDS,
 }
 
 ACTIVE = "active"
@@ -105,6 +106,10 @@ class AgendaKind(StrEnum):
     GROUP = "group"
     """Groups that have not joined, by when maintenance next checks them (starts a child
     an interrupted finisher did not, joins a group an interrupted finisher completed)."""
+    OBJECT = "object"
+    """Object records of the payload bucket that lost a holder or were pinned, by when
+    maintenance may delete the object if no record references it
+    (:class:`~runlane_sqs.core.values.ObjectRecord`)."""
 
 
 @dataclass(frozen=True, slots=True)

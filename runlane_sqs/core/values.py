@@ -13,19 +13,24 @@ that no JSON text can be mistaken for (JSON text never starts with ``~``). The e
 names the object holding the value's bytes (a claim check: bucket, key, size and
 SHA-256); :mod:`runlane_sqs.engine.values` writes the object and opens it again,
 checking its size and hash. Objects are addressed by their content within an
-environment (``{environment}/values/{sha256}``): a write sent again stores the same
-object, and two runs with the same large payload share one.
+environment (``{environment}/values/{sha256}/{generation}``): a write sent again stores
+the same object, and two runs with the same large payload share one, counted by an
+:class:`ObjectRecord`.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import secrets
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
 from runlane_sqs.core.errors import InvalidPayloadError, PayloadTooLarge
-from runlane_sqs.core.model import JSON
+from runlane_sqs.core.model import JSON, Run
 
 MAX_JSON_DEPTH = 64
 """Most levels of arrays and objects nested in a payload or result (``[[1]]`` has 2)."""
@@ -97,9 +102,85 @@ def stored_text(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def object_key(environment: str, sha256: str) -> str:
-    """The key of the object holding a value whose bytes hash to ``sha256``."""
-    return f"{environment}/values/{sha256}"
+def object_key(environment: str, sha256: str, generation: str) -> str:
+    """The key of the object holding a value whose bytes hash to ``sha256``, in its
+    object record's ``generation`` (see :class:`ObjectRecord`)."""
+    return f"{environment}/values/{sha256}/{generation}"
+
+
+def new_generation() -> str:
+    """A fresh generation for an object record made now (random: never used again)."""
+    return secrets.token_hex(8)
+
+
+def generation_of(reference: Reference) -> str:
+    """The generation a reference's object was written in (the key's last part)."""
+    return reference.key.rsplit("/", 1)[-1]
+
+
+# Object records -------------------------------------------------------------------
+#
+# Records share an object when their values are the same, so an object goes only when no
+# record references it. Each object has a record in the run table counting its holders:
+# every write that stores a reference adds one in the same transaction; deleting a run
+# (``runs prune``) takes its references off in the same transaction and lists the record
+# on the agenda. Maintenance deletes a listed record that still has no holder, then its
+# object. A writer pins the record before it writes the object (a pinned record is not
+# deleted), and a new record gets a new generation, so an object's key is never used by
+# two records: a late delete cannot remove an object a newer record counts.
+
+PIN_DURATION = timedelta(minutes=15)
+"""How long a writer's pin keeps an object record (and so its object) from deletion:
+the writer writes the object and the record that references it within it."""
+RELEASE_GRACE = timedelta(hours=1)
+"""How long an object whose last holder went stays, before maintenance deletes it."""
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRecord:
+    """One object of the payload bucket as the run table counts it."""
+
+    sha256: str
+    generation: str
+    holders: int
+    """Records (runs, tokens) that reference the object."""
+    size: int
+    listed_at: datetime | None = None
+    """When maintenance looks at it (after its holders went, or a writer pinned it)."""
+    pinned_until: datetime | None = None
+
+    def removable(self, now: datetime) -> bool:
+        """Whether maintenance may delete it (and its object) now."""
+        pinned = self.pinned_until is not None and self.pinned_until > now
+        return self.holders <= 0 and not pinned
+
+
+def moved_record(reference: Reference) -> str:
+    """Why a write of ``reference`` was refused: its object record was removed (or made
+    again) after the writer pinned it, which a writer more than
+    :data:`PIN_DURATION` late meets; writing the value again succeeds."""
+    return (
+        f"the object record of {reference} was removed after it was pinned; write the value again"
+    )
+
+
+def references_in(values: Iterable[Any]) -> Counter[Reference]:
+    """The references among ``values``, each counted as often as it occurs."""
+    return Counter(v.reference for v in values if isinstance(v, Sealed))
+
+
+def run_references(run: Run) -> Counter[Reference]:
+    """What a run item references: its payload, result, steps and wait results."""
+    return references_in([run.payload, run.result, *run.steps.values(), *run.wait_results.values()])
+
+
+def added_references(before: Run, after: Run) -> Counter[Reference]:
+    """The references a write of ``after`` over ``before`` adds (values are only ever
+    added to a run)."""
+    same = after.result is before.result and after.steps is before.steps
+    if same and after.wait_results is before.wait_results:
+        return Counter()
+    return run_references(after) - run_references(before)
 
 
 def _where(path: tuple[str, ...]) -> str:

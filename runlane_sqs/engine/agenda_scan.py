@@ -23,15 +23,23 @@ from runlane_sqs.core.model import Run
 from runlane_sqs.core.schedule_state import ScheduleState
 from runlane_sqs.core.slots import SlotState
 from runlane_sqs.core.tokens import Token
+from runlane_sqs.core.values import ObjectRecord
 from runlane_sqs.ports.store import RunStore
 
 log = logging.getLogger("runlane_sqs.maintenance")
 AGENDA_PAGE_SIZE = 25
 """Candidates asked for in one ``Query``."""
 
-Page = list[Run] | list[Token] | list[ScheduleState] | list[SlotState] | list[Group]
-"""One page of an agenda partition: runs, tokens, schedules, slot records or groups, by
-the partition's kind."""
+Page = (
+    list[Run]
+    | list[Token]
+    | list[ScheduleState]
+    | list[SlotState]
+    | list[Group]
+    | list[ObjectRecord]
+)
+"""One page of an agenda partition: runs, tokens, schedules, slot records, groups or
+object records, by the partition's kind."""
 
 
 @dataclass
@@ -94,6 +102,9 @@ class AgendaScan:
             return self.store.slots.slot_agenda_page(partition, self.now, limit, cursor)
         if kind is AgendaKind.GROUP:
             return self.store.groups.group_agenda_page(partition, self.now, limit, cursor)
+        if kind is AgendaKind.OBJECT:
+            records = self.store.object_records
+            return records.object_agenda_page(partition, self.now, limit, cursor)
         return self.store.agenda_page(partition, self.now, limit, cursor)
 
     def _discard(self, partition: str, exc: Exception) -> None:

@@ -59,7 +59,7 @@ class Engine:
         self.tasks = tasks
         self.store = store
         self.transport = transport
-        self.values = Values(config, objects)
+        self.values = Values(config, objects, store.object_records, clock)
         """Seals values into their stored form and opens them (docs/payloads.md)."""
         self.publisher = Publisher(store, transport, clock)
         self.resumer = Resumer(store, self.publisher, self.values, clock, config)
@@ -127,6 +127,7 @@ class Engine:
             slot_waker=self.slot_waker,
             turns=self.turns,
             groups=self.groups,
+            values=self.values,
             tasks=self.tasks,
             observer=self.observer,
             clock=self.clock,

@@ -56,6 +56,7 @@ from runlane_sqs.core.recovery import (
 from runlane_sqs.core.schedule_state import ScheduleState
 from runlane_sqs.core.slots import SlotState, slots_freed
 from runlane_sqs.core.tokens import Token
+from runlane_sqs.core.values import ObjectRecord
 from runlane_sqs.core.waits import poll_later
 from runlane_sqs.engine.agenda_scan import AgendaScan, Page
 from runlane_sqs.engine.finishing import Finisher
@@ -69,6 +70,7 @@ from runlane_sqs.engine.reports import (
     JOB_DUE,
     JOB_EXPIRED,
     JOB_GROUPS,
+    JOB_OBJECTS,
     JOB_PARKED,
     JOB_SCHEDULES,
     JOB_TOKENS,
@@ -88,6 +90,7 @@ from runlane_sqs.engine.scheduling import Scheduler
 from runlane_sqs.engine.slots import SlotWaker
 from runlane_sqs.engine.tasks import TaskRegistry
 from runlane_sqs.engine.tokens import TokensApi
+from runlane_sqs.engine.values import Values
 from runlane_sqs.ports.store import RunStore
 from runlane_sqs.ports.transport import BacklogProbe
 
@@ -145,6 +148,7 @@ class Maintenance:
         slot_waker: SlotWaker,
         turns: Turns,
         groups: Groups,
+        values: Values,
         tasks: TaskRegistry,
         clock: Clock,
         config: RunlaneConfig,
@@ -163,6 +167,7 @@ class Maintenance:
         self._slots = slot_waker
         self._turns = turns
         self._groups = groups
+        self._values = values
         self._tasks = tasks
         self._clock = clock
         self._config = config
@@ -260,6 +265,9 @@ class Maintenance:
             if isinstance(item, Group):
                 self._group(item, now, report.job(JOB_GROUPS))
                 continue
+            if isinstance(item, ObjectRecord):
+                self._object(item, report.job(JOB_OBJECTS))
+                continue
             wakeup = self._candidate(item, now, report, lines)
             if wakeup is not None:
                 wakeups.append(wakeup)
@@ -311,6 +319,20 @@ class Maintenance:
             )
             return
         if acted:
+            job.acted += 1
+        else:
+            job.skipped += 1
+
+    def _object(self, record: ObjectRecord, job: JobReport) -> None:
+        """Delete an object of the payload bucket that no record references any more
+        (and its record); one still referenced leaves the agenda."""
+        job.examined += 1
+        try:
+            removed = self._values.remove(record)
+        except RunlaneError as exc:
+            log.warning("maintenance could not remove object %s: %s", record.sha256, exc)
+            return
+        if removed:
             job.acted += 1
         else:
             job.skipped += 1

@@ -99,6 +99,7 @@ JOB_PARKED = "parked_runs"
 JOB_SCHEDULES = "schedules"
 JOB_SLOTS = "slots"
 JOB_GROUPS = "groups"
+JOB_OBJECTS = "objects"
 JOBS = (
     JOB_DUE,
     JOB_EXPIRED,
@@ -109,6 +110,7 @@ JOBS = (
     JOB_SCHEDULES,
     JOB_SLOTS,
     JOB_GROUPS,
+    JOB_OBJECTS,
     JOB_PARKED,
 )
 

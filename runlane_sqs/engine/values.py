@@ -4,9 +4,10 @@ Every value the library stores (a payload, a handler's result, a step's result, 
 signal's payload, a token's value or metadata, a wait's result) passes through
 :meth:`Values.seal` on its way in. It is checked (JSON, depth, ``payload_limit``); a
 value over ``inline_limit`` is written to the app's ``payload_bucket`` first and the
-record keeps a reference (:mod:`runlane_sqs.core.values`): the object before the write
-that names it, so a stored reference always names an object that was written. A small
-value costs what it always did: no request to S3.
+record keeps a reference (:mod:`runlane_sqs.core.values`): the object record pinned,
+then the object, then the write that names it and counts it on the record, so a stored
+reference always names an object that was written and is counted. A small value costs
+what it always did: no request to S3 or for an object record.
 
 :meth:`Values.open` reads a sealed value back, checking the object's size and SHA-256
 against the reference: one ``GetObject`` per read, nothing cached, so what a read costs
@@ -20,12 +21,13 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
+from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.errors import ValueUnreadable
 from runlane_sqs.core.model import JSON, Run
 from runlane_sqs.core.tokens import Token
-from runlane_sqs.core.values import Reference, Sealed, encode_json, object_key
-from runlane_sqs.ports.objects import ObjectStore
+from runlane_sqs.core.values import ObjectRecord, Reference, Sealed, encode_json, object_key
+from runlane_sqs.ports.objects import ObjectRecords, ObjectStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +55,16 @@ class Values:
     """Seals values into their stored form and opens them again, with the app's
     ``payload_bucket`` (``objects``; ``None``: every value stays in its record)."""
 
-    def __init__(self, config: RunlaneConfig, objects: ObjectStore | None) -> None:
+    def __init__(
+        self,
+        config: RunlaneConfig,
+        objects: ObjectStore | None,
+        records: ObjectRecords,
+        clock: Clock,
+    ) -> None:
         self._environment = config.environment
+        self._records = records
+        self._clock = clock
         self._limit = config.value_limit
         self._inline = config.inline_limit
         self.objects = objects
@@ -86,10 +96,11 @@ class Values:
         if not prepared.offloaded:
             return Kept(prepared.value, prepared.text)
         assert self.objects is not None
-        digest = hashlib.sha256(prepared.data).hexdigest()
-        key = object_key(self._environment, digest)
+        digest, size = hashlib.sha256(prepared.data).hexdigest(), len(prepared.data)
+        generation = self._records.pin(digest, size, self._clock.now())
+        key = object_key(self._environment, digest, generation)
         self.objects.put(key, prepared.data)
-        sealed = Sealed(Reference(self.objects.bucket, key, len(prepared.data), digest))
+        sealed = Sealed(Reference(self.objects.bucket, key, size, digest))
         return Kept(sealed, sealed.text)
 
     def prepare_text(self, value: JSON, text: str) -> Prepared:
@@ -169,3 +180,15 @@ class Values:
                 f"sha256 {hashlib.sha256(data).hexdigest()})",
             )
         return data
+
+    # removing -------------------------------------------------------------------------
+
+    def remove(self, record: ObjectRecord) -> bool:
+        """Delete a listed object record that no record references (and no writer
+        pinned), then its object; False if it is still needed."""
+        if not self._records.remove(record, self._clock.now()):
+            return False
+        if self.objects is not None:
+            key = object_key(self._environment, record.sha256, record.generation)
+            self.objects.delete(key)
+        return True

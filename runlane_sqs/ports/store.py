@@ -19,6 +19,7 @@ from runlane_sqs.core.model import Lease, Run, RunEvent, RunStatus, WaitKind
 from runlane_sqs.core.ordering import Place
 from runlane_sqs.ports.groups import GroupStore
 from runlane_sqs.ports.health import HealthStore
+from runlane_sqs.ports.objects import ObjectRecords
 from runlane_sqs.ports.ordering import OrderStore
 from runlane_sqs.ports.schedules import ScheduleStore
 from runlane_sqs.ports.slots import SlotStore
@@ -149,6 +150,13 @@ class RunStore(Protocol):
         ...
 
     @property
+    def object_records(self) -> ObjectRecords:
+        """The records counting the references to each object of the payload bucket
+        (:mod:`runlane_sqs.ports.objects`): the writes here that store a reference, or
+        delete a run, count them in the same transaction."""
+        ...
+
+    @property
     def progress(self) -> ProgressStore:
         """Where maintenance's passes stopped, in the same environment."""
         ...
@@ -223,6 +231,7 @@ class RunStore(Protocol):
         """A page of runs matching ``query``, newest first, from the status index."""
         ...
 
-    def delete_run(self, run: Run) -> bool:
-        """Remove a finished run that has not changed since read; False if it had."""
+    def delete_run(self, run: Run, now: datetime) -> bool:
+        """Remove a finished run that has not changed since read, taking its references
+        off their object records; False if it had changed."""
         ...

@@ -13,20 +13,30 @@ without its values.
 from __future__ import annotations
 
 import hashlib
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from runlane_sqs import (
     ConfigurationError,
+    ManualClock,
     PayloadTooLarge,
+    Run,
     Runlane,
     RunStatus,
     TaskContext,
     ValueUnreadable,
 )
 from runlane_sqs.adapters.memory.objects import InMemoryObjects
-from runlane_sqs.core.values import Sealed, object_key
+from runlane_sqs.core.values import (
+    PIN_DURATION,
+    RELEASE_GRACE,
+    Sealed,
+    generation_of,
+    object_key,
+    run_references,
+)
 from runlane_sqs.testing import in_memory_app
 from tests.backends import ONLY_MEMORY, Backend
 from tests.workers import WorkerKind
@@ -119,7 +129,8 @@ def test_a_5_mb_payload_and_result_round_trip(app: Runlane, worker_kind: WorkerK
     reference = sealed(stored.payload).reference
     assert reference.bucket == BUCKET
     assert reference.size > 5 * MIB
-    assert reference.key == object_key(app.config.environment, reference.sha256)
+    generation = generation_of(reference)
+    assert reference.key == object_key(app.config.environment, reference.sha256, generation)
     assert sealed(stored.result).reference.size > 5 * MIB
 
 
@@ -156,6 +167,89 @@ def test_the_same_payload_triggered_twice_is_stored_once(app: Runlane) -> None:
     assert one == other
     assert app.objects is not None
     assert app.objects.get(one.key) is not None
+
+
+def objects_of(app: Runlane, *runs: Run) -> set[str]:
+    """The keys of the objects ``runs`` reference (read as stored)."""
+    return {
+        reference.key for run in runs for reference in run_references(app.runs.get_stored(run.id))
+    }
+
+
+def object_exists(app: Runlane, key: str) -> bool:
+    assert app.objects is not None
+    return app.objects.get(key) is not None
+
+
+def test_prune_deletes_a_runs_objects_once_no_record_references_them(
+    app: Runlane, clock: ManualClock, worker_kind: WorkerKind
+) -> None:
+    shared, own = blob(100 * KIB, "shared"), blob(100 * KIB, "own")
+    runs = [app.trigger("large.echo", p) for p in (shared, shared, own)]
+    worker_kind.drain_all(app)
+    keys = objects_of(app, *runs)
+    assert len(keys) == 4  # two payloads and two results: the shared ones stored once
+
+    clock.advance(timedelta(days=2))
+    assert app.runs.prune(older_than=timedelta(days=1)).deleted == 3
+    assert app.maintenance.run_pass().jobs["objects"].acted == 0  # within the grace
+    assert all(object_exists(app, key) for key in keys)
+
+    clock.advance(RELEASE_GRACE + timedelta(seconds=1))
+    assert app.maintenance.run_pass().jobs["objects"].acted == 4
+    assert not any(object_exists(app, key) for key in keys)
+
+
+def test_a_value_written_again_within_the_grace_keeps_its_object(
+    app: Runlane, clock: ManualClock, worker_kind: WorkerKind
+) -> None:
+    payload = blob(100 * KIB, "again")
+    old = app.trigger("large.echo", payload)
+    worker_kind.drain_all(app)
+    key = sealed(app.runs.get_stored(old.id).payload).reference.key
+    clock.advance(timedelta(days=2))
+    assert app.runs.prune(older_than=timedelta(days=1)).deleted == 1
+
+    new = app.trigger("large.echo", payload)  # held again before maintenance looks
+    clock.advance(RELEASE_GRACE + timedelta(seconds=1))
+    app.maintenance.run_pass()
+
+    assert sealed(app.runs.get_stored(new.id).payload).reference.key == key
+    assert object_exists(app, key)
+    worker_kind.drain_all(app)
+    assert app.runs.get(new.id).status is RunStatus.SUCCEEDED
+
+
+def test_an_object_no_write_came_to_reference_is_deleted_after_its_pin(
+    app: Runlane, clock: ManualClock
+) -> None:
+    kept = app.engine.values.seal(blob(100 * KIB, "orphan"), what="payload")  # a writer
+    key = sealed(kept.value).reference.key  # that stopped before its record's write
+    assert object_exists(app, key)
+
+    clock.advance(PIN_DURATION + timedelta(seconds=1))
+    assert app.maintenance.run_pass().jobs["objects"].acted == 1
+    assert not object_exists(app, key)
+
+
+def test_an_object_two_runs_share_stays_while_one_still_references_it(
+    app: Runlane, clock: ManualClock, worker_kind: WorkerKind
+) -> None:
+    shared = blob(100 * KIB, "shared")
+    old = app.trigger("large.echo", shared)
+    worker_kind.drain_all(app)
+    clock.advance(timedelta(days=2))
+    young = app.trigger("large.echo", shared)  # the same object
+    worker_kind.drain_all(app)
+    payload_key = sealed(app.runs.get_stored(young.id).payload).reference.key
+    assert payload_key in objects_of(app, old)
+
+    assert app.runs.prune(older_than=timedelta(days=1)).deleted == 1  # the old run only
+    clock.advance(RELEASE_GRACE + timedelta(seconds=1))
+    app.maintenance.run_pass()
+
+    assert object_exists(app, payload_key)
+    assert app.runs.get(young.id).payload == shared
 
 
 def test_a_large_step_result_is_recorded_once_and_read_back_by_the_next_attempt(

@@ -50,6 +50,13 @@ def error_code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
+def cancellation_reasons(exc: ClientError) -> list[dict[str, Any]]:
+    """Why DynamoDB cancelled a transaction: one reason per item, in the items' order
+    (empty for any other error)."""
+    reasons: list[dict[str, Any]] = exc.response.get("CancellationReasons") or []  # type: ignore[assignment]
+    return reasons
+
+
 def translate(exc: Exception, *, table: str, endpoint: str | None) -> NoReturn:
     """Raise the runlane error for a botocore error not handled by the caller."""
     where = endpoint or "the default AWS endpoint"

@@ -93,6 +93,19 @@ def chunk_key(
     }
 
 
+OBJECT_PREFIX = "OBJECT#"
+OBJECT_SK = "OBJECT"
+
+
+def object_pk(environment: str, sha256: str) -> str:
+    """The object record of the payload bucket's object whose bytes hash to ``sha256``."""
+    return f"{OBJECT_PREFIX}{environment}#{sha256}"
+
+
+def object_record_key(environment: str, sha256: str) -> dict[str, dict[str, str]]:
+    return {"pk": {"S": object_pk(environment, sha256)}, "sk": {"S": OBJECT_SK}}
+
+
 SLOT_WAIT = "slot"
 """The waits-index kind of runs waiting for a concurrency slot (target: the scope)."""
 SLOT_PREFIX = "SLOT#"

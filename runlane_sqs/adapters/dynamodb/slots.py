@@ -10,7 +10,9 @@ the run's claim ``Update`` and, per scope, ``ADD holders :entry`` on condition t
 DynamoDB, so the first condition covers a free record). A write that ends the attempt's
 lease is the run's ``Update`` and ``DELETE holders :entry`` per scope, unconditioned:
 the run's own condition (its sequence and lease token) fences the whole transaction.
-Writes of runs without limits stay single ``UpdateItem`` requests.
+The same transaction counts the references to objects of the payload bucket a write
+stores (:mod:`runlane_sqs.adapters.dynamodb.objects`). Writes of runs without limits or
+large values stay single ``UpdateItem`` requests.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.codec import run_from_wire
 from runlane_sqs.adapters.dynamodb.cursors import agenda_key, decode_cursor, encode_cursor
 from runlane_sqs.adapters.dynamodb.errors import Query, Refused, Send, error_code, send_conditional
+from runlane_sqs.adapters.dynamodb.objects import hold_items, refused_holds
 from runlane_sqs.adapters.dynamodb.ordering import finish_items
 from runlane_sqs.adapters.dynamodb.replays import landed_transition
 from runlane_sqs.adapters.dynamodb.requests import (
@@ -41,6 +44,7 @@ from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Run, Slot
 from runlane_sqs.core.ordering import turn_passed
 from runlane_sqs.core.slots import SlotState, holder, slots_freed, slots_taken
+from runlane_sqs.core.values import added_references, moved_record
 
 TRANSACTION_ATTEMPTS = 8
 """Sends of one transaction that DynamoDB cancels for a conflicting transaction on the
@@ -105,12 +109,14 @@ def _free(table: str, environment: str, slot: Slot, entry: str, now_ms: int) -> 
 
 
 def transaction(table: str, transition: Transition) -> Request | None:
-    """The ``TransactWriteItems`` of a transition that takes or frees slots or ends an
-    ordered run (``None`` for every other transition: it stays one ``UpdateItem``). The
-    run's update comes first, then the slots taken, freed and the line left."""
+    """The ``TransactWriteItems`` of a transition that takes or frees slots, ends an
+    ordered run or stores references to objects of the payload bucket (``None`` for every
+    other transition: it stays one ``UpdateItem``). The run's update comes first, then
+    the slots taken, freed, the line left and the references counted."""
     taken, freed = slots_taken(transition), slots_freed(transition)
     ordering_key = turn_passed(transition)
-    if not taken and not freed and ordering_key is None:
+    holds = added_references(transition.before, transition.after)
+    if not taken and not freed and ordering_key is None and not holds:
         return None
     run = apply_transition(table, transition)
     run.pop("ReturnValues", None)  # a transaction returns nothing
@@ -130,13 +136,16 @@ def transaction(table: str, transition: Transition) -> Request | None:
         items += [{"Update": _free(table, env, s, entry, now_ms)} for s in freed]
     if ordering_key is not None:
         items += finish_items(table, after, ordering_key)
+    if holds:
+        items += hold_items(table, env, holds)
     return {"TransactItems": items}
 
 
 def refused(transition: Transition, exc: ClientError) -> Any:
-    """After a cancelled slot transaction: the stored run if the run's write had landed
+    """After a cancelled transaction: the stored run if the run's write had landed
     already (a resend); else raise :class:`ConflictError` (the run changed),
-    :class:`NoFreeSlot` (a scope is full), :class:`Contended` (send it again), or
+    :class:`NoFreeSlot` (a scope is full), :class:`Contended` (send it again),
+    :class:`StorageUnavailable` (an object record moved: write the value again), or
     ``exc``."""
     if error_code(exc) != "TransactionCanceledException":
         raise exc
@@ -156,6 +165,9 @@ def refused(transition: Transition, exc: ClientError) -> Any:
         if reason.get("Code") == "ConditionalCheckFailed":
             held = reason.get("Item", {}).get("holders", {}).get("SS", [])
             raise NoFreeSlot(transition.run_id, slot.scope, len(held), slot.limit) from None
+    holds = added_references(transition.before, transition.after)
+    if refused_holds(reasons, len({r.sha256 for r in holds})):
+        raise StorageUnavailable(moved_record(next(iter(holds)))) from None
     raise exc
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import functools
+import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -33,12 +35,19 @@ from runlane_sqs.adapters.dynamodb.errors import (
     Refused,
     Send,
     call,
+    cancellation_reasons,
     refused_as_malformed,
     send_conditional,
 )
 from runlane_sqs.adapters.dynamodb.groups import DynamoGroupStore
 from runlane_sqs.adapters.dynamodb.health import DynamoHealthStore
 from runlane_sqs.adapters.dynamodb.listing import list_run_keys
+from runlane_sqs.adapters.dynamodb.objects import (
+    DynamoObjectRecords,
+    hold_items,
+    refused_holds,
+    release_items,
+)
 from runlane_sqs.adapters.dynamodb.ordering import DynamoOrderStore, moved, trigger_items
 from runlane_sqs.adapters.dynamodb.replays import (
     applied,
@@ -63,8 +72,17 @@ from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Lease, Run, RunEvent, WaitKind
 from runlane_sqs.core.ordering import Place
 from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenDecision, TokenNotFound
+from runlane_sqs.core.values import (
+    ENVELOPE_MARK,
+    Reference,
+    decode_json,
+    moved_record,
+    references_in,
+    run_references,
+)
 from runlane_sqs.ports.store import KeyClaim, KeyConflict, KeyKind, RunQuery
 
+log = logging.getLogger("runlane_sqs.store")
 QUERY_THREADS = 8
 """Queries of one listing in flight at once (botocore's pool keeps 10 connections)."""
 BATCH_GET_ATTEMPTS = 6
@@ -101,6 +119,8 @@ class DynamoRunStore:
         """Where maintenance's passes stopped, in the same table."""
         self.groups = DynamoGroupStore(self._send, self._query, self._batch_get, table, environment)
         """The environment's groups, in the same table."""
+        self.object_records = DynamoObjectRecords(self._send, self._query, table, environment)
+        """The counts of the references to each object of the payload bucket."""
 
     @functools.cached_property
     def _endpoint(self) -> str | None:
@@ -145,7 +165,9 @@ class DynamoRunStore:
     ) -> None:
         item = run_to_wire(run, [event], payload_json)
         put = requests.put_run(self.table, item)
-        if not claims and place is None:
+        sealed = payload_json.startswith(ENVELOPE_MARK)
+        holds = references_in([decode_json(payload_json)]) if sealed else None
+        if not claims and place is None and not holds:
             sent = send_conditional(self._send, "put_item", put)
             if isinstance(sent, Refused) and not landed_creation(
                 run, event, payload_json, sent.item
@@ -167,11 +189,18 @@ class DynamoRunStore:
         items = [{"Put": r} for r in claim_requests] + [{"Put": put}]
         if place is not None:
             items += trigger_items(self.table, run, place)
+        held = hold_items(self.table, self.environment, holds) if holds else []
         try:
-            self._send("transact_write_items", {"TransactItems": items})
+            self._send("transact_write_items", {"TransactItems": items + held})
         except ClientError as exc:
             if place is not None and moved(exc, len(claims) + 1):
                 raise OrderMoved(place.key) from None
+            reasons = cancellation_reasons(exc)
+            if refused_holds(reasons, len(held)):
+                raise StorageUnavailable(moved_record(next(iter(holds or {})))) from None
+            run_reason = reasons[len(claims)] if len(reasons) > len(claims) else {}
+            if not claims and landed_creation(run, event, payload_json, run_reason.get("Item")):
+                return
             self._raise_key_conflict(exc, run.id, claims)
 
     def _raise_key_conflict(
@@ -298,8 +327,30 @@ class DynamoRunStore:
         ids = [key["pk"]["S"][len(prefix) :] for key in run_keys]
         return [found[i] for i in ids if i in found]
 
-    def delete_run(self, run: Run) -> bool:
-        sent = send_conditional(self._send, "delete_item", requests.delete_run(self.table, run))
+    def delete_run(self, run: Run, now: datetime) -> bool:
+        delete = requests.delete_run(self.table, run)
+        holds = run_references(run)
+        if holds:
+            released = release_items(self.table, self.environment, holds, now)
+            try:
+                self._send(
+                    "transact_write_items", {"TransactItems": [{"Delete": delete}, *released]}
+                )
+            except ClientError as exc:
+                reasons = cancellation_reasons(exc)
+                if reasons and reasons[0].get("Code") == "ConditionalCheckFailed":
+                    return False
+                if not refused_holds(reasons, len(released)):
+                    raise
+                log.warning(
+                    "run %s: an object record it references is gone or moved; deleting the "
+                    "run without taking its references off",
+                    run.id,
+                    extra={"run_id": run.id},
+                )
+            else:
+                return True
+        sent = send_conditional(self._send, "delete_item", delete)
         return not isinstance(sent, Refused)
 
 
@@ -313,7 +364,23 @@ class DynamoTokenStore:
         self.environment = environment
 
     def create_token(self, token: Token) -> None:
-        self._send("put_item", requests.put_token(self.table, token_to_wire(token)))
+        put = requests.put_token(self.table, token_to_wire(token))
+        holds = references_in([token.metadata])
+        if not holds:
+            self._send("put_item", put)
+            return
+        items = [{"Put": put}, *hold_items(self.table, self.environment, holds)]
+        self._send_holding(items, holds)
+
+    def _send_holding(self, items: list[Request], holds: Counter[Reference]) -> None:
+        """Send a token's write with the hold items of its references."""
+        try:
+            self._send("transact_write_items", {"TransactItems": items})
+        except ClientError as exc:
+            reasons = cancellation_reasons(exc)
+            if refused_holds(reasons, len(items) - 1):
+                raise StorageUnavailable(moved_record(next(iter(holds)))) from None
+            raise
 
     def get_token(self, token_id: str) -> Token | None:
         request = requests.get_token(self.table, self.environment, token_id)
@@ -322,12 +389,38 @@ class DynamoTokenStore:
 
     def decide_token(self, decision: TokenDecision) -> Token:
         request = requests.decide_token(self.table, self.environment, decision)
+        holds = references_in([decision.value])
+        if holds:
+            return self._decide_holding(decision, request, holds)
         sent = send_conditional(self._send, "update_item", request)
         if not isinstance(sent, Refused):
             return token_from_wire(sent["Attributes"])
         if sent.item is None:
             raise TokenNotFound(decision.token_id)
         raise TokenAlreadyDecided(token_from_wire(sent.item))
+
+    def _decide_holding(
+        self, decision: TokenDecision, request: Request, holds: Counter[Reference]
+    ) -> Token:
+        """:meth:`decide_token` with the hold items of a large value: a transaction,
+        which returns nothing, so the decided token is read back."""
+        request = {k: v for k, v in request.items() if k != "ReturnValues"}
+        items = [{"Update": request}, *hold_items(self.table, self.environment, holds)]
+        try:
+            self._send_holding(items, holds)
+        except ClientError as exc:
+            reasons = cancellation_reasons(exc)
+            first = reasons[0] if reasons else {}
+            if first.get("Code") != "ConditionalCheckFailed":
+                raise
+            current = first.get("Item")
+            if current is None:
+                raise TokenNotFound(decision.token_id) from None
+            raise TokenAlreadyDecided(token_from_wire(current)) from None
+        decided = self.get_token(decision.token_id)
+        if decided is None:
+            raise TokenNotFound(decision.token_id)
+        return decided
 
     def finish_token_resume(self, token_id: str) -> None:
         request = requests.finish_token_resume(self.table, self.environment, token_id)

@@ -7,6 +7,7 @@ run the same bodies against this store and the DynamoDB one.
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -36,13 +37,27 @@ from runlane_sqs.adapters.memory.schedules import InMemoryScheduleStore
 from runlane_sqs.adapters.memory.slots import InMemorySlotStore
 from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.clock import to_epoch_ms
-from runlane_sqs.core.errors import ConflictError, LeaseLost
-from runlane_sqs.core.indexes import agenda_pk, listed_at
+from runlane_sqs.core.errors import ConflictError, LeaseLost, StorageUnavailable
+from runlane_sqs.core.indexes import AgendaKind, agenda_pk, listed_at
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import LEASED_STATUSES, Lease, Run, RunEvent, WaitKind
 from runlane_sqs.core.ordering import Place
 from runlane_sqs.core.tokens import Token, TokenDecision, TokenNotFound, token_agenda_entry
-from runlane_sqs.core.values import decode_json, stored_text
+from runlane_sqs.core.values import (
+    ENVELOPE_MARK,
+    PIN_DURATION,
+    RELEASE_GRACE,
+    ObjectRecord,
+    Reference,
+    added_references,
+    decode_json,
+    generation_of,
+    moved_record,
+    new_generation,
+    references_in,
+    run_references,
+    stored_text,
+)
 from runlane_sqs.ports.store import KeyClaim, KeyConflict, KeyKind, RunQuery
 
 
@@ -126,6 +141,9 @@ class InMemoryRunStore:
         """Bounded reads for the console and ``app.health``; the last pass's report."""
         self.groups = InMemoryGroupStore(environment, self._lock, self._stored_run)
         """The environment's groups."""
+        self.object_records = InMemoryObjectRecords(environment)
+        """The counts of the references to each object of the payload bucket."""
+        self.tokens.object_records = self.object_records
 
     def create_run(
         self,
@@ -148,13 +166,18 @@ class InMemoryRunStore:
                     raise KeyConflict(claim, held.run_id if held else None)
             if run.id in self._runs:
                 raise ConflictError(run.id, self._runs[run.id].run)
+            stored = _as_stored(run, payload_json)
+            holds = run_references(stored) if payload_json.startswith(ENVELOPE_MARK) else None
+            if holds:
+                self.object_records.check_holds(holds)
             if place is not None:
                 self.orders.take_place(run, place)
             for claim in claims:
                 expires = int(claim.expires_at.timestamp()) if claim.expires_at else None
                 self._keys[(claim.kind, claim.task, claim.key)] = _Key(run.id, expires)
-            stored = _as_stored(run, payload_json)
             self._runs[run.id] = _Stored(stored, payload_json, [_event_as_stored(event)])
+            if holds:
+                self.object_records.add_holds(holds)
 
     def get_run(self, run_id: str) -> Run | None:
         with self._lock:
@@ -184,11 +207,16 @@ class InMemoryRunStore:
             seen_state = run_state_attributes(transition.before)
             if any(stored_state[name] != seen_state[name] for name in transition.guard):
                 raise ConflictError(transition.run_id, current)
+            holds = added_references(transition.before, transition.after)
+            if holds:
+                self.object_records.check_holds(holds)
             self.slots.take_and_free(transition)
             self.orders.leave(transition)
             after = replace(transition.after, watched=current.watched)
             stored.run = _as_stored(after, stored.payload_json)
             stored.events.extend(_event_as_stored(e) for e in transition.events)
+            if holds:
+                self.object_records.add_holds(holds)
             return stored.run
 
     def claim_hinted(self, claim: HintedClaim) -> Run:
@@ -297,12 +325,13 @@ class InMemoryRunStore:
         last = {"environment": {"S": self.environment}, "created_sk": {"S": _created_sk(page[-1])}}
         return page, encode_cursor(last)
 
-    def delete_run(self, run: Run) -> bool:
+    def delete_run(self, run: Run, now: datetime) -> bool:
         with self._lock:
             stored = self._runs.get(run.id)
             if stored is None or stored.run.seq != run.seq or not stored.run.is_terminal:
                 return False
             del self._runs[run.id]
+            self.object_records.release(run_references(stored.run), now)
             return True
 
     def _stored_run(self, run_id: str) -> Run | None:
@@ -320,6 +349,92 @@ class InMemoryRunStore:
             return [s.run for s in self._runs.values()]
 
 
+class InMemoryObjectRecords:
+    """The object records of one environment (``store.object_records``): counts of the
+    references to each object, kept as DynamoDB keeps them. The run store checks and
+    adds a write's references under its own lock, in the write."""
+
+    def __init__(self, environment: str) -> None:
+        self.environment = environment
+        self._records: dict[str, ObjectRecord] = {}
+        self._lock = threading.Lock()
+
+    def pin(self, sha256: str, size: int, now: datetime) -> str:
+        with self._lock:
+            found = self._records.get(sha256)
+            until = now + PIN_DURATION
+            if found is None:
+                found = ObjectRecord(sha256, new_generation(), 0, size)
+            self._records[sha256] = replace(found, pinned_until=until, listed_at=until)
+            return found.generation
+
+    def check_holds(self, references: Counter[Reference]) -> None:
+        """Raise :class:`StorageUnavailable` unless every reference's record is there,
+        in the reference's generation (what the write's condition says on DynamoDB)."""
+        with self._lock:
+            for reference in references:
+                found = self._records.get(reference.sha256)
+                if found is None or found.generation != generation_of(reference):
+                    raise StorageUnavailable(moved_record(reference))
+
+    def add_holds(self, references: Counter[Reference]) -> None:
+        with self._lock:
+            for reference, count in references.items():
+                found = self._records[reference.sha256]
+                self._records[reference.sha256] = replace(
+                    found, holders=found.holders + count, listed_at=None
+                )
+
+    def release(self, references: Counter[Reference], now: datetime) -> None:
+        """Take references off (a deleted run's); each record is listed for a look."""
+        with self._lock:
+            for reference, count in references.items():
+                found = self._records.get(reference.sha256)
+                if found is not None and found.generation == generation_of(reference):
+                    self._records[reference.sha256] = replace(
+                        found, holders=found.holders - count, listed_at=now + RELEASE_GRACE
+                    )
+
+    def object_agenda_page(
+        self, partition: str, until: datetime, limit: int, cursor: str | None
+    ) -> tuple[list[ObjectRecord], str | None]:
+        start = _agenda_start(cursor, partition)
+        kind = AgendaKind.OBJECT.value
+        with self._lock:
+            listed = sorted(
+                ((to_epoch_ms(r.listed_at), keys.object_pk(self.environment, r.sha256)), r)
+                for r in self._records.values()
+                if r.listed_at is not None
+                and r.listed_at <= until
+                and agenda_pk(self.environment, kind, r.sha256) == partition
+            )
+        listed = [(position, r) for position, r in listed if _after(position, start)]
+        page = listed[:limit]
+        if not page or len(listed) <= limit:
+            return [r for _, r in page], None
+        at, pk = page[-1][0]
+        return [r for _, r in page], _agenda_cursor(partition, at, pk, keys.OBJECT_SK)
+
+    def remove(self, record: ObjectRecord, now: datetime) -> bool:
+        with self._lock:
+            found = self._records.get(record.sha256)
+            if found is None or found.generation != record.generation:
+                return False
+            if found.listed_at != record.listed_at:
+                return False
+            if found.removable(now):
+                del self._records[record.sha256]
+                return True
+            if found.holders > 0:
+                self._records[record.sha256] = replace(found, listed_at=None)
+            return False
+
+    # inspection helpers for tests
+    def get(self, sha256: str) -> ObjectRecord | None:
+        with self._lock:
+            return self._records.get(sha256)
+
+
 class InMemoryTokenStore:
     """The tokens of one environment (``store.tokens``)."""
 
@@ -327,12 +442,17 @@ class InMemoryTokenStore:
         self.environment = environment
         self._tokens: dict[str, Token] = {}
         self._lock = threading.Lock()
+        self.object_records = InMemoryObjectRecords(environment)
+        """Where a token's references are counted (the run store's, once it has one)."""
 
     def create_token(self, token: Token) -> None:
         with self._lock:
             if token.id in self._tokens:
                 raise ConflictError(token.id, None)
+            holds = references_in([token.metadata])
+            self.object_records.check_holds(holds)
             self._tokens[token.id] = token
+            self.object_records.add_holds(holds)
 
     def get_token(self, token_id: str) -> Token | None:
         with self._lock:
@@ -345,7 +465,10 @@ class InMemoryTokenStore:
                 raise TokenNotFound(decision.token_id)
             decided = decision.applied_to(current)  # raises TokenAlreadyDecided
             stored = replace(decided, value=_json_copy(decided.value))
+            holds = references_in([stored.value])
+            self.object_records.check_holds(holds)
             self._tokens[decision.token_id] = stored
+            self.object_records.add_holds(holds)
             return stored
 
     def finish_token_resume(self, token_id: str) -> None:

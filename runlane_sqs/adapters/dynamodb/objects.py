@@ -1,0 +1,228 @@
+"""Object records in DynamoDB: how many records reference each object of the payload
+bucket (:class:`~runlane_sqs.core.values.ObjectRecord`).
+
+An object record (``OBJECT#{env}#{sha256}`` / ``OBJECT``) holds the object's
+generation, its size and ``holders``, the count of records that reference it. A write
+that stores references (a new run, an outcome, a step, a wait's result, a token's value)
+is one ``TransactWriteItems``: the record's own write, and per object ``ADD holders :n``
+on condition that the record is still in the reference's generation (the writer pinned
+it moments before). Deleting a run is its ``Delete`` and ``ADD holders -n`` per object,
+listing each record on the agenda; maintenance deletes a listed record that no record
+references and no writer pinned, then its object.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from datetime import datetime
+from typing import Any
+
+from runlane_sqs.adapters.dynamodb import keys
+from runlane_sqs.adapters.dynamodb.cursors import agenda_key, decode_cursor, encode_cursor
+from runlane_sqs.adapters.dynamodb.errors import Query, Refused, Send, send_conditional
+from runlane_sqs.adapters.dynamodb.requests import Request, query_agenda
+from runlane_sqs.core.clock import from_epoch_ms, to_epoch_ms
+from runlane_sqs.core.errors import StorageUnavailable
+from runlane_sqs.core.indexes import AgendaKind, agenda_pk
+from runlane_sqs.core.values import (
+    PIN_DURATION,
+    RELEASE_GRACE,
+    ObjectRecord,
+    Reference,
+    generation_of,
+    moved_record,
+    new_generation,
+)
+
+log = logging.getLogger("runlane_sqs.objects")
+
+_NAMES = {
+    "#h": "holders",
+    "#g": "generation",
+    "#p": "agenda_pk",
+    "#a": "agenda_at",
+}
+
+
+def _by_object(references: Counter[Reference]) -> dict[Reference, int]:
+    """One entry per object: a write holding one content in two generations names a
+    record that moved (only one generation is ever current)."""
+    seen: dict[str, Reference] = {}
+    for reference in references:
+        other = seen.setdefault(reference.sha256, reference)
+        if other.key != reference.key:
+            raise StorageUnavailable(moved_record(reference))
+    return dict(references)
+
+
+def hold_items(table: str, environment: str, references: Counter[Reference]) -> list[Request]:
+    """The ``Update`` per object that counts a write's references (off the agenda: the
+    object is held)."""
+    return [
+        {
+            "Update": {
+                "TableName": table,
+                "Key": keys.object_record_key(environment, reference.sha256),
+                "UpdateExpression": "ADD #h :n REMOVE #p, #a",
+                "ConditionExpression": "#g = :g",
+                "ExpressionAttributeNames": _NAMES,
+                "ExpressionAttributeValues": {
+                    ":n": {"N": str(count)},
+                    ":g": {"S": generation_of(reference)},
+                },
+            }
+        }
+        for reference, count in _by_object(references).items()
+    ]
+
+
+def release_items(
+    table: str, environment: str, references: Counter[Reference], now: datetime
+) -> list[Request]:
+    """The ``Update`` per object that takes a deleted record's references off, listing
+    the record for maintenance's look after :data:`RELEASE_GRACE`."""
+    at_ms = str(to_epoch_ms(now + RELEASE_GRACE))
+    kind = AgendaKind.OBJECT.value
+    return [
+        {
+            "Update": {
+                "TableName": table,
+                "Key": keys.object_record_key(environment, reference.sha256),
+                "UpdateExpression": "ADD #h :n SET #p = :p, #a = :a",
+                "ConditionExpression": "#g = :g",
+                "ExpressionAttributeNames": _NAMES,
+                "ExpressionAttributeValues": {
+                    ":n": {"N": str(-count)},
+                    ":g": {"S": generation_of(reference)},
+                    ":p": {"S": agenda_pk(environment, kind, reference.sha256)},
+                    ":a": {"N": at_ms},
+                },
+            }
+        }
+        for reference, count in _by_object(references).items()
+    ]
+
+
+def refused_holds(reasons: list[dict[str, Any]], held: int) -> bool:
+    """Whether one of the last ``held`` cancellation reasons (a transaction's hold or
+    release items, which come last) is a failed condition."""
+    if held <= 0:
+        return False
+    return any(r.get("Code") == "ConditionalCheckFailed" for r in reasons[-held:])
+
+
+def record_from_wire(wire: dict[str, Any]) -> ObjectRecord:
+    listed, pinned = wire.get("agenda_at", {}).get("N"), wire.get("pinned_until", {}).get("N")
+    return ObjectRecord(
+        sha256=wire["sha256"]["S"],
+        generation=wire["generation"]["S"],
+        holders=int(wire.get("holders", {}).get("N", "0")),
+        size=int(wire.get("size", {}).get("N", "0")),
+        listed_at=from_epoch_ms(int(listed)) if listed is not None else None,
+        pinned_until=from_epoch_ms(int(pinned)) if pinned is not None else None,
+    )
+
+
+class DynamoObjectRecords:
+    """The object records of one environment, in the run store's table."""
+
+    def __init__(self, send: Send, query: Query, table: str, environment: str) -> None:
+        self._send = send
+        self._query = query
+        self.table = table
+        self.environment = environment
+
+    def pin(self, sha256: str, size: int, now: datetime) -> str:
+        until_ms = str(to_epoch_ms(now + PIN_DURATION))
+        request = {
+            "TableName": self.table,
+            "Key": keys.object_record_key(self.environment, sha256),
+            "UpdateExpression": (
+                "SET #g = if_not_exists(#g, :g), #s = :s, #e = :e, #d = :d, #u = :u, "
+                "#p = :p, #a = :u"
+            ),
+            "ExpressionAttributeNames": {
+                "#g": "generation",
+                "#p": "agenda_pk",
+                "#a": "agenda_at",
+                "#s": "size",
+                "#e": "environment",
+                "#d": "sha256",
+                "#u": "pinned_until",
+            },
+            "ExpressionAttributeValues": {
+                ":g": {"S": new_generation()},
+                ":s": {"N": str(size)},
+                ":e": {"S": self.environment},
+                ":d": {"S": sha256},
+                ":u": {"N": until_ms},
+                ":p": {"S": agenda_pk(self.environment, AgendaKind.OBJECT.value, sha256)},
+            },
+            "ReturnValues": "ALL_NEW",
+        }
+        attributes = self._send("update_item", request)["Attributes"]
+        return str(attributes["generation"]["S"])
+
+    def get(self, sha256: str) -> ObjectRecord | None:
+        request = {
+            "TableName": self.table,
+            "Key": keys.object_record_key(self.environment, sha256),
+            "ConsistentRead": True,
+        }
+        wire = self._send("get_item", request).get("Item")
+        return record_from_wire(wire) if wire else None
+
+    def object_agenda_page(
+        self, partition: str, until: datetime, limit: int, cursor: str | None
+    ) -> tuple[list[ObjectRecord], str | None]:
+        start = decode_cursor(cursor, agenda_key(partition))
+        request = query_agenda(self.table, partition, to_epoch_ms(until), limit, start)
+        response = self._query(request, cursor)
+        prefix = keys.object_pk(self.environment, "")
+        records = []
+        for listed in response.get("Items", []):
+            record = self.get(listed["pk"]["S"][len(prefix) :])
+            if record is not None and record.listed_at is not None:
+                records.append(record)
+        return records, encode_cursor(response.get("LastEvaluatedKey"))
+
+    def remove(self, record: ObjectRecord, now: datetime) -> bool:
+        assert record.listed_at is not None
+        key = keys.object_record_key(self.environment, record.sha256)
+        values = {
+            ":g": {"S": record.generation},
+            ":a": {"N": str(to_epoch_ms(record.listed_at))},
+            ":z": {"N": "0"},
+        }
+        request = {
+            "TableName": self.table,
+            "Key": key,
+            "ConditionExpression": (
+                "#g = :g AND #a = :a AND (attribute_not_exists(#h) OR #h <= :z) "
+                "AND (attribute_not_exists(#u) OR #u <= :now)"
+            ),
+            "ExpressionAttributeNames": {
+                "#g": "generation",
+                "#a": "agenda_at",
+                "#h": "holders",
+                "#u": "pinned_until",
+            },
+            "ExpressionAttributeValues": {**values, ":now": {"N": str(to_epoch_ms(now))}},
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+        sent = send_conditional(self._send, "delete_item", request)
+        if not isinstance(sent, Refused):
+            return True
+        found = record_from_wire(sent.item) if sent.item else None
+        if found is not None and found.holders > 0 and found.generation == record.generation:
+            unlist = {
+                "TableName": self.table,
+                "Key": key,
+                "UpdateExpression": "REMOVE #p, #a",
+                "ConditionExpression": "#g = :g AND #a = :a AND #h > :z",
+                "ExpressionAttributeNames": _NAMES,
+                "ExpressionAttributeValues": values,
+            }
+            send_conditional(self._send, "update_item", unlist)  # refused: it moved on
+        return False
