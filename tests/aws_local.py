@@ -37,6 +37,7 @@ from types import TracebackType
 from typing import Any
 
 import boto3
+from botocore.config import Config
 
 from runlane_sqs.local import LOCAL_CREDENTIALS, LOCAL_REGION, free_port
 
@@ -202,10 +203,11 @@ class DynamoDBLocal(_Emulator):
 
 
 class LocalStack(_Emulator):
-    """LocalStack's SQS, CloudFormation and EventBridge, from ``.tools/localstack-venv``."""
+    """LocalStack's SQS, S3, CloudFormation and EventBridge, from
+    ``.tools/localstack-venv``."""
 
     name = "localstack"
-    services = "sqs,cloudformation,events"
+    services = "sqs,s3,cloudformation,events"
 
     def __init__(
         self,
@@ -264,14 +266,30 @@ class LocalStack(_Emulator):
             client.list_queues()
         finally:
             client.close()
+        s3 = boto3.client(
+            "s3",
+            endpoint_url=self.endpoint_url,
+            region_name=LOCAL_REGION,
+            aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            config=PATH_STYLE,
+        )
+        try:
+            s3.list_buckets()  # loads S3's provider too
+        finally:
+            s3.close()
         return True
+
+
+PATH_STYLE = Config(s3={"addressing_style": "path"})
+"""S3 requests name the bucket in the path: every bucket is served at one host."""
 
 
 def backend_environment(dynamodb_endpoint: str, sqs_endpoint: str) -> dict[str, str]:
     """Variables that point boto3 (and ``Runlane.from_env``) at the two emulators.
 
-    ``AWS_ENDPOINT_URL`` (LocalStack) serves every other service the tests use
-    (CloudFormation, EventBridge); the per-service variables take precedence for
+    ``AWS_ENDPOINT_URL`` (LocalStack) serves every other service the tests use (S3,
+    CloudFormation, EventBridge); the per-service variables take precedence for
     DynamoDB and SQS (botocore >= 1.31)."""
     return {
         "AWS_ENDPOINT_URL": sqs_endpoint,
@@ -310,10 +328,12 @@ class AwsLocalBackend:
             region_name=LOCAL_REGION,
             aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
             aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            config=PATH_STYLE if service == "s3" else None,
         )
 
     def reset(self) -> None:
-        """Delete every table, queue, stack and EventBridge rule (moto's reset, by API).
+        """Delete every table, queue, bucket, stack and EventBridge rule (moto's reset,
+        by API).
 
         Deleted queue names are not reused: a queue deleted within the last 60 s cannot
         be recreated on SQS, so each test also gets a queue prefix of its own."""
@@ -332,8 +352,22 @@ class AwsLocalBackend:
                         sqs.delete_queue(QueueUrl=url)
         finally:
             sqs.close()
+        self._reset_buckets()
         self._reset_stacks()
         self._reset_rules()
+
+    def _reset_buckets(self) -> None:
+        s3 = self.client("s3")
+        try:
+            for bucket in s3.list_buckets().get("Buckets", []):
+                name = bucket["Name"]
+                for page in s3.get_paginator("list_objects_v2").paginate(Bucket=name):
+                    listed = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+                    if listed:
+                        s3.delete_objects(Bucket=name, Delete={"Objects": listed})
+                s3.delete_bucket(Bucket=name)
+        finally:
+            s3.close()
 
     def _reset_stacks(self) -> None:
         cloudformation = self.client("cloudformation")

@@ -221,9 +221,11 @@ class RunlaneConfig:
             values["queue_prefix"] = prefix
         if urls := env.get(ENV_QUEUE_URLS):
             values["queue_urls"] = parse_queue_urls(urls)
-        if bucket := env.get(ENV_PAYLOAD_BUCKET, "").strip():
-            values["payload_bucket"] = bucket
         read: dict[str, str] = {}  # setting -> "VARIABLE=value", to name it in an error
+        bucket = env.get(ENV_PAYLOAD_BUCKET, "").strip()
+        if bucket and "payload_bucket" not in overrides:
+            values["payload_bucket"] = bucket
+            read["payload_bucket"] = f"{ENV_PAYLOAD_BUCKET}={bucket}"
         numbers: list[tuple[str, str, type[float] | type[int]]] = [
             (v, k, float) for v, k in SECONDS_VARIABLES.items()
         ]

@@ -156,6 +156,35 @@ def test_payloads_can_be_hidden(app: Runlane) -> None:
     assert "--hide-payloads" in page
 
 
+def test_a_large_payload_and_result_are_shown_and_hidden_ones_never_read(
+    backend: Backend,
+) -> None:
+    app = backend.app(register=register, payload_bucket="runlane-console-values")
+    payload = {"card": "4111", "rows": ["r" * 100] * 2000}  # 200 KB: kept in the bucket
+    run = app.trigger(WORKS, payload)
+    drain(app)
+    assert app.objects is not None
+    key = app.runs.get_stored(run.id).payload.reference.key
+
+    with client_for(app) as client:
+        client.cookies.set("runlane_console", TOKEN)
+        shown = client.get(f"/runs/{run.id}").text
+    assert shown.count("4111") == 2  # the payload and the result, both read from S3
+
+    app.objects.delete(key)  # reading it now would fail: hiding must not read it
+    with client_for(app, hide_payloads=True) as client:
+        client.cookies.set("runlane_console", TOKEN)
+        hidden = client.get(f"/runs/{run.id}")
+    assert hidden.status_code == 200
+    assert "4111" not in hidden.text and "cannot be shown" not in hidden.text
+
+    with client_for(app) as client:
+        client.cookies.set("runlane_console", TOKEN)
+        broken = client.get(f"/runs/{run.id}")
+    assert broken.status_code == 200  # the run is still shown, with why its payload is not
+    assert "cannot be shown" in broken.text and "its object is missing" in broken.text
+
+
 def test_retry_with_a_reason_links_the_new_run_and_records_the_actor(
     app: Runlane, client: TestClient
 ) -> None:

@@ -25,10 +25,13 @@ from runlane_sqs import (
     Run,
     Runlane,
     RunStatus,
+    StorageUnavailable,
     TaskContext,
     ValueUnreadable,
 )
 from runlane_sqs.adapters.memory.objects import InMemoryObjects
+from runlane_sqs.core import machine
+from runlane_sqs.core.model import new_run_id
 from runlane_sqs.core.values import (
     PIN_DURATION,
     RELEASE_GRACE,
@@ -356,3 +359,36 @@ def test_bad_value_settings_are_refused(settings: dict[str, Any], message: str) 
 def test_the_default_limit_follows_the_bucket() -> None:
     assert in_memory_app().config.value_limit == 64 * KIB
     assert in_memory_app(payload_bucket="ok-bucket").config.value_limit == 100 * MIB
+
+
+def test_the_bucket_is_read_from_the_environment_and_a_bad_one_named() -> None:
+    from runlane_sqs.core.config import RunlaneConfig  # noqa: PLC0415
+
+    assert RunlaneConfig.from_env({"RUNLANE_PAYLOAD_BUCKET": "my-values"}).payload_bucket == (
+        "my-values"
+    )
+    with pytest.raises(ConfigurationError, match="set by RUNLANE_PAYLOAD_BUCKET=My_Values"):
+        RunlaneConfig.from_env({"RUNLANE_PAYLOAD_BUCKET": "My_Values"})
+
+
+def test_a_write_whose_object_record_was_removed_after_its_pin_is_refused(
+    app: Runlane, clock: ManualClock
+) -> None:
+    """A writer more than the pin late: the record (and object) went meanwhile, so the
+    write that would reference them is refused, and nothing is stored."""
+    kept = app.engine.values.seal(blob(100 * KIB, "late"), what="payload")
+    clock.advance(PIN_DURATION + timedelta(seconds=1))
+    assert app.maintenance.run_pass().jobs["objects"].acted == 1
+    run, event = machine.new_run(
+        run_id=new_run_id(),
+        environment=app.config.environment,
+        task="large.echo",
+        queue="default",
+        payload=None,
+        now=clock.now(),
+        republish=app.config.republish,
+    )
+
+    with pytest.raises(StorageUnavailable, match="was removed after it was pinned"):
+        app.store.create_run(run, event, kept.text)
+    assert app.runs.list().runs == []

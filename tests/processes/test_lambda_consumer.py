@@ -22,6 +22,7 @@ from runlane_sqs import (
     StorageUnavailable,
     TaskContext,
 )
+from runlane_sqs.adapters.memory.objects import InMemoryObjects
 from runlane_sqs.adapters.memory.store import InMemoryRunStore
 from runlane_sqs.adapters.memory.transport import InMemoryTransport
 from runlane_sqs.core.claims import HintedClaim
@@ -798,3 +799,33 @@ def test_a_map_a_group_with_a_callback_and_a_chain_complete_through_lambda_invoc
     assert app.runs.get(callback_run_id(chord.id)).result == 2
     last = app.runs.get(child_run_id(next_group_id(chain.id), 0))
     assert last.result == {"got": {"done": "c"}}
+
+
+def test_a_5_mb_payload_and_result_round_trip_through_the_consumer(
+    clock: ManualClock, store: FlakyStore, transport: InMemoryTransport
+) -> None:
+    objects = InMemoryObjects("runlane-lambda-values")
+    app = Runlane(
+        environment="test",
+        clock=clock,
+        store=store,  # type: ignore[arg-type]
+        transport=transport,
+        objects=objects,
+        payload_bucket=objects.bucket,
+    )
+
+    @app.task(name="work")
+    def work(ctx: TaskContext, payload: Any) -> Any:
+        return {"rows": payload["rows"][::-1]}
+
+    payload = {"rows": [f"row {n:07d} " + "x" * 990 for n in range(5000)]}
+    [run], [message] = trigger_and_receive(app, transport, [payload])
+    handler = sqs_handler(app, safety_margin_seconds=MARGIN_SECONDS)
+
+    response = handler({"Records": [sqs_record(message)]}, FakeContext(clock, 60, "req-1"))
+
+    assert reported(response) == []
+    done = app.runs.get(run.id)
+    assert (done.status, done.payload) == (RunStatus.SUCCEEDED, payload)
+    assert done.result == {"rows": payload["rows"][::-1]}
+    assert objects.requests == {"put": 2, "get": 3}  # the consumer reads one, runs.get two

@@ -125,7 +125,9 @@ class InMemoryRunStore:
         self._runs: dict[str, _Stored] = {}
         self._keys: dict[tuple[KeyKind, str, str], _Key] = {}
         self._lock = threading.Lock()
-        self.tokens = InMemoryTokenStore(environment)
+        self.object_records = InMemoryObjectRecords(environment)
+        """The counts of the references to each object of the payload bucket."""
+        self.tokens = InMemoryTokenStore(environment, self.object_records)
         """The environment's tokens."""
         self.keys = InMemoryKeyStore(self._keys, self._lock)
         """The environment's idempotency and singleton keys."""
@@ -141,9 +143,6 @@ class InMemoryRunStore:
         """Bounded reads for the console and ``app.health``; the last pass's report."""
         self.groups = InMemoryGroupStore(environment, self._lock, self._stored_run)
         """The environment's groups."""
-        self.object_records = InMemoryObjectRecords(environment)
-        """The counts of the references to each object of the payload bucket."""
-        self.tokens.object_records = self.object_records
 
     def create_run(
         self,
@@ -438,12 +437,12 @@ class InMemoryObjectRecords:
 class InMemoryTokenStore:
     """The tokens of one environment (``store.tokens``)."""
 
-    def __init__(self, environment: str) -> None:
+    def __init__(self, environment: str, object_records: InMemoryObjectRecords) -> None:
         self.environment = environment
         self._tokens: dict[str, Token] = {}
         self._lock = threading.Lock()
-        self.object_records = InMemoryObjectRecords(environment)
-        """Where a token's references are counted (the run store's, once it has one)."""
+        self.object_records = object_records
+        """Where a token's references are counted (the run store's)."""
 
     def create_token(self, token: Token) -> None:
         with self._lock:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from runlane_sqs import Runlane
 from tests.processes.cli.apps.names import CHARGE, CHARGE_ALL, ECHO, FAIL_ENV, FAN_OUT, NAP
 from tests.processes.cli.conftest import Cli
 
@@ -282,3 +283,29 @@ def test_retry_failed_from_the_cli_reruns_a_group_s_failed_children_and_its_pare
     )
     children = cli.ok("runs", "list", "--parent", parent, "--json").json()["runs"]
     assert all(c["status"] == "succeeded" and c["source_kind"] == "retry" for c in children)
+
+
+def test_a_5_mb_payload_and_its_result_round_trip_through_the_cli(
+    cli: Cli, provisioned: dict[str, str]
+) -> None:
+    """With a payload bucket, a worker process reads a 5 MB payload from S3 and writes
+    its 5 MB result there; ``runs get`` opens both, ``runs list`` shows the references
+    (it reads no object)."""
+    bucket = {"RUNLANE_PAYLOAD_BUCKET": "runlane-cli-values"}
+    app = Runlane.from_env(payload_bucket=bucket["RUNLANE_PAYLOAD_BUCKET"])
+    app.task(lambda ctx, payload: None, name=ECHO)  # a producer: the worker runs the shop's
+    app.provision(["default"])
+    payload = {"rows": ["x" * 1000] * 5000}
+    run = app.trigger(ECHO, payload)
+
+    worker = cli.ok("worker", "--drain", env=bucket)
+    assert worker.stdout.strip() == "executed 1 run(s)"
+
+    got = cli.ok("runs", "get", run.id, "--json", env=bucket).json()
+    assert got["status"] == "succeeded"
+    assert got["payload"] == payload
+    assert got["result"] == {"echo": payload}
+    listed = cli.ok("runs", "list", "--json", env=bucket).json()["runs"]
+    assert [r["id"] for r in listed] == [run.id]
+    assert listed[0]["payload"]["sealed"]["size"] > 5_000_000
+    assert listed[0]["result"]["sealed"]["bucket"] == "runlane-cli-values"
