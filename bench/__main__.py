@@ -39,6 +39,7 @@ from bench.maintenance_scale import measure_maintenance
 from bench.schedules import measure_schedules, per_occurrence
 from bench.throughput import celery_cpu_ratio, celery_ratio, measure_throughput, runlane_worker
 from bench.tracing import MODES, ROUNDS, measure_tracing
+from bench.values import KB, MB, measure_values
 from bench.workers import ASYNC, SYNC
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -56,6 +57,7 @@ MEASUREMENTS = (
     "console",
     "fanout",
     "clients",
+    "values",
 )
 MEMORY_CONCURRENCY = 32
 CONSOLE_WIDTH = 150
@@ -82,6 +84,12 @@ class Sizes:
     """Small maps after the counted one, each timing one more join."""
     client_calls: int = 1000
     """Requests of each kind measured per client and round (bench/clients.py)."""
+    value_runs: dict[int, int] = field(
+        default_factory=lambda: {1 * KB: 20, 100 * KB: 20, 1 * MB: 5, 10 * MB: 3}
+    )
+    """Runs counted per size of payload and result, in bytes (bench/values.py)."""
+    value_latency_samples: int = 10
+    """Trigger -> start samples per size, at most its runs."""
 
 
 SMOKE = Sizes(
@@ -101,6 +109,8 @@ SMOKE = Sizes(
     fanout_children_aws_local=50,
     fanout_join_groups=2,
     client_calls=50,
+    value_runs={1 * KB: 2, 100 * KB: 2},
+    value_latency_samples=2,
 )
 
 
@@ -259,6 +269,16 @@ class Runner:
         bar = self.bar(f"clients: {calls} requests of each kind, per client", CLIENT_STEPS)
         rows = measure_clients(self.backend, calls, bar)
         self.results["clients"] = [row.to_json() for row in rows]
+
+    def values(self) -> None:
+        """Runs with payloads and results of 1 KB to 10 MB on an app with a payload
+        bucket: requests, units, S3 bytes, dollars, trigger -> start (bench/values.py)."""
+        runs = self.sizes.value_runs
+        bar = self.bar(
+            f"values: {len(runs)} sizes of payload, {sum(runs.values())} runs", len(runs)
+        )
+        rows = measure_values(self.backend, runs, self.sizes.value_latency_samples, bar)
+        self.results["values"] = [row.to_json() for row in rows]
 
 
 def _versions() -> dict[str, str]:

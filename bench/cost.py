@@ -24,6 +24,13 @@ from runlane_sqs import RetryPolicy, Runlane, RunStatus, TaskContext
 DYNAMODB_WRITE_USD_PER_MILLION_UNITS = 0.625
 DYNAMODB_READ_USD_PER_MILLION_UNITS = 0.125
 SQS_STANDARD_USD_PER_MILLION_REQUESTS = 0.40
+# S3 Standard requests, us-east-1, as https://aws.amazon.com/s3/pricing/ lists them
+# ("Requests & data retrievals", 2026-12-04): $0.005 per 1,000 PUT, COPY, POST or LIST
+# requests, $0.0004 per 1,000 GET and other requests; DELETE is free. Storage (per
+# GB-month while an object is kept) and transfer out of the region are left out: data
+# sent into S3 and between S3 and compute in its region is free.
+S3_PUT_USD_PER_MILLION_REQUESTS = 5.00
+S3_GET_USD_PER_MILLION_REQUESTS = 0.40
 
 TASK = "bench.cost"
 DRAIN_CONCURRENCY = 10
@@ -48,10 +55,13 @@ class CostResult:
     @property
     def usd_per_million_runs(self) -> float:
         c = self.counts
+        s3 = c.service("s3")
         return self.per_run(
             c.write_units * DYNAMODB_WRITE_USD_PER_MILLION_UNITS
             + c.read_units * DYNAMODB_READ_USD_PER_MILLION_UNITS
             + c.sqs_requests * SQS_STANDARD_USD_PER_MILLION_REQUESTS
+            + s3["PutObject"] * S3_PUT_USD_PER_MILLION_REQUESTS
+            + s3["GetObject"] * S3_GET_USD_PER_MILLION_REQUESTS
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -65,6 +75,7 @@ class CostResult:
                 "dynamodb_writes": self.per_run(c.dynamodb_writes),
                 "dynamodb_reads": self.per_run(c.dynamodb_reads),
                 "sqs_requests": self.per_run(c.sqs_requests),
+                "s3_requests": self.per_run(c.s3_requests),
                 "write_units": self.per_run(c.write_units),
                 "index_write_units": self.per_run(c.index_write_units),
                 "read_units": self.per_run(c.read_units),

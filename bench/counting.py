@@ -1,9 +1,11 @@
-"""Requests, capacity units and items read, counted with botocore event hooks.
+"""Requests, capacity units, items read and S3 bytes, counted with botocore event hooks.
 
 Hooks are registered on a :class:`boto3.Session` before the app builds its clients from
 it (a client copies its session's hooks when it is created), so every request the app
 sends is seen. Every DynamoDB request that accepts ``ReturnConsumedCapacity`` is sent
-with ``INDEXES``, and the units DynamoDB reports are summed per operation.
+with ``INDEXES``, and the units DynamoDB reports are summed per operation. S3 bytes are
+the bodies of ``PutObject`` requests and the ``Content-Length`` of ``GetObject``
+responses (a large value's object, docs/payloads.md).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ DYNAMODB_WRITES = frozenset(
     {"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem"}
 )
 DYNAMODB_READS = frozenset({"GetItem", "Query", "Scan", "TransactGetItems", "BatchGetItem"})
-SERVICES = ("dynamodb", "sqs")
+SERVICES = ("dynamodb", "sqs", "s3")
 
 
 @dataclass
@@ -40,6 +42,10 @@ class Counts:
     """``Count`` summed over Query and Scan responses."""
     write_units_by_operation: dict[str, float] = field(default_factory=dict)
     """``dynamodb.Operation`` -> of ``write_units``, those its responses reported."""
+    s3_bytes_put: int = 0
+    """Bytes of ``PutObject`` bodies."""
+    s3_bytes_got: int = 0
+    """Bytes of ``GetObject`` responses' bodies (their ``Content-Length``)."""
 
     def service(self, name: str) -> Counter[str]:
         prefix = f"{name}."
@@ -65,6 +71,10 @@ class Counts:
         return sum(self.service("sqs").values())
 
     @property
+    def s3_requests(self) -> int:
+        return sum(self.service("s3").values())
+
+    @property
     def capacity_complete(self) -> bool:
         """Did every DynamoDB response report its consumed capacity?"""
         return self.capacity_reported >= self.dynamodb_requests
@@ -82,6 +92,8 @@ class Counts:
             items_read=self.items_read + other.items_read,
             items_returned=self.items_returned + other.items_returned,
             write_units_by_operation=units,
+            s3_bytes_put=self.s3_bytes_put + other.s3_bytes_put,
+            s3_bytes_got=self.s3_bytes_got + other.s3_bytes_got,
         )
 
     def minus(self, other: Counts) -> Counts:
@@ -97,6 +109,8 @@ class Counts:
                 op: units - other.write_units_by_operation.get(op, 0.0)
                 for op, units in self.write_units_by_operation.items()
             },
+            s3_bytes_put=self.s3_bytes_put - other.s3_bytes_put,
+            s3_bytes_got=self.s3_bytes_got - other.s3_bytes_got,
         )
 
 
@@ -128,6 +142,8 @@ class RequestCounter:
             events.register(f"before-call.{service}", self._before_call)
         events.register("provide-client-params.dynamodb", self._ask_for_capacity)
         events.register("after-call.dynamodb", self._after_call)
+        events.register("provide-client-params.s3.PutObject", self._put_object)
+        events.register("after-call.s3.GetObject", self._got_object)
 
     def _before_call(self, model: Any, **_: Any) -> None:
         name = f"{model.service_model.service_name}.{model.name}"
@@ -137,6 +153,19 @@ class RequestCounter:
     def _ask_for_capacity(self, params: dict[str, Any], model: Any, **_: Any) -> None:
         if "ReturnConsumedCapacity" in model.input_shape.members:
             params.setdefault("ReturnConsumedCapacity", self._capacity)
+
+    def _put_object(self, params: dict[str, Any], **_: Any) -> None:
+        body = params.get("Body")
+        if isinstance(body, str):
+            body = body.encode("utf-8")
+        size = len(body) if isinstance(body, bytes | bytearray) else 0
+        with self._lock:
+            self._counts.s3_bytes_put += size
+
+    def _got_object(self, parsed: Any, **_: Any) -> None:
+        size = int(parsed.get("ContentLength") or 0) if isinstance(parsed, dict) else 0
+        with self._lock:
+            self._counts.s3_bytes_got += size
 
     def _after_call(self, parsed: Any, model: Any, **_: Any) -> None:
         if not isinstance(parsed, dict):
@@ -177,6 +206,8 @@ class RequestCounter:
                 items_read=c.items_read,
                 items_returned=c.items_returned,
                 write_units_by_operation=dict(c.write_units_by_operation),
+                s3_bytes_put=c.s3_bytes_put,
+                s3_bytes_got=c.s3_bytes_got,
             )
 
     def reset(self) -> None:

@@ -34,6 +34,9 @@ FANOUT_EXTRA_WCU_PER_CHILD = 4.0
 """A ``ctx.map`` child on top of a plain run: write requests and write units, at most
 (bench/fanout.py)."""
 FANOUT_PARENT_RESUMES = 1
+SMALL_VALUE_S3_REQUESTS = 0
+"""With a payload bucket, S3 requests per run whose values are all under ``inline_limit``
+(bench/values.py): none, a small value costs what it did without one."""
 CONSOLE_SAME_REQUESTS = ("/runs", "/runs?status=failed")
 """Console pages whose requests per load must not grow with the table
 (bench/console.py)."""
@@ -128,6 +131,7 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
     targets += tracing_targets(results.get("tracing") or [])
     targets += console_targets(results.get("console") or [])
     targets += fanout_targets(results.get("fanout") or {})
+    targets.append(values_target(results.get("values") or []))
     for memory in results.get("memory") or []:
         rss = memory.get("worker_rss")
         targets.append(
@@ -280,3 +284,16 @@ def fanout_targets(result: dict[str, Any]) -> list[Target]:
             note=note,
         ),
     ]
+
+
+def values_target(rows: list[dict[str, Any]]) -> Target:
+    """No S3 request for a run whose payload and result are under ``inline_limit``."""
+    small = [row for row in rows if row["size_bytes"] <= row["inline_limit"]]
+    measured = max((row["per_run"]["s3_requests"] for row in small), default=None)
+    sizes = ", ".join(row["size"] for row in small)
+    return at_most(
+        "S3 requests per run, values under inline_limit",
+        measured,
+        SMALL_VALUE_S3_REQUESTS,
+        note=f"payload and result of {sizes}" if sizes else "",
+    )

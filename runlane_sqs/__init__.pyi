@@ -35,6 +35,9 @@ from .core.config import (
     RunlaneSettings as RunlaneSettings,
 )
 from .core.errors import (
+    CodecError as CodecError,
+)
+from .core.errors import (
     ConfigurationError as ConfigurationError,
 )
 from .core.errors import (

@@ -2,6 +2,7 @@
 :mod:`runlane_sqs.core.errors`)."""
 
 from runlane_sqs.core.errors import (
+    CodecError,
     ConfigurationError,
     ConflictError,
     IllegalTransition,
@@ -24,6 +25,7 @@ from runlane_sqs.core.errors import (
 )
 
 __all__ = [
+    "CodecError",
     "ConfigurationError",
     "ConflictError",
     "IllegalTransition",

@@ -12,6 +12,7 @@ assert app.worker().drain() == 1
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Unpack
 
 from runlane_sqs.adapters.memory.objects import InMemoryObjects
@@ -21,6 +22,7 @@ from runlane_sqs.api.app import Runlane
 from runlane_sqs.api.telemetry import Telemetry
 from runlane_sqs.core.clock import ManualClock
 from runlane_sqs.core.config import RunlaneSettings
+from runlane_sqs.ports.codecs import Codec
 
 __all__ = [
     "InMemoryRunStore",
@@ -35,6 +37,7 @@ def in_memory_app(
     *,
     clock: ManualClock | None = None,
     telemetry: Telemetry | None = None,
+    codec: Codec | Sequence[Codec] | None = None,
     **settings: Unpack[RunlaneSettings],
 ) -> Runlane:
     """A :class:`Runlane` app backed by in-memory storage and transport (and objects,
@@ -48,6 +51,7 @@ def in_memory_app(
         store=InMemoryRunStore(settings["environment"]),
         transport=InMemoryTransport(clock),
         objects=InMemoryObjects(bucket) if bucket else None,
+        codec=codec,
         telemetry=telemetry,
         **settings,
     )

@@ -51,6 +51,8 @@ NAMESPACES = frozenset(
         # consumer's preferred path, which runlane_sqs.aws_lambda aliases
         "runlane_sqs/errors.py",
         "runlane_sqs/lambdas/consumer.py",
+        # the codecs an app configures (docs/payloads.md, "Codecs")
+        "runlane_sqs/codecs.py",
     }
 )
 """The public namespaces: they gather names defined elsewhere (paths from the root)."""

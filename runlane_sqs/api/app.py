@@ -32,6 +32,8 @@ from runlane_sqs.engine.signals import SignalsApi
 from runlane_sqs.engine.tasks import Handler, Queue, ScheduleRules, Task, TaskOptions, TaskRegistry
 from runlane_sqs.engine.tokens import TokensApi
 from runlane_sqs.engine.triggering import TriggerManyOptions, TriggerOptions
+from runlane_sqs.engine.values import codec_chain
+from runlane_sqs.ports.codecs import Codec
 from runlane_sqs.ports.objects import ObjectStore
 from runlane_sqs.ports.store import RunStore
 from runlane_sqs.ports.transport import WakeupTransport
@@ -54,7 +56,10 @@ class Runlane(OperatorApis):
     queue of task queue ``q`` is ``{queue_prefix}{q}`` (unless ``queue_urls`` names it);
     without ``queue_prefix`` that is ``runlane-{environment}-{q}``, so each environment
     has queues of its own. ``telemetry`` says what is traced and measured, and where it
-    goes (default :meth:`Telemetry.from_env`; docs/observability.md).
+    goes (default :meth:`Telemetry.from_env`; docs/observability.md). ``codec`` (one,
+    or a chain applied in order, from :mod:`runlane_sqs.codecs`) encodes every stored
+    value, e.g. ``[Zstd(), KmsEncryption(key)]``; ``objects`` is the payload bucket's
+    store (default: S3, with a ``payload_bucket``; docs/payloads.md).
     """
 
     def __init__(
@@ -64,6 +69,7 @@ class Runlane(OperatorApis):
         store: RunStore | None = None,
         transport: WakeupTransport | None = None,
         objects: ObjectStore | None = None,
+        codec: Codec | Sequence[Codec] | None = None,
         clock: Clock | None = None,
         telemetry: Telemetry | None = None,
         session: boto3.Session | None = None,
@@ -75,6 +81,8 @@ class Runlane(OperatorApis):
         else:
             config = config.agreeing_with(settings)
         self.config = config
+        self.codecs = codec_chain(codec)
+        """What encodes every stored value (docs/payloads.md, "Codecs"), in order."""
         self.telemetry = telemetry or Telemetry.from_env()
         self.observer = self.telemetry.observer(config)
         """Spans and metrics of every engine this app builds (docs/observability.md)."""
@@ -132,6 +140,7 @@ class Runlane(OperatorApis):
             store=store,
             transport=transport,
             objects=objects,
+            codecs=self.codecs,
             observer=self.observer,
         )
         self.forget_apis()  # built again, over this engine, on first use
@@ -163,6 +172,7 @@ class Runlane(OperatorApis):
         store: RunStore | None = None,
         transport: WakeupTransport | None = None,
         objects: ObjectStore | None = None,
+        codec: Codec | Sequence[Codec] | None = None,
         clock: Clock | None = None,
         telemetry: Telemetry | None = None,
         session: boto3.Session | None = None,
@@ -182,6 +192,7 @@ class Runlane(OperatorApis):
             store=store,
             transport=transport,
             objects=objects,
+            codec=codec,
             clock=clock,
             telemetry=telemetry,
             session=session,

@@ -134,11 +134,12 @@ def attempt_to_json(attempt: Attempt) -> dict[str, JSON]:
 
 
 def value_to_json(value: JSON) -> JSON:
-    """A stored value: itself, or for one not opened (a large value read without its
-    object, as ``runs list`` reads them) ``{"sealed": {"bucket", "key", "size",
-    "sha256"}}``."""
+    """A stored value: itself, or for one not opened (as ``runs list`` reads them)
+    ``{"sealed": {"bucket", "key", "size", "sha256"}}`` (a large value), with
+    ``"codecs"`` when codecs encoded it (a small encoded one has its ``size`` only)."""
     if isinstance(value, Sealed):
-        return {"sealed": value.reference.to_json()}
+        kept = value.reference.to_json() if value.reference else {"size": len(value.data or b"")}
+        return {"sealed": {**kept, "codecs": list(value.codecs)} if value.codecs else kept}
     return value
 
 

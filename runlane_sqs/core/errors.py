@@ -42,16 +42,22 @@ class PayloadTooLarge(InvalidPayloadError):
 
 
 class ValueUnreadable(RunlaneError):
-    """A value kept in the object store (a payload, a result, a step's or a wait's
-    result, a token's value) cannot be read back: the object is missing, its bytes do not
-    match the size and SHA-256 the run recorded, or no object store is configured.
+    """A stored value (a payload, a result, a step's or a wait's result, a token's
+    value) cannot be read back: its object in the payload bucket is missing or does not
+    match the size and SHA-256 its record keeps, no bucket is configured, or a codec
+    that encoded it is missing or cannot decode it (another key, changed bytes).
     Reading it again cannot help, so an attempt that meets one fails without retry."""
 
     def __init__(self, what: str, owner: str, reference: object, reason: str) -> None:
-        super().__init__(f"{what} of {owner} cannot be read: {reason}; it is kept at {reference}")
+        super().__init__(f"{what} of {owner} cannot be read: {reason}; it is kept as {reference}")
         self.owner = owner
         self.reference = reference
         self.reason = reason
+
+
+class CodecError(RunlaneError):
+    """A codec of the app (``Runlane(codec=...)``) could not encode a value; nothing was
+    written. The message names the codec and the value."""
 
 
 class InvalidKeyError(RunlaneError):
@@ -153,6 +159,7 @@ for _error in (
     ConflictError,
     LeaseLost,
     ValueUnreadable,
+    CodecError,
 ):
     _error.__module__ = "runlane_sqs.errors"
 

@@ -20,6 +20,7 @@ the same object, and two runs with the same large payload share one, counted by 
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import secrets
@@ -63,18 +64,30 @@ class Reference:
 
 @dataclass(frozen=True, slots=True)
 class Sealed:
-    """A stored value not opened yet: the envelope naming the object that holds it.
+    """A stored value not opened yet: the envelope of a value kept in the payload bucket
+    (``reference``) or encoded by the app's codecs (``codecs``, with its encoded bytes
+    in ``data`` when it is kept in its record), or both.
 
-    A run read from storage carries one in place of a value kept elsewhere (its
+    A record read from storage carries one in place of such a value (a run's
     ``payload``, ``result``, an entry of ``steps`` or ``wait_results``; a token's
     ``value`` or ``metadata``); the engine opens it where the value is used."""
 
-    reference: Reference
+    reference: Reference | None = None
+    codecs: tuple[str, ...] = ()
+    """The names of the codecs that encoded the value, in the order they were applied."""
+    data: bytes | None = None
+    """The encoded bytes, when the record keeps them (no ``reference``)."""
 
     @property
     def text(self) -> str:
         """The envelope as stored."""
-        body = {"v": ENVELOPE_VERSION, "ref": self.reference.to_json()}
+        body: dict[str, JSON] = {"v": ENVELOPE_VERSION}
+        if self.codecs:
+            body["codecs"] = list(self.codecs)
+        if self.reference is not None:
+            body["ref"] = self.reference.to_json()
+        else:
+            body["data"] = base64.b64encode(self.data or b"").decode("ascii")
         return ENVELOPE_MARK + json.dumps(body, separators=(",", ":"))
 
     @classmethod
@@ -84,15 +97,21 @@ class Sealed:
         body = json.loads(text[len(ENVELOPE_MARK) :])
         if not isinstance(body, dict) or body.get("v") != ENVELOPE_VERSION:
             raise ValueError(f"not a version {ENVELOPE_VERSION} value envelope")
-        ref = body["ref"]
-        return cls(
-            Reference(
-                bucket=str(ref["bucket"]),
-                key=str(ref["key"]),
-                size=int(ref["size"]),
-                sha256=str(ref["sha256"]),
-            )
+        codecs = tuple(str(name) for name in body.get("codecs", ()))
+        ref = body.get("ref")
+        if ref is None:
+            return cls(codecs=codecs, data=base64.b64decode(body["data"], validate=True))
+        reference = Reference(
+            bucket=str(ref["bucket"]),
+            key=str(ref["key"]),
+            size=int(ref["size"]),
+            sha256=str(ref["sha256"]),
         )
+        return cls(reference=reference, codecs=codecs)
+
+    def __str__(self) -> str:
+        kept = str(self.reference) if self.reference else f"{len(self.data or b'')} bytes inline"
+        return f"{kept}, encoded by {', '.join(self.codecs)}" if self.codecs else kept
 
 
 def stored_text(value: Any) -> str:
@@ -166,7 +185,7 @@ def moved_record(reference: Reference) -> str:
 
 def references_in(values: Iterable[Any]) -> Counter[Reference]:
     """The references among ``values``, each counted as often as it occurs."""
-    return Counter(v.reference for v in values if isinstance(v, Sealed))
+    return Counter(v.reference for v in values if isinstance(v, Sealed) and v.reference is not None)
 
 
 def run_references(run: Run) -> Counter[Reference]:

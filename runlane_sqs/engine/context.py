@@ -442,12 +442,12 @@ class TaskContext:
     def _storable(self, name: str, produced: object, site: str) -> tuple[Prepared, JSON]:
         """The step's entry (its result and call site) checked and encoded, not yet kept,
         and ``produced`` as later attempts will get it back from storage (checked JSON)."""
-        values = self._services().values
-        prepared = values.prepare(produced, what=f"result of step {name!r}")
+        values, what = self._services().values, f"result of step {name!r}"
+        prepared = values.prepare(produced, what=what)
         value: JSON = json.loads(prepared.text)
         entry_text = f'{{"value":{prepared.text},"site":{json.dumps(site)}}}'
-        entry = values.prepare_text({"value": value, "site": site}, entry_text)
-        stored_bytes = ENVELOPE_BYTES if entry.offloaded else len(entry.data)
+        entry = values.prepare_text({"value": value, "site": site}, entry_text, what=what)
+        stored_bytes = REFERENCE_BYTES if entry.offloaded else len(entry.data)
         check_item_budget(self._services().run(), stored_bytes, f"step {name!r}")
         return entry, value
 
@@ -456,7 +456,7 @@ MAX_STEP_NAME_CHARS = 128
 RUN_DATA_BUDGET_BYTES = 256 * 1024
 """Payload, result, step results and wait results of one run together stay under this,
 leaving the rest of DynamoDB's 400 KB item for history and state."""
-ENVELOPE_BYTES = 512
+REFERENCE_BYTES = 512
 """At least what the item keeps of a value kept in the payload bucket (its reference)."""
 
 

@@ -14,7 +14,13 @@ from enum import StrEnum
 
 from runlane_sqs.core import machine, waits
 from runlane_sqs.core.config import RunlaneConfig
-from runlane_sqs.core.errors import InvalidPayloadError, LeaseLost, StepError, ValueUnreadable
+from runlane_sqs.core.errors import (
+    CodecError,
+    InvalidPayloadError,
+    LeaseLost,
+    StepError,
+    ValueUnreadable,
+)
 from runlane_sqs.core.groups import GroupFailed
 from runlane_sqs.core.limits import MAX_TRACEBACK_CHARS
 from runlane_sqs.core.machine import Skip, Transition
@@ -97,7 +103,7 @@ def decide_raised(config: RunlaneConfig, task: Task, exc: BaseException, token: 
     if wait is not None:
         return _decide_release(config, wait, token)
     retryable = task.retry.is_retryable(exc) and not isinstance(
-        exc, StepError | InvalidPayloadError | GroupFailed | ValueUnreadable
+        exc, StepError | InvalidPayloadError | GroupFailed | ValueUnreadable | CodecError
     )
     failure = failure_from(exc, retryable=retryable, redact=config.redact)
 

@@ -10,6 +10,7 @@ use it (docs/deploy-lambda.md, "Cold start").
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Protocol
 
@@ -27,6 +28,7 @@ from runlane_sqs.engine.tasks import TaskRegistry
 from runlane_sqs.engine.tokens import TokensApi
 from runlane_sqs.engine.triggering import Triggers
 from runlane_sqs.engine.values import Values
+from runlane_sqs.ports.codecs import Codec
 from runlane_sqs.ports.objects import ObjectStore
 from runlane_sqs.ports.store import RunStore
 from runlane_sqs.ports.transport import BacklogProbe, WakeupTransport
@@ -50,6 +52,7 @@ class Engine:
         store: RunStore,
         transport: WakeupTransport,
         objects: ObjectStore | None = None,
+        codecs: Sequence[Codec] = (),
         observer: Observer | None = None,
     ) -> None:
         self.config = config
@@ -59,7 +62,7 @@ class Engine:
         self.tasks = tasks
         self.store = store
         self.transport = transport
-        self.values = Values(config, objects, store.object_records, clock)
+        self.values = Values(config, objects, store.object_records, clock, codecs)
         """Seals values into their stored form and opens them (docs/payloads.md)."""
         self.publisher = Publisher(store, transport, clock)
         self.resumer = Resumer(store, self.publisher, self.values, clock, config)

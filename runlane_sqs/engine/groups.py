@@ -327,10 +327,10 @@ class Groups:
         )
         key = concurrency_key_of(task, payload, None)
         run = run.with_changes(concurrency_key=key, **changes)
+        prepared = self._values.prepare_text(payload, payload_json, what="payload")
+        kept = self._values.keep(prepared)
         try:
-            self._store.create_run(
-                run, event, self._values.keep(self._values.prepare_text(payload, payload_json)).text
-            )
+            self._store.create_run(run, event, kept.text)
         except ConflictError:
             return None
         return run
