@@ -110,10 +110,12 @@ class GroupStatus(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Item:
-    """One item of a group: the task a child runs and its payload as stored JSON."""
+    """One item of a group: the task a child runs and its payload as stored: compact
+    JSON, or with the app's codecs their envelope (:mod:`runlane_sqs.core.values`)."""
 
     task: str
-    payload_json: str
+    payload_text: str
+    """As an :class:`Item`'s."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +124,7 @@ class Then:
     failed (its context says which)."""
 
     task: str
-    payload_json: str
+    payload_text: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -397,7 +399,7 @@ def chunk(items: Sequence[Item]) -> tuple[tuple[int, ...], list[list[Item]]]:
     chunks: list[list[Item]] = [[]]
     size = total = 0
     for index, item in enumerate(items):
-        weight = len(item.task) + len(item.payload_json.encode()) + 8
+        weight = len(item.task) + len(item.payload_text.encode()) + 8
         total += weight
         if chunks[-1] and size + weight > CHUNK_BYTES:
             bounds.append(index)

@@ -15,7 +15,6 @@ nothing undone.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections import OrderedDict
@@ -36,7 +35,7 @@ from runlane_sqs.core.errors import (
 from runlane_sqs.core.groups import Group, GroupStatus, Item, Then
 from runlane_sqs.core.limits import MAX_PAYLOAD_LIMIT_BYTES
 from runlane_sqs.core.model import LinkKind, Run, RunStatus, new_run_id
-from runlane_sqs.core.values import encode_json
+from runlane_sqs.core.values import decode_json, encode_json
 from runlane_sqs.engine.context import DEFAULT_MAX_IN_FLIGHT, Child, GroupOptions, NamedTask
 from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.resuming import Resumer, group_resumption
@@ -96,14 +95,16 @@ class Groups:
                     "child's handler with ctx.map)"
                 )
             request = self._triggers.request(_task_name(child[0]), child[1])
-            items.append(Item(request.task, _item_text(request.payload_json, f"child {number}")))
+            kept = self._values.keep_inline(request.prepared)
+            items.append(Item(request.task, _item_text(kept.text, f"child {number}")))
         return items
 
     def then(self, callback: Child | None) -> Then | None:
         if callback is None:
             return None
         request = self._triggers.request(_task_name(callback[0]), callback[1])
-        return Then(request.task, _item_text(request.payload_json, "the callback"))
+        kept = self._values.keep_inline(request.prepared)
+        return Then(request.task, _item_text(kept.text, "the callback"))
 
     def new_group(
         self,
@@ -266,7 +267,7 @@ class Groups:
         return self._create(
             run_id,
             task,
-            item.payload_json,
+            item.payload_text,
             source=source,
             group_id=group.id,
             group_index=index,
@@ -306,7 +307,7 @@ class Groups:
         self,
         run_id: str,
         task: Task,
-        payload_json: str,
+        payload_text: str,
         *,
         source: tuple[str, LinkKind, str, str] | None = None,
         **changes: object,
@@ -314,7 +315,9 @@ class Groups:
         """Write a run the group makes under its fixed id, with the concurrency key a
         trigger would give it; ``None`` if that id exists already (made by another
         finisher, join or maintenance)."""
-        payload = json.loads(payload_json)
+        payload = self._values.open(
+            decode_json(payload_text), what="payload", owner=f"run {run_id}"
+        )
         run, event = machine.new_run(
             run_id=run_id,
             environment=self._config.environment,
@@ -327,8 +330,7 @@ class Groups:
         )
         key = concurrency_key_of(task, payload, None)
         run = run.with_changes(concurrency_key=key, **changes)
-        prepared = self._values.prepare_text(payload, payload_json, what="payload")
-        kept = self._values.keep(prepared)
+        kept = self._values.keep_text(payload, payload_text)  # a large one goes to the bucket
         try:
             self._store.create_run(run, event, kept.text)
         except ConflictError:
@@ -378,12 +380,10 @@ class Groups:
         assert child is not None  # the group succeeded: its one child did
         try:
             result = self._values.open(child.result, what="result", owner=f"run {child.id}")
-            text = _item_text(
-                encode_json(
-                    result, what=f"result of chain step {child.id}", limit_bytes=ITEM_BYTES
-                ),
-                f"the result of chain step {child.id}",
-            )
+            what = f"result of chain step {child.id}"
+            encoded = encode_json(result, what=what, limit_bytes=ITEM_BYTES)
+            kept = self._values.keep_inline(self._values.prepare_text(result, encoded, what=what))
+            text = _item_text(kept.text, f"the {what}")
         except RunlaneError as exc:  # the chain stops here, and says why
             log.error(
                 "chain stops after run %s: its result cannot be the next step's payload: %s",
@@ -468,7 +468,7 @@ class Groups:
         run = self._create(
             core.callback_run_id(group.id, group.generation),
             task,
-            then.payload_json,
+            then.payload_text,
             joined_group=group.id,
         )
         if run is not None:  # None: triggered already, by another join

@@ -267,8 +267,8 @@ class Scheduler:
         # a registered task's payload gives its key (registration checked that it does)
         key = concurrency_key_of(task, run.payload, None) if task is not None else None
         run = run.with_changes(concurrency_key=key, trace=trace)
-        payload_json = self._values.seal(schedule.payload, what="payload").text
-        self._runs.create_run(run, event, payload_json)
+        payload_text = self._values.seal(schedule.payload, what="payload").text
+        self._runs.create_run(run, event, payload_text)
         log.info(
             "schedule %s created run %s of %s",
             schedule.id,

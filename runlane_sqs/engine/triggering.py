@@ -137,7 +137,7 @@ def write_run(
     store: RunStore,
     run: Run,
     event: RunEvent,
-    payload_json: str,
+    payload_text: str,
     claims: Sequence[KeyClaim],
     ordering_key: str | None,
 ) -> Run:
@@ -145,13 +145,13 @@ def write_run(
     key's line (read again while the key's order record changes under the write);
     returns the run as written. Raises :class:`KeyConflict`."""
     if ordering_key is None:
-        store.create_run(run, event, payload_json, claims)
+        store.create_run(run, event, payload_text, claims)
         return run
     for _ in range(MAX_ORDER_MOVES):
         head = store.orders.order_head(ordering_key)
         written, first, place = ordering.place(run, event, ordering_key, head)
         try:
-            store.create_run(written, first, payload_json, claims, place)
+            store.create_run(written, first, payload_text, claims, place)
         except OrderMoved:
             continue
         return written
@@ -295,7 +295,7 @@ class Triggers:
         queue = task.queue if task is not None else source.queue
         payload = source.payload
         # a sealed payload names the same object; an opened one is sealed again
-        payload_json = (
+        payload_text = (
             payload.text
             if isinstance(payload, Sealed)
             else self._values.seal(payload, what="payload").text
@@ -313,7 +313,7 @@ class Triggers:
             )
             run = run.with_changes(concurrency_key=source.concurrency_key, trace=span.trace)
             span.set({t.RUN_ID: run.id})
-            run = write_run(self._store, run, event, payload_json, (), source.ordering_key)
+            run = write_run(self._store, run, event, payload_text, (), source.ordering_key)
             self._publisher.publish_new([run])
         self._observer.triggered([run])
         return run

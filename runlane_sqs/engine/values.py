@@ -38,7 +38,14 @@ from runlane_sqs.core.errors import (
 from runlane_sqs.core.limits import MAX_PAYLOAD_LIMIT_BYTES
 from runlane_sqs.core.model import JSON, Run
 from runlane_sqs.core.tokens import Token
-from runlane_sqs.core.values import ObjectRecord, Reference, Sealed, encode_json, object_key
+from runlane_sqs.core.values import (
+    ENVELOPE_MARK,
+    ObjectRecord,
+    Reference,
+    Sealed,
+    encode_json,
+    object_key,
+)
 from runlane_sqs.ports.codecs import Codec
 from runlane_sqs.ports.objects import ObjectRecords, ObjectStore
 
@@ -168,6 +175,27 @@ class Values:
         codecs = self._names if prepared.encoded else ()
         sealed = Sealed(Reference(self.objects.bucket, key, size, digest), codecs=codecs)
         return Kept(sealed, sealed.text)
+
+    def keep_inline(self, prepared: Prepared) -> Kept:
+        """``prepared`` as a record that holds no references keeps it (a group's item):
+        encoded if the app has codecs, never in the bucket (:meth:`keep_text` moves it
+        there when its run is made)."""
+        if not prepared.encoded:
+            return Kept(prepared.value, prepared.text)
+        inline = Sealed(codecs=self._names, data=prepared.data)
+        return Kept(inline, inline.text)
+
+    def keep_text(self, value: JSON, text: str) -> Kept:
+        """A value stored before as ``text`` (by :meth:`keep_inline`; ``value`` is what
+        it opens to), as a run's record keeps it: in the bucket if it is large."""
+        if not text.startswith(ENVELOPE_MARK):
+            return self.keep(self.prepare_text(value, text, what="payload"))
+        stored = Sealed.parse(text)
+        large = len(text) > self._inline and stored.data is not None
+        if self.objects is None or not large:
+            return Kept(stored, text)
+        prepared = Prepared(value, "", stored.data or b"", offloaded=True, encoded=True)
+        return self.keep(prepared)
 
     def seal(self, value: JSON, *, what: str) -> Kept:
         """:meth:`prepare` then :meth:`keep`."""

@@ -165,7 +165,7 @@ class RunStore(Protocol):
         self,
         run: Run,
         event: RunEvent,
-        payload_json: str,
+        payload_text: str,
         claims: Sequence[KeyClaim] = (),
         place: Place | None = None,
     ) -> None:

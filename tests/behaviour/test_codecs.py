@@ -264,3 +264,24 @@ def test_another_key_or_changed_bytes_fail_loudly(
     failed = app.runs.get_stored(run.id)
     assert failed.status is RunStatus.FAILED
     assert failed.failure is not None and "codec 'kms'" in failed.failure.message
+
+
+def test_a_groups_items_are_kept_encoded_and_reach_their_children(
+    backend: Backend, worker_kind: WorkerKind
+) -> None:
+    app = backend.app(register=register, codec=Gzip(), payload_bucket=BUCKET)
+
+    @app.task(name="codec.parent")
+    def parent(ctx: TaskContext, items: Any) -> Any:
+        results = ctx.map("codec.echo", items)
+        return [r["echo"]["note"][:24] for r in results.results()]
+
+    items = [payload(), {"note": MARKER + hex_text(120_000)}]  # the second: kept in S3
+    run = app.trigger("codec.parent", items)
+    worker_kind.drain_all(app)
+
+    assert app.runs.get(run.id).result == [item["note"][:24] for item in items]
+    if backend.real:  # nothing in the table is the plain JSON of a value
+        dynamodb = backend.request.getfixturevalue("dynamodb")
+        scanned = json.dumps(dynamodb.scan(TableName=app.config.table)["Items"])
+        assert MARKER not in scanned

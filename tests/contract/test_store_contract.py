@@ -52,7 +52,7 @@ OTHER_TASK = "contract.other"
 # --- helpers ---------------------------------------------------------------------------
 
 
-def _payload_json(payload: JSON) -> str:
+def _payload_text(payload: JSON) -> str:
     return encode_json(payload, what="payload", limit_bytes=MAX_PAYLOAD_LIMIT_BYTES)
 
 
@@ -87,7 +87,7 @@ def _create(
 ) -> Run:
     """Store a new run (as a trigger would) and return it as stored."""
     run, event = _new(backend, run_id=run_id, task=task, payload=payload, due_in=due_in)
-    backend.store.create_run(run, event, _payload_json(payload), claims)
+    backend.store.create_run(run, event, _payload_text(payload), claims)
     return replace(run, created=False)
 
 
@@ -147,7 +147,7 @@ def test_create_run_then_get_run_gives_back_json_payload_and_millisecond_times(
     event = replace(event, at=now)
     assert truncate_ms(now) != now
 
-    backend.store.create_run(run, event, _payload_json(payload))
+    backend.store.create_run(run, event, _payload_text(payload))
 
     stored = backend.store.get_run(run.id)
     assert stored == replace(
@@ -169,7 +169,7 @@ def test_create_run_with_a_stored_id_is_refused_and_keeps_the_stored_run(
     again, event = _new(backend, run_id=stored.id, payload={"n": 2})
 
     with pytest.raises(ConflictError) as caught:
-        backend.store.create_run(again, event, _payload_json({"n": 2}))
+        backend.store.create_run(again, event, _payload_text({"n": 2}))
 
     assert caught.value.current == stored
     assert backend.store.get_run(stored.id) == stored

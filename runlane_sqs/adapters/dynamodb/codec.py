@@ -185,7 +185,7 @@ def map_additions(before: Run, after: Run) -> dict[str, dict[str, str]]:
 """Written on every transition, whatever the diff says, so indexes never go stale."""
 
 
-def run_to_item(run: Run, events: list[RunEvent], payload_json: str) -> RunItem:
+def run_to_item(run: Run, events: list[RunEvent], payload_text: str) -> RunItem:
     created_ms = _ms(run.created_at)
     pk, created_sk = keys.run_pk(run.environment, run.id), keys.created_sk(created_ms, run.id)
     item = RunItem(
@@ -195,7 +195,7 @@ def run_to_item(run: Run, events: list[RunEvent], payload_json: str) -> RunItem:
         environment=run.environment,
         task=run.task,
         queue=run.queue,
-        payload=payload_json,
+        payload=payload_text,
         created_at=created_ms,
         idempotency_key=run.idempotency_key,
         singleton_key=run.singleton_key,
@@ -219,8 +219,8 @@ def run_to_item(run: Run, events: list[RunEvent], payload_json: str) -> RunItem:
     return item
 
 
-def run_to_wire(run: Run, events: list[RunEvent], payload_json: str) -> AttributeMap:
-    wire: AttributeMap = run_to_item(run, events, payload_json).serialize()
+def run_to_wire(run: Run, events: list[RunEvent], payload_text: str) -> AttributeMap:
+    wire: AttributeMap = run_to_item(run, events, payload_text).serialize()
     return wire
 
 

@@ -26,6 +26,7 @@ from runlane_sqs.core.errors import LeaseLost
 from runlane_sqs.core.groups import COUNTED, Group, Item, Then
 from runlane_sqs.core.indexes import AgendaKind, agenda_pk
 from runlane_sqs.core.model import Run, RunStatus
+from runlane_sqs.core.values import ENVELOPE_MARK
 from runlane_sqs.ports.groups import Counted
 
 BatchGet = Callable[[list[dict[str, Any]]], list[Run]]
@@ -46,7 +47,7 @@ def group_to_wire(group: Group) -> AttributeMap:
         items_key=group.items_key,
         parent_run_id=group.parent_run_id,
         then_task=group.then.task if group.then else None,
-        then_payload=group.then.payload_json if group.then else None,
+        then_payload=group.then.payload_text if group.then else None,
         next_tasks=compact_json(list(group.next_tasks)) if group.next_tasks else None,
         started=group.started,
         positions=group.positions,
@@ -101,9 +102,25 @@ def group_from_wire(wire: AttributeMap) -> Group:
     )
 
 
+def chunk_entry(item: Item) -> str:
+    """An item in its chunk: ``[task, payload]`` with the payload's JSON as is, or
+    ``[task, null, envelope]`` for a payload its codecs encoded."""
+    if item.payload_text.startswith(ENVELOPE_MARK):
+        return f"[{json.dumps(item.task)},null,{json.dumps(item.payload_text)}]"
+    return f"[{json.dumps(item.task)},{item.payload_text}]"
+
+
+def chunk_items(text: str) -> list[Item]:
+    """The items a chunk's text holds (:func:`chunk_entry`)."""
+    return [
+        Item(entry[0], entry[2] if len(entry) == 3 else compact_json(entry[1]))
+        for entry in json.loads(text)
+    ]
+
+
 def chunk_to_wire(group: Group, chunk: int, items: Sequence[Item]) -> AttributeMap:
     key = keys.chunk_key(group.environment, group.id, group.items_key, chunk)
-    text = "[" + ",".join(f"[{json.dumps(i.task)},{i.payload_json}]" for i in items) + "]"
+    text = "[" + ",".join(chunk_entry(i) for i in items) + "]"
     wire: AttributeMap = GroupChunkItem(
         pk=key["pk"]["S"], sk=key["sk"]["S"], items=text
     ).serialize()
@@ -209,9 +226,7 @@ class DynamoGroupStore:
         wire = response.get("Item")
         if not wire:
             return []
-        return [
-            Item(task, compact_json(payload)) for task, payload in json.loads(wire["items"]["S"])
-        ]
+        return chunk_items(wire["items"]["S"])
 
     def mark_started(
         self, group_id: str, seen: int, lanes: Mapping[int, int]

@@ -73,7 +73,7 @@ def landed_transition(transition: Transition, wire: dict[str, Any] | None) -> Ru
 
 
 def landed_creation(
-    run: Run, event: RunEvent, payload_json: str, wire: dict[str, Any] | None
+    run: Run, event: RunEvent, payload_text: str, wire: dict[str, Any] | None
 ) -> bool:
     """Whether a refused ``PutItem`` of a new run found that very run already stored:
     our run id (random), our payload, our creation time and our first event, so only our
@@ -83,7 +83,7 @@ def landed_creation(
     is told apart."""
     if not wire or wire.get("run_id", {}).get("S") != run.id:
         return False
-    if wire.get("payload", {}).get("S") != payload_json:
+    if wire.get("payload", {}).get("S") != payload_text:
         return False
     if wire.get("created_at", {}).get("N") != str(to_epoch_ms(run.created_at)):
         return False

@@ -159,18 +159,18 @@ class DynamoRunStore:
         self,
         run: Run,
         event: RunEvent,
-        payload_json: str,
+        payload_text: str,
         claims: Sequence[KeyClaim] = (),
         place: Place | None = None,
     ) -> None:
-        item = run_to_wire(run, [event], payload_json)
+        item = run_to_wire(run, [event], payload_text)
         put = requests.put_run(self.table, item)
-        sealed = payload_json.startswith(ENVELOPE_MARK)
-        holds = references_in([decode_json(payload_json)]) if sealed else None
+        sealed = payload_text.startswith(ENVELOPE_MARK)
+        holds = references_in([decode_json(payload_text)]) if sealed else None
         if not claims and place is None and not holds:
             sent = send_conditional(self._send, "put_item", put)
             if isinstance(sent, Refused) and not landed_creation(
-                run, event, payload_json, sent.item
+                run, event, payload_text, sent.item
             ):
                 raise _conflict(run.id, sent.item)
             return
@@ -199,7 +199,7 @@ class DynamoRunStore:
             if refused_holds(reasons, len(held)):
                 raise StorageUnavailable(moved_record(next(iter(holds or {})))) from None
             run_reason = reasons[len(claims)] if len(reasons) > len(claims) else {}
-            if not claims and landed_creation(run, event, payload_json, run_reason.get("Item")):
+            if not claims and landed_creation(run, event, payload_text, run_reason.get("Item")):
                 return
             self._raise_key_conflict(exc, run.id, claims)
 

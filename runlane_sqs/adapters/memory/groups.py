@@ -16,6 +16,7 @@ from runlane_sqs.core.errors import LeaseLost
 from runlane_sqs.core.groups import COUNTED, Group, Item
 from runlane_sqs.core.indexes import AgendaKind, agenda_pk
 from runlane_sqs.core.model import Run, RunStatus
+from runlane_sqs.core.values import ENVELOPE_MARK
 from runlane_sqs.ports.groups import Counted
 
 
@@ -50,7 +51,7 @@ class InMemoryGroupStore:
             self._groups[group.id] = group
             for n, items in enumerate(chunks):
                 self._chunks[(group.id, n)] = [
-                    Item(i.task, compact_json_text(i.payload_json)) for i in items
+                    Item(i.task, compact_json_text(i.payload_text)) for i in items
                 ]
             return group, True
 
@@ -176,6 +177,9 @@ def _still_runs(group: Group) -> bool:
     return group.joined_at is None and group.stopped_at is None and group.allowance >= 0
 
 
-def compact_json_text(payload_json: str) -> str:
-    """A payload's JSON text as the DynamoDB store gives it back."""
-    return compact_json(json.loads(payload_json))
+def compact_json_text(payload_text: str) -> str:
+    """A payload's stored text as the DynamoDB store gives it back (JSON compacted, an
+    envelope as is)."""
+    if payload_text.startswith(ENVELOPE_MARK):
+        return payload_text
+    return compact_json(json.loads(payload_text))

@@ -66,9 +66,9 @@ def _json_copy(value: object) -> object:
     return None if value is None else decode_json(stored_text(value))
 
 
-def _as_stored(run: Run, payload_json: str) -> Run:
+def _as_stored(run: Run, payload_text: str) -> Run:
     """``run`` as DynamoDB would give it back: through the same codec."""
-    return replace(run_from_wire(run_to_wire(run, [], payload_json)), watched=run.watched)
+    return replace(run_from_wire(run_to_wire(run, [], payload_text)), watched=run.watched)
 
 
 def _event_as_stored(event: RunEvent) -> RunEvent:
@@ -107,7 +107,7 @@ def _listing_key(environment: str) -> KeyShape:
 @dataclass
 class _Stored:
     run: Run
-    payload_json: str
+    payload_text: str
     events: list[RunEvent] = field(default_factory=list)
 
 
@@ -148,7 +148,7 @@ class InMemoryRunStore:
         self,
         run: Run,
         event: RunEvent,
-        payload_json: str,
+        payload_text: str,
         claims: Sequence[KeyClaim] = (),
         place: Place | None = None,
     ) -> None:
@@ -165,8 +165,8 @@ class InMemoryRunStore:
                     raise KeyConflict(claim, held.run_id if held else None)
             if run.id in self._runs:
                 raise ConflictError(run.id, self._runs[run.id].run)
-            stored = _as_stored(run, payload_json)
-            holds = run_references(stored) if payload_json.startswith(ENVELOPE_MARK) else None
+            stored = _as_stored(run, payload_text)
+            holds = run_references(stored) if payload_text.startswith(ENVELOPE_MARK) else None
             if holds:
                 self.object_records.check_holds(holds)
             if place is not None:
@@ -174,7 +174,7 @@ class InMemoryRunStore:
             for claim in claims:
                 expires = int(claim.expires_at.timestamp()) if claim.expires_at else None
                 self._keys[(claim.kind, claim.task, claim.key)] = _Key(run.id, expires)
-            self._runs[run.id] = _Stored(stored, payload_json, [_event_as_stored(event)])
+            self._runs[run.id] = _Stored(stored, payload_text, [_event_as_stored(event)])
             if holds:
                 self.object_records.add_holds(holds)
 
@@ -212,7 +212,7 @@ class InMemoryRunStore:
             self.slots.take_and_free(transition)
             self.orders.leave(transition)
             after = replace(transition.after, watched=current.watched)
-            stored.run = _as_stored(after, stored.payload_json)
+            stored.run = _as_stored(after, stored.payload_text)
             stored.events.extend(_event_as_stored(e) for e in transition.events)
             if holds:
                 self.object_records.add_holds(holds)
@@ -228,7 +228,7 @@ class InMemoryRunStore:
             after = transition.after
             if claim.keeps_listing():  # as on DynamoDB: the agenda entry stays
                 after = replace(after, review_at=current.review_at)
-            stored.run = _as_stored(after, stored.payload_json)
+            stored.run = _as_stored(after, stored.payload_text)
             stored.events.extend(_event_as_stored(e) for e in transition.events)
             return stored.run
 

@@ -45,7 +45,7 @@ def test_a_missing_table_says_how_to_provision(cli: Cli) -> None:
     assert "runlane-sqs provision" in message
 
 
-def test_a_missing_run_and_bad_payload_json(cli: Cli, provisioned: dict[str, str]) -> None:
+def test_a_missing_run_and_bad_payload_text(cli: Cli, provisioned: dict[str, str]) -> None:
     message = _fails(cli, EXIT_NOT_FOUND, "runs", "events", "f" * 32)
     assert f"run '{'f' * 32}' not found" in message
     message = _fails(cli, EXIT_USAGE, "trigger", ECHO, "--payload", "{'single': 'quotes'}")
@@ -63,7 +63,7 @@ def test_a_missing_run_and_bad_payload_json(cli: Cli, provisioned: dict[str, str
     ],
     ids=["lone-surrogate", "1000-deep", "nan"],
 )
-def test_a_payload_json_cannot_store_is_a_usage_error_without_a_traceback(
+def test_a_payload_text_cannot_store_is_a_usage_error_without_a_traceback(
     cli: Cli, provisioned: dict[str, str], payload: str, says: str
 ) -> None:
     message = _fails(cli, EXIT_USAGE, "trigger", ECHO, "--payload", payload)
