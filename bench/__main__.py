@@ -29,6 +29,7 @@ from bench import backends, chart, report, targets
 from bench.backlog import measure_backlog
 from bench.clients import STEPS as CLIENT_STEPS
 from bench.clients import measure_clients
+from bench.codecs import measure_codecs
 from bench.coldstart import measure_coldstart
 from bench.console import measure_console
 from bench.cost import measure_costs
@@ -43,6 +44,8 @@ from bench.values import KB, MB, measure_values
 from bench.workers import ASYNC, SYNC
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+CODEC_DOCUMENT_BYTES = 1 * MB
+"""The JSON document each codec encodes (bench/codecs.py)."""
 MEASUREMENTS = (
     "cost",
     "throughput",
@@ -58,6 +61,7 @@ MEASUREMENTS = (
     "fanout",
     "clients",
     "values",
+    "codecs",
 )
 MEMORY_CONCURRENCY = 32
 CONSOLE_WIDTH = 150
@@ -90,6 +94,8 @@ class Sizes:
     """Runs counted per size of payload and result, in bytes (bench/values.py)."""
     value_latency_samples: int = 10
     """Trigger -> start samples per size, at most its runs."""
+    codec_rounds: int = 20
+    """Encodings and decodings of the 1 MB document timed per codec (bench/codecs.py)."""
 
 
 SMOKE = Sizes(
@@ -111,6 +117,7 @@ SMOKE = Sizes(
     client_calls=50,
     value_runs={1 * KB: 2, 100 * KB: 2},
     value_latency_samples=2,
+    codec_rounds=2,
 )
 
 
@@ -279,6 +286,11 @@ class Runner:
         )
         rows = measure_values(self.backend, runs, self.sizes.value_latency_samples, bar)
         self.results["values"] = [row.to_json() for row in rows]
+
+    def codecs(self) -> None:
+        """Each codec's CPU per MB of JSON, encoding and decoding (bench/codecs.py)."""
+        rows = measure_codecs(self.backend, CODEC_DOCUMENT_BYTES, self.sizes.codec_rounds)
+        self.results["codecs"] = [row.to_json() for row in rows]
 
 
 def _versions() -> dict[str, str]:

@@ -13,7 +13,7 @@ from bench.backlog_tables import print_backlog
 from bench.console_tables import print_console
 from bench.fanout_tables import print_fanout
 from bench.targets import Target
-from bench.values_tables import print_values
+from bench.values_tables import print_codecs, print_values
 
 MOTO_CAPACITY_NOTE = (
     "moto's consumed-capacity figures are not authoritative: it reports none for "
@@ -340,6 +340,7 @@ def print_results(console: Console, results: dict[str, Any], targets: list[Targe
     print_fanout(console, results.get("fanout"), backend)
     print_clients(console, results.get("clients"))
     print_values(console, results.get("values"), backend)
+    print_codecs(console, results.get("codecs"))
     for note in results.get("notes", []):
         console.print(f"[yellow]note:[/] {note}")
     console.print(targets_table(targets, backend))

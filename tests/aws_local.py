@@ -203,11 +203,11 @@ class DynamoDBLocal(_Emulator):
 
 
 class LocalStack(_Emulator):
-    """LocalStack's SQS, S3, CloudFormation and EventBridge, from
+    """LocalStack's SQS, S3, KMS, CloudFormation and EventBridge, from
     ``.tools/localstack-venv``."""
 
     name = "localstack"
-    services = "sqs,s3,cloudformation,events"
+    services = "sqs,s3,kms,cloudformation,events"
 
     def __init__(
         self,
@@ -288,7 +288,7 @@ PATH_STYLE = Config(s3={"addressing_style": "path"})
 def backend_environment(dynamodb_endpoint: str, sqs_endpoint: str) -> dict[str, str]:
     """Variables that point boto3 (and ``Runlane.from_env``) at the two emulators.
 
-    ``AWS_ENDPOINT_URL`` (LocalStack) serves every other service the tests use (S3,
+    ``AWS_ENDPOINT_URL`` (LocalStack) serves every other service the tests use (S3, KMS,
     CloudFormation, EventBridge); the per-service variables take precedence for
     DynamoDB and SQS (botocore >= 1.31)."""
     return {
