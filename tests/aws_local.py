@@ -253,31 +253,22 @@ class LocalStack(_Emulator):
     def ready(self) -> bool:
         with urllib.request.urlopen(f"{self.endpoint_url}/_localstack/health", timeout=1):
             pass
-        # The health check answers before a service provider is loaded; the first SQS
-        # request loads SQS's, so make it here rather than in the first test.
-        client = boto3.client(
-            "sqs",
-            endpoint_url=self.endpoint_url,
-            region_name=LOCAL_REGION,
-            aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-        )
-        try:
-            client.list_queues()
-        finally:
-            client.close()
-        s3 = boto3.client(
-            "s3",
-            endpoint_url=self.endpoint_url,
-            region_name=LOCAL_REGION,
-            aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-            config=PATH_STYLE,
-        )
-        try:
-            s3.list_buckets()  # loads S3's provider too
-        finally:
-            s3.close()
+        # The health check answers before a service provider is loaded; the first request
+        # of a service loads its provider, so make SQS's and S3's here rather than in the
+        # first test.
+        for service, first in (("sqs", "list_queues"), ("s3", "list_buckets")):
+            client = boto3.client(
+                service,  # type: ignore[call-overload]
+                endpoint_url=self.endpoint_url,
+                region_name=LOCAL_REGION,
+                aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+                config=PATH_STYLE if service == "s3" else None,
+            )
+            try:
+                getattr(client, first)()
+            finally:
+                client.close()
         return True
 
 

@@ -63,7 +63,8 @@ class Prepared:
     text: str
     data: bytes
     offloaded: bool
-    encoded: bool = False
+    codecs: tuple[str, ...] = ()
+    """The codecs that encoded ``data``, in order (none: it is the JSON text's bytes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,32 +158,28 @@ class Values:
                 f"{what} as its codecs encode it", stored, MAX_PAYLOAD_LIMIT_BYTES
             )
         offloaded = self.objects is not None and stored > self._inline
-        return Prepared(value, text, data, offloaded, encoded=True)
+        return Prepared(value, text, data, offloaded, self._names)
 
     def keep(self, prepared: Prepared) -> Kept:
         """``prepared`` as its record will keep it; a value over ``inline_limit`` is
         written to the object store first (its object record pinned, then the object)."""
         if not prepared.offloaded:
-            if not prepared.encoded:
-                return Kept(prepared.value, prepared.text)
-            inline = Sealed(codecs=self._names, data=prepared.data)
-            return Kept(inline, inline.text)
+            return self.keep_inline(prepared)
         assert self.objects is not None
         digest, size = hashlib.sha256(prepared.data).hexdigest(), len(prepared.data)
         generation = self._records.pin(digest, size, self._clock.now())
         key = object_key(self._environment, digest, generation)
         self.objects.put(key, prepared.data)
-        codecs = self._names if prepared.encoded else ()
-        sealed = Sealed(Reference(self.objects.bucket, key, size, digest), codecs=codecs)
+        sealed = Sealed(Reference(self.objects.bucket, key, size, digest), codecs=prepared.codecs)
         return Kept(sealed, sealed.text)
 
     def keep_inline(self, prepared: Prepared) -> Kept:
         """``prepared`` as a record that holds no references keeps it (a group's item):
         encoded if the app has codecs, never in the bucket (:meth:`keep_text` moves it
         there when its run is made)."""
-        if not prepared.encoded:
+        if not prepared.codecs:
             return Kept(prepared.value, prepared.text)
-        inline = Sealed(codecs=self._names, data=prepared.data)
+        inline = Sealed(codecs=prepared.codecs, data=prepared.data)
         return Kept(inline, inline.text)
 
     def keep_text(self, value: JSON, text: str) -> Kept:
@@ -194,8 +191,7 @@ class Values:
         large = len(text) > self._inline and stored.data is not None
         if self.objects is None or not large:
             return Kept(stored, text)
-        prepared = Prepared(value, "", stored.data or b"", offloaded=True, encoded=True)
-        return self.keep(prepared)
+        return self.keep(Prepared(value, "", stored.data or b"", True, stored.codecs))
 
     def seal(self, value: JSON, *, what: str) -> Kept:
         """:meth:`prepare` then :meth:`keep`."""
