@@ -5,6 +5,7 @@ against what they did)."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import threading
 import time
 import uuid
@@ -27,17 +28,20 @@ from runlane_sqs.core.indexes import AGENDA_SHARDS
 from runlane_sqs.core.model import new_lease_token
 from runlane_sqs.core.ordering import TURN_CHECK_AFTER
 from runlane_sqs.core.slots import key_scope, queue_scope
+from runlane_sqs.core.values import PIN_DURATION, RELEASE_GRACE, Sealed, run_references
 from runlane_sqs.engine.maintenance import MaintenanceConfig
-from runlane_sqs.engine.reports import JOB_EXPIRED, JOB_SLOTS
+from runlane_sqs.engine.reports import JOB_EXPIRED, JOB_OBJECTS, JOB_SLOTS, JOB_WAITS
 from runlane_sqs.lambdas.consumer import sqs_handler
 from tests.emulators import wait_until
 from tests.iam_policies import (
+    ACCOUNT,
     REGION,
     Access,
     Recorder,
     Values,
     queue_arn,
     statements,
+    through_key,
 )
 from tests.workers import DRAIN_WAIT_SECONDS, AnyWorker
 
@@ -55,6 +59,8 @@ PRODUCER, WORKER, CONSUMER, MAINTENANCE, OPERATOR = (
 OK, ORDERED, FLAKY, BROKEN, LATER = "iam.ok", "iam.ordered", "iam.flaky", "iam.broken", "iam.later"
 SIGNAL, TOKEN, PARENT, SLOW = "iam.signal", "iam.token", "iam.parent", "iam.slow"
 SCHEDULED, SCHEDULE = "iam.scheduled", "iam.hourly"
+LARGE = "iam.large"
+"""Returns a large result of a large payload (both kept in the payload bucket)."""
 KEYED = "iam.keyed"
 """One run per customer at a time (a ``key_limit``)."""
 ORDERED_SCOPE = queue_scope("ordered")
@@ -65,12 +71,20 @@ ELSEWHERE = "iam.elsewhere"
 LEASE_SECONDS = 3
 """The workers' lease: their heartbeat beats every second, within ``SLOW``'s attempt."""
 SLOW_SECONDS = 1.5
+KIB = 1024
+
+
+def blob(size: int, seed: str) -> dict[str, Any]:
+    """A value of about ``size`` bytes as JSON, its text varied by ``seed``."""
+    unit = hashlib.sha256(seed.encode()).hexdigest()
+    return {"seed": seed, "blob": (unit * (size // len(unit) + 1))[:size]}
 
 
 def register(app: Runlane, *, workers: bool = False) -> None:
     """The user's tasks, as every component's app module registers them (the workers'
     leave out ``ELSEWHERE``, whose code is deployed elsewhere)."""
     app.task(lambda ctx, payload: payload, name=OK)
+    app.task(lambda ctx, payload: {"back": payload["blob"][::-1]}, name=LARGE)
     ordered = app.queue("ordered", concurrency_limit=1)
     app.task(lambda ctx, payload: payload, name=ORDERED, queue=ordered)
     app.task(
@@ -235,16 +249,20 @@ class Components:
         assert isinstance(claim, machine.Transition)
         self.setup.store.apply(claim)
 
-    def succeed_elsewhere(self, run_id: str, *, free_slots: bool = True) -> None:
-        """The worker holding the run's lease records its success, which frees its slots,
-        then wakes the oldest run waiting for each. ``free_slots=False``: the write leaves
-        them held, as a bug would (a leaked holder for maintenance to drop)."""
+    def succeed_elsewhere(
+        self, run_id: str, *, free_slots: bool = True, result: Any = None
+    ) -> None:
+        """The worker holding the run's lease records its success (``result``, kept in the
+        payload bucket when it is large), which frees its slots, then wakes the oldest run
+        waiting for each; it dies before resuming the runs waiting for this one.
+        ``free_slots=False``: the write leaves them held, as a bug would (a leaked holder
+        for maintenance to drop)."""
         run = self.setup.runs.get(run_id)
         assert run.lease is not None
         success = machine.record_success(
             run if free_slots else run.with_changes(slots=()),
             token=run.lease.token,
-            result=None,
+            result=self.setup.engine.values.seal(result, what="result").value,
             now=self.clock.now(),
         )
         self.setup.store.apply(success)
@@ -292,6 +310,15 @@ class Components:
         state = self.setup.store.slots.get_slot(scope)
         return len(state.holders) if state is not None else 0
 
+    def stored_objects(self, run_id: str) -> set[str]:
+        """The keys of the payload bucket's objects a run references, as stored."""
+        return {r.key for r in run_references(self.setup.runs.get_stored(run_id))}
+
+    def object_exists(self, key: str) -> bool:
+        objects = self.setup.objects
+        assert objects is not None
+        return objects.get(key) is not None
+
     def waiting_on(self, run_id: str) -> str:
         waiting = self.setup.runs.get(run_id).waiting
         assert waiting is not None and waiting.target is not None
@@ -307,9 +334,11 @@ def play(c: Components) -> None:
     maintain(c, runs)
     limit_concurrency(c)
     order_runs(c)
+    large = keep_large_values(c)
     cursor = None  # last, the operator prunes what is finished
     while (pruned := c.operator.runs.prune(older_than=timedelta(0), cursor=cursor)).cursor:
         cursor = pruned.cursor
+    delete_released_objects(c, large)
 
 
 def trigger(c: Components) -> dict[str, Run]:
@@ -530,6 +559,61 @@ def order_runs(c: Components) -> None:
     assert maintenance.run_pass().jobs[JOB_SLOTS].examined >= 1
 
 
+def keep_large_values(c: Components) -> set[str]:
+    """Values over the inline limit, kept in the payload bucket: the producer triggers
+    with a large payload (again, with the same idempotency key: its pin lists the object's
+    record, which no new run came to hold) and reads the large result; the workers and the
+    consumer read payloads and write results; the operator reads a run, triggers by hand
+    and reruns one. A run's child succeeds with a large result, but the worker that ran it died
+    before resuming the parent: maintenance reads the result and writes the parent's wait
+    result. Maintenance then takes the idempotent retry's pin off the agenda. Returns the
+    keys of the objects the runs reference."""
+    producer, operator = c.producer, c.operator
+    big = producer.trigger(LARGE, blob(100 * KIB, "big"), idempotency_key="big-1")
+    assert isinstance(c.setup.runs.get_stored(big.id).payload, Sealed)
+    again = producer.trigger(LARGE, blob(100 * KIB, "big"), idempotency_key="big-1")
+    assert not again.created
+    child = producer.trigger(LARGE, blob(50 * KIB, "child"))
+    c.forge_lease(child.id, owner="another-worker")
+    parent = producer.trigger(PARENT, {"child": child.id})
+    assert c.drain() == 2  # the large run, and the parent that now waits
+    assert producer.runs.wait(big.id, timeout=1).result == {
+        "back": blob(100 * KIB, "big")["blob"][::-1]
+    }
+    by_async = producer.trigger(LARGE, blob(70 * KIB, "async"))
+    while c.drain_async():
+        pass
+    consumed = producer.trigger(LARGE, blob(60 * KIB, "consumed"))
+    while c.deliver():
+        pass
+    assert c.status(by_async.id) is c.status(consumed.id) is RunStatus.SUCCEEDED
+    assert operator.runs.get(big.id).payload == blob(100 * KIB, "big")
+    by_hand = operator.trigger(LARGE, blob(40 * KIB, "by hand"))
+    rerun = operator.runs.rerun(consumed.id)  # holds the same payload object
+    assert c.drain() == 2
+    assert c.status(by_hand.id) is c.status(rerun.id) is RunStatus.SUCCEEDED
+    c.succeed_elsewhere(child.id, result=blob(80 * KIB, "child's result"))
+    c.clock.advance(PIN_DURATION + timedelta(seconds=1))
+    report = c.maintenance.maintenance.run_pass()
+    assert report.jobs[JOB_WAITS].acted == 1, report
+    assert report.jobs[JOB_OBJECTS].skipped >= 1, report  # held again: off the agenda
+    assert c.drain() == 1
+    assert c.status(parent.id) is RunStatus.SUCCEEDED
+    runs = (big, child, parent, by_async, consumed, by_hand, rerun)
+    keys = {key for run in runs for key in c.stored_objects(run.id)}
+    assert all(c.object_exists(key) for key in keys)
+    return keys
+
+
+def delete_released_objects(c: Components, keys: set[str]) -> None:
+    """After the operator pruned the runs, and the grace, maintenance deletes the objects
+    no record references any more."""
+    c.clock.advance(RELEASE_GRACE + timedelta(seconds=1))
+    report = c.maintenance.maintenance.run_pass()
+    assert report.jobs[JOB_OBJECTS].acted >= len(keys), report
+    assert not any(c.object_exists(key) for key in keys)
+
+
 @dataclass(frozen=True)
 class Role:
     """A component's role: the policies it attaches (its own last) and the components
@@ -549,15 +633,31 @@ ROLES = {
 tokens as a producer does: their roles attach ``ProducerPolicy`` too."""
 
 
+PAYLOAD_KEY_ARN = f"arn:aws:kms:{REGION}:{ACCOUNT}:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+ENCRYPTIONS = {"sse-s3": {}, "sse-kms": {"PayloadKeyArn": PAYLOAD_KEY_ARN}}
+"""The payload bucket's encryption -> the template parameters that choose it."""
+
+
 @dataclass(frozen=True)
 class Recorded:
     needs: dict[str, set[Access]]
     """Component -> what its requests needed."""
     template: dict[str, Any]
     values: Values
+    """The template's values for the test's app, its parameters at their defaults."""
 
-    def of(self, role: Role) -> set[Access]:
-        return {a for component in role.components for a in self.needs[component]}
+    def of(self, role: Role, encryption: str = "sse-s3") -> set[Access]:
+        """What the role's components needed; with SSE-KMS, also the key's uses S3 made
+        for them."""
+        needs = {a for component in role.components for a in self.needs[component]}
+        if ENCRYPTIONS[encryption]:
+            needs |= through_key(needs, PAYLOAD_KEY_ARN)
+        return needs
 
-    def policy(self, *names: str) -> list[dict[str, Any]]:
-        return statements(self.template, self.values, *names)
+    def policy(
+        self, *names: str, encryption: str = "sse-s3", **parameters: str
+    ) -> list[dict[str, Any]]:
+        """The statements of the policies ``names``, for the bucket's ``encryption`` and
+        the template ``parameters`` given."""
+        chosen = {**self.values.parameters, **ENCRYPTIONS[encryption], **parameters}
+        return statements(self.template, replace(self.values, parameters=chosen), *names)

@@ -1,6 +1,10 @@
 """Requests as IAM authorises them, and the template's policies evaluated against them
 (tests/processes/test_iam_actions.py records the requests; test_infra.py checks the
-deployed policies the same way)."""
+deployed policies the same way).
+
+S3 requests of the payload bucket are recorded too; the KMS requests S3 makes for them
+when the bucket encrypts with a KMS key are not requests of the app's, so
+:func:`through_key` derives them from the S3 ones as AWS documents them."""
 
 from __future__ import annotations
 
@@ -22,17 +26,22 @@ ENVIRONMENT = "test"
 
 @dataclass(frozen=True)
 class Access:
-    """One authorisation a request needs: IAM action, resource ARN, and for DynamoDB the
-    partition key values ``dynamodb:LeadingKeys`` holds."""
+    """One authorisation a request needs: IAM action, resource ARN, for DynamoDB the
+    partition key values ``dynamodb:LeadingKeys`` holds, and the other condition keys the
+    request carries (``context``: for KMS through S3, the service and the bucket)."""
 
     action: str
     resource: str
     keys: tuple[str, ...] = ()
+    context: tuple[tuple[str, str], ...] = ()
+
+
+RECORDED_SERVICES = ("dynamodb", "sqs", "s3")
 
 
 @dataclass
 class Recorder:
-    """Every DynamoDB and SQS request of each component's session."""
+    """Every DynamoDB, SQS and S3 request of each component's session."""
 
     requests: dict[str, list[tuple[str, dict[str, Any]]]] = field(default_factory=dict)
 
@@ -46,13 +55,13 @@ class Recorder:
 
     def session(self, component: str) -> boto3.Session:
         session = boto3.Session()
-        for service in ("dynamodb", "sqs"):
+        for service in RECORDED_SERVICES:
             session.events.register(f"before-parameter-build.{service}", self._hook(component))
         return session
 
     def aio_session(self, component: str) -> Any:
         session = aioboto3.Session()
-        for service in ("dynamodb", "sqs"):
+        for service in RECORDED_SERVICES:
             session.events.register(f"before-parameter-build.{service}", self._hook(component))
         return session
 
@@ -68,6 +77,10 @@ def table_arn(table: str) -> str:
 
 def queue_arn(name: str) -> str:
     return f"arn:aws:sqs:{REGION}:{ACCOUNT}:{name}"
+
+
+def bucket_arn(bucket: str) -> str:
+    return f"arn:aws:s3:::{bucket}"
 
 
 INDEX_PARTITION_KEYS = {
@@ -128,11 +141,20 @@ def accesses(operation: str, params: dict[str, Any]) -> list[Access]:
             return [Access("dynamodb:Query", resource, (partition_of(params),))]
         key = params.get("Key") or params.get("Item")  # none: a table-wide call, like a Scan
         return [Access(f"dynamodb:{operation}", resource, (key["pk"]["S"],) if key else ())]
+    if "Bucket" in params:  # an object request; a bucket-wide one has no Key
+        resource = bucket_arn(params["Bucket"])
+        if "Key" in params:
+            resource = f"{resource}/{params['Key']}"
+        return [Access(f"s3:{operation}", resource)]
     name = params.get("QueueName") or params["QueueUrl"].rstrip("/").rsplit("/", 1)[-1]
     return [Access(f"sqs:{SQS_ACTIONS.get(operation, operation)}", queue_arn(name))]
 
 
 # --- the policies, from the template ---------------------------------------------------
+
+
+NO_VALUE = object()
+"""What ``Ref: AWS::NoValue`` resolves to: the list item or property is left out."""
 
 
 @dataclass(frozen=True)
@@ -142,6 +164,26 @@ class Values:
     parameters: dict[str, str]
     attributes: dict[str, str]
     """``Resource.Attribute`` -> value."""
+    conditions: dict[str, Any] = field(default_factory=dict)
+    """The template's ``Conditions``, evaluated with ``parameters`` by :meth:`holds`."""
+
+    def holds(self, condition: Any) -> bool:
+        """A condition's value: its name, or a condition function."""
+        if isinstance(condition, str):
+            return self.holds(self.conditions[condition])
+        [(function, argument)] = condition.items()
+        if function in ("Condition", "Fn::Condition"):  # the short form loads as the latter
+            return self.holds(argument)
+        if function == "Fn::Equals":
+            left, right = (str(self.resolve(a)) for a in argument)
+            return left == right
+        if function == "Fn::Not":
+            return not self.holds(argument[0])
+        if function == "Fn::And":
+            return all(self.holds(a) for a in argument)
+        if function == "Fn::Or":
+            return any(self.holds(a) for a in argument)
+        raise AssertionError(f"condition function {function} not evaluated here")
 
     def sub(self, text: str, variables: dict[str, Any]) -> str:
         def value(match: re.Match[str]) -> str:
@@ -154,17 +196,27 @@ class Values:
 
     def resolve(self, value: Any) -> Any:
         if isinstance(value, list):
-            return [self.resolve(v) for v in value]
+            return [r for r in (self.resolve(v) for v in value) if r is not NO_VALUE]
         if not isinstance(value, dict):
             return value
         if len(value) == 1 and (function := INTRINSICS.get(next(iter(value)))):
             return function(self, next(iter(value.values())))
-        return {k: self.resolve(v) for k, v in value.items()}
+        resolved = {k: self.resolve(v) for k, v in value.items()}
+        return {k: v for k, v in resolved.items() if v is not NO_VALUE}
 
 
 def _sub(values: Values, argument: Any) -> str:
     text, variables = argument if isinstance(argument, list) else (argument, {})
     return values.sub(text, variables)
+
+
+def _if(values: Values, argument: list[Any]) -> Any:
+    condition, then, otherwise = argument
+    return values.resolve(then if values.holds(condition) else otherwise)
+
+
+def _ref(values: Values, name: str) -> Any:
+    return NO_VALUE if name == "AWS::NoValue" else values.parameters[name]
 
 
 def _split(values: Values, argument: list[Any]) -> list[str]:
@@ -173,7 +225,8 @@ def _split(values: Values, argument: list[Any]) -> list[str]:
 
 
 INTRINSICS: dict[str, Callable[[Values, Any], Any]] = {
-    "Ref": lambda values, name: values.parameters[name],
+    "Ref": _ref,
+    "Fn::If": _if,
     "Fn::GetAtt": lambda values, path: values.attributes[".".join(path)],
     "Fn::Sub": _sub,
     "Fn::Split": _split,
@@ -183,20 +236,24 @@ INTRINSICS: dict[str, Callable[[Values, Any], Any]] = {
 
 
 def template_values(template: dict[str, Any], app: Runlane, **parameters: str) -> Values:
-    """The template's parameters with the names of the test's app (table, environment,
-    queue prefix), and the ARNs of its table and queues."""
+    """The template's parameters (``parameters`` given, the others at their defaults) with
+    the names of the test's app (table, environment, queue prefix, payload bucket), and
+    the ARNs of its table, queues and bucket."""
+    bucket = app.config.payload_bucket or "no-payload-bucket"
     values = Values(
         {
             **{name: str(spec.get("Default", "")) for name, spec in template["Parameters"].items()},
             "TableName": app.config.table,
             "Environment": app.config.environment,
             "QueuePrefix": queue_name(app, "default").removesuffix("default"),
+            "PayloadBucket": bucket,
             "AWS::Region": REGION,
             "AWS::AccountId": ACCOUNT,
             "AWS::Partition": "aws",
             **parameters,
         },
-        {},
+        {"PayloadBucket.Arn": bucket_arn(bucket)},
+        template.get("Conditions", {}),
     )
     values.attributes["RunsTable.Arn"] = table_arn(app.config.table)
     for name, resource in template["Resources"].items():
@@ -220,15 +277,29 @@ def as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
+CONDITIONS = {"ForAllValues:StringLike", "StringEquals"}
+"""The condition operators the policies use: ``dynamodb:LeadingKeys`` patterns, and
+exact values of the other keys."""
+
+
 def key_patterns(statement: dict[str, Any]) -> list[Any] | None:
-    """The ``dynamodb:LeadingKeys`` patterns of a statement (None: no condition)."""
-    condition = statement.get("Condition")
-    if condition is None:
+    """The ``dynamodb:LeadingKeys`` patterns of a statement (None: no such condition)."""
+    condition = statement.get("Condition", {})
+    assert set(condition) <= CONDITIONS, condition
+    if "ForAllValues:StringLike" not in condition:
         return None
-    assert list(condition) == ["ForAllValues:StringLike"], condition
     [(key, patterns)] = condition["ForAllValues:StringLike"].items()
     assert key == "dynamodb:LeadingKeys", key
     return as_list(patterns)
+
+
+def _context_matches(statement: dict[str, Any], access: Access) -> bool:
+    """Whether the request carries each ``StringEquals`` key with one of its values."""
+    carried = dict(access.context)
+    return all(
+        carried.get(key) in as_list(expected)
+        for key, expected in statement.get("Condition", {}).get("StringEquals", {}).items()
+    )
 
 
 def allowed(policy: list[dict[str, Any]], access: Access) -> bool:
@@ -238,6 +309,8 @@ def allowed(policy: list[dict[str, Any]], access: Access) -> bool:
         if access.action not in as_list(statement["Action"]):
             continue
         if not any(fnmatch.fnmatchcase(access.resource, r) for r in as_list(statement["Resource"])):
+            continue
+        if not _context_matches(statement, access):
             continue
         patterns = key_patterns(statement)
         if patterns is None or all(
@@ -268,7 +341,34 @@ def used(grant: tuple[str, str, str | None], needed: set[Access]) -> bool:
 
 
 def in_environment(access: Access, environment: str) -> Access:
-    """The same request made by an app of another environment."""
+    """The same request made by an app of another environment (for an object of the
+    payload bucket, its key starts with the environment)."""
     pattern = rf"(^|#){re.escape(ENVIRONMENT)}(#|$)"
     keys = tuple(re.sub(pattern, rf"\g<1>{environment}\g<2>", k, count=1) for k in access.keys)
-    return replace(access, keys=keys)
+    resource = re.sub(
+        rf"^(arn:aws:s3:::[^/]+/){re.escape(ENVIRONMENT)}/",
+        rf"\g<1>{environment}/",
+        access.resource,
+    )
+    return replace(access, keys=keys, resource=resource)
+
+
+KMS_FOR_S3 = {"s3:PutObject": "kms:GenerateDataKey", "s3:GetObject": "kms:Decrypt"}
+"""What S3 asks KMS for, with the caller's permissions, to write and to read an object
+of a bucket encrypted with a KMS key (a single-request upload needs no ``kms:Decrypt``)."""
+
+
+def through_key(needs: set[Access], key_arn: str) -> set[Access]:
+    """The KMS uses the S3 requests in ``needs`` make when the bucket encrypts with the
+    key ``key_arn`` and a bucket key: through S3 in the region, with the bucket's ARN as
+    encryption context."""
+    found = set()
+    for access in needs:
+        if access.action in KMS_FOR_S3:
+            bucket = access.resource.split("/", 1)[0]
+            context = (
+                ("kms:ViaService", f"s3.{REGION}.amazonaws.com"),
+                ("kms:EncryptionContext:aws:s3:arn", bucket),
+            )
+            found.add(Access(KMS_FOR_S3[access.action], key_arn, context=context))
+    return found

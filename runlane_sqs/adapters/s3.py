@@ -11,12 +11,18 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from runlane_sqs.core.errors import MissingResourceError, StorageError, StorageUnavailable
+from runlane_sqs.core.errors import (
+    MissingResourceError,
+    ObjectUnreadable,
+    StorageError,
+    StorageUnavailable,
+)
 
 UNAVAILABLE_CODES = frozenset(
     {"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "503", "500"}
 )
 NO_OBJECT_CODES = frozenset({"NoSuchKey", "404"})
+REFUSED_CODES = frozenset({"AccessDenied", "403"})
 
 
 def _code(exc: ClientError) -> str:
@@ -57,6 +63,12 @@ class S3Objects:
             code = _code(exc)
             if code in NO_OBJECT_CODES:
                 raise KeyError(key) from None
+            if code in REFUSED_CODES and operation == "GetObject":
+                raise ObjectUnreadable(
+                    f"S3 refused GetObject of {where} ({code}): the object is missing (S3 "
+                    "answers so for a missing key to a role without s3:ListBucket), or this "
+                    "role may not read it"
+                ) from exc
             if code == "NoSuchBucket":
                 raise MissingResourceError(
                     f"S3 bucket {self._bucket!r} (payload_bucket) does not exist; create it "

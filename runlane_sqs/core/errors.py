@@ -108,6 +108,12 @@ class StorageUnavailable(StorageError):
     """DynamoDB could not be reached or throttled us; retrying later may succeed."""
 
 
+class ObjectUnreadable(StorageError):
+    """The payload bucket refused to read an object (``AccessDenied``): without
+    ``s3:ListBucket`` S3 answers so for a key that does not exist, as for one the role
+    may not read. Readers report it as :class:`ValueUnreadable`."""
+
+
 class MissingResourceError(ConfigurationError):
     """The table or a queue does not exist."""
 

@@ -128,7 +128,7 @@ def create(
         except KeyConflict as conflict:
             owner = store.get_run(conflict.owner) if conflict.owner else None
             if owner is not None and holds_key(conflict.claim.kind, owner):
-                return owner
+                return values.open_run(owner)  # as a trigger returns its run: opened
             claims = _replace_owner(claims, conflict.claim, conflict.owner)
     raise RunlaneError(f"could not take the keys of a new {request.task!r} run; try again")
 

@@ -31,6 +31,7 @@ from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.errors import (
     CodecError,
     ConfigurationError,
+    ObjectUnreadable,
     PayloadTooLarge,
     StorageUnavailable,
     ValueUnreadable,
@@ -265,7 +266,10 @@ class Values:
                 f"it is kept in bucket {reference.bucket!r}, not in this app's "
                 f"payload_bucket {self.objects.bucket!r}",
             )
-        data = self.objects.get(reference.key)
+        try:
+            data = self.objects.get(reference.key)
+        except ObjectUnreadable as exc:
+            raise ValueUnreadable(what, owner, reference, str(exc)) from None
         if data is None:
             raise ValueUnreadable(what, owner, reference, "its object is missing")
         if len(data) != reference.size or hashlib.sha256(data).hexdigest() != reference.sha256:

@@ -31,7 +31,9 @@ class ObjectStore(Protocol):
         ...
 
     def get(self, key: str) -> bytes | None:
-        """The object at ``key``, ``None`` when there is none."""
+        """The object at ``key``, ``None`` when there is none; raises
+        :class:`~runlane_sqs.core.errors.ObjectUnreadable` when the store will not say
+        (S3's ``AccessDenied``)."""
         ...
 
     def delete(self, key: str) -> None:

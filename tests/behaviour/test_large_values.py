@@ -16,7 +16,9 @@ import hashlib
 from datetime import timedelta
 from typing import Any
 
+import boto3
 import pytest
+from botocore.stub import Stubber
 
 from runlane_sqs import (
     ConfigurationError,
@@ -30,11 +32,15 @@ from runlane_sqs import (
     ValueUnreadable,
 )
 from runlane_sqs.adapters.memory.objects import InMemoryObjects
+from runlane_sqs.adapters.memory.store import InMemoryObjectRecords
+from runlane_sqs.adapters.s3 import S3Objects
 from runlane_sqs.core import machine
+from runlane_sqs.core.errors import ObjectUnreadable
 from runlane_sqs.core.model import new_run_id
 from runlane_sqs.core.values import (
     PIN_DURATION,
     RELEASE_GRACE,
+    Reference,
     Sealed,
     generation_of,
     object_key,
@@ -116,6 +122,13 @@ def sealed(value: Any) -> Sealed:
     return value
 
 
+def reference_of(value: Any) -> Reference:
+    """The reference of a value kept in the bucket."""
+    reference = sealed(value).reference
+    assert reference is not None, "expected a value kept in the bucket"
+    return reference
+
+
 def test_a_5_mb_payload_and_result_round_trip(app: Runlane, worker_kind: WorkerKind) -> None:
     payload = blob(5 * MIB)
     run = app.trigger("large.echo", payload)
@@ -129,12 +142,12 @@ def test_a_5_mb_payload_and_result_round_trip(app: Runlane, worker_kind: WorkerK
     assert done.result == {"got": 5 * MIB, "back": payload["blob"][::-1]}
     assert app.runs.get(run.id).result == done.result
     stored = app.runs.get_stored(run.id)  # the item keeps references, not the values
-    reference = sealed(stored.payload).reference
+    reference = reference_of(stored.payload)
     assert reference.bucket == BUCKET
     assert reference.size > 5 * MIB
     generation = generation_of(reference)
     assert reference.key == object_key(app.config.environment, reference.sha256, generation)
-    assert sealed(stored.result).reference.size > 5 * MIB
+    assert reference_of(stored.result).size > 5 * MIB
 
 
 def test_a_value_under_the_inline_limit_stays_in_its_record(
@@ -165,8 +178,8 @@ def test_the_same_payload_triggered_twice_is_stored_once(app: Runlane) -> None:
     first = app.trigger("large.echo", blob(100 * KIB))
     second = app.trigger("large.echo", blob(100 * KIB))
 
-    one = sealed(app.runs.get_stored(first.id).payload).reference
-    other = sealed(app.runs.get_stored(second.id).payload).reference
+    one = reference_of(app.runs.get_stored(first.id).payload)
+    other = reference_of(app.runs.get_stored(second.id).payload)
     assert one == other
     assert app.objects is not None
     assert app.objects.get(one.key) is not None
@@ -209,7 +222,7 @@ def test_a_value_written_again_within_the_grace_keeps_its_object(
     payload = blob(100 * KIB, "again")
     old = app.trigger("large.echo", payload)
     worker_kind.drain_all(app)
-    key = sealed(app.runs.get_stored(old.id).payload).reference.key
+    key = reference_of(app.runs.get_stored(old.id).payload).key
     clock.advance(timedelta(days=2))
     assert app.runs.prune(older_than=timedelta(days=1)).deleted == 1
 
@@ -217,7 +230,7 @@ def test_a_value_written_again_within_the_grace_keeps_its_object(
     clock.advance(RELEASE_GRACE + timedelta(seconds=1))
     app.maintenance.run_pass()
 
-    assert sealed(app.runs.get_stored(new.id).payload).reference.key == key
+    assert reference_of(app.runs.get_stored(new.id).payload).key == key
     assert object_exists(app, key)
     worker_kind.drain_all(app)
     assert app.runs.get(new.id).status is RunStatus.SUCCEEDED
@@ -227,7 +240,7 @@ def test_an_object_no_write_came_to_reference_is_deleted_after_its_pin(
     app: Runlane, clock: ManualClock
 ) -> None:
     kept = app.engine.values.seal(blob(100 * KIB, "orphan"), what="payload")  # a writer
-    key = sealed(kept.value).reference.key  # that stopped before its record's write
+    key = reference_of(kept.value).key  # that stopped before its record's write
     assert object_exists(app, key)
 
     clock.advance(PIN_DURATION + timedelta(seconds=1))
@@ -244,7 +257,7 @@ def test_an_object_two_runs_share_stays_while_one_still_references_it(
     clock.advance(timedelta(days=2))
     young = app.trigger("large.echo", shared)  # the same object
     worker_kind.drain_all(app)
-    payload_key = sealed(app.runs.get_stored(young.id).payload).reference.key
+    payload_key = reference_of(app.runs.get_stored(young.id).payload).key
     assert payload_key in objects_of(app, old)
 
     assert app.runs.prune(older_than=timedelta(days=1)).deleted == 1  # the old run only
@@ -306,7 +319,7 @@ def test_an_object_damaged_behind_the_runs_back_fails_the_attempt_clearly(
     app: Runlane, worker_kind: WorkerKind, damage: bytes | None, reason: str
 ) -> None:
     run = app.trigger("large.echo", blob(100 * KIB))
-    reference = sealed(app.runs.get_stored(run.id).payload).reference
+    reference = reference_of(app.runs.get_stored(run.id).payload)
     assert app.objects is not None
     if damage is None:
         app.objects.delete(reference.key)
@@ -392,3 +405,89 @@ def test_a_write_whose_object_record_was_removed_after_its_pin_is_refused(
     with pytest.raises(StorageUnavailable, match="was removed after it was pinned"):
         app.store.create_run(run, event, kept.text)
     assert app.runs.list().runs == []
+
+
+class LosesFirstResponse(InMemoryObjects):
+    """Stores the first object, then answers as if the response were lost."""
+
+    def __init__(self, bucket: str) -> None:
+        super().__init__(bucket)
+        self.lost = False
+
+    def put(self, key: str, data: bytes) -> None:
+        super().put(key, data)
+        if not self.lost:
+            self.lost = True
+            raise StorageUnavailable("S3 PutObject: the connection closed before the response")
+
+
+@ONLY_MEMORY
+def test_a_lost_s3_response_and_a_duplicate_wakeup_leave_one_object_and_one_execution(
+    backend: Backend, tasks: Tasks, worker_kind: WorkerKind
+) -> None:
+    objects = LosesFirstResponse(BUCKET)
+    app = in_memory_app(payload_bucket=BUCKET, clock=backend.clock)
+    app.rewire(store=app.store, transport=app.transport, clock=app.clock, objects=objects)
+    tasks.register(app)
+    payload = blob(100 * KIB, "retried")
+
+    with pytest.raises(StorageUnavailable, match="before the response"):
+        app.trigger("large.echo", payload, idempotency_key="order-7")
+    run = app.trigger("large.echo", payload, idempotency_key="order-7")  # sent again
+    again = app.trigger("large.echo", payload, idempotency_key="order-7")
+    assert (again.id, again.created) == (run.id, False)
+    app.publisher.publish_many([app.runs.get_stored(run.id)])  # a duplicate wakeup
+    worker_kind.drain_all(app)
+
+    assert tasks.calls == ["echo"]  # executed once
+    payload_key = reference_of(app.runs.get_stored(run.id).payload).key
+    result_key = reference_of(app.runs.get_stored(run.id).result).key
+    assert sorted(objects.keys()) == sorted([payload_key, result_key])  # one object each
+    records = app.store.object_records
+    assert isinstance(records, InMemoryObjectRecords)
+    record = records.get(reference_of(app.runs.get_stored(run.id).payload).sha256)
+    assert record is not None and record.holders == 1  # one reference
+    assert app.runs.get(run.id).result["got"] == len(payload["blob"])
+
+
+def test_a_trigger_that_finds_its_key_held_returns_the_run_with_its_values(
+    app: Runlane, worker_kind: WorkerKind
+) -> None:
+    first = app.trigger("large.echo", blob(100 * KIB, "keyed"), idempotency_key="k-1")
+    worker_kind.drain_all(app)
+
+    again = app.trigger("large.echo", blob(100 * KIB, "keyed"), idempotency_key="k-1")
+
+    assert (again.id, again.created) == (first.id, False)
+    assert again.payload == blob(100 * KIB, "keyed")
+    assert again.result == {"got": 100 * KIB, "back": blob(100 * KIB, "keyed")["blob"][::-1]}
+
+
+def test_an_object_s3_refuses_to_read_is_a_clear_unreadable_value() -> None:
+    client = boto3.client(
+        "s3", region_name="us-east-1", aws_access_key_id="k", aws_secret_access_key="s"
+    )
+    stubber = Stubber(client)
+    stubber.add_client_error("get_object", service_error_code="AccessDenied", http_status_code=403)
+    with stubber, pytest.raises(ObjectUnreadable, match=r"the object is missing .*s3:ListBucket"):
+        S3Objects(client, BUCKET).get("test/values/abc/0")
+
+
+class RefusesReads(InMemoryObjects):
+    def get(self, key: str) -> bytes | None:
+        raise ObjectUnreadable(f"S3 refused GetObject of {key} (AccessDenied)")
+
+
+@ONLY_MEMORY
+def test_a_value_whose_object_the_store_refuses_fails_its_reader_clearly(
+    backend: Backend, tasks: Tasks
+) -> None:
+    app = in_memory_app(payload_bucket=BUCKET, clock=backend.clock)
+    app.rewire(
+        store=app.store, transport=app.transport, clock=app.clock, objects=RefusesReads(BUCKET)
+    )
+    tasks.register(app)
+    run = app.trigger("large.echo", blob(100 * KIB))
+
+    with pytest.raises(ValueUnreadable, match=r"payload of run \w+ cannot be read: S3 refused"):
+        app.runs.get(run.id)

@@ -178,7 +178,9 @@ def policy_statements(template: dict[str, Any]) -> Iterator[tuple[str, dict[str,
     for name, resource in template["Resources"].items():
         props = resource["Properties"]
         if resource["Type"] == "AWS::IAM::ManagedPolicy":
-            yield from ((name, s) for s in props["PolicyDocument"]["Statement"])
+            for listed in props["PolicyDocument"]["Statement"]:
+                # a statement only with the payload bucket (or its key): its true side
+                yield name, listed["Fn::If"][1] if "Fn::If" in listed else listed
         elif resource["Type"] == "AWS::IAM::Role":
             for policy in props.get("Policies", []):
                 yield from ((name, s) for s in policy["PolicyDocument"]["Statement"])
@@ -201,20 +203,35 @@ def test_iam_has_no_wildcard_actions_and_scoped_resources(template: dict[str, An
         if "*" in resources_:  # only where AWS has no resource-level permission
             assert actions == ["ecr:GetAuthorizationToken"], owner
         for resource in resources_:
-            if any(a.startswith("dynamodb:") for a in actions):
-                assert resource in (
-                    {"Fn::GetAtt": ["RunsTable", "Arn"]},
-                    *({"Fn::Sub": f"${{RunsTable.Arn}}/index/{i}"} for i in INDEXES),
-                ), owner
-            if any(a.startswith("sqs:") for a in actions):
-                queues = [{"Fn::GetAtt": [q, "Arn"]} for q in ("StandardQueue", "FifoQueue")]
-                if set(actions) <= {"sqs:GetQueueAttributes", "sqs:GetQueueUrl"}:
-                    # counting the dead-letter queues (app.health) reads, never receives
-                    dead = ("StandardDeadLetterQueue", "FifoDeadLetterQueue")
-                    queues += [{"Fn::GetAtt": [q, "Arn"]} for q in dead]
-                assert resource in queues, owner
-            if any(a.startswith("logs:") for a in actions):
-                assert re.fullmatch(r"\w+LogGroup", resource["Fn::GetAtt"][0]), owner
+            check_resource(owner, actions, resource)
+
+
+SCOPED = {
+    "s3:": {"Fn::Sub": "${PayloadBucket.Arn}/${Environment}/values/*"},
+    "kms:": {"Ref": "PayloadKeyArn"},
+}
+"""The one resource a statement of each of these services' actions may name."""
+
+
+def check_resource(owner: str, actions: list[str], resource: Any) -> None:
+    """``resource`` is one a statement of ``actions`` in ``owner`` may name."""
+    for prefix, scoped in SCOPED.items():
+        if any(a.startswith(prefix) for a in actions):
+            assert resource == scoped, owner
+    if any(a.startswith("dynamodb:") for a in actions):
+        assert resource in (
+            {"Fn::GetAtt": ["RunsTable", "Arn"]},
+            *({"Fn::Sub": f"${{RunsTable.Arn}}/index/{i}"} for i in INDEXES),
+        ), owner
+    if any(a.startswith("sqs:") for a in actions):
+        queues = [{"Fn::GetAtt": [q, "Arn"]} for q in ("StandardQueue", "FifoQueue")]
+        if set(actions) <= {"sqs:GetQueueAttributes", "sqs:GetQueueUrl"}:
+            # counting the dead-letter queues (app.health) reads, never receives
+            dead = ("StandardDeadLetterQueue", "FifoDeadLetterQueue")
+            queues += [{"Fn::GetAtt": [q, "Arn"]} for q in dead]
+        assert resource in queues, owner
+    if any(a.startswith("logs:") for a in actions):
+        assert re.fullmatch(r"\w+LogGroup", resource["Fn::GetAtt"][0]), owner
 
 
 # --- Dockerfile ------------------------------------------------------------------

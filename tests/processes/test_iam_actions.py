@@ -1,30 +1,38 @@
 """Each IAM policy of ``infra/runlane.yaml`` grants what its component calls, and no more.
 
 Every component runs against the emulator with a boto3 (or aioboto3) session that records
-each DynamoDB and SQS request it makes:
+each DynamoDB, SQS and S3 request it makes, with a payload bucket, so values over the
+inline limit are kept there:
 
 - the **producer** (a web app): triggers of every kind, ``trigger_many``, tokens created
-  before triggering, signals, token completions, reading and waiting for a run;
+  before triggering, signals, token completions, reading and waiting for a run; a large
+  payload (twice, with one idempotency key) and its run's large result;
 - the **worker** (the long-running sync and async workers) and the Lambda **consumer**:
   runs that succeed, fail, retry, release, wait on a signal, a token or another run,
   record steps, outlive a heartbeat, hold keys, or whose task the worker does not know;
   runs of a concurrency limit that take and free its slot, wait for one, and wake the
-  next waiter;
+  next waiter; large payloads read and large results written;
 - **maintenance**: passes with due runs, an abandoned cancellation, a token timeout, a
   parked run and saved cursors; a dead worker's limited run whose lease it recovers, and
-  a leaked slot holder it drops;
+  a leaked slot holder it drops; a run waiting for a large result it resumes, an object
+  record a writer pinned that it takes off the agenda, and the objects pruned runs no
+  longer reference, which it deletes;
 - the **operator**: ``app.runs`` (list, get, events, attempts, wait, cancel, retry,
   rerun, unpark, prune; a cancelled run waiting for a slot), tokens, signals,
-  ``app.idempotency.reset``, ``app.queues.list`` and a trigger.
+  ``app.idempotency.reset``, ``app.queues.list``, a trigger; a run's large values read,
+  a trigger with a large payload, a rerun of one.
 
 Each request becomes what IAM authorises: its action (``SendMessageBatch`` is
 ``sqs:SendMessage``, each item of a ``TransactWriteItems`` its own ``PutItem``,
-``UpdateItem``, ``DeleteItem`` or ``ConditionCheckItem``), its resource ARN and, for
-DynamoDB, the values ``dynamodb:LeadingKeys`` holds (the table's partition keys, or for a
-``Query`` on an index the index's partition key). The component's policy, read from the
-template, must then allow every request; every action, resource and key pattern it grants
-must have been used; the same requests in another environment must be refused; and the
-producer policy must refuse what only operators do.
+``UpdateItem``, ``DeleteItem`` or ``ConditionCheckItem``), its resource ARN (for S3, the
+object's: ``arn:aws:s3:::BUCKET/KEY``) and, for DynamoDB, the values
+``dynamodb:LeadingKeys`` holds (the table's partition keys, or for a ``Query`` on an
+index the index's partition key). With the bucket encrypted by a KMS key
+(``PayloadKeyArn``), each ``PutObject`` also needs ``kms:GenerateDataKey`` and each
+``GetObject`` ``kms:Decrypt``, which S3 asks for with the caller's permissions. The
+component's policy, read from the template, must then allow every request; every action,
+resource and key pattern it grants must have been used; the same requests in another
+environment must be refused; and the producer policy must refuse what only operators do.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -41,6 +50,7 @@ from runlane_sqs.adapters.provision import provision_queues
 from tests.emulators import TEST_BACKEND, Backend
 from tests.iam_components import (
     CONSUMER,
+    ENCRYPTIONS,
     LEASE_SECONDS,
     MAINTENANCE,
     OPERATOR,
@@ -81,6 +91,7 @@ def recorded(session_backend: Backend) -> Iterator[Recorded]:
             env.setenv(name, value)
         env.setenv("RUNLANE_TABLE", f"runlane-{uuid.uuid4().hex[:8]}")
         env.setenv("RUNLANE_ENVIRONMENT", ENVIRONMENT)
+        env.setenv("RUNLANE_PAYLOAD_BUCKET", f"runlane-values-{uuid.uuid4().hex[:8]}")
         if TEST_BACKEND != "moto":
             env.setenv("RUNLANE_QUEUE_PREFIX", f"runlane-{uuid.uuid4().hex[:8]}-")
         clock = ManualClock()
@@ -127,25 +138,64 @@ def recorded(session_backend: Backend) -> Iterator[Recorded]:
 # --- the policies against what the components did ----------------------------------
 
 
+@pytest.mark.parametrize("encryption", list(ENCRYPTIONS))
 @pytest.mark.parametrize("role", list(ROLES))
-def test_each_role_allows_every_request_its_components_make(recorded: Recorded, role: str) -> None:
-    policy = recorded.policy(*ROLES[role].policies)
-    needs = recorded.of(ROLES[role])
-    assert needs
+def test_each_role_allows_every_request_its_components_make(
+    recorded: Recorded, role: str, encryption: str
+) -> None:
+    policy = recorded.policy(*ROLES[role].policies, encryption=encryption)
+    needs = recorded.of(ROLES[role], encryption)
+    assert any(a.action.startswith("s3:") for a in needs)
+    assert any(a.action.startswith("kms:") for a in needs) == (encryption == "sse-kms")
     assert {a for a in needs if not allowed(policy, a)} == set()
 
 
+@pytest.mark.parametrize("encryption", list(ENCRYPTIONS))
 @pytest.mark.parametrize("role", list(ROLES))
-def test_each_policy_grants_only_what_its_components_use(recorded: Recorded, role: str) -> None:
+def test_each_policy_grants_only_what_its_components_use(
+    recorded: Recorded, role: str, encryption: str
+) -> None:
     """Every (action, resource, key pattern) a policy grants was needed by a request its
     components made that the role's other policies did not already allow."""
     *base, own = ROLES[role].policies
-    needs = recorded.of(ROLES[role])
+    needs = recorded.of(ROLES[role], encryption)
     if base:
-        others = recorded.policy(*base)
+        others = recorded.policy(*base, encryption=encryption)
         needs = {a for a in needs if not allowed(others, a)}
-    unused = [g for g in grants(recorded.policy(own)) if not used(g, needs)]
-    assert unused == []
+    granted = grants(recorded.policy(own, encryption=encryption))
+    assert [g for g in granted if not used(g, needs)] == []
+
+
+@pytest.mark.parametrize("role", list(ROLES))
+def test_a_payload_key_is_used_through_s3_for_the_payload_bucket_only(
+    recorded: Recorded, role: str
+) -> None:
+    """With SSE-KMS, the key's uses are allowed only through S3 in the stack's region,
+    with the payload bucket as encryption context (a bucket key's)."""
+    policy = recorded.policy(*ROLES[role].policies, encryption="sse-kms")
+    uses = {a for a in recorded.of(ROLES[role], "sse-kms") if a.action.startswith("kms:")}
+    assert uses
+    for use in uses:
+        context = dict(use.context)
+        for key, other in (
+            ("kms:ViaService", "dynamodb.us-east-1.amazonaws.com"),
+            ("kms:ViaService", "s3.eu-west-1.amazonaws.com"),
+            ("kms:EncryptionContext:aws:s3:arn", "arn:aws:s3:::another-bucket"),
+        ):
+            elsewhere = replace(use, context=tuple({**context, key: other}.items()))
+            assert not allowed(policy, elsewhere), (use, key, other)
+
+
+def test_without_the_bucket_no_policy_grants_objects_or_keys(recorded: Recorded) -> None:
+    """``DeployPayloadBucket=false``: no statement on S3, KMS or object records, and the
+    rest as with the bucket."""
+    for names in {role.policies for role in ROLES.values()}:
+        without = set(grants(recorded.policy(*names, DeployPayloadBucket="false")))
+        assert not any(
+            action.startswith(("s3:", "kms:")) or (pattern or "").startswith("OBJECT#")
+            for action, _, pattern in without
+        ), names
+        assert without < set(grants(recorded.policy(*names)))
 
 
 @pytest.mark.parametrize("environment", ["prod", "test2", "tes"])
@@ -153,15 +203,16 @@ def test_each_policy_grants_only_what_its_components_use(recorded: Recorded, rol
 def test_no_policy_reaches_the_items_of_another_environment(
     recorded: Recorded, role: str, environment: str
 ) -> None:
-    """The same table, another environment (also one whose name starts with this one's,
-    or that this one's starts with): every DynamoDB request is refused."""
+    """The same table and bucket, another environment (also one whose name starts with
+    this one's, or that this one's starts with): every DynamoDB and S3 request is
+    refused."""
     policy = recorded.policy(*ROLES[role].policies)
     elsewhere = {
         in_environment(a, environment)
         for a in recorded.of(ROLES[role])
-        if a.action.startswith("dynamodb:")
+        if a.action.startswith(("dynamodb:", "s3:"))
     }
-    assert elsewhere
+    assert any(a.action.startswith("s3:") for a in elsewhere)
     assert {a for a in elsewhere if allowed(policy, a)} == set()
 
 
@@ -191,25 +242,64 @@ def test_a_producer_can_neither_list_nor_delete_runs(recorded: Recorded) -> None
     }
 
 
-def test_every_dynamodb_statement_is_limited_to_the_environments_items() -> None:
-    """No DynamoDB grant without a ``dynamodb:LeadingKeys`` condition, and every pattern
-    starts with a key prefix and the environment."""
-    template = load_template()
+def template_statements(
+    template: dict[str, Any],
+) -> Iterator[tuple[str, str | None, dict[str, Any]]]:
+    """Every statement of the template's managed policies as written: (policy, condition,
+    statement), a conditional one (``Fn::If``) with its condition."""
     for name, resource in template["Resources"].items():
         if resource["Type"] != "AWS::IAM::ManagedPolicy":
             continue
         for statement in resource["Properties"]["PolicyDocument"]["Statement"]:
-            if not any(a.startswith("dynamodb:") for a in as_list(statement["Action"])):
+            if "Fn::If" not in statement:
+                yield name, None, statement
                 continue
-            patterns = key_patterns(statement)
-            assert patterns, (name, statement.get("Sid"))
-            for pattern in patterns:
-                assert re.fullmatch(
-                    r"((RUN|IDEM|SINGLETON|TOKEN|SLOT)#\$\{Environment\}#\*|SLOT#\$\{Environment\}#order#\*"
-                    r"|(MAINT|SCHED)#\$\{Environment\})"
-                    r"|\$\{Environment\}#[a-z_]*#?\*?",
-                    pattern["Fn::Sub"],
-                ), (name, pattern)
+            condition, body, otherwise = statement["Fn::If"]
+            assert otherwise == {"Ref": "AWS::NoValue"}, (name, body)
+            yield name, condition, body
+
+
+def test_every_dynamodb_statement_is_limited_to_the_environments_items() -> None:
+    """No DynamoDB grant without a ``dynamodb:LeadingKeys`` condition, and every pattern
+    starts with a key prefix and the environment."""
+    for name, _, statement in template_statements(load_template()):
+        if not any(a.startswith("dynamodb:") for a in as_list(statement["Action"])):
+            continue
+        patterns = key_patterns(statement)
+        assert patterns, (name, statement.get("Sid"))
+        for pattern in patterns:
+            assert re.fullmatch(
+                r"((RUN|IDEM|SINGLETON|TOKEN|SLOT|OBJECT)#\$\{Environment\}#\*"
+                r"|SLOT#\$\{Environment\}#order#\*|(MAINT|SCHED)#\$\{Environment\})"
+                r"|\$\{Environment\}#[a-z_]*#?\*?",
+                pattern["Fn::Sub"],
+            ), (name, pattern)
+
+
+def test_objects_and_keys_are_granted_in_the_environments_prefix_and_conditionally() -> None:
+    """S3 grants name the payload bucket's objects under ``{Environment}/values/`` and
+    exist with the bucket (object records too); KMS grants name the key and exist with
+    it."""
+    found = set()
+    for name, condition, statement in template_statements(load_template()):
+        actions = as_list(statement["Action"])
+        objects = any(
+            p == {"Fn::Sub": "OBJECT#${Environment}#*"} for p in key_patterns(statement) or []
+        )
+        if any(a.startswith("s3:") for a in actions):
+            assert statement["Resource"] == {
+                "Fn::Sub": "${PayloadBucket.Arn}/${Environment}/values/*"
+            }, name
+            assert condition == "WithPayloadBucket", name
+            found.add((name, "s3"))
+        elif any(a.startswith("kms:") for a in actions):
+            assert statement["Resource"] == {"Ref": "PayloadKeyArn"}, name
+            assert condition == "WithPayloadKey", name
+            found.add((name, "kms"))
+        else:
+            assert condition == ("WithPayloadBucket" if objects else None), name
+    policies = ("ProducerPolicy", "MaintenancePolicy", "OperatorPolicy")
+    assert found == {(name, kind) for name in policies for kind in ("s3", "kms")}
 
 
 # --- the rest of the template's IAM and resource policies ---------------------------
@@ -267,6 +357,98 @@ def test_the_execution_role_pulls_from_the_image_repository_only(
         f"arn:aws:ecr:{region}:{account}:repository/{repository}"
     )
     assert not re.fullmatch(pattern, "docker.io/library/python:3.11")
+
+
+def test_the_payload_bucket_is_private_and_refuses_requests_without_tls() -> None:
+    template = load_template()
+    [(name, bucket)] = resources_of(template, "AWS::S3::Bucket").items()
+    assert bucket["Condition"] == "WithPayloadBucket"
+    assert bucket["DeletionPolicy"] == bucket["UpdateReplacePolicy"] == "Retain"
+    assert bucket["Properties"]["PublicAccessBlockConfiguration"] == {
+        "BlockPublicAcls": True,
+        "BlockPublicPolicy": True,
+        "IgnorePublicAcls": True,
+        "RestrictPublicBuckets": True,
+    }
+    assert bucket["Properties"]["OwnershipControls"] == {
+        "Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]
+    }
+    [policy] = resources_of(template, "AWS::S3::BucketPolicy").values()
+    assert policy["Condition"] == "WithPayloadBucket"
+    assert policy["Properties"]["Bucket"] == {"Ref": name}
+    [statement] = policy["Properties"]["PolicyDocument"]["Statement"]
+    assert statement == {
+        "Sid": "DenyWithoutTls",
+        "Effect": "Deny",
+        "Principal": "*",
+        "Action": "s3:*",
+        "Resource": [{"Fn::GetAtt": [name, "Arn"]}, {"Fn::Sub": f"${{{name}.Arn}}/*"}],
+        "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+    }
+
+
+def rendered_bucket(recorded: Recorded, **parameters: str) -> dict[str, Any]:
+    """The payload bucket's properties for the template ``parameters`` given."""
+    values = replace(recorded.values, parameters={**recorded.values.parameters, **parameters})
+    properties: dict[str, Any] = values.resolve(
+        recorded.template["Resources"]["PayloadBucket"]["Properties"]
+    )
+    return properties
+
+
+def test_the_payload_bucket_encrypts_with_s3_keys_or_the_named_kms_key(
+    recorded: Recorded,
+) -> None:
+    """SSE-S3, or with ``PayloadKeyArn`` SSE-KMS with a bucket key (one data key for many
+    objects, not a KMS request per object). Only a key's ARN is accepted: IAM grants on
+    an alias do not authorise the key's use."""
+    [(encryption, key)] = [(e, p) for e, p in ENCRYPTIONS.items() if p]
+    assert rendered_bucket(recorded)["BucketEncryption"] == {
+        "ServerSideEncryptionConfiguration": [
+            {"ServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}
+        ]
+    }
+    assert rendered_bucket(recorded, **key)["BucketEncryption"] == {
+        "ServerSideEncryptionConfiguration": [
+            {
+                "ServerSideEncryptionByDefault": {
+                    "SSEAlgorithm": "aws:kms",
+                    "KMSMasterKeyID": key["PayloadKeyArn"],
+                },
+                "BucketKeyEnabled": True,
+            }
+        ]
+    }, encryption
+    pattern = recorded.template["Parameters"]["PayloadKeyArn"]["AllowedPattern"]
+    multi_region = "arn:aws:kms:eu-west-1:123456789012:key/mrk-" + "0" * 32
+    for accepted in ("", key["PayloadKeyArn"], multi_region):
+        assert re.fullmatch(pattern, accepted), accepted
+    for refused in ("alias/runlane", "arn:aws:kms:eu-west-1:123456789012:alias/runlane"):
+        assert not re.fullmatch(pattern, refused), refused
+
+
+@pytest.mark.parametrize("days", ["400", "30", "0"])
+def test_the_payload_bucket_keeps_no_versions_and_expires_values_as_a_backstop(
+    recorded: Recorded, days: str
+) -> None:
+    """Versioning off (objects never change, and a late delete cannot reach a newer
+    object); objects under the environment's values/ expire ``PayloadExpirationDays``
+    after they were written (0: never); incomplete multipart uploads go after a day."""
+    bucket = rendered_bucket(recorded, PayloadExpirationDays=days)
+    assert "VersioningConfiguration" not in bucket
+    rules = {rule["Id"]: rule for rule in bucket["LifecycleConfiguration"]["Rules"]}
+    assert rules.pop("abort-incomplete-multipart-uploads") == {
+        "Id": "abort-incomplete-multipart-uploads",
+        "Status": "Enabled",
+        "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1},
+    }
+    expiring = {
+        "Id": "expire-values",
+        "Status": "Enabled",
+        "Prefix": f"{ENVIRONMENT}/values/",
+        "ExpirationInDays": days,
+    }
+    assert rules == ({} if days == "0" else {"expire-values": expiring})
 
 
 def test_the_queues_refuse_requests_without_tls() -> None:

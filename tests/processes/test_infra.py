@@ -16,8 +16,11 @@ none of them: it has no Lambda runtime without Docker and never fires
 
 The event source mappings are deployed disabled (``ConsumerEnabled=false``): moto would
 otherwise try to invoke the function (in Docker) on every SendMessage and make the
-messages invisible. moto also ignores ``TimeToLiveSpecification`` and
-``SSESpecification`` of a CloudFormation table, so those are checked on the template
+messages invisible. moto keeps a list item that is ``Ref: AWS::NoValue`` (the policy
+statements and the lifecycle rule that exist only under a condition) as a null, which
+CloudFormation drops; :func:`template_body` drops them first. moto also ignores
+``TimeToLiveSpecification`` and ``SSESpecification`` of a CloudFormation table, so those
+are checked on the template
 (tests/core/test_deploy_files.py), not here; so are the queue policies and the
 dead-letter queues' ``RedriveAllowPolicy`` (tests/iam_policies.py), which
 moto's CloudFormation does not apply. moto authorises DynamoDB requests against the
@@ -46,13 +49,14 @@ import pytest
 
 from runlane_sqs import Runlane, RunStatus
 from runlane_sqs.adapters.provision import table_definition
-from runlane_sqs.engine.reports import JOB_DUE
+from runlane_sqs.core.values import RELEASE_GRACE, Sealed
+from runlane_sqs.engine.reports import JOB_DUE, JOB_OBJECTS
 from runlane_sqs.lambdas import maintenance as lambda_handler
 from runlane_sqs.local import MotoServer
 from tests.emulators import REPO_ROOT, queue_counts
-from tests.iam_policies import Access, accesses, allowed, table_arn
+from tests.iam_policies import Access, Values, accesses, allowed, table_arn
+from tests.templates import load_template
 
-TEMPLATE = REPO_ROOT / "infra" / "runlane.yaml"
 APP_MODULE = "tests.apps.stack_app"
 RUNLANE_VARIABLES = (
     "RUNLANE_APP",
@@ -61,7 +65,10 @@ RUNLANE_VARIABLES = (
     "RUNLANE_QUEUE_PREFIX",
     "RUNLANE_QUEUE_URLS",
     "RUNLANE_MAINTENANCE_PERIOD_SECONDS",
+    "RUNLANE_PAYLOAD_BUCKET",
 )
+LARGE_PAYLOAD = {"blob": "x" * 100 * 1024}
+"""Over the inline limit (32 KiB): kept in the stack's payload bucket."""
 
 
 def _strings(variables: dict[str, Any]) -> dict[str, str]:
@@ -124,6 +131,38 @@ def lambda_zip() -> bytes:
     return buffer.getvalue()
 
 
+def template_body(parameters: dict[str, str]) -> str:
+    """The template as JSON, each list item ``Fn::If`` whose other branch is
+    ``AWS::NoValue`` resolved for ``parameters`` (the others at their defaults), as
+    CloudFormation resolves it: moto would keep a null in the list."""
+    template = load_template()
+    defaults = {n: str(spec.get("Default", "")) for n, spec in template["Parameters"].items()}
+    values = Values({**defaults, **parameters}, {}, template["Conditions"])
+
+    def resolved(node: Any) -> Any:
+        if isinstance(node, dict):  # a function's arguments are not a list property
+            return {
+                key: [resolved(v) for v in value]
+                if key.startswith("Fn::") and isinstance(value, list)
+                else resolved(value)
+                for key, value in node.items()
+            }
+        if not isinstance(node, list):
+            return node
+        kept = []
+        for item in node:
+            if isinstance(item, dict) and list(item) == ["Fn::If"]:
+                condition, then, otherwise = item["Fn::If"]
+                if otherwise == {"Ref": "AWS::NoValue"}:
+                    if values.holds(condition):
+                        kept.append(resolved(then))
+                    continue
+            kept.append(resolved(item))
+        return kept
+
+    return json.dumps(resolved(template))
+
+
 def deploy(parameters: dict[str, str], name: str) -> Stack:
     """Create the stack (and the code bucket and network it refers to) on the moto server."""
     stack = Stack(name, {}, {})
@@ -150,7 +189,7 @@ def deploy(parameters: dict[str, str], name: str) -> Stack:
     cfn = stack.client("cloudformation")
     cfn.create_stack(
         StackName=name,
-        TemplateBody=TEMPLATE.read_text(),
+        TemplateBody=template_body(values),
         Parameters=[{"ParameterKey": k, "ParameterValue": v} for k, v in values.items()],
         Capabilities=["CAPABILITY_IAM"],
     )
@@ -195,6 +234,7 @@ def function_variables(
         "RUNLANE_QUEUE_URLS": outputs["QueueUrls"],
         "RUNLANE_MAINTENANCE_PERIOD_SECONDS": "60",
         "RUNLANE_METRICS": "none",  # LambdaMetrics: emf writes CloudWatch EMF lines
+        "RUNLANE_PAYLOAD_BUCKET": outputs["PayloadBucketName"],
     }
     consumer_variables = {  # the consumer's time settings (docs/deploy-lambda.md)
         "RUNLANE_LAMBDA_TIMEOUT_SECONDS": str(consumer["Timeout"]),
@@ -244,6 +284,7 @@ def test_the_stack_creates_the_table_queues_and_compute_the_library_expects(
     assert outputs["QueueUrls"] == (
         f"default={outputs['StandardQueueUrl']},ordered={outputs['FifoQueueUrl']}"
     )
+    check_payload_bucket(stack, key=None)
 
     functions = stack.client("lambda")
     consumer = functions.get_function_configuration(FunctionName=outputs["ConsumerFunctionName"])
@@ -277,9 +318,17 @@ def test_the_stack_creates_the_table_queues_and_compute_the_library_expects(
         if "ecr:BatchGetImage" in s["Action"]
     ] == ["arn:aws:ecr:us-east-1:123456789012:repository/runlane-worker"]
 
+    check_worker_service(stack)
+
+
+def check_worker_service(stack: Stack) -> None:
+    """The ECS worker's task definition and service, as the stack created them."""
+    outputs = stack.outputs
     ecs = stack.client("ecs")
     task = ecs.describe_task_definition(taskDefinition=stack.resources["WorkerTaskDefinition"])
     [container] = task["taskDefinition"]["containerDefinitions"]
+    worker_variables = {v["name"]: v["value"] for v in container["environment"]}
+    assert worker_variables["RUNLANE_PAYLOAD_BUCKET"] == outputs["PayloadBucketName"]
     assert container["stopTimeout"] == 120
     assert container["command"][:4] == ["runlane-sqs", "worker", "--app", f"{APP_MODULE}:app"]
     [service] = ecs.describe_services(
@@ -288,6 +337,23 @@ def test_the_stack_creates_the_table_queues_and_compute_the_library_expects(
     # (moto's CloudFormation drops LaunchType; the template's is checked in unit tests)
     assert service["taskDefinition"] == task["taskDefinition"]["taskDefinitionArn"]
     assert service["desiredCount"] == 1
+
+
+def check_payload_bucket(stack: Stack, key: str | None) -> None:
+    """The payload bucket as deployed: encrypted with S3's keys or with ``key``, without
+    versions. (moto's CloudFormation applies a bucket's encryption only: its public access
+    block, ownership and lifecycle rules, and the bucket policy, are checked on the
+    template, in tests/processes/test_iam_actions.py.)"""
+    s3, bucket = stack.client("s3"), stack.outputs["PayloadBucketName"]
+    assert stack.outputs["PayloadBucketArn"] == f"arn:aws:s3:::{bucket}"
+    assert stack.resources["PayloadBucket"] == bucket
+    [rule] = s3.get_bucket_encryption(Bucket=bucket)["ServerSideEncryptionConfiguration"]["Rules"]
+    assert rule["ApplyServerSideEncryptionByDefault"] == (
+        {"SSEAlgorithm": "AES256"}
+        if key is None
+        else {"SSEAlgorithm": "aws:kms", "KMSMasterKeyID": key}
+    )
+    assert "Status" not in s3.get_bucket_versioning(Bucket=bucket)  # never enabled
 
 
 def test_without_compute_the_stack_holds_storage_queues_and_maintenance(
@@ -312,6 +378,37 @@ def test_without_compute_the_stack_holds_storage_queues_and_maintenance(
     assert "ConsumerFunctionName" not in stack.outputs
 
 
+LEAN = {"DeployEcsWorker": "false", "SubnetIds": "", "SecurityGroupIds": "", "ImageUri": ""}
+"""Parameters of a stack without the ECS worker."""
+
+
+def test_with_a_payload_key_the_bucket_encrypts_with_it(on_moto: dict[str, str]) -> None:
+    """``PayloadKeyArn``: SSE-KMS with that key (the grants to use it are checked on the
+    template: moto's S3 does not call KMS)."""
+    kms = boto3.client("kms")
+    key = kms.create_key(Description="runlane payloads")["KeyMetadata"]["Arn"]
+    kms.close()
+    stack = deploy({**LEAN, "PayloadKeyArn": key, "PayloadExpirationDays": "0"}, "runlane-kms")
+    check_payload_bucket(stack, key=key)
+    stack.close()
+
+
+def test_without_the_payload_bucket_values_stay_in_their_records(
+    on_moto: dict[str, str],
+) -> None:
+    """``DeployPayloadBucket=false``: no bucket, no output, and no RUNLANE_PAYLOAD_BUCKET
+    for the functions (their apps keep every value in its record)."""
+    stack = deploy({**LEAN, "DeployPayloadBucket": "false"}, "runlane-inline")
+    functions = stack.client("lambda")
+    for name in ("MaintenanceFunctionName", "ConsumerFunctionName"):
+        variables = functions.get_function_configuration(FunctionName=stack.outputs[name])
+        assert "RUNLANE_TABLE" in variables["Environment"]["Variables"]
+        assert "RUNLANE_PAYLOAD_BUCKET" not in variables["Environment"]["Variables"]
+    stack.close()
+    assert "PayloadBucket" not in stack.resources
+    assert "PayloadBucketName" not in stack.outputs
+
+
 def test_the_stack_deploys_with_an_alarm_topic(on_moto: dict[str, str]) -> None:
     """``AlarmTopicArn`` set: the stack still deploys. moto's CloudFormation has no model
     of ``AWS::CloudWatch::Alarm`` and skips the alarms (with a warning in the server's
@@ -320,8 +417,7 @@ def test_the_stack_deploys_with_an_alarm_topic(on_moto: dict[str, str]) -> None:
     sns = boto3.client("sns")
     topic = sns.create_topic(Name="runlane-on-call")["TopicArn"]
     sns.close()
-    lean = {"DeployEcsWorker": "false", "SubnetIds": "", "SecurityGroupIds": "", "ImageUri": ""}
-    stack = deploy({**lean, "AlarmTopicArn": topic}, "runlane-alarmed")
+    stack = deploy({**LEAN, "AlarmTopicArn": topic}, "runlane-alarmed")
     alarms = stack.client("cloudwatch").describe_alarms()["MetricAlarms"]
     stack.close()
     assert {"StandardQueue", "MaintenanceFunction", "ConsumerFunction"} <= set(stack.resources)
@@ -338,7 +434,7 @@ class RequestLog:
     def __init__(self, app: Runlane) -> None:
         self.phase = "producer"
         self.requests: list[tuple[str, str, dict[str, Any]]] = []
-        for service in ("dynamodb", "sqs"):
+        for service in ("dynamodb", "sqs", "s3"):
             app.client(service).meta.events.register(
                 f"before-parameter-build.{service}.*", self._record
             )
@@ -386,6 +482,8 @@ def needed(stack: Stack, requests: list[tuple[str, dict[str, Any]]]) -> set[Acce
     found = {a for name, params in requests for a in accesses(name, params)}
     queue_arns = {stack.outputs["StandardQueueArn"], stack.outputs["FifoQueueArn"]}
     assert {a.resource for a in found if a.action.startswith("sqs:")} <= queue_arns
+    values = f"{stack.outputs['PayloadBucketArn']}/test/values/"
+    assert all(a.resource.startswith(values) for a in found if a.action.startswith("s3:"))
     return found
 
 
@@ -456,25 +554,72 @@ def deliver(stack: Stack, handler: Callable[..., Any], kind: str) -> tuple[int, 
             return delivered, reported
 
 
+def check_large_values(stack: Stack, app: Runlane, run_id: str) -> None:
+    """A run whose payload and result are over the inline limit: both kept in the stack's
+    payload bucket, read back whole."""
+    assert app.runs.get(run_id).result == {"echo": LARGE_PAYLOAD, "attempt": 1}
+    stored = app.runs.get_stored(run_id)
+    assert isinstance(stored.payload, Sealed) and isinstance(stored.result, Sealed)
+    reference = stored.result.reference
+    assert reference is not None and reference.bucket == stack.outputs["PayloadBucketName"]
+
+
+def check_requests_allowed(stack: Stack, log: RequestLog) -> None:
+    """Every request each part made is one its deployed role (or, for the producer and
+    the operator, the policy the stack exports for them) allows."""
+    producer = policy_statements(stack, stack.outputs["ProducerPolicyArn"])
+    assert refused(producer, needed(stack, log.of("producer"))) == set()
+    consumer_needs = needed(stack, log.of("consumer"))
+    assert refused(role_statements(stack, "ConsumerRole"), consumer_needs) == set()
+    worker_needs = needed(stack, log.of("worker"))
+    assert {a.action for a in worker_needs} >= {"sqs:ReceiveMessage", "sqs:DeleteMessage"}
+    assert refused(role_statements(stack, "WorkerTaskRole"), worker_needs) == set()
+    maintenance_needs = needed(stack, log.of("maintenance"))
+    assert {a.action for a in maintenance_needs} >= {
+        "dynamodb:Query",
+        "sqs:SendMessage",
+        "s3:DeleteObject",
+    }
+    assert refused(role_statements(stack, "MaintenanceRole"), maintenance_needs) == set()
+    operator = policy_statements(stack, stack.outputs["OperatorPolicyArn"])
+    assert refused(operator, needed(stack, log.of("operator"))) == set()
+    for phase in ("producer", "consumer"):
+        assert {"s3:PutObject", "s3:GetObject"} <= {a.action for a in needed(stack, log.of(phase))}
+    # ...and the roles are not wider than that: maintenance cannot consume, and the
+    # producer policy cannot list runs.
+    assert refused(
+        role_statements(stack, "MaintenanceRole"),
+        {Access("sqs:ReceiveMessage", stack.outputs["StandardQueueArn"])},
+    )
+    list_runs = Access(
+        "dynamodb:Query", f"{stack.outputs['TableArn']}/index/by_status", ("test#succeeded#0",)
+    )
+    assert refused(producer, {list_runs})
+
+
 def test_runs_complete_through_the_deployed_resources(stack: Stack, deployed_app: Any) -> None:
     app: Runlane = deployed_app.app
     handler = deployed_app.handler
     log = RequestLog(app)
 
     echo = app.trigger(deployed_app.ECHO_TASK, {"n": 1})
+    large = app.trigger(deployed_app.ECHO_TASK, LARGE_PAYLOAD)  # kept in the payload bucket
     ordered = [app.trigger(deployed_app.ORDERED_TASK, {"n": n}) for n in range(3)]
     flaky = app.trigger(deployed_app.FLAKY_TASK, {})
     later = app.trigger(deployed_app.ECHO_TASK, {"n": "later"}, delay=timedelta(hours=2))
     sqs = stack.client("sqs")
-    assert queue_counts(sqs, stack.outputs["StandardQueueUrl"])["visible"] == 2
+    assert queue_counts(sqs, stack.outputs["StandardQueueUrl"])["visible"] == 3
     assert queue_counts(sqs, stack.outputs["FifoQueueUrl"])["visible"] == 3
 
     log.phase = "consumer"
-    assert deliver(stack, handler, "Standard") == (2, [])
+    assert deliver(stack, handler, "Standard") == (3, [])
     assert deliver(stack, handler, "Fifo") == (3, [])
 
     assert app.runs.get(echo.id).status is RunStatus.SUCCEEDED
     assert app.runs.get(echo.id).result == {"echo": {"n": 1}, "attempt": 1}
+    log.phase = "producer"
+    check_large_values(stack, app, large.id)
+    log.phase = "consumer"
     assert [app.runs.get(r.id).result for r in ordered] == [{"ordered": {"n": n}} for n in range(3)]
     assert app.runs.get(flaky.id).status is RunStatus.RETRYING  # due in an hour
     assert app.runs.get(later.id).status is RunStatus.QUEUED  # due in two hours
@@ -507,25 +652,13 @@ def test_runs_complete_through_the_deployed_resources(stack: Stack, deployed_app
                 "delayed": 0,
             }, queue
 
-    # Every request each part made is one its deployed role (or, for the producer, the
-    # policy the stack exports for producers) allows.
-    producer = policy_statements(stack, stack.outputs["ProducerPolicyArn"])
-    assert refused(producer, needed(stack, log.of("producer"))) == set()
-    consumer_needs = needed(stack, log.of("consumer"))
-    assert refused(role_statements(stack, "ConsumerRole"), consumer_needs) == set()
-    worker_needs = needed(stack, log.of("worker"))
-    assert {a.action for a in worker_needs} >= {"sqs:ReceiveMessage", "sqs:DeleteMessage"}
-    assert refused(role_statements(stack, "WorkerTaskRole"), worker_needs) == set()
-    maintenance_needs = needed(stack, log.of("maintenance"))
-    assert {a.action for a in maintenance_needs} >= {"dynamodb:Query", "sqs:SendMessage"}
-    assert refused(role_statements(stack, "MaintenanceRole"), maintenance_needs) == set()
-    # ...and the roles are not wider than that: maintenance cannot consume, and the
-    # producer policy cannot list runs.
-    assert refused(
-        role_statements(stack, "MaintenanceRole"),
-        {Access("sqs:ReceiveMessage", stack.outputs["StandardQueueArn"])},
-    )
-    list_runs = Access(
-        "dynamodb:Query", f"{stack.outputs['TableArn']}/index/by_status", ("test#succeeded#0",)
-    )
-    assert refused(producer, {list_runs})
+    # An operator prunes the finished runs; after the grace, maintenance deletes the
+    # objects they alone referenced.
+    log.phase = "operator"
+    assert app.runs.prune(older_than=timedelta(0)).deleted == 9  # every run here
+    deployed_app.clock.advance(RELEASE_GRACE + timedelta(seconds=1))
+    log.phase = "maintenance"
+    report = lambda_handler.handler(SCHEDULED_EVENT, LambdaContext())
+    assert report["jobs"][JOB_OBJECTS]["acted"] == 2  # the large payload and result
+
+    check_requests_allowed(stack, log)
