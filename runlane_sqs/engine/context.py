@@ -411,8 +411,11 @@ class TaskContext:
             produced = fn()
             if inspect.isawaitable(produced):
                 produced = await produced
-            entry, value = self._storable(name, produced, site)
             services = self._services()
+            if services.values.codecs:  # a codec may call KMS: not on the event loop
+                entry, value = await _on_thread(self._storable, name, produced, site)
+            else:
+                entry, value = self._storable(name, produced, site)
             kept = services.values.keep  # a large entry's object is written on a thread
             stored = (await _on_thread(kept, entry)) if entry.offloaded else kept(entry)
             await _on_thread(services.record_step, name, stored.value)

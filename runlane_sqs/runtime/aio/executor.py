@@ -85,8 +85,9 @@ class AsyncExecutor:
         return begin_attempt(request, self.engine, self.leases, self.path.worker_id)
 
     async def call(self, request: message.CallHandler) -> object:
-        """The handler, called with the run's payload (opened); its result, sealed. Only
-        a value kept in the payload bucket is read or written on a thread."""
+        """The handler, called with the run's payload (opened); its result, sealed. A
+        value kept in the payload bucket, or encoded by codecs (which may call KMS), is
+        read and written on a thread; a plain one on the loop."""
         task, ctx, values = request.task, request.ctx, self.engine.values
         try:
             with request.span.active():  # the thread runs in a copy of this context
@@ -100,6 +101,9 @@ class AsyncExecutor:
                     result = await task.fn(ctx, payload)
                 else:
                     result = await self.threads.run(functools.partial(task.fn, ctx, payload))
+                if values.codecs:
+                    kept = await asyncio.to_thread(values.seal, result, what="handler result")
+                    return kept.value
                 prepared = values.prepare(result, what="handler result")
                 if prepared.offloaded:
                     return (await asyncio.to_thread(values.keep, prepared)).value
