@@ -596,7 +596,10 @@ def keep_large_values(c: Components) -> set[str]:
     c.clock.advance(PIN_DURATION + timedelta(seconds=1))
     report = c.maintenance.maintenance.run_pass()
     assert report.jobs[JOB_WAITS].acted == 1, report
-    assert report.jobs[JOB_OBJECTS].skipped >= 1, report  # held again: off the agenda
+    # The retry's pinned record: held again (off the agenda); with a KMS codec, whose
+    # encryption differs each time, its object is another, unreferenced (deleted).
+    objects = report.jobs[JOB_OBJECTS]
+    assert objects.skipped + objects.acted >= 1, report
     assert c.drain() == 1
     assert c.status(parent.id) is RunStatus.SUCCEEDED
     runs = (big, child, parent, by_async, consumed, by_hand, rerun)
@@ -638,26 +641,53 @@ ENCRYPTIONS = {"sse-s3": {}, "sse-kms": {"PayloadKeyArn": PAYLOAD_KEY_ARN}}
 """The payload bucket's encryption -> the template parameters that choose it."""
 
 
+CODECS = ("none", "kms")
+"""How the apps store values: as they are, or encrypted by a ``KmsEncryption`` codec
+whose key is the template's ``ValueKeyArn`` (each component plays once with each)."""
+
+
 @dataclass(frozen=True)
-class Recorded:
+class Played:
+    """One play of every component."""
+
     needs: dict[str, set[Access]]
     """Component -> what its requests needed."""
-    template: dict[str, Any]
     values: Values
-    """The template's values for the test's app, its parameters at their defaults."""
+    """The template's values for the play's app, its parameters at their defaults."""
+    value_key: str | None = None
+    """The ARN of the ``KmsEncryption`` codec's key, when the apps had one."""
 
-    def of(self, role: Role, encryption: str = "sse-s3") -> set[Access]:
-        """What the role's components needed; with SSE-KMS, also the key's uses S3 made
-        for them."""
-        needs = {a for component in role.components for a in self.needs[component]}
+
+@dataclass(frozen=True)
+class Recorded:
+    plays: dict[str, Played]
+    """Codec (``CODECS``) -> the play with it."""
+    template: dict[str, Any]
+
+    @property
+    def needs(self) -> dict[str, set[Access]]:
+        return self.plays["none"].needs
+
+    @property
+    def values(self) -> Values:
+        return self.plays["none"].values
+
+    def of(self, role: Role, encryption: str = "sse-s3", codec: str = "none") -> set[Access]:
+        """What the role's components needed in the play with ``codec``; with SSE-KMS,
+        also the key's uses S3 made for them."""
+        played = self.plays[codec].needs
+        needs = {a for component in role.components for a in played[component]}
         if ENCRYPTIONS[encryption]:
             needs |= through_key(needs, PAYLOAD_KEY_ARN)
         return needs
 
     def policy(
-        self, *names: str, encryption: str = "sse-s3", **parameters: str
+        self, *names: str, encryption: str = "sse-s3", codec: str = "none", **parameters: str
     ) -> list[dict[str, Any]]:
-        """The statements of the policies ``names``, for the bucket's ``encryption`` and
-        the template ``parameters`` given."""
-        chosen = {**self.values.parameters, **ENCRYPTIONS[encryption], **parameters}
-        return statements(self.template, replace(self.values, parameters=chosen), *names)
+        """The statements of the policies ``names``, for the bucket's ``encryption``, the
+        play with ``codec`` (``ValueKeyArn`` its key) and the template ``parameters``
+        given."""
+        played = self.plays[codec]
+        key = {"ValueKeyArn": played.value_key} if played.value_key else {}
+        chosen = {**played.values.parameters, **ENCRYPTIONS[encryption], **key, **parameters}
+        return statements(self.template, replace(played.values, parameters=chosen), *names)

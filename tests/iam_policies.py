@@ -4,7 +4,8 @@ deployed policies the same way).
 
 S3 requests of the payload bucket are recorded too; the KMS requests S3 makes for them
 when the bucket encrypts with a KMS key are not requests of the app's, so
-:func:`through_key` derives them from the S3 ones as AWS documents them."""
+:func:`through_key` derives them from the S3 ones as AWS documents them. The KMS requests
+of a ``KmsEncryption`` codec are the app's own, and recorded."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ ENVIRONMENT = "test"
 class Access:
     """One authorisation a request needs: IAM action, resource ARN, for DynamoDB the
     partition key values ``dynamodb:LeadingKeys`` holds, and the other condition keys the
-    request carries (``context``: for KMS through S3, the service and the bucket)."""
+    request carries (``context``: for KMS through S3, the service and the bucket; for a
+    codec's KMS request, its encryption context)."""
 
     action: str
     resource: str
@@ -36,12 +38,12 @@ class Access:
     context: tuple[tuple[str, str], ...] = ()
 
 
-RECORDED_SERVICES = ("dynamodb", "sqs", "s3")
+RECORDED_SERVICES = ("dynamodb", "sqs", "s3", "kms")
 
 
 @dataclass
 class Recorder:
-    """Every DynamoDB, SQS and S3 request of each component's session."""
+    """Every DynamoDB, SQS, S3 and KMS request of each component's session."""
 
     requests: dict[str, list[tuple[str, dict[str, Any]]]] = field(default_factory=dict)
 
@@ -102,6 +104,21 @@ SQS_ACTIONS = {
 }
 
 
+KMS_ACTIONS = ("GenerateDataKey", "Decrypt")
+"""What a ``KmsEncryption`` codec asks KMS for."""
+
+
+def kms_access(operation: str, params: dict[str, Any]) -> Access:
+    """A codec's KMS request: on the key it names (a ``Decrypt`` without ``KeyId`` would
+    be authorised on the key in the ciphertext, which the recorder cannot see), with its
+    encryption context as IAM's ``kms:EncryptionContext:`` keys."""
+    assert str(params.get("KeyId", "")).startswith("arn:aws:kms:"), params.get("KeyId")
+    context = tuple(
+        (f"kms:EncryptionContext:{k}", v) for k, v in sorted(params["EncryptionContext"].items())
+    )
+    return Access(f"kms:{operation}", params["KeyId"], context=context)
+
+
 def partition_of(params: dict[str, Any]) -> str:
     """The partition key value a ``Query`` reads: the value its key condition sets the
     table's (or the index's) partition key equal to."""
@@ -116,6 +133,21 @@ def partition_of(params: dict[str, Any]) -> str:
 
 def accesses(operation: str, params: dict[str, Any]) -> list[Access]:
     """What IAM authorises for one request."""
+    if operation in KMS_ACTIONS:
+        return [kms_access(operation, params)]
+    if "Bucket" in params:  # an object request; a bucket-wide one has no Key
+        resource = bucket_arn(params["Bucket"])
+        if "Key" in params:
+            resource = f"{resource}/{params['Key']}"
+        return [Access(f"s3:{operation}", resource)]
+    if "QueueName" in params or "QueueUrl" in params:
+        name = params.get("QueueName") or params["QueueUrl"].rstrip("/").rsplit("/", 1)[-1]
+        return [Access(f"sqs:{SQS_ACTIONS.get(operation, operation)}", queue_arn(name))]
+    return dynamodb_accesses(operation, params)
+
+
+def dynamodb_accesses(operation: str, params: dict[str, Any]) -> list[Access]:
+    """What IAM authorises for one DynamoDB request."""
     if operation == "TransactWriteItems":
         found = []
         for entry in params["TransactItems"]:
@@ -141,13 +173,7 @@ def accesses(operation: str, params: dict[str, Any]) -> list[Access]:
             return [Access("dynamodb:Query", resource, (partition_of(params),))]
         key = params.get("Key") or params.get("Item")  # none: a table-wide call, like a Scan
         return [Access(f"dynamodb:{operation}", resource, (key["pk"]["S"],) if key else ())]
-    if "Bucket" in params:  # an object request; a bucket-wide one has no Key
-        resource = bucket_arn(params["Bucket"])
-        if "Key" in params:
-            resource = f"{resource}/{params['Key']}"
-        return [Access(f"s3:{operation}", resource)]
-    name = params.get("QueueName") or params["QueueUrl"].rstrip("/").rsplit("/", 1)[-1]
-    return [Access(f"sqs:{SQS_ACTIONS.get(operation, operation)}", queue_arn(name))]
+    raise AssertionError(f"a request of no recorded kind: {operation} {sorted(params)}")
 
 
 # --- the policies, from the template ---------------------------------------------------

@@ -204,20 +204,28 @@ def test_iam_has_no_wildcard_actions_and_scoped_resources(template: dict[str, An
             assert actions == ["ecr:GetAuthorizationToken"], owner
         for resource in resources_:
             check_resource(owner, actions, resource)
+        if any(a.startswith("kms:") for a in actions):
+            [key] = (r["Ref"] for r in resources_)
+            assert set(statement["Condition"]["StringEquals"]) == KEY_CONDITIONS[key], owner
 
 
 SCOPED = {
-    "s3:": {"Fn::Sub": "${PayloadBucket.Arn}/${Environment}/values/*"},
-    "kms:": {"Ref": "PayloadKeyArn"},
+    "s3:": [{"Fn::Sub": "${PayloadBucket.Arn}/${Environment}/values/*"}],
+    "kms:": [{"Ref": "PayloadKeyArn"}, {"Ref": "ValueKeyArn"}],
 }
-"""The one resource a statement of each of these services' actions may name."""
+"""The resources a statement of each of these services' actions may name."""
+KEY_CONDITIONS = {
+    "PayloadKeyArn": {"kms:ViaService", "kms:EncryptionContext:aws:s3:arn"},
+    "ValueKeyArn": {"kms:EncryptionContext:purpose"},
+}
+"""Each key's statements: through S3 for the bucket, or a codec's values only."""
 
 
 def check_resource(owner: str, actions: list[str], resource: Any) -> None:
     """``resource`` is one a statement of ``actions`` in ``owner`` may name."""
     for prefix, scoped in SCOPED.items():
         if any(a.startswith(prefix) for a in actions):
-            assert resource == scoped, owner
+            assert resource in scoped, owner
     if any(a.startswith("dynamodb:") for a in actions):
         assert resource in (
             {"Fn::GetAtt": ["RunsTable", "Arn"]},

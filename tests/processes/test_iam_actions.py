@@ -43,21 +43,26 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
+import boto3
 import pytest
 
 from runlane_sqs import ManualClock, Runlane
 from runlane_sqs.adapters.provision import provision_queues
+from runlane_sqs.codecs import KmsEncryption
 from tests.emulators import TEST_BACKEND, Backend
 from tests.iam_components import (
+    CODECS,
     CONSUMER,
     ENCRYPTIONS,
     LEASE_SECONDS,
     MAINTENANCE,
     OPERATOR,
+    PAYLOAD_KEY_ARN,
     PRODUCER,
     ROLES,
     WORKER,
     Components,
+    Played,
     Recorded,
     play,
     register,
@@ -78,13 +83,23 @@ from tests.iam_policies import (
 )
 from tests.templates import load_template
 
-pytestmark = pytest.mark.timeout(300)
-"""The first test also plays every component, once for the module: about a minute."""
+pytestmark = pytest.mark.timeout(600)
+"""The first test also plays every component, twice for the module: about two minutes."""
 
 
 @pytest.fixture(scope="module")
-def recorded(session_backend: Backend) -> Iterator[Recorded]:
-    """Each component's accesses, from one play of them all on a fresh backend."""
+def recorded(session_backend: Backend) -> Recorded:
+    """Each component's accesses, from two plays of them all, each on a fresh backend:
+    one storing values as they are, one encrypting them with a KMS codec."""
+    template = load_template()
+    plays = {codec: play_all(session_backend, template, codec) for codec in CODECS}
+    return Recorded(plays, template)
+
+
+def play_all(session_backend: Backend, template: dict[str, Any], codec: str) -> Played:
+    """Every component at work, on a fresh backend; with ``codec="kms"`` each app
+    (configured in code, as a user's would be) encrypts its values with a
+    ``KmsEncryption`` codec on a key of the emulator, through the recorded session."""
     with pytest.MonkeyPatch.context() as env:
         session_backend.reset()
         for name, value in session_backend.environment().items():
@@ -94,6 +109,15 @@ def recorded(session_backend: Backend) -> Iterator[Recorded]:
         env.setenv("RUNLANE_PAYLOAD_BUCKET", f"runlane-values-{uuid.uuid4().hex[:8]}")
         if TEST_BACKEND != "moto":
             env.setenv("RUNLANE_QUEUE_PREFIX", f"runlane-{uuid.uuid4().hex[:8]}-")
+        key = None
+        if codec == "kms":
+            kms = boto3.client("kms")
+            key = str(kms.create_key(Description="runlane values")["KeyMetadata"]["Arn"])
+            kms.close()
+
+        def codec_of(session: Any) -> dict[str, Any]:
+            return {"codec": KmsEncryption(key, client=session.client("kms"))} if key else {}
+
         clock = ManualClock()
         setup = Runlane.from_env(clock=clock)
         register(setup)
@@ -104,12 +128,14 @@ def recorded(session_backend: Backend) -> Iterator[Recorded]:
         [fifo] = provision_queues(sqs, [fifo_name]).values()
         # The stack's compute gets every URL; here "ordered" only, so "default" is looked up.
         env.setenv("RUNLANE_QUEUE_URLS", f"ordered={fifo}")
-        setup = Runlane.from_env(clock=clock)  # the test's own app, now with the FIFO's URL
+        # the test's own app, now with the FIFO's URL (and the codec: it forges records)
+        setup = Runlane.from_env(clock=clock, **codec_of(boto3.Session()))
         register(setup)
         recorder = Recorder()
 
         def app(component: str, **options: Any) -> Runlane:
-            built = Runlane.from_env(clock=clock, session=recorder.session(component), **options)
+            session = recorder.session(component)
+            built = Runlane.from_env(clock=clock, session=session, **codec_of(session), **options)
             register(built, workers=component in (WORKER, CONSUMER))
             return built
 
@@ -131,38 +157,41 @@ def recorded(session_backend: Backend) -> Iterator[Recorded]:
             component: {a for operation, params in requests for a in accesses(operation, params)}
             for component, requests in recorder.requests.items()
         }
-        template = load_template()
-        yield Recorded(found, template, template_values(template, setup))
+        return Played(found, template_values(template, setup), key)
 
 
 # --- the policies against what the components did ----------------------------------
 
 
+@pytest.mark.parametrize("codec", CODECS)
 @pytest.mark.parametrize("encryption", list(ENCRYPTIONS))
 @pytest.mark.parametrize("role", list(ROLES))
 def test_each_role_allows_every_request_its_components_make(
-    recorded: Recorded, role: str, encryption: str
+    recorded: Recorded, role: str, encryption: str, codec: str
 ) -> None:
-    policy = recorded.policy(*ROLES[role].policies, encryption=encryption)
-    needs = recorded.of(ROLES[role], encryption)
+    policy = recorded.policy(*ROLES[role].policies, encryption=encryption, codec=codec)
+    needs = recorded.of(ROLES[role], encryption, codec)
     assert any(a.action.startswith("s3:") for a in needs)
-    assert any(a.action.startswith("kms:") for a in needs) == (encryption == "sse-kms")
+    value_key = recorded.plays[codec].value_key
+    assert any(a.resource == PAYLOAD_KEY_ARN for a in needs) == (encryption == "sse-kms")
+    assert any(a.resource == value_key for a in needs) == (codec == "kms")
     assert {a for a in needs if not allowed(policy, a)} == set()
 
 
+@pytest.mark.parametrize("codec", CODECS)
 @pytest.mark.parametrize("encryption", list(ENCRYPTIONS))
 @pytest.mark.parametrize("role", list(ROLES))
 def test_each_policy_grants_only_what_its_components_use(
-    recorded: Recorded, role: str, encryption: str
+    recorded: Recorded, role: str, encryption: str, codec: str
 ) -> None:
     """Every (action, resource, key pattern) a policy grants was needed by a request its
     components made that the role's other policies did not already allow."""
     *base, own = ROLES[role].policies
-    needs = recorded.of(ROLES[role], encryption)
+    needs = recorded.of(ROLES[role], encryption, codec)
     if base:
-        others = recorded.policy(*base, encryption=encryption)
+        others = recorded.policy(*base, encryption=encryption, codec=codec)
         needs = {a for a in needs if not allowed(others, a)}
-    granted = grants(recorded.policy(own, encryption=encryption))
+    granted = grants(recorded.policy(own, encryption=encryption, codec=codec))
     assert [g for g in granted if not used(g, needs)] == []
 
 
@@ -184,6 +213,24 @@ def test_a_payload_key_is_used_through_s3_for_the_payload_bucket_only(
         ):
             elsewhere = replace(use, context=tuple({**context, key: other}.items()))
             assert not allowed(policy, elsewhere), (use, key, other)
+
+
+@pytest.mark.parametrize("role", list(ROLES))
+def test_a_value_key_is_used_for_runlane_values_only(recorded: Recorded, role: str) -> None:
+    """With ``ValueKeyArn``, the codec's uses of its key are allowed with the codec's
+    encryption context only, and on no other key."""
+    policy = recorded.policy(*ROLES[role].policies, codec="kms")
+    key = recorded.plays["kms"].value_key
+    uses = {a for a in recorded.of(ROLES[role], codec="kms") if a.resource == key}
+    assert uses
+    for use in uses:
+        assert dict(use.context) == {"kms:EncryptionContext:purpose": "runlane-sqs value"}
+        for elsewhere in (
+            replace(use, context=()),
+            replace(use, context=(("kms:EncryptionContext:purpose", "another use"),)),
+            replace(use, resource=PAYLOAD_KEY_ARN),
+        ):
+            assert not allowed(policy, elsewhere), elsewhere
 
 
 def test_without_the_bucket_no_policy_grants_objects_or_keys(recorded: Recorded) -> None:
@@ -278,8 +325,8 @@ def test_every_dynamodb_statement_is_limited_to_the_environments_items() -> None
 
 def test_objects_and_keys_are_granted_in_the_environments_prefix_and_conditionally() -> None:
     """S3 grants name the payload bucket's objects under ``{Environment}/values/`` and
-    exist with the bucket (object records too); KMS grants name the key and exist with
-    it."""
+    exist with the bucket (object records too); KMS grants name the payload key or the
+    codec's value key and exist with it (a value key's without the bucket too)."""
     found = set()
     for name, condition, statement in template_statements(load_template()):
         actions = as_list(statement["Action"])
@@ -292,6 +339,9 @@ def test_objects_and_keys_are_granted_in_the_environments_prefix_and_conditional
             }, name
             assert condition == "WithPayloadBucket", name
             found.add((name, "s3"))
+        elif statement["Resource"] == {"Ref": "ValueKeyArn"}:
+            assert condition == "WithValueKey", name
+            found.add((name, "value key"))
         elif any(a.startswith("kms:") for a in actions):
             assert statement["Resource"] == {"Ref": "PayloadKeyArn"}, name
             assert condition == "WithPayloadKey", name
@@ -299,7 +349,7 @@ def test_objects_and_keys_are_granted_in_the_environments_prefix_and_conditional
         else:
             assert condition == ("WithPayloadBucket" if objects else None), name
     policies = ("ProducerPolicy", "MaintenancePolicy", "OperatorPolicy")
-    assert found == {(name, kind) for name in policies for kind in ("s3", "kms")}
+    assert found == {(name, kind) for name in policies for kind in ("s3", "kms", "value key")}
 
 
 # --- the rest of the template's IAM and resource policies ---------------------------
