@@ -217,8 +217,6 @@ class Maintenance:
 
         scan = AgendaScan(self._store, now, cursors, out_of_time, handle)
         for kind in AgendaKind:
-            if kind is AgendaKind.OBJECT and self._values.objects is None:
-                continue  # no payload bucket, no object records
             if kind is AgendaKind.SCHEDULE:
                 if out_of_time():
                     break
