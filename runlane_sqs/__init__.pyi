@@ -169,6 +169,12 @@ from .core.tokens import (
 from .core.tokens import (
     TokenStatus as TokenStatus,
 )
+from .core.values import (
+    Reference as Reference,
+)
+from .core.values import (
+    Sealed as Sealed,
+)
 from .engine.context import (
     GroupOptions as GroupOptions,
 )
