@@ -121,10 +121,14 @@ def create(
     if request.concurrency_key is not None or request.trace is not None:
         run = run.with_changes(concurrency_key=request.concurrency_key, trace=request.trace)
     claims = _claims(request, now + idempotency_retention)
-    kept = values.keep(request.prepared)  # a large payload's object, before its reference
+    prepared = request.prepared
+    # a small payload without codecs is kept as its JSON text, with no request; a large
+    # one's object is written before the run that references it
+    plain = not prepared.offloaded and not prepared.codecs
+    text = prepared.text if plain else values.keep(prepared).text
     for _ in range(MAX_KEY_TAKEOVERS):
         try:
-            return write_run(store, run, event, kept.text, claims, request.ordering_key)
+            return write_run(store, run, event, text, claims, request.ordering_key)
         except KeyConflict as conflict:
             owner = store.get_run(conflict.owner) if conflict.owner else None
             if owner is not None and holds_key(conflict.claim.kind, owner):
