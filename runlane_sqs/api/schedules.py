@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 
 from runlane_sqs.core.errors import IllegalTransition, RunlaneError, ScheduleNotFound
 from runlane_sqs.core.model import Run
@@ -40,13 +41,24 @@ class SchedulesApi:
         return self._engine.store.schedules
 
     def list(self) -> list[ScheduleState]:
-        """Every stored schedule of the environment, by id (one ``Query`` per 100)."""
+        """Every stored schedule of the environment, by id (one ``Query`` per 100), as
+        stored: a payload the app's codecs encoded is a
+        :class:`~runlane_sqs.values.Sealed` (:meth:`get` opens it)."""
         return list(self._engine.scheduler.stored())
 
     def get(self, schedule_id: str) -> ScheduleState:
-        """One stored schedule; one the app defines that maintenance has not stored yet is
-        stored first (that schedule only). Raises
-        :class:`~runlane_sqs.errors.ScheduleNotFound`."""
+        """One stored schedule, its payload opened; one the app defines that maintenance
+        has not stored yet is stored first (that schedule only). Raises
+        :class:`~runlane_sqs.errors.ScheduleNotFound`, or
+        :class:`~runlane_sqs.errors.ValueUnreadable` when its payload cannot be opened
+        (:meth:`list` reads payloads without opening them)."""
+        return self._opened(self._stored(schedule_id))
+
+    def _opened(self, state: ScheduleState) -> ScheduleState:
+        opened = self._engine.values.open_schedule(state.schedule)
+        return state if opened is state.schedule else replace(state, schedule=opened)
+
+    def _stored(self, schedule_id: str) -> ScheduleState:
         check_schedule_id(schedule_id)
         state = self._store.get_schedule(schedule_id)
         defined = self._engine.tasks.schedule(schedule_id)
@@ -54,7 +66,7 @@ class SchedulesApi:
             now = self._engine.clock.now()
             stored = new_state(defined, now, self._engine.config.maintenance_period)
             with contextlib.suppress(ScheduleConflict):  # maintenance stored it meanwhile
-                self._store.put_schedule(stored, expected_version=None)
+                self._engine.scheduler.put(stored, None)
             state = self._store.get_schedule(schedule_id)
         if state is None:
             raise ScheduleNotFound(schedule_id)
@@ -71,7 +83,7 @@ class SchedulesApi:
     def trigger_now(self, schedule_id: str) -> Run:
         """An extra run of the schedule's task with its payload, linked to the schedule
         (``run.schedule_id``); the schedule's next occurrence does not move."""
-        state = self.get(schedule_id)
+        state = self._stored(schedule_id)
         if state.status is ScheduleStatus.REMOVED:
             raise IllegalTransition(f"schedule {schedule_id!r} was removed from the app's code")
         run = self._engine.scheduler.trigger_now(state)
@@ -85,16 +97,16 @@ class SchedulesApi:
         change: Callable[[ScheduleState, Engine], ScheduleState | None],
     ) -> ScheduleState:
         for _ in range(MAX_WRITE_TRIES):
-            state = self.get(schedule_id)
+            state = self._stored(schedule_id)
             after = change(state, self._engine)
             if after is None:
-                return state
+                return self._opened(state)
             try:
-                self._store.put_schedule(after, expected_version=state.version)
+                self._engine.scheduler.put(after, state.version)
             except ScheduleConflict:
                 continue
             log.info("schedule %s %s", schedule_id, what, extra={"schedule": schedule_id})
-            return after
+            return self._opened(after)
         raise RunlaneError(f"schedule {schedule_id!r} kept changing; try again")
 
 

@@ -180,7 +180,7 @@ def schedule_to_json(state: ScheduleState) -> dict[str, JSON]:
         "jitter_seconds": schedule.jitter.total_seconds(),
         "start_at": iso(schedule.start_at),
         "end_at": iso(schedule.end_at),
-        "payload": schedule.payload,
+        "payload": value_to_json(schedule.payload),
         "status": state.status.value,
         "next_at": iso(state.next_at),
         "last_at": iso(state.last_at),

@@ -31,6 +31,7 @@ from runlane_sqs.core.cron import check_cron, cron_step, shortest_gap, zone_name
 from runlane_sqs.core.errors import ConfigurationError
 from runlane_sqs.core.model import JSON
 from runlane_sqs.core.names import check_queue
+from runlane_sqs.core.values import Sealed
 
 SCHEDULE_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 
@@ -91,6 +92,9 @@ class Schedule:
     tz: str = "UTC"
     """The IANA time zone a cron expression is read in."""
     payload: JSON = None
+    """The payload of its runs. A schedule read from storage where the app's codecs
+    encoded it carries a :class:`~runlane_sqs.core.values.Sealed` here, opened by the
+    engine where it is used."""
     queue: str | None = None
     """The queue of its runs (default: the task's)."""
     catch_up: CatchUp = CatchUp.LATEST
@@ -308,8 +312,11 @@ class Schedule:
             "tz": self.tz,
             "catch_up": self.catch_up.value,
             "jitter_ms": self.jitter // ONE_MS,
-            "payload": self.payload,
         }
+        if isinstance(self.payload, Sealed):
+            data["sealed_payload"] = self.payload.text
+        else:
+            data["payload"] = self.payload
         if self.expression is not None:
             data["expression"] = self.expression
         if self.interval is not None:
@@ -327,6 +334,7 @@ class Schedule:
             return from_epoch_ms(int(value)) if value is not None else None
 
         interval = data.get("interval_ms")
+        sealed = data.get("sealed_payload")
         return cls(
             id=data["id"],
             kind=ScheduleKind(data["kind"]),
@@ -334,7 +342,7 @@ class Schedule:
             interval=ONE_MS * int(interval) if interval is not None else None,
             at=when("at"),
             tz=data.get("tz", "UTC"),
-            payload=data.get("payload"),
+            payload=Sealed.parse(sealed) if sealed is not None else data.get("payload"),
             queue=data.get("queue"),
             catch_up=CatchUp(data.get("catch_up", CatchUp.LATEST.value)),
             jitter=ONE_MS * int(data.get("jitter_ms", 0)),
@@ -345,7 +353,8 @@ class Schedule:
 
     @property
     def fingerprint(self) -> str:
-        """Changes whenever the definition does (stored to notice a changed schedule)."""
+        """Changes whenever the definition does (the engine compares a stored schedule's,
+        with its payload opened, to notice a changed schedule)."""
         text = json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
         return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
 

@@ -19,15 +19,15 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from runlane_sqs.core import machine
 from runlane_sqs.core import telemetry as t
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.config import RunlaneConfig
-from runlane_sqs.core.errors import ConflictError
+from runlane_sqs.core.errors import ConflictError, ValueUnreadable
 from runlane_sqs.core.model import Run, ScheduleOrigin, new_run_id
 from runlane_sqs.core.schedule_state import (
     DuePlan,
@@ -84,8 +84,10 @@ def task_set_key(tasks: TaskRegistry) -> str:
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
-def definitions_fingerprint(schedules: list[Schedule]) -> str:
+def definitions_fingerprint(schedules: list[Schedule], codecs: Iterable[str] = ()) -> str:
+    """One digest of what the app defines and the codecs it stores payloads with."""
     text = "\n".join(sorted(f"{s.id}={s.fingerprint}" for s in schedules))
+    text += "\ncodecs=" + ",".join(codecs)
     return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
 
 
@@ -121,7 +123,8 @@ class Scheduler:
         report = SyncReport()
         defined = {s.id: s for s in self._tasks.schedules()}
         mark_key = task_set_key(self._tasks)
-        fingerprint = definitions_fingerprint(list(defined.values()))
+        codecs = [codec.name for codec in self._values.codecs]
+        fingerprint = definitions_fingerprint(list(defined.values()), codecs)
         if self._store.load_sync_mark(mark_key) == fingerprint:
             return report
         now = self._clock.now()
@@ -133,9 +136,7 @@ class Scheduler:
                     ScheduleStatus.REMOVED
                 ):
                     self._write(stored, removed(stored, now), report, "removed")
-            elif schedule.fingerprint != stored.schedule.fingerprint or (
-                stored.status is ScheduleStatus.REMOVED
-            ):
+            elif stored.status is ScheduleStatus.REMOVED or self._changed(stored, schedule):
                 changed = redefined(stored, schedule, now, self.period)
                 self._write(stored, changed, report, "changed")
         for schedule in defined.values():
@@ -160,11 +161,32 @@ class Scheduler:
             if cursor is None:
                 return
 
+    def _changed(self, stored: ScheduleState, schedule: Schedule) -> bool:
+        """Whether the stored definition differs from ``schedule``, the app's, or keeps
+        its payload another way than the app's codecs would now (one that cannot be
+        opened any more counts as changed: it is stored again)."""
+        if not self._values.sealed_alike(stored.schedule.payload):
+            return True
+        try:
+            opened = self._values.open_schedule(stored.schedule)
+        except ValueUnreadable:
+            return True
+        return opened.fingerprint != schedule.fingerprint
+
+    def put(self, state: ScheduleState, expected_version: int | None) -> None:
+        """Store ``state``, its payload sealed by the app's codecs, conditioned on
+        ``expected_version`` (``None``: on no schedule with its id); raises
+        :class:`~runlane_sqs.ports.schedules.ScheduleConflict`."""
+        sealed = self._values.seal_schedule(state.schedule)
+        if sealed is not state.schedule:
+            state = replace(state, schedule=sealed)
+        self._store.put_schedule(state, expected_version=expected_version)
+
     def _write(
         self, before: ScheduleState | None, after: ScheduleState, report: SyncReport, what: str
     ) -> None:
         try:
-            self._store.put_schedule(after, expected_version=before.version if before else None)
+            self.put(after, before.version if before else None)
         except ScheduleConflict:
             report.conflicts += 1
             return
@@ -200,7 +222,7 @@ class Scheduler:
         if plan.after == state:
             return False
         try:
-            self._store.put_schedule(plan.after, expected_version=state.version)
+            self.put(plan.after, state.version)
         except ScheduleConflict:
             return False
         return True
@@ -250,6 +272,7 @@ class Scheduler:
         pass_id: str | None,
         trace: str | None,
     ) -> Run:
+        schedule = self._values.open_schedule(schedule)
         assert schedule.task is not None and schedule.queue is not None
         due = occurrence + schedule.jitter_of(occurrence) if occurrence else None
         run, event = machine.new_run(

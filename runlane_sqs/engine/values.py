@@ -38,6 +38,7 @@ from runlane_sqs.core.errors import (
 )
 from runlane_sqs.core.limits import MAX_PAYLOAD_LIMIT_BYTES
 from runlane_sqs.core.model import JSON, Run
+from runlane_sqs.core.schedules import Schedule
 from runlane_sqs.core.tokens import Token
 from runlane_sqs.core.values import (
     ENVELOPE_MARK,
@@ -198,6 +199,14 @@ class Values:
         """:meth:`prepare` then :meth:`keep`."""
         return self.keep(self.prepare(value, what=what))
 
+    def seal_schedule(self, schedule: Schedule) -> Schedule:
+        """``schedule`` as it is stored: its payload encoded when the app has codecs
+        (kept in the schedule's record, never in the bucket)."""
+        if not self.codecs or isinstance(schedule.payload, Sealed):
+            return schedule
+        prepared = self.prepare(schedule.payload, what=f"schedule {schedule.id!r} payload")
+        return replace(schedule, payload=self.keep_inline(prepared).value)
+
     # opening -------------------------------------------------------------------------
 
     def open(self, value: Any, *, what: str, owner: str) -> JSON:
@@ -254,6 +263,20 @@ class Values:
             value=self.open(token.value, what="value", owner=owner),
             metadata=self.open(token.metadata, what="metadata", owner=owner),
         )
+
+    def open_schedule(self, schedule: Schedule) -> Schedule:
+        """``schedule`` with its payload opened."""
+        if not isinstance(schedule.payload, Sealed):
+            return schedule
+        owner = f"schedule {schedule.id}"
+        return replace(schedule, payload=self.open(schedule.payload, what="payload", owner=owner))
+
+    def sealed_alike(self, value: Any) -> bool:
+        """Whether ``value`` is kept the way this app keeps a value now: encoded by its
+        codecs, or plain when it has none."""
+        if isinstance(value, Sealed):
+            return value.codecs == self._names
+        return not self.codecs
 
     def _fetch(self, reference: Reference, what: str, owner: str) -> bytes:
         if self.objects is None:

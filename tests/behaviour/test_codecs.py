@@ -14,6 +14,7 @@ import base64
 import hashlib
 import json
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import boto3
@@ -25,6 +26,7 @@ from runlane_sqs import (
     ConfigurationError,
     Runlane,
     RunStatus,
+    Schedule,
     TaskContext,
     ValueUnreadable,
 )
@@ -32,6 +34,7 @@ from runlane_sqs.codecs import Gzip, KmsEncryption, Zstd
 from runlane_sqs.core.values import Sealed
 from runlane_sqs.testing import in_memory_app
 from tests.backends import ONLY_AWS, Backend
+from tests.behaviour.worker_support import second_app
 from tests.workers import WorkerKind
 
 MARKER = "plaintext-marker-7f3a"
@@ -50,19 +53,26 @@ def payload(size: int = 100) -> dict[str, Any]:
     return {"note": f"{MARKER} " + "abc " * (size // 4)}
 
 
-def beside(backend: Backend, app: Runlane, **options: Any) -> Runlane:
-    """Another app over the same runs and queues as ``app``, with ``options``."""
-    if backend.real:
-        return backend.app(register=register, **options)
-    other = Runlane(
-        environment=app.config.environment,
-        store=app.store,
-        transport=app.transport,
-        clock=app.clock,
-        **options,
-    )
-    register(other)
-    return other
+HOURLY = Schedule.every("codec.hourly", timedelta(hours=1), payload=payload())
+
+
+def with_schedules(*schedules: Schedule) -> Any:
+    """:func:`register`, and a task that ``schedules`` trigger."""
+
+    def add(app: Runlane) -> None:
+        register(app)
+
+        @app.task(name="codec.scheduled", schedules=list(schedules))
+        def scheduled(ctx: TaskContext, payload: Any) -> Any:
+            return {"echo": payload}
+
+    return add
+
+
+def beside(backend: Backend, app: Runlane, add: Any = register, **options: Any) -> Runlane:
+    """Another deploy over the same runs and queues as ``app``, registering with ``add``,
+    with ``options``."""
+    return second_app(backend, app, add, **options)
 
 
 def sealed(value: Any) -> Sealed:
@@ -218,19 +228,22 @@ def test_encrypted_values_are_opaque_in_dynamodb_sqs_and_s3(
     backend: Backend, worker_kind: WorkerKind, kms: Any
 ) -> None:
     codec = [Gzip(), KmsEncryption(key_of(kms), client=kms)]
-    app = backend.app(register=register, codec=codec, payload_bucket=BUCKET)
+    app = backend.app(register=with_schedules(HOURLY), codec=codec, payload_bucket=BUCKET)
     small, large = payload(), {"note": MARKER + " " + "x" * 300_000}
     runs = [app.trigger("codec.echo", small), app.trigger("codec.echo", large)]
     token = app.tokens.create(metadata={"note": MARKER})
+    app.maintenance.run_pass()  # stores the schedule (and may make its first run)
+    scheduled = len(app.runs.list(schedule=HOURLY.id).runs)
 
     stored_before = everything_stored(backend, app)
-    assert worker_kind.drain(app) == 2
+    assert worker_kind.drain(app) == 2 + scheduled
     stored_after = everything_stored(backend, app)
 
     for blob in (stored_before, stored_after):
         assert not any(form in blob for form in plain_forms(MARKER))
     assert [app.runs.get(r.id).result["echo"] for r in runs] == [small, large]
     assert app.tokens.get(token.id).metadata == {"note": MARKER}
+    assert app.schedules.get(HOURLY.id).schedule.payload == payload()
 
 
 @ONLY_AWS
@@ -285,3 +298,60 @@ def test_a_groups_items_are_kept_encoded_and_reach_their_children(
         dynamodb = backend.request.getfixturevalue("dynamodb")
         scanned = json.dumps(dynamodb.scan(TableName=app.config.table)["Items"])
         assert MARKER not in scanned
+
+
+def versions(app: Runlane) -> dict[str, int]:
+    return {state.id: state.version for state in app.schedules.list()}
+
+
+def test_a_schedules_payload_is_kept_encoded_and_its_runs_open_it(
+    backend: Backend, worker_kind: WorkerKind
+) -> None:
+    app = backend.app(register=with_schedules(HOURLY), codec=Gzip())
+    app.maintenance.run_pass()  # stores the schedule
+
+    [stored] = app.schedules.list()
+    assert sealed(stored.schedule.payload).codecs == ("gzip",)
+    assert app.schedules.get(HOURLY.id).schedule.payload == payload()
+    paused = app.schedules.pause(HOURLY.id)  # written again, still encoded
+    assert paused.schedule.payload == payload()
+    assert sealed(app.schedules.list()[0].schedule.payload).codecs == ("gzip",)
+    app.schedules.resume(HOURLY.id)
+    if backend.real:  # the schedule's item keeps no plain JSON of its payload
+        dynamodb = backend.request.getfixturevalue("dynamodb")
+        assert MARKER not in json.dumps(dynamodb.scan(TableName=app.config.table)["Items"])
+
+    backend.clock.advance(timedelta(hours=1))
+    app.maintenance.run_pass()  # the occurrences' runs
+    runs = app.runs.list(schedule=HOURLY.id).runs
+    assert runs and worker_kind.drain(app) == len(runs)
+    for run in runs:
+        assert app.runs.get(run.id).result == {"echo": payload()}
+        assert sealed(app.runs.get_stored(run.id).payload).codecs == ("gzip",)
+
+
+def test_a_deploy_stores_schedules_again_only_when_their_payload_or_codecs_change(
+    backend: Backend,
+) -> None:
+    """A stored encoding of an unchanged payload (new bytes at every encryption) does not
+    count as a change; adding or dropping codecs stores every payload the new way."""
+    daily = Schedule.every("codec.daily", timedelta(days=1), payload={"n": 1})
+    plain = backend.app(register=with_schedules(HOURLY, daily))
+    plain.maintenance.run_pass()
+    assert versions(plain) == {"codec.daily": 1, "codec.hourly": 1}
+
+    encoded = beside(backend, plain, with_schedules(HOURLY, daily), codec=Gzip())
+    encoded.maintenance.run_pass()  # the codecs changed: both stored encoded
+    assert versions(encoded) == {"codec.daily": 2, "codec.hourly": 2}
+    assert all(isinstance(s.schedule.payload, Sealed) for s in encoded.schedules.list())
+
+    changed = Schedule.every("codec.daily", timedelta(days=1), payload={"n": 2})
+    again = beside(backend, plain, with_schedules(HOURLY, changed), codec=Gzip())
+    again.maintenance.run_pass()  # only the changed one is written
+    assert versions(again) == {"codec.daily": 3, "codec.hourly": 2}
+    assert again.schedules.get("codec.daily").schedule.payload == {"n": 2}
+
+    dropped = beside(backend, plain, with_schedules(HOURLY, changed))
+    dropped.maintenance.run_pass()  # without codecs: both plain again
+    assert versions(dropped) == {"codec.daily": 4, "codec.hourly": 3}
+    assert [s.schedule.payload for s in dropped.schedules.list()] == [{"n": 2}, payload()]
