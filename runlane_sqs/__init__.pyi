@@ -16,6 +16,9 @@ from .api.runs import (
 from .api.telemetry import (
     Telemetry as Telemetry,
 )
+from .api.transactions import (
+    Transaction as Transaction,
+)
 from .core.attempts import (
     Attempt as Attempt,
 )
@@ -53,6 +56,9 @@ from .core.errors import (
     InvalidPayloadError as InvalidPayloadError,
 )
 from .core.errors import (
+    InvalidTransaction as InvalidTransaction,
+)
+from .core.errors import (
     LeaseLost as LeaseLost,
 )
 from .core.errors import (
@@ -81,6 +87,9 @@ from .core.errors import (
 )
 from .core.errors import (
     StorageUnavailable as StorageUnavailable,
+)
+from .core.errors import (
+    TransactionCancelled as TransactionCancelled,
 )
 from .core.errors import (
     TransportError as TransportError,

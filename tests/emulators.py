@@ -116,6 +116,22 @@ def dynamodb(backend_env: dict[str, str]) -> Iterator[Any]:
     client.close()
 
 
+@pytest.fixture
+def orders(dynamodb: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A table of the caller's own beside the run table (transactional triggers): orders
+    by ``id``; its name is also ``ORDERS_TABLE``."""
+    name = f"orders-{uuid.uuid4().hex[:8]}"
+    dynamodb.create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    monkeypatch.setenv("ORDERS_TABLE", name)
+    yield name
+    dynamodb.delete_table(TableName=name)
+
+
 def queue_url(sqs: Any, app: Runlane, queue: str = "default") -> str:
     return str(sqs.get_queue_url(QueueName=app.config.sqs_queue_name(queue))["QueueUrl"])
 

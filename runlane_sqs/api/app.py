@@ -19,6 +19,7 @@ from runlane_sqs.adapters.s3 import S3Objects
 from runlane_sqs.adapters.sqs.transport import SqsTransport
 from runlane_sqs.api.operators import OperatorApis
 from runlane_sqs.api.telemetry import Telemetry
+from runlane_sqs.api.transactions import Transaction
 from runlane_sqs.core.clock import Clock, SystemClock
 from runlane_sqs.core.config import RunlaneConfig, RunlaneSettings
 from runlane_sqs.core.errors import StorageUnavailable
@@ -275,6 +276,19 @@ class Runlane(OperatorApis):
         """Create one run per payload and publish their wakeups in batches of ten
         (``delay`` applies to every one)."""
         return self.engine.triggers.trigger_many(task, payloads, **options)
+
+    def transaction(self) -> Transaction:
+        """A transaction for your own DynamoDB writes and new runs, committed as one
+        ``TransactWriteItems`` (docs/transactions.md)::
+
+            with app.transaction() as tx:
+                tx.put("orders", {"id": order_id, "total": 42})
+                tx.trigger("orders.ship", {"order": order_id})
+
+        The runs exist if and only if the writes commit; their wakeups are published
+        after the commit (the next maintenance pass publishes them if this process
+        stops first). ``async with`` commits on a thread."""
+        return Transaction(self.engine)
 
     def group(
         self,

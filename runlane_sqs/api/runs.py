@@ -39,7 +39,8 @@ from runlane_sqs.core.names import check_key
 from runlane_sqs.core.schedules import check_schedule_id
 from runlane_sqs.core.waits import wait_name
 from runlane_sqs.engine.engine import Engine
-from runlane_sqs.ports.store import KeyKind, RunQuery
+from runlane_sqs.ports.keys import KeyKind
+from runlane_sqs.ports.store import RunQuery
 
 log = logging.getLogger("runlane_sqs.runs")
 MAX_LIST_LIMIT = 100

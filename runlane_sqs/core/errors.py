@@ -5,6 +5,7 @@ Vendor errors (botocore) are translated into these at the adapter edge.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -114,6 +115,31 @@ class ObjectUnreadable(StorageError):
     may not read. Readers report it as :class:`ValueUnreadable`."""
 
 
+class InvalidTransaction(RunlaneError):
+    """A transaction DynamoDB would refuse as a whole (more than 100 actions, over 4 MB,
+    two actions on one item, a malformed action), found before anything is sent, or
+    refused by DynamoDB itself. Nothing of it was written."""
+
+
+class TransactionCancelled(RunlaneError):
+    """DynamoDB cancelled a transaction (a condition failed, a key is held, another
+    transaction was writing an item): nothing of it was written, neither the caller's
+    writes nor its runs.
+
+    ``reasons`` says why in words, one line per action that failed, naming the action
+    (``action 0, Put into 'orders'``); ``codes`` has DynamoDB's code for every action in
+    the request's order (``"None"`` for the ones that did not fail); ``held_by`` is the
+    run that holds an idempotency or singleton key when that cancelled it."""
+
+    def __init__(
+        self, reasons: Sequence[str], codes: Sequence[str], held_by: str | None = None
+    ) -> None:
+        super().__init__("the transaction was cancelled: " + "; ".join(reasons))
+        self.reasons = tuple(reasons)
+        self.codes = tuple(codes)
+        self.held_by = held_by
+
+
 class MissingResourceError(ConfigurationError):
     """The table or a queue does not exist."""
 
@@ -166,6 +192,8 @@ for _error in (
     LeaseLost,
     ValueUnreadable,
     CodecError,
+    InvalidTransaction,
+    TransactionCancelled,
 ):
     _error.__module__ = "runlane_sqs.errors"
 

@@ -17,6 +17,10 @@ MAX_QUEUE_NAME_CHARS = 80
 # DynamoDB
 MAX_ITEM_BYTES = 400 * 1024
 """Largest DynamoDB item; a run's payload, result and inline history share it."""
+MAX_TRANSACTION_ACTIONS = 100
+"""Most actions in one ``TransactWriteItems``."""
+MAX_TRANSACTION_BYTES = 4 * 1024 * 1024
+"""The largest aggregate size of a ``TransactWriteItems``' items."""
 
 # Defaults
 DEFAULT_PAYLOAD_LIMIT_BYTES = 64 * 1024

@@ -11,7 +11,7 @@ from runlane_sqs.core.model import Run, RunStatus
 from runlane_sqs.engine.groups import Groups
 from runlane_sqs.engine.ordering import Turns
 from runlane_sqs.engine.resuming import RESUME_BATCH, Resumer
-from runlane_sqs.ports.store import KeyKind, KeyStore
+from runlane_sqs.ports.keys import KeyKind, KeyStore
 
 log = logging.getLogger("runlane_sqs")
 

@@ -23,7 +23,8 @@ from runlane_sqs.engine.observing import Observer
 from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.tasks import Task, TaskRegistry, concurrency_key_of
 from runlane_sqs.engine.values import Prepared, Values
-from runlane_sqs.ports.store import KeyClaim, KeyConflict, KeyKind, RunStore
+from runlane_sqs.ports.keys import KeyClaim, KeyConflict, KeyKind
+from runlane_sqs.ports.store import RunStore
 from runlane_sqs.ports.telemetry import Span
 from runlane_sqs.ports.transport import WakeupTransport
 
@@ -95,17 +96,28 @@ def holds_key(kind: KeyKind, owner: Run) -> bool:
     return not owner.status.is_terminal
 
 
-def create(
-    store: RunStore,
+@dataclass(frozen=True)
+class NewRun:
+    """A run ready to write: the run, its first event, its payload as its record keeps it
+    and the keys it claims."""
+
+    run: Run
+    event: RunEvent
+    payload_text: str
+    claims: Sequence[KeyClaim]
+
+
+def new_run_of(
     values: Values,
     request: TriggerRequest,
     *,
     environment: str,
     now: datetime,
     idempotency_retention: timedelta,
-    republish: RepublishPolicy,
-) -> Run:
-    """Write the run (with its keys) and return it, or the run that already holds a key."""
+    republish: RepublishPolicy | None,
+) -> NewRun:
+    """The run ``request`` creates, its payload kept (a large one's object written: a run
+    is never written before the object it references)."""
     run, event = machine.new_run(
         run_id=new_run_id(),
         environment=environment,
@@ -120,20 +132,43 @@ def create(
     )
     if request.concurrency_key is not None or request.trace is not None:
         run = run.with_changes(concurrency_key=request.concurrency_key, trace=request.trace)
-    claims = _claims(request, now + idempotency_retention)
     prepared = request.prepared
-    # a small payload without codecs is kept as its JSON text, with no request; a large
-    # one's object is written before the run that references it
+    # a small payload without codecs is kept as its JSON text, with no request
     plain = not prepared.offloaded and not prepared.codecs
     text = prepared.text if plain else values.keep(prepared).text
+    return NewRun(run, event, text, _claims(request, now + idempotency_retention))
+
+
+def create(
+    store: RunStore,
+    values: Values,
+    request: TriggerRequest,
+    *,
+    environment: str,
+    now: datetime,
+    idempotency_retention: timedelta,
+    republish: RepublishPolicy,
+) -> Run:
+    """Write the run (with its keys) and return it, or the run that already holds a key."""
+    new = new_run_of(
+        values,
+        request,
+        environment=environment,
+        now=now,
+        idempotency_retention=idempotency_retention,
+        republish=republish,
+    )
+    claims = new.claims
     for _ in range(MAX_KEY_TAKEOVERS):
         try:
-            return write_run(store, run, event, text, claims, request.ordering_key)
+            return write_run(
+                store, new.run, new.event, new.payload_text, claims, request.ordering_key
+            )
         except KeyConflict as conflict:
             owner = store.get_run(conflict.owner) if conflict.owner else None
             if owner is not None and holds_key(conflict.claim.kind, owner):
                 return values.open_run(owner)  # as a trigger returns its run: opened
-            claims = _replace_owner(claims, conflict.claim, conflict.owner)
+            claims = replace_owner(claims, conflict.claim, conflict.owner)
     raise RunlaneError(f"could not take the keys of a new {request.task!r} run; try again")
 
 
@@ -178,7 +213,7 @@ def _claims(request: TriggerRequest, idempotency_expires_at: datetime) -> Sequen
     return claims
 
 
-def _replace_owner(claims: Sequence[KeyClaim], lost: KeyClaim, owner: str | None) -> list[KeyClaim]:
+def replace_owner(claims: Sequence[KeyClaim], lost: KeyClaim, owner: str | None) -> list[KeyClaim]:
     return [
         KeyClaim(c.kind, c.task, c.key, c.expires_at, previous_owner=owner) if c == lost else c
         for c in claims

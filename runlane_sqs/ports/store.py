@@ -9,53 +9,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from enum import StrEnum
 from typing import Protocol
 
 from runlane_sqs.core.claims import HintedClaim
-from runlane_sqs.core.errors import RunlaneError
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Lease, Run, RunEvent, RunStatus, WaitKind
 from runlane_sqs.core.ordering import Place
 from runlane_sqs.ports.groups import GroupStore
 from runlane_sqs.ports.health import HealthStore
+from runlane_sqs.ports.keys import KeyClaim, KeyStore
 from runlane_sqs.ports.objects import ObjectRecords
 from runlane_sqs.ports.ordering import OrderStore
 from runlane_sqs.ports.schedules import ScheduleStore
 from runlane_sqs.ports.slots import SlotStore
 from runlane_sqs.ports.tokens import TokenStore
-
-
-class KeyKind(StrEnum):
-    """The two kinds of key a trigger may hold."""
-
-    IDEMPOTENCY = "idempotency"
-    """Duplicate triggers return the existing run; released when the run fails."""
-    SINGLETON = "singleton"
-    """At most one active run per key; released when the run finishes."""
-
-
-@dataclass(frozen=True, slots=True)
-class KeyClaim:
-    """A key the new run must take atomically with its creation."""
-
-    kind: KeyKind
-    task: str
-    key: str
-    expires_at: datetime | None = None
-    previous_owner: str | None = None
-    """A finished run still named by the key item, which the claim may replace."""
-
-
-class KeyConflict(RunlaneError):
-    """A key is held by another run (``owner``) or by nothing readable (``owner=None``)."""
-
-    def __init__(self, claim: KeyClaim, owner: str | None) -> None:
-        super().__init__(
-            f"{claim.kind} key {claim.key!r} of task {claim.task!r} is held by {owner}"
-        )
-        self.claim = claim
-        self.owner = owner
+from runlane_sqs.ports.transactions import TransactionStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,20 +37,6 @@ class RunQuery:
     created_before: datetime | None = None
     schedule: str | None = None
     """Only runs made by this schedule (read, then kept: pages may be short)."""
-
-
-class KeyStore(Protocol):
-    """Idempotency and singleton keys: who holds one, and freeing it."""
-
-    def release_key(self, kind: KeyKind, task: str, key: str, run_id: str) -> None:
-        """Free a key if ``run_id`` still holds it (a no-op otherwise)."""
-        ...
-
-    def get_key_owner(self, kind: KeyKind, task: str, key: str, now: datetime) -> str | None:
-        """The run id an idempotency or singleton key points to, unless it expired."""
-        ...
-
-    def delete_key(self, kind: KeyKind, task: str, key: str) -> None: ...
 
 
 class ProgressStore(Protocol):
@@ -154,6 +108,12 @@ class RunStore(Protocol):
         """The records counting the references to each object of the payload bucket
         (:mod:`runlane_sqs.ports.objects`): the writes here that store a reference, or
         delete a run, count them in the same transaction."""
+        ...
+
+    @property
+    def transactions(self) -> TransactionStore:
+        """Transactions holding the caller's own writes and new runs
+        (:mod:`runlane_sqs.ports.transactions`)."""
         ...
 
     @property

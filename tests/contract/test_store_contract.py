@@ -35,7 +35,7 @@ from runlane_sqs.core.model import JSON, RunEvent, new_lease_token, new_run_id
 from runlane_sqs.core.recovery import QueueLine, plan_publish
 from runlane_sqs.core.values import encode_json
 from runlane_sqs.core.wakeup import Wakeup, parse_wakeup
-from runlane_sqs.ports.store import KeyClaim, KeyConflict, KeyKind
+from runlane_sqs.ports.keys import KeyClaim, KeyConflict, KeyKind
 from runlane_sqs.ports.transport import ReceivedWakeup
 from tests.contract.store_backends import (
     LEASE,

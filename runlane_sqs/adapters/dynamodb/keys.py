@@ -16,7 +16,7 @@ from runlane_sqs.core.indexes import (
     status_groups,
 )
 from runlane_sqs.core.model import RunStatus
-from runlane_sqs.ports.store import KeyKind
+from runlane_sqs.ports.keys import KeyKind
 
 RUN_PREFIX = "RUN#"
 RUN_SK = "RUN"

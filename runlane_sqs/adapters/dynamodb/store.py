@@ -19,7 +19,6 @@ from runlane_sqs.adapters.dynamodb.codec import (
     events_from_item,
     item_from_wire,
     run_from_wire,
-    run_to_wire,
     token_from_wire,
     token_to_wire,
 )
@@ -59,6 +58,7 @@ from runlane_sqs.adapters.dynamodb.replays import (
 from runlane_sqs.adapters.dynamodb.requests import Request
 from runlane_sqs.adapters.dynamodb.schedules import DynamoScheduleStore
 from runlane_sqs.adapters.dynamodb.slots import DynamoSlotStore, apply_slotted, transaction
+from runlane_sqs.adapters.dynamodb.transactions import DynamoTransactions, creation_actions
 from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.clock import from_epoch_ms, to_epoch_ms
 from runlane_sqs.core.errors import (
@@ -73,14 +73,14 @@ from runlane_sqs.core.model import Lease, Run, RunEvent, WaitKind
 from runlane_sqs.core.ordering import Place
 from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenDecision, TokenNotFound
 from runlane_sqs.core.values import (
-    ENVELOPE_MARK,
     Reference,
     decode_json,
     moved_record,
     references_in,
     run_references,
 )
-from runlane_sqs.ports.store import KeyClaim, KeyConflict, KeyKind, RunQuery
+from runlane_sqs.ports.keys import KeyClaim, KeyConflict, KeyKind
+from runlane_sqs.ports.store import RunQuery
 
 log = logging.getLogger("runlane_sqs.store")
 QUERY_THREADS = 8
@@ -121,6 +121,8 @@ class DynamoRunStore:
         """The environment's groups, in the same table."""
         self.object_records = DynamoObjectRecords(self._send, self._query, table, environment)
         """The counts of the references to each object of the payload bucket."""
+        self.transactions = DynamoTransactions(self._send, table, environment)
+        """Transactions holding the caller's writes and new runs."""
 
     @functools.cached_property
     def _endpoint(self) -> str | None:
@@ -163,41 +165,28 @@ class DynamoRunStore:
         claims: Sequence[KeyClaim] = (),
         place: Place | None = None,
     ) -> None:
-        item = run_to_wire(run, [event], payload_text)
-        put = requests.put_run(self.table, item)
-        sealed = payload_text.startswith(ENVELOPE_MARK)
-        holds = references_in([decode_json(payload_text)]) if sealed else None
-        if not claims and place is None and not holds:
-            sent = send_conditional(self._send, "put_item", put)
+        actions = creation_actions(self.table, self.environment, run, event, payload_text, claims)
+        made = len(claims) + 1  # the claims' and the run's; the holds come after
+        if len(actions) == 1 and place is None:
+            sent = send_conditional(self._send, "put_item", actions[0]["Put"])
             if isinstance(sent, Refused) and not landed_creation(
                 run, event, payload_text, sent.item
             ):
                 raise _conflict(run.id, sent.item)
             return
-        now_ms = to_epoch_ms(run.created_at)
-        claim_requests = [
-            requests.claim_key(
-                self.table,
-                keys.key_pk(self.environment, c.kind, c.task, c.key),
-                run.id,
-                now_ms=now_ms,
-                expires_s=to_epoch_ms(c.expires_at) // 1000 if c.expires_at else None,
-                previous_owner=c.previous_owner,
-            )
-            for c in claims
-        ]
-        items = [{"Put": r} for r in claim_requests] + [{"Put": put}]
-        if place is not None:
-            items += trigger_items(self.table, run, place)
-        held = hold_items(self.table, self.environment, holds) if holds else []
+        placed = trigger_items(self.table, run, place) if place is not None else []
+        items = actions[:made] + placed + actions[made:]
         try:
-            self._send("transact_write_items", {"TransactItems": items + held})
+            self._send("transact_write_items", {"TransactItems": items})
         except ClientError as exc:
-            if place is not None and moved(exc, len(claims) + 1):
+            if place is not None and moved(exc, made):
                 raise OrderMoved(place.key) from None
             reasons = cancellation_reasons(exc)
-            if refused_holds(reasons, len(held)):
-                raise StorageUnavailable(moved_record(next(iter(holds or {})))) from None
+            if refused_holds(reasons, len(actions) - made):
+                sealed = decode_json(payload_text)
+                raise StorageUnavailable(
+                    moved_record(next(iter(references_in([sealed]))))
+                ) from None
             run_reason = reasons[len(claims)] if len(reasons) > len(claims) else {}
             if not claims and landed_creation(run, event, payload_text, run_reason.get("Item")):
                 return

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
+from typing import NoReturn
 
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.codec import (
@@ -37,7 +38,12 @@ from runlane_sqs.adapters.memory.schedules import InMemoryScheduleStore
 from runlane_sqs.adapters.memory.slots import InMemorySlotStore
 from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.clock import to_epoch_ms
-from runlane_sqs.core.errors import ConflictError, LeaseLost, StorageUnavailable
+from runlane_sqs.core.errors import (
+    ConfigurationError,
+    ConflictError,
+    LeaseLost,
+    StorageUnavailable,
+)
 from runlane_sqs.core.indexes import AgendaKind, agenda_pk, listed_at
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import LEASED_STATUSES, Lease, Run, RunEvent, WaitKind
@@ -58,7 +64,9 @@ from runlane_sqs.core.values import (
     run_references,
     stored_text,
 )
-from runlane_sqs.ports.store import KeyClaim, KeyConflict, KeyKind, RunQuery
+from runlane_sqs.ports.keys import KeyClaim, KeyConflict, KeyKind
+from runlane_sqs.ports.store import RunQuery
+from runlane_sqs.ports.transactions import Action
 
 
 def _json_copy(value: object) -> object:
@@ -117,6 +125,28 @@ class _Key:
     expires_at_s: int | None
 
 
+class NoTransactions:
+    """What ``app.transaction()`` meets on an in-memory store: a clear refusal (the
+    caller's own writes are to DynamoDB tables this store cannot hold)."""
+
+    def _refuse(self) -> NoReturn:
+        raise ConfigurationError(
+            "app.transaction() adds runs to a DynamoDB transaction: this app keeps its runs "
+            "in memory; test it against DynamoDB (the moto server: docs/testing.md)"
+        )
+
+    def creation_actions(
+        self, run: Run, event: RunEvent, payload_text: str, claims: Sequence[KeyClaim]
+    ) -> list[Action]:
+        self._refuse()
+
+    def check(self, actions: Sequence[Action]) -> None:
+        self._refuse()
+
+    def commit(self, actions: Sequence[Action], token: str) -> None:
+        self._refuse()
+
+
 class InMemoryRunStore:
     """Runs in a dict, guarded by a lock; every write checks what DynamoDB would check."""
 
@@ -143,6 +173,8 @@ class InMemoryRunStore:
         """Bounded reads for the console and ``app.health``; the last pass's report."""
         self.groups = InMemoryGroupStore(environment, self._lock, self._stored_run)
         """The environment's groups."""
+        self.transactions = NoTransactions()
+        """Refuses: a transaction's other writes are to DynamoDB tables."""
 
     def create_run(
         self,

@@ -1,0 +1,263 @@
+"""Triggers that commit with the caller's own writes (docs/transactions.md), on the moto
+server and on DynamoDB Local: the run exists if and only if the caller's writes commit;
+a failed condition, a held key or an exception in the block leaves neither; DynamoDB's
+limits are checked before anything is sent; the caller is told why in words.
+
+Every test needs a table of the caller's own next to the run table, so they run on the
+emulators only (the in-memory store refuses transactions, tested last)."""
+
+from __future__ import annotations
+
+import asyncio
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from runlane_sqs import (
+    ConfigurationError,
+    InvalidKeyError,
+    InvalidTransaction,
+    Runlane,
+    RunStatus,
+    TaskContext,
+    TransactionCancelled,
+    UnknownTaskError,
+)
+from runlane_sqs.testing import in_memory_app
+from tests.backends import ONLY_AWS, Backend
+from tests.workers import WorkerKind
+
+SHIP = "orders.ship"
+
+
+def register(app: Runlane) -> None:
+    @app.task(name=SHIP)
+    def ship(ctx: TaskContext, payload: Any) -> Any:
+        if payload.get("fail"):
+            raise RuntimeError("the carrier refused")
+        return {"shipped": payload["order"]}
+
+
+@pytest.fixture
+def app(backend: Backend) -> Runlane:
+    return backend.app(register=register)
+
+
+def order(backend: Backend, table: str, order_id: str) -> dict[str, Any] | None:
+    dynamodb = backend.request.getfixturevalue("dynamodb")
+    found = dynamodb.get_item(TableName=table, Key={"id": {"S": order_id}}, ConsistentRead=True)
+    item: dict[str, Any] | None = found.get("Item")
+    return item
+
+
+@ONLY_AWS
+def test_a_commit_writes_the_order_and_the_run_whose_wakeup_follows(
+    backend: Backend, app: Runlane, orders: str, worker_kind: WorkerKind
+) -> None:
+    with app.transaction() as tx:
+        tx.put(orders, {"id": "o-1", "total": Decimal("42.5"), "lines": ["a", "b"]})
+        run = tx.trigger(SHIP, {"order": "o-1"})
+
+    assert order(backend, orders, "o-1") == {
+        "id": {"S": "o-1"},
+        "total": {"N": "42.5"},
+        "lines": {"L": [{"S": "a"}, {"S": "b"}]},
+    }
+    assert app.runs.get(run.id).status is RunStatus.QUEUED
+    assert backend.depth(app) == 1  # published after the commit
+    assert worker_kind.drain(app) == 1
+    assert app.runs.get(run.id).result == {"shipped": "o-1"}
+
+
+@ONLY_AWS
+def test_a_failed_condition_of_the_callers_cancels_the_run_too(
+    backend: Backend, app: Runlane, orders: str
+) -> None:
+    with app.transaction() as tx:
+        tx.put(orders, {"id": "o-2", "state": "new"})
+
+    tx = app.transaction()
+    tx.update(
+        orders,
+        {"id": "o-2"},
+        "SET #s = :paid",
+        condition="#s = :unpaid",
+        names={"#s": "state"},
+        values={":paid": "paid", ":unpaid": "unpaid"},
+    )
+    tx.trigger(SHIP, {"order": "o-2"})
+    with pytest.raises(TransactionCancelled) as raised:
+        tx.commit()
+
+    assert raised.value.reasons == (
+        f"action 0, Update on an item of {orders!r}: its condition failed",
+    )
+    assert raised.value.codes[0] == "ConditionalCheckFailed"
+    assert set(raised.value.codes[1:]) == {"None"}
+    assert app.runs.list().runs == []
+    assert backend.depth(app) == 0
+    assert order(backend, orders, "o-2") == {"id": {"S": "o-2"}, "state": {"S": "new"}}
+
+
+@ONLY_AWS
+def test_an_exception_in_the_block_sends_nothing(
+    backend: Backend, app: Runlane, orders: str
+) -> None:
+    with pytest.raises(RuntimeError, match="changed my mind"), app.transaction() as tx:
+        tx.put(orders, {"id": "o-3"})
+        tx.trigger(SHIP, {"order": "o-3"})
+        raise RuntimeError("changed my mind")
+
+    assert order(backend, orders, "o-3") is None
+    assert app.runs.list().runs == []
+    assert backend.depth(app) == 0
+
+
+@ONLY_AWS
+def test_an_idempotency_key_held_cancels_and_names_its_run_a_released_one_is_taken(
+    backend: Backend, app: Runlane, orders: str, worker_kind: WorkerKind
+) -> None:
+    with app.transaction() as tx:
+        tx.put(orders, {"id": "o-4"})
+        first = tx.trigger(SHIP, {"order": "o-4", "fail": True}, idempotency_key="ship-o-4")
+
+    again = app.transaction()
+    again.put(orders, {"id": "o-4b"})
+    again.trigger(SHIP, {"order": "o-4"}, idempotency_key="ship-o-4")
+    with pytest.raises(TransactionCancelled) as raised:
+        again.commit()
+    assert raised.value.held_by == first.id
+    assert raised.value.reasons == (
+        f"the idempotency key 'ship-o-4' of task {SHIP!r} is held by run {first.id}",
+    )
+    assert order(backend, orders, "o-4b") is None
+
+    assert worker_kind.drain(app) == 1  # fails: the key is released
+    assert app.runs.get(first.id).status is RunStatus.FAILED
+    with app.transaction() as tx:
+        tx.put(orders, {"id": "o-4c"})
+        taken = tx.trigger(SHIP, {"order": "o-4"}, idempotency_key="ship-o-4")
+    assert taken.id != first.id and order(backend, orders, "o-4c") is not None
+    assert worker_kind.drain(app) == 1
+    assert app.runs.get(taken.id).status is RunStatus.SUCCEEDED
+
+
+@ONLY_AWS
+def test_a_commit_sent_again_after_an_unknown_outcome_writes_nothing_twice(
+    backend: Backend, app: Runlane, orders: str, worker_kind: WorkerKind
+) -> None:
+    """``commit`` again (as after ``StorageUnavailable``) sends the same request with
+    the same ``ClientRequestToken``: DynamoDB answers as it did, and nothing is written
+    twice; the runs are published once."""
+    tx = app.transaction()
+    tx.update(orders, {"id": "o-5"}, "ADD visits :one", values={":one": 1})
+    run = tx.trigger(SHIP, {"order": "o-5"})
+    items = tx.items()
+    app.engine.store.transactions.commit(items, tx._token)  # landed; the answer was lost
+
+    assert tx.commit() == [run]
+    assert order(backend, orders, "o-5") == {"id": {"S": "o-5"}, "visits": {"N": "1"}}
+    assert [r.id for r in app.runs.list().runs] == [run.id]
+    assert worker_kind.drain(app) == 1
+
+
+@ONLY_AWS
+def test_dynamodbs_limits_are_checked_before_anything_is_sent(
+    backend: Backend, app: Runlane, orders: str
+) -> None:
+    too_many = app.transaction()
+    for n in range(100):
+        too_many.put(orders, {"id": f"many-{n}"})
+    too_many.trigger(SHIP, {"order": "many"})
+    with pytest.raises(InvalidTransaction, match="at most 100 actions, this one 101"):
+        too_many.commit()
+
+    too_large = app.transaction()
+    for n in range(11):
+        too_large.put(orders, {"id": f"large-{n}", "blob": b"x" * 390_000})
+    with pytest.raises(InvalidTransaction, match="at most 4 MB together"):
+        too_large.commit()
+
+    one_item = app.transaction()
+    one_item.update(orders, {"id": "same"}, "SET a = :a", values={":a": 1})
+    one_item.delete(orders, {"id": "same"})
+    with pytest.raises(InvalidTransaction, match="actions 0 and 1 write one item"):
+        one_item.commit()
+
+    big_item = app.transaction()
+    big_item.put(orders, {"id": "big", "blob": b"x" * 410_000})
+    with pytest.raises(InvalidTransaction, match="action 0 puts an item of 4100"):
+        big_item.commit()
+
+    assert order(backend, orders, "many-0") is None
+    assert order(backend, orders, "large-0") is None
+    assert app.runs.list().runs == []
+
+
+@ONLY_AWS
+def test_dynamodbs_own_refusal_of_two_puts_on_one_item_is_said_in_words(
+    backend: Backend, app: Runlane, orders: str
+) -> None:
+    """Two ``Put`` of one key of the caller's table (whose key this library does not
+    know) pass the checks; DynamoDB refuses the request and the caller is told."""
+    tx = app.transaction()
+    tx.put(orders, {"id": "twice", "n": 1})
+    tx.put(orders, {"id": "twice", "n": 2})
+    tx.trigger(SHIP, {"order": "twice"})
+    with pytest.raises(InvalidTransaction, match="DynamoDB refused the transaction"):
+        tx.commit()
+    assert app.runs.list().runs == [] and order(backend, orders, "twice") is None
+
+
+@pytest.mark.parametrize(
+    ("write", "error", "message"),
+    [
+        (lambda tx, t: tx.put(t, {"id": "f", "price": 1.5}), InvalidTransaction, "'price'"),
+        (lambda tx, t: tx.put("no table!", {"id": "x"}), InvalidTransaction, "a table name"),
+        (lambda tx, t: tx.put("a\x00b<c>", {"id": "x"}), InvalidTransaction, "a table name"),
+        (lambda tx, t: tx.put(t, ["id"]), InvalidTransaction, "item must be a mapping"),
+        (lambda tx, t: tx.add({"Drop": {"TableName": t}}), InvalidTransaction, "'Drop'"),
+        (lambda tx, t: tx.trigger("no.such.task", {}), UnknownTaskError, "no.such.task"),
+        (
+            lambda tx, t: tx.trigger(SHIP, {"order": "x"}, ordering_key="k"),
+            InvalidKeyError,
+            "ordering_key",
+        ),
+        (lambda tx, t: tx.trigger(SHIP, {"bad": "\ud800"}), Exception, "surrogate"),
+    ],
+)
+@ONLY_AWS
+def test_bad_input_is_refused_clearly_and_writes_nothing(
+    backend: Backend, app: Runlane, orders: str, write: Any, error: type, message: str
+) -> None:
+    tx = app.transaction()
+    with pytest.raises(error, match=message):
+        write(tx, orders)
+        tx.commit()
+    assert app.runs.list().runs == []
+
+
+@ONLY_AWS
+def test_the_async_form_commits_on_a_thread(
+    backend: Backend, app: Runlane, orders: str, worker_kind: WorkerKind
+) -> None:
+    async def place() -> str:
+        async with app.transaction() as tx:
+            tx.put(orders, {"id": "o-6"})
+            run = tx.trigger(SHIP, {"order": "o-6"})
+        return run.id
+
+    run_id = asyncio.run(place())
+    assert order(backend, orders, "o-6") is not None
+    assert worker_kind.drain(app) == 1
+    assert app.runs.get(run_id).status is RunStatus.SUCCEEDED
+
+
+def test_an_in_memory_app_refuses_a_transaction_clearly() -> None:
+    app = in_memory_app()
+    register(app)
+    tx = app.transaction()
+    tx.trigger(SHIP, {"order": "m"})
+    with pytest.raises(ConfigurationError, match="keeps its runs in memory"):
+        tx.commit()
