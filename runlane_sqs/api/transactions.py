@@ -243,17 +243,32 @@ class Transaction:
         makes a commit that landed a no-op)."""
         if self._committed is not None:
             return self._committed
+        if not self._new:
+            self._send()
+            return self.committed()
+        first = self._new[0].run
+        with self._engine.observer.trigger(first.task, first.queue) as span:
+            span.set({t.MESSAGING_BATCH_SIZE: len(self._new)})
+            if span.trace and first.trace is None:  # the first commit's: its runs keep it
+                self._new = [
+                    replace(new, run=new.run.with_changes(trace=span.trace)) for new in self._new
+                ]
+            self._send()
+            return self.committed()
+
+    def _send(self) -> None:
+        """Send the transaction (again after a released key was taken over)."""
         for _ in range(MAX_KEY_TAKEOVERS):
             try:
                 self._engine.store.transactions.commit(self.items(), self._token)
             except Cancelled as cancelled:
                 if self._landed(cancelled.refusals):
-                    return self.committed()
+                    return
                 self._token = str(uuid.uuid4())  # another request: a new token
                 if not self._take_over(cancelled.refusals):
                     raise self._explained(cancelled.refusals) from None
                 continue
-            return self.committed()
+            return
         raise RunlaneError("could not take the keys of the transaction's runs; try again")
 
     async def commit_async(self) -> list[Run]:
@@ -270,11 +285,8 @@ class Transaction:
         runs = [new.run for new in self._new]
         self._committed = runs
         if runs:
-            engine = self._engine
-            with engine.observer.trigger(runs[0].task, runs[0].queue) as span:
-                span.set({t.MESSAGING_BATCH_SIZE: len(runs)})
-                engine.publisher.publish_new(runs)
-            engine.observer.triggered(runs)
+            self._engine.publisher.publish_new(runs)
+            self._engine.observer.triggered(runs)
         for run in runs:
             log.info(
                 "triggered run %s of %s in a transaction",
