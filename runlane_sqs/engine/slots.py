@@ -24,7 +24,7 @@ from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.errors import ConflictError
 from runlane_sqs.core.model import LEASED_STATUSES, Run, Slot
-from runlane_sqs.core.slots import SlotState, holder_run, slot_freed
+from runlane_sqs.core.slots import SlotState, holder_run, slot_freed, wait_for_slot
 from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.tasks import TaskRegistry
 from runlane_sqs.ports.store import RunStore
@@ -74,13 +74,22 @@ class SlotWaker:
 
     def recheck(self, run: Run, slot: Slot) -> Run | None:
         """After ``run`` began waiting for ``slot``: wake it at once if its scope has a
-        free slot by now (the write that freed it may have found no waiter)."""
+        free slot by now (the write that freed it may have found no waiter). A free
+        slot of its other limits, which it could not use, is passed on to the oldest
+        waiter there (the slot it was woken for, or one freed while it claimed)."""
+        woken: Run | None = None
         state = self._store.slots.get_slot(slot.scope)
-        if state is not None and len(state.holders) >= slot.limit:
-            return None
-        woken = self._wake_run(run)
-        if woken is not None:
-            self._publisher.publish_many([woken])
+        if state is None or len(state.holders) < slot.limit:
+            woken = self._wake_run(run)
+        passed = [
+            waiter
+            for other in self._tasks.slots_for(run)
+            if other.scope != slot.scope and self._full(other) is None
+            for waiter in self._wake_oldest(other.scope, 1)
+        ]
+        ready = ([woken] if woken is not None else []) + passed
+        if ready:
+            self._publisher.publish_many(ready)
         return woken
 
     def check(self, listed: SlotState, now: datetime) -> SlotCheck:
@@ -121,6 +130,10 @@ class SlotWaker:
         return SlotCheck(repaired=repaired, woken=woken)
 
     def _wake_oldest(self, scope: str, count: int) -> list[Run]:
+        """Wake up to ``count`` of the oldest waiters of ``scope`` that can take a slot
+        of each of their limits now; one whose other limit is full waits for that one
+        instead (its place in that line is its age), so a free slot never goes to a run
+        that cannot use it."""
         woken: list[Run] = []
         for run_id in self._store.slots.slot_waiters(scope, count + SPARE_WAITERS):
             if len(woken) >= count:
@@ -128,10 +141,42 @@ class SlotWaker:
             run = self._store.get_run(run_id)
             if run is None or run.slot_wait != scope:
                 continue
+            blocked = next(
+                (
+                    (other, full)
+                    for other in self._tasks.slots_for(run)
+                    if other.scope != scope and (full := self._full(other)) is not None
+                ),
+                None,
+            )
+            if blocked is not None:
+                self._wait_elsewhere(run, *blocked)
+                continue
             stored = self._wake_run(run)
             if stored is not None:
                 woken.append(stored)
         return woken
+
+    def _full(self, slot: Slot) -> int | None:
+        """How many hold ``slot``'s scope when it is full (``None``: a slot is free)."""
+        state = self._store.slots.get_slot(slot.scope)
+        held = len(state.holders) if state is not None else 0
+        return held if held >= slot.limit else None
+
+    def _wait_elsewhere(self, run: Run, slot: Slot, holders: int) -> None:
+        """``run`` waits for ``slot``'s full scope instead of the one it was listed in."""
+        decision = wait_for_slot(run, slot, holders=holders, now=self._clock.now())
+        try:
+            self._store.apply(decision)
+        except ConflictError:  # woken or cancelled meanwhile
+            return
+        log.info(
+            "run %s waits for a slot of %s (the slot of %s it waited for is free)",
+            run.id,
+            slot.scope,
+            run.slot_wait,
+            extra={"run_id": run.id, "task": run.task},
+        )
 
     def _wake_run(self, run: Run) -> Run | None:
         decision = slot_freed(run, now=self._clock.now(), republish=self._config.republish)

@@ -397,3 +397,59 @@ def test_waiters_are_woken_when_a_deploy_removes_the_limit(backend: Backend) -> 
     assert report.jobs[JOB_SLOTS].acted == 2
     assert drain(deployed, queues=["billing"]) == 2
     assert {app.runs.get(r.id).status for r in waiting} == {RunStatus.SUCCEEDED}
+
+
+BOTH = "shared.sync"
+SHARED = queue_scope("shared")
+
+
+def two_limits(app: Runlane) -> None:
+    """A task under two limits: its queue's (2) and one per customer."""
+    shared = app.queue("shared", concurrency_limit=2)
+    app.task(_done, name=BOTH, queue=shared, concurrency_key=lambda p: p["customer"], key_limit=1)
+
+
+def test_a_free_slot_skips_a_waiter_whose_other_limit_is_full(backend: Backend) -> None:
+    """The queue's freed slot goes to the oldest waiter that can take both its slots:
+    the older waiter's customer slot is held (by a worker that died), so it waits for
+    that one instead, and the queue's slot is not left unused until maintenance."""
+    app = backend.app(register=two_limits, queues=["shared"])
+    held_key = claim_elsewhere(app, app.trigger(BOTH, {"customer": "acme"}).id, owner="dead")
+    busy = claim_elsewhere(app, app.trigger(BOTH, {"customer": "globex"}).id)
+    backend.clock.advance(timedelta(milliseconds=1))
+    blocked = app.trigger(BOTH, {"customer": "acme"})
+    backend.clock.advance(timedelta(milliseconds=1))
+    free_to_go = app.trigger(BOTH, {"customer": "initech"})
+    assert drain(app, queues=["shared"]) == 0  # the queue is full: both wait for it
+    assert [app.runs.get(r.id).slot_wait for r in (blocked, free_to_go)] == [SHARED] * 2
+
+    succeed(app, busy)  # frees a slot of the queue
+    assert app.engine.slot_waker.wake([SHARED]) == 1
+
+    assert app.runs.get(blocked.id).slot_wait == key_scope(BOTH, "acme")
+    assert app.runs.get(free_to_go.id).slot_wait is None
+    assert drain(app, queues=["shared"]) == 1
+    assert app.runs.get(free_to_go.id).status is RunStatus.SUCCEEDED
+    assert app.runs.get(blocked.id).status is RunStatus.QUEUED
+    assert held_key.lease is not None  # still held: the blocked run waits for it
+
+
+def test_a_claim_that_cannot_use_a_free_slot_passes_it_on(backend: Backend) -> None:
+    """A run whose claim finds its customer's slot held, while its queue has a free slot
+    that a waiter needs (the worker that freed it stopped before waking anyone), wakes
+    that waiter as it begins to wait."""
+    app = backend.app(register=two_limits, queues=["shared"])
+    claim_elsewhere(app, app.trigger(BOTH, {"customer": "acme"}).id, owner="dead")
+    busy = claim_elsewhere(app, app.trigger(BOTH, {"customer": "globex"}).id)
+    backend.clock.advance(timedelta(milliseconds=1))
+    waiter = app.trigger(BOTH, {"customer": "initech"})
+    assert drain(app, queues=["shared"]) == 0
+    assert app.runs.get(waiter.id).slot_wait == SHARED
+    succeed(app, busy)  # frees a queue slot; nobody is woken
+
+    backend.clock.advance(timedelta(milliseconds=1))
+    blocked = app.trigger(BOTH, {"customer": "acme"})
+    assert drain(app, queues=["shared"]) == 1  # its claim waits, and passes the slot on
+
+    assert app.runs.get(blocked.id).slot_wait == key_scope(BOTH, "acme")
+    assert app.runs.get(waiter.id).status is RunStatus.SUCCEEDED
