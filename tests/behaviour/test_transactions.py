@@ -254,10 +254,28 @@ def test_the_async_form_commits_on_a_thread(
     assert app.runs.get(run_id).status is RunStatus.SUCCEEDED
 
 
-def test_an_in_memory_app_refuses_a_transaction_clearly() -> None:
+def test_an_in_memory_app_commits_runs_and_refuses_writes_of_its_own_clearly() -> None:
+    """The in-memory store (users' tests) holds new runs only: a transaction of runs
+    commits as on DynamoDB, keys included; one with the caller's writes is refused."""
     app = in_memory_app()
     register(app)
-    tx = app.transaction()
-    tx.trigger(SHIP, {"order": "m"})
+    with app.transaction() as tx:
+        run = tx.trigger(SHIP, {"order": "m"}, idempotency_key="ship-m")
+        other = tx.trigger(SHIP, {"order": "n"})
+    assert app.worker(concurrency=1).drain() == 2
+    assert app.runs.get(run.id).result == {"shipped": "m"}
+    assert app.runs.get(other.id).status is RunStatus.SUCCEEDED
+
+    again = app.transaction()
+    again.trigger(SHIP, {"order": "n2"})
+    again.trigger(SHIP, {"order": "m"}, idempotency_key="ship-m")
+    with pytest.raises(TransactionCancelled) as raised:
+        again.commit()
+    assert raised.value.held_by == run.id
+    assert len(app.runs.list().runs) == 2  # neither of the two
+
+    writes = app.transaction()
+    writes.put("orders", {"id": "m"})
+    writes.trigger(SHIP, {"order": "m"})
     with pytest.raises(ConfigurationError, match="keeps its runs in memory"):
-        tx.commit()
+        writes.commit()

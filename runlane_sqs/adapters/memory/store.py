@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
-from typing import NoReturn
 
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.codec import (
@@ -41,10 +40,12 @@ from runlane_sqs.core.clock import to_epoch_ms
 from runlane_sqs.core.errors import (
     ConfigurationError,
     ConflictError,
+    InvalidTransaction,
     LeaseLost,
     StorageUnavailable,
 )
 from runlane_sqs.core.indexes import AgendaKind, agenda_pk, listed_at
+from runlane_sqs.core.limits import MAX_TRANSACTION_ACTIONS
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import LEASED_STATUSES, Lease, Run, RunEvent, WaitKind
 from runlane_sqs.core.ordering import Place
@@ -66,7 +67,7 @@ from runlane_sqs.core.values import (
 )
 from runlane_sqs.ports.keys import KeyClaim, KeyConflict, KeyKind
 from runlane_sqs.ports.store import RunQuery
-from runlane_sqs.ports.transactions import Action
+from runlane_sqs.ports.transactions import Action, Cancelled, Refusal
 
 
 def _json_copy(value: object) -> object:
@@ -125,26 +126,48 @@ class _Key:
     expires_at_s: int | None
 
 
-class NoTransactions:
-    """What ``app.transaction()`` meets on an in-memory store: a clear refusal (the
-    caller's own writes are to DynamoDB tables this store cannot hold)."""
+Creation = tuple[Run, RunEvent, str, Sequence[KeyClaim]]
+"""A new run as a transaction of the in-memory store holds it: the run, its first event,
+its payload's text and its key claims."""
+MEMORY = "(in memory)"
+"""The table name of the in-memory store's actions."""
 
-    def _refuse(self) -> NoReturn:
-        raise ConfigurationError(
-            "app.transaction() adds runs to a DynamoDB transaction: this app keeps its runs "
-            "in memory; test it against DynamoDB (the moto server: docs/testing.md)"
-        )
+
+class InMemoryTransactions:
+    """Transactions of new runs only: the caller's own writes are to DynamoDB tables,
+    which this store cannot hold (a clear refusal). Each run's actions are its claims
+    and the run, as in DynamoDB, so refusals name the same indexes."""
+
+    def __init__(self, store: InMemoryRunStore) -> None:
+        self._store = store
 
     def creation_actions(
         self, run: Run, event: RunEvent, payload_text: str, claims: Sequence[KeyClaim]
     ) -> list[Action]:
-        self._refuse()
+        marks: list[Action] = [{"Put": {"TableName": MEMORY, "Claim": c}} for c in claims]
+        creation: Creation = (run, event, payload_text, tuple(claims))
+        return [*marks, {"Put": {"TableName": MEMORY, "Creation": creation}}]
 
     def check(self, actions: Sequence[Action]) -> None:
-        self._refuse()
+        for action in actions:
+            body = next(iter(action.values()), None) if isinstance(action, dict) else None
+            if not isinstance(body, dict) or body.get("TableName") != MEMORY:
+                raise ConfigurationError(
+                    "app.transaction() writes to your own DynamoDB tables: this app keeps "
+                    "its runs in memory, where a transaction holds new runs only; test "
+                    "your writes against DynamoDB (the moto server: docs/testing.md)"
+                )
+        if len(actions) > MAX_TRANSACTION_ACTIONS:
+            raise InvalidTransaction(
+                f"a transaction holds at most {MAX_TRANSACTION_ACTIONS} actions, this one "
+                f"{len(actions)}"
+            )
 
     def commit(self, actions: Sequence[Action], token: str) -> None:
-        self._refuse()
+        self.check(actions)
+        self._store.create_together(
+            [a["Put"]["Creation"] for a in actions if "Creation" in a["Put"]]
+        )
 
 
 class InMemoryRunStore:
@@ -173,8 +196,8 @@ class InMemoryRunStore:
         """Bounded reads for the console and ``app.health``; the last pass's report."""
         self.groups = InMemoryGroupStore(environment, self._lock, self._stored_run)
         """The environment's groups."""
-        self.transactions = NoTransactions()
-        """Refuses: a transaction's other writes are to DynamoDB tables."""
+        self.transactions = InMemoryTransactions(self)
+        """Transactions of new runs only (the caller's writes are to DynamoDB tables)."""
 
     def create_run(
         self,
@@ -187,28 +210,66 @@ class InMemoryRunStore:
         now_s = int(run.created_at.timestamp())
         with self._lock:
             for claim in claims:
-                held = self._keys.get((claim.kind, claim.task, claim.key))
-                free = (
-                    held is None
-                    or (held.expires_at_s is not None and held.expires_at_s < now_s)
-                    or held.run_id == claim.previous_owner
-                )
-                if not free:
-                    raise KeyConflict(claim, held.run_id if held else None)
+                held = self._held(claim, now_s)
+                if held is not None:
+                    raise KeyConflict(claim, held.run_id)
             if run.id in self._runs:
                 raise ConflictError(run.id, self._runs[run.id].run)
-            stored = _as_stored(run, payload_text)
-            holds = run_references(stored) if payload_text.startswith(ENVELOPE_MARK) else None
-            if holds:
-                self.object_records.check_holds(holds)
-            if place is not None:
-                self.orders.take_place(run, place)
-            for claim in claims:
-                expires = int(claim.expires_at.timestamp()) if claim.expires_at else None
-                self._keys[(claim.kind, claim.task, claim.key)] = _Key(run.id, expires)
-            self._runs[run.id] = _Stored(stored, payload_text, [_event_as_stored(event)])
-            if holds:
-                self.object_records.add_holds(holds)
+            self._store_new(run, event, payload_text, claims, place)
+
+    def create_together(self, creations: Sequence[Creation]) -> None:
+        """Store new runs together or none: a transaction of new runs only. Raises
+        :class:`~runlane_sqs.ports.transactions.Cancelled` with a refusal per held key
+        or existing run, at its action's index (each run's claims, then the run)."""
+        with self._lock:
+            refusals: list[Refusal] = []
+            index = 0
+            for run, _, _, claims in creations:
+                now_s = int(run.created_at.timestamp())
+                for claim in claims:
+                    held = self._held(claim, now_s)
+                    if held is not None:
+                        refusals.append(Refusal(index, "ConditionalCheckFailed", "", held.run_id))
+                    index += 1
+                if run.id in self._runs:
+                    refusals.append(Refusal(index, "ConditionalCheckFailed", "", run.id))
+                index += 1
+            if refusals:
+                raise Cancelled(refusals)
+            for run, event, payload_text, claims in creations:
+                self._store_new(run, event, payload_text, claims, None)
+
+    def _held(self, claim: KeyClaim, now_s: int) -> _Key | None:
+        """The key item ``claim`` cannot take over (``None``: the key is free to it)."""
+        held = self._keys.get((claim.kind, claim.task, claim.key))
+        if (
+            held is None
+            or (held.expires_at_s is not None and held.expires_at_s < now_s)
+            or held.run_id == claim.previous_owner
+        ):
+            return None
+        return held
+
+    def _store_new(
+        self,
+        run: Run,
+        event: RunEvent,
+        payload_text: str,
+        claims: Sequence[KeyClaim],
+        place: Place | None,
+    ) -> None:
+        stored = _as_stored(run, payload_text)
+        holds = run_references(stored) if payload_text.startswith(ENVELOPE_MARK) else None
+        if holds:
+            self.object_records.check_holds(holds)
+        if place is not None:
+            self.orders.take_place(run, place)
+        for claim in claims:
+            expires = int(claim.expires_at.timestamp()) if claim.expires_at else None
+            self._keys[(claim.kind, claim.task, claim.key)] = _Key(run.id, expires)
+        self._runs[run.id] = _Stored(stored, payload_text, [_event_as_stored(event)])
+        if holds:
+            self.object_records.add_holds(holds)
 
     def get_run(self, run_id: str) -> Run | None:
         with self._lock:
