@@ -27,7 +27,7 @@ from runlane_sqs.core.errors import ConfigurationError, StorageUnavailable, Tran
 from runlane_sqs.core.indexes import AGENDA_SHARDS
 from runlane_sqs.engine.maintenance import MaintenanceConfig
 from runlane_sqs.local.moto import MotoServer
-from runlane_sqs.runtime.worker import ENV_WORKER_ID, WorkerOptions
+from runlane_sqs.runtime.worker import ENV_WORKER_ID, WorkerOptions, queue_weights
 
 log = logging.getLogger("runlane_sqs.maintenance")
 TRANSIENT_ERRORS = (StorageUnavailable, TransportError)
@@ -127,6 +127,11 @@ def with_settings(app: Runlane, **settings: float | None) -> Runlane:
 @click.command()
 @app_option
 @click.option("--queue", "queues", multiple=True, help="Queue to consume (repeatable).")
+@click.option(
+    "--queues",
+    "weighted",
+    help="Queues to consume with their weights: high=3,default=1 (a queue without one: 1).",
+)
 @click.option("--concurrency", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--drain", is_flag=True, help="Process available work, then exit.")
 @click.option("--max-runs", type=click.IntRange(min=1), help="With --drain: stop after N runs.")
@@ -151,6 +156,7 @@ def with_settings(app: Runlane, **settings: float | None) -> Runlane:
 def worker(
     app_spec: str | None,
     queues: tuple[str, ...],
+    weighted: str | None,
     concurrency: int,
     drain: bool,
     max_runs: int | None,
@@ -162,9 +168,12 @@ def worker(
     """Run a worker until SIGTERM/SIGINT (or, with --drain, until the queues are empty)."""
     app = app_for_command(app_spec, "the worker runs your tasks")
     with_settings(app, lease_duration=lease_seconds)
-    options = WorkerOptions(concurrency=concurrency, grace_period=grace_period, worker_id=worker_id)
+    names, weights = weighted_queues(weighted) if weighted else ([], {})
+    options = WorkerOptions(
+        concurrency=concurrency, grace_period=grace_period, worker_id=worker_id, weights=weights
+    )
     draining = drain or max_runs is not None
-    chosen = list(queues) or None
+    chosen = [*queues, *(name for name in names if name not in queues)] or None
     if use_async:
         async_worker = app.async_worker(chosen, **options)
         if draining:
@@ -178,6 +187,28 @@ def worker(
         click.echo(_drained(sync_worker.drain(max_runs=max_runs), sync_worker.returned))
     else:
         sync_worker.run()
+
+
+def weighted_queues(text: str) -> tuple[list[str], dict[str, int]]:
+    """``high=3,default`` as queue names and the weights given (checked)."""
+    names: list[str] = []
+    weights: dict[str, int] = {}
+    for part in text.split(","):
+        name, has_weight, weight = (piece.strip() for piece in part.partition("="))
+        if not name:
+            raise click.UsageError(f"--queues: an empty queue name in {text!r}")
+        names.append(name)
+        if has_weight:
+            if not weight.isdigit():
+                raise click.UsageError(
+                    f"--queues: queue {name!r} has weight {weight!r}, not a number"
+                )
+            weights[name] = int(weight)
+    try:
+        queue_weights(names, weights)
+    except ConfigurationError as exc:
+        raise click.UsageError(f"--queues: {exc}") from None
+    return names, weights
 
 
 def _drained(executed: int, returned: int) -> str:

@@ -31,7 +31,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import timedelta
@@ -98,6 +98,8 @@ class WorkerConfig:
     queues: tuple[str, ...]
     concurrency: int = 1
     wait_seconds: int = 10
+    weights: tuple[int, ...] = ()
+    """Each queue's weight, in ``queues``' order (:meth:`Intake.receive_order`)."""
     """Long-poll wait; also the longest a stop waits for a receive in progress."""
     drain_wait_seconds: int = 1
     grace_period: timedelta = timedelta(seconds=25)
@@ -113,6 +115,7 @@ class WorkerConfig:
         wait_seconds: int = 10,
         grace_period: Duration = 25,
         worker_id: str | None = None,
+        weights: Mapping[str, int] | None = None,
     ) -> WorkerConfig:
         """Validated settings; a missing ``worker_id`` comes from ``RUNLANE_WORKER_ID``
         or names the host and process (:func:`choose_worker_id`)."""
@@ -124,6 +127,7 @@ class WorkerConfig:
             raise ConfigurationError("a worker needs at least one queue")
         return cls(
             queues=tuple(queues),
+            weights=queue_weights(queues, weights or {}),
             concurrency=concurrency,
             wait_seconds=wait_seconds,
             grace_period=to_timedelta(grace_period, "grace_period"),
@@ -143,6 +147,26 @@ class WorkerConfig:
             return 0
         wait = self.drain_wait_seconds if drain else self.wait_seconds
         return min(wait, 1) if len(self.queues) > 1 else wait
+
+
+MAX_QUEUE_WEIGHT = 100
+
+
+def queue_weights(queues: Sequence[str], weights: Mapping[str, int]) -> tuple[int, ...]:
+    """Each queue's weight in ``queues``' order (1 unless ``weights`` names it)."""
+    unknown = sorted(set(weights) - set(queues))
+    if unknown:
+        raise ConfigurationError(
+            f"weights name queues this worker does not consume: {', '.join(unknown)}"
+        )
+    for name, weight in weights.items():
+        if isinstance(weight, bool) or not isinstance(weight, int):
+            raise ConfigurationError(f"queue {name!r}: a weight is a whole number, not {weight!r}")
+        if not 1 <= weight <= MAX_QUEUE_WEIGHT:
+            raise ConfigurationError(
+                f"queue {name!r}: a weight is from 1 to {MAX_QUEUE_WEIGHT}, not {weight}"
+            )
+    return tuple(weights.get(name, 1) for name in queues)
 
 
 class LoopAction(StrEnum):
@@ -210,7 +234,7 @@ class Intake:
         self._held: list[tuple[float, ReceivedWakeup]] = []
         self._returned_ids: set[str] = set()
         self._oldest_ack = 0.0
-        self._next_queue = 0
+        self._credit = [0] * len(config.queues)
         self._monotonic = monotonic
 
     def next_action(self, max_runs: int | None) -> LoopAction:
@@ -223,11 +247,17 @@ class Intake:
         )
 
     def receive_order(self) -> list[str]:
-        """The queues to try in the next receive, starting one further each time."""
-        queues = self.config.queues
-        start = self._next_queue % len(queues)
-        self._next_queue += 1
-        return [*queues[start:], *queues[:start]]
+        """The queues to try in the next receive: first the one whose turn it is by
+        weight (smooth weighted round robin: in every run of ``sum(weights)`` receives,
+        a queue of weight ``w`` is tried first ``w`` times, spread out), then the others
+        after it, so a queue with nothing to receive passes its turn on. Equal weights
+        take turns, one further each time."""
+        queues, weights = self.config.queues, self.config.weights
+        credit = [c + w for c, w in zip(self._credit, weights, strict=True)]
+        first = max(range(len(queues)), key=lambda i: (credit[i], -i))
+        credit[first] -= sum(weights)
+        self._credit = credit
+        return [queues[(first + k) % len(queues)] for k in range(len(queues))]
 
     def start_next(self) -> ReceivedWakeup:
         """Take the next buffered message for an attempt."""
@@ -298,6 +328,11 @@ class WorkerOptions(TypedDict, total=False):
     worker_id: str | None
     """This worker's lease owner name (default: ``RUNLANE_WORKER_ID``, or
     ``worker-{host}-{pid}-{random}``)."""
+    weights: Mapping[str, int] | None
+    """How often each queue is polled first, against the others (default 1 each): with
+    ``{"high": 3}`` and every queue full, about three runs of ``high`` start for one of
+    each other queue; a queue with nothing waiting passes its turn on
+    (docs/operations.md, "Queue weights")."""
 
 
 class WorkerBase:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from runlane_sqs.core.errors import ConfigurationError
 from runlane_sqs.engine.message import Disposition
 from runlane_sqs.ports.transport import ReceivedWakeup
 from runlane_sqs.runtime.worker import ACK_LINGER_SECONDS, Intake, LoopAction, WorkerConfig
@@ -33,6 +36,38 @@ def test_queues_are_tried_round_robin_starting_one_further_each_receive() -> Non
     orders = [intake.receive_order() for _ in range(4)]
 
     assert orders == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
+
+
+def test_weighted_queues_are_tried_first_by_their_weight_spread_out() -> None:
+    """Weights 3, 1 and 2: in every six receives ``a`` comes first three times, ``c``
+    twice and ``b`` once, never ``a`` three times in a row; the others follow it."""
+    weighted = WorkerConfig.build(
+        ("a", "b", "c"), weights={"a": 3, "c": 2}, worker_id="w", grace_period=1
+    )
+    intake = Intake(weighted)
+
+    orders = [intake.receive_order() for _ in range(12)]
+
+    firsts = [order[0] for order in orders]
+    assert firsts[:6] == ["a", "c", "a", "b", "c", "a"]
+    assert firsts[6:] == firsts[:6]
+    assert all(sorted(order) == ["a", "b", "c"] for order in orders)
+    assert orders[1] == ["c", "a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("weights", "message"),
+    [
+        ({"z": 2}, "does not consume: z"),
+        ({"a": 0}, "from 1 to 100, not 0"),
+        ({"a": 101}, "from 1 to 100, not 101"),
+        ({"a": 1.5}, "whole number, not 1.5"),
+        ({"a": True}, "whole number, not True"),
+    ],
+)
+def test_bad_weights_are_refused(weights: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        WorkerConfig.build(("a", "b"), weights=weights, worker_id="w")  # type: ignore[arg-type]
 
 
 def test_only_executed_attempts_count_and_deferred_messages_are_not_deleted() -> None:

@@ -230,3 +230,23 @@ def test_errors_are_the_other_commands_errors(cli: Cli) -> None:
     endpoint, unreachable = unreachable_backend()
     message = _fails(operator, EXIT_BACKEND, "queues", "list", "--json", env=unreachable)
     assert f"cannot reach DynamoDB at {endpoint}" in message
+
+
+def test_a_worker_consumes_weighted_queues_and_refuses_a_bad_weight(
+    app: Runlane, app_cli: Cli
+) -> None:
+    runs = [app.trigger(TASK, n) for n in range(2)]
+    runs += [app.trigger(KEYED, {"customer": f"c-{n}"}) for n in range(2)]
+
+    drained = app_cli.ok("worker", "--drain", "--queues", f"{INVOICES}=3,{BILLING}")
+
+    assert drained.stdout.strip() == "executed 4 run(s)"
+    assert all(app.runs.get(run.id).status is RunStatus.SUCCEEDED for run in runs)
+    for weights, said in [
+        (f"{INVOICES}=three", f"queue '{INVOICES}' has weight 'three', not a number"),
+        (f"{INVOICES}=0", "a weight is from 1 to 100, not 0"),
+        (f",{BILLING}", "an empty queue name"),
+    ]:
+        refused = app_cli("worker", "--drain", "--queues", weights)
+        assert refused.code == 2, refused.stderr
+        assert said in refused.stderr

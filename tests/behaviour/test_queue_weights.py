@@ -1,0 +1,58 @@
+"""Queues polled by weight (docs/operations.md, "Queue weights"): with every queue full,
+a worker starts runs of each queue in the ratio of their weights, with both workers; a
+queue with nothing waiting passes its turn on, so a weighted worker still drains it."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from runlane_sqs import Runlane, TaskContext
+from tests.backends import ONLY_MEMORY, Backend
+from tests.workers import WorkerKind
+
+HIGH, LOW = "high", "low"
+
+
+class Started:
+    def __init__(self) -> None:
+        self.queues: list[str] = []
+
+    def register(self, app: Runlane) -> None:
+        @app.task(name="urgent.send", queue=HIGH)
+        def urgent(ctx: TaskContext, payload: Any) -> None:
+            self.queues.append(HIGH)
+
+        @app.task(name="bulk.send", queue=LOW)
+        def bulk(ctx: TaskContext, payload: Any) -> None:
+            self.queues.append(LOW)
+
+
+@ONLY_MEMORY
+def test_with_both_queues_full_starts_follow_the_weights(
+    backend: Backend, worker_kind: WorkerKind
+) -> None:
+    """In memory, where a receive brings what it asks for: SQS may bring fewer, so the
+    ratio on the emulators is measured with worker processes (tests/processes)."""
+    started = Started()
+    app = backend.app(register=started.register, queues=[HIGH, LOW])
+    app.trigger_many("urgent.send", range(60))
+    app.trigger_many("bulk.send", range(60))
+
+    worker = worker_kind.build(app, weights={HIGH: 3}, concurrency=1)
+    assert worker_kind.drain_worker(worker, max_runs=40) == 40
+
+    assert Counter(started.queues) == {HIGH: 30, LOW: 10}
+
+
+def test_a_weighted_worker_drains_a_queue_whose_turn_finds_nothing(
+    backend: Backend, worker_kind: WorkerKind
+) -> None:
+    started = Started()
+    app = backend.app(register=started.register, queues=[HIGH, LOW])
+    app.trigger_many("bulk.send", range(5))
+
+    worker = worker_kind.build(app, weights={HIGH: 5})
+    assert worker_kind.drain_worker(worker) == 5
+
+    assert started.queues == [LOW] * 5
