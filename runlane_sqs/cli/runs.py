@@ -71,6 +71,7 @@ def _emit_run(run: Run, as_json: bool, **extra: JSON) -> None:
 @click.option("--singleton-key", help="At most one unfinished run of the task per key.")
 @click.option("--ordering-key", help="Run after the unfinished runs with this key, in order.")
 @click.option("--delay", type=click.FloatRange(min=0), help="Seconds before the run is due.")
+@click.option("--queue", help="The run's queue instead of its task's (an urgent one).")
 @json_option
 def trigger(
     app_spec: str | None,
@@ -80,6 +81,7 @@ def trigger(
     singleton_key: str | None,
     ordering_key: str | None,
     delay: float | None,
+    queue: str | None,
     as_json: bool,
 ) -> None:
     """Create a run of TASK and publish its wakeup; prints the run id and whether it was
@@ -93,6 +95,7 @@ def trigger(
         singleton_key=singleton_key,
         ordering_key=ordering_key,
         delay=delay,
+        queue=queue,
     )
     if as_json:
         emit_json({**run_to_json(run), "created": run.created})

@@ -16,7 +16,7 @@ from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.errors import InvalidKeyError, OrderMoved, RunlaneError, StorageUnavailable
 from runlane_sqs.core.indexes import RepublishPolicy
 from runlane_sqs.core.model import JSON, LinkKind, Run, RunEvent, RunStatus, new_run_id
-from runlane_sqs.core.names import check_key
+from runlane_sqs.core.names import check_key, check_queue
 from runlane_sqs.core.telemetry import trace_id_of
 from runlane_sqs.core.values import Sealed
 from runlane_sqs.engine.observing import Observer
@@ -41,6 +41,10 @@ class TriggerManyOptions(TypedDict, total=False):
 
     delay: Duration | None
     """How long after the trigger the run becomes due (default: at once)."""
+    queue: str | None
+    """This run's queue instead of its task's: an urgent one that workers poll with a
+    higher weight (docs/operations.md, "Queue weights"). Its concurrency limit, if any,
+    applies to the run."""
 
 
 class TriggerOptions(TriggerManyOptions, total=False):
@@ -290,10 +294,12 @@ class Triggers:
             )
         prepared = self._values.prepare(payload, what="payload")
         wait = to_timedelta(delay, "delay") if delay is not None else None
-        self._transport.check_queue(resolved.queue)  # a clear error before any write
+        given = options.get("queue")
+        queue = check_queue(given) if given is not None else resolved.queue
+        self._transport.check_queue(queue)  # a clear error before any write
         return TriggerRequest(
             task=resolved.name,
-            queue=resolved.queue,
+            queue=queue,
             payload=payload,
             prepared=prepared,
             due_at=self._clock.now() + wait if wait else None,

@@ -7,7 +7,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from runlane_sqs import Runlane, TaskContext
+import pytest
+
+from runlane_sqs import ConfigurationError, Runlane, RunStatus, TaskContext
 from tests.backends import ONLY_MEMORY, Backend
 from tests.workers import WorkerKind
 
@@ -56,3 +58,27 @@ def test_a_weighted_worker_drains_a_queue_whose_turn_finds_nothing(
     assert worker_kind.drain_worker(worker) == 5
 
     assert started.queues == [LOW] * 5
+
+
+def test_a_trigger_may_send_its_run_to_an_urgent_queue(
+    backend: Backend, worker_kind: WorkerKind
+) -> None:
+    started = Started()
+    app = backend.app(register=started.register, queues=[HIGH, LOW])
+    urgent = app.trigger("bulk.send", 1, queue=HIGH)
+    later = app.trigger("bulk.send", 2)
+    assert (app.runs.get(urgent.id).queue, app.runs.get(later.id).queue) == (HIGH, LOW)
+
+    assert worker_kind.drain(app, queues=[HIGH]) == 1  # only the urgent one is there
+    assert started.queues == [LOW]  # the handler of bulk.send ran it
+    assert app.runs.get(later.id).status is RunStatus.QUEUED
+
+
+@pytest.mark.parametrize("queue", ["no such queue", "x" * 65, "a\x00b", "<b>"])
+def test_a_bad_queue_at_trigger_is_refused_before_anything_is_written(
+    backend: Backend, queue: str
+) -> None:
+    app = backend.app(register=Started().register, queues=[HIGH, LOW])
+    with pytest.raises(ConfigurationError, match="queue name"):
+        app.trigger("bulk.send", 1, queue=queue)
+    assert app.runs.list().runs == []
