@@ -259,7 +259,7 @@ class Runlane(OperatorApis):
     ) -> Run:
         """Create a run and publish its wakeup (:class:`~runlane_sqs.TriggerOptions`:
         ``idempotency_key``, ``singleton_key``, ``delay``, ``concurrency_key``,
-        ``ordering_key``).
+        ``ordering_key``, ``queue``).
 
         Returns the new run (``run.created`` is True), or the existing run that holds
         ``idempotency_key`` / ``singleton_key`` (``run.created`` is False). If the wakeup
@@ -274,7 +274,7 @@ class Runlane(OperatorApis):
         self, task: Task | str, payloads: Iterable[JSON], **options: Unpack[TriggerManyOptions]
     ) -> list[Run]:
         """Create one run per payload and publish their wakeups in batches of ten
-        (``delay`` applies to every one)."""
+        (``delay`` and ``queue`` apply to every one)."""
         return self.engine.triggers.trigger_many(task, payloads, **options)
 
     def transaction(self) -> Transaction:
