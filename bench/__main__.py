@@ -40,6 +40,8 @@ from bench.maintenance_scale import measure_maintenance
 from bench.schedules import measure_schedules, per_occurrence
 from bench.throughput import celery_cpu_ratio, celery_ratio, measure_throughput, runlane_worker
 from bench.tracing import MODES, ROUNDS, measure_tracing
+from bench.transactions import WAYS, measure_transactions
+from bench.transactions_tables import print_transactions
 from bench.values import KB, MB, measure_values
 from bench.workers import ASYNC, SYNC
 
@@ -62,6 +64,7 @@ MEASUREMENTS = (
     "clients",
     "values",
     "codecs",
+    "transactions",
 )
 MEMORY_CONCURRENCY = 32
 CONSOLE_WIDTH = 150
@@ -96,6 +99,10 @@ class Sizes:
     """Trigger -> start samples per size, at most its runs."""
     codec_rounds: int = 20
     """Encodings and decodings of the 1 MB document timed per codec (bench/codecs.py)."""
+    transaction_runs: int = 200
+    """Runs per way to trigger, plain to transactional (bench/transactions.py)."""
+    transaction_warmup: int = 50
+    """Runs per way triggered before, neither counted nor timed."""
 
 
 SMOKE = Sizes(
@@ -118,6 +125,8 @@ SMOKE = Sizes(
     value_runs={1 * KB: 2, 100 * KB: 2},
     value_latency_samples=2,
     codec_rounds=2,
+    transaction_runs=5,
+    transaction_warmup=2,
 )
 
 
@@ -292,6 +301,15 @@ class Runner:
         rows = measure_codecs(self.backend, CODEC_DOCUMENT_BYTES, self.sizes.codec_rounds)
         self.results["codecs"] = [row.to_json() for row in rows]
 
+    def transactions(self) -> None:
+        """Per run: app.trigger, the caller's PutItem then app.trigger, and
+        app.transaction() with and without an idempotency key: requests, units, trigger
+        latency (bench/transactions.py)."""
+        runs, warmup = self.sizes.transaction_runs, self.sizes.transaction_warmup
+        bar = self.bar(f"transactions: {len(WAYS)} ways to trigger, {runs} runs each", runs)
+        rows = measure_transactions(self.backend, runs, warmup, bar)
+        self.results["transactions"] = [row.to_json() for row in rows]
+
 
 def _versions() -> dict[str, str]:
     names = ("boto3", "botocore", "celery", "kombu", "moto", "rich")
@@ -348,6 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     checked = targets.evaluate(results)
     results["targets"] = [t.to_json() for t in checked]
     report.print_results(console, results, checked)
+    print_transactions(console, results.get("transactions"), backend.name)
     json_path = args.out / f"{stamp}-{backend.name}.json"
     report.write_json(json_path, results)
     chart.write_chart(json_path.with_suffix(".png"), results)

@@ -196,9 +196,9 @@ class Transaction:
     ) -> Run:
         """A run of ``task`` created by the commit (``idempotency_key``,
         ``singleton_key``, ``delay``, ``concurrency_key``, ``queue`` as for
-        ``app.trigger``; not ``ordering_key``). Returns the run as the commit will store it. Everything is
-        checked now; a large payload's object is written now (one nothing references
-        until the commit is deleted by maintenance)."""
+        ``app.trigger``; not ``ordering_key``). Returns the run as the commit will store
+        it. Everything is checked now; a large payload's object is written now (one
+        nothing references until the commit is deleted by maintenance)."""
         self._open()
         if options.get("ordering_key") is not None:
             raise InvalidKeyError(
