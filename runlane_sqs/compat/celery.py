@@ -190,9 +190,13 @@ class ApplyOptions(TypedDict, total=False):
     """runlane-sqs: runs with one ordering key execute one at a time, in call order."""
 
 
+PRIORITY = (
+    "SQS has no priorities: give urgent work a queue of its own (apply_async(queue=...)) "
+    "and let workers poll it by weight (runlane-sqs worker --queues urgent=3,default)"
+)
 REFUSED_TASK_OPTIONS = {
     "base": "subclass-based tasks are not supported: keep the function and its options",
-    "priority": "SQS has no priorities: give urgent work a queue of its own",
+    "priority": PRIORITY,
     "trail": "child results are not tracked: use app.runlane.group or ctx.map",
 }
 REFUSED_CALL_OPTIONS = {
@@ -200,7 +204,7 @@ REFUSED_CALL_OPTIONS = {
     "repeated call return the same run",
     "link": "callbacks are not supported: use app.runlane.chain (docs/groups.md)",
     "link_error": "error callbacks are not supported: check result.failed() or the run's history",
-    "priority": "SQS has no priorities: give urgent work a queue of its own",
+    "priority": PRIORITY,
     "routing_key": "routing is by queue only: set the task's queue",
     "exchange": "routing is by queue only: set the task's queue",
     "headers": "runs carry no headers: put what the task needs in its arguments",
