@@ -152,6 +152,14 @@ WAKEUPS_SKIPPED = Metric(
     "unknown_run, unknown_task, waiting_for_slot, malformed, foreign_environment.",
     (REASON,),
 )
+RUNS_DELAYED = Metric(
+    "runlane.runs.delayed",
+    MetricKind.COUNTER,
+    "{run}",
+    "Runs a limit made wait instead of starting, by reason: slot (a concurrency limit "
+    "was full when the run was claimed).",
+    (TASK, QUEUE, REASON),
+)
 MAINTENANCE_RUNS = Metric(
     "runlane.maintenance.runs",
     MetricKind.COUNTER,
@@ -174,6 +182,7 @@ METRICS = (
     ATTEMPT_DURATION,
     WAKEUP_LAG,
     WAKEUPS_SKIPPED,
+    RUNS_DELAYED,
     MAINTENANCE_RUNS,
     MAINTENANCE_DURATION,
 )

@@ -416,6 +416,7 @@ class MessagePath:
             waiting: Run = yield Write(wait_for_slot(run, slot, holders=holders, now=now))
         except ConflictError:
             return log_skip(wakeup, SkipReason.CLAIM_LOST, self.worker_id, run)
+        self.observer.delayed(waiting, "slot")
         log.info(
             "run %s waits for a slot of %s (%d of %d held)",
             run.id,

@@ -194,6 +194,10 @@ class Observer:
     def skipped(self, reason: str) -> None:
         self.record(t.WAKEUPS_SKIPPED, 1, {t.REASON: reason})
 
+    def delayed(self, run: Run, reason: str) -> None:
+        """``run`` waits for a limit instead of starting (``slot``: a concurrency one)."""
+        self.record(t.RUNS_DELAYED, 1, {t.TASK: run.task, t.QUEUE: run.queue, t.REASON: reason})
+
     def maintained(
         self, span: Span, pass_id: str, counts: Mapping[str, int], seconds: float
     ) -> None:

@@ -13,6 +13,7 @@ import pytest
 from runlane_sqs import RetryPolicy, Runlane, RunStatus, TaskContext, Telemetry
 from runlane_sqs.core.wakeup import Wakeup
 from tests.backends import ONLY_MEMORY, Backend
+from tests.behaviour.worker_support import claim_elsewhere
 from tests.otel import Recorded, recorded  # noqa: F401 (a fixture)
 from tests.workers import WorkerKind
 
@@ -142,3 +143,25 @@ def test_emf_lines_carry_the_same_counts_for_cloudwatch(
         assert document["Environment"] == app.config.environment
     triggered = [d for d in documents if "runlane.runs.triggered" in d]
     assert [(d["Task"], d["runlane.runs.triggered"]) for d in triggered] == [(FLAKY, 1)]
+
+
+def test_runs_a_full_concurrency_limit_made_wait_are_counted(
+    backend: Backend,
+    worker_kind: WorkerKind,
+    recorded: Recorded,  # noqa: F811
+) -> None:
+    def limited(app: Runlane) -> None:
+        app.task(lambda ctx, p: p, name="limited.sync", queue=app.queue("one", concurrency_limit=1))
+
+    app = backend.app(register=limited, queues=["one"], telemetry=recorded.telemetry(tracing=False))
+    held = app.trigger("limited.sync", 1)
+    waiting = [app.trigger("limited.sync", n) for n in (2, 3)]
+    claim_elsewhere(app, held.id)
+
+    assert worker_kind.drain(app) == 0
+    assert all(app.runs.get(r.id).slot_wait for r in waiting)
+    delayed = {
+        (attrs["runlane.task"], attrs["runlane.queue"], attrs["runlane.reason"]): int(point.value)
+        for attrs, point in recorded.points("runlane.runs.delayed")
+    }
+    assert delayed == {("limited.sync", "one", "slot"): 2}
