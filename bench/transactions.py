@@ -25,14 +25,12 @@ run and order is checked.
 Write units are also computed from the requests, by DynamoDB's rules, for backends that
 do not report them (moto: none for ``TransactWriteItems``, 1 for any ``PutItem``): a
 write costs one unit per KB of the item, rounded up; a transactional write twice that
-(the prepare and the commit, https://docs.aws.amazon.com/amazondynamodb/latest/
-developerguide/transaction-apis.html#transaction-capacity-handling); each global
-secondary index the item lands in one unit per KB of its entry (the keys and the
-projected attributes), outside a transaction and inside one alike. The documentation
-does not say what an index entry written by a transaction costs; a third-party
-conformance suite measured the standard rate against DynamoDB (nubo-db/dynoxide#188),
-while DynamoDB Local reports it doubled too: on aws-local, reported and computed differ
-by the index units.
+(the prepare and the commit, as DynamoDB's documentation of transactions says); each
+global secondary index the item lands in one unit per KB of its entry (the keys and the
+projected attributes), outside a transaction and inside one alike. That documentation
+does not say what an index entry written by a transaction costs: the computation charges
+the standard rate, while DynamoDB Local reports it doubled too, so on aws-local reported
+and computed differ by the index units (docs/performance.md).
 """
 
 from __future__ import annotations
