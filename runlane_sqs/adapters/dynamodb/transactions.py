@@ -3,10 +3,10 @@
 A new run's actions are the ones :meth:`DynamoRunStore.create_run` sends: a ``Put`` per
 key claim, the run's ``Put`` (conditioned on no run with its id), and an ``Update`` per
 object its payload references. Before sending, the request is held to DynamoDB's limits
-(https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis.html):
-at most 100 actions, 4 MB of items, no two actions on one item. Item sizes follow
-DynamoDB's rules (attribute names plus values, numbers counted high); for an ``Update``,
-whose item is only known to DynamoDB, what the request carries is counted.
+(docs/transactions.md, "DynamoDB's limits, checked before sending"): at most 100
+actions, 4 MB of items, no two actions on one item. Item sizes follow DynamoDB's rules
+(attribute names plus values, numbers counted high); for an ``Update``, whose item is
+only known to DynamoDB, what the request carries is counted.
 """
 
 from __future__ import annotations
