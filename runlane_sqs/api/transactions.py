@@ -33,7 +33,6 @@ from boto3.dynamodb.types import TypeSerializer
 
 from runlane_sqs.core import telemetry as t
 from runlane_sqs.core.errors import (
-    InvalidKeyError,
     InvalidTransaction,
     RunlaneError,
     TransactionCancelled,
@@ -46,7 +45,6 @@ from runlane_sqs.engine.triggering import (
     NewRun,
     TriggerOptions,
     holds_key,
-    new_run_of,
     replace_owner,
 )
 from runlane_sqs.ports.keys import KeyClaim
@@ -200,23 +198,7 @@ class Transaction:
         it. Everything is checked now; a large payload's object is written now (one
         nothing references until the commit is deleted by maintenance)."""
         self._open()
-        if options.get("ordering_key") is not None:
-            raise InvalidKeyError(
-                "a run with an ordering_key takes its place in the key's line at its "
-                "trigger: use app.trigger for it, not a transaction"
-            )
-        engine = self._engine
-        request = engine.triggers.request(task, payload, **options)
-        new = new_run_of(
-            engine.values,
-            request,
-            environment=engine.config.environment,
-            now=engine.clock.now(),
-            idempotency_retention=engine.config.idempotency_retention,
-            republish=engine.config.republish,
-        )
-        if new.run.wake_at is not None:  # listed at once: the next pass publishes it
-            new = replace(new, run=new.run.with_changes(wake_at=new.run.due_at, review_at=None))
+        new = self._engine.triggers.new_in_transaction(task, payload, **options)
         self._new.append(new)
         return new.run
 

@@ -276,6 +276,31 @@ class Triggers:
         self._observer.triggered(runs)
         return runs
 
+    def new_in_transaction(
+        self, task: Task | str, payload: JSON, **options: Unpack[TriggerOptions]
+    ) -> NewRun:
+        """A run for the caller's own transaction to create (docs/transactions.md):
+        checked, its payload kept, and listed on the agenda at its due time rather than a
+        lease later, so the next maintenance pass publishes it if the committing process
+        stops before publishing. Not with an ordering key (its place is taken with a
+        read at trigger time)."""
+        if options.get("ordering_key") is not None:
+            raise InvalidKeyError(
+                "a run with an ordering_key takes its place in the key's line at its "
+                "trigger: use app.trigger for it, not a transaction"
+            )
+        new = new_run_of(
+            self._values,
+            self.request(task, payload, **options),
+            environment=self._config.environment,
+            now=self._clock.now(),
+            idempotency_retention=self._config.idempotency_retention,
+            republish=self._config.republish,
+        )
+        if new.run.wake_at is None:  # due later than SQS can delay: maintenance publishes it
+            return new
+        return replace(new, run=new.run.with_changes(wake_at=new.run.due_at, review_at=None))
+
     def _span(self, request: TriggerRequest) -> AbstractContextManager[Span]:
         return self._observer.trigger(request.task, request.queue)
 
