@@ -142,6 +142,9 @@ from .core.model import (
 from .core.model import (
     WaitKind as WaitKind,
 )
+from .core.rates import (
+    RateLimit as RateLimit,
+)
 from .core.retry import (
     Backoff as Backoff,
 )

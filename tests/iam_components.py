@@ -15,6 +15,7 @@ from typing import Any
 
 from runlane_sqs import (
     ManualClock,
+    RateLimit,
     RetryPolicy,
     Run,
     Runlane,
@@ -66,6 +67,8 @@ KEYED = "iam.keyed"
 ORDERED_SCOPE = queue_scope("ordered")
 """The FIFO queue runs one run at a time (a ``concurrency_limit``)."""
 KEYED_SCOPE = key_scope(KEYED, "acme")
+RATED = "iam.rated"
+"""One start a second (a rate limit)."""
 ELSEWHERE = "iam.elsewhere"
 """A task the workers do not register: they park its runs."""
 LEASE_SECONDS = 3
@@ -93,6 +96,7 @@ def register(app: Runlane, *, workers: bool = False) -> None:
         concurrency_key=lambda payload: payload["customer"],
         key_limit=1,
     )
+    app.task(lambda ctx, payload: payload, name=RATED, rate_limits=[RateLimit(1, per=1)])
     app.task(
         lambda ctx, payload: payload,
         name=SCHEDULED,
@@ -333,6 +337,7 @@ def play(c: Components) -> None:
     operate(c, runs)
     maintain(c, runs)
     limit_concurrency(c)
+    limit_rates(c)
     order_runs(c)
     large = keep_large_values(c)
     cursor = None  # last, the operator prunes what is finished
@@ -528,6 +533,19 @@ def limit_concurrency(c: Components) -> None:
     for run in (dead, behind, blocked):
         assert c.status(run.id) is RunStatus.SUCCEEDED
     assert c.holders(ORDERED_SCOPE) == c.holders(KEYED_SCOPE) == 0
+
+
+def limit_rates(c: Components) -> None:
+    """A rate limit of one start a second: of two runs, the second waits for its reserved start,
+    its message held by the worker until then (the test's clock moves on as the worker
+    waits); the consumer cannot hold one, so it publishes the waiting run's wakeup and
+    runs it when that is delivered."""
+    runs = [c.producer.trigger(RATED, n) for n in range(2)]
+    assert c.drain() == 2
+    c.clock.advance(timedelta(seconds=5))
+    runs += [c.producer.trigger(RATED, n) for n in range(2, 4)]
+    assert c.deliver() == 3  # the second run's wakeup comes back
+    assert all(c.status(run.id) is RunStatus.SUCCEEDED for run in runs)
 
 
 def order_runs(c: Components) -> None:

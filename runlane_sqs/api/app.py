@@ -26,6 +26,7 @@ from runlane_sqs.core.errors import StorageUnavailable
 from runlane_sqs.core.groups import Group
 from runlane_sqs.core.limits import MAX_PAYLOAD_LIMIT_BYTES
 from runlane_sqs.core.model import JSON, Run
+from runlane_sqs.core.rates import RateLimit
 from runlane_sqs.engine.context import Child, GroupOptions, NamedTask
 from runlane_sqs.engine.engine import Engine
 from runlane_sqs.engine.publishing import Publisher
@@ -245,12 +246,19 @@ class Runlane(OperatorApis):
 
         return register(fn) if fn is not None else register
 
-    def queue(self, name: str, *, concurrency_limit: int | None = None) -> Queue:
+    def queue(
+        self,
+        name: str,
+        *,
+        concurrency_limit: int | None = None,
+        rate_limit: RateLimit | None = None,
+    ) -> Queue:
         """Define queue ``name``: with ``concurrency_limit``, at most that many of its runs
         hold a lease at once across every worker process and Lambda; a claim that finds
         the limit reached makes the run wait, and the next free slot wakes it, oldest
-        first (docs/concurrency.md). Pass the result as a task's ``queue``."""
-        return self.tasks.define_queue(name, concurrency_limit)
+        first (docs/concurrency.md). With ``rate_limit``, at most so many of its runs
+        start per interval (docs/rate-limits.md). Pass the result as a task's ``queue``."""
+        return self.tasks.define_queue(name, concurrency_limit, rate_limit)
 
     # triggering ---------------------------------------------------------------------
 

@@ -83,6 +83,7 @@ def run_to_json(run: Run) -> dict[str, JSON]:
         "place": run.place,
         "waiting_for_turn": run.turn_wait,
         "slot_wait": run.slot_wait,
+        "rate_start": iso(run.rate_start),
         "group_id": run.group_id,
         "group_index": run.group_index,
         "joined_group": run.joined_group,

@@ -45,6 +45,7 @@ from runlane_sqs.core.errors import (
     RunWaitTimedOut,
 )
 from runlane_sqs.core.model import JSON, Failure, Run, RunStatus
+from runlane_sqs.core.rates import RateLimit
 from runlane_sqs.core.retry import RetryPolicy, qualified_name
 from runlane_sqs.core.schedules import Schedule
 from runlane_sqs.core.values import encode_json
@@ -166,7 +167,8 @@ class CeleryTaskOptions(TypedDict, total=False):
     track_started: bool
     typing: bool
     serializer: str
-    rate_limit: None
+    rate_limit: str | int | None
+    """Fleet-wide here (Celery's is per worker process): ``"10/m"``, ``"5/s"``, ``"100/h"``."""
     schedules: Sequence[Schedule]
     """runlane-sqs: maintenance creates runs of the task (Celery beat's job)."""
     concurrency_key: KeyFunction | None
@@ -222,13 +224,31 @@ def _check_option_names(given: dict[str, Any], allowed: frozenset[str], what: st
             raise UnsupportedOption(f"{what} option {name}=: {reason} (docs/from-celery.md)")
 
 
-def _check_values(name: str, options: CeleryTaskOptions) -> None:
-    if options.get("rate_limit") is not None:
+RATE_UNITS = {"s": 1, "m": 60, "h": 3600}
+"""Celery's rate units: per second, minute or hour."""
+
+
+def rate_limits_of(name: str, rate_limit: object) -> list[RateLimit]:
+    """Celery's ``rate_limit`` (``"10/m"``, ``"5/s"``, ``"100/h"``, or a number per
+    second) as a fleet-wide :class:`RateLimit` of the task (docs/from-celery.md, "Rate
+    limits"); ``None``: none."""
+    if rate_limit is None:
+        return []
+    text = str(rate_limit) if isinstance(rate_limit, int | str) else ""
+    count, _, unit = text.strip().partition("/")
+    if isinstance(rate_limit, bool) or not count.isdigit() or unit not in ("", *RATE_UNITS):
         raise UnsupportedOption(
-            f"task {name!r}: rate_limit is not supported yet (fleet-wide rate limits are "
-            "planned); a queue's concurrency_limit or a task's key_limit bounds runs at "
-            "once (docs/concurrency.md)"
+            f"task {name!r}: rate_limit must be a whole number of starts per s, m or h "
+            f"(such as '10/m'), not {rate_limit!r}"
         )
+    try:
+        return [RateLimit(int(count), per=RATE_UNITS[unit or "s"])]
+    except ConfigurationError as exc:
+        raise UnsupportedOption(f"task {name!r}: rate_limit {rate_limit!r}: {exc}") from None
+
+
+def _check_values(name: str, options: CeleryTaskOptions) -> None:
+    rate_limits_of(name, options.get("rate_limit"))
     _check_serializer(options.get("serializer"), f"task {name!r}")
     unknown = set(options.get("retry_kwargs", {})) - {"max_retries", "countdown"}
     if unknown:
@@ -383,6 +403,7 @@ class CeleryTask:
             schedules=options.get("schedules", ()),
             concurrency_key=options.get("concurrency_key"),
             key_limit=options.get("key_limit"),
+            rate_limits=rate_limits_of(self.name, options.get("rate_limit")),
         )
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn

@@ -228,6 +228,7 @@ def claim_lease(
         waiting=None,
         wait_results=results,
         deadline_at=truncate_ms(now + timeout) if timeout is not None else None,
+        rate_start=None,
     )
 
 

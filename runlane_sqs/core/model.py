@@ -109,6 +109,9 @@ class EventType(StrEnum):
     """A claim found its queue's (or key's) concurrency limit reached; the run waits for
     a slot, with no attempt counted. ``data`` names the scope and the limit."""
     SLOT_FREED = "slot_freed"
+    WAITING_FOR_RATE = "waiting_for_rate"
+    """A claim found the run early for its rate limits: it sleeps until its reserved
+    start, with no attempt counted."""
     """A slot of the scope the run waited on freed; the run is runnable again."""
     TURN_REACHED = "turn_reached"
     """The earlier runs of its ordering key finished; the run holds the key's turn and
@@ -325,6 +328,9 @@ class Run:
     """The concurrency slots the current attempt holds (empty without a lease)."""
     slot_wait: str | None = None
     """The scope whose slot this runnable run waits for (``None``: it waits for none)."""
+    rate_start: datetime | None = None
+    """The start its rate limits reserved for it (a claim found it early): it sleeps until
+    then, and its claim at that time reserves nothing more (docs/rate-limits.md)."""
     ordering_key: str | None = None
     """Runs with the same ordering key execute one at a time in trigger order."""
     place: int | None = None

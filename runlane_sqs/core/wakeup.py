@@ -31,8 +31,8 @@ MAX_WAKEUP_BYTES = 4096
 
 _FIELDS = frozenset({"version", "environment", "run_id", "queue", "requested_at", "trace", "hint"})
 _REQUIRED = _FIELDS - {"trace", "hint"}
-_HINT_FIELDS = frozenset({"seq", "attempt", "task", "at"})
-_REQUIRED_HINT_FIELDS = _HINT_FIELDS - {"at"}
+_HINT_FIELDS = frozenset({"seq", "attempt", "task", "at", "start"})
+_REQUIRED_HINT_FIELDS = _HINT_FIELDS - {"at", "start"}
 MAX_HINT_NUMBER = 2**31 - 1
 MAX_HINT_TIME_MS = 253402300799999
 """9999-12-31T23:59:59.999Z: the latest ``at`` a hint may carry."""
@@ -52,6 +52,9 @@ class ClaimHint:
     task: str
     review_at: datetime | None = None
     """The run's early agenda listing (its ``review_at``), if it had one."""
+    start: datetime | None = None
+    """The run's reserved start under its rate limits (its ``rate_start``), if it sleeps for one: a
+    worker that receives the wakeup early holds it until then, its threads free."""
 
     @classmethod
     def of(cls, run: Run) -> ClaimHint | None:
@@ -61,12 +64,14 @@ class ClaimHint:
             return None
         if run.waiting is not None and run.waiting.kind is not WaitKind.TIME:
             return None
-        return cls(run.seq, run.attempt, run.task, run.review_at)
+        return cls(run.seq, run.attempt, run.task, run.review_at, run.rate_start)
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"seq": self.seq, "attempt": self.attempt, "task": self.task}
         if self.review_at is not None:
             data["at"] = to_epoch_ms(self.review_at)
+        if self.start is not None:
+            data["start"] = to_epoch_ms(self.start)
         return data
 
 
@@ -161,7 +166,8 @@ def _parse_hint(value: object) -> ClaimHint:
         or not set(value) <= _HINT_FIELDS
     ):
         raise MalformedWakeup(
-            f"hint must be an object with {sorted(_REQUIRED_HINT_FIELDS)} and optionally 'at'"
+            f"hint must be an object with {sorted(_REQUIRED_HINT_FIELDS)} and optionally "
+            "'at' and 'start'"
         )
     seq, attempt, task = value["seq"], value["attempt"], value["task"]
     for name, number in (("seq", seq), ("attempt", attempt)):
@@ -171,13 +177,30 @@ def _parse_hint(value: object) -> ClaimHint:
         raise MalformedWakeup(f"hint seq must be at least 1, not {seq}")
     if not isinstance(task, str) or not TASK_PATTERN.fullmatch(task):
         raise MalformedWakeup(f"bad hint task {task!r}")
-    review_at = None
-    if "at" in value:
-        at = value["at"]
-        if type(at) is not int or not 0 <= at <= MAX_HINT_TIME_MS:
-            raise MalformedWakeup(f"hint at must be a time in epoch milliseconds, not {at!r}")
-        review_at = from_epoch_ms(at)
-    return ClaimHint(seq=seq, attempt=attempt, task=task, review_at=review_at)
+    review_at, start = (_hint_time(value, name) for name in ("at", "start"))
+    return ClaimHint(seq=seq, attempt=attempt, task=task, review_at=review_at, start=start)
+
+
+def _hint_time(hint: dict[str, Any], name: str) -> datetime | None:
+    if name not in hint:
+        return None
+    at = hint[name]
+    if type(at) is not int or not 0 <= at <= MAX_HINT_TIME_MS:
+        raise MalformedWakeup(f"hint {name} must be a time in epoch milliseconds, not {at!r}")
+    return from_epoch_ms(at)
+
+
+def held_until(body: str) -> datetime | None:
+    """The reserved start a wakeup's hint names (see :attr:`ClaimHint.start`), read only from a
+    body that has one; ``None`` for any other body, even a malformed one (the worker's
+    path rejects that)."""
+    if '"start":' not in body:
+        return None
+    try:
+        hint = parse_wakeup(body).hint
+    except MalformedWakeup:
+        return None
+    return hint.start if hint is not None else None
 
 
 def _parse_time(value: object) -> datetime:

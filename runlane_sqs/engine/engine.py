@@ -10,11 +10,12 @@ use it (docs/deploy-lambda.md, "Cold start").
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Protocol
 
-from runlane_sqs.core.clock import Clock
+from runlane_sqs.core.clock import Clock, ManualClock
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.engine.finishing import Finisher
 from runlane_sqs.engine.groups import Groups
@@ -59,6 +60,10 @@ class Engine:
         self.observer = observer or Observer(redact=config.redact)
         """Where spans and metrics go (nothing is recorded by default)."""
         self.clock = clock
+        self.pause: Callable[[float], object] = (
+            clock.advance if isinstance(clock, ManualClock) else time.sleep
+        )
+        """How a worker waits a moment (seconds): time moved by hand moves it too."""
         self.tasks = tasks
         self.store = store
         self.transport = transport

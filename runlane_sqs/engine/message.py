@@ -51,6 +51,14 @@ from runlane_sqs.core.errors import (
 from runlane_sqs.core.machine import Skip, SkipReason, Transition
 from runlane_sqs.core.model import JSON, Run, RunStatus, Slot, new_lease_token
 from runlane_sqs.core.parking import park_unknown_task
+from runlane_sqs.core.rates import (
+    Reserve,
+    ReserveAt,
+    on_time,
+    reserve_starts,
+    to_epoch_us,
+    wait_for_rate,
+)
 from runlane_sqs.core.redaction import shortened
 from runlane_sqs.core.slots import wait_for_slot
 from runlane_sqs.core.wakeup import MalformedWakeup, Wakeup, parse_wakeup
@@ -65,6 +73,21 @@ from runlane_sqs.ports.telemetry import Span
 from runlane_sqs.ports.transport import ReceivedWakeup
 
 log = logging.getLogger("runlane_sqs.worker")
+EARLY_WAKEUP = timedelta(seconds=1)
+"""How much earlier than its reserved start the wakeup of a run sleeping for its rate
+limits is published for: SQS's delays are whole seconds, and a queue may show a delayed
+message a moment late. The worker that receives it holds it until that start."""
+MAX_EARLY = 2 * EARLY_WAKEUP
+"""The most a wakeup can come before its run's reserved start, rounding down included."""
+MAX_HOLD = timedelta(seconds=20)
+"""The longest a worker keeps the message of a run sleeping for its reserved start rather
+than publish a wakeup (which would come after every message queued before it): well
+inside the queue's visibility timeout (60 s by default; docs/rate-limits.md)."""
+MAX_PAUSES = 3
+"""Pauses before a run's reserved start: a sleep may end a moment early by the wall clock."""
+MAX_RESERVES = 5
+"""Claims of a run that reserved its start again because the reservations' writes took
+longer than the grace; then the wakeup is skipped (the run stays due)."""
 
 
 class Disposition(StrEnum):
@@ -79,6 +102,9 @@ class Disposition(StrEnum):
     RETURNED = "returned"
     """A wakeup of another environment on a queue they share: never deleted, made
     visible again for that environment's workers."""
+    HELD = "held"
+    """The run sleeps until its reserved start under its rate limits, a moment ahead: the
+    worker keeps the message and handles it again then (:class:`Hold`)."""
 
 
 # The requests the path yields ---------------------------------------------------------
@@ -179,8 +205,31 @@ class RecheckSlot:
     slot: Slot
 
 
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """Wait ``delay`` (at most :data:`MAX_EARLY`: a run woken just before its reserved
+    start under its rate limits, SQS's delays being whole seconds). Result: ``None``."""
+
+    delay: timedelta
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """Keep ``message`` and handle it again at ``until`` (a run's reserved start under its
+    rate limits, at most :data:`MAX_HOLD` ahead), instead of publishing a wakeup that
+    would wait in the queue behind every other message. Result: whether the driver can
+    (a worker can; the Lambda consumer cannot)."""
+
+    message: ReceivedWakeup
+    until: datetime
+
+
 PathRequest = (
     ReadRun
+    | Reserve
+    | ReserveAt
+    | Pause
+    | Hold
     | ClaimHinted
     | Write
     | Begin
@@ -201,6 +250,10 @@ class Performer(Protocol):
     """What a driver implements: one method per request (sync or ``async def``)."""
 
     def read(self, request: ReadRun) -> Any: ...
+    def reserve(self, request: Reserve) -> Any: ...
+    def reserve_at(self, request: ReserveAt) -> Any: ...
+    def pause(self, request: Pause) -> Any: ...
+    def hold(self, request: Hold) -> Any: ...
     def claim_hinted(self, request: ClaimHinted) -> Any: ...
     def write(self, request: Write) -> Any: ...
     def begin(self, request: Begin) -> Any: ...
@@ -217,6 +270,10 @@ def performer_table(driver: Performer) -> dict[type, Callable[[Any], Any]]:
     """The driver's method for each request type."""
     return {
         ReadRun: driver.read,
+        Reserve: driver.reserve,
+        ReserveAt: driver.reserve_at,
+        Pause: driver.pause,
+        Hold: driver.hold,
         ClaimHinted: driver.claim_hinted,
         Write: driver.write,
         Begin: driver.begin,
@@ -392,19 +449,94 @@ class MessagePath:
         if task is None:
             return (yield from self._unknown_task(wakeup, run, message.receive_count))
         slots = self.tasks.slots_for(run)
-        decision = decisions.decide_claim(
-            run, task, self.worker_id, now=self.clock.now(), config=self.config, slots=slots
-        )
-        if isinstance(decision, Skip):
-            return self._skip(wakeup, decision.reason, run)
+        for _ in range(MAX_PAUSES):  # woken before its reserved start (SQS: whole seconds)
+            ahead = (run.due_at or self.clock.now()) - self.clock.now()
+            if run.rate_start is None or not timedelta(0) < ahead <= MAX_EARLY:
+                break
+            yield Pause(ahead)
+        return (yield from self._claim(wakeup, run, task, slots, message))
+
+    def _claim(
+        self,
+        wakeup: Wakeup,
+        run: Run,
+        task: Task,
+        slots: tuple[Slot, ...],
+        message: ReceivedWakeup,
+    ) -> Handling:
+        """Claim ``run`` on time for its rate limits (reserving its start first: a run early
+        for it sleeps) with its slots, and run its attempt."""
+        for _ in range(MAX_RESERVES):
+            start_us = yield from self._rate_start(run, task)
+            if start_us is not None and start_us > to_epoch_us(self.clock.now()):
+                return (yield from self._wait_for_rate(wakeup, run, start_us, message))
+            now = self.clock.now()
+            decision = decisions.decide_claim(
+                run, task, self.worker_id, now=now, config=self.config, slots=slots
+            )
+            if isinstance(decision, Skip):
+                return self._skip(wakeup, decision.reason, run)
+            if start_us is not None and not on_time(
+                self.tasks.rates_for(run), start_us, to_epoch_us(now)
+            ):
+                continue  # its reservations' writes took longer than the grace: again
+            try:
+                claimed: Run = yield Write(decision)
+            except ConflictError:
+                return self._skip(wakeup, SkipReason.CLAIM_LOST, run)
+            except NoFreeSlot as full:
+                slot = next(s for s in slots if s.scope == full.scope)
+                return (yield from self._wait_for_slot(wakeup, run, slot, full.holders))
+            return (yield from self._claimed(claimed, wakeup, message.message_id))
+        return self._skip(wakeup, SkipReason.CLAIM_LOST, run)
+
+    def _rate_start(self, run: Run, task: Task) -> Generator[PathRequest, Any, int | None]:
+        """The start ``run`` reserves under its rate limits (µs since the epoch), reserved
+        now; ``None`` for a run without limits, not due, or claiming on time."""
+        rates = self.tasks.rates_for(run)
+        now = self.clock.now()
+        if not rates or not run.is_due(now):
+            return None
+        if run.rate_start is not None:
+            if on_time(rates, to_epoch_us(run.rate_start), to_epoch_us(now)):
+                return None
+            log.info(
+                "run %s came %d ms after its rate limits' reserved start: it reserves again",
+                run.id,
+                (now - run.rate_start) // timedelta(milliseconds=1),
+                extra={"run_id": run.id, "task": run.task, "worker_id": self.worker_id},
+            )
+        return (yield from reserve_starts(rates, cost=task.rate_cost, now_us=to_epoch_us(now)))
+
+    def _wait_for_rate(
+        self, wakeup: Wakeup, run: Run, start_us: int, message: ReceivedWakeup
+    ) -> Handling:
+        """The run is early for its reserved start: it sleeps until then, with no attempt
+        counted. A start up to :data:`MAX_HOLD` ahead keeps the message in this worker
+        until then; a later one has its wakeup published with that delay
+        (docs/rate-limits.md)."""
+        now = self.clock.now()
+        scopes = [r.scope for r in self.tasks.rates_for(run)]
+        decision = wait_for_rate(run, start_us, scopes, now=now, republish=self.config.republish)
         try:
-            claimed: Run = yield Write(decision)
+            waiting: Run = yield Write(decision)
         except ConflictError:
-            return self._skip(wakeup, SkipReason.CLAIM_LOST, run)
-        except NoFreeSlot as full:
-            slot = next(s for s in slots if s.scope == full.scope)
-            return (yield from self._wait_for_slot(wakeup, run, slot, full.holders))
-        return (yield from self._claimed(claimed, wakeup, message.message_id))
+            return log_skip(wakeup, SkipReason.CLAIM_LOST, self.worker_id, run)
+        self.observer.delayed(waiting, "rate")
+        assert waiting.due_at is not None
+        log.info(
+            "run %s waits for its rate limits' reserved start until %s",
+            run.id,
+            waiting.due_at.isoformat(),
+            extra={"run_id": run.id, "task": run.task, "worker_id": self.worker_id},
+        )
+        if waiting.due_at - now <= MAX_HOLD and (yield Hold(message, waiting.due_at)):
+            return Disposition.HELD
+        if waiting.wake_at is not None:  # whole seconds, early: see EARLY_WAKEUP
+            seconds = max(0, int((waiting.due_at - EARLY_WAKEUP - now).total_seconds()))
+            with contextlib.suppress(RunlaneError):  # maintenance publishes it otherwise
+                yield Publish(waiting, timedelta(seconds=seconds))
+        return Disposition.SKIPPED
 
     def _wait_for_slot(self, wakeup: Wakeup, run: Run, slot: Slot, holders: int) -> Handling:
         """Every slot of ``slot``'s scope is held: the run waits, with no attempt counted,

@@ -4,7 +4,7 @@ schedules and concurrency limits; queues with their own limits."""
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypedDict, Unpack
@@ -14,6 +14,14 @@ from runlane_sqs.core.errors import ConfigurationError, InvalidKeyError, Unknown
 from runlane_sqs.core.limits import DEFAULT_PAYLOAD_LIMIT_BYTES
 from runlane_sqs.core.model import JSON, Run, Slot
 from runlane_sqs.core.names import check_queue, check_task_name
+from runlane_sqs.core.rates import (
+    Rate,
+    RateLimit,
+    check_cost,
+    key_rate_scope,
+    queue_rate_scope,
+    task_rate_scope,
+)
 from runlane_sqs.core.retry import NO_RETRY, RetryPolicy
 from runlane_sqs.core.schedules import Schedule
 from runlane_sqs.core.slots import (
@@ -39,6 +47,8 @@ class Queue:
 
     name: str
     concurrency_limit: int | None = None
+    rate_limit: RateLimit | None = None
+    """How many of its runs may start per interval, fleet-wide (docs/rate-limits.md)."""
 
     def __str__(self) -> str:
         return self.name
@@ -63,6 +73,11 @@ class TaskOptions(TypedDict, total=False):
     key_limit: int | None
     """At most this many runs with the same concurrency key hold a lease at once, across
     every worker (docs/concurrency.md)."""
+    rate_limits: Sequence[RateLimit]
+    """How many of its runs may start per interval, fleet-wide; a ``per_key`` one counts
+    each concurrency key apart (docs/rate-limits.md)."""
+    rate_cost: int
+    """What one run takes from each rate limit it is under (default 1)."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +97,8 @@ class Task:
     key_limit: int | None = None
     """At most this many runs of this task with the same concurrency key hold a lease at
     once, fleet-wide (``None``: no limit per key)."""
+    rate_limits: tuple[RateLimit, ...] = ()
+    rate_cost: int = 1
 
     def __call__(self, ctx: TaskContext, payload: JSON) -> Any:
         return self.fn(ctx, payload)
@@ -108,20 +125,28 @@ class TaskRegistry:
         self._queues: dict[str, Queue] = {}
         self._rules = rules or ScheduleRules()
 
-    def define_queue(self, name: str, concurrency_limit: int | None) -> Queue:
-        """A queue with its concurrency limit; defining it again with another limit is an
-        error (one deploy has one limit per queue)."""
+    def define_queue(
+        self, name: str, concurrency_limit: int | None, rate_limit: RateLimit | None = None
+    ) -> Queue:
+        """A queue with its limits; defining it again with other limits is an error (one
+        deploy has one concurrency limit and one rate limit per queue)."""
+        if rate_limit is not None and (not isinstance(rate_limit, RateLimit) or rate_limit.per_key):
+            raise ConfigurationError(
+                f"queue {name!r}: rate_limit is a RateLimit without per_key (a queue's runs "
+                f"have no one key), not {rate_limit!r}"
+            )
         queue = Queue(
             name=check_queue(name),
             concurrency_limit=None
             if concurrency_limit is None
             else check_limit(concurrency_limit, f"queue {name!r} concurrency_limit"),
+            rate_limit=rate_limit,
         )
         known = self._queues.get(queue.name)
         if known is not None and known != queue:
             raise ConfigurationError(
                 f"queue {queue.name!r} is already defined with concurrency_limit "
-                f"{known.concurrency_limit}"
+                f"{known.concurrency_limit} and rate_limit {known.rate_limit}"
             )
         self._queues[queue.name] = queue
         return queue
@@ -146,7 +171,8 @@ class TaskRegistry:
             raise ConfigurationError(f"task {task_name!r} handler is not callable")
         queue = self._queue_name(options.get("queue", "default"))
         concurrency_key, key_limit = options.get("concurrency_key"), options.get("key_limit")
-        _check_key_limit(task_name, concurrency_key, key_limit)
+        rate_limits = _check_rate_limits(task_name, options.get("rate_limits", ()))
+        _check_key_limit(task_name, concurrency_key, key_limit, any(r.per_key for r in rate_limits))
         bound = self._check_schedules(task_name, queue, options.get("schedules", ()))
         timeout = options.get("timeout")
         task = Task(
@@ -158,6 +184,8 @@ class TaskRegistry:
             schedules=bound,
             concurrency_key=concurrency_key,
             key_limit=key_limit,
+            rate_limits=rate_limits,
+            rate_cost=check_cost(options.get("rate_cost", 1)),
         )
         for schedule in bound:  # a schedule's payload must give a key now, not at a pass
             concurrency_key_of(task, schedule.payload, None)
@@ -168,7 +196,7 @@ class TaskRegistry:
     def _queue_name(self, queue: str | Queue) -> str:
         """The name of a new task's queue; a :class:`Queue` value is defined with it."""
         if isinstance(queue, Queue):
-            return self.define_queue(queue.name, queue.concurrency_limit).name
+            return self.define_queue(queue.name, queue.concurrency_limit, queue.rate_limit).name
         return check_queue(queue)
 
     def _check_schedules(
@@ -246,20 +274,68 @@ class TaskRegistry:
         task = self._tasks.get(name.partition("#")[0]) if kind == KEY_SCOPE else None
         return task is not None, task.key_limit if task is not None else None
 
+    def rates_for(self, run: Run) -> tuple[Rate, ...]:
+        """The rate limits a claim of ``run`` reserves its start under."""
+        rates: list[Rate] = []
+        queue_limit = self.queue(run.queue).rate_limit
+        if queue_limit is not None:
+            rates.append(queue_limit.rate_in(queue_rate_scope(run.queue)))
+        task = self._tasks.get(run.task)
+        for limit in task.rate_limits if task is not None else ():
+            if not limit.per_key:
+                rates.append(limit.rate_in(task_rate_scope(run.task, limit.per_us)))
+            elif run.concurrency_key is not None:
+                scope = key_rate_scope(run.task, limit.per_us, run.concurrency_key)
+                rates.append(limit.rate_in(scope))
+        return tuple(rates)
+
     def limited(self, task: Task, queue: str) -> bool:
-        """Whether runs of ``task`` on ``queue`` may need slots (their claim reads first)."""
-        return task.key_limit is not None or self.queue(queue).concurrency_limit is not None
+        """Whether runs of ``task`` on ``queue`` may need slots or a rate limit's turn
+        (their claim reads first)."""
+        limits = self.queue(queue)
+        return (
+            task.key_limit is not None
+            or bool(task.rate_limits)
+            or limits.concurrency_limit is not None
+            or limits.rate_limit is not None
+        )
 
 
-def _check_key_limit(task: str, key: KeyFunction | None, limit: int | None) -> None:
+def _check_key_limit(
+    task: str, key: KeyFunction | None, limit: int | None, keyed_rates: bool
+) -> None:
     if key is not None and not callable(key):
         raise ConfigurationError(
             f"task {task!r}: concurrency_key must be a function of the payload"
         )
-    if key is not None and limit is None:
-        raise ConfigurationError(f"task {task!r}: concurrency_key needs a key_limit")
+    if key is not None and limit is None and not keyed_rates:
+        raise ConfigurationError(
+            f"task {task!r}: concurrency_key needs a key_limit or a per_key rate limit"
+        )
     if limit is not None:
         check_limit(limit, f"task {task!r} key_limit")
+
+
+def _check_rate_limits(task: str, limits: object) -> tuple[RateLimit, ...]:
+    """A task's rate limits: at most one per interval, and one per key per interval."""
+    if isinstance(limits, RateLimit) or not isinstance(limits, Iterable):
+        raise ConfigurationError(f"task {task!r}: rate_limits must be a list of RateLimit")
+    found = tuple(limits)
+    seen: set[tuple[int, bool]] = set()
+    for limit in found:
+        if not isinstance(limit, RateLimit):
+            raise ConfigurationError(
+                f"task {task!r}: rate_limits must be RateLimit values, not {limit!r}"
+            )
+        shape = (limit.per_us, limit.per_key)
+        if shape in seen:
+            raise ConfigurationError(
+                f"task {task!r}: two rate limits per {limit.per}"
+                + (" per key" if limit.per_key else "")
+                + ": keep the stricter one"
+            )
+        seen.add(shape)
+    return found
 
 
 def concurrency_key_of(task: Task, payload: JSON, given: object) -> str | None:
@@ -267,9 +343,10 @@ def concurrency_key_of(task: Task, payload: JSON, given: object) -> str | None:
     of the payload. Raises :class:`InvalidKeyError` (the trigger fails, nothing is
     written) when the function raises or gives no valid key."""
     if given is not None:
-        if task.key_limit is None:
+        if task.key_limit is None and not any(r.per_key for r in task.rate_limits):
             raise InvalidKeyError(
-                f"task {task.name!r} has no key_limit: a concurrency key would limit nothing"
+                f"task {task.name!r} has no key_limit and no per_key rate limit: a "
+                "concurrency key would limit nothing"
             )
         return check_concurrency_key(given)
     if task.concurrency_key is None:

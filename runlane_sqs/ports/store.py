@@ -20,6 +20,7 @@ from runlane_sqs.ports.health import HealthStore
 from runlane_sqs.ports.keys import KeyClaim, KeyStore
 from runlane_sqs.ports.objects import ObjectRecords
 from runlane_sqs.ports.ordering import OrderStore
+from runlane_sqs.ports.rates import RateStore
 from runlane_sqs.ports.schedules import ScheduleStore
 from runlane_sqs.ports.slots import SlotStore
 from runlane_sqs.ports.tokens import TokenStore
@@ -108,6 +109,12 @@ class RunStore(Protocol):
         """The records counting the references to each object of the payload bucket
         (:mod:`runlane_sqs.ports.objects`): the writes here that store a reference, or
         delete a run, count them in the same transaction."""
+        ...
+
+    @property
+    def rates(self) -> RateStore:
+        """The rate limit records of the same environment (:mod:`runlane_sqs.ports.rates`):
+        a claim takes its run's starts there before its own write."""
         ...
 
     @property

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from datetime import timedelta
+from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.errors import RunlaneError
 from runlane_sqs.core.model import Lease, Run
+from runlane_sqs.core.rates import Reserve, ReserveAt
 from runlane_sqs.engine import message
 from runlane_sqs.engine.attempt import AttemptRuntime
 from runlane_sqs.engine.context import TaskContext
@@ -49,10 +51,18 @@ def begin_attempt(
 class Executor:
     """Drives ``path`` (one worker identity's) with sync I/O."""
 
-    def __init__(self, engine: Engine, leases: LeaseBook, path: message.MessagePath) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        leases: LeaseBook,
+        path: message.MessagePath,
+        hold: Callable[[ReceivedWakeup, datetime], None] | None = None,
+    ) -> None:
         self.engine = engine
         self.leases = leases
         self.path = path
+        self._hold = hold
+        """Where a message waits for its run's reserved start (the worker's intake), if anywhere."""
         self._perform = message.performer_table(self)
 
     def handle(self, received: ReceivedWakeup) -> Disposition:
@@ -92,6 +102,23 @@ class Executor:
 
     def end(self, request: message.End) -> tuple[Run, bool] | None:
         return self.leases.untrack(request.run_id)
+
+    def reserve(self, request: Reserve) -> int:
+        rates = self.engine.store.rates
+        return rates.reserve(request.rate, cost=request.cost, not_before_us=request.not_before_us)
+
+    def reserve_at(self, request: ReserveAt) -> int | None:
+        rates = self.engine.store.rates
+        return rates.reserve_at(request.rate, cost=request.cost, at_us=request.at_us)
+
+    def pause(self, request: message.Pause) -> None:
+        self.engine.pause(request.delay.total_seconds())
+
+    def hold(self, request: message.Hold) -> bool:
+        if self._hold is None:
+            return False
+        self._hold(request.message, request.until)
+        return True
 
     def publish(self, request: message.Publish) -> None:
         self.engine.publisher.publish_many([request.run], delay=request.delay)

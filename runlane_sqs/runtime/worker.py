@@ -34,12 +34,13 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
+from heapq import heappop, heappush
 from types import FrameType
 from typing import NoReturn, TypedDict, Unpack
 
-from runlane_sqs.core.clock import Duration, to_timedelta
+from runlane_sqs.core.clock import Clock, Duration, SystemClock, to_timedelta
 from runlane_sqs.core.errors import ConfigurationError, MissingResourceError, RunlaneError
 from runlane_sqs.core.limits import (
     DEFAULT_VISIBILITY_TIMEOUT_SECONDS,
@@ -47,8 +48,9 @@ from runlane_sqs.core.limits import (
     MAX_SEND_BATCH,
     MAX_WAIT_TIME_SECONDS,
 )
+from runlane_sqs.core.wakeup import held_until
 from runlane_sqs.engine.engine import Engine, HasEngine
-from runlane_sqs.engine.message import Disposition, MessagePath
+from runlane_sqs.engine.message import MAX_EARLY, Disposition, MessagePath
 from runlane_sqs.ports.transport import ReceivedWakeup, WakeupTransport
 from runlane_sqs.runtime.executor import Executor, LeaseKeeper
 
@@ -215,16 +217,28 @@ timeout (60 s unless the queue was created with another); released at the end of
 session only while younger than this."""
 
 
+HOLD_LEAD = timedelta(milliseconds=200)
+"""How long before its run's reserved start a held wakeup is handed to a thread: the run
+is read first, and the thread waits what is left (docs/rate-limits.md, "How exact")."""
+
+
 class Intake:
     """The bookkeeping of one worker session, without I/O or locks: messages received
-    but not started, attempts in flight, handled messages waiting for their delete,
-    wakeups of other environments to make visible again."""
+    but not started (and those held until their run's reserved start), attempts in
+    flight, handled messages waiting for their delete, wakeups of other environments to
+    make visible again."""
 
     def __init__(
-        self, config: WorkerConfig, monotonic: Callable[[], float] = time.monotonic
+        self,
+        config: WorkerConfig,
+        monotonic: Callable[[], float] = time.monotonic,
+        clock: Clock | None = None,
     ) -> None:
         self.config = config
         self.buffer: deque[ReceivedWakeup] = deque()
+        self._timed: list[tuple[datetime, int, ReceivedWakeup]] = []
+        """Wakeups received before their run's reserved start (a heap)."""
+        self._clock = clock or SystemClock()
         self.busy = 0
         self.executed = 0
         self.returned = 0
@@ -237,7 +251,47 @@ class Intake:
         self._credit = [0] * len(config.queues)
         self._monotonic = monotonic
 
+    def add(self, messages: Sequence[ReceivedWakeup]) -> None:
+        """Buffer received messages. One whose hint names a reserved start a moment ahead
+        (see :data:`~runlane_sqs.engine.message.EARLY_WAKEUP`) is held until just before
+        it, no thread tied up waiting."""
+        now = self._clock.now()
+        for message in messages:
+            until = held_until(message.body)
+            if until is not None and now < until - HOLD_LEAD and until <= now + MAX_EARLY:
+                self.hold(message, until)
+            else:
+                self.buffer.append(message)
+
+    def hold(self, message: ReceivedWakeup, until: datetime) -> None:
+        """Keep ``message`` (in flight, its attempt ending as ``HELD``) and hand it to a
+        thread again just before ``until``."""
+        heappush(self._timed, (until - HOLD_LEAD, id(message), message))
+
+    @property
+    def pending(self) -> int:
+        """Attempts in flight and messages held: while any, a receive does not long-poll
+        and a drain is not over."""
+        return self.busy + len(self._timed)
+
+    def wait_timeout(self) -> float:
+        """How long the loop may wait for an attempt to finish: a second, or until the
+        next held message's reserved start."""
+        if not self._timed:
+            return 1.0
+        return min(1.0, max(0.0, (self._timed[0][0] - self._clock.now()).total_seconds()))
+
+    def _release_due(self) -> None:
+        """Held messages whose reserved start has come go first: their runs start within a
+        grace of it or reserve again (docs/rate-limits.md)."""
+        now = self._clock.now()
+        due = []
+        while self._timed and self._timed[0][0] <= now:
+            due.append(heappop(self._timed)[2])
+        self.buffer.extendleft(reversed(due))
+
     def next_action(self, max_runs: int | None) -> LoopAction:
+        self._release_due()
         return next_action(
             self.config,
             busy=self.busy,
@@ -270,7 +324,7 @@ class Intake:
             self.executed += 1
         if disposition is Disposition.RETURNED:
             self._return(message)
-        elif disposition is not Disposition.DEFERRED:
+        elif disposition not in (Disposition.DEFERRED, Disposition.HELD):
             if not self._acks:
                 self._oldest_ack = self._monotonic()
             self._acks.append(message)
@@ -310,9 +364,10 @@ class Intake:
         return releases
 
     def take_buffer(self) -> list[ReceivedWakeup]:
-        """Received messages never started (to make visible again)."""
-        unstarted = list(self.buffer)
+        """Received messages never started, held ones too (to make visible again)."""
+        unstarted = [*self.buffer, *(message for _, _, message in self._timed)]
         self.buffer.clear()
+        self._timed.clear()
         return unstarted
 
 
@@ -456,11 +511,11 @@ class Worker(WorkerBase):
         engine = self.engine
         self.leases = LeaseKeeper(engine.store, engine.clock, engine.config.lease_duration)
         path = MessagePath.of(engine, self.config.worker_id)
-        self.executor = Executor(engine, self.leases, path)
+        self.executor = Executor(engine, self.leases, path, hold=self._hold)
         self._stopping = threading.Event()
         self._done = threading.Condition()
         """Guards ``_intake``; notified when an attempt finishes."""
-        self._intake = Intake(self.config)
+        self._intake = Intake(self.config, clock=engine.clock)
         self._receiver = Receiver(engine.transport)
         self._pool: _Pool | None = None
         self._fatal: MissingResourceError | None = None
@@ -516,7 +571,7 @@ class Worker(WorkerBase):
         keeps its thread and counts nowhere)."""
         with self._done:
             self._pool = _Pool(self.config.concurrency, self._handle)
-            self._intake = Intake(self.config)
+            self._intake = Intake(self.config, clock=self.engine.clock)
         self._receiver = Receiver(self.engine.transport)
         self.leases.start()
 
@@ -534,9 +589,9 @@ class Worker(WorkerBase):
             if action is LoopAction.DISPATCH:
                 self._dispatch()
                 continue
-            idle = intake.busy == 0  # nothing in flight can publish during the receive
+            idle = intake.pending == 0  # nothing in flight can publish during the receive
             if action is LoopAction.WAIT or not self._fill(drain):
-                if action is LoopAction.RECEIVE and idle and intake.busy == 0 and drain:
+                if action is LoopAction.RECEIVE and idle and intake.pending == 0 and drain:
                     break
                 self._wait_for_completion()
         if self._fatal is not None:
@@ -549,7 +604,7 @@ class Worker(WorkerBase):
         an empty queue from one it cannot read, so the error ends it.
         """
         intake = self._intake
-        wait = self.config.receive_wait(drain=drain, busy=intake.busy)
+        wait = self.config.receive_wait(drain=drain, busy=intake.pending)
         for name in intake.receive_order():
             try:
                 messages = self._receive(name, wait)
@@ -567,7 +622,7 @@ class Worker(WorkerBase):
                 self.engine.transport.release(messages)
                 return False
             if messages:
-                intake.buffer.extend(messages)
+                intake.add(messages)
                 return True
         return False
 
@@ -590,9 +645,17 @@ class Worker(WorkerBase):
         self._pool.jobs.put(message)
 
     def _wait_for_completion(self) -> None:
+        intake = self._intake
         with self._done:
-            if self._intake.busy:
-                self._done.wait(timeout=1.0)
+            if intake.busy:
+                self._done.wait(timeout=intake.wait_timeout())
+                return
+        if intake.pending:  # only messages held for their reserved start
+            self.engine.pause(intake.wait_timeout())
+
+    def _hold(self, message: ReceivedWakeup, until: datetime) -> None:
+        with self._done:
+            self._intake.hold(message, until)
 
     def _handle(self, pool: _Pool, message: ReceivedWakeup) -> None:
         disposition = Disposition.DEFERRED

@@ -10,7 +10,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from runlane_sqs import ConfigurationError, ManualClock, Runlane, RunStatus, Schedule
+from runlane_sqs import (
+    ConfigurationError,
+    ManualClock,
+    RateLimit,
+    Runlane,
+    RunStatus,
+    Schedule,
+)
 from runlane_sqs.compat import celery as celery_compat
 from runlane_sqs.compat.celery import (
     STATES,
@@ -343,7 +350,9 @@ def test_arguments_that_are_not_json_are_refused_by_name(app: Celery, runlane: R
 @pytest.mark.parametrize(
     ("options", "error", "message"),
     [
-        ({"rate_limit": "10/m"}, UnsupportedOption, "rate_limit is not supported yet"),
+        ({"rate_limit": "10/x"}, UnsupportedOption, "whole number of starts per s, m or h"),
+        ({"rate_limit": 2.5}, UnsupportedOption, "whole number of starts"),
+        ({"rate_limit": "0/s"}, UnsupportedOption, "rate is from 1"),
         ({"serializer": "pickle"}, InvalidOptionValue, "JSON only"),
         ({"max_retries": -1}, InvalidOptionValue, "max_retries"),
         ({"default_retry_delay": -5}, InvalidOptionValue, "must not be negative"),
@@ -362,6 +371,20 @@ def test_task_options_refused(
     with pytest.raises(error, match=message):
         app.task(**options)(handler)  # type: ignore[call-overload]
     assert runlane.tasks.names() == []
+
+
+@pytest.mark.parametrize(
+    ("rate_limit", "expected"),
+    [("10/m", RateLimit(10, per=60)), ("5/s", RateLimit(5)), (3, RateLimit(3))],
+)
+def test_a_rate_limit_holds_across_the_fleet(
+    app: Celery, runlane: Runlane, rate_limit: object, expected: RateLimit
+) -> None:
+    @app.task(rate_limit=rate_limit)  # type: ignore[call-overload]
+    def notify() -> int:
+        return 1
+
+    assert runlane.tasks.resolve(notify.name).rate_limits == (expected,)
 
 
 @pytest.mark.parametrize(

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 
+from runlane_sqs.core.clock import ManualClock
 from runlane_sqs.core.errors import ConfigurationError
+from runlane_sqs.core.model import new_run_id
+from runlane_sqs.core.wakeup import ClaimHint, Wakeup
 from runlane_sqs.engine.message import Disposition
 from runlane_sqs.ports.transport import ReceivedWakeup
-from runlane_sqs.runtime.worker import ACK_LINGER_SECONDS, Intake, LoopAction, WorkerConfig
+from runlane_sqs.runtime.worker import (
+    ACK_LINGER_SECONDS,
+    HOLD_LEAD,
+    Intake,
+    LoopAction,
+    WorkerConfig,
+)
 
 
 class Ticks:
@@ -108,3 +119,55 @@ def test_unstarted_messages_are_handed_back_once() -> None:
     assert [m.message_id for m in intake.take_buffer()] == ["m0", "m1"]
     assert intake.take_buffer() == []
     assert intake.next_action(max_runs=None) is LoopAction.RECEIVE
+
+
+def test_a_wakeup_early_for_its_reserved_start_is_held_until_just_before_it() -> None:
+    """No thread waits for a run's reserved start: the intake holds its message and hands
+    it out first when the start is near; an early message without a hint is not held."""
+    clock = ManualClock(AT)
+    intake = Intake(config(), clock=clock)
+    early = hinted(1, AT + timedelta(milliseconds=900))
+    intake.add([early, message(2)])
+
+    assert intake.next_action(None) is LoopAction.DISPATCH
+    assert intake.start_next() is not early  # the unhinted one goes now
+    assert intake.next_action(None) is LoopAction.RECEIVE and intake.pending == 2
+    assert intake.wait_timeout() == pytest.approx(
+        (timedelta(milliseconds=900) - HOLD_LEAD).total_seconds()
+    )
+    clock.advance(timedelta(milliseconds=900) - HOLD_LEAD)
+    intake.buffer.append(message(3))
+    assert intake.next_action(None) is LoopAction.DISPATCH
+    assert intake.start_next() is early  # ahead of what was buffered before
+
+
+def test_held_messages_are_given_back_at_the_end_of_the_session() -> None:
+    clock = ManualClock(AT)
+    intake = Intake(config(), clock=clock)
+    held = hinted(1, AT + timedelta(seconds=1))
+    intake.add([held])
+    running = message(2)
+    intake.hold(running, AT + timedelta(seconds=15))  # the path held its own message
+
+    assert set(intake.take_buffer()) == {held, running}
+    assert intake.pending == 0
+
+
+def test_a_wakeup_whose_start_is_far_or_past_is_not_held() -> None:
+    clock = ManualClock(AT)
+    intake = Intake(config(), clock=clock)
+    far, past = hinted(1, AT + timedelta(seconds=30)), hinted(2, AT - timedelta(seconds=1))
+    intake.add([far, past])
+
+    assert list(intake.buffer) == [far, past] and intake.pending == 0
+
+
+AT = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
+
+
+def hinted(n: int, start: datetime) -> ReceivedWakeup:
+    hint = ClaimHint(seq=2, attempt=0, task="partner.call", start=start)
+    wakeup = Wakeup("prod", new_run_id(), "default", AT, hint=hint)
+    return ReceivedWakeup(
+        queue="default", body=wakeup.to_json(), receipt=f"r{n}", message_id=f"m{n}"
+    )

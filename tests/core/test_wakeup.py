@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from runlane_sqs.core.clock import from_epoch_ms
 from runlane_sqs.core.wakeup import (
     MAX_HINT_NUMBER,
     MAX_TRACE_CHARS,
@@ -19,6 +20,7 @@ from runlane_sqs.core.wakeup import (
     ClaimHint,
     MalformedWakeup,
     Wakeup,
+    held_until,
     parse_wakeup,
 )
 
@@ -310,6 +312,15 @@ def test_a_hint_parses_to_what_the_claim_is_conditioned_on() -> None:
     assert wakeup.hint == ClaimHint(seq=3, attempt=1, task="billing.charge")
 
 
+def test_a_hint_names_the_reserved_start_of_a_run_sleeping_for_its_rate_limits() -> None:
+    start_ms = 1_796_515_200_123
+    body = json.dumps(valid_body(hint={**HINT, "start": start_ms}))
+
+    assert held_until(body) == parse_wakeup(body).hint.start == from_epoch_ms(start_ms)  # type: ignore[union-attr]
+    assert held_until(json.dumps(valid_body(hint=HINT))) is None
+    assert held_until('{"start": "not a wakeup"}') is None  # the path rejects it, unheld
+
+
 @pytest.mark.parametrize(
     ("hint", "match"),
     [
@@ -325,6 +336,9 @@ def test_a_hint_parses_to_what_the_claim_is_conditioned_on() -> None:
         ({**HINT, "task": "a#b"}, "bad hint task"),
         ({**HINT, "task": "\u202e"}, "bad hint task"),
         ({**HINT, "task": None}, "bad hint task"),
+        ({**HINT, "start": "2026-12-05T00:00:00Z"}, "start must be a time in epoch milliseconds"),
+        ({**HINT, "start": -1}, "start must be a time in epoch milliseconds"),
+        ({**HINT, "start": 1.5}, "start must be a time in epoch milliseconds"),
     ],
 )
 def test_a_malformed_hint_makes_the_wakeup_malformed(hint: Any, match: str) -> None:

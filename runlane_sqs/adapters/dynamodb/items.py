@@ -139,6 +139,8 @@ class RunItem(Model):
     """JSON ``[[scope, limit], ...]``: the slots the current attempt holds."""
     slot_wait = UnicodeAttribute(null=True)
     """The scope whose slot a runnable run waits for."""
+    rate_start = NumberAttribute(null=True)
+    """The start (epoch ms) its rate limits reserved for it."""
     ordering_key = UnicodeAttribute(null=True)
     """Runs with the same ordering key execute one at a time in trigger order."""
     place = NumberAttribute(null=True)

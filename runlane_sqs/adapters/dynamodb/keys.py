@@ -120,6 +120,15 @@ def slot_key(environment: str, scope: str) -> dict[str, dict[str, str]]:
     return {"pk": {"S": slot_pk(environment, scope)}, "sk": {"S": SLOT_SK}}
 
 
+RATE_PREFIX = "RATE#"
+RATE_SK = "RATE"
+
+
+def rate_key(environment: str, scope: str) -> dict[str, dict[str, str]]:
+    """The record of a rate limit's scope (its TAT)."""
+    return {"pk": {"S": f"{RATE_PREFIX}{environment}#{scope}"}, "sk": {"S": RATE_SK}}
+
+
 def status_pk(environment: str, status: RunStatus, run_id: str) -> str:
     """The status-index partition of one run: its status group and its shard."""
     group = status_group(status)

@@ -48,6 +48,7 @@ from runlane_sqs.adapters.dynamodb.objects import (
     release_items,
 )
 from runlane_sqs.adapters.dynamodb.ordering import DynamoOrderStore, moved, trigger_items
+from runlane_sqs.adapters.dynamodb.rates import DynamoRateStore
 from runlane_sqs.adapters.dynamodb.replays import (
     applied,
     landed_creation,
@@ -121,6 +122,8 @@ class DynamoRunStore:
         """The environment's groups, in the same table."""
         self.object_records = DynamoObjectRecords(self._send, self._query, table, environment)
         """The counts of the references to each object of the payload bucket."""
+        self.rates = DynamoRateStore(self._send, table, environment)
+        """The environment's rate limit records, in the same table."""
         self.transactions = DynamoTransactions(self._send, table, environment)
         """Transactions holding the caller's writes and new runs."""
 

@@ -33,6 +33,7 @@ from runlane_sqs.adapters.dynamodb.cursors import (
 from runlane_sqs.adapters.memory.groups import InMemoryGroupStore
 from runlane_sqs.adapters.memory.health import InMemoryHealthStore
 from runlane_sqs.adapters.memory.ordering import InMemoryOrderStore
+from runlane_sqs.adapters.memory.rates import InMemoryRateStore
 from runlane_sqs.adapters.memory.schedules import InMemoryScheduleStore
 from runlane_sqs.adapters.memory.slots import InMemorySlotStore
 from runlane_sqs.core.claims import HintedClaim
@@ -196,6 +197,8 @@ class InMemoryRunStore:
         """Bounded reads for the console and ``app.health``; the last pass's report."""
         self.groups = InMemoryGroupStore(environment, self._lock, self._stored_run)
         """The environment's groups."""
+        self.rates = InMemoryRateStore(self._lock)
+        """The environment's rate limit records."""
         self.transactions = InMemoryTransactions(self)
         """Transactions of new runs only (the caller's writes are to DynamoDB tables)."""
 

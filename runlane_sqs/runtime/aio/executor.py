@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
+from runlane_sqs.core.clock import ManualClock
 from runlane_sqs.core.model import Run
+from runlane_sqs.core.rates import Reserve, ReserveAt
 from runlane_sqs.core.values import Sealed
 from runlane_sqs.engine import message
 from runlane_sqs.engine.context import TaskContext
@@ -45,6 +49,15 @@ async def drive_async(handling: message.Handling, executor: AsyncExecutor) -> Di
     return request
 
 
+async def pause_on_loop(engine: Engine, seconds: float) -> None:
+    """Wait ``seconds`` on the loop (time moved by hand moves at once, as
+    :attr:`Engine.pause` does)."""
+    if isinstance(engine.clock, ManualClock):
+        engine.pause(seconds)
+    else:
+        await asyncio.sleep(seconds)
+
+
 class AsyncExecutor:
     """Drives ``path`` (one async worker identity's) with async I/O."""
 
@@ -56,8 +69,11 @@ class AsyncExecutor:
         store: AsyncRunStore,
         transport: AsyncWakeupTransport,
         threads: DaemonThreads,
+        hold: Callable[[ReceivedWakeup, datetime], None] | None = None,
     ) -> None:
         self.engine = engine
+        self._hold = hold
+        """Where a message waits for its run's reserved start (the session's intake)."""
         self.leases = leases
         self.path = path
         self.store = store
@@ -134,6 +150,27 @@ class AsyncExecutor:
 
     async def wake_waiters(self, request: message.WakeWaiters) -> None:
         await asyncio.to_thread(self.engine.slot_waker.wake, request.scopes)
+
+    async def reserve(self, request: Reserve) -> int:
+        rates = self.engine.store.rates
+        return await asyncio.to_thread(
+            rates.reserve, request.rate, cost=request.cost, not_before_us=request.not_before_us
+        )
+
+    async def reserve_at(self, request: ReserveAt) -> int | None:
+        rates = self.engine.store.rates
+        return await asyncio.to_thread(
+            rates.reserve_at, request.rate, cost=request.cost, at_us=request.at_us
+        )
+
+    async def pause(self, request: message.Pause) -> None:
+        await pause_on_loop(self.engine, request.delay.total_seconds())
+
+    async def hold(self, request: message.Hold) -> bool:
+        if self._hold is None:
+            return False
+        self._hold(request.message, request.until)
+        return True
 
     async def recheck_slot(self, request: message.RecheckSlot) -> None:
         await asyncio.to_thread(self.engine.slot_waker.recheck, request.run, request.slot)

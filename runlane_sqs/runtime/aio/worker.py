@@ -27,7 +27,7 @@ from runlane_sqs.engine.message import Disposition, ForeignEnvironments, Message
 from runlane_sqs.ports.aio import AsyncWakeupTransport
 from runlane_sqs.ports.transport import ReceivedWakeup
 from runlane_sqs.runtime.aio.backend import open_ports
-from runlane_sqs.runtime.aio.executor import AsyncExecutor
+from runlane_sqs.runtime.aio.executor import AsyncExecutor, pause_on_loop
 from runlane_sqs.runtime.aio.leases import AsyncLeaseKeeper
 from runlane_sqs.runtime.aio.threads import DaemonThreads
 from runlane_sqs.runtime.worker import Intake, LoopAction, WorkerBase, WorkerOptions
@@ -153,8 +153,11 @@ class AsyncWorker(WorkerBase):
             )
             leases = AsyncLeaseKeeper(store, engine.clock, engine.config.lease_duration)
             path = MessagePath.of(engine, self.worker_id, foreign=self._foreign)
-            executor = AsyncExecutor(engine, leases, path, store, transport, threads)
-            session = _Session(executor, transport, Intake(self.config))
+            intake = Intake(self.config, clock=engine.clock)
+            executor = AsyncExecutor(
+                engine, leases, path, store, transport, threads, hold=intake.hold
+            )
+            session = _Session(executor, transport, intake)
             self._session = session
             leases.start()
             try:
@@ -182,18 +185,18 @@ class AsyncWorker(WorkerBase):
             if action is LoopAction.DISPATCH:
                 self._dispatch(session)
                 continue
-            idle = intake.busy == 0  # nothing in flight can publish during the receive
+            idle = intake.pending == 0  # nothing in flight can publish during the receive
             if action is LoopAction.WAIT or not await self._fill(session, drain):
-                if action is LoopAction.RECEIVE and idle and intake.busy == 0 and drain:
+                if action is LoopAction.RECEIVE and idle and intake.pending == 0 and drain:
                     break
-                await self._wait_for_change(session, timeout=1.0)
+                await self._wait_for_change(session, timeout=intake.wait_timeout())
 
     async def _fill(self, session: _Session, drain: bool) -> bool:
         """Receive into the intake's buffer; False when nothing was available. A failed
         receive ends a drain (see :meth:`Worker._fill`), else it is retried a second later.
         """
         intake = session.intake
-        wait = self.config.receive_wait(drain=drain, busy=intake.busy)
+        wait = self.config.receive_wait(drain=drain, busy=intake.pending)
         for name in intake.receive_order():
             try:
                 messages = await self._receive(session, name, wait)
@@ -211,7 +214,7 @@ class AsyncWorker(WorkerBase):
                 await session.transport.release(messages)
                 return False
             if messages:
-                intake.buffer.extend(messages)
+                intake.add(messages)
                 return True
         return False
 
@@ -269,7 +272,13 @@ class AsyncWorker(WorkerBase):
         returns at once when nothing is in flight, unless ``idle``."""
         changed = self._changed
         assert changed is not None
-        if not (session.intake.busy or idle):
+        intake = session.intake
+        if (
+            not intake.busy and intake.pending and not idle
+        ):  # messages held for their reserved start
+            await pause_on_loop(self.engine, intake.wait_timeout())
+            return
+        if not (intake.busy or idle):
             return
         with suppress(TimeoutError):
             await asyncio.wait_for(changed.wait(), timeout)

@@ -1,0 +1,118 @@
+"""Rate records in DynamoDB: one item per scope (``RATE#{env}#{scope}``, ``RATE``) with
+its TAT (``tat``, µs since the epoch) and the limit that last moved it. A claim takes a
+start with one conditional update and no read (:func:`runlane_sqs.core.rates.next_start`)."""
+
+from __future__ import annotations
+
+from runlane_sqs.adapters.dynamodb import keys
+from runlane_sqs.adapters.dynamodb.errors import Refused, Send, send_conditional
+from runlane_sqs.adapters.dynamodb.requests import Request
+from runlane_sqs.core.errors import StorageUnavailable
+from runlane_sqs.core.rates import Rate, start_after
+
+
+class DynamoRateStore:
+    """The rate records of one environment, read through its run store's client."""
+
+    def __init__(self, send: Send, table: str, environment: str) -> None:
+        self._send = send
+        self.table = table
+        self.environment = environment
+        self._busy: dict[str, bool] = {}
+        """Whether each scope's last reservation here found it busy (a guess, never a rule)."""
+
+    def reserve(self, rate: Rate, *, cost: int, not_before_us: int) -> int:
+        now, step = _number(not_before_us), cost * rate.interval_us
+        idle = self._move(
+            rate,
+            tat=":next",
+            condition="attribute_not_exists(#t) OR #t < :now",
+            values={":now": now, ":next": _number(not_before_us + step)},
+        )
+        busy = self._move(
+            rate,
+            tat="#t + :c",
+            condition="#t >= :now",
+            values={":now": now, ":c": _number(step)},
+            ReturnValues="UPDATED_NEW",
+        )
+        # the update that held last time for this scope first: under a backlog every
+        # scope is busy, so a reservation costs one request
+        busy_first = self._busy.get(rate.scope, False)
+        for _ in range(RESERVE_ATTEMPTS):
+            for was_busy in (busy_first, not busy_first):
+                sent = send_conditional(self._send, "update_item", busy if was_busy else idle)
+                if isinstance(sent, Refused):
+                    continue
+                self._remember(rate.scope, was_busy)
+                if not was_busy:
+                    return not_before_us
+                tat = int(sent["Attributes"]["tat"]["N"])
+                return start_after(rate, tat, now_us=not_before_us, cost=cost)
+        raise StorageUnavailable(f"the reservations of {rate.scope} kept changing; try again")
+
+    def reserve_at(self, rate: Rate, *, cost: int, at_us: int) -> int | None:
+        step = cost * rate.interval_us
+        request = self._move(
+            rate,
+            tat=":next",
+            condition="attribute_not_exists(#t) OR #t < :at",
+            values={":at": _number(at_us), ":next": _number(at_us + step)},
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        )
+        for _ in range(RESERVE_ATTEMPTS):
+            sent = send_conditional(self._send, "update_item", request)
+            if not isinstance(sent, Refused):
+                return None
+            tat = int((sent.item or {})["tat"]["N"])
+            if tat - rate.tolerance_us > at_us:
+                return tat - rate.tolerance_us
+            # within the scope's tolerance: move on from the TAT just seen, if it holds
+            request = self._move(
+                rate,
+                tat=":next",
+                condition="#t = :seen",
+                values={":seen": _number(tat), ":next": _number(tat + step)},
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        raise StorageUnavailable(f"the reservations of {rate.scope} kept changing; try again")
+
+    def _move(
+        self, rate: Rate, *, tat: str, condition: str, values: Request, **options: str
+    ) -> Request:
+        """The ``UpdateItem`` that sets ``rate``'s TAT to ``tat`` (an expression), and the
+        limit that moved it, if ``condition`` holds."""
+        return {
+            "TableName": self.table,
+            "Key": keys.rate_key(self.environment, rate.scope),
+            "UpdateExpression": f"SET #t = {tat}, #i = :i, #o = :o, #s = :s",
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": {
+                "#t": "tat",
+                "#i": "interval_us",
+                "#o": "tolerance_us",
+                "#s": "scope",
+            },
+            "ExpressionAttributeValues": {
+                ":i": _number(rate.interval_us),
+                ":o": _number(rate.tolerance_us),
+                ":s": {"S": rate.scope},
+                **values,
+            },
+            **options,
+        }
+
+    def _remember(self, scope: str, busy: bool) -> None:
+        if len(self._busy) >= SCOPES_REMEMBERED and scope not in self._busy:
+            self._busy.clear()
+        self._busy[scope] = busy
+
+
+def _number(value: int) -> dict[str, str]:
+    return {"N": str(value)}
+
+
+RESERVE_ATTEMPTS = 3
+"""Tries of the idle and the busy update: each fails only when the other just held."""
+SCOPES_REMEMBERED = 10_000
+"""Scopes whose last kind of reservation a worker remembers; past this it forgets them all."""

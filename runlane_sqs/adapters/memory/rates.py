@@ -1,0 +1,31 @@
+"""Rate records in memory, for tests: the same rules as DynamoDB's conditional updates
+(:func:`runlane_sqs.core.rates.next_start`, :func:`~runlane_sqs.core.rates.start_at`), under
+the run store's lock."""
+
+from __future__ import annotations
+
+import threading
+
+from runlane_sqs.core.rates import Rate, next_start, start_at
+
+
+class InMemoryRateStore:
+    """Each scope's TAT in a dict, guarded by the run store's lock."""
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self._lock = lock
+        self._tats: dict[str, int] = {}
+
+    def reserve(self, rate: Rate, *, cost: int, not_before_us: int) -> int:
+        with self._lock:
+            tat, start = next_start(
+                rate, self._tats.get(rate.scope), cost=cost, not_before_us=not_before_us
+            )
+            self._tats[rate.scope] = tat
+            return start
+
+    def reserve_at(self, rate: Rate, *, cost: int, at_us: int) -> int | None:
+        with self._lock:
+            tat, later = start_at(rate, self._tats.get(rate.scope), cost=cost, at_us=at_us)
+            self._tats[rate.scope] = tat
+            return later

@@ -1,0 +1,81 @@
+"""Rate limits with time moved by hand (docs/rate-limits.md): a claim early for
+its limits keeps its place and sleeps until its start, with no attempt or retry used;
+runs start in the order their claims reserved, spaced by the limit; a per-key limit
+counts each key apart."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from runlane_sqs import EventType, RateLimit, Runlane, RunStatus, TaskContext
+from tests.backends import ONLY_MEMORY, Backend
+from tests.workers import WorkerKind
+
+TASK = "partner.call"
+KEYED = "tenant.call"
+STEP = timedelta(milliseconds=105)
+"""10 a second: spaced (1 s + 50 ms grace) / 10 apart (docs/rate-limits.md, "How exact")."""
+
+
+def register(app: Runlane) -> None:
+    @app.task(name=TASK, rate_limits=[RateLimit(10, per=1)])
+    def call(ctx: TaskContext, payload: Any) -> Any:
+        return payload
+
+    @app.task(
+        name=KEYED,
+        concurrency_key=lambda p: p["tenant"],
+        rate_limits=[RateLimit(1, per=1, per_key=True)],
+    )
+    def keyed(ctx: TaskContext, payload: Any) -> Any:
+        return payload
+
+
+@ONLY_MEMORY
+def test_runs_beyond_the_rate_sleep_until_their_reserved_start_in_order(
+    backend: Backend, worker_kind: WorkerKind
+) -> None:
+    """In memory, where SQS's delays and the worker's short waits follow the test's
+    clock: the drain starts one run, the others reserve their starts, and each starts at
+    its reserved start (its wakeup comes at the whole second before it, the worker holds it until
+    then)."""
+    app = backend.app(register=register)
+    t0 = backend.clock.now()
+    runs = [app.trigger(TASK, n) for n in range(4)]
+
+    assert worker_kind.drain(app) == 4
+
+    done = [app.runs.get(r.id) for r in runs]
+    assert all((r.status, r.attempt, r.failures) == (RunStatus.SUCCEEDED, 1, 0) for r in done)
+    started = sorted(
+        next(e.at for e in app.runs.events(r.id) if e.type is EventType.STARTED) for r in runs
+    )
+    assert [at - t0 for at in started] == [timedelta(0), STEP, 2 * STEP, 3 * STEP]
+    waited = [r for r in runs if EventType.WAITING_FOR_RATE in _types(app, r.id)]
+    assert len(waited) == 3  # refused once each, none twice
+
+
+def _types(app: Runlane, run_id: str) -> list[EventType]:
+    return [e.type for e in app.runs.events(run_id)]
+
+
+@ONLY_MEMORY
+def test_a_per_key_limit_counts_each_key_apart(backend: Backend, worker_kind: WorkerKind) -> None:
+    """One start a second per tenant: the second run of ``acme`` waits for its reserved start (the
+    drain holds its message until then), ``globex``'s starts at once."""
+    app = backend.app(register=register)
+    t0 = backend.clock.now()
+    acme = [app.trigger(KEYED, {"tenant": "acme", "n": n}) for n in range(2)]
+    globex = app.trigger(KEYED, {"tenant": "globex"})
+
+    assert worker_kind.drain(app) == 3
+
+    started = {r.id: _started(app, r.id) - t0 for r in [*acme, globex]}
+    assert sorted(started[r.id] for r in acme) == [timedelta(0), timedelta(milliseconds=1050)]
+    assert started[globex.id] == timedelta(0)
+    assert sum(EventType.WAITING_FOR_RATE in _types(app, r.id) for r in acme) == 1
+
+
+def _started(app: Runlane, run_id: str) -> datetime:
+    return next(e.at for e in app.runs.events(run_id) if e.type is EventType.STARTED)
