@@ -37,6 +37,8 @@ from bench.fanout import JOIN_CHILDREN, measure_fanout
 from bench.latency import measure_latency
 from bench.limits import limits_json, measure_limits
 from bench.maintenance_scale import measure_maintenance
+from bench.rates import measure_rates
+from bench.rates_tables import print_rates
 from bench.schedules import measure_schedules, per_occurrence
 from bench.throughput import celery_cpu_ratio, celery_ratio, measure_throughput, runlane_worker
 from bench.tracing import MODES, ROUNDS, measure_tracing
@@ -65,6 +67,7 @@ MEASUREMENTS = (
     "values",
     "codecs",
     "transactions",
+    "rates",
 )
 MEMORY_CONCURRENCY = 32
 CONSOLE_WIDTH = 150
@@ -80,6 +83,8 @@ class Sizes:
     memory_runs: int = 1000
     schedules: int = 1000
     limit_runs: int = 100
+    rate_runs: int = 100
+    """Runs per rate limit case (bench/rates.py)."""
     coldstart_samples: int = 20
     backlog_runs: int = 300
     tracing_runs: int = 2000
@@ -113,6 +118,7 @@ SMOKE = Sizes(
     memory_runs=100,
     schedules=100,
     limit_runs=20,
+    rate_runs=20,
     coldstart_samples=5,
     backlog_runs=20,
     tracing_runs=100,
@@ -208,6 +214,16 @@ class Runner:
         for row in rows:
             if row.status != "ok":
                 self.results["errors"].append(f"limits ({row.case}): {row.status}")
+
+    def rates(self) -> None:
+        """The same runs without a rate limit, under one the worker never reaches, and
+        under one below what it does (bench/rates.py)."""
+        runs = self.sizes.rate_runs
+        rows = measure_rates(self.backend.app, runs, lambda case: self.bar(f"rates: {case}", runs))
+        self.results["rates"] = limits_json(rows)
+        for row in rows:
+            if row.status != "ok":
+                self.results["errors"].append(f"rates ({row.case}): {row.status}")
 
     def latency(self) -> None:
         n = self.sizes.latency_iterations
@@ -367,6 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     results["targets"] = [t.to_json() for t in checked]
     report.print_results(console, results, checked)
     print_transactions(console, results.get("transactions"), backend.name)
+    print_rates(console, results.get("rates"), backend.name)
     json_path = args.out / f"{stamp}-{backend.name}.json"
     report.write_json(json_path, results)
     chart.write_chart(json_path.with_suffix(".png"), results)

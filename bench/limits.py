@@ -32,7 +32,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -208,18 +208,46 @@ def measure_case(
 ) -> LimitResult:
     """One case: ``runs`` runs of a task on queue ``billing`` with ``limit`` (``None``:
     none), produced and worked in this process."""
+
+    def define(app: Runlane, handler: Handler) -> None:
+        app.task(handler, name=TASK, queue=app.queue(QUEUE, concurrency_limit=limit))
+
     result = LimitResult(case_name(limit), limit, concurrency, runs, handler_seconds)
+    app, ids = produce_and_work(
+        result, define, make_app, progress, deadline_seconds=deadline_seconds
+    )
+    read_histories(app, ids, result)
+    return result
+
+
+Define = Callable[[Runlane, "Handler"], None]
+"""Registers task :data:`TASK` (on queue :data:`QUEUE`, with the case's limits) to call
+the handler."""
+
+
+def produce_and_work(
+    result: LimitResult,
+    define: Define,
+    make_app: AppFactory,
+    progress: Progress,
+    *,
+    deadline_seconds: float = DEADLINE_SECONDS,
+) -> tuple[Runlane, list[str]]:
+    """Produce ``result.runs`` runs of :data:`TASK` as ``define`` registers it and work
+    them with a sync worker of ``result.concurrency`` threads in this process, counting
+    requests and timing it into ``result``; the app and the runs' ids, to read back."""
     session = boto3.Session()
     counter = RequestCounter(session)
     refusals = Refusals(session)
     app = make_app(session)
+    runs = result.runs
     with tempfile.TemporaryDirectory(prefix="runlane-bench-limits-") as tmp:
         done = DoneFile(Path(tmp))
-        handler = Handler(done, progress, handler_seconds)
-        app.task(handler, name=TASK, queue=app.queue(QUEUE, concurrency_limit=limit))
+        handler = Handler(done, progress, result.handler_seconds)
+        define(app, handler)
         app.provision()
         app.transport.check_queue(QUEUE)  # the one-off GetQueueUrl, before counting
-        worker = app.worker(concurrency=concurrency)
+        worker = app.worker(concurrency=result.concurrency)
         ids: list[str] = []
 
         def trigger(count: int) -> None:
@@ -252,11 +280,10 @@ def measure_case(
     if result.status == "ok":
         result.seconds = finished - started
     result.most_at_once = handler.most
-    _read_histories(app, ids, result)
-    return result
+    return app, ids
 
 
-def _read_histories(app: Runlane, ids: list[str], result: LimitResult) -> None:
+def read_histories(app: Runlane, ids: list[str], result: LimitResult) -> None:
     """Slot events per run, every run's end, and the limit's state afterwards (not
     counted: the counter's snapshot is taken)."""
     problems: list[str] = []
@@ -314,7 +341,7 @@ def unlimited_ratio(
     return ours / theirs if ours and theirs else None
 
 
-def limits_json(results: list[LimitResult]) -> list[dict[str, Any]]:
+def limits_json(results: Sequence[LimitResult]) -> list[dict[str, Any]]:
     """The rows as JSON, each with its figures over the unlimited case's."""
     rows = [r.to_json() for r in results]
     for row in rows:

@@ -34,6 +34,11 @@ FANOUT_EXTRA_WCU_PER_CHILD = 4.0
 """A ``ctx.map`` child on top of a plain run: write requests and write units, at most
 (bench/fanout.py)."""
 FANOUT_PARENT_RESUMES = 1
+RATE_EXTRA_WRITES_PER_RUN = 1.0
+"""A run under a rate limit that starts at once, on top of the same run without one:
+write requests, at most (its reservation; bench/rates.py)."""
+RATE_REFUSED_PER_RUN = 1.0
+"""Claims refused by a saturated rate limit per run, at most (each run waits once)."""
 SMALL_VALUE_S3_REQUESTS = 0
 """With a payload bucket, S3 requests per run whose values are all under ``inline_limit``
 (bench/values.py): none, a small value costs what it did without one."""
@@ -132,6 +137,7 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
     targets += console_targets(results.get("console") or [])
     targets += fanout_targets(results.get("fanout") or {})
     targets.append(values_target(results.get("values") or []))
+    targets += rate_targets(results.get("rates") or [])
     for memory in results.get("memory") or []:
         rss = memory.get("worker_rss")
         targets.append(
@@ -284,6 +290,33 @@ def fanout_targets(result: dict[str, Any]) -> list[Target]:
             note=note,
         ),
     ]
+
+
+def rate_targets(rows: list[dict[str, Any]]) -> list[Target]:
+    """A rate limit's extra writes for a run not refused (the case the worker never
+    reaches, over the unlimited one), its refused claims per run at saturation (the
+    last case), and no window over its limit there."""
+    by_case = {row["case"]: row for row in rows if row["status"] == "ok"}
+    base = by_case.get("unlimited")
+    free = next((r for r in rows if r.get("rate") and r["rate"] >= 1000), None)
+    full = next((r for r in reversed(rows) if r.get("rate") and r["rate"] < 1000), None)
+    extra = None
+    if base is not None and free is not None and free["status"] == "ok":
+        extra = free["per_run"]["dynamodb_writes"] - base["per_run"]["dynamodb_writes"]
+    saturated = full if full is not None and full["status"] == "ok" else None
+    return [
+        at_most("DynamoDB writes per run under a rate limit, not refused", extra,
+                RATE_EXTRA_WRITES_PER_RUN),
+        at_most("refused claims per run at a saturated rate limit",
+                saturated["refused_claims_per_run"] if saturated else None,
+                RATE_REFUSED_PER_RUN),
+        Target(
+            "most starts in a second at a saturated rate limit",
+            f"<= {saturated['rate']}" if saturated else "<= the limit",
+            saturated["most_in_a_second"] if saturated else None,
+            met=None if saturated is None else saturated["most_in_a_second"] <= saturated["rate"],
+        ),
+    ]  # fmt: skip
 
 
 def values_target(rows: list[dict[str, Any]]) -> Target:

@@ -33,6 +33,9 @@ _FIELDS = frozenset({"version", "environment", "run_id", "queue", "requested_at"
 _REQUIRED = _FIELDS - {"trace", "hint"}
 _HINT_FIELDS = frozenset({"seq", "attempt", "task", "at", "start"})
 _REQUIRED_HINT_FIELDS = _HINT_FIELDS - {"at", "start"}
+START_MARK = '"start":'
+"""In the body of a wakeup whose hint names a reserved start (and rarely in another): a
+worker parses only such a body before it starts the wakeup's attempt."""
 MAX_HINT_NUMBER = 2**31 - 1
 MAX_HINT_TIME_MS = 253402300799999
 """9999-12-31T23:59:59.999Z: the latest ``at`` a hint may carry."""
@@ -194,7 +197,7 @@ def held_until(body: str) -> datetime | None:
     """The reserved start a wakeup's hint names (see :attr:`ClaimHint.start`), read only from a
     body that has one; ``None`` for any other body, even a malformed one (the worker's
     path rejects that)."""
-    if '"start":' not in body:
+    if START_MARK not in body:
         return None
     try:
         hint = parse_wakeup(body).hint

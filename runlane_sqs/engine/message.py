@@ -83,6 +83,9 @@ MAX_HOLD = timedelta(seconds=20)
 """The longest a worker keeps the message of a run sleeping for its reserved start rather
 than publish a wakeup (which would come after every message queued before it): well
 inside the queue's visibility timeout (60 s by default; docs/rate-limits.md)."""
+SHORT_WAIT = timedelta(milliseconds=200)
+"""A reserved start at most this far ahead is waited for on the attempt's thread: the
+run is claimed then, without a write to sleep and a wakeup."""
 MAX_PAUSES = 3
 """Pauses before a run's reserved start: a sleep may end a moment early by the wall clock."""
 MAX_RESERVES = 5
@@ -206,6 +209,15 @@ class RecheckSlot:
 
 
 @dataclass(frozen=True, slots=True)
+class PassSlotsOn:
+    """``run`` sleeps until its reserved start instead of taking its slots: wake the
+    oldest waiter of each of its limits that has a free slot (``run`` may have been woken
+    for it). Result: ``None``."""
+
+    run: Run
+
+
+@dataclass(frozen=True, slots=True)
 class Pause:
     """Wait ``delay`` (at most :data:`MAX_EARLY`: a run woken just before its reserved
     start under its rate limits, SQS's delays being whole seconds). Result: ``None``."""
@@ -230,6 +242,7 @@ PathRequest = (
     | ReserveAt
     | Pause
     | Hold
+    | PassSlotsOn
     | ClaimHinted
     | Write
     | Begin
@@ -254,6 +267,7 @@ class Performer(Protocol):
     def reserve_at(self, request: ReserveAt) -> Any: ...
     def pause(self, request: Pause) -> Any: ...
     def hold(self, request: Hold) -> Any: ...
+    def pass_slots_on(self, request: PassSlotsOn) -> Any: ...
     def claim_hinted(self, request: ClaimHinted) -> Any: ...
     def write(self, request: Write) -> Any: ...
     def begin(self, request: Begin) -> Any: ...
@@ -274,6 +288,7 @@ def performer_table(driver: Performer) -> dict[type, Callable[[Any], Any]]:
         ReserveAt: driver.reserve_at,
         Pause: driver.pause,
         Hold: driver.hold,
+        PassSlotsOn: driver.pass_slots_on,
         ClaimHinted: driver.claim_hinted,
         Write: driver.write,
         Begin: driver.begin,
@@ -468,8 +483,13 @@ class MessagePath:
         for it sleeps) with its slots, and run its attempt."""
         for _ in range(MAX_RESERVES):
             start_us = yield from self._rate_start(run, task)
-            if start_us is not None and start_us > to_epoch_us(self.clock.now()):
-                return (yield from self._wait_for_rate(wakeup, run, start_us, message))
+            while start_us is not None:
+                ahead = timedelta(microseconds=start_us - to_epoch_us(self.clock.now()))
+                if ahead <= timedelta(0):
+                    break
+                if ahead > SHORT_WAIT:
+                    return (yield from self._wait_for_rate(wakeup, run, start_us, message))
+                yield Pause(ahead)  # a moment: not worth a write and a wakeup
             now = self.clock.now()
             decision = decisions.decide_claim(
                 run, task, self.worker_id, now=now, config=self.config, slots=slots
@@ -523,6 +543,8 @@ class MessagePath:
         except ConflictError:
             return log_skip(wakeup, SkipReason.CLAIM_LOST, self.worker_id, run)
         self.observer.delayed(waiting, "rate")
+        if self.tasks.slots_for(run):
+            yield PassSlotsOn(waiting)
         assert waiting.due_at is not None
         log.info(
             "run %s waits for its rate limits' reserved start until %s",

@@ -81,16 +81,28 @@ class SlotWaker:
         state = self._store.slots.get_slot(slot.scope)
         if state is None or len(state.holders) < slot.limit:
             woken = self._wake_run(run)
-        passed = [
-            waiter
-            for other in self._tasks.slots_for(run)
-            if other.scope != slot.scope and self._full(other) is None
-            for waiter in self._wake_oldest(other.scope, 1)
-        ]
+        passed = self._passed_on(run, but=slot.scope)
         ready = ([woken] if woken is not None else []) + passed
         if ready:
             self._publisher.publish_many(ready)
         return woken
+
+    def pass_on(self, run: Run) -> int:
+        """``run`` will not take its slots now (it sleeps until its reserved start under
+        its rate limits): a free slot of each of its limits goes to the oldest waiter
+        there (it may have been woken for that slot). Returns how many were woken."""
+        passed = self._passed_on(run)
+        if passed:
+            self._publisher.publish_many(passed)
+        return len(passed)
+
+    def _passed_on(self, run: Run, but: str | None = None) -> list[Run]:
+        return [
+            waiter
+            for other in self._tasks.slots_for(run)
+            if other.scope != but and self._full(other) is None
+            for waiter in self._wake_oldest(other.scope, 1)
+        ]
 
     def check(self, listed: SlotState, now: datetime) -> SlotCheck:
         """Maintenance's look at a listed slot record: drop leaked holders, wake waiters

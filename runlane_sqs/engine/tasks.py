@@ -290,7 +290,7 @@ class TaskRegistry:
         return tuple(rates)
 
     def limited(self, task: Task, queue: str) -> bool:
-        """Whether runs of ``task`` on ``queue`` may need slots or a rate limit's turn
+        """Whether runs of ``task`` on ``queue`` may need slots or a reserved start
         (their claim reads first)."""
         limits = self.queue(queue)
         return (

@@ -135,6 +135,9 @@ class Executor:
     def recheck_slot(self, request: message.RecheckSlot) -> None:
         self.engine.slot_waker.recheck(request.run, request.slot)
 
+    def pass_slots_on(self, request: message.PassSlotsOn) -> None:
+        self.engine.slot_waker.pass_on(request.run)
+
 
 class LeaseKeeper(LeaseBook):
     """Renews every tracked lease on :meth:`beat`; a background thread beats every

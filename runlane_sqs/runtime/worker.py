@@ -48,7 +48,7 @@ from runlane_sqs.core.limits import (
     MAX_SEND_BATCH,
     MAX_WAIT_TIME_SECONDS,
 )
-from runlane_sqs.core.wakeup import held_until
+from runlane_sqs.core.wakeup import START_MARK, held_until
 from runlane_sqs.engine.engine import Engine, HasEngine
 from runlane_sqs.engine.message import MAX_EARLY, Disposition, MessagePath
 from runlane_sqs.ports.transport import ReceivedWakeup, WakeupTransport
@@ -255,13 +255,17 @@ class Intake:
         """Buffer received messages. One whose hint names a reserved start a moment ahead
         (see :data:`~runlane_sqs.engine.message.EARLY_WAKEUP`) is held until just before
         it, no thread tied up waiting."""
-        now = self._clock.now()
         for message in messages:
-            until = held_until(message.body)
-            if until is not None and now < until - HOLD_LEAD and until <= now + MAX_EARLY:
+            until = held_until(message.body) if START_MARK in message.body else None
+            if until is not None and self._early(until):
                 self.hold(message, until)
             else:
                 self.buffer.append(message)
+
+    def _early(self, until: datetime) -> bool:
+        """Whether a wakeup for a start at ``until`` came early enough to hold."""
+        now = self._clock.now()
+        return now < until - HOLD_LEAD and until <= now + MAX_EARLY
 
     def hold(self, message: ReceivedWakeup, until: datetime) -> None:
         """Keep ``message`` (in flight, its attempt ending as ``HELD``) and hand it to a
@@ -284,6 +288,8 @@ class Intake:
     def _release_due(self) -> None:
         """Held messages whose reserved start has come go first: their runs start within a
         grace of it or reserve again (docs/rate-limits.md)."""
+        if not self._timed:
+            return
         now = self._clock.now()
         due = []
         while self._timed and self._timed[0][0] <= now:
@@ -709,6 +715,9 @@ class Worker(WorkerBase):
                     intake.busy,
                     extra=self._extra,
                 )
+        held = intake.take_buffer()  # messages the last attempts held for their start
+        if held:
+            self.engine.transport.release(held)
         self._flush_acks(force=True)
         self._log_returned(intake.returned)
         self._receiver.close()

@@ -9,18 +9,27 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from runlane_sqs import EventType, RateLimit, Runlane, RunStatus, TaskContext
+from runlane_sqs.core import machine
+from runlane_sqs.core.rates import to_epoch_us
+from runlane_sqs.core.slots import queue_scope
 from tests.backends import ONLY_MEMORY, Backend
+from tests.behaviour.worker_support import claim_elsewhere, drain
 from tests.workers import WorkerKind
 
 TASK = "partner.call"
 KEYED = "tenant.call"
-STEP = timedelta(milliseconds=105)
-"""10 a second: spaced (1 s + 50 ms grace) / 10 apart (docs/rate-limits.md, "How exact")."""
+STEP = timedelta(milliseconds=525)
+"""2 a second: spaced (1 s + 50 ms grace) / 2 apart (docs/rate-limits.md, "How exact")."""
+FAST = "partner.ping"
 
 
 def register(app: Runlane) -> None:
-    @app.task(name=TASK, rate_limits=[RateLimit(10, per=1)])
+    @app.task(name=TASK, rate_limits=[RateLimit(2, per=1)])
     def call(ctx: TaskContext, payload: Any) -> Any:
+        return payload
+
+    @app.task(name=FAST, rate_limits=[RateLimit(10, per=1)])
+    def ping(ctx: TaskContext, payload: Any) -> Any:
         return payload
 
     @app.task(
@@ -56,6 +65,24 @@ def test_runs_beyond_the_rate_sleep_until_their_reserved_start_in_order(
     assert len(waited) == 3  # refused once each, none twice
 
 
+@ONLY_MEMORY
+def test_a_start_a_moment_ahead_is_waited_for_without_sleeping(
+    backend: Backend, worker_kind: WorkerKind
+) -> None:
+    """10 a second: each run's reserved start is 105 ms after the one before, under
+    ``SHORT_WAIT``, so the worker waits on the attempt's thread instead of writing the run
+    to sleep and publishing a wakeup."""
+    app = backend.app(register=register)
+    t0 = backend.clock.now()
+    runs = [app.trigger(FAST, n) for n in range(3)]
+
+    assert worker_kind.drain(app) == 3
+
+    started = sorted(_started(app, r.id) - t0 for r in runs)
+    assert started == [timedelta(0), timedelta(milliseconds=105), timedelta(milliseconds=210)]
+    assert not any(EventType.WAITING_FOR_RATE in _types(app, r.id) for r in runs)
+
+
 def _types(app: Runlane, run_id: str) -> list[EventType]:
     return [e.type for e in app.runs.events(run_id)]
 
@@ -79,3 +106,46 @@ def test_a_per_key_limit_counts_each_key_apart(backend: Backend, worker_kind: Wo
 
 def _started(app: Runlane, run_id: str) -> datetime:
     return next(e.at for e in app.runs.events(run_id) if e.type is EventType.STARTED)
+
+
+SHARED_QUEUE = "shared"
+PLAIN = "shared.plain"
+RATED = "shared.rated"
+
+
+def shared_queue(app: Runlane) -> None:
+    """A queue of one slot, shared by a task without a rate limit and one with one."""
+    shared = app.queue(SHARED_QUEUE, concurrency_limit=1)
+    app.task(lambda ctx, payload: payload, name=PLAIN, queue=shared)
+    app.task(
+        lambda ctx, payload: payload,
+        name=RATED,
+        queue=shared,
+        rate_limits=[RateLimit(1, per=1)],
+    )
+
+
+@ONLY_MEMORY
+def test_a_claim_that_sleeps_for_its_rate_limit_passes_free_slots_on(backend: Backend) -> None:
+    """The queue's one slot is free and a run of the other task waits for it (the worker
+    that freed it stopped before waking anyone); a rated run whose reserved start is a
+    second ahead does not take the slot: it wakes that waiter as it goes to sleep, so the
+    slot is not left unused while it sleeps."""
+    app = backend.app(register=shared_queue, queues=[SHARED_QUEUE])
+    busy = claim_elsewhere(app, app.trigger(PLAIN, "busy").id)
+    waiter = app.trigger(PLAIN, "waiter")
+    assert drain(app, queues=[SHARED_QUEUE]) == 0
+    assert app.runs.get(waiter.id).slot_wait == queue_scope(SHARED_QUEUE)
+    assert busy.lease is not None
+    done = machine.record_success(busy, token=busy.lease.token, result=None, now=app.clock.now())
+    app.store.apply(done)  # frees the slot; nobody is woken
+    rated = app.trigger(RATED, "rated")
+    scope = app.tasks.rates_for(app.runs.get(rated.id))[0]
+    now_us = to_epoch_us(backend.clock.now())
+    app.engine.store.rates.reserve(scope, cost=1, not_before_us=now_us)  # another's start
+
+    assert drain(app, queues=[SHARED_QUEUE]) == 2  # the waiter, then the rated run
+
+    assert app.runs.get(waiter.id).status is RunStatus.SUCCEEDED
+    assert _started(app, waiter.id) < _started(app, rated.id)
+    assert EventType.WAITING_FOR_RATE in _types(app, rated.id)

@@ -18,8 +18,10 @@ class DynamoRateStore:
         self._send = send
         self.table = table
         self.environment = environment
-        self._busy: dict[str, bool] = {}
-        """Whether each scope's last reservation here found it busy (a guess, never a rule)."""
+        self._seen: dict[str, int] = {}
+        """The latest TAT this worker saw of each scope. A scope's TAT never moves back,
+        so one seen at or after a start means the scope is busy then (a reset by a new
+        limit aside: the guess it leads to then costs one refused request)."""
 
     def reserve(self, rate: Rate, *, cost: int, not_before_us: int) -> int:
         now, step = _number(not_before_us), cost * rate.interval_us
@@ -36,18 +38,19 @@ class DynamoRateStore:
             values={":now": now, ":c": _number(step)},
             ReturnValues="UPDATED_NEW",
         )
-        # the update that held last time for this scope first: under a backlog every
-        # scope is busy, so a reservation costs one request
-        busy_first = self._busy.get(rate.scope, False)
+        # busy for certain when a TAT seen here is still ahead (one request under a
+        # backlog); else most likely idle, unless another worker reserved since
+        busy_first = self._seen.get(rate.scope, -1) >= not_before_us
         for _ in range(RESERVE_ATTEMPTS):
             for was_busy in (busy_first, not busy_first):
                 sent = send_conditional(self._send, "update_item", busy if was_busy else idle)
                 if isinstance(sent, Refused):
                     continue
-                self._remember(rate.scope, was_busy)
                 if not was_busy:
+                    self._saw(rate.scope, not_before_us + step)
                     return not_before_us
                 tat = int(sent["Attributes"]["tat"]["N"])
+                self._saw(rate.scope, tat)
                 return start_after(rate, tat, now_us=not_before_us, cost=cost)
         raise StorageUnavailable(f"the reservations of {rate.scope} kept changing; try again")
 
@@ -102,10 +105,10 @@ class DynamoRateStore:
             **options,
         }
 
-    def _remember(self, scope: str, busy: bool) -> None:
-        if len(self._busy) >= SCOPES_REMEMBERED and scope not in self._busy:
-            self._busy.clear()
-        self._busy[scope] = busy
+    def _saw(self, scope: str, tat: int) -> None:
+        if len(self._seen) >= SCOPES_REMEMBERED and scope not in self._seen:
+            self._seen.clear()
+        self._seen[scope] = max(tat, self._seen.get(scope, tat))
 
 
 def _number(value: int) -> dict[str, str]:
@@ -115,4 +118,4 @@ def _number(value: int) -> dict[str, str]:
 RESERVE_ATTEMPTS = 3
 """Tries of the idle and the busy update: each fails only when the other just held."""
 SCOPES_REMEMBERED = 10_000
-"""Scopes whose last kind of reservation a worker remembers; past this it forgets them all."""
+"""Scopes whose TAT a worker remembers; past this it forgets them all."""

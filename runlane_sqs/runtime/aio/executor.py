@@ -175,6 +175,9 @@ class AsyncExecutor:
     async def recheck_slot(self, request: message.RecheckSlot) -> None:
         await asyncio.to_thread(self.engine.slot_waker.recheck, request.run, request.slot)
 
+    async def pass_slots_on(self, request: message.PassSlotsOn) -> None:
+        await asyncio.to_thread(self.engine.slot_waker.pass_on, request.run)
+
 
 def _cancelled_by_worker() -> bool:
     task = asyncio.current_task()

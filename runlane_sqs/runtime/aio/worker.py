@@ -326,6 +326,9 @@ class AsyncWorker(WorkerBase):
                         len(stubborn),
                         extra=self._extra,
                     )
+        held = session.intake.take_buffer()  # messages the last attempts held for their start
+        if held:
+            await session.transport.release(held)
         await self._flush_acks(session, force=True)
         self._log_returned(session.intake.returned)
         await session.leases.stop()
