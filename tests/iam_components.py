@@ -546,6 +546,8 @@ def limit_rates(c: Components) -> None:
     runs += [c.producer.trigger(RATED, n) for n in range(2, 4)]
     assert c.deliver() == 3  # the second run's wakeup comes back
     assert all(c.status(run.id) is RunStatus.SUCCEEDED for run in runs)
+    (state,) = c.operator.queues.rates()
+    assert state.reserved_ahead >= 0 and state.stored_matches
 
 
 def order_runs(c: Components) -> None:

@@ -1,5 +1,6 @@
-"""Reading concurrency limits: ``app.queues`` (how many slots each limit's scope has
-held and how many runs wait for one).
+"""Reading concurrency and rate limits: ``app.queues`` (how many slots each limit's
+scope has held and how many runs wait for one; each rate limit's next start and the
+starts reserved ahead).
 
 The scopes listed are the queues the app's code defines (with their limits) and every
 scope whose slot record maintenance has listed, that is every limit with holders or
@@ -9,11 +10,14 @@ that sets the limits to see them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
+from runlane_sqs.core.clock import EPOCH
 from runlane_sqs.core.indexes import AgendaKind, agenda_partitions
 from runlane_sqs.core.ordering import is_order_scope
+from runlane_sqs.core.rates import RateLimit, to_epoch_us, view_of
 from runlane_sqs.core.slots import KEY_SCOPE, QUEUE_SCOPE, SlotState, queue_scope
 from runlane_sqs.engine.engine import Engine
 
@@ -52,6 +56,45 @@ class Occupancy:
             "holding": self.holding,
             "waiting": self.waiting,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class RateState:
+    """One rate limit's scope and where its reservations stand now."""
+
+    scope: str
+    """``rate#queue#{queue}``, ``rate#task#{task}#{per}`` or ``rate#key#{task}#{per}#{key}``."""
+    limit: RateLimit
+    """The limit this app's code sets."""
+    next_start: datetime | None
+    """The earliest start a claim made now would get (``None``: no start reserved yet,
+    so now)."""
+    available: int
+    """Runs that could start at once, one after another (``1 + burst`` when idle)."""
+    reserved_ahead: int
+    """Starts reserved beyond now, in cost units: the runs waiting for their start."""
+    stored_matches: bool
+    """Whether the last reservation was made under this limit (a deploy that changed it
+    applies to reservations made from then on)."""
+
+    def to_json(self) -> dict[str, object]:
+        per = self.limit.per
+        assert isinstance(per, timedelta)
+        return {
+            "scope": self.scope,
+            "rate": self.limit.rate,
+            "per_seconds": per.total_seconds(),
+            "burst": self.limit.burst,
+            "per_key": self.limit.per_key,
+            "next_start": self.next_start.isoformat() if self.next_start else None,
+            "available": self.available,
+            "reserved_ahead": self.reserved_ahead,
+            "stored_matches": self.stored_matches,
+        }
+
+
+RateStates = list[RateState]
+"""(``QueuesApi.list`` hides the built-in name inside the class.)"""
 
 
 class QueuesApi:
@@ -109,3 +152,28 @@ class QueuesApi:
         return [
             self._occupancy(scope, limits, stored.get(scope)) for scope in sorted(limits | stored)
         ]
+
+    def rates(self, keys: Iterable[str] = ()) -> RateStates:
+        """Every rate limit this app defines, by scope, with its reservations now: the
+        queues' and the tasks' limits, and the per-key ones for ``keys``."""
+        now_us = to_epoch_us(self._engine.clock.now())
+        found = []
+        for scope, limit in self._engine.tasks.defined_rates(keys):
+            rate = limit.rate_in(scope)
+            record = self._engine.store.rates.read(scope)
+            if record is None:
+                found.append(RateState(scope, limit, None, limit.burst + 1, 0, True))
+                continue
+            view = view_of(record, now_us)
+            found.append(
+                RateState(
+                    scope,
+                    limit,
+                    EPOCH + timedelta(microseconds=view.next_start_us),
+                    view.available,
+                    view.reserved_ahead,
+                    (record.interval_us, record.tolerance_us)
+                    == (rate.interval_us, rate.tolerance_us),
+                )
+            )
+        return found

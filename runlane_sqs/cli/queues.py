@@ -1,4 +1,5 @@
-"""Concurrency limit commands: ``queues list``.
+"""Limit commands: ``queues list`` (concurrency limits) and ``queues rates`` (rate
+limits).
 
 Occupancy is read from storage, so the command works without an app
 (``app_or_env_for_command``): it then lists every scope with holders or waiters lately, with
@@ -9,13 +10,16 @@ queue the app defines (limited or not) with the limits its code sets.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 
 import click
 from rich.text import Text
 
-from runlane_sqs.api.queues import WAITING_COUNTED, Occupancy
+from runlane_sqs.api.queues import WAITING_COUNTED, Occupancy, RateState
 from runlane_sqs.cli import tables
 from runlane_sqs.cli.options import (
+    app_for_command,
+    app_option,
     app_or_env_for_command,
     emit_json,
     json_option,
@@ -81,7 +85,7 @@ def print_occupancy(found: Sequence[Occupancy]) -> None:
 
 @click.group()
 def queues() -> None:
-    """Read the occupancy of the environment's concurrency limits."""
+    """Read the environment's concurrency limits (list) and rate limits (rates)."""
 
 
 @queues.command("list")
@@ -97,3 +101,64 @@ def list_queues(app_spec: str | None, as_json: bool) -> None:
         emit_json([occupancy.to_json() for occupancy in found])
     else:
         print_occupancy(found)
+
+
+RATE_COLUMNS = ("scope", "limit", "next start", "available", "reserved ahead")
+RATES = tables.Listing(
+    RATE_COLUMNS,
+    (),
+    frozenset({"scope"}),
+    frozenset({"limit", "available", "reserved ahead"}),
+)
+CHANGED_MARK = " (changed)"
+CHANGED_NOTE = (
+    "(changed): the last reservation was made under another limit; this one applies to "
+    "reservations made from now on"
+)
+
+
+def rate_limit_cell(state: RateState) -> str:
+    """``rate/per`` (``+burst``), marked when the stored limit differs."""
+    per = state.limit.per
+    assert isinstance(per, timedelta)  # a RateLimit keeps its per as a timedelta
+    text = f"{state.limit.rate}/{per.total_seconds():g}s"
+    if state.limit.burst:
+        text += f" +{state.limit.burst}"
+    return text if state.stored_matches else text + CHANGED_MARK
+
+
+def _rate_row(state: RateState) -> dict[str, str | Text]:
+    return {
+        "scope": state.scope,
+        "limit": rate_limit_cell(state),
+        "next start": state.next_start.isoformat() if state.next_start else "now",
+        "available": str(state.available),
+        "reserved ahead": str(state.reserved_ahead),
+    }
+
+
+@queues.command("rates")
+@app_option
+@click.option(
+    "--key",
+    "keys",
+    multiple=True,
+    help="Also show each per-key rate limit's scope for this key (repeatable).",
+)
+@json_option
+def list_rates(app_spec: str | None, keys: tuple[str, ...], as_json: bool) -> None:
+    """List rate limits: the next start a claim would get, the runs that could start at
+    once, and the starts reserved ahead, by scope.
+
+    The scopes are the limits the app's code sets on queues and tasks, and its per-key
+    limits for each --key."""
+    app = app_for_command(app_spec, "rate limits are set by the app's code")
+    found = app.queues.rates(keys)
+    if as_json:
+        emit_json([state.to_json() for state in found])
+        return
+    out = tables.stdout_console()
+    table = RATES.fit([_rate_row(state) for state in found], out)
+    tables.show(f"{len(found)} rate limit scope(s)", table, out)
+    if not all(state.stored_matches for state in found):
+        out.print(Text(CHANGED_NOTE), soft_wrap=True)

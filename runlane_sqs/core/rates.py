@@ -237,6 +237,40 @@ def on_time(rates: Sequence[Rate], start_us: int, now_us: int) -> bool:
     return start_us <= now_us <= start_us + min(r.grace_us for r in rates)
 
 
+@dataclass(frozen=True, slots=True)
+class RateRecord:
+    """A scope's record as stored: its TAT and the limit of the claim that last moved it."""
+
+    scope: str
+    tat_us: int
+    interval_us: int
+    tolerance_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class RateView:
+    """What an operator sees of one scope at ``now``: derived from its record alone."""
+
+    next_start_us: int
+    """The earliest start a claim made now would get."""
+    available: int
+    """Runs of cost 1 that could start at once, one after another."""
+    reserved_ahead: int
+    """Units reserved beyond now: the runs waiting for their start, for a cost of 1."""
+
+
+def view_of(record: RateRecord, now_us: int) -> RateView:
+    """A scope's state at ``now_us`` (see :class:`RateView`)."""
+    interval, tolerance = record.interval_us, record.tolerance_us
+    tat = max(record.tat_us, now_us)
+    available = (now_us + tolerance - tat) // interval + 1
+    return RateView(
+        next_start_us=max(now_us, record.tat_us - tolerance),
+        available=max(0, available),
+        reserved_ahead=-(-(tat - now_us) // interval),
+    )
+
+
 def to_epoch_us(at: datetime) -> int:
     return (at - EPOCH) // ONE_US
 

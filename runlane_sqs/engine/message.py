@@ -86,11 +86,13 @@ inside the queue's visibility timeout (60 s by default; docs/rate-limits.md)."""
 SHORT_WAIT = timedelta(milliseconds=200)
 """A reserved start at most this far ahead is waited for on the attempt's thread: the
 run is claimed then, without a write to sleep and a wakeup."""
+RESERVE_LEAD = timedelta(milliseconds=100)
+"""How far ahead a claim reserves after its first reservation came too late to use."""
 MAX_PAUSES = 3
 """Pauses before a run's reserved start: a sleep may end a moment early by the wall clock."""
 MAX_RESERVES = 5
 """Claims of a run that reserved its start again because the reservations' writes took
-longer than the grace; then the wakeup is skipped (the run stays due)."""
+longer than the grace; then its wakeup is left for redelivery (the run stays due)."""
 
 
 class Disposition(StrEnum):
@@ -481,8 +483,9 @@ class MessagePath:
     ) -> Handling:
         """Claim ``run`` on time for its rate limits (reserving its start first: a run early
         for it sleeps) with its slots, and run its attempt."""
+        lead = timedelta(0)
         for _ in range(MAX_RESERVES):
-            start_us = yield from self._rate_start(run, task)
+            start_us = yield from self._rate_start(run, task, lead)
             while start_us is not None:
                 ahead = timedelta(microseconds=start_us - to_epoch_us(self.clock.now()))
                 if ahead <= timedelta(0):
@@ -499,7 +502,10 @@ class MessagePath:
             if start_us is not None and not on_time(
                 self.tasks.rates_for(run), start_us, to_epoch_us(now)
             ):
-                continue  # its reservations' writes took longer than the grace: again
+                # its reservation and its read took longer than the grace: reserve a start
+                # a moment ahead, so the claim follows a wait on this thread, not requests
+                lead = RESERVE_LEAD
+                continue
             try:
                 claimed: Run = yield Write(decision)
             except ConflictError:
@@ -508,11 +514,20 @@ class MessagePath:
                 slot = next(s for s in slots if s.scope == full.scope)
                 return (yield from self._wait_for_slot(wakeup, run, slot, full.holders))
             return (yield from self._claimed(claimed, wakeup, message.message_id))
-        return self._skip(wakeup, SkipReason.CLAIM_LOST, run)
+        log.warning(
+            "run %s: its claims kept coming later than its reserved starts; its wakeup is "
+            "left for redelivery",
+            run.id,
+            extra={"run_id": run.id, "task": run.task, "worker_id": self.worker_id},
+        )
+        return Disposition.DEFERRED
 
-    def _rate_start(self, run: Run, task: Task) -> Generator[PathRequest, Any, int | None]:
-        """The start ``run`` reserves under its rate limits (µs since the epoch), reserved
-        now; ``None`` for a run without limits, not due, or claiming on time."""
+    def _rate_start(
+        self, run: Run, task: Task, lead: timedelta
+    ) -> Generator[PathRequest, Any, int | None]:
+        """The start ``run`` reserves under its rate limits (µs since the epoch), ``lead``
+        from now at the earliest; ``None`` for a run without limits, not due, or claiming
+        on time."""
         rates = self.tasks.rates_for(run)
         now = self.clock.now()
         if not rates or not run.is_due(now):
@@ -526,7 +541,8 @@ class MessagePath:
                 (now - run.rate_start) // timedelta(milliseconds=1),
                 extra={"run_id": run.id, "task": run.task, "worker_id": self.worker_id},
             )
-        return (yield from reserve_starts(rates, cost=task.rate_cost, now_us=to_epoch_us(now)))
+        not_before = to_epoch_us(now + lead)
+        return (yield from reserve_starts(rates, cost=task.rate_cost, now_us=not_before))
 
     def _wait_for_rate(
         self, wakeup: Wakeup, run: Run, start_us: int, message: ReceivedWakeup

@@ -289,6 +289,23 @@ class TaskRegistry:
                 rates.append(limit.rate_in(scope))
         return tuple(rates)
 
+    def defined_rates(self, keys: Iterable[str] = ()) -> list[tuple[str, RateLimit]]:
+        """The rate limits this app's code sets, by scope: every queue's and task's, and
+        each task's per-key one for ``keys`` (a key's scopes cannot be listed otherwise)."""
+        checked = [check_concurrency_key(key) for key in keys]
+        found = [
+            (queue_rate_scope(q.name), q.rate_limit)
+            for q in self.defined_queues()
+            if q.rate_limit is not None
+        ]
+        for task in sorted(self._tasks.values(), key=lambda t: t.name):
+            for limit in task.rate_limits:
+                if not limit.per_key:
+                    found.append((task_rate_scope(task.name, limit.per_us), limit))
+                else:
+                    found += [(key_rate_scope(task.name, limit.per_us, k), limit) for k in checked]
+        return found
+
     def limited(self, task: Task, queue: str) -> bool:
         """Whether runs of ``task`` on ``queue`` may need slots or a reserved start
         (their claim reads first)."""

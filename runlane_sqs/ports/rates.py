@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from runlane_sqs.core.rates import Rate
+from runlane_sqs.core.rates import Rate, RateRecord
 
 
 class RateStore(Protocol):
@@ -24,4 +24,8 @@ class RateStore(Protocol):
         """Reserve a start in ``rate``'s scope starting exactly at ``at_us`` if the scope allows
         a start then, and return ``None``; else change nothing and return the earliest
         start it allows (:func:`runlane_sqs.core.rates.take_at`)."""
+        ...
+
+    def read(self, scope: str) -> RateRecord | None:
+        """The record of ``scope`` (``None``: no run reserved a start there yet)."""
         ...

@@ -8,9 +8,11 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from runlane_sqs import EventType, RateLimit, Runlane, RunStatus, TaskContext
+import pytest
+
+from runlane_sqs import EventType, InvalidKeyError, RateLimit, Runlane, RunStatus, TaskContext
 from runlane_sqs.core import machine
-from runlane_sqs.core.rates import to_epoch_us
+from runlane_sqs.core.rates import key_rate_scope, queue_rate_scope, to_epoch_us
 from runlane_sqs.core.slots import queue_scope
 from tests.backends import ONLY_MEMORY, Backend
 from tests.behaviour.worker_support import claim_elsewhere, drain
@@ -21,6 +23,7 @@ KEYED = "tenant.call"
 STEP = timedelta(milliseconds=525)
 """2 a second: spaced (1 s + 50 ms grace) / 2 apart (docs/rate-limits.md, "How exact")."""
 FAST = "partner.ping"
+FASTEST = "partner.poll"
 
 
 def register(app: Runlane) -> None:
@@ -30,6 +33,10 @@ def register(app: Runlane) -> None:
 
     @app.task(name=FAST, rate_limits=[RateLimit(10, per=1)])
     def ping(ctx: TaskContext, payload: Any) -> Any:
+        return payload
+
+    @app.task(name=FASTEST, rate_limits=[RateLimit(1000, per=1)])
+    def poll(ctx: TaskContext, payload: Any) -> Any:
         return payload
 
     @app.task(
@@ -149,3 +156,76 @@ def test_a_claim_that_sleeps_for_its_rate_limit_passes_free_slots_on(backend: Ba
     assert app.runs.get(waiter.id).status is RunStatus.SUCCEEDED
     assert _started(app, waiter.id) < _started(app, rated.id)
     assert EventType.WAITING_FOR_RATE in _types(app, rated.id)
+
+
+LISTED = "listed.call"
+KEYED_LIMIT = RateLimit(2, per=1, per_key=True)
+
+
+def listed(app: Runlane) -> None:
+    """A queue with a rate limit (5 a second, a burst of 1) and a task on it with a
+    per-key limit."""
+    partner = app.queue("partner", rate_limit=RateLimit(5, per=1, burst=1))
+    app.task(
+        lambda ctx, payload: payload,
+        name=LISTED,
+        queue=partner,
+        concurrency_key=lambda p: p["tenant"],
+        rate_limits=[KEYED_LIMIT],
+    )
+
+
+def test_operators_see_each_rate_limits_next_start_and_reservations(backend: Backend) -> None:
+    """``app.queues.rates()``: the app's queue limit, and a per-key one for the keys
+    asked for; an idle scope may start ``1 + burst`` at once, a busy one says when its
+    next start is and how many starts are reserved ahead."""
+    app = backend.app(register=listed)
+    now = backend.clock.now()
+    queue_scope_ = queue_rate_scope("partner")
+    idle = {s.scope: s for s in app.queues.rates(keys=["acme"])}
+    assert set(idle) == {queue_scope_, key_rate_scope(LISTED, 1_000_000, "acme")}
+    assert (idle[queue_scope_].next_start, idle[queue_scope_].available) == (None, 2)
+
+    rate = RateLimit(5, per=1, burst=1).rate_in(queue_scope_)
+    for _ in range(4):  # four claims reserve now: two start at once, two wait
+        app.engine.store.rates.reserve(rate, cost=1, not_before_us=to_epoch_us(now))
+
+    busy = {s.scope: s for s in app.queues.rates()}
+    state = busy[queue_scope_]
+    assert (state.available, state.reserved_ahead, state.stored_matches) == (0, 4, True)
+    assert state.next_start == now + 3 * timedelta(microseconds=rate.interval_us)
+    assert list(busy) == [queue_scope_]  # no key asked for: no per-key scope
+    assert state.to_json()["rate"] == 5 and state.to_json()["burst"] == 1
+
+
+def test_a_bad_key_asked_for_is_refused(backend: Backend) -> None:
+    app = backend.app(register=listed)
+    with pytest.raises(InvalidKeyError):
+        app.queues.rates(keys=["bad\x00key"])
+
+
+@ONLY_MEMORY
+def test_a_reservation_slower_than_the_grace_is_made_again_a_moment_ahead(
+    backend: Backend, worker_kind: WorkerKind
+) -> None:
+    """Every reservation takes 60 ms (a loaded store), more than the 50 ms grace, so a run
+    reserved for now cannot start on time, and at 1,000 a second each new reservation is
+    for about now again: its claim reserves 100 ms ahead instead, waits the rest on its
+    thread and starts then, on time."""
+    app = backend.app(register=register)
+    store = app.engine.store.rates
+    reserve = store.reserve
+
+    def slow(*args: Any, **options: Any) -> int:
+        start = reserve(*args, **options)
+        backend.clock.advance(timedelta(milliseconds=60))
+        return start
+
+    store.reserve = slow  # type: ignore[method-assign]
+    t0 = backend.clock.now()
+    run = app.trigger(FASTEST, "late")
+
+    assert worker_kind.drain(app) == 1
+
+    assert app.runs.get(run.id).status is RunStatus.SUCCEEDED
+    assert _started(app, run.id) - t0 == timedelta(milliseconds=160)  # 60 + 100 ahead

@@ -11,15 +11,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from runlane_sqs.core.errors import ConfigurationError
 from runlane_sqs.core.rates import (
     Rate,
     RateLimit,
+    RateRecord,
+    RateView,
     Reserve,
+    check_cost,
     key_rate_scope,
     next_start,
     reserve_starts,
     start_at,
     task_rate_scope,
+    view_of,
 )
 
 SECOND_US = 1_000_000
@@ -150,3 +155,46 @@ def test_a_limit_that_cannot_start_the_run_then_says_when_it_can() -> None:
     assert tats[tenant.scope] == 2 * SECOND_US + tenant.interval_us
     assert tats[wide.scope] == 2 * SECOND_US + wide.interval_us
     assert start_at(tenant, 5, cost=1, at_us=3) == (5, 5)  # nothing changes when refused
+
+
+def test_an_operator_sees_the_next_start_what_may_start_now_and_what_is_reserved() -> None:
+    limit = RateLimit(10, per=1, burst=2).rate_in(task_rate_scope("t", SECOND_US))
+    interval = limit.interval_us
+
+    def seen(tat: int, now: int) -> RateView:
+        return view_of(RateRecord(limit.scope, tat, interval, limit.tolerance_us), now)
+
+    assert seen(0, SECOND_US) == RateView(SECOND_US, 3, 0)  # idle: 1 + burst at once
+    assert seen(SECOND_US + interval, SECOND_US) == RateView(SECOND_US, 2, 1)
+    ahead = SECOND_US + 5 * interval  # five reserved: the burst is spent
+    assert seen(ahead, SECOND_US) == RateView(ahead - 2 * interval, 0, 5)
+
+
+def test_an_idle_scope_starts_at_once_and_a_busy_one_spaces_runs() -> None:
+    limit = RateLimit(10, per=1, burst=2).rate_in(task_rate_scope("t", SECOND_US))
+    assert starts([limit], [0] * 5) == [0, 0, 0, 105_000, 210_000]  # 50 ms grace / 10
+    assert starts([limit], [0, 0, 0, 10 * SECOND_US]) == [0, 0, 0, 10 * SECOND_US]
+
+
+def test_a_run_costs_its_units_in_every_limit() -> None:
+    limit = RateLimit(10, per=1).rate_in(task_rate_scope("t", SECOND_US))
+    assert starts([limit], [0, 0, 0], cost=3) == [0, 315_000, 630_000]
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: RateLimit(0), "rate is from 1"),
+        (lambda: RateLimit(1.5), "rate is a whole number"),  # type: ignore[arg-type]
+        (lambda: RateLimit(True), "rate is a whole number"),
+        (lambda: RateLimit(10, burst=-1), "burst is from 0"),
+        (lambda: RateLimit(10, per=0), "per is from"),
+        (lambda: RateLimit(10, per=timedelta(days=2)), "per is from"),
+        (lambda: RateLimit(1_000_000, per=timedelta(milliseconds=1)), "less than a microsecond"),
+        (lambda: RateLimit(10, per_key="tenant"), "per_key is True or False"),  # type: ignore[arg-type]
+        (lambda: check_cost(0), "cost is from 1"),
+    ],
+)
+def test_bad_limits_are_refused(make: object, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        make()  # type: ignore[operator]

@@ -8,7 +8,7 @@ from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.errors import Refused, Send, send_conditional
 from runlane_sqs.adapters.dynamodb.requests import Request
 from runlane_sqs.core.errors import StorageUnavailable
-from runlane_sqs.core.rates import Rate, start_after
+from runlane_sqs.core.rates import Rate, RateRecord, start_after
 
 
 class DynamoRateStore:
@@ -79,6 +79,18 @@ class DynamoRateStore:
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         raise StorageUnavailable(f"the reservations of {rate.scope} kept changing; try again")
+
+    def read(self, scope: str) -> RateRecord | None:
+        request = {
+            "TableName": self.table,
+            "Key": keys.rate_key(self.environment, scope),
+            "ProjectionExpression": "tat, interval_us, tolerance_us",
+        }
+        item = self._send("get_item", request).get("Item")
+        if not item or "tat" not in item:
+            return None
+        numbers = [int(item[name]["N"]) for name in ("tat", "interval_us", "tolerance_us")]
+        return RateRecord(scope, *numbers)
 
     def _move(
         self, rate: Rate, *, tat: str, condition: str, values: Request, **options: str

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 
-from runlane_sqs.core.rates import Rate, next_start, start_at
+from runlane_sqs.core.rates import Rate, RateRecord, next_start, start_at
 
 
 class InMemoryRateStore:
@@ -15,6 +15,8 @@ class InMemoryRateStore:
     def __init__(self, lock: threading.Lock) -> None:
         self._lock = lock
         self._tats: dict[str, int] = {}
+        self._limits: dict[str, tuple[int, int]] = {}
+        """Each scope's interval and tolerance, of the claim that last moved it."""
 
     def reserve(self, rate: Rate, *, cost: int, not_before_us: int) -> int:
         with self._lock:
@@ -22,10 +24,18 @@ class InMemoryRateStore:
                 rate, self._tats.get(rate.scope), cost=cost, not_before_us=not_before_us
             )
             self._tats[rate.scope] = tat
+            self._limits[rate.scope] = (rate.interval_us, rate.tolerance_us)
             return start
 
     def reserve_at(self, rate: Rate, *, cost: int, at_us: int) -> int | None:
         with self._lock:
             tat, later = start_at(rate, self._tats.get(rate.scope), cost=cost, at_us=at_us)
             self._tats[rate.scope] = tat
+            self._limits[rate.scope] = (rate.interval_us, rate.tolerance_us)
             return later
+
+    def read(self, scope: str) -> RateRecord | None:
+        with self._lock:
+            if scope not in self._tats:
+                return None
+            return RateRecord(scope, self._tats[scope], *self._limits[scope])
