@@ -37,6 +37,9 @@ from .core.config import (
 from .core.config import (
     RunlaneSettings as RunlaneSettings,
 )
+from .core.debounce import (
+    Debounce as Debounce,
+)
 from .core.errors import (
     CodecError as CodecError,
 )

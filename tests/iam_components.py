@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from runlane_sqs import (
+    Debounce,
     ManualClock,
     RateLimit,
     RetryPolicy,
@@ -69,6 +70,9 @@ ORDERED_SCOPE = queue_scope("ordered")
 KEYED_SCOPE = key_scope(KEYED, "acme")
 RATED = "iam.rated"
 """One start a second (a rate limit)."""
+DEBOUNCED = "iam.debounced"
+"""Triggers collapse per ``key`` until an hour of quiet, their payloads merged (due later
+than SQS can delay: no wakeup is sent that a later drain would count)."""
 ELSEWHERE = "iam.elsewhere"
 """A task the workers do not register: they park its runs."""
 LEASE_SECONDS = 3
@@ -99,6 +103,11 @@ def register(app: Runlane, *, workers: bool = False) -> None:
     app.task(lambda ctx, payload: payload, name=RATED, rate_limits=[RateLimit(1, per=1)])
     app.task(
         lambda ctx, payload: payload,
+        name=DEBOUNCED,
+        debounce=Debounce(quiet=timedelta(hours=1), key=lambda p: p["key"], merge=merge_items),
+    )
+    app.task(
+        lambda ctx, payload: payload,
         name=SCHEDULED,
         schedules=[Schedule.every(SCHEDULE, timedelta(hours=1), payload={"n": 1})],
     )
@@ -106,6 +115,10 @@ def register(app: Runlane, *, workers: bool = False) -> None:
     register_waits(app)
     if not workers:
         app.task(lambda ctx, payload: payload, name=ELSEWHERE)
+
+
+def merge_items(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    return {**new, "items": old["items"] + new["items"]}
 
 
 def register_outcomes(app: Runlane) -> None:
@@ -338,6 +351,7 @@ def play(c: Components) -> None:
     maintain(c, runs)
     limit_concurrency(c)
     limit_rates(c)
+    debounce_triggers(c)
     order_runs(c)
     large = keep_large_values(c)
     cursor = None  # last, the operator prunes what is finished
@@ -548,6 +562,16 @@ def limit_rates(c: Components) -> None:
     assert all(c.status(run.id) is RunStatus.SUCCEEDED for run in runs)
     (state,) = c.operator.queues.rates()
     assert state.reserved_ahead >= 0 and state.stored_matches
+
+
+def debounce_triggers(c: Components) -> None:
+    """A debounced key triggered twice: the producer reads the key, creates the run and
+    claims the key, then reads the key and the run again and merges into the run."""
+    first = c.producer.trigger(DEBOUNCED, {"key": "k", "items": [1]})
+    second = c.producer.trigger(DEBOUNCED, {"key": "k", "items": [2]})
+    assert second.id == first.id and not second.created
+    stored = c.operator.runs.get(first.id)
+    assert (stored.collapsed, stored.payload["items"]) == (1, [1, 2])
 
 
 def order_runs(c: Components) -> None:

@@ -84,6 +84,8 @@ def run_to_json(run: Run) -> dict[str, JSON]:
         "waiting_for_turn": run.turn_wait,
         "slot_wait": run.slot_wait,
         "rate_start": iso(run.rate_start),
+        "debounce_key": run.debounce_key,
+        "collapsed": run.collapsed,
         "group_id": run.group_id,
         "group_index": run.group_index,
         "joined_group": run.joined_group,

@@ -70,6 +70,9 @@ def _emit_run(run: Run, as_json: bool, **extra: JSON) -> None:
 @click.option("--idempotency-key", help="Return the existing run that holds this key.")
 @click.option("--singleton-key", help="At most one unfinished run of the task per key.")
 @click.option("--ordering-key", help="Run after the unfinished runs with this key, in order.")
+@click.option(
+    "--debounce-key", help="A debounced task's key: collapse into its pending run, if any."
+)
 @click.option("--delay", type=click.FloatRange(min=0), help="Seconds before the run is due.")
 @click.option("--queue", help="The run's queue instead of its task's (an urgent one).")
 @json_option
@@ -80,13 +83,15 @@ def trigger(
     idempotency_key: str | None,
     singleton_key: str | None,
     ordering_key: str | None,
+    debounce_key: str | None,
     delay: float | None,
     queue: str | None,
     as_json: bool,
 ) -> None:
     """Create a run of TASK and publish its wakeup; prints the run id and whether it was
-    created (false: an existing run holds the idempotency or singleton key). Needs the
-    app that registers TASK (--app or RUNLANE_APP)."""
+    created (false: an existing run holds the idempotency or singleton key, or the
+    trigger collapsed into its debounce key's pending run). Needs the app that registers
+    TASK (--app or RUNLANE_APP)."""
     app = app_for_command(app_spec, "trigger needs the app that registers the task")
     run = app.trigger(
         task,
@@ -94,6 +99,7 @@ def trigger(
         idempotency_key=idempotency_key,
         singleton_key=singleton_key,
         ordering_key=ordering_key,
+        debounce_key=debounce_key,
         delay=delay,
         queue=queue,
     )

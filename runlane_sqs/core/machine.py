@@ -8,7 +8,7 @@ Adapters turn a transition into one conditional write.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
@@ -213,7 +213,7 @@ def claim_lease(
         results = {**results, waiting.name: dict(WAIT_TIMED_OUT_RESULT)}
         events.append((EventType.WAIT_TIMED_OUT, {"wait": waiting.to_json()}))
     events.append((EventType.STARTED, {"worker": owner}))
-    return advance(
+    claim = advance(
         run,
         now,
         events,
@@ -230,6 +230,9 @@ def claim_lease(
         deadline_at=truncate_ms(now + timeout) if timeout is not None else None,
         rate_start=None,
     )
+    if run.debounce_key is not None:  # a trigger that collapsed since the read replaced
+        return replace(claim, guard=("collapsed",))  # the payload: decide on it again
+    return claim
 
 
 def require_lease(run: Run, token: str) -> None:

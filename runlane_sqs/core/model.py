@@ -343,6 +343,11 @@ class Run:
     """The index of the child's item in its group."""
     joined_group: str | None = None
     """The group whose join triggered this run (a group's callback)."""
+    debounce_key: str | None = None
+    """The debounce key its first trigger claimed: later triggers of the key collapse
+    into the run until it starts (:mod:`runlane_sqs.core.debounce`)."""
+    collapsed: int = 0
+    """Triggers that collapsed into this debounced run after the first."""
     trace: str | None = None
     """The trace context of the span that triggered the run, packed
     (:func:`~runlane_sqs.core.telemetry.pack_trace`); its attempts continue that trace."""

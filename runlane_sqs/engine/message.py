@@ -40,6 +40,7 @@ from runlane_sqs.core import machine
 from runlane_sqs.core.claims import HintedClaim, withdraw_claim
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.config import RunlaneConfig
+from runlane_sqs.core.debounce import collapsed_since
 from runlane_sqs.core.errors import (
     ConflictError,
     LeaseLost,
@@ -48,6 +49,7 @@ from runlane_sqs.core.errors import (
     StorageError,
     StorageUnavailable,
 )
+from runlane_sqs.core.limits import MAX_DELAY_SECONDS
 from runlane_sqs.core.machine import Skip, SkipReason, Transition
 from runlane_sqs.core.model import JSON, Run, RunStatus, Slot, new_lease_token
 from runlane_sqs.core.parking import park_unknown_task
@@ -468,7 +470,8 @@ class MessagePath:
         slots = self.tasks.slots_for(run)
         for _ in range(MAX_PAUSES):  # woken before its reserved start (SQS: whole seconds)
             ahead = (run.due_at or self.clock.now()) - self.clock.now()
-            if run.rate_start is None or not timedelta(0) < ahead <= MAX_EARLY:
+            timed = run.rate_start is not None or run.debounce_key is not None
+            if not timed or not timedelta(0) < ahead <= MAX_EARLY:
                 break
             yield Pause(ahead)
         return (yield from self._claim(wakeup, run, task, slots, message))
@@ -498,7 +501,7 @@ class MessagePath:
                 run, task, self.worker_id, now=now, config=self.config, slots=slots
             )
             if isinstance(decision, Skip):
-                return self._skip(wakeup, decision.reason, run)
+                return (yield from self._unclaimed(wakeup, decision.reason, run, message))
             if start_us is not None and not on_time(
                 self.tasks.rates_for(run), start_us, to_epoch_us(now)
             ):
@@ -508,8 +511,8 @@ class MessagePath:
                 continue
             try:
                 claimed: Run = yield Write(decision)
-            except ConflictError:
-                return self._skip(wakeup, SkipReason.CLAIM_LOST, run)
+            except ConflictError as lost:
+                return (yield from self._claim_lost(wakeup, run, lost.current, message))
             except NoFreeSlot as full:
                 slot = next(s for s in slots if s.scope == full.scope)
                 return (yield from self._wait_for_slot(wakeup, run, slot, full.holders))
@@ -574,6 +577,45 @@ class MessagePath:
             seconds = max(0, int((waiting.due_at - EARLY_WAKEUP - now).total_seconds()))
             with contextlib.suppress(RunlaneError):  # maintenance publishes it otherwise
                 yield Publish(waiting, timedelta(seconds=seconds))
+        return Disposition.SKIPPED
+
+    def _claim_lost(
+        self, wakeup: Wakeup, run: Run, current: Run | None, message: ReceivedWakeup
+    ) -> Handling:
+        """The claim decided on ``run`` was refused: another worker claimed it, or a
+        trigger collapsed into the debounced run since (decided again on it as it is)."""
+        if current is not None and collapsed_since(run, current):
+            return (yield from self._read(wakeup, current, message))
+        return self._skip(wakeup, SkipReason.CLAIM_LOST, run)
+
+    def _unclaimed(
+        self, wakeup: Wakeup, reason: SkipReason, run: Run, message: ReceivedWakeup
+    ) -> Handling:
+        """The run cannot be claimed: the wakeup is skipped, unless the run is debounced
+        and its due time moved on since the wakeup was sent."""
+        if reason is SkipReason.NOT_DUE and run.debounce_key is not None:
+            return (yield from self._wait_for_quiet(run, message))
+        return self._skip(wakeup, reason, run)
+
+    def _wait_for_quiet(self, run: Run, message: ReceivedWakeup) -> Handling:
+        """A debounced run whose key was triggered again after this wakeup was sent: its
+        due time moved on. Up to :data:`MAX_HOLD` ahead, the worker keeps the message
+        until then; a later one has its wakeup published again for then (a moment early,
+        in whole seconds, at most SQS's longest delay)."""
+        assert run.due_at is not None
+        now = self.clock.now()
+        log.info(
+            "run %s is debounced until %s",
+            run.id,
+            run.due_at.isoformat(),
+            extra={"run_id": run.id, "task": run.task, "worker_id": self.worker_id},
+        )
+        self.observer.skipped(SkipReason.NOT_DUE.value)
+        if run.due_at - now <= MAX_HOLD and (yield Hold(message, run.due_at)):
+            return Disposition.HELD
+        seconds = int((run.due_at - EARLY_WAKEUP - now).total_seconds())
+        with contextlib.suppress(RunlaneError):  # maintenance publishes it otherwise
+            yield Publish(run, timedelta(seconds=min(MAX_DELAY_SECONDS, max(0, seconds))))
         return Disposition.SKIPPED
 
     def _wait_for_slot(self, wakeup: Wakeup, run: Run, slot: Slot, holders: int) -> Handling:

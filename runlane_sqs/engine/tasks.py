@@ -4,16 +4,17 @@ schedules and concurrency limits; queues with their own limits."""
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypedDict, Unpack
 
 from runlane_sqs.core.clock import Duration, to_timedelta
+from runlane_sqs.core.debounce import TASK_WIDE_KEY, Debounce, check_debounce
 from runlane_sqs.core.errors import ConfigurationError, InvalidKeyError, UnknownTaskError
 from runlane_sqs.core.limits import DEFAULT_PAYLOAD_LIMIT_BYTES
 from runlane_sqs.core.model import JSON, Run, Slot
-from runlane_sqs.core.names import check_queue, check_task_name
+from runlane_sqs.core.names import check_key, check_queue, check_task_name
 from runlane_sqs.core.rates import (
     Rate,
     RateLimit,
@@ -78,6 +79,9 @@ class TaskOptions(TypedDict, total=False):
     each concurrency key apart (docs/rate-limits.md)."""
     rate_cost: int
     """What one run takes from each rate limit it is under (default 1)."""
+    debounce: Debounce | None
+    """Triggers with the same debounce key collapse into one run that starts after a
+    quiet period, with the last payload (docs/debounce.md)."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,8 @@ class Task:
     once, fleet-wide (``None``: no limit per key)."""
     rate_limits: tuple[RateLimit, ...] = ()
     rate_cost: int = 1
+    debounce: Debounce | None = None
+    """How its triggers collapse (``None``: each trigger creates a run)."""
 
     def __call__(self, ctx: TaskContext, payload: JSON) -> Any:
         return self.fn(ctx, payload)
@@ -174,7 +180,7 @@ class TaskRegistry:
         rate_limits = _check_rate_limits(task_name, options.get("rate_limits", ()))
         _check_key_limit(task_name, concurrency_key, key_limit, any(r.per_key for r in rate_limits))
         bound = self._check_schedules(task_name, queue, options.get("schedules", ()))
-        timeout = options.get("timeout")
+        timeout, debounce = options.get("timeout"), options.get("debounce")
         task = Task(
             name=task_name,
             fn=fn,
@@ -186,6 +192,7 @@ class TaskRegistry:
             key_limit=key_limit,
             rate_limits=rate_limits,
             rate_cost=check_cost(options.get("rate_cost", 1)),
+            debounce=check_debounce(task_name, debounce) if debounce is not None else None,
         )
         for schedule in bound:  # a schedule's payload must give a key now, not at a pass
             concurrency_key_of(task, schedule.payload, None)
@@ -368,15 +375,53 @@ def concurrency_key_of(task: Task, payload: JSON, given: object) -> str | None:
         return check_concurrency_key(given)
     if task.concurrency_key is None:
         return None
+    return check_concurrency_key(key_from(task, task.concurrency_key, "concurrency_key", payload))
+
+
+def key_from(task: Task, function: Callable[[Any], object], what: str, payload: JSON) -> str:
+    """What a task's key ``function`` gives for ``payload``; :class:`InvalidKeyError` when
+    it raises or gives no string."""
     try:
-        key = task.concurrency_key(payload)
+        key = function(payload)
     except Exception as exc:
         raise InvalidKeyError(
-            f"the concurrency_key function of task {task.name!r} raised {type(exc).__name__}: {exc}"
+            f"the {what} function of task {task.name!r} raised {type(exc).__name__}: {exc}"
         ) from exc
     if not isinstance(key, str):
         raise InvalidKeyError(
-            f"the concurrency_key function of task {task.name!r} returned "
+            f"the {what} function of task {task.name!r} returned "
             f"{type(key).__name__}, not a string"
         )
-    return check_concurrency_key(key)
+    return key
+
+
+UNDEBOUNCED_OPTIONS = ("delay", "ordering_key", "idempotency_key", "singleton_key")
+"""Trigger options a debounced trigger refuses: its due time is its quiet period's end,
+and the run it goes to is its key's (docs/debounce.md)."""
+
+
+def debounce_key_of(task: Task, payload: JSON, options: Mapping[str, object]) -> str | None:
+    """A trigger's debounce key (``None`` for a task without a debounce): the trigger's
+    ``debounce_key``, else the task's key function of the payload, else the task-wide
+    key. Raises :class:`InvalidKeyError` before anything is written."""
+    given = options.get("debounce_key")
+    rule = task.debounce
+    if rule is None:
+        if given is not None:
+            raise InvalidKeyError(
+                f"task {task.name!r} has no debounce: register it with "
+                "debounce=Debounce(...) to give triggers a debounce_key"
+            )
+        return None
+    refused = [name for name in UNDEBOUNCED_OPTIONS if options.get(name) is not None]
+    if refused:
+        raise InvalidKeyError(
+            f"task {task.name!r} is debounced: a trigger cannot also have "
+            f"{', '.join(refused)} (its run starts after the quiet period, and later "
+            "triggers of its key collapse into it)"
+        )
+    if given is not None:
+        return check_key("debounce", given)
+    if rule.key is None:
+        return TASK_WIDE_KEY
+    return check_key("debounce", key_from(task, rule.key, "debounce key", payload))

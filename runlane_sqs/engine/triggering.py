@@ -19,9 +19,10 @@ from runlane_sqs.core.model import JSON, LinkKind, Run, RunEvent, RunStatus, new
 from runlane_sqs.core.names import check_key, check_queue
 from runlane_sqs.core.telemetry import trace_id_of
 from runlane_sqs.core.values import Sealed
+from runlane_sqs.engine.debouncing import DebouncedTrigger, Debouncing
 from runlane_sqs.engine.observing import Observer
 from runlane_sqs.engine.publishing import Publisher
-from runlane_sqs.engine.tasks import Task, TaskRegistry, concurrency_key_of
+from runlane_sqs.engine.tasks import Task, TaskRegistry, concurrency_key_of, debounce_key_of
 from runlane_sqs.engine.values import Prepared, Values
 from runlane_sqs.ports.keys import KeyClaim, KeyConflict, KeyKind
 from runlane_sqs.ports.store import RunStore
@@ -61,6 +62,9 @@ class TriggerOptions(TriggerManyOptions, total=False):
     ordering_key: str | None
     """Runs with the same ordering key execute one at a time in trigger order
     (docs/ordering.md); not with ``delay``."""
+    debounce_key: str | None
+    """The key a debounced task's triggers collapse by (overrides its ``Debounce``'s
+    key function; docs/debounce.md)."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,8 @@ class TriggerRequest:
     singleton_key: str | None
     concurrency_key: str | None = None
     ordering_key: str | None = None
+    debounce_key: str | None = None
+    """Set for a trigger of a debounced task: the key it collapses by."""
     trace: str | None = None
     """The trace context of the trigger's span, stored on the run."""
 
@@ -248,6 +254,13 @@ class Triggers:
         self._clock = clock
         self._config = config
         self._observer = observer
+        self._debouncing = Debouncing(
+            store=store,
+            values=values,
+            clock=clock,
+            republish=config.republish,
+            inline_limit=config.inline_limit,
+        )
 
     def trigger(self, task: Task | str, payload: JSON, **options: Unpack[TriggerOptions]) -> Run:
         """Create a run and publish its wakeup; a run holding a key is returned instead.
@@ -272,7 +285,7 @@ class Triggers:
         with self._span(requests[0]) as span:
             span.set({t.MESSAGING_BATCH_SIZE: len(requests)})
             runs = [self._create(replace(r, trace=span.trace)) for r in requests]
-            self._publisher.publish_new(runs)
+            self._publisher.publish_new([run for run in runs if run.created])
         self._observer.triggered(runs)
         return runs
 
@@ -289,17 +302,25 @@ class Triggers:
                 "a run with an ordering_key takes its place in the key's line at its "
                 "trigger: use app.trigger for it, not a transaction"
             )
-        new = new_run_of(
+        if self._tasks.resolve(task).debounce is not None:
+            raise InvalidKeyError(
+                "a debounced task's trigger reads its key's pending run and may write that "
+                "run instead of a new one: use app.trigger for it, not a transaction"
+            )
+        new = self._new_run(self.request(task, payload, **options))
+        if new.run.wake_at is None:  # due later than SQS can delay: maintenance publishes it
+            return new
+        return replace(new, run=new.run.with_changes(wake_at=new.run.due_at, review_at=None))
+
+    def _new_run(self, request: TriggerRequest) -> NewRun:
+        return new_run_of(
             self._values,
-            self.request(task, payload, **options),
+            request,
             environment=self._config.environment,
             now=self._clock.now(),
             idempotency_retention=self._config.idempotency_retention,
             republish=self._config.republish,
         )
-        if new.run.wake_at is None:  # due later than SQS can delay: maintenance publishes it
-            return new
-        return replace(new, run=new.run.with_changes(wake_at=new.run.due_at, review_at=None))
 
     def _span(self, request: TriggerRequest) -> AbstractContextManager[Span]:
         return self._observer.trigger(request.task, request.queue)
@@ -317,8 +338,14 @@ class Triggers:
             raise InvalidKeyError(
                 "a run with an ordering key starts at its turn: it cannot also have a delay"
             )
+        debounced = resolved.debounce is not None or options.get("debounce_key") is not None
+        debounce = debounce_key_of(resolved, payload, options) if debounced else None
         prepared = self._values.prepare(payload, what="payload")
         wait = to_timedelta(delay, "delay") if delay is not None else None
+        if debounce is not None:
+            self._debouncing.check_inline(prepared, "payload")
+            assert resolved.debounce is not None
+            wait = resolved.debounce.quiet_period
         given = options.get("queue")
         queue = check_queue(given) if given is not None else resolved.queue
         self._transport.check_queue(queue)  # a clear error before any write
@@ -332,9 +359,12 @@ class Triggers:
             singleton_key=single,
             concurrency_key=key,
             ordering_key=order,
+            debounce_key=debounce,
         )
 
     def _create(self, request: TriggerRequest) -> Run:
+        if request.debounce_key is not None:
+            return self._debounced(request)
         run = create(
             self._store,
             self._values,
@@ -353,6 +383,31 @@ class Triggers:
             run.task,
             extra=extra,
         )
+        return run
+
+    def _debounced(self, request: TriggerRequest) -> Run:
+        """The run a debounced trigger goes to: its key's pending run or a new one."""
+        rule, key = self._tasks.resolve(request.task).debounce, request.debounce_key
+        assert rule is not None and key is not None
+        new = self._new_run(request)
+        event = replace(new.event, data={**new.event.data, "debounce_key": key})
+        trigger = DebouncedTrigger(
+            key=key,
+            payload=request.payload,
+            prepared=request.prepared,
+            run=new.run.with_changes(debounce_key=key),
+            event=event,
+            payload_text=new.payload_text,
+        )
+        run = self._debouncing.trigger(trigger, rule)
+        if run.created:
+            log.info(
+                "triggered run %s of %s (debounce key %r)",
+                run.id,
+                run.task,
+                key,
+                extra={"run_id": run.id, "task": run.task},
+            )
         return run
 
     def relaunch(self, source: Run, run_id: str, link: tuple[str, LinkKind, str, str]) -> Run:

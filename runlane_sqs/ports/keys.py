@@ -1,6 +1,6 @@
-"""Idempotency and singleton keys: a new run claims its keys in the write that creates
-it (:meth:`~runlane_sqs.ports.store.RunStore.create_run`), and they are released when
-the run no longer holds them (docs/concepts.md)."""
+"""Idempotency, singleton and debounce keys: a new run claims its keys in the write that
+creates it (:meth:`~runlane_sqs.ports.store.RunStore.create_run`), and they are released
+when the run no longer holds them (docs/concepts.md, docs/debounce.md)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,23 @@ from runlane_sqs.core.errors import RunlaneError
 
 
 class KeyKind(StrEnum):
-    """The two kinds of key a trigger may hold."""
+    """The kinds of key a trigger may hold."""
 
     IDEMPOTENCY = "idempotency"
     """Duplicate triggers return the existing run; released when the run fails."""
     SINGLETON = "singleton"
     """At most one active run per key; released when the run finishes."""
+    DEBOUNCE = "debounce"
+    """Later triggers collapse into the run until it starts; the key's claim ends at the
+    run's cap (:mod:`runlane_sqs.core.debounce`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeyHolder:
+    """The run a key item names, and when the claim on it ends (``None``: never)."""
+
+    run_id: str
+    expires_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +64,10 @@ class KeyStore(Protocol):
 
     def get_key_owner(self, kind: KeyKind, task: str, key: str, now: datetime) -> str | None:
         """The run id an idempotency or singleton key points to, unless it expired."""
+        ...
+
+    def get_key_holder(self, kind: KeyKind, task: str, key: str, now: datetime) -> KeyHolder | None:
+        """The run a key points to and when its claim ends, unless it ended before ``now``."""
         ...
 
     def delete_key(self, kind: KeyKind, task: str, key: str) -> None: ...

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Protocol
 
 from runlane_sqs.core.claims import HintedClaim
+from runlane_sqs.core.debounce import Collapse
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Lease, Run, RunEvent, RunStatus, WaitKind
 from runlane_sqs.core.ordering import Place
@@ -160,6 +161,14 @@ class RunStore(Protocol):
         ordered run terminal leaves its key's line in the same write, and a write that
         makes a group's child terminal counts it in its group in the same write.
         """
+        ...
+
+    def collapse(self, collapse: Collapse) -> Run:
+        """Replace the payload and the due time of a debounced run that has not started
+        (queued, no attempt, with the collapse's debounce key and, with ``seen``, that
+        many collapses so far), counting one more collapse; returns the stored run.
+        Raises :class:`~runlane_sqs.core.errors.ConflictError` carrying the stored run
+        (``None`` if there is none) otherwise."""
         ...
 
     def claim_hinted(self, claim: HintedClaim) -> Run:

@@ -154,6 +154,10 @@ class RunItem(Model):
     group_index = NumberAttribute(null=True)
     joined_group = UnicodeAttribute(null=True)
     """The group whose join triggered this run (a callback)."""
+    debounce_key = UnicodeAttribute(null=True)
+    """The debounce key later triggers collapse into this run by, until it starts."""
+    collapsed = NumberAttribute(null=True)
+    """Triggers collapsed into the run after the first (added to by each collapse)."""
     events = ListAttribute(of=EventMap, null=True)
     # index attributes, derived from the state above on every write
     status_pk = UnicodeAttribute(null=True)

@@ -22,6 +22,7 @@ RUN_PREFIX = "RUN#"
 RUN_SK = "RUN"
 IDEMPOTENCY_PREFIX = "IDEM#"
 SINGLETON_PREFIX = "SINGLETON#"
+DEBOUNCE_PREFIX = "DEBOUNCE#"
 KEY_SK = "KEY"
 
 
@@ -42,9 +43,11 @@ def singleton_pk(environment: str, task: str, key: str) -> str:
 
 
 def key_pk(environment: str, kind: KeyKind, task: str, key: str) -> str:
-    """The partition key of a claim on an idempotency or a singleton key."""
+    """The partition key of a claim on an idempotency, a singleton or a debounce key."""
     if kind is KeyKind.IDEMPOTENCY:
         return idempotency_pk(environment, task, key)
+    if kind is KeyKind.DEBOUNCE:
+        return f"{DEBOUNCE_PREFIX}{environment}#{task}#{key}"
     return singleton_pk(environment, task, key)
 
 

@@ -46,6 +46,7 @@ from runlane_sqs.adapters.dynamodb.items import (
 from runlane_sqs.adapters.dynamodb.writes import RunWrite
 from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.clock import to_epoch_ms
+from runlane_sqs.core.debounce import Collapse
 from runlane_sqs.core.indexes import AgendaKind, agenda_pk
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import (
@@ -54,6 +55,7 @@ from runlane_sqs.core.model import (
     TERMINAL_STATUSES,
     Lease,
     Run,
+    RunStatus,
 )
 from runlane_sqs.core.tokens import TokenDecision
 from runlane_sqs.core.values import stored_text
@@ -180,6 +182,44 @@ def claim_hinted(table: str, claim: HintedClaim) -> Request:
             "ReturnValues": "ALL_NEW",
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }
+    )
+
+
+def collapse_run(table: str, environment: str, collapse: Collapse) -> Request:
+    """A debounced trigger collapsing into its key's pending run: its payload and due
+    time replaced, one more collapse counted, no event appended, if the run has not
+    started (queued, no attempt, no lease) and, with a merge, holds the collapses the
+    merge read. Returns the stored run."""
+    wake = collapse.wake_at
+    listed = wake if wake is not None else collapse.due_at
+    condition = (
+        (RunItem.status == RunStatus.QUEUED.value)
+        & (RunItem.attempt == 0)
+        & (RunItem.debounce_key == collapse.key)
+        & RunItem.lease_token.does_not_exist()
+    )
+    if collapse.seen is not None:
+        counted = RunItem.collapsed == collapse.seen
+        condition &= RunItem.collapsed.does_not_exist() | counted if not collapse.seen else counted
+    actions: list[Action] = [
+        RunItem.payload.set(collapse.payload_text),
+        RunItem.due_at.set(to_epoch_ms(collapse.due_at)),
+        RunItem.updated_at.set(to_epoch_ms(collapse.now)),
+        RunItem.agenda_at.set(to_epoch_ms(listed)),
+        RunItem.line_at.remove(),
+        RunItem.publishes.remove(),
+        RunItem.collapsed.add(1),
+        RunItem.wake_at.set(to_epoch_ms(wake)) if wake is not None else RunItem.wake_at.remove(),
+    ]
+    return expressions(
+        {
+            "TableName": table,
+            "Key": keys.run_key(environment, collapse.run_id),
+            "ReturnValues": "ALL_NEW",
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        },
+        condition=condition,
+        actions=actions,
     )
 
 

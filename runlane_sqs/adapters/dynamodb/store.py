@@ -8,7 +8,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -61,7 +61,8 @@ from runlane_sqs.adapters.dynamodb.schedules import DynamoScheduleStore
 from runlane_sqs.adapters.dynamodb.slots import DynamoSlotStore, apply_slotted, transaction
 from runlane_sqs.adapters.dynamodb.transactions import DynamoTransactions, creation_actions
 from runlane_sqs.core.claims import HintedClaim
-from runlane_sqs.core.clock import from_epoch_ms, to_epoch_ms
+from runlane_sqs.core.clock import EPOCH, from_epoch_ms, to_epoch_ms
+from runlane_sqs.core.debounce import Collapse
 from runlane_sqs.core.errors import (
     ConflictError,
     LeaseLost,
@@ -80,7 +81,7 @@ from runlane_sqs.core.values import (
     references_in,
     run_references,
 )
-from runlane_sqs.ports.keys import KeyClaim, KeyConflict, KeyKind
+from runlane_sqs.ports.keys import KeyClaim, KeyConflict, KeyHolder, KeyKind
 from runlane_sqs.ports.store import RunQuery
 
 log = logging.getLogger("runlane_sqs.store")
@@ -230,6 +231,13 @@ class DynamoRunStore:
         if isinstance(sent, Refused):
             return refused_transition(transition, sent.item)
         return applied(transition, sent)
+
+    def collapse(self, collapse: Collapse) -> Run:
+        request = requests.collapse_run(self.table, self.environment, collapse)
+        sent = send_conditional(self._send, "update_item", request)
+        if isinstance(sent, Refused):
+            raise ConflictError(collapse.run_id, run_from_wire(sent.item) if sent.item else None)
+        return run_from_wire(sent["Attributes"])
 
     def claim_hinted(self, claim: HintedClaim) -> Run:
         request = requests.claim_hinted(self.table, claim)
@@ -443,6 +451,10 @@ class DynamoKeyStore:
         send_conditional(self._send, "delete_item", requests.release_key(self.table, pk, run_id))
 
     def get_key_owner(self, kind: KeyKind, task: str, key: str, now: datetime) -> str | None:
+        holder = self.get_key_holder(kind, task, key, now)
+        return holder.run_id if holder else None
+
+    def get_key_holder(self, kind: KeyKind, task: str, key: str, now: datetime) -> KeyHolder | None:
         pk = keys.key_pk(self.environment, kind, task, key)
         item = self._send("get_item", requests.get_key(self.table, pk)).get("Item")
         if not item:
@@ -450,7 +462,8 @@ class DynamoKeyStore:
         expires = item.get("expires_at", {}).get("N")
         if expires is not None and int(expires) < to_epoch_ms(now) // 1000:
             return None  # past retention: TTL deletion can lag, the key is free
-        return str(item["run_id"]["S"])
+        ends = EPOCH + timedelta(seconds=int(expires)) if expires is not None else None
+        return KeyHolder(str(item["run_id"]["S"]), ends)
 
     def delete_key(self, kind: KeyKind, task: str, key: str) -> None:
         self._send(

@@ -10,7 +10,7 @@ import threading
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 from runlane_sqs.adapters.dynamodb import keys
@@ -37,7 +37,8 @@ from runlane_sqs.adapters.memory.rates import InMemoryRateStore
 from runlane_sqs.adapters.memory.schedules import InMemoryScheduleStore
 from runlane_sqs.adapters.memory.slots import InMemorySlotStore
 from runlane_sqs.core.claims import HintedClaim
-from runlane_sqs.core.clock import to_epoch_ms
+from runlane_sqs.core.clock import EPOCH, to_epoch_ms
+from runlane_sqs.core.debounce import Collapse
 from runlane_sqs.core.errors import (
     ConfigurationError,
     ConflictError,
@@ -48,7 +49,7 @@ from runlane_sqs.core.errors import (
 from runlane_sqs.core.indexes import AgendaKind, agenda_pk, listed_at
 from runlane_sqs.core.limits import MAX_TRANSACTION_ACTIONS
 from runlane_sqs.core.machine import Transition
-from runlane_sqs.core.model import LEASED_STATUSES, Lease, Run, RunEvent, WaitKind
+from runlane_sqs.core.model import LEASED_STATUSES, Lease, Run, RunEvent, RunStatus, WaitKind
 from runlane_sqs.core.ordering import Place
 from runlane_sqs.core.tokens import Token, TokenDecision, TokenNotFound, token_agenda_entry
 from runlane_sqs.core.values import (
@@ -66,7 +67,7 @@ from runlane_sqs.core.values import (
     run_references,
     stored_text,
 )
-from runlane_sqs.ports.keys import KeyClaim, KeyConflict, KeyKind
+from runlane_sqs.ports.keys import KeyClaim, KeyConflict, KeyHolder, KeyKind
 from runlane_sqs.ports.store import RunQuery
 from runlane_sqs.ports.transactions import Action, Cancelled, Refusal
 
@@ -312,6 +313,33 @@ class InMemoryRunStore:
             stored.events.extend(_event_as_stored(e) for e in transition.events)
             if holds:
                 self.object_records.add_holds(holds)
+            return stored.run
+
+    def collapse(self, collapse: Collapse) -> Run:
+        with self._lock:
+            stored = self._runs.get(collapse.run_id)
+            current = stored.run if stored else None
+            if (
+                stored is None
+                or current is None
+                or current.status is not RunStatus.QUEUED
+                or current.attempt != 0
+                or current.lease is not None
+                or current.debounce_key != collapse.key
+                or (collapse.seen is not None and current.collapsed != collapse.seen)
+            ):
+                raise ConflictError(collapse.run_id, current)
+            after = current.with_changes(
+                due_at=collapse.due_at,
+                wake_at=collapse.wake_at,
+                review_at=None,
+                line_at=None,
+                publishes=0,
+                updated_at=collapse.now,
+                collapsed=current.collapsed + 1,
+            )
+            stored.payload_text = collapse.payload_text
+            stored.run = _as_stored(after, collapse.payload_text)
             return stored.run
 
     def claim_hinted(self, claim: HintedClaim) -> Run:
@@ -610,13 +638,18 @@ class InMemoryKeyStore:
                 del self._keys[(kind, task, key)]
 
     def get_key_owner(self, kind: KeyKind, task: str, key: str, now: datetime) -> str | None:
+        holder = self.get_key_holder(kind, task, key, now)
+        return holder.run_id if holder else None
+
+    def get_key_holder(self, kind: KeyKind, task: str, key: str, now: datetime) -> KeyHolder | None:
         with self._lock:
             held = self._keys.get((kind, task, key))
         if held is None:
             return None
-        if held.expires_at_s is not None and held.expires_at_s < int(now.timestamp()):
+        ends = held.expires_at_s
+        if ends is not None and ends < int(now.timestamp()):
             return None
-        return held.run_id
+        return KeyHolder(held.run_id, None if ends is None else EPOCH + timedelta(seconds=ends))
 
     def delete_key(self, kind: KeyKind, task: str, key: str) -> None:
         with self._lock:

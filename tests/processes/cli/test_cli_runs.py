@@ -7,7 +7,15 @@ import json
 from typing import Any
 
 from runlane_sqs import Runlane
-from tests.processes.cli.apps.names import CHARGE, CHARGE_ALL, ECHO, FAIL_ENV, FAN_OUT, NAP
+from tests.processes.cli.apps.names import (
+    CHARGE,
+    CHARGE_ALL,
+    DIGEST,
+    ECHO,
+    FAIL_ENV,
+    FAN_OUT,
+    NAP,
+)
 from tests.processes.cli.conftest import Cli
 
 RUNS = 20
@@ -160,6 +168,22 @@ def test_runs_triggered_with_an_ordering_key_wait_their_turn_and_run_in_order(
     refused = cli("trigger", ECHO, "--ordering-key", "acct\x1b[2J")
     assert refused.code == EXIT_USAGE
     assert "control character" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_triggers_with_a_debounce_key_collapse_into_one_run(
+    cli: Cli, provisioned: dict[str, str]
+) -> None:
+    first = cli("trigger", DIGEST, "--payload", '{"n": 1}', "--debounce-key", "u-1", "--json")
+    second = cli("trigger", DIGEST, "--payload", '{"n": 2}', "--debounce-key", "u-1", "--json")
+    assert first.json()["created"] is True and second.json()["created"] is False
+    assert second.json()["id"] == first.json()["id"]
+    run = _run(cli, first.json()["id"])
+    assert (run["payload"], run["debounce_key"], run["collapsed"]) == ({"n": 2}, "u-1", 1)
+    refused = cli("trigger", DIGEST, "--debounce-key", "u\x1b[2J")
+    assert refused.code == EXIT_USAGE
+    assert "U+001B" in refused.stderr and "Traceback" not in refused.stderr
+    plain = cli("trigger", ECHO, "--debounce-key", "u-1")
+    assert plain.code == EXIT_USAGE and "has no debounce" in plain.stderr
 
 
 def test_prune_removes_only_finished_runs_older_than_the_cutoff(

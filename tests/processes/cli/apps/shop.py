@@ -12,11 +12,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runlane_sqs import RetryPolicy, Runlane, TaskContext
+from runlane_sqs import Debounce, RetryPolicy, Runlane, TaskContext
 from tests.processes.cli.apps.names import (
     APPROVAL,
     CHARGE,
     CHARGE_ALL,
+    DIGEST,
     ECHO,
     FAIL_ENV,
     FAIL_WITH,
@@ -35,6 +36,11 @@ app = Runlane.from_env(lease_duration=LEASE_SECONDS)
 def echo(ctx: TaskContext, payload: Any) -> dict[str, Any]:
     ctx.log.info("echoing")
     return {"echo": payload}
+
+
+@app.task(name=DIGEST, debounce=Debounce(quiet=3600))
+def digest(ctx: TaskContext, payload: Any) -> Any:
+    return payload
 
 
 @app.task(name=FAN_OUT)

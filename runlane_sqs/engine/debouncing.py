@@ -1,0 +1,159 @@
+"""Debounced triggers: collapse into the pending run of their key, or create it
+(:mod:`runlane_sqs.core.debounce` has the rules; docs/debounce.md the guide).
+
+A trigger reads its key's record (one ``GetItem``): while it names a run that has not
+started, the trigger collapses into it (one ``UpdateItem``; with a merge, the run is read
+first and the write is conditioned on what the merge read). Otherwise it creates the
+run and claims the key in one write, taking the key over from a run that started.
+Concurrent triggers of a key meet at the key record: the one whose claim is refused
+collapses into the run that won.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+from runlane_sqs.core.clock import Clock
+from runlane_sqs.core.debounce import Debounce, cap_of, collapse
+from runlane_sqs.core.errors import ConflictError, PayloadTooLarge, StorageUnavailable
+from runlane_sqs.core.indexes import RepublishPolicy
+from runlane_sqs.core.model import JSON, Run, RunEvent, RunStatus
+from runlane_sqs.engine.values import Prepared, Values
+from runlane_sqs.ports.keys import KeyClaim, KeyConflict, KeyHolder, KeyKind
+from runlane_sqs.ports.store import RunStore
+
+log = logging.getLogger("runlane_sqs")
+
+MAX_DEBOUNCE_ROUNDS = 20
+"""Reads of a key's record by one trigger while other triggers of the key keep moving it
+(a merge that lost to a concurrent collapse, a run that started under the trigger)."""
+
+
+def pending(run: Run | None, key: str) -> bool:
+    """Whether ``run`` still takes collapses of ``key``: queued, never started."""
+    return (
+        run is not None
+        and run.status is RunStatus.QUEUED
+        and run.attempt == 0
+        and run.lease is None
+        and run.debounce_key == key
+    )
+
+
+@dataclass(frozen=True)
+class DebouncedTrigger:
+    """A checked trigger of a debounced task: its key, its payload (as given and as
+    prepared), and the run it creates if its key has no pending run (due a quiet period
+    after the trigger, carrying the key; its payload as its record keeps it)."""
+
+    key: str
+    payload: JSON
+    prepared: Prepared
+    run: Run
+    event: RunEvent
+    payload_text: str
+
+
+class Debouncing:
+    """The debounced triggers of one app."""
+
+    def __init__(
+        self,
+        *,
+        store: RunStore,
+        values: Values,
+        clock: Clock,
+        republish: RepublishPolicy,
+        inline_limit: int,
+    ) -> None:
+        self._store = store
+        self._values = values
+        self._clock = clock
+        self._republish = republish
+        self._inline_limit = inline_limit
+
+    def check_inline(self, prepared: Prepared, what: str) -> None:
+        """A debounced payload stays in its run's item: the next trigger replaces it with
+        one write, which an object in the payload bucket could not follow."""
+        if prepared.offloaded:
+            raise PayloadTooLarge(
+                f"a debounced trigger's {what} (the next trigger replaces it with one "
+                "write, so it stays in the run's item)",
+                len(prepared.data),
+                self._inline_limit,
+            )
+
+    def trigger(self, trigger: DebouncedTrigger, rule: Debounce) -> Run:
+        """The run ``trigger`` goes to: its key's pending run, collapsed into, or its own
+        run, created with the key."""
+        key, task = trigger.key, trigger.run.task
+        previous: str | None = None
+        for _ in range(MAX_DEBOUNCE_ROUNDS):
+            now = self._clock.now()
+            holder = self._store.keys.get_key_holder(KeyKind.DEBOUNCE, task, key, now)
+            if holder is not None and holder.run_id != previous:
+                try:
+                    return self._collapse(trigger, rule, holder, now)
+                except ConflictError as conflict:
+                    if pending(conflict.current, key):
+                        continue  # a merge lost to another collapse: merge again
+                    previous = holder.run_id  # it started (or ended): take the key over
+            try:
+                return self._create(trigger, rule, previous)
+            except KeyConflict:
+                continue  # another trigger created the key's run first: collapse into it
+        raise StorageUnavailable(
+            f"the debounce key {key!r} of task {task!r} changed under {MAX_DEBOUNCE_ROUNDS} "
+            "reads in a row; try again"
+        )
+
+    def _create(self, trigger: DebouncedTrigger, rule: Debounce, previous: str | None) -> Run:
+        run = trigger.run
+        claim = KeyClaim(
+            KeyKind.DEBOUNCE,
+            run.task,
+            trigger.key,
+            expires_at=cap_of(run.created_at, rule),
+            previous_owner=previous,
+        )
+        self._store.create_run(run, trigger.event, trigger.payload_text, [claim])
+        return run
+
+    def _collapse(
+        self, trigger: DebouncedTrigger, rule: Debounce, holder: KeyHolder, now: datetime
+    ) -> Run:
+        assert holder.expires_at is not None  # a debounce key's claim ends at its run's cap
+        prepared, seen = trigger.prepared, None
+        if rule.merge is not None:
+            current = self._store.get_run(holder.run_id)
+            if current is None or not pending(current, trigger.key):
+                raise ConflictError(holder.run_id, current)
+            opened = self._values.open_run(current).payload
+            merged: JSON = rule.merge(opened, trigger.payload)
+            prepared = self._values.prepare(merged, what="merged payload")
+            self.check_inline(prepared, "merged payload")
+            seen = current.collapsed
+        kept = self._values.keep(prepared).text if prepared.codecs else prepared.text
+        run = self._store.collapse(
+            collapse(
+                holder.run_id,
+                trigger.key,
+                kept,
+                now=now,
+                cap=holder.expires_at,
+                rule=rule,
+                republish=self._republish,
+                seen=seen,
+            )
+        )
+        log.info(
+            "trigger of %s collapsed into run %s (debounce key %r, due %s)",
+            run.task,
+            run.id,
+            trigger.key,
+            run.due_at.isoformat() if run.due_at else None,
+            extra={"run_id": run.id, "task": run.task},
+        )
+        return self._values.open_run(run)
