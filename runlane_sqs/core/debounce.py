@@ -4,14 +4,14 @@ into one run, which starts once the key has been quiet that long, with the last 
 
 The first trigger of a key creates the run, due a quiet period later, and claims the
 key (a key record, as idempotency and singleton keys are claimed, in the same write).
-The record's expiry is the run's *cap*: its first trigger plus the maximum wait, in
-whole seconds. A later trigger reads the record and *collapses* into the run
-(:class:`Collapse`): one conditional write replaces the run's payload and moves its due
-time to the quiet period after this trigger, never past the cap. The write holds only
-while the run has not started (queued, no attempt): a run that started, was cancelled
-or was parked takes no more triggers, and the next trigger creates a new run that takes
-the key over. From the cap on, the key is free and a trigger starts a new run: a constant
-stream of triggers still runs once per maximum wait (docs/debounce.md).
+The record's expiry is the run's *cap*: its first trigger plus the maximum wait. A later
+trigger reads the record and *collapses* into the run (:class:`Collapse`): one
+conditional write replaces the run's payload and moves its due time to the quiet period
+after this trigger, never past the cap. The write holds only while the run has not
+started (queued, no attempt): a run that started, was cancelled or was parked takes no
+more triggers, and the next trigger creates a new run that takes the key over. From the
+cap on, the key is free and a trigger starts a new run: a constant stream of triggers
+still runs once per maximum wait (docs/debounce.md).
 
 A collapse appends no event (a key triggered ten thousand times must not grow its run's
 history past an item's size); the run counts them in ``collapsed``. A claim made on a
@@ -24,13 +24,12 @@ Nothing here performs I/O or reads a clock.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from runlane_sqs.core.clock import EPOCH, Duration, to_timedelta, truncate_ms
+from runlane_sqs.core.clock import Duration, to_timedelta, truncate_ms
 from runlane_sqs.core.errors import ConfigurationError
 from runlane_sqs.core.indexes import RepublishPolicy, eager_wake_at
 from runlane_sqs.core.model import Run
@@ -101,9 +100,9 @@ def check_debounce(task: str, rule: object) -> Debounce:
 
 def cap_of(first_at: datetime, rule: Debounce) -> datetime:
     """The latest due time of a run first triggered at ``first_at``: the maximum wait
-    after it, rounded up to a whole second (the key record's expiry is in seconds)."""
-    seconds = math.ceil((first_at + rule.longest_wait - EPOCH).total_seconds())
-    return EPOCH + timedelta(seconds=seconds)
+    after it. The key's claim ends then too (its record's expiry is in whole seconds, so
+    the key is free within a second after)."""
+    return truncate_ms(first_at + rule.longest_wait)
 
 
 def due_after(now: datetime, cap: datetime, rule: Debounce) -> datetime:

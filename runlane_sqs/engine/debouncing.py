@@ -124,7 +124,6 @@ class Debouncing:
     def _collapse(
         self, trigger: DebouncedTrigger, rule: Debounce, holder: KeyHolder, now: datetime
     ) -> Run:
-        assert holder.expires_at is not None  # a debounce key's claim ends at its run's cap
         prepared, seen = trigger.prepared, None
         if rule.merge is not None:
             current = self._store.get_run(holder.run_id)
@@ -142,7 +141,7 @@ class Debouncing:
                 trigger.key,
                 kept,
                 now=now,
-                cap=holder.expires_at,
+                cap=cap_of(holder.claimed_at, rule),
                 rule=rule,
                 republish=self._republish,
                 seen=seen,

@@ -389,8 +389,7 @@ def key_from(task: Task, function: Callable[[Any], object], what: str, payload: 
         ) from exc
     if not isinstance(key, str):
         raise InvalidKeyError(
-            f"the {what} function of task {task.name!r} returned "
-            f"{type(key).__name__}, not a string"
+            f"the {what} function of task {task.name!r} returned {type(key).__name__}, not a string"
         )
     return key
 

@@ -26,9 +26,11 @@ class KeyKind(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class KeyHolder:
-    """The run a key item names, and when the claim on it ends (``None``: never)."""
+    """The run a key item names, when it claimed the key, and when the claim ends
+    (``None``: never)."""
 
     run_id: str
+    claimed_at: datetime
     expires_at: datetime | None
 
 

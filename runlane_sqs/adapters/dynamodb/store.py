@@ -463,7 +463,9 @@ class DynamoKeyStore:
         if expires is not None and int(expires) < to_epoch_ms(now) // 1000:
             return None  # past retention: TTL deletion can lag, the key is free
         ends = EPOCH + timedelta(seconds=int(expires)) if expires is not None else None
-        return KeyHolder(str(item["run_id"]["S"]), ends)
+        return KeyHolder(
+            str(item["run_id"]["S"]), from_epoch_ms(int(item["created_at"]["N"])), ends
+        )
 
     def delete_key(self, kind: KeyKind, task: str, key: str) -> None:
         self._send(

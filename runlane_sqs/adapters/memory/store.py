@@ -126,6 +126,7 @@ class _Stored:
 class _Key:
     run_id: str
     expires_at_s: int | None
+    claimed_at: datetime
 
 
 Creation = tuple[Run, RunEvent, str, Sequence[KeyClaim]]
@@ -270,7 +271,7 @@ class InMemoryRunStore:
             self.orders.take_place(run, place)
         for claim in claims:
             expires = int(claim.expires_at.timestamp()) if claim.expires_at else None
-            self._keys[(claim.kind, claim.task, claim.key)] = _Key(run.id, expires)
+            self._keys[(claim.kind, claim.task, claim.key)] = _Key(run.id, expires, run.created_at)
         self._runs[run.id] = _Stored(stored, payload_text, [_event_as_stored(event)])
         if holds:
             self.object_records.add_holds(holds)
@@ -649,7 +650,8 @@ class InMemoryKeyStore:
         ends = held.expires_at_s
         if ends is not None and ends < int(now.timestamp()):
             return None
-        return KeyHolder(held.run_id, None if ends is None else EPOCH + timedelta(seconds=ends))
+        expires_at = None if ends is None else EPOCH + timedelta(seconds=ends)
+        return KeyHolder(held.run_id, held.claimed_at, expires_at)
 
     def delete_key(self, kind: KeyKind, task: str, key: str) -> None:
         with self._lock:
