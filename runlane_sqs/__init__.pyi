@@ -22,6 +22,9 @@ from .api.transactions import (
 from .core.attempts import (
     Attempt as Attempt,
 )
+from .core.batches import (
+    Batch as Batch,
+)
 from .core.clock import (
     Clock as Clock,
 )

@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from runlane_sqs import (
+    Batch,
     Debounce,
     ManualClock,
     RateLimit,
@@ -70,6 +71,8 @@ ORDERED_SCOPE = queue_scope("ordered")
 KEYED_SCOPE = key_scope(KEYED, "acme")
 RATED = "iam.rated"
 """One start a second (a rate limit)."""
+BATCHED = "iam.batched"
+"""Items gather per task in batches of two, at most an hour old."""
 DEBOUNCED = "iam.debounced"
 """Triggers collapse per ``key`` until an hour of quiet, their payloads merged (due later
 than SQS can delay: no wakeup is sent that a later drain would count)."""
@@ -105,6 +108,11 @@ def register(app: Runlane, *, workers: bool = False) -> None:
         lambda ctx, payload: payload,
         name=DEBOUNCED,
         debounce=Debounce(quiet=timedelta(hours=1), key=lambda p: p["key"], merge=merge_items),
+    )
+    app.task(
+        lambda ctx, items: len(items),
+        name=BATCHED,
+        batch=Batch(size=2, max_age=timedelta(hours=1)),
     )
     app.task(
         lambda ctx, payload: payload,
@@ -352,6 +360,7 @@ def play(c: Components) -> None:
     limit_concurrency(c)
     limit_rates(c)
     debounce_triggers(c)
+    batch_items(c)
     order_runs(c)
     large = keep_large_values(c)
     cursor = None  # last, the operator prunes what is finished
@@ -562,6 +571,17 @@ def limit_rates(c: Components) -> None:
     assert all(c.status(run.id) is RunStatus.SUCCEEDED for run in runs)
     (state,) = c.operator.queues.rates()
     assert state.reserved_ahead >= 0 and state.stored_matches
+
+
+def batch_items(c: Components) -> None:
+    """Two items fill a batch of two: the producer reads the key, creates the run and
+    claims the key, reads the key again, appends the second item and makes the batch due
+    (sending its wakeup); the worker runs it with both items."""
+    first = c.producer.trigger(BATCHED, {"n": 1})
+    second = c.producer.trigger(BATCHED, {"n": 2})
+    assert (second.id, second.item) == (first.id, 1)
+    assert c.drain() == 1
+    assert c.operator.runs.get(first.id).result == 2
 
 
 def debounce_triggers(c: Components) -> None:

@@ -85,6 +85,7 @@ def run_to_json(run: Run) -> dict[str, JSON]:
         "slot_wait": run.slot_wait,
         "rate_start": iso(run.rate_start),
         "debounce_key": run.debounce_key,
+        "batch_key": run.batch_key,
         "collapsed": run.collapsed,
         "group_id": run.group_id,
         "group_index": run.group_index,

@@ -73,6 +73,7 @@ def _emit_run(run: Run, as_json: bool, **extra: JSON) -> None:
 @click.option(
     "--debounce-key", help="A debounced task's key: collapse into its pending run, if any."
 )
+@click.option("--batch-key", help="A batched task's key: add the payload to its pending batch.")
 @click.option("--delay", type=click.FloatRange(min=0), help="Seconds before the run is due.")
 @click.option("--queue", help="The run's queue instead of its task's (an urgent one).")
 @json_option
@@ -84,14 +85,15 @@ def trigger(
     singleton_key: str | None,
     ordering_key: str | None,
     debounce_key: str | None,
+    batch_key: str | None,
     delay: float | None,
     queue: str | None,
     as_json: bool,
 ) -> None:
     """Create a run of TASK and publish its wakeup; prints the run id and whether it was
     created (false: an existing run holds the idempotency or singleton key, or the
-    trigger collapsed into its debounce key's pending run). Needs the app that registers
-    TASK (--app or RUNLANE_APP)."""
+    trigger went to its debounce or batch key's pending run). Needs the app that
+    registers TASK (--app or RUNLANE_APP)."""
     app = app_for_command(app_spec, "trigger needs the app that registers the task")
     run = app.trigger(
         task,
@@ -100,14 +102,17 @@ def trigger(
         singleton_key=singleton_key,
         ordering_key=ordering_key,
         debounce_key=debounce_key,
+        batch_key=batch_key,
         delay=delay,
         queue=queue,
     )
     if as_json:
-        emit_json({**run_to_json(run), "created": run.created})
+        emit_json({**run_to_json(run), "created": run.created, "item": run.item})
     else:
         echo(run.id)
         echo(f"created: {'true' if run.created else 'false'}")
+        if run.item is not None:
+            echo(f"item: {run.item}")
 
 
 @click.group()

@@ -35,8 +35,9 @@ from runlane_sqs.core.indexes import RepublishPolicy, eager_wake_at
 from runlane_sqs.core.model import Run
 
 TASK_WIDE_KEY = "*"
-"""The debounce key of a trigger whose task's :class:`Debounce` has no ``key`` function
-and that gives no ``debounce_key``: every such trigger of the task shares it."""
+"""The debounce (or batch) key of a trigger whose task's :class:`Debounce` (or
+:class:`~runlane_sqs.core.batches.Batch`) has no ``key`` function and that gives no key
+of its own: every such trigger of the task shares it."""
 DEFAULT_WAIT_FACTOR = 10
 """Without a ``max_wait``, a run waits at most this many quiet periods."""
 LONGEST_WAIT = timedelta(days=7)
@@ -156,11 +157,11 @@ def collapse(
 
 
 def collapsed_since(read: Run, current: Run | None) -> bool:
-    """Whether a claim decided on ``read`` was refused because a trigger collapsed into
-    the debounced run since: it is the same unstarted run, with more collapses."""
+    """Whether a claim decided on ``read`` was refused because a trigger went to the
+    debounced (or batch) run since: it is the same unstarted run, with more triggers."""
     return (
         current is not None
-        and read.debounce_key is not None
+        and (read.debounce_key is not None or read.batch_key is not None)
         and current.seq == read.seq
         and current.collapsed > read.collapsed
     )

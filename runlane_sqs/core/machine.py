@@ -230,8 +230,9 @@ def claim_lease(
         deadline_at=truncate_ms(now + timeout) if timeout is not None else None,
         rate_start=None,
     )
-    if run.debounce_key is not None:  # a trigger that collapsed since the read replaced
-        return replace(claim, guard=("collapsed",))  # the payload: decide on it again
+    if run.debounce_key is not None or run.batch_key is not None:
+        # a trigger that went to the run since the read changed its payload: decide again
+        return replace(claim, guard=("collapsed",))
     return claim
 
 

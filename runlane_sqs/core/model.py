@@ -346,8 +346,16 @@ class Run:
     debounce_key: str | None = None
     """The debounce key its first trigger claimed: later triggers of the key collapse
     into the run until it starts (:mod:`runlane_sqs.core.debounce`)."""
+    batch_key: str | None = None
+    """The batch key its first item claimed: later triggers of the key add their items
+    to the run until it is full or starts (:mod:`runlane_sqs.core.batches`); its payload
+    is the list of items."""
     collapsed: int = 0
-    """Triggers that collapsed into this debounced run after the first."""
+    """Triggers that went to this run after the one that created it: a debounced run's
+    collapses, a batch's items after the first."""
+    item: int | None = None
+    """On the ``Run`` a batched trigger returns only: its item's index in the run's
+    payload."""
     trace: str | None = None
     """The trace context of the span that triggered the run, packed
     (:func:`~runlane_sqs.core.telemetry.pack_trace`); its attempts continue that trace."""
@@ -357,6 +365,12 @@ class Run:
     @property
     def is_terminal(self) -> bool:
         return self.status.is_terminal
+
+    @property
+    def not_started(self) -> bool:
+        """Queued and never attempted: a debounce's trigger or a batch's item may still
+        join it."""
+        return self.status is RunStatus.QUEUED and self.attempt == 0 and self.lease is None
 
     def is_due(self, now: datetime) -> bool:
         """A runnable run with no due time waits for something else (a signal, a token)."""

@@ -4,9 +4,8 @@
 A trigger reads its key's record (one ``GetItem``): while it names a run that has not
 started, the trigger collapses into it (one ``UpdateItem``; with a merge, the run is read
 first and the write is conditioned on what the merge read). Otherwise it creates the
-run and claims the key in one write, taking the key over from a run that started.
-Concurrent triggers of a key meet at the key record: the one whose claim is refused
-collapses into the run that won.
+run and claims the key in one write, taking the key over from a run that started
+(:func:`~runlane_sqs.engine.gathering.gather`).
 """
 
 from __future__ import annotations
@@ -17,29 +16,20 @@ from datetime import datetime
 
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.debounce import Debounce, cap_of, collapse
-from runlane_sqs.core.errors import ConflictError, PayloadTooLarge, StorageUnavailable
+from runlane_sqs.core.errors import ConflictError, PayloadTooLarge
 from runlane_sqs.core.indexes import RepublishPolicy
-from runlane_sqs.core.model import JSON, Run, RunEvent, RunStatus
+from runlane_sqs.core.model import JSON, Run, RunEvent
+from runlane_sqs.engine.gathering import create_with_key, gather
 from runlane_sqs.engine.values import Prepared, Values
-from runlane_sqs.ports.keys import KeyClaim, KeyConflict, KeyHolder, KeyKind
+from runlane_sqs.ports.keys import KeyHolder, KeyKind
 from runlane_sqs.ports.store import RunStore
 
 log = logging.getLogger("runlane_sqs")
 
-MAX_DEBOUNCE_ROUNDS = 20
-"""Reads of a key's record by one trigger while other triggers of the key keep moving it
-(a merge that lost to a concurrent collapse, a run that started under the trigger)."""
-
 
 def pending(run: Run | None, key: str) -> bool:
     """Whether ``run`` still takes collapses of ``key``: queued, never started."""
-    return (
-        run is not None
-        and run.status is RunStatus.QUEUED
-        and run.attempt == 0
-        and run.lease is None
-        and run.debounce_key == key
-    )
+    return run is not None and run.not_started and run.debounce_key == key
 
 
 @dataclass(frozen=True)
@@ -88,37 +78,25 @@ class Debouncing:
     def trigger(self, trigger: DebouncedTrigger, rule: Debounce) -> Run:
         """The run ``trigger`` goes to: its key's pending run, collapsed into, or its own
         run, created with the key."""
-        key, task = trigger.key, trigger.run.task
-        previous: str | None = None
-        for _ in range(MAX_DEBOUNCE_ROUNDS):
-            now = self._clock.now()
-            holder = self._store.keys.get_key_holder(KeyKind.DEBOUNCE, task, key, now)
-            if holder is not None and holder.run_id != previous:
-                try:
-                    return self._collapse(trigger, rule, holder, now)
-                except ConflictError as conflict:
-                    if pending(conflict.current, key):
-                        continue  # a merge lost to another collapse: merge again
-                    previous = holder.run_id  # it started (or ended): take the key over
-            try:
-                return self._create(trigger, rule, previous)
-            except KeyConflict:
-                continue  # another trigger created the key's run first: collapse into it
-        raise StorageUnavailable(
-            f"the debounce key {key!r} of task {task!r} changed under {MAX_DEBOUNCE_ROUNDS} "
-            "reads in a row; try again"
+        return gather(
+            self._store,
+            self._clock,
+            KeyKind.DEBOUNCE,
+            trigger.run.task,
+            trigger.key,
+            join=lambda holder, now: self._collapse(trigger, rule, holder, now),
+            # a merge that lost to another collapse merges again
+            join_again=lambda current: pending(current, trigger.key),
+            create=lambda previous: self._create(trigger, rule, previous),
         )
 
     def _create(self, trigger: DebouncedTrigger, rule: Debounce, previous: str | None) -> Run:
         run = trigger.run
-        claim = KeyClaim(
-            KeyKind.DEBOUNCE,
-            run.task,
-            trigger.key,
-            expires_at=cap_of(run.created_at, rule),
-            previous_owner=previous,
+        until = cap_of(run.created_at, rule)
+        new = (run, trigger.event, trigger.payload_text)
+        create_with_key(
+            self._store, KeyKind.DEBOUNCE, trigger.key, new, until=until, previous=previous
         )
-        self._store.create_run(run, trigger.event, trigger.payload_text, [claim])
         return run
 
     def _collapse(

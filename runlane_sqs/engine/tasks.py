@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypedDict, Unpack
 
+from runlane_sqs.core.batches import Batch, check_batch
 from runlane_sqs.core.clock import Duration, to_timedelta
 from runlane_sqs.core.debounce import TASK_WIDE_KEY, Debounce, check_debounce
 from runlane_sqs.core.errors import ConfigurationError, InvalidKeyError, UnknownTaskError
@@ -82,6 +83,9 @@ class TaskOptions(TypedDict, total=False):
     debounce: Debounce | None
     """Triggers with the same debounce key collapse into one run that starts after a
     quiet period, with the last payload (docs/debounce.md)."""
+    batch: Batch | None
+    """Triggers with the same batch key add their payloads as the items of one run,
+    which starts when full or old enough and receives the list (docs/batches.md)."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,8 @@ class Task:
     rate_cost: int = 1
     debounce: Debounce | None = None
     """How its triggers collapse (``None``: each trigger creates a run)."""
+    batch: Batch | None = None
+    """How its triggers gather as items of one run (``None``: each creates a run)."""
 
     def __call__(self, ctx: TaskContext, payload: JSON) -> Any:
         return self.fn(ctx, payload)
@@ -180,7 +186,16 @@ class TaskRegistry:
         rate_limits = _check_rate_limits(task_name, options.get("rate_limits", ()))
         _check_key_limit(task_name, concurrency_key, key_limit, any(r.per_key for r in rate_limits))
         bound = self._check_schedules(task_name, queue, options.get("schedules", ()))
-        timeout, debounce = options.get("timeout"), options.get("debounce")
+        timeout, debounce, batch = (
+            options.get("timeout"),
+            options.get("debounce"),
+            options.get("batch"),
+        )
+        if debounce is not None and batch is not None:
+            raise ConfigurationError(
+                f"task {task_name!r}: a task is debounced or batched, not both (a batch's "
+                "run takes every item; a debounced run, the last payload)"
+            )
         task = Task(
             name=task_name,
             fn=fn,
@@ -193,6 +208,7 @@ class TaskRegistry:
             rate_limits=rate_limits,
             rate_cost=check_cost(options.get("rate_cost", 1)),
             debounce=check_debounce(task_name, debounce) if debounce is not None else None,
+            batch=check_batch(task_name, batch) if batch is not None else None,
         )
         for schedule in bound:  # a schedule's payload must give a key now, not at a pass
             concurrency_key_of(task, schedule.payload, None)
@@ -394,33 +410,54 @@ def key_from(task: Task, function: Callable[[Any], object], what: str, payload: 
     return key
 
 
-UNDEBOUNCED_OPTIONS = ("delay", "ordering_key", "idempotency_key", "singleton_key")
-"""Trigger options a debounced trigger refuses: its due time is its quiet period's end,
-and the run it goes to is its key's (docs/debounce.md)."""
+GATHERED_OPTIONS = ("delay", "ordering_key", "idempotency_key", "singleton_key")
+"""Trigger options a debounced or batched trigger refuses: its run's due time is its
+rule's, and the run it goes to is its key's (docs/debounce.md, docs/batches.md)."""
 
 
 def debounce_key_of(task: Task, payload: JSON, options: Mapping[str, object]) -> str | None:
     """A trigger's debounce key (``None`` for a task without a debounce): the trigger's
     ``debounce_key``, else the task's key function of the payload, else the task-wide
     key. Raises :class:`InvalidKeyError` before anything is written."""
-    given = options.get("debounce_key")
     rule = task.debounce
+    return _gathering_key(task, payload, options, "debounce", None if rule is None else (rule.key,))
+
+
+def batch_key_of(task: Task, payload: JSON, options: Mapping[str, object]) -> str | None:
+    """A trigger's batch key (``None`` for a task without a batch): the trigger's
+    ``batch_key``, else the task's key function of the payload, else the task-wide key.
+    Raises :class:`InvalidKeyError` before anything is written."""
+    rule = task.batch
+    return _gathering_key(task, payload, options, "batch", None if rule is None else (rule.key,))
+
+
+def _gathering_key(
+    task: Task,
+    payload: JSON,
+    options: Mapping[str, object],
+    kind: str,
+    rule: tuple[Callable[[Any], str] | None] | None,
+) -> str | None:
+    """The ``kind`` key (debounce, batch) of a trigger of ``task``, whose rule has the key
+    function ``rule[0]`` (``rule`` ``None``: the task has no such rule)."""
+    given = options.get(f"{kind}_key")
     if rule is None:
         if given is not None:
             raise InvalidKeyError(
-                f"task {task.name!r} has no debounce: register it with "
-                "debounce=Debounce(...) to give triggers a debounce_key"
+                f"task {task.name!r} has no {kind}: register it with {kind}="
+                f"{kind.capitalize()}(...) to give triggers a {kind}_key"
             )
         return None
-    refused = [name for name in UNDEBOUNCED_OPTIONS if options.get(name) is not None]
+    refused = [name for name in GATHERED_OPTIONS if options.get(name) is not None]
     if refused:
         raise InvalidKeyError(
-            f"task {task.name!r} is debounced: a trigger cannot also have "
-            f"{', '.join(refused)} (its run starts after the quiet period, and later "
-            "triggers of its key collapse into it)"
+            f"task {task.name!r} has a {kind}: a trigger cannot also have "
+            f"{', '.join(refused)} (its run starts when its {kind} says, and later "
+            "triggers of its key go to it)"
         )
     if given is not None:
-        return check_key("debounce", given)
-    if rule.key is None:
+        return check_key(kind, given)
+    (function,) = rule
+    if function is None:
         return TASK_WIDE_KEY
-    return check_key("debounce", key_from(task, rule.key, "debounce key", payload))
+    return check_key(kind, key_from(task, function, f"{kind} key", payload))

@@ -19,11 +19,18 @@ from runlane_sqs.core.model import JSON, LinkKind, Run, RunEvent, RunStatus, new
 from runlane_sqs.core.names import check_key, check_queue
 from runlane_sqs.core.telemetry import trace_id_of
 from runlane_sqs.core.values import Sealed
+from runlane_sqs.engine.batching import BatchedTrigger, Batching
 from runlane_sqs.engine.debouncing import DebouncedTrigger, Debouncing
 from runlane_sqs.engine.observing import Observer
 from runlane_sqs.engine.publishing import Publisher
-from runlane_sqs.engine.tasks import Task, TaskRegistry, concurrency_key_of, debounce_key_of
-from runlane_sqs.engine.values import Prepared, Values
+from runlane_sqs.engine.tasks import (
+    Task,
+    TaskRegistry,
+    batch_key_of,
+    concurrency_key_of,
+    debounce_key_of,
+)
+from runlane_sqs.engine.values import Prepared, Values, is_sealed
 from runlane_sqs.ports.keys import KeyClaim, KeyConflict, KeyKind
 from runlane_sqs.ports.store import RunStore
 from runlane_sqs.ports.telemetry import Span
@@ -65,6 +72,9 @@ class TriggerOptions(TriggerManyOptions, total=False):
     debounce_key: str | None
     """The key a debounced task's triggers collapse by (overrides its ``Debounce``'s
     key function; docs/debounce.md)."""
+    batch_key: str | None
+    """The key a batched task's triggers gather by (overrides its ``Batch``'s key
+    function; docs/batches.md)."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +94,8 @@ class TriggerRequest:
     ordering_key: str | None = None
     debounce_key: str | None = None
     """Set for a trigger of a debounced task: the key it collapses by."""
+    batch_key: str | None = None
+    """Set for a trigger of a batched task: the key its item gathers by."""
     trace: str | None = None
     """The trace context of the trigger's span, stored on the run."""
 
@@ -261,6 +273,14 @@ class Triggers:
             republish=config.republish,
             inline_limit=config.inline_limit,
         )
+        self._batching = Batching(
+            store=store,
+            values=values,
+            clock=clock,
+            publisher=publisher,
+            republish=config.republish,
+            inline_limit=config.inline_limit,
+        )
 
     def trigger(self, task: Task | str, payload: JSON, **options: Unpack[TriggerOptions]) -> Run:
         """Create a run and publish its wakeup; a run holding a key is returned instead.
@@ -302,10 +322,12 @@ class Triggers:
                 "a run with an ordering_key takes its place in the key's line at its "
                 "trigger: use app.trigger for it, not a transaction"
             )
-        if self._tasks.resolve(task).debounce is not None:
+        resolved = self._tasks.resolve(task)
+        if resolved.debounce is not None or resolved.batch is not None:
             raise InvalidKeyError(
-                "a debounced task's trigger reads its key's pending run and may write that "
-                "run instead of a new one: use app.trigger for it, not a transaction"
+                "a debounced or batched task's trigger reads its key's pending run and may "
+                "write that run instead of a new one: use app.trigger for it, not a "
+                "transaction"
             )
         new = self._new_run(self.request(task, payload, **options))
         if new.run.wake_at is None:  # due later than SQS can delay: maintenance publishes it
@@ -340,12 +362,18 @@ class Triggers:
             )
         debounced = resolved.debounce is not None or options.get("debounce_key") is not None
         debounce = debounce_key_of(resolved, payload, options) if debounced else None
+        batched = resolved.batch is not None or options.get("batch_key") is not None
+        batch = batch_key_of(resolved, payload, options) if batched else None
         prepared = self._values.prepare(payload, what="payload")
         wait = to_timedelta(delay, "delay") if delay is not None else None
         if debounce is not None:
             self._debouncing.check_inline(prepared, "payload")
             assert resolved.debounce is not None
             wait = resolved.debounce.quiet_period
+        if batch is not None:
+            assert resolved.batch is not None
+            self._batching.check_item(prepared, prepared.text, resolved.batch)
+            wait = resolved.batch.age
         given = options.get("queue")
         queue = check_queue(given) if given is not None else resolved.queue
         self._transport.check_queue(queue)  # a clear error before any write
@@ -360,11 +388,14 @@ class Triggers:
             concurrency_key=key,
             ordering_key=order,
             debounce_key=debounce,
+            batch_key=batch,
         )
 
     def _create(self, request: TriggerRequest) -> Run:
         if request.debounce_key is not None:
             return self._debounced(request)
+        if request.batch_key is not None:
+            return self._batched(request)
         run = create(
             self._store,
             self._values,
@@ -410,6 +441,30 @@ class Triggers:
             )
         return run
 
+    def _batched(self, request: TriggerRequest) -> Run:
+        """The run a batched trigger's item goes to: its key's pending batch or a new one."""
+        rule, key = self._tasks.resolve(request.task).batch, request.batch_key
+        assert rule is not None and key is not None
+        new = self._new_run(request)
+        self._batching.check_item(request.prepared, new.payload_text, rule)  # as kept
+        trigger = BatchedTrigger(
+            key=key,
+            prepared=request.prepared,
+            item_text=new.payload_text,
+            run=new.run.with_changes(batch_key=key),
+            event=replace(new.event, data={**new.event.data, "batch_key": key}),
+        )
+        run = self._batching.trigger(trigger, rule)
+        if run.created:
+            log.info(
+                "triggered batch run %s of %s (batch key %r)",
+                run.id,
+                run.task,
+                key,
+                extra={"run_id": run.id, "task": run.task},
+            )
+        return run
+
     def relaunch(self, source: Run, run_id: str, link: tuple[str, LinkKind, str, str]) -> Run:
         """Create a run of ``source``'s task with its payload, linked to ``source``.
 
@@ -419,6 +474,8 @@ class Triggers:
         task = self._tasks.get(source.task)
         queue = task.queue if task is not None else source.queue
         payload = source.payload
+        if isinstance(payload, list) and is_sealed(payload):  # a batch's encoded items
+            payload = self._values.open(payload, what="payload", owner=f"run {source.id}")
         # a sealed payload names the same object; an opened one is sealed again
         payload_text = (
             payload.text
@@ -431,7 +488,7 @@ class Triggers:
                 environment=self._config.environment,
                 task=source.task,
                 queue=queue,
-                payload=source.payload,
+                payload=payload,
                 now=self._clock.now(),
                 republish=self._config.republish,
                 source=link,

@@ -79,6 +79,14 @@ class Kept:
     text: str
 
 
+def is_sealed(value: object) -> bool:
+    """Whether ``value`` must be opened before a handler or a reader sees it: a sealed
+    value, or a batch's items among which one is sealed (items encoded by codecs)."""
+    if isinstance(value, list):
+        return any(isinstance(v, Sealed) for v in value)
+    return isinstance(value, Sealed)
+
+
 def codec_chain(codec: Codec | Sequence[Codec] | None) -> tuple[Codec, ...]:
     """``Runlane(codec=...)`` as a chain; raises :class:`ConfigurationError` for a codec
     without a name, or two with the same name."""
@@ -214,6 +222,8 @@ class Values:
         its object and checked) decoded. Raises :class:`~runlane_sqs.errors.
         ValueUnreadable` naming ``what``, ``owner`` (``run 1f2e...``) and where it is
         kept when it cannot be read back."""
+        if isinstance(value, list) and is_sealed(value):
+            return [self.open(v, what=what, owner=owner) for v in value]  # a batch's items
         if not isinstance(value, Sealed):
             return value
         if value.reference is not None:
@@ -242,7 +252,7 @@ class Values:
     def open_run(self, run: Run, *, payload: bool = True) -> Run:
         """``run`` with its result and (unless ``payload=False``) its payload opened; the
         rest opens where it is read."""
-        sealed_payload = payload and isinstance(run.payload, Sealed)
+        sealed_payload = payload and is_sealed(run.payload)
         if not sealed_payload and not isinstance(run.result, Sealed):
             return run
         owner = f"run {run.id}"

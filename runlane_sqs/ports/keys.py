@@ -1,6 +1,7 @@
-"""Idempotency, singleton and debounce keys: a new run claims its keys in the write that
-creates it (:meth:`~runlane_sqs.ports.store.RunStore.create_run`), and they are released
-when the run no longer holds them (docs/concepts.md, docs/debounce.md)."""
+"""Idempotency, singleton, debounce and batch keys: a new run claims its keys in the
+write that creates it (:meth:`~runlane_sqs.ports.store.RunStore.create_run`), and they
+are released when the run no longer holds them (docs/concepts.md, docs/debounce.md,
+docs/batches.md)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,9 @@ class KeyKind(StrEnum):
     DEBOUNCE = "debounce"
     """Later triggers collapse into the run until it starts; the key's claim ends at the
     run's cap (:mod:`runlane_sqs.core.debounce`)."""
+    BATCH = "batch"
+    """Later triggers add their items to the run until it is full or starts; the key's
+    claim ends when the run is due by age (:mod:`runlane_sqs.core.batches`)."""
 
 
 @dataclass(frozen=True, slots=True)

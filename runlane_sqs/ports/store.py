@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
+from runlane_sqs.core.batches import Append, Fill
 from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.debounce import Collapse
 from runlane_sqs.core.machine import Transition
@@ -169,6 +170,19 @@ class RunStore(Protocol):
         many collapses so far), counting one more collapse; returns the stored run.
         Raises :class:`~runlane_sqs.core.errors.ConflictError` carrying the stored run
         (``None`` if there is none) otherwise."""
+        ...
+
+    def append_item(self, append: Append) -> Run:
+        """Add an item to a batch run that has not started (queued, no attempt, with the
+        append's batch key) and has room for it, counting one more item; returns the
+        stored run. Raises :class:`~runlane_sqs.core.errors.ConflictError` carrying the
+        stored run (``None`` if there is none) otherwise."""
+        ...
+
+    def fill_batch(self, fill: Fill) -> Run:
+        """Make a batch run that has not started due at ``fill.now``, if it is due later;
+        returns the stored run. Raises :class:`~runlane_sqs.core.errors.ConflictError`
+        carrying the stored run otherwise."""
         ...
 
     def claim_hinted(self, claim: HintedClaim) -> Run:

@@ -12,7 +12,7 @@ from urllib.parse import quote
 import pytest
 from starlette.testclient import TestClient
 
-from runlane_sqs import EventType, RetryPolicy, Runlane, RunStatus, TaskContext
+from runlane_sqs import Batch, Debounce, EventType, RetryPolicy, Runlane, RunStatus, TaskContext
 from runlane_sqs.console.security import CSRF_FIELD, Guard
 from runlane_sqs.console.server import ConsoleSettings, console_app
 from tests.backends import Backend
@@ -20,6 +20,8 @@ from tests.backends import Backend
 TOKEN = "test-console-token-0123456789"
 FAILS = "console.fails"
 WORKS = "console.works"
+BATCHED = "console.batched"
+DEBOUNCED = "console.debounced"
 HOSTILE = '<script>alert("x")</script>\u202e\x1b[31m'
 
 
@@ -30,6 +32,14 @@ def register(app: Runlane) -> None:
 
     @app.task(name=WORKS)
     def works(ctx: TaskContext, payload: Any) -> Any:
+        return payload
+
+    @app.task(name=BATCHED, batch=Batch(size=10, max_age=60))
+    def batched(ctx: TaskContext, items: Any) -> Any:
+        return len(items)
+
+    @app.task(name=DEBOUNCED, debounce=Debounce(quiet=60))
+    def debounced(ctx: TaskContext, payload: Any) -> Any:
         return payload
 
 
@@ -144,6 +154,19 @@ def test_a_run_page_shows_its_failure_escaped_and_its_history(
     assert 'class="attempt outcome-failed"' in page.text  # the timeline's bar
     assert page.text.count('class="attempt-row"') == 1
     assert 'id="retry-button"' in page.text and 'id="cancel-button"' not in page.text
+
+
+def test_a_run_page_shows_a_batch_and_a_debounce_with_their_keys_escaped(
+    app: Runlane, client: TestClient
+) -> None:
+    batch, *_ = [app.trigger(BATCHED, n, batch_key="<b>acme</b>") for n in range(3)]
+    debounced, _ = [app.trigger(DEBOUNCED, n, debounce_key="user-7") for n in range(2)]
+
+    batch_page = client.get(f"/runs/{batch.id}").text
+    assert "Batch key" in batch_page and "(3 items)" in batch_page
+    assert "<b>" not in batch_page and "&lt;b&gt;" in batch_page
+    debounce_page = client.get(f"/runs/{debounced.id}").text
+    assert "Debounce key" in debounce_page and "user-7 (1 later trigger collapsed" in debounce_page
 
 
 def test_payloads_can_be_hidden(app: Runlane) -> None:

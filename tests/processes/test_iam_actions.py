@@ -316,7 +316,7 @@ def test_every_dynamodb_statement_is_limited_to_the_environments_items() -> None
         assert patterns, (name, statement.get("Sid"))
         for pattern in patterns:
             assert re.fullmatch(
-                r"((RUN|IDEM|SINGLETON|DEBOUNCE|TOKEN|SLOT|RATE|OBJECT)#\$\{Environment\}#\*"
+                r"((RUN|IDEM|SINGLETON|DEBOUNCE|BATCH|TOKEN|SLOT|RATE|OBJECT)#\$\{Environment\}#\*"
                 r"|SLOT#\$\{Environment\}#order#\*|(MAINT|SCHED)#\$\{Environment\})"
                 r"|\$\{Environment\}#[a-z_]*#?\*?",
                 pattern["Fn::Sub"],

@@ -197,7 +197,9 @@ def run_to_item(run: Run, events: list[RunEvent], payload_text: str) -> RunItem:
         environment=run.environment,
         task=run.task,
         queue=run.queue,
-        payload=payload_text,
+        payload=None if run.batch_key else payload_text,
+        batch_items=[payload_text] if run.batch_key else None,
+        batch_bytes=len(payload_text.encode("utf-8")) if run.batch_key else None,
         created_at=created_ms,
         idempotency_key=run.idempotency_key,
         singleton_key=run.singleton_key,
@@ -213,6 +215,7 @@ def run_to_item(run: Run, events: list[RunEvent], payload_text: str) -> RunItem:
         group_index=run.group_index,
         joined_group=run.joined_group,
         debounce_key=run.debounce_key,
+        batch_key=run.batch_key,
         events=[event_to_map(e) for e in events],
         steps={map_key(k): stored_text(v) for k, v in run.steps.items()},
         wait_results={map_key(k): stored_text(v) for k, v in run.wait_results.items()},
@@ -292,6 +295,8 @@ def run_from_wire(wire: AttributeMap) -> Run:
         item.text("parked_from"),
     )
     payload, result = decode_json(item.text("payload")), decode_json(item.text("result"))
+    if "batch_items" in wire:  # a batch: its items, in the order they were added
+        payload = [decode_json(entry["S"]) for entry in wire["batch_items"]["L"]]
     run = Run(
         id=item.required_text("run_id"),
         environment=item.required_text("environment"),
@@ -325,6 +330,7 @@ def run_from_wire(wire: AttributeMap) -> Run:
         group_index=item.number("group_index"),
         joined_group=item.text("joined_group"),
         debounce_key=item.text("debounce_key"),
+        batch_key=item.text("batch_key"),
         collapsed=item.number("collapsed") or 0,
         parked_from=RunStatus(parked_from) if parked_from else None,
         created_at=item.required_time("created_at"),

@@ -156,8 +156,16 @@ class RunItem(Model):
     """The group whose join triggered this run (a callback)."""
     debounce_key = UnicodeAttribute(null=True)
     """The debounce key later triggers collapse into this run by, until it starts."""
+    batch_key = UnicodeAttribute(null=True)
+    """The batch key later triggers add their items to this run by, until it starts."""
+    batch_items = ListAttribute(of=UnicodeAttribute, null=True)
+    """A batch run's items (each as a payload is kept), in the order they were added; a
+    batch run has no ``payload``."""
+    batch_bytes = NumberAttribute(null=True)
+    """The bytes of ``batch_items``: an append holds only while they stay within the
+    batch's limit."""
     collapsed = NumberAttribute(null=True)
-    """Triggers collapsed into the run after the first (added to by each collapse)."""
+    """Triggers that went to the run after the first (a collapse, a batch's item)."""
     events = ListAttribute(of=EventMap, null=True)
     # index attributes, derived from the state above on every write
     status_pk = UnicodeAttribute(null=True)

@@ -23,6 +23,7 @@ RUN_SK = "RUN"
 IDEMPOTENCY_PREFIX = "IDEM#"
 SINGLETON_PREFIX = "SINGLETON#"
 DEBOUNCE_PREFIX = "DEBOUNCE#"
+BATCH_PREFIX = "BATCH#"
 KEY_SK = "KEY"
 
 
@@ -43,11 +44,13 @@ def singleton_pk(environment: str, task: str, key: str) -> str:
 
 
 def key_pk(environment: str, kind: KeyKind, task: str, key: str) -> str:
-    """The partition key of a claim on an idempotency, a singleton or a debounce key."""
+    """The partition key of a claim on an idempotency, singleton, debounce or batch key."""
     if kind is KeyKind.IDEMPOTENCY:
         return idempotency_pk(environment, task, key)
     if kind is KeyKind.DEBOUNCE:
         return f"{DEBOUNCE_PREFIX}{environment}#{task}#{key}"
+    if kind is KeyKind.BATCH:
+        return f"{BATCH_PREFIX}{environment}#{task}#{key}"
     return singleton_pk(environment, task, key)
 
 

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pynamodb.expressions.condition import Condition
+from pynamodb.attributes import UnicodeAttribute
+from pynamodb.expressions.condition import Condition, size
 from pynamodb.expressions.update import Action, Update
 
 from runlane_sqs.adapters.dynamodb import keys
@@ -44,6 +45,7 @@ from runlane_sqs.adapters.dynamodb.items import (
     TokenItem,
 )
 from runlane_sqs.adapters.dynamodb.writes import RunWrite
+from runlane_sqs.core.batches import Append, Fill
 from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.clock import to_epoch_ms
 from runlane_sqs.core.debounce import Collapse
@@ -192,12 +194,7 @@ def collapse_run(table: str, environment: str, collapse: Collapse) -> Request:
     merge read. Returns the stored run."""
     wake = collapse.wake_at
     listed = wake if wake is not None else collapse.due_at
-    condition = (
-        (RunItem.status == RunStatus.QUEUED.value)
-        & (RunItem.attempt == 0)
-        & (RunItem.debounce_key == collapse.key)
-        & RunItem.lease_token.does_not_exist()
-    )
+    condition = not_started_with(RunItem.debounce_key, collapse.key)
     if collapse.seen is not None:
         counted = RunItem.collapsed == collapse.seen
         condition &= RunItem.collapsed.does_not_exist() | counted if not collapse.seen else counted
@@ -220,6 +217,66 @@ def collapse_run(table: str, environment: str, collapse: Collapse) -> Request:
         },
         condition=condition,
         actions=actions,
+    )
+
+
+def not_started_with(key_attribute: UnicodeAttribute, key: str) -> Condition:
+    """The run has not started (queued, no attempt, no lease) and holds ``key``."""
+    condition: Condition = (
+        (RunItem.status == RunStatus.QUEUED.value)
+        & (RunItem.attempt == 0)
+        & (key_attribute == key)
+        & RunItem.lease_token.does_not_exist()
+    )
+    return condition
+
+
+def append_item(table: str, environment: str, append: Append) -> Request:
+    """A batched trigger adding its item to its key's pending run: appended to the run's
+    items, one more counted, no event, if the run has not started, holds fewer than
+    ``size`` items and has room for the item's bytes. Returns the stored run."""
+    room = append.max_bytes - append.item_bytes
+    return expressions(
+        {
+            "TableName": table,
+            "Key": keys.run_key(environment, append.run_id),
+            "ReturnValues": "ALL_NEW",
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        },
+        condition=not_started_with(RunItem.batch_key, append.key)
+        & (size(RunItem.batch_items) < append.size)  # type: ignore[no-untyped-call]
+        & (RunItem.batch_bytes <= room),
+        actions=[
+            RunItem.batch_items.set(RunItem.batch_items.append([append.item_text])),
+            RunItem.batch_bytes.add(append.item_bytes),
+            RunItem.collapsed.add(1),
+            RunItem.updated_at.set(to_epoch_ms(append.now)),
+        ],
+    )
+
+
+def fill_batch(table: str, environment: str, fill: Fill) -> Request:
+    """A full batch made due now (its agenda entry with it), if it has not started and
+    is due later. Returns the stored run."""
+    now_ms = to_epoch_ms(fill.now)
+    wake = fill.wake_at
+    listing = RunItem.wake_at.set(to_epoch_ms(wake)) if wake else RunItem.wake_at.remove()
+    return expressions(
+        {
+            "TableName": table,
+            "Key": keys.run_key(environment, fill.run_id),
+            "ReturnValues": "ALL_NEW",
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        },
+        condition=not_started_with(RunItem.batch_key, fill.key) & (RunItem.due_at > now_ms),
+        actions=[
+            RunItem.due_at.set(now_ms),
+            RunItem.updated_at.set(now_ms),
+            RunItem.agenda_at.set(to_epoch_ms(wake) if wake is not None else now_ms),
+            RunItem.line_at.remove(),
+            RunItem.publishes.remove(),
+            listing,
+        ],
     )
 
 

@@ -60,6 +60,7 @@ from runlane_sqs.adapters.dynamodb.requests import Request
 from runlane_sqs.adapters.dynamodb.schedules import DynamoScheduleStore
 from runlane_sqs.adapters.dynamodb.slots import DynamoSlotStore, apply_slotted, transaction
 from runlane_sqs.adapters.dynamodb.transactions import DynamoTransactions, creation_actions
+from runlane_sqs.core.batches import Append, Fill
 from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.clock import EPOCH, from_epoch_ms, to_epoch_ms
 from runlane_sqs.core.debounce import Collapse
@@ -234,9 +235,22 @@ class DynamoRunStore:
 
     def collapse(self, collapse: Collapse) -> Run:
         request = requests.collapse_run(self.table, self.environment, collapse)
+        return self._update_unstarted(collapse.run_id, request)
+
+    def append_item(self, append: Append) -> Run:
+        request = requests.append_item(self.table, self.environment, append)
+        return self._update_unstarted(append.run_id, request)
+
+    def fill_batch(self, fill: Fill) -> Run:
+        request = requests.fill_batch(self.table, self.environment, fill)
+        return self._update_unstarted(fill.run_id, request)
+
+    def _update_unstarted(self, run_id: str, request: Request) -> Run:
+        """Send an update of a run that holds only before it starts; returns the stored
+        run, or raises :class:`ConflictError` with the run the refusal found."""
         sent = send_conditional(self._send, "update_item", request)
         if isinstance(sent, Refused):
-            raise ConflictError(collapse.run_id, run_from_wire(sent.item) if sent.item else None)
+            raise ConflictError(run_id, run_from_wire(sent.item) if sent.item else None)
         return run_from_wire(sent["Attributes"])
 
     def claim_hinted(self, claim: HintedClaim) -> Run:

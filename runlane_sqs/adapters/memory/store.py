@@ -36,6 +36,7 @@ from runlane_sqs.adapters.memory.ordering import InMemoryOrderStore
 from runlane_sqs.adapters.memory.rates import InMemoryRateStore
 from runlane_sqs.adapters.memory.schedules import InMemoryScheduleStore
 from runlane_sqs.adapters.memory.slots import InMemorySlotStore
+from runlane_sqs.core.batches import Append, Fill
 from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.clock import EPOCH, to_epoch_ms
 from runlane_sqs.core.debounce import Collapse
@@ -49,7 +50,7 @@ from runlane_sqs.core.errors import (
 from runlane_sqs.core.indexes import AgendaKind, agenda_pk, listed_at
 from runlane_sqs.core.limits import MAX_TRANSACTION_ACTIONS
 from runlane_sqs.core.machine import Transition
-from runlane_sqs.core.model import LEASED_STATUSES, Lease, Run, RunEvent, RunStatus, WaitKind
+from runlane_sqs.core.model import LEASED_STATUSES, Lease, Run, RunEvent, WaitKind
 from runlane_sqs.core.ordering import Place
 from runlane_sqs.core.tokens import Token, TokenDecision, TokenNotFound, token_agenda_entry
 from runlane_sqs.core.values import (
@@ -77,9 +78,13 @@ def _json_copy(value: object) -> object:
     return None if value is None else decode_json(stored_text(value))
 
 
-def _as_stored(run: Run, payload_text: str) -> Run:
-    """``run`` as DynamoDB would give it back: through the same codec."""
-    return replace(run_from_wire(run_to_wire(run, [], payload_text)), watched=run.watched)
+def _as_stored(run: Run, payload_text: str, items: list[str] | None = None) -> Run:
+    """``run`` as DynamoDB would give it back: through the same codec (a batch's
+    ``items`` as its item holds them)."""
+    wire = run_to_wire(run, [], payload_text)
+    if items is not None:
+        wire["batch_items"] = {"L": [{"S": text} for text in items]}
+    return replace(run_from_wire(wire), watched=run.watched)
 
 
 def _event_as_stored(event: RunEvent) -> RunEvent:
@@ -120,6 +125,13 @@ class _Stored:
     run: Run
     payload_text: str
     events: list[RunEvent] = field(default_factory=list)
+    items: list[str] | None = None
+    """A batch run's items as kept (its first is ``payload_text``)."""
+
+    def keep(self, run: Run) -> Run:
+        """Store ``run`` (its payload as this record keeps it); returns it as stored."""
+        self.run = _as_stored(run, self.payload_text, self.items)
+        return self.run
 
 
 @dataclass(frozen=True)
@@ -272,7 +284,8 @@ class InMemoryRunStore:
         for claim in claims:
             expires = int(claim.expires_at.timestamp()) if claim.expires_at else None
             self._keys[(claim.kind, claim.task, claim.key)] = _Key(run.id, expires, run.created_at)
-        self._runs[run.id] = _Stored(stored, payload_text, [_event_as_stored(event)])
+        items = [payload_text] if run.batch_key else None
+        self._runs[run.id] = _Stored(stored, payload_text, [_event_as_stored(event)], items)
         if holds:
             self.object_records.add_holds(holds)
 
@@ -310,7 +323,7 @@ class InMemoryRunStore:
             self.slots.take_and_free(transition)
             self.orders.leave(transition)
             after = replace(transition.after, watched=current.watched)
-            stored.run = _as_stored(after, stored.payload_text)
+            stored.keep(after)
             stored.events.extend(_event_as_stored(e) for e in transition.events)
             if holds:
                 self.object_records.add_holds(holds)
@@ -323,9 +336,7 @@ class InMemoryRunStore:
             if (
                 stored is None
                 or current is None
-                or current.status is not RunStatus.QUEUED
-                or current.attempt != 0
-                or current.lease is not None
+                or not current.not_started
                 or current.debounce_key != collapse.key
                 or (collapse.seen is not None and current.collapsed != collapse.seen)
             ):
@@ -340,8 +351,50 @@ class InMemoryRunStore:
                 collapsed=current.collapsed + 1,
             )
             stored.payload_text = collapse.payload_text
-            stored.run = _as_stored(after, collapse.payload_text)
-            return stored.run
+            return stored.keep(after)
+
+    def append_item(self, append: Append) -> Run:
+        with self._lock:
+            stored = self._runs.get(append.run_id)
+            current = stored.run if stored else None
+            if (
+                stored is None
+                or current is None
+                or stored.items is None
+                or not current.not_started
+                or current.batch_key != append.key
+                or len(stored.items) >= append.size
+                or sum(len(t.encode()) for t in stored.items) + append.item_bytes > append.max_bytes
+            ):
+                raise ConflictError(append.run_id, current)
+            stored.items.append(append.item_text)
+            after = current.with_changes(
+                updated_at=append.now, collapsed=current.collapsed + 1, created=False
+            )
+            return stored.keep(after)
+
+    def fill_batch(self, fill: Fill) -> Run:
+        with self._lock:
+            stored = self._runs.get(fill.run_id)
+            current = stored.run if stored else None
+            if (
+                stored is None
+                or current is None
+                or not current.not_started
+                or current.batch_key != fill.key
+                or current.due_at is None
+                or current.due_at <= fill.now
+            ):
+                raise ConflictError(fill.run_id, current)
+            after = current.with_changes(
+                due_at=fill.now,
+                wake_at=fill.wake_at,
+                review_at=None,
+                line_at=None,
+                publishes=0,
+                updated_at=fill.now,
+            )
+            return stored.keep(after)
 
     def claim_hinted(self, claim: HintedClaim) -> Run:
         with self._lock:
@@ -353,7 +406,7 @@ class InMemoryRunStore:
             after = transition.after
             if claim.keeps_listing():  # as on DynamoDB: the agenda entry stays
                 after = replace(after, review_at=current.review_at)
-            stored.run = _as_stored(after, stored.payload_text)
+            stored.keep(after)
             stored.events.extend(_event_as_stored(e) for e in transition.events)
             return stored.run
 

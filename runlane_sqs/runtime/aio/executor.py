@@ -15,11 +15,11 @@ from typing import Any
 from runlane_sqs.core.clock import ManualClock
 from runlane_sqs.core.model import Run
 from runlane_sqs.core.rates import Reserve, ReserveAt
-from runlane_sqs.core.values import Sealed
 from runlane_sqs.engine import message
 from runlane_sqs.engine.context import TaskContext
 from runlane_sqs.engine.engine import Engine
 from runlane_sqs.engine.message import Disposition
+from runlane_sqs.engine.values import is_sealed
 from runlane_sqs.ports.aio import AsyncRunStore, AsyncWakeupTransport
 from runlane_sqs.ports.transport import ReceivedWakeup
 from runlane_sqs.runtime.aio.leases import AsyncLeaseKeeper
@@ -108,7 +108,7 @@ class AsyncExecutor:
         try:
             with request.span.active():  # the thread runs in a copy of this context
                 payload = request.payload
-                if isinstance(payload, Sealed):
+                if is_sealed(payload):
                     opening = functools.partial(
                         values.open, payload, what="payload", owner=f"run {ctx.run_id}"
                     )

@@ -8,6 +8,7 @@ from typing import Any
 
 from runlane_sqs import Runlane
 from tests.processes.cli.apps.names import (
+    BULK,
     CHARGE,
     CHARGE_ALL,
     DIGEST,
@@ -184,6 +185,22 @@ def test_triggers_with_a_debounce_key_collapse_into_one_run(
     assert "U+001B" in refused.stderr and "Traceback" not in refused.stderr
     plain = cli("trigger", ECHO, "--debounce-key", "u-1")
     assert plain.code == EXIT_USAGE and "has no debounce" in plain.stderr
+
+
+def test_triggers_with_a_batch_key_gather_and_a_full_batch_runs(
+    cli: Cli, provisioned: dict[str, str]
+) -> None:
+    told = [
+        cli("trigger", BULK, "--payload", str(n), "--batch-key", "b-1", "--json").json()
+        for n in range(3)
+    ]
+    assert [t["item"] for t in told] == [0, 1, 2] and len({t["id"] for t in told}) == 1
+    plain = cli.ok("trigger", BULK, "--payload", "9", "--batch-key", "b-1")
+    assert plain.stdout.splitlines()[1:] == ["created: true", "item: 0"]
+    assert cli.ok("worker", "--drain").stdout.strip() == "executed 1 run(s)"
+    done = _run(cli, told[0]["id"])
+    assert (done["status"], done["result"], done["batch_key"]) == ("succeeded", 3, "b-1")
+    assert done["payload"] == [0, 1, 2]
 
 
 def test_prune_removes_only_finished_runs_older_than_the_cutoff(

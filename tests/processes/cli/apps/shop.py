@@ -12,9 +12,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runlane_sqs import Debounce, RetryPolicy, Runlane, TaskContext
+from runlane_sqs import Batch, Debounce, RetryPolicy, Runlane, TaskContext
 from tests.processes.cli.apps.names import (
     APPROVAL,
+    BULK,
     CHARGE,
     CHARGE_ALL,
     DIGEST,
@@ -36,6 +37,11 @@ app = Runlane.from_env(lease_duration=LEASE_SECONDS)
 def echo(ctx: TaskContext, payload: Any) -> dict[str, Any]:
     ctx.log.info("echoing")
     return {"echo": payload}
+
+
+@app.task(name=BULK, batch=Batch(size=3, max_age=3600))
+def bulk(ctx: TaskContext, items: list[Any]) -> int:
+    return len(items)
 
 
 @app.task(name=DIGEST, debounce=Debounce(quiet=3600))
