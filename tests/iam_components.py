@@ -33,7 +33,7 @@ from runlane_sqs.core.ordering import TURN_CHECK_AFTER
 from runlane_sqs.core.slots import key_scope, queue_scope
 from runlane_sqs.core.values import PIN_DURATION, RELEASE_GRACE, Sealed, run_references
 from runlane_sqs.engine.maintenance import MaintenanceConfig
-from runlane_sqs.engine.reports import JOB_EXPIRED, JOB_OBJECTS, JOB_SLOTS, JOB_WAITS
+from runlane_sqs.engine.reports import JOB_EXPIRED, JOB_OBJECTS, JOB_RATES, JOB_SLOTS, JOB_WAITS
 from runlane_sqs.lambdas.consumer import sqs_handler
 from tests.emulators import wait_until
 from tests.iam_policies import (
@@ -571,6 +571,12 @@ def limit_rates(c: Components) -> None:
     assert all(c.status(run.id) is RunStatus.SUCCEEDED for run in runs)
     (state,) = c.operator.queues.rates()
     assert state.reserved_ahead >= 0 and state.stored_matches
+    # the limit was one start a minute before this deploy: maintenance drops the starts
+    # reserved ahead and wakes the runs sleeping for them
+    c.setup.store.progress.save_rate_limits({state.scope: (60_000_000, 0)})
+    c.producer.trigger(RATED, "before the deploy")
+    assert c.drain() == 1
+    assert JOB_RATES in c.maintenance.maintenance.run_pass().jobs
 
 
 def batch_items(c: Components) -> None:

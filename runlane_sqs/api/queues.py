@@ -155,10 +155,12 @@ class QueuesApi:
 
     def rates(self, keys: Iterable[str] = ()) -> RateStates:
         """Every rate limit this app defines, by scope, with its reservations now: the
-        queues' and the tasks' limits, and the per-key ones for ``keys``."""
+        queues' and the tasks' limits, and the per-key ones of every key with a record
+        (and of ``keys``, which may have none yet)."""
         now_us = to_epoch_us(self._engine.clock.now())
-        found = []
-        for scope, limit in self._engine.tasks.defined_rates(keys):
+        tasks, found = self._engine.tasks, []
+        stored = self._engine.store.rates.scopes() if tasks.keyed_rates() else []
+        for scope, limit in tasks.defined_rates(keys, stored):
             rate = limit.rate_in(scope)
             record = self._engine.store.rates.read(scope)
             if record is None:

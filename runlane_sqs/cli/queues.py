@@ -143,7 +143,8 @@ def _rate_row(state: RateState) -> dict[str, str | Text]:
     "--key",
     "keys",
     multiple=True,
-    help="Also show each per-key rate limit's scope for this key (repeatable).",
+    help="Also show each per-key rate limit's scope for this key, even without a record "
+    "(repeatable).",
 )
 @json_option
 def list_rates(app_spec: str | None, keys: tuple[str, ...], as_json: bool) -> None:
@@ -151,7 +152,7 @@ def list_rates(app_spec: str | None, keys: tuple[str, ...], as_json: bool) -> No
     once, and the starts reserved ahead, by scope.
 
     The scopes are the limits the app's code sets on queues and tasks, and its per-key
-    limits for each --key."""
+    limits for each key with a record and each --key."""
     app = app_for_command(app_spec, "rate limits are set by the app's code")
     found = app.queues.rates(keys)
     if as_json:

@@ -57,6 +57,7 @@ _COUNTS = {
     "slot": FEW_SHARDS,
     "group": FEW_SHARDS,
     "object": FEW_SHARDS,
+    "rate": FEW_SHARDS,
 }
 
 ACTIVE = "active"
@@ -110,6 +111,16 @@ class AgendaKind(StrEnum):
     """Object records of the payload bucket that lost a holder or were pinned, by when
     maintenance may delete the object if no record references it
     (:class:`~runlane_sqs.core.values.ObjectRecord`)."""
+    RATE = "rate"
+    """Rate limits' records, listed by their first reservation at :data:`NEVER` (no scan
+    lists them): read when a deploy raises or removes a limit
+    (:mod:`runlane_sqs.core.rate_deploys`)."""
+
+
+SCANNED_KINDS = tuple(kind for kind in AgendaKind if kind is not AgendaKind.RATE)
+"""The kinds a maintenance pass scans for due work."""
+NEVER_MS = 253_402_300_799_000
+"""The last millisecond of the year 9999: the agenda time of an entry no scan lists."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -109,10 +109,13 @@ class EventType(StrEnum):
     """A claim found its queue's (or key's) concurrency limit reached; the run waits for
     a slot, with no attempt counted. ``data`` names the scope and the limit."""
     SLOT_FREED = "slot_freed"
+    """A slot of the scope the run waited on freed; the run is runnable again."""
     WAITING_FOR_RATE = "waiting_for_rate"
     """A claim found the run early for its rate limits: it sleeps until its reserved
     start, with no attempt counted."""
-    """A slot of the scope the run waited on freed; the run is runnable again."""
+    RATE_LIMIT_CHANGED = "rate_limit_changed"
+    """A deploy raised or removed a rate limit the run slept for: it is due at once and
+    reserves its start again. ``data`` names the limit."""
     TURN_REACHED = "turn_reached"
     """The earlier runs of its ordering key finished; the run holds the key's turn and
     is due."""

@@ -19,8 +19,11 @@ One pass runs four bounded scans of the agenda index (never a table Scan):
   :mod:`runlane_sqs.engine.slots`). A recovered lease frees its slots in the recovery's
   own write, which wakes the oldest waiter at once.
 
-Then parked runs of tasks this app registers are unparked (``parked_runs``; from the
-status index, see :mod:`runlane_sqs.engine.parking`).
+Then the app's rate limits are compared with those the last pass saw: a limit a deploy
+raised or removed drops the starts reserved under it and wakes its sleeping runs
+(``rate_limits``; :mod:`runlane_sqs.engine.rate_changes`). Then parked runs of tasks this
+app registers are unparked (``parked_runs``; from the status index, see
+:mod:`runlane_sqs.engine.parking`).
 
 The ``run`` scan also checks runs waiting on a token or a run whose resume may have been
 missed (``wait_checks``).
@@ -42,7 +45,7 @@ from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.errors import ConfigurationError, ConflictError, RunlaneError
 from runlane_sqs.core.groups import Group
-from runlane_sqs.core.indexes import AGENDA_SHARDS, AgendaKind, agenda_partitions
+from runlane_sqs.core.indexes import AGENDA_SHARDS, SCANNED_KINDS, AgendaKind, agenda_partitions
 from runlane_sqs.core.machine import Skip, Transition
 from runlane_sqs.core.model import LEASED_STATUSES, Run, RunStatus, WaitKind
 from runlane_sqs.core.ordering import is_order_scope
@@ -66,12 +69,14 @@ from runlane_sqs.engine.observing import Observer
 from runlane_sqs.engine.ordering import Turns
 from runlane_sqs.engine.parking import Parking
 from runlane_sqs.engine.publishing import Publisher
+from runlane_sqs.engine.rate_changes import RateChanges
 from runlane_sqs.engine.reports import (
     JOB_DUE,
     JOB_EXPIRED,
     JOB_GROUPS,
     JOB_OBJECTS,
     JOB_PARKED,
+    JOB_RATES,
     JOB_SCHEDULES,
     JOB_TOKENS,
     JOB_WAITS,
@@ -175,6 +180,7 @@ class Maintenance:
         """This app's maintenance bounds and thresholds (set a new
         :class:`MaintenanceConfig` to change them)."""
         self._backlog = backlog
+        self._rate_changes = RateChanges(store=store, tasks=tasks, config=config)
 
     @property
     def recovery(self) -> RecoverySettings:
@@ -216,7 +222,7 @@ class Maintenance:
             wakeups.add(self._handle(page, now, report, lines))
 
         scan = AgendaScan(self._store, now, cursors, out_of_time, handle)
-        for kind in AgendaKind:
+        for kind in SCANNED_KINDS:
             if kind is AgendaKind.SCHEDULE:
                 if out_of_time():
                     break
@@ -226,6 +232,10 @@ class Maintenance:
                 scan.scan(kind, partitions, self.bounds.limit_per_job // len(partitions))
             finally:  # what this pass wrote is published even if a later page fails
                 wakeups.send()
+        if not out_of_time():
+            job = report.job(JOB_RATES)
+            wakeups.add([(run, job, None) for run in self._rate_changes.check(now, job)])
+            wakeups.send()
         if not out_of_time():
             self._unpark(report.job(JOB_PARKED))
         report.cursors = {p: c for p, c in cursors.items() if c}

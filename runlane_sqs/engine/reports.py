@@ -100,6 +100,7 @@ JOB_SCHEDULES = "schedules"
 JOB_SLOTS = "slots"
 JOB_GROUPS = "groups"
 JOB_OBJECTS = "objects"
+JOB_RATES = "rate_limits"
 JOBS = (
     JOB_DUE,
     JOB_EXPIRED,
@@ -111,6 +112,7 @@ JOBS = (
     JOB_SLOTS,
     JOB_GROUPS,
     JOB_OBJECTS,
+    JOB_RATES,
     JOB_PARKED,
 )
 

@@ -16,7 +16,9 @@ from runlane_sqs.core.errors import ConfigurationError, InvalidKeyError, Unknown
 from runlane_sqs.core.limits import DEFAULT_PAYLOAD_LIMIT_BYTES
 from runlane_sqs.core.model import JSON, Run, Slot
 from runlane_sqs.core.names import check_key, check_queue, check_task_name
+from runlane_sqs.core.rate_deploys import Spacing, key_pattern, matches
 from runlane_sqs.core.rates import (
+    RATE_SCOPE,
     Rate,
     RateLimit,
     check_cost,
@@ -312,10 +314,42 @@ class TaskRegistry:
                 rates.append(limit.rate_in(scope))
         return tuple(rates)
 
-    def defined_rates(self, keys: Iterable[str] = ()) -> list[tuple[str, RateLimit]]:
+    def rate_patterns(self) -> dict[str, Spacing]:
+        """Every rate limit this app's code sets, as claims apply it, by pattern: a
+        queue's or task's scope, or the scope prefix of a task's per-key limit
+        (:mod:`runlane_sqs.core.rate_deploys`)."""
+        found: dict[str, Spacing] = {}
+        for queue in self.defined_queues():
+            if queue.rate_limit is not None:
+                rate = queue.rate_limit.rate_in(queue_rate_scope(queue.name))
+                found[rate.scope] = (rate.interval_us, rate.tolerance_us)
+        for task in self._tasks.values():
+            for limit in task.rate_limits:
+                pattern = (
+                    key_pattern(task.name, limit.per_us)
+                    if limit.per_key
+                    else task_rate_scope(task.name, limit.per_us)
+                )
+                rate = limit.rate_in(pattern)
+                found[pattern] = (rate.interval_us, rate.tolerance_us)
+        return found
+
+    def knows_pattern(self, pattern: str) -> bool:
+        """Whether this app registers the task or uses the queue a limit's pattern is of:
+        only then does its code say whether the limit is still set."""
+        kind, _, rest = pattern.removeprefix(f"{RATE_SCOPE}#").partition("#")
+        if kind == "queue":
+            return self.scope_limit(queue_scope(rest))[0]
+        return rest.partition("#")[0] in self._tasks
+
+    def defined_rates(
+        self, keys: Iterable[str] = (), stored: Iterable[str] = ()
+    ) -> list[tuple[str, RateLimit]]:
         """The rate limits this app's code sets, by scope: every queue's and task's, and
-        each task's per-key one for ``keys`` (a key's scopes cannot be listed otherwise)."""
+        each task's per-key one for ``keys`` and for each of the ``stored`` scopes (those
+        with a record) it has."""
         checked = [check_concurrency_key(key) for key in keys]
+        recorded = sorted(set(stored))
         found = [
             (queue_rate_scope(q.name), q.rate_limit)
             for q in self.defined_queues()
@@ -326,8 +360,15 @@ class TaskRegistry:
                 if not limit.per_key:
                     found.append((task_rate_scope(task.name, limit.per_us), limit))
                 else:
-                    found += [(key_rate_scope(task.name, limit.per_us, k), limit) for k in checked]
+                    pattern = key_pattern(task.name, limit.per_us)
+                    asked = {key_rate_scope(task.name, limit.per_us, k) for k in checked}
+                    asked.update(scope for scope in recorded if matches(scope, pattern))
+                    found += [(scope, limit) for scope in sorted(asked)]
         return found
+
+    def keyed_rates(self) -> bool:
+        """Whether a task of this app has a per-key rate limit."""
+        return any(limit.per_key for t in self._tasks.values() for limit in t.rate_limits)
 
     def limited(self, task: Task, queue: str) -> bool:
         """Whether runs of ``task`` on ``queue`` may need slots or a reserved start

@@ -29,3 +29,12 @@ class RateStore(Protocol):
     def read(self, scope: str) -> RateRecord | None:
         """The record of ``scope`` (``None``: no run reserved a start there yet)."""
         ...
+
+    def reset(self, scope: str, now_us: int) -> bool:
+        """Drop the starts reserved after ``now_us`` in ``scope`` (its TAT back to now, a
+        deploy relaxed its limit); whether there were any."""
+        ...
+
+    def scopes(self) -> list[str]:
+        """Every scope with a record (a deploy's sweep: it reads them all)."""
+        ...

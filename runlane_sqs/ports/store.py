@@ -6,7 +6,7 @@ Adapters: :mod:`runlane_sqs.adapters.dynamodb.store` (DynamoDB) and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -17,6 +17,7 @@ from runlane_sqs.core.debounce import Collapse
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Lease, Run, RunEvent, RunStatus, WaitKind
 from runlane_sqs.core.ordering import Place
+from runlane_sqs.core.rate_deploys import Spacing
 from runlane_sqs.ports.groups import GroupStore
 from runlane_sqs.ports.health import HealthStore
 from runlane_sqs.ports.keys import KeyClaim, KeyStore
@@ -43,8 +44,8 @@ class RunQuery:
 
 
 class ProgressStore(Protocol):
-    """What maintenance keeps between passes: where it stopped in each agenda partition
-    and when it last saw each queue drained."""
+    """What maintenance keeps between passes: where it stopped in each agenda partition,
+    when it last saw each queue drained, and the rate limits its code last set."""
 
     def load_cursors(self) -> dict[str, str]:
         """Maintenance's saved cursors, by agenda partition."""
@@ -61,6 +62,14 @@ class ProgressStore(Protocol):
     def save_drained(self, queue: str, at: datetime) -> None:
         """Remember that ``queue`` was drained by ``at`` (a later time than the one kept;
         an earlier one is ignored, so overlapping passes never move it back)."""
+        ...
+
+    def load_rate_limits(self) -> dict[str, Spacing] | None:
+        """The rate limits maintenance last saw, by pattern (``None``: never saved)."""
+        ...
+
+    def save_rate_limits(self, limits: Mapping[str, Spacing]) -> None:
+        """Keep the rate limits maintenance sees now, by pattern."""
         ...
 
 

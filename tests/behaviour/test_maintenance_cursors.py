@@ -22,7 +22,13 @@ from botocore.exceptions import ClientError
 
 from runlane_sqs import Runlane, StorageError, StorageUnavailable
 from runlane_sqs.adapters.dynamodb import keys
-from runlane_sqs.core.indexes import AGENDA_SHARDS, AgendaKind, agenda_partitions, shard_count
+from runlane_sqs.core.indexes import (
+    AGENDA_SHARDS,
+    SCANNED_KINDS,
+    AgendaKind,
+    agenda_partitions,
+    shard_count,
+)
 from runlane_sqs.engine.maintenance import MaintenanceConfig
 from tests.apps.recovery_tasks import register_recovery
 from tests.backends import Backend
@@ -48,7 +54,7 @@ def due_in_every_shard(app: Runlane, per_shard: int) -> list[str]:
 
 def every_partition(app: Runlane) -> list[str]:
     environment = app.config.environment
-    return [p for kind in AgendaKind for p in agenda_partitions(environment, kind.value)]
+    return [p for kind in SCANNED_KINDS for p in agenda_partitions(environment, kind.value)]
 
 
 def b64(raw: bytes) -> str:

@@ -5,17 +5,27 @@ counts each key apart."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 
-from runlane_sqs import EventType, InvalidKeyError, RateLimit, Runlane, RunStatus, TaskContext
+from runlane_sqs import (
+    EventType,
+    InvalidKeyError,
+    RateLimit,
+    Run,
+    Runlane,
+    RunStatus,
+    TaskContext,
+)
 from runlane_sqs.core import machine
 from runlane_sqs.core.rates import key_rate_scope, queue_rate_scope, to_epoch_us
 from runlane_sqs.core.slots import queue_scope
+from runlane_sqs.engine.reports import JOB_RATES
 from tests.backends import ONLY_MEMORY, Backend
-from tests.behaviour.worker_support import claim_elsewhere, drain
+from tests.behaviour.worker_support import claim_elsewhere, drain, second_app
 from tests.workers import WorkerKind
 
 TASK = "partner.call"
@@ -177,8 +187,8 @@ def listed(app: Runlane) -> None:
 
 def test_operators_see_each_rate_limits_next_start_and_reservations(backend: Backend) -> None:
     """``app.queues.rates()``: the app's queue limit, and a per-key one for the keys
-    asked for; an idle scope may start ``1 + burst`` at once, a busy one says when its
-    next start is and how many starts are reserved ahead."""
+    asked for and those with a record; an idle scope may start ``1 + burst`` at once, a
+    busy one says when its next start is and how many starts are reserved ahead."""
     app = backend.app(register=listed)
     now = backend.clock.now()
     queue_scope_ = queue_rate_scope("partner")
@@ -194,8 +204,19 @@ def test_operators_see_each_rate_limits_next_start_and_reservations(backend: Bac
     state = busy[queue_scope_]
     assert (state.available, state.reserved_ahead, state.stored_matches) == (0, 4, True)
     assert state.next_start == now + 3 * timedelta(microseconds=rate.interval_us)
-    assert list(busy) == [queue_scope_]  # no key asked for: no per-key scope
+    assert list(busy) == [queue_scope_]  # no key asked for, none with a record yet
     assert state.to_json()["rate"] == 5 and state.to_json()["burst"] == 1
+
+    keyed = RateLimit(1, per=1, per_key=True)
+    for tenant in ("globex", "initech"):  # a claim of each reserves in its key's scope
+        scope = key_rate_scope(LISTED, 1_000_000, tenant)
+        app.engine.store.rates.reserve(keyed.rate_in(scope), cost=1, not_before_us=0)
+    listed_now = [s.scope for s in app.queues.rates()]
+    assert listed_now == [
+        queue_scope_,
+        key_rate_scope(LISTED, 1_000_000, "globex"),
+        key_rate_scope(LISTED, 1_000_000, "initech"),
+    ]  # every key with a record, found without asking
 
 
 def test_a_bad_key_asked_for_is_refused(backend: Backend) -> None:
@@ -229,3 +250,80 @@ def test_a_reservation_slower_than_the_grace_is_made_again_a_moment_ahead(
 
     assert app.runs.get(run.id).status is RunStatus.SUCCEEDED
     assert _started(app, run.id) - t0 == timedelta(milliseconds=160)  # 60 + 100 ahead
+
+
+SLOW = "partner.sync"
+"""One start a minute: a run beyond it sleeps past what a worker holds a message for."""
+
+
+def slow(limit: RateLimit | None) -> Callable[[Runlane], None]:
+    def register_slow(app: Runlane) -> None:
+        keyed = limit is not None and limit.per_key
+        app.task(
+            lambda ctx, payload: payload,
+            name=SLOW,
+            concurrency_key=(lambda p: p["tenant"]) if keyed else None,
+            rate_limits=[limit] if limit else [],
+        )
+
+    return register_slow
+
+
+def _sleeping(backend: Backend, limit: RateLimit) -> tuple[Runlane, list[Run]]:
+    """Four runs under ``limit`` (about one a minute): one starts, three sleep for their
+    reserved starts a minute apart; a maintenance pass has seen the limit."""
+    app = backend.app(register=slow(limit))
+    runs = [app.trigger(SLOW, {"tenant": "acme", "n": n}) for n in range(4)]
+    assert drain(app) == 1
+    asleep = [app.runs.get(r.id) for r in runs[1:]]
+    assert all(r.rate_start is not None for r in asleep)
+    assert app.maintenance.run_pass().jobs[JOB_RATES].acted == 0  # the limits are kept
+    return app, asleep
+
+
+@pytest.mark.parametrize(
+    ("limit", "raised"),
+    [
+        (RateLimit(1, per=60), RateLimit(100, per=1)),
+        (RateLimit(1, per=60, per_key=True), RateLimit(100, per=1, per_key=True)),
+        (RateLimit(1, per=60), None),
+    ],
+    ids=["raised", "raised-per-key", "removed"],
+)
+def test_a_deploy_that_raises_or_removes_a_limit_takes_effect_within_one_pass(
+    backend: Backend, limit: RateLimit, raised: RateLimit | None
+) -> None:
+    app, asleep = _sleeping(backend, limit)
+
+    deployed = second_app(backend, app, slow(raised))
+    report = deployed.maintenance.run_pass()
+
+    assert report.jobs[JOB_RATES].acted == 3
+    now = backend.clock.now()
+    for run in asleep:
+        woken = app.runs.get(run.id)
+        assert (woken.rate_start, woken.due_at, woken.attempt) == (None, now, 0)
+        assert _types(app, run.id)[-1] is EventType.RATE_LIMIT_CHANGED
+    assert drain(deployed) == 3
+    starts = [_started(app, r.id) for r in asleep]
+    assert max(starts) - now < timedelta(seconds=1)  # not a minute apart any more
+    assert deployed.maintenance.run_pass().jobs[JOB_RATES].acted == 0
+
+
+def test_a_deploy_that_lowers_a_limit_leaves_reserved_starts_alone(backend: Backend) -> None:
+    """Two starts every two minutes become one: the starts reserved stand (a new limit
+    with another ``per`` is another limit: the old one is removed)."""
+    app, asleep = _sleeping(backend, RateLimit(2, per=120))
+    deployed = second_app(backend, app, slow(RateLimit(1, per=120)))
+    assert deployed.maintenance.run_pass().jobs[JOB_RATES].acted == 0
+    assert [app.runs.get(r.id).rate_start for r in asleep] == [r.rate_start for r in asleep]
+
+
+def test_an_app_that_does_not_register_the_task_changes_nothing(backend: Backend) -> None:
+    """A second app in the environment (another service's maintenance) says nothing about
+    a limit of a task it does not register: the limit stays as the first app set it."""
+    app, asleep = _sleeping(backend, RateLimit(1, per=60))
+    other = second_app(backend, app, lambda new: new.task(lambda ctx, p: p, name="other.task"))
+    assert other.maintenance.run_pass().jobs[JOB_RATES].acted == 0
+    assert all(app.runs.get(r.id).rate_start == r.rate_start for r in asleep)
+    assert app.maintenance.run_pass().jobs[JOB_RATES].acted == 0

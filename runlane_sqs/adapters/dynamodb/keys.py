@@ -190,5 +190,7 @@ def drained_sk(queue: str) -> str:
     return f"{DRAINED_SK_PREFIX}{queue}"
 
 
+RATES_SK = "RATE_LIMITS"
+"""The rate limits maintenance last saw (docs/rate-limits.md, "Deploying a new limit")."""
 PASS_SK = "PASS"
 """Beside the cursors: the report of the latest maintenance pass that finished."""

@@ -5,9 +5,11 @@ start with one conditional update and no read (:func:`runlane_sqs.core.rates.nex
 from __future__ import annotations
 
 from runlane_sqs.adapters.dynamodb import keys
+from runlane_sqs.adapters.dynamodb.cursors import StartKey
 from runlane_sqs.adapters.dynamodb.errors import Refused, Send, send_conditional
-from runlane_sqs.adapters.dynamodb.requests import Request
+from runlane_sqs.adapters.dynamodb.requests import Request, query_agenda
 from runlane_sqs.core.errors import StorageUnavailable
+from runlane_sqs.core.indexes import NEVER_MS, AgendaKind, agenda_partitions, named_agenda_pk
 from runlane_sqs.core.rates import Rate, RateRecord, start_after
 
 
@@ -92,26 +94,60 @@ class DynamoRateStore:
         numbers = [int(item[name]["N"]) for name in ("tat", "interval_us", "tolerance_us")]
         return RateRecord(scope, *numbers)
 
+    def reset(self, scope: str, now_us: int) -> bool:
+        request = {
+            "TableName": self.table,
+            "Key": keys.rate_key(self.environment, scope),
+            "UpdateExpression": "SET #t = :now",
+            "ConditionExpression": "#t > :now",
+            "ExpressionAttributeNames": {"#t": "tat"},
+            "ExpressionAttributeValues": {":now": _number(now_us)},
+        }
+        return not isinstance(send_conditional(self._send, "update_item", request), Refused)
+
+    def scopes(self) -> list[str]:
+        found: list[str] = []
+        prefix = keys.rate_key(self.environment, "")["pk"]["S"]
+        for partition in agenda_partitions(self.environment, AgendaKind.RATE.value):
+            start: StartKey | None = None
+            while True:
+                request = query_agenda(self.table, partition, NEVER_MS, SCOPES_PAGE, start)
+                page = self._send("query", request)
+                found += [item["pk"]["S"].removeprefix(prefix) for item in page.get("Items", [])]
+                start = page.get("LastEvaluatedKey")
+                if not start:
+                    break
+        return sorted(found)
+
     def _move(
         self, rate: Rate, *, tat: str, condition: str, values: Request, **options: str
     ) -> Request:
         """The ``UpdateItem`` that sets ``rate``'s TAT to ``tat`` (an expression), and the
-        limit that moved it, if ``condition`` holds."""
+        limit that moved it, if ``condition`` holds. The first one lists the record on the
+        agenda, where no scan finds it but a deploy's sweep does (``if_not_exists``: the
+        index is written once per record)."""
         return {
             "TableName": self.table,
             "Key": keys.rate_key(self.environment, rate.scope),
-            "UpdateExpression": f"SET #t = {tat}, #i = :i, #o = :o, #s = :s",
+            "UpdateExpression": (
+                f"SET #t = {tat}, #i = :i, #o = :o, #s = :s, "
+                "#ap = if_not_exists(#ap, :ap), #aa = if_not_exists(#aa, :aa)"
+            ),
             "ConditionExpression": condition,
             "ExpressionAttributeNames": {
                 "#t": "tat",
                 "#i": "interval_us",
                 "#o": "tolerance_us",
                 "#s": "scope",
+                "#ap": "agenda_pk",
+                "#aa": "agenda_at",
             },
             "ExpressionAttributeValues": {
                 ":i": _number(rate.interval_us),
                 ":o": _number(rate.tolerance_us),
                 ":s": {"S": rate.scope},
+                ":ap": {"S": named_agenda_pk(self.environment, AgendaKind.RATE, rate.scope)},
+                ":aa": _number(NEVER_MS),
                 **values,
             },
             **options,
@@ -129,5 +165,7 @@ def _number(value: int) -> dict[str, str]:
 
 RESERVE_ATTEMPTS = 3
 """Tries of the idle and the busy update: each fails only when the other just held."""
+SCOPES_PAGE = 500
+"""Rate records read per query of a deploy's sweep."""
 SCOPES_REMEMBERED = 10_000
 """Scopes whose TAT a worker remembers; past this it forgets them all."""

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
@@ -74,6 +75,7 @@ from runlane_sqs.core.errors import (
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Lease, Run, RunEvent, WaitKind
 from runlane_sqs.core.ordering import Place
+from runlane_sqs.core.rate_deploys import Spacing
 from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenDecision, TokenNotFound
 from runlane_sqs.core.values import (
     Reference,
@@ -525,6 +527,23 @@ class DynamoProgressStore:
     def save_drained(self, queue: str, at: datetime) -> None:
         request = requests.put_drained(self.table, self.environment, queue, to_epoch_ms(at))
         send_conditional(self._send, "put_item", request)  # refused: a later time is kept
+
+    def load_rate_limits(self) -> dict[str, Spacing] | None:
+        key = {"pk": {"S": keys.maintenance_pk(self.environment)}, "sk": {"S": keys.RATES_SK}}
+        request = {"TableName": self.table, "Key": key, "ConsistentRead": True}
+        item = self._send("get_item", request).get("Item")
+        if not item:
+            return None
+        limits = json.loads(item["limits"]["S"])
+        return {pattern: (int(i), int(o)) for pattern, (i, o) in limits.items()}
+
+    def save_rate_limits(self, limits: Mapping[str, Spacing]) -> None:
+        item = {
+            "pk": {"S": keys.maintenance_pk(self.environment)},
+            "sk": {"S": keys.RATES_SK},
+            "limits": {"S": json.dumps({p: list(s) for p, s in sorted(limits.items())})},
+        }
+        self._send("put_item", {"TableName": self.table, "Item": item})
 
 
 def _conflict(run_id: str, stored: dict[str, Any] | None) -> ConflictError:

@@ -39,3 +39,15 @@ class InMemoryRateStore:
             if scope not in self._tats:
                 return None
             return RateRecord(scope, self._tats[scope], *self._limits[scope])
+
+    def reset(self, scope: str, now_us: int) -> bool:
+        with self._lock:
+            tat = self._tats.get(scope)
+            if tat is None or tat <= now_us:
+                return False
+            self._tats[scope] = now_us
+            return True
+
+    def scopes(self) -> list[str]:
+        with self._lock:
+            return sorted(self._tats)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -52,6 +52,7 @@ from runlane_sqs.core.limits import MAX_TRANSACTION_ACTIONS
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import LEASED_STATUSES, Lease, Run, RunEvent, WaitKind
 from runlane_sqs.core.ordering import Place
+from runlane_sqs.core.rate_deploys import Spacing
 from runlane_sqs.core.tokens import Token, TokenDecision, TokenNotFound, token_agenda_entry
 from runlane_sqs.core.values import (
     ENVELOPE_MARK,
@@ -717,6 +718,7 @@ class InMemoryProgressStore:
     def __init__(self) -> None:
         self._cursors: dict[str, str] = {}
         self._drained: dict[str, datetime] = {}
+        self._rate_limits: dict[str, Spacing] | None = None
         self._lock = threading.Lock()
 
     def load_cursors(self) -> dict[str, str]:
@@ -738,3 +740,11 @@ class InMemoryProgressStore:
         with self._lock:
             if queue not in self._drained or self._drained[queue] < at:
                 self._drained[queue] = at
+
+    def load_rate_limits(self) -> dict[str, Spacing] | None:
+        with self._lock:
+            return None if self._rate_limits is None else dict(self._rate_limits)
+
+    def save_rate_limits(self, limits: Mapping[str, Spacing]) -> None:
+        with self._lock:
+            self._rate_limits = dict(limits)
