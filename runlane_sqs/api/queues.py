@@ -72,10 +72,20 @@ class RateState:
     available: int
     """Runs that could start at once, one after another (``1 + burst`` when idle)."""
     reserved_ahead: int
-    """Starts reserved beyond now, in cost units: the runs waiting for their start."""
+    """Starts whose spacing reaches beyond now, in cost units: the runs waiting for their
+    start, and the last one to start while its spacing lasts."""
     stored_matches: bool
     """Whether the last reservation was made under this limit (a deploy that changed it
-    applies to reservations made from then on)."""
+    applies to reservations made from then on, and the next maintenance pass applies a
+    raised or removed one to the starts reserved before; docs/rate-limits.md)."""
+
+    @property
+    def limit_text(self) -> str:
+        """The limit as ``rate/per`` and ``+burst`` (``10/1s +2``)."""
+        per = self.limit.per
+        assert isinstance(per, timedelta)  # a RateLimit keeps its per as a timedelta
+        text = f"{self.limit.rate}/{per.total_seconds():g}s"
+        return text + f" +{self.limit.burst}" if self.limit.burst else text
 
     def to_json(self) -> dict[str, object]:
         per = self.limit.per

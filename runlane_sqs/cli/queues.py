@@ -10,7 +10,6 @@ queue the app defines (limited or not) with the limits its code sets.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
 
 import click
 from rich.text import Text
@@ -113,18 +112,14 @@ RATES = tables.Listing(
 CHANGED_MARK = " (changed)"
 CHANGED_NOTE = (
     "(changed): the last reservation was made under another limit; this one applies to "
-    "reservations made from now on"
+    "reservations made from now on (and, if it was raised, to the starts reserved before "
+    "once maintenance has run)"
 )
 
 
 def rate_limit_cell(state: RateState) -> str:
     """``rate/per`` (``+burst``), marked when the stored limit differs."""
-    per = state.limit.per
-    assert isinstance(per, timedelta)  # a RateLimit keeps its per as a timedelta
-    text = f"{state.limit.rate}/{per.total_seconds():g}s"
-    if state.limit.burst:
-        text += f" +{state.limit.burst}"
-    return text if state.stored_matches else text + CHANGED_MARK
+    return state.limit_text if state.stored_matches else state.limit_text + CHANGED_MARK
 
 
 def _rate_row(state: RateState) -> dict[str, str | Text]:

@@ -39,11 +39,17 @@ class Operations:
             occupancy = app.queues.list()
         except RunlaneError as exc:
             problems.append(f"Concurrency slots could not be read: {exc}")
+        rates = None
+        try:
+            rates = app.queues.rates()
+        except RunlaneError as exc:
+            problems.append(f"Rate limits could not be read: {exc}")
         return self.pages.render(
             request,
             "health.html",
             health=checked,
             occupancy=occupancy,
+            rates=rates,
             problems=problems,
             period=app.config.maintenance_period,
         )

@@ -256,7 +256,8 @@ class RateView:
     available: int
     """Runs of cost 1 that could start at once, one after another."""
     reserved_ahead: int
-    """Units reserved beyond now: the runs waiting for their start, for a cost of 1."""
+    """Units whose spacing reaches beyond now: the runs waiting for their start and the
+    last one to start while its spacing lasts, for a cost of 1."""
 
 
 def view_of(record: RateRecord, now_us: int) -> RateView:

@@ -20,6 +20,7 @@ from starlette.testclient import TestClient
 
 from runlane_sqs import (
     ManualClock,
+    RateLimit,
     RetryPolicy,
     Runlane,
     RunlaneError,
@@ -40,6 +41,7 @@ OK = "console.ok"
 FAILS = "console.fails"
 DIGEST = "console.digest"
 BILLED = "console.billed"
+RATED = "console.rated"
 HOURLY = Schedule.every("ops.hourly", timedelta(hours=1))
 DAILY = Schedule.cron("ops.daily", "30 2 * * *")
 HOSTILE = '<script>alert("x")</script>\u202e\x1b[31m'
@@ -58,6 +60,14 @@ def register(app: Runlane) -> None:
 
     @app.task(name=BILLED, queue=app.queue("billing", concurrency_limit=2))
     def billed(ctx: TaskContext, payload: Any) -> Any:
+        return payload
+
+    @app.task(
+        name=RATED,
+        concurrency_key=lambda p: p["tenant"],
+        rate_limits=[RateLimit(5, per=1, burst=2), RateLimit(1, per=60, per_key=True)],
+    )
+    def rated(ctx: TaskContext, payload: Any) -> Any:
         return payload
 
 
@@ -337,6 +347,23 @@ def test_health_shows_each_queues_messages_and_the_concurrency_limits(
     assert row(page, "queues", "queue-billing").cells == ["billing", "0", "0", "0", dead_letters]
     limits = {r.cells[0]: r.cells[1:] for r in rows(page, "occupancy")}
     assert limits == {"queue billing": ["2", "0", "0"], "queue default": ["none", "0", "0"]}
+
+
+def test_health_shows_each_rate_limit_and_every_key_with_reservations(
+    app: Runlane, client: TestClient, clock: ManualClock
+) -> None:
+    idle = {r.cells[0]: r.cells[1:] for r in rows(client.get("/health").text, "rates")}
+    assert idle == {"rate#task#console.rated#1000000": ["5/1s +2", "now", "3", "0"]}
+
+    for n in range(2):  # two runs of one tenant: the second sleeps a minute
+        app.trigger(RATED, {"tenant": "acme", "n": n})
+    drain(app)
+    busy = {r.cells[0]: r.cells[1:] for r in rows(client.get("/health").text, "rates")}
+    keyed = busy["rate#key#console.rated#60000000#acme"]
+    # none available; reserved: the run waiting and the one whose spacing still runs
+    assert keyed[0] == "1/60s" and keyed[2:] == ["0", "2"]
+    spacing = timedelta(microseconds=RateLimit(1, per=60).rate_in("x").interval_us)
+    assert keyed[1] == (clock.now() + 2 * spacing).isoformat(timespec="milliseconds")
 
 
 def test_health_says_what_could_not_be_read_escaped(
