@@ -26,7 +26,8 @@ from runlane_sqs.codecs import Gzip
 from runlane_sqs.core import machine
 from runlane_sqs.core.batches import Append
 from runlane_sqs.core.debounce import TASK_WIDE_KEY
-from tests.backends import ONLY_MEMORY, Backend
+from tests.backends import ONLY_AWS, ONLY_MEMORY, Backend
+from tests.emulators import count_requests
 from tests.workers import WorkerKind
 
 SEND = "mail.send_batch"
@@ -244,3 +245,26 @@ def test_bad_batch_settings_are_refused_at_registration(
     app = backend.app()
     with pytest.raises(ConfigurationError, match=message):
         app.task(name="bad.batch", **options)(lambda ctx, p: p)
+
+
+@ONLY_AWS
+def test_an_item_costs_a_read_of_the_key_and_one_write(backend: Backend, app: Runlane) -> None:
+    """What docs/batches.md says an item costs, counted on the emulators: the one that
+    fills the batch makes it due and sends its wakeup too."""
+    app.trigger(SEND, item("warm-up", 0))  # the queue's URL, looked up once
+    dynamodb, sqs = count_requests(app.client("dynamodb")), count_requests(app.client("sqs"))
+    app.trigger(SEND, item("acme", 0))
+    assert (dict(dynamodb), dict(sqs)) == (
+        {"GetItem": 1, "TransactWriteItems": 1},
+        {"SendMessage": 1},
+    )
+    dynamodb.clear()
+    sqs.clear()
+    app.trigger(SEND, item("acme", 1))
+    assert (dict(dynamodb), dict(sqs)) == ({"GetItem": 1, "UpdateItem": 1}, {})
+    dynamodb.clear()
+    app.trigger(SEND, item("acme", 2))  # fills it
+    assert (dict(dynamodb), dict(sqs)) == (
+        {"GetItem": 1, "UpdateItem": 2},
+        {"SendMessage": 1},
+    )

@@ -25,7 +25,8 @@ from runlane_sqs.core import machine
 from runlane_sqs.core.debounce import TASK_WIDE_KEY, collapse
 from runlane_sqs.core.values import encode_json
 from runlane_sqs.ports.keys import KeyKind
-from tests.backends import ONLY_MEMORY, Backend
+from tests.backends import ONLY_AWS, ONLY_MEMORY, Backend
+from tests.emulators import count_requests
 from tests.workers import WorkerKind
 
 NOTIFY = "digest.notify"
@@ -293,3 +294,24 @@ def test_bad_debounce_settings_are_refused_at_registration(
     app = backend.app()
     with pytest.raises(ConfigurationError, match=message):
         app.task(name="bad.debounce", debounce=rule)(lambda ctx, p: p)
+
+
+@ONLY_AWS
+def test_a_collapse_costs_a_read_of_the_key_and_one_write(backend: Backend, app: Runlane) -> None:
+    """What docs/debounce.md says a trigger costs, counted on the emulators."""
+    app.trigger(NOTIFY, {"user": "warm-up"})  # the queue's URL, looked up once
+    dynamodb, sqs = count_requests(app.client("dynamodb")), count_requests(app.client("sqs"))
+    app.trigger(NOTIFY, {"user": "ann", "n": 1})
+    assert (dict(dynamodb), dict(sqs)) == (
+        {"GetItem": 1, "TransactWriteItems": 1},
+        {"SendMessage": 1},
+    )
+    dynamodb.clear()
+    sqs.clear()
+    app.trigger(NOTIFY, {"user": "ann", "n": 2})
+    assert (dict(dynamodb), dict(sqs)) == ({"GetItem": 1, "UpdateItem": 1}, {})
+    dynamodb.clear()
+    app.trigger(REINDEX, [1])
+    dynamodb.clear()
+    app.trigger(REINDEX, [2])  # with a merge: the run is read too
+    assert dict(dynamodb) == {"GetItem": 2, "UpdateItem": 1}
