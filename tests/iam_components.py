@@ -27,11 +27,13 @@ from runlane_sqs import (
     TaskContext,
 )
 from runlane_sqs.core import machine
+from runlane_sqs.core.dead_letters import Verdict
 from runlane_sqs.core.indexes import AGENDA_SHARDS
 from runlane_sqs.core.model import new_lease_token
 from runlane_sqs.core.ordering import TURN_CHECK_AFTER
 from runlane_sqs.core.slots import key_scope, queue_scope
 from runlane_sqs.core.values import PIN_DURATION, RELEASE_GRACE, Sealed, run_references
+from runlane_sqs.core.wakeup import Wakeup
 from runlane_sqs.engine.maintenance import MaintenanceConfig
 from runlane_sqs.engine.reports import JOB_EXPIRED, JOB_OBJECTS, JOB_RATES, JOB_SLOTS, JOB_WAITS
 from runlane_sqs.lambdas.consumer import sqs_handler
@@ -475,6 +477,15 @@ def operate(c: Components, runs: dict[str, Run]) -> None:
     assert operator.health.activity().counts  # the console's runs page
     checked = operator.health.check()  # its health page
     assert {q.name for q in checked.queues if q.dead_letters is not None} == {"default", "ordered"}
+    # a wakeup that reached each dead-letter queue: listed, then redriven (its run is done)
+    settled = Wakeup.for_run(operator.runs.get_stored(runs["ok"].id), c.clock.now()).to_json()
+    for queue in ("default", "ordered"):
+        dead_letters = operator.transport.dead_letter_url(queue)  # type: ignore[attr-defined]
+        fifo = {"MessageGroupId": "g", "MessageDeduplicationId": "d"} if queue == "ordered" else {}
+        c.sqs.send_message(QueueUrl=dead_letters, MessageBody=settled, **fifo)
+        listed = operator.dead_letters.list(queue)
+        assert [letter.verdict for letter in listed] == [Verdict.SETTLED], listed
+        assert operator.dead_letters.redrive(queue).settled == 1
 
 
 def maintain(c: Components, runs: dict[str, Run]) -> None:

@@ -1,7 +1,7 @@
 """The operator APIs an app hands out (``app.runs``, ``app.idempotency``,
-``app.schedules``, ``app.queues``, ``app.health``): built on first use, over the engine
-of the time. A task on Lambda seldom uses them, so the function does not import them at
-its start."""
+``app.schedules``, ``app.queues``, ``app.health``, ``app.dead_letters``): built on first
+use, over the engine of the time. A task on Lambda seldom uses them, so the function does
+not import them at its start."""
 
 from __future__ import annotations
 
@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING
 from runlane_sqs.engine.engine import Engine
 
 if TYPE_CHECKING:
+    from runlane_sqs.api.dead_letters import DeadLettersApi
     from runlane_sqs.api.health import HealthApi
     from runlane_sqs.api.queues import QueuesApi
     from runlane_sqs.api.runs import IdempotencyApi, RunsApi
     from runlane_sqs.api.schedules import SchedulesApi
 
-OPERATOR_APIS = ("runs", "idempotency", "schedules", "queues", "health")
+OPERATOR_APIS = ("runs", "idempotency", "schedules", "queues", "health", "dead_letters")
 """The names :meth:`OperatorApis.forget_apis` drops (built again on next use)."""
 
 
@@ -64,3 +65,10 @@ class OperatorApis:
         from runlane_sqs.api.health import HealthApi  # noqa: PLC0415 (see the module doc)
 
         return HealthApi(self.engine)
+
+    @cached_property
+    def dead_letters(self) -> DeadLettersApi:
+        """Each queue's dead letters: the runs they name, what they need, and redrive."""
+        from runlane_sqs.api.dead_letters import DeadLettersApi  # noqa: PLC0415 (see the module doc)
+
+        return DeadLettersApi(self.engine)

@@ -1,5 +1,5 @@
 """Limit commands: ``queues list`` (concurrency limits) and ``queues rates`` (rate
-limits).
+limits); ``queues dlq`` is :mod:`runlane_sqs.cli.dead_letters`.
 
 Occupancy is read from storage, so the command works without an app
 (``app_or_env_for_command``): it then lists every scope with holders or waiters lately, with
@@ -16,6 +16,7 @@ from rich.text import Text
 
 from runlane_sqs.api.queues import WAITING_COUNTED, Occupancy, RateState
 from runlane_sqs.cli import tables
+from runlane_sqs.cli.dead_letters import dlq
 from runlane_sqs.cli.options import (
     app_for_command,
     app_option,
@@ -84,7 +85,11 @@ def print_occupancy(found: Sequence[Occupancy]) -> None:
 
 @click.group()
 def queues() -> None:
-    """Read the environment's concurrency limits (list) and rate limits (rates)."""
+    """Read the environment's concurrency limits (list) and rate limits (rates), and
+    its dead-letter queues (dlq)."""
+
+
+queues.add_command(dlq)
 
 
 @queues.command("list")

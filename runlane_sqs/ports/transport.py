@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
 
 from runlane_sqs.core.wakeup import Wakeup
@@ -82,4 +82,40 @@ class DeadLetterProbe(Protocol):
     def dead_letters(self, queue: str) -> int | None:
         """``None`` when ``queue`` has no dead-letter queue; raises
         :class:`~runlane_sqs.core.errors.TransportError` when it cannot count."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A message taken from the dead-letter queue of ``queue`` (hidden from other readers
+    until it is returned or deleted)."""
+
+    queue: str
+    """The logical queue whose dead-letter queue holds it."""
+    body: str
+    receipt: str
+    message_id: str
+    receive_count: int
+    """Receives counted since it reached the dead-letter queue (1: this one)."""
+    sent_at: datetime | None
+    """When it was first sent (to its source queue)."""
+
+
+@runtime_checkable
+class DeadLetterQueues(Protocol):
+    """A transport whose queues' dead-letter queues can be read and emptied."""
+
+    def take_dead_letters(self, queue: str, limit: int, hold: timedelta) -> list[DeadLetter] | None:
+        """Up to ``limit`` messages of ``queue``'s dead-letter queue, hidden for ``hold``;
+        ``None`` when ``queue`` has no dead-letter queue."""
+        ...
+
+    def return_dead_letters(self, letters: Sequence[DeadLetter]) -> None:
+        """Make ``letters`` visible in their dead-letter queue again at once."""
+        ...
+
+    def delete_dead_letters(self, letters: Sequence[DeadLetter]) -> None: ...
+
+    def resend(self, letter: DeadLetter) -> None:
+        """Send ``letter``'s body, as it is, to its source queue."""
         ...

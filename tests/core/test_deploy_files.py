@@ -221,6 +221,10 @@ KEY_CONDITIONS = {
 """Each key's statements: through S3 for the bucket, or a codec's values only."""
 
 
+DEAD_LETTER_ACTIONS = {"sqs:ReceiveMessage", "sqs:ChangeMessageVisibility", "sqs:DeleteMessage"}
+"""What the operator does to a dead-letter queue (``queues dlq``), and nothing more."""
+
+
 def check_resource(owner: str, actions: list[str], resource: Any) -> None:
     """``resource`` is one a statement of ``actions`` in ``owner`` may name."""
     for prefix, scoped in SCOPED.items():
@@ -233,10 +237,13 @@ def check_resource(owner: str, actions: list[str], resource: Any) -> None:
         ), owner
     if any(a.startswith("sqs:") for a in actions):
         queues = [{"Fn::GetAtt": [q, "Arn"]} for q in ("StandardQueue", "FifoQueue")]
+        dead = [
+            {"Fn::GetAtt": [q, "Arn"]} for q in ("StandardDeadLetterQueue", "FifoDeadLetterQueue")
+        ]
         if set(actions) <= {"sqs:GetQueueAttributes", "sqs:GetQueueUrl"}:
-            # counting the dead-letter queues (app.health) reads, never receives
-            dead = ("StandardDeadLetterQueue", "FifoDeadLetterQueue")
-            queues += [{"Fn::GetAtt": [q, "Arn"]} for q in dead]
+            queues += dead  # counting the dead-letter queues (app.health)
+        elif owner == "OperatorPolicy" and set(actions) == DEAD_LETTER_ACTIONS:
+            queues = dead  # queues dlq: read and delete dead letters, never send to them
         assert resource in queues, owner
     if any(a.startswith("logs:") for a in actions):
         assert re.fullmatch(r"\w+LogGroup", resource["Fn::GetAtt"][0]), owner

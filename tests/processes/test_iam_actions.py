@@ -265,8 +265,8 @@ def test_no_policy_reaches_the_items_of_another_environment(
 
 def test_a_producer_can_neither_list_nor_delete_runs(recorded: Recorded) -> None:
     """What the operator did beyond producing (listing runs, deleting runs and keys,
-    reading keys, operating schedules, reading concurrency limits, counting queues) is
-    refused to the producer policy."""
+    reading keys, operating schedules, reading concurrency limits, counting queues,
+    reading and deleting dead letters) is refused to the producer policy."""
     producer = recorded.policy("ProducerPolicy")
     refused = {a for a in recorded.needs[OPERATOR] if not allowed(producer, a)}
     prefix = recorded.values.parameters["QueuePrefix"]
@@ -286,6 +286,10 @@ def test_a_producer_can_neither_list_nor_delete_runs(recorded: Recorded) -> None
         for action in ("sqs:GetQueueAttributes", "sqs:GetQueueUrl")
         if (action, name) != ("sqs:GetQueueUrl", "ordered.fifo")  # its URL is configured
         and (action, name) != ("sqs:GetQueueUrl", "default")  # producers look it up too
+    } | {  # queues dlq: read, return and delete dead letters
+        (action, f"{prefix}{name}")
+        for name in ("default-dlq", "ordered-dlq.fifo")
+        for action in ("sqs:ReceiveMessage", "sqs:ChangeMessageVisibility", "sqs:DeleteMessage")
     }
 
 

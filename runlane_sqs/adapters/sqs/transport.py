@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from botocore.exceptions import BotoCoreError, ClientError
 
 from runlane_sqs.adapters.aws import endpoint_of
-from runlane_sqs.core.clock import to_epoch_ms
+from runlane_sqs.core.clock import from_epoch_ms, to_epoch_ms
 from runlane_sqs.core.errors import MissingResourceError, TransportError
 from runlane_sqs.core.limits import (
     MAX_QUEUE_NAME_CHARS,
@@ -21,7 +21,7 @@ from runlane_sqs.core.limits import (
     MAX_SEND_BATCH,
 )
 from runlane_sqs.core.wakeup import Wakeup, delay_seconds
-from runlane_sqs.ports.transport import QueueBacklog, ReceivedWakeup
+from runlane_sqs.ports.transport import DeadLetter, QueueBacklog, ReceivedWakeup
 
 log = logging.getLogger("runlane_sqs.transport")
 T = TypeVar("T")
@@ -126,6 +126,19 @@ def received(queue: str, response: Mapping[str, Any]) -> list[ReceivedWakeup]:
         )
         for message in response.get("Messages", [])
     ]
+
+
+def dead_letter(queue: str, message: Mapping[str, Any]) -> DeadLetter:
+    attributes = message.get("Attributes", {})
+    sent = attributes.get("SentTimestamp")
+    return DeadLetter(
+        queue=queue,
+        body=message.get("Body", ""),
+        receipt=message["ReceiptHandle"],
+        message_id=message.get("MessageId", ""),
+        receive_count=int(attributes.get("ApproximateReceiveCount", 1)),
+        sent_at=from_epoch_ms(int(sent)) if sent else None,
+    )
 
 
 def handle_entries(batch: Sequence[ReceivedWakeup], extra: Mapping[str, Any]) -> list[Any]:
@@ -242,31 +255,96 @@ class SqsTransport:
         visible, delayed, in_flight = (int(counts.get(name, 0)) for name in COUNTS)
         return QueueBacklog(visible=visible, delayed=delayed, in_flight=in_flight)
 
-    def dead_letters(self, queue: str) -> int | None:
-        """Messages in the queue's dead-letter queue (its redrive policy's target), visible
-        or not; ``None`` when the queue has none."""
-        try:
-            policy = (
-                self._client.get_queue_attributes(
-                    QueueUrl=self.queue_url(queue), AttributeNames=["RedrivePolicy"]
-                )
-                .get("Attributes", {})
-                .get("RedrivePolicy")
+    def dead_letter_url(self, queue: str) -> str | None:
+        """The URL of the queue's dead-letter queue (its redrive policy's target), looked
+        up once; ``None`` when the queue has none."""
+        policy = (
+            self._client.get_queue_attributes(
+                QueueUrl=self.queue_url(queue), AttributeNames=["RedrivePolicy"]
             )
-            target = dead_letter_target(policy)
-            if target is None:
-                return None
-            url = self._dead_letter_urls.get(target)
+            .get("Attributes", {})
+            .get("RedrivePolicy")
+        )
+        target = dead_letter_target(policy)
+        if target is None:
+            return None
+        url = self._dead_letter_urls.get(target)
+        if url is None:
+            name, owner = target
+            found = self._client.get_queue_url(QueueName=name, QueueOwnerAWSAccountId=owner)
+            url = self._dead_letter_urls[target] = str(found["QueueUrl"])
+        return url
+
+    def dead_letters(self, queue: str) -> int | None:
+        """Messages in the queue's dead-letter queue, visible or not; ``None`` when the
+        queue has none."""
+        try:
+            url = self.dead_letter_url(queue)
             if url is None:
-                name, owner = target
-                found = self._client.get_queue_url(QueueName=name, QueueOwnerAWSAccountId=owner)
-                url = self._dead_letter_urls[target] = str(found["QueueUrl"])
+                return None
             counts = self._client.get_queue_attributes(QueueUrl=url, AttributeNames=COUNTS).get(
                 "Attributes", {}
             )
         except (ClientError, BotoCoreError) as exc:
             raise TransportError(f"counting the dead letters of {queue!r} failed: {exc}") from exc
         return sum(int(counts.get(name, 0)) for name in COUNTS)
+
+    def take_dead_letters(self, queue: str, limit: int, hold: timedelta) -> list[DeadLetter] | None:
+        letters: list[DeadLetter] = []
+        try:
+            url = self.dead_letter_url(queue)
+            if url is None:
+                return None
+            while len(letters) < limit:
+                response = self._client.receive_message(
+                    QueueUrl=url,
+                    MaxNumberOfMessages=min(MAX_RECEIVE_BATCH, limit - len(letters)),
+                    VisibilityTimeout=max(1, int(hold.total_seconds())),
+                    WaitTimeSeconds=1,
+                    MessageSystemAttributeNames=["ApproximateReceiveCount", "SentTimestamp"],
+                )
+                taken = [dead_letter(queue, m) for m in response.get("Messages", [])]
+                if not taken:
+                    break
+                letters += taken
+        except (ClientError, BotoCoreError) as exc:
+            self.return_dead_letters(letters)
+            raise TransportError(f"reading the dead letters of {queue!r} failed: {exc}") from exc
+        return letters
+
+    def return_dead_letters(self, letters: Sequence[DeadLetter]) -> None:
+        self._dead_letter_batch(
+            "change_message_visibility_batch", letters, {"VisibilityTimeout": 0}
+        )
+
+    def delete_dead_letters(self, letters: Sequence[DeadLetter]) -> None:
+        self._dead_letter_batch("delete_message_batch", letters, {})
+
+    def resend(self, letter: DeadLetter) -> None:
+        url = self.queue_url(letter.queue)
+        request: dict[str, Any] = {"QueueUrl": url, "MessageBody": letter.body}
+        if is_fifo(url):
+            request["MessageGroupId"] = request["MessageDeduplicationId"] = letter.message_id
+        try:
+            self._client.send_message(**request)
+        except (ClientError, BotoCoreError) as exc:
+            raise TransportError(
+                f"sending a dead letter back to {letter.queue!r} failed: {exc}"
+            ) from exc
+
+    def _dead_letter_batch(
+        self, operation: str, letters: Sequence[DeadLetter], extra: dict[str, Any]
+    ) -> None:
+        for queue, group in by_queue(letters, lambda m: m.queue).items():
+            url = self.dead_letter_url(queue)
+            assert url is not None  # they were taken from it
+            for batch in chunks(group, MAX_SEND_BATCH):
+                entries = [
+                    {"Id": str(i), "ReceiptHandle": letter.receipt, **extra}
+                    for i, letter in enumerate(batch)
+                ]
+                response = getattr(self._client, operation)(QueueUrl=url, Entries=entries)
+                log_failed_entries(operation, f"{queue} (dead letters)", response)
 
     def receive(self, queue: str, max_messages: int, wait_seconds: float) -> list[ReceivedWakeup]:
         request = receive_request(self.queue_url(queue), max_messages, wait_seconds)
