@@ -20,6 +20,7 @@ from runlane_sqs.core.limits import (
     DEFAULT_INLINE_LIMIT_BYTES,
     DEFAULT_LEASE_SECONDS,
     DEFAULT_PAYLOAD_LIMIT_BYTES,
+    DEFAULT_RETENTION_DAYS,
     MAX_BUCKET_PAYLOAD_LIMIT_BYTES,
     MAX_PAYLOAD_LIMIT_BYTES,
 )
@@ -40,7 +41,9 @@ ENV_REPUBLISH_AFTER_SECONDS = "RUNLANE_REPUBLISH_AFTER_SECONDS"
 ENV_REPUBLISH_MAX_SECONDS = "RUNLANE_REPUBLISH_MAX_SECONDS"
 ENV_PARK_AFTER_RECEIVES = "RUNLANE_PARK_AFTER_RECEIVES"
 ENV_MAINTENANCE_PERIOD_SECONDS = "RUNLANE_MAINTENANCE_PERIOD_SECONDS"
+ENV_RETENTION_SECONDS = "RUNLANE_RETENTION_SECONDS"
 SECONDS_VARIABLES = {
+    ENV_RETENTION_SECONDS: "retention",
     ENV_MAINTENANCE_PERIOD_SECONDS: "maintenance_period",
     ENV_LEASE_SECONDS: "lease_duration",
     ENV_REPUBLISH_AFTER_SECONDS: "republish_after",
@@ -65,6 +68,7 @@ class RunlaneSettings(TypedDict, total=False):
     payload_bucket: str | None
     inline_limit: int
     idempotency_retention: Duration
+    retention: Duration | None
     republish_after: Duration
     republish_max: Duration
     redact: Redact | None
@@ -98,6 +102,10 @@ class RunlaneConfig:
     inline_limit: int = DEFAULT_INLINE_LIMIT_BYTES
     """Largest value kept in its record when there is a ``payload_bucket``."""
     idempotency_retention: timedelta = timedelta(days=DEFAULT_IDEMPOTENCY_RETENTION_DAYS)
+    retention: timedelta | None = timedelta(days=DEFAULT_RETENTION_DAYS)
+    """How long a finished run is kept before DynamoDB's TTL deletes it (a task's
+    ``retention`` overrides it; ``None``: kept until ``runs prune``; docs/operations.md,
+    "Retention")."""
     republish_after: timedelta = timedelta(minutes=5)
     """How long a published wakeup is trusted before maintenance publishes another
     (doubling on each republish of the same due run, up to ``republish_max``)."""
@@ -158,6 +166,11 @@ class RunlaneConfig:
             raise ConfigurationError("lease_duration must be at least 3 seconds")
         if not isinstance(self.park_after_receives, int) or self.park_after_receives < 1:
             raise ConfigurationError("park_after_receives must be a whole number of at least 1")
+        if self.retention is not None and self.retention < SHORTEST_RETENTION:
+            raise ConfigurationError(
+                f"retention must be at least {SHORTEST_RETENTION} (or None: kept until "
+                f"pruned), not {self.retention}"
+            )
         if self.maintenance_period < timedelta(seconds=1):
             raise ConfigurationError("maintenance_period must be at least 1 second")
         if not timedelta(seconds=1) <= self.republish_after <= self.republish_max:
@@ -245,13 +258,19 @@ class RunlaneConfig:
             raise ConfigurationError(f"{exc} (set by {', '.join(named)})") from None
 
 
+SHORTEST_RETENTION = timedelta(hours=1)
+OPTIONAL_DURATIONS = frozenset({"retention"})
+"""Durations that may be ``None``."""
+
+
 def _values(settings: Mapping[str, Any]) -> dict[str, Any]:
     """``settings`` as :class:`RunlaneConfig` holds them: durations (the fields whose
     default is a ``timedelta``) as ``timedelta``, ``queue_urls`` as a dict of its own."""
     durations = {f.name for f in fields(RunlaneConfig) if isinstance(f.default, timedelta)}
     values = dict(settings)
     for name in durations & values.keys():
-        values[name] = to_timedelta(values[name], name)
+        if values[name] is not None or name not in OPTIONAL_DURATIONS:
+            values[name] = to_timedelta(values[name], name)
     if "queue_urls" in values:
         values["queue_urls"] = dict(values["queue_urls"])
     return values

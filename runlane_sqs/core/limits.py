@@ -40,6 +40,8 @@ one is kept in the bucket and the item holds a reference."""
 DEFAULT_LEASE_SECONDS = 60
 DEFAULT_VISIBILITY_TIMEOUT_SECONDS = 60
 DEFAULT_IDEMPOTENCY_RETENTION_DAYS = 30
+DEFAULT_RETENTION_DAYS = 30
+"""How long a finished run is kept before DynamoDB's TTL deletes it, unless set."""
 DEFAULT_MAX_RECEIVE_COUNT = 5
 """Deliveries before SQS moves a wakeup to the dead-letter queue."""
 MAX_TRACEBACK_CHARS = 2000

@@ -138,8 +138,9 @@ def new_run(
     republish: RepublishPolicy | None = None,
     source: tuple[str, LinkKind, str, str] | None = None,
     schedule: ScheduleOrigin | None = None,
+    retention: timedelta | None = None,
 ) -> tuple[Run, RunEvent]:
-    """A freshly triggered run and its first event.
+    """A freshly triggered run and its first event (kept for ``retention`` once finished).
 
     With ``republish`` the caller publishes the wakeup at once; maintenance looks again
     only if the run is still runnable ``republish.after`` past its due time.
@@ -167,6 +168,7 @@ def new_run(
         source_kind=source[1].value if source else None,
         schedule_id=schedule.schedule_id if schedule else None,
         scheduled_for=schedule.occurrence if schedule else None,
+        retention=retention,
         created=True,
     )
     data: dict[str, JSON] = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from functools import cached_property
 from typing import Any
@@ -349,6 +349,9 @@ class Run:
     debounce_key: str | None = None
     """The debounce key its first trigger claimed: later triggers of the key collapse
     into the run until it starts (:mod:`runlane_sqs.core.debounce`)."""
+    retention: timedelta | None = None
+    """How long the run is kept once finished before DynamoDB's TTL deletes it (``None``:
+    until pruned), fixed when it is created (docs/operations.md, "Retention")."""
     batch_key: str | None = None
     """The batch key its first item claimed: later triggers of the key add their items
     to the run until it is full or starts (:mod:`runlane_sqs.core.batches`); its payload

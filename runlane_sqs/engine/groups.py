@@ -39,7 +39,7 @@ from runlane_sqs.core.values import decode_json, encode_json
 from runlane_sqs.engine.context import DEFAULT_MAX_IN_FLIGHT, Child, GroupOptions, NamedTask
 from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.resuming import Resumer, group_resumption
-from runlane_sqs.engine.tasks import Task, TaskRegistry, concurrency_key_of
+from runlane_sqs.engine.tasks import Task, TaskRegistry, concurrency_key_of, retention_for
 from runlane_sqs.engine.triggering import Triggers
 from runlane_sqs.engine.values import Values
 from runlane_sqs.ports.store import RunStore
@@ -329,7 +329,8 @@ class Groups:
             source=source,
         )
         key = concurrency_key_of(task, payload, None)
-        run = run.with_changes(concurrency_key=key, **changes)
+        retention = retention_for(task, self._config)
+        run = run.with_changes(concurrency_key=key, retention=retention, **changes)
         kept = self._values.keep_text(payload, payload_text)  # a large one goes to the bucket
         try:
             self._store.create_run(run, event, kept.text)

@@ -40,7 +40,7 @@ from runlane_sqs.core.schedule_state import (
 )
 from runlane_sqs.core.schedules import Schedule, occurrence_run_id
 from runlane_sqs.engine.observing import Observer
-from runlane_sqs.engine.tasks import TaskRegistry, concurrency_key_of
+from runlane_sqs.engine.tasks import TaskRegistry, concurrency_key_of, retention_for
 from runlane_sqs.engine.values import Values
 from runlane_sqs.ports.schedules import ScheduleConflict, ScheduleStore
 from runlane_sqs.ports.store import RunStore
@@ -289,7 +289,8 @@ class Scheduler:
         task = self._tasks.get(schedule.task)
         # a registered task's payload gives its key (registration checked that it does)
         key = concurrency_key_of(task, run.payload, None) if task is not None else None
-        run = run.with_changes(concurrency_key=key, trace=trace)
+        retention = retention_for(task, self._config)
+        run = run.with_changes(concurrency_key=key, trace=trace, retention=retention)
         payload_text = self._values.seal(schedule.payload, what="payload").text
         self._runs.create_run(run, event, payload_text)
         log.info(

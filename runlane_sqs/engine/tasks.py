@@ -11,6 +11,7 @@ from typing import Any, TypedDict, Unpack
 
 from runlane_sqs.core.batches import Batch, check_batch
 from runlane_sqs.core.clock import Duration, to_timedelta
+from runlane_sqs.core.config import SHORTEST_RETENTION, RunlaneConfig
 from runlane_sqs.core.debounce import TASK_WIDE_KEY, Debounce, check_debounce
 from runlane_sqs.core.errors import ConfigurationError, InvalidKeyError, UnknownTaskError
 from runlane_sqs.core.limits import DEFAULT_PAYLOAD_LIMIT_BYTES
@@ -88,6 +89,9 @@ class TaskOptions(TypedDict, total=False):
     batch: Batch | None
     """Triggers with the same batch key add their payloads as the items of one run,
     which starts when full or old enough and receives the list (docs/batches.md)."""
+    retention: Duration | None
+    """How long its finished runs are kept before DynamoDB's TTL deletes them (default:
+    the app's ``retention``; docs/operations.md, "Retention")."""
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,8 @@ class Task:
     """How its triggers collapse (``None``: each trigger creates a run)."""
     batch: Batch | None = None
     """How its triggers gather as items of one run (``None``: each creates a run)."""
+    retention: timedelta | None = None
+    """How long its finished runs are kept (``None``: the app's ``retention``)."""
 
     def __call__(self, ctx: TaskContext, payload: JSON) -> Any:
         return self.fn(ctx, payload)
@@ -211,6 +217,7 @@ class TaskRegistry:
             rate_cost=check_cost(options.get("rate_cost", 1)),
             debounce=check_debounce(task_name, debounce) if debounce is not None else None,
             batch=check_batch(task_name, batch) if batch is not None else None,
+            retention=_check_retention(task_name, options.get("retention")),
         )
         for schedule in bound:  # a schedule's payload must give a key now, not at a pass
             concurrency_key_of(task, schedule.payload, None)
@@ -380,6 +387,29 @@ class TaskRegistry:
             or limits.concurrency_limit is not None
             or limits.rate_limit is not None
         )
+
+
+def _check_retention(task: str, retention: Duration | None) -> timedelta | None:
+    if retention is None:
+        return None
+    kept = to_timedelta(retention, f"task {task!r} retention")
+    if kept < SHORTEST_RETENTION:
+        raise ConfigurationError(
+            f"task {task!r}: retention must be at least {SHORTEST_RETENTION}, not {kept}"
+        )
+    return kept
+
+
+def retention_for(
+    task: Task | None, config: RunlaneConfig, *, idempotency_key: str | None = None
+) -> timedelta | None:
+    """How long a new run of ``task`` is kept once finished: the task's retention, else
+    the app's; at least the idempotency retention when it holds an idempotency key (its
+    key must not outlive it). ``None``: kept until pruned."""
+    kept = task.retention if task is not None and task.retention is not None else config.retention
+    if kept is not None and idempotency_key is not None:
+        return max(kept, config.idempotency_retention)
+    return kept
 
 
 def _check_key_limit(

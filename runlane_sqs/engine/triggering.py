@@ -29,6 +29,7 @@ from runlane_sqs.engine.tasks import (
     batch_key_of,
     concurrency_key_of,
     debounce_key_of,
+    retention_for,
 )
 from runlane_sqs.engine.values import Prepared, Values, is_sealed
 from runlane_sqs.ports.keys import KeyClaim, KeyConflict, KeyKind
@@ -94,6 +95,8 @@ class TriggerRequest:
     ordering_key: str | None = None
     debounce_key: str | None = None
     """Set for a trigger of a debounced task: the key it collapses by."""
+    retention: timedelta | None = None
+    """How long the run is kept once finished (:func:`retention_for`)."""
     batch_key: str | None = None
     """Set for a trigger of a batched task: the key its item gathers by."""
     trace: str | None = None
@@ -151,6 +154,7 @@ def new_run_of(
         idempotency_key=request.idempotency_key,
         singleton_key=request.singleton_key,
         republish=republish,
+        retention=request.retention,
     )
     if request.concurrency_key is not None or request.trace is not None:
         run = run.with_changes(concurrency_key=request.concurrency_key, trace=request.trace)
@@ -389,6 +393,9 @@ class Triggers:
             ordering_key=order,
             debounce_key=debounce,
             batch_key=batch,
+            retention=retention_for(resolved, self._config, idempotency_key=idem)
+            if idem is not None or resolved.retention is not None
+            else self._config.retention,  # the plain case of retention_for, without a call
         )
 
     def _create(self, request: TriggerRequest) -> Run:
@@ -493,7 +500,11 @@ class Triggers:
                 republish=self._config.republish,
                 source=link,
             )
-            run = run.with_changes(concurrency_key=source.concurrency_key, trace=span.trace)
+            run = run.with_changes(
+                concurrency_key=source.concurrency_key,
+                trace=span.trace,
+                retention=retention_for(task, self._config),
+            )
             span.set({t.RUN_ID: run.id})
             run = write_run(self._store, run, event, payload_text, (), source.ordering_key)
             self._publisher.publish_new([run])

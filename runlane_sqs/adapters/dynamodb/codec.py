@@ -10,7 +10,7 @@ indexes consistent with the state it writes.
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -19,6 +19,7 @@ from runlane_sqs.adapters.dynamodb.items import EventMap, RunItem, TokenItem
 from runlane_sqs.core.clock import EPOCH, ONE_MS
 from runlane_sqs.core.indexes import agenda_entry, agenda_pk, listed_at
 from runlane_sqs.core.model import (
+    TERMINAL_STATUSES,
     EventType,
     Failure,
     Lease,
@@ -30,7 +31,7 @@ from runlane_sqs.core.model import (
     WaitKind,
 )
 from runlane_sqs.core.tokens import Token, TokenStatus, token_agenda_entry
-from runlane_sqs.core.values import decode_json, stored_text
+from runlane_sqs.core.values import Sealed, decode_json, stored_text
 
 AttributeMap = dict[str, Any]
 """An item in the low-level DynamoDB wire format (``{"name": {"S": ...}}``)."""
@@ -129,6 +130,7 @@ def run_state_attributes(run: Run) -> dict[str, Any]:
         "slot_wait": slot_wait,
         "rate_start": _ms_or_none(run.rate_start),
         "collapsed": run.collapsed or None,
+        "expires_at": expiry_of(run),
         "turn_wait": 1 if run.turn_wait else None,
         "wait_pk": wait_partition(run),
         "wait_sk": wait_sort_key(run) if waiting or slot_wait else None,
@@ -216,6 +218,7 @@ def run_to_item(run: Run, events: list[RunEvent], payload_text: str) -> RunItem:
         joined_group=run.joined_group,
         debounce_key=run.debounce_key,
         batch_key=run.batch_key,
+        retention=int(run.retention.total_seconds()) if run.retention else None,
         events=[event_to_map(e) for e in events],
         steps={map_key(k): stored_text(v) for k, v in run.steps.items()},
         wait_results={map_key(k): stored_text(v) for k, v in run.wait_results.items()},
@@ -331,6 +334,7 @@ def run_from_wire(wire: AttributeMap) -> Run:
         joined_group=item.text("joined_group"),
         debounce_key=item.text("debounce_key"),
         batch_key=item.text("batch_key"),
+        retention=_seconds(item.number("retention")),
         collapsed=item.number("collapsed") or 0,
         parked_from=RunStatus(parked_from) if parked_from else None,
         created_at=item.required_time("created_at"),
@@ -345,6 +349,26 @@ def run_from_wire(wire: AttributeMap) -> Run:
         singleton_key=item.text("singleton_key"),
     )
     return _with_review(run, item.time("agenda_at"))
+
+
+TERMINAL_VALUES = frozenset(status.value for status in TERMINAL_STATUSES)
+
+
+def _seconds(number: int | None) -> timedelta | None:
+    return timedelta(seconds=number) if number is not None else None
+
+
+def expiry_of(run: Run) -> int | None:
+    """When DynamoDB's TTL may delete ``run`` (epoch seconds): its retention after it
+    finished. ``None`` while it is unfinished, when it is kept until pruned, or when it
+    references objects of the payload bucket (``runs prune`` takes their references
+    off; a TTL deletion could not)."""
+    if run.retention is None or run.status.value not in TERMINAL_VALUES:
+        return None
+    values = (run.payload, run.result, *run.steps.values(), *run.wait_results.values())
+    if any(isinstance(v, Sealed) and v.reference is not None for v in values):
+        return None
+    return _ms(run.updated_at + run.retention) // 1000
 
 
 def _slots(text: str | None) -> tuple[Slot, ...]:

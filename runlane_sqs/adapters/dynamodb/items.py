@@ -156,6 +156,10 @@ class RunItem(Model):
     """The group whose join triggered this run (a callback)."""
     debounce_key = UnicodeAttribute(null=True)
     """The debounce key later triggers collapse into this run by, until it starts."""
+    retention = NumberAttribute(null=True)
+    """Seconds a finished run is kept (``expires_at`` is set from it when it finishes)."""
+    expires_at = NumberAttribute(null=True)
+    """Epoch seconds: DynamoDB's TTL deletes the finished run after this."""
     batch_key = UnicodeAttribute(null=True)
     """The batch key later triggers add their items to this run by, until it starts."""
     batch_items = ListAttribute(of=UnicodeAttribute, null=True)
