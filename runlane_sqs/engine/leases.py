@@ -5,6 +5,7 @@ No I/O: the runtime's lease keepers (a thread, an asyncio task) send the renewal
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -39,6 +40,9 @@ class LeaseBook:
         self._duration = duration
         self._attempts: dict[str, TrackedAttempt] = {}
         self._lock = threading.Lock()
+        self.occupancy: Callable[[bool], None] | None = None
+        """Told ``True`` when an attempt starts with none in flight and ``False`` when the
+        last one ends (the runtime's ECS task protection, when it runs on ECS)."""
 
     @property
     def interval_seconds(self) -> float:
@@ -46,12 +50,18 @@ class LeaseBook:
 
     def track(self, run: Run, ctx: TaskContext) -> None:
         with self._lock:
+            first = not self._attempts
             self._attempts[run.id] = TrackedAttempt(run, ctx)
+        if first and self.occupancy is not None:
+            self.occupancy(True)
 
     def untrack(self, run_id: str) -> tuple[Run, bool] | None:
         """Stop renewing; returns the latest known run and whether the lease was lost."""
         with self._lock:
             attempt = self._attempts.pop(run_id, None)
+            last = attempt is not None and not self._attempts
+        if last and self.occupancy is not None:
+            self.occupancy(False)
         return (attempt.run, attempt.lost) if attempt else None
 
     def current(self, run_id: str) -> Run | None:

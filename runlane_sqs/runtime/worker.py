@@ -53,6 +53,7 @@ from runlane_sqs.engine.engine import Engine, HasEngine
 from runlane_sqs.engine.message import MAX_EARLY, Disposition, MessagePath
 from runlane_sqs.ports.transport import ReceivedWakeup, WakeupTransport
 from runlane_sqs.runtime.executor import Executor, LeaseKeeper
+from runlane_sqs.runtime.protection import ENV_AGENT, protection_from_env
 
 log = logging.getLogger("runlane_sqs.worker")
 
@@ -516,6 +517,9 @@ class Worker(WorkerBase):
         super().__init__(app, queues, **options)
         engine = self.engine
         self.leases = LeaseKeeper(engine.store, engine.clock, engine.config.lease_duration)
+        protection = protection_from_env() if os.environ.get(ENV_AGENT) else None
+        if protection is not None:  # on ECS: no scale-in while attempts are in flight
+            self.leases.occupancy = protection.set
         path = MessagePath.of(engine, self.config.worker_id)
         self.executor = Executor(engine, self.leases, path, hold=self._hold)
         self._stopping = threading.Event()

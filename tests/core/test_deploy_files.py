@@ -174,6 +174,57 @@ def test_the_ecs_worker_stops_gracefully(template: dict[str, Any]) -> None:
     assert task["Properties"]["RequiresCompatibilities"] == ["FARGATE"]
 
 
+def test_the_ecs_worker_scales_on_its_backlog_and_protects_busy_tasks(
+    template: dict[str, Any],
+) -> None:
+    """Target tracking on the wakeups waiting in both queues per running task, between
+    WorkerMinCount and WorkerMaxCount; the service starts from the minimum; the task role
+    may protect its own cluster's tasks (the worker does while attempts are in flight)."""
+    [target] = resources(template, "AWS::ApplicationAutoScaling::ScalableTarget").values()
+    [policy] = resources(template, "AWS::ApplicationAutoScaling::ScalingPolicy").values()
+    assert target["Condition"] == policy["Condition"] == "WithWorkerScaling"
+    props = target["Properties"]
+    assert (props["MinCapacity"], props["MaxCapacity"]) == (
+        {"Ref": "WorkerMinCount"},
+        {"Ref": "WorkerMaxCount"},
+    )
+    assert props["ResourceId"] == {"Fn::Sub": "service/${WorkerCluster}/${WorkerService.Name}"}
+    tracking = policy["Properties"]["TargetTrackingScalingPolicyConfiguration"]
+    assert tracking["TargetValue"] == {"Ref": "WorkerBacklogPerTask"}
+    metrics = {m["Id"]: m for m in tracking["CustomizedMetricSpecification"]["Metrics"]}
+    assert metrics["backlog_per_task"]["Expression"] == "(standard + fifo) / tasks"
+    assert [m["Id"] for m in metrics.values() if m["ReturnData"]] == ["backlog_per_task"]
+    for name, queue in (("standard", "StandardQueue"), ("fifo", "FifoQueue")):
+        stat = metrics[name]["MetricStat"]
+        assert stat["Metric"]["MetricName"] == "ApproximateNumberOfMessagesVisible"
+        assert stat["Metric"]["Dimensions"] == [
+            {"Name": "QueueName", "Value": {"Fn::GetAtt": [queue, "QueueName"]}}
+        ]
+    tasks = metrics["tasks"]["MetricStat"]["Metric"]
+    assert (tasks["Namespace"], tasks["MetricName"]) == (
+        "ECS/ContainerInsights",
+        "RunningTaskCount",
+    )
+    [service] = resources(template, "AWS::ECS::Service").values()
+    assert service["Properties"]["DesiredCount"] == {
+        "Fn::If": ["WithWorkerScaling", {"Ref": "WorkerMinCount"}, {"Ref": "WorkerDesiredCount"}]
+    }
+    [cluster] = resources(template, "AWS::ECS::Cluster").values()
+    assert {"Name": "containerInsights", "Value": "enabled"} in cluster["Properties"][
+        "ClusterSettings"
+    ]
+    protection = [s for owner, s in policy_statements(template) if owner == "WorkerTaskRole"]
+    assert [(s["Action"], s["Resource"]) for s in protection] == [
+        (
+            ["ecs:UpdateTaskProtection", "ecs:GetTaskProtection"],
+            {
+                "Fn::Sub": "arn:${AWS::Partition}:ecs:${AWS::Region}:${AWS::AccountId}:"
+                "task/${WorkerCluster}/*"
+            },
+        )
+    ]
+
+
 def policy_statements(template: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
     for name, resource in template["Resources"].items():
         props = resource["Properties"]

@@ -336,7 +336,9 @@ def check_worker_service(stack: Stack) -> None:
     )["services"]
     # (moto's CloudFormation drops LaunchType; the template's is checked in unit tests)
     assert service["taskDefinition"] == task["taskDefinition"]["taskDefinitionArn"]
-    assert service["desiredCount"] == 1
+    assert service["desiredCount"] == 1  # WorkerMinCount: scaling starts from it
+    # (moto's CloudFormation creates no Application Auto Scaling resources: the backlog
+    # scaling is checked on the template, tests/core/test_deploy_files.py)
 
 
 def check_payload_bucket(stack: Stack, key: str | None) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import threading
 from collections.abc import Sequence
@@ -30,6 +31,7 @@ from runlane_sqs.runtime.aio.backend import open_ports
 from runlane_sqs.runtime.aio.executor import AsyncExecutor, pause_on_loop
 from runlane_sqs.runtime.aio.leases import AsyncLeaseKeeper
 from runlane_sqs.runtime.aio.threads import DaemonThreads
+from runlane_sqs.runtime.protection import ENV_AGENT, protection_from_env
 from runlane_sqs.runtime.worker import Intake, LoopAction, WorkerBase, WorkerOptions
 
 
@@ -91,6 +93,8 @@ class AsyncWorker(WorkerBase):
         self._executed = 0
         self._returned = 0
         self._foreign = ForeignEnvironments()
+        self._protection = protection_from_env() if os.environ.get(ENV_AGENT) else None
+        """On ECS: the task's scale-in protection while attempts are in flight."""
         """Other environments warned about: once per worker, not once per session."""
         self._fatal: MissingResourceError | None = None
 
@@ -152,6 +156,8 @@ class AsyncWorker(WorkerBase):
                 engine.store, engine.transport, self._aws, stack, self._aws_session
             )
             leases = AsyncLeaseKeeper(store, engine.clock, engine.config.lease_duration)
+            if self._protection is not None:
+                leases.occupancy = self._protection.set
             path = MessagePath.of(engine, self.worker_id, foreign=self._foreign)
             intake = Intake(self.config, clock=engine.clock)
             executor = AsyncExecutor(
