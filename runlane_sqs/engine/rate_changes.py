@@ -53,7 +53,7 @@ class RateChanges:
         seen = progress.load_rate_limits()
         limits = {p: s for p, s in (seen or {}).items() if not self._tasks.knows_pattern(p)}
         limits.update(self._tasks.rate_patterns())
-        if seen == limits:
+        if seen == limits or (seen is None and not limits):  # nothing changed, or to keep
             return []
         woken = self._relax(relaxed(seen, limits), now, job) if seen is not None else []
         progress.save_rate_limits(limits)
