@@ -32,6 +32,7 @@ class DynamoRateStore:
             tat=":next",
             condition="attribute_not_exists(#t) OR #t < :now",
             values={":now": now, ":next": _number(not_before_us + step)},
+            listed=True,
         )
         busy = self._move(
             rate,
@@ -63,6 +64,7 @@ class DynamoRateStore:
             tat=":next",
             condition="attribute_not_exists(#t) OR #t < :at",
             values={":at": _number(at_us), ":next": _number(at_us + step)},
+            listed=True,
             ReturnValuesOnConditionCheckFailure="ALL_OLD",
         )
         for _ in range(RESERVE_ATTEMPTS):
@@ -120,34 +122,41 @@ class DynamoRateStore:
         return sorted(found)
 
     def _move(
-        self, rate: Rate, *, tat: str, condition: str, values: Request, **options: str
+        self,
+        rate: Rate,
+        *,
+        tat: str,
+        condition: str,
+        values: Request,
+        listed: bool = False,
+        **options: str,
     ) -> Request:
         """The ``UpdateItem`` that sets ``rate``'s TAT to ``tat`` (an expression), and the
-        limit that moved it, if ``condition`` holds. The first one lists the record on the
-        agenda, where no scan finds it but a deploy's sweep does (``if_not_exists``: the
-        index is written once per record)."""
+        limit that moved it, if ``condition`` holds. With ``listed`` (the updates that may
+        be a record's first: an idle scope's) it also lists the record on the agenda, where
+        no scan finds it but a deploy's sweep does (``if_not_exists``: the index is written
+        once per record); a busy scope's update leaves the listing alone."""
+        names = {"#t": "tat", "#i": "interval_us", "#o": "tolerance_us", "#s": "scope"}
+        update = f"SET #t = {tat}, #i = :i, #o = :o, #s = :s"
+        extra: Request = {}
+        if listed:
+            names.update({"#ap": "agenda_pk", "#aa": "agenda_at"})
+            update += ", #ap = if_not_exists(#ap, :ap), #aa = if_not_exists(#aa, :aa)"
+            extra = {
+                ":ap": {"S": named_agenda_pk(self.environment, AgendaKind.RATE, rate.scope)},
+                ":aa": _number(NEVER_MS),
+            }
         return {
             "TableName": self.table,
             "Key": keys.rate_key(self.environment, rate.scope),
-            "UpdateExpression": (
-                f"SET #t = {tat}, #i = :i, #o = :o, #s = :s, "
-                "#ap = if_not_exists(#ap, :ap), #aa = if_not_exists(#aa, :aa)"
-            ),
+            "UpdateExpression": update,
             "ConditionExpression": condition,
-            "ExpressionAttributeNames": {
-                "#t": "tat",
-                "#i": "interval_us",
-                "#o": "tolerance_us",
-                "#s": "scope",
-                "#ap": "agenda_pk",
-                "#aa": "agenda_at",
-            },
+            "ExpressionAttributeNames": names,
             "ExpressionAttributeValues": {
                 ":i": _number(rate.interval_us),
                 ":o": _number(rate.tolerance_us),
                 ":s": {"S": rate.scope},
-                ":ap": {"S": named_agenda_pk(self.environment, AgendaKind.RATE, rate.scope)},
-                ":aa": _number(NEVER_MS),
+                **extra,
                 **values,
             },
             **options,
