@@ -19,7 +19,7 @@ from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.errors import ConflictError, PayloadTooLarge
 from runlane_sqs.core.indexes import RepublishPolicy
 from runlane_sqs.core.model import Run, RunEvent
-from runlane_sqs.engine.gathering import create_with_key, gather
+from runlane_sqs.engine.gathering import check_inline, create_with_key, gather
 from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.values import Prepared, Values
 from runlane_sqs.ports.keys import KeyHolder, KeyKind
@@ -35,12 +35,11 @@ def open_batch(run: Run | None, key: str) -> bool:
 
 @dataclass(frozen=True)
 class BatchedTrigger:
-    """A checked trigger of a batched task: its key, its item (as prepared, and as the
-    run's record keeps it), and the run it creates if its key has no batch with room
+    """A checked trigger of a batched task: its key, its item (as the run's record keeps
+    it), and the run it creates if its key has no batch with room
     (due ``max_age`` after the trigger, carrying the key)."""
 
     key: str
-    prepared: Prepared
     item_text: str
     run: Run
     event: RunEvent
@@ -69,12 +68,7 @@ class Batching:
     def check_item(self, prepared: Prepared, item_text: str, rule: Batch) -> None:
         """An item is appended to its run's list with one write: it stays in the run's
         item (never in the payload bucket), within the batch's ``max_bytes``."""
-        if prepared.offloaded:
-            raise PayloadTooLarge(
-                "a batched trigger's item (appended to its run's list, it stays in the run's item)",
-                len(prepared.data),
-                self._inline_limit,
-            )
+        check_inline(prepared, "a batched trigger's item", self._inline_limit)
         size = len(item_text.encode("utf-8"))
         if size > rule.max_bytes:
             raise PayloadTooLarge(

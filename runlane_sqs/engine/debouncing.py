@@ -16,11 +16,11 @@ from datetime import datetime
 
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.debounce import Debounce, cap_of, collapse
-from runlane_sqs.core.errors import ConflictError, PayloadTooLarge
+from runlane_sqs.core.errors import ConflictError
 from runlane_sqs.core.indexes import RepublishPolicy
 from runlane_sqs.core.model import JSON, Run, RunEvent
-from runlane_sqs.engine.gathering import create_with_key, gather
-from runlane_sqs.engine.values import Prepared, Values
+from runlane_sqs.engine.gathering import check_inline, create_with_key, gather
+from runlane_sqs.engine.values import Values
 from runlane_sqs.ports.keys import KeyHolder, KeyKind
 from runlane_sqs.ports.store import RunStore
 
@@ -34,13 +34,12 @@ def pending(run: Run | None, key: str) -> bool:
 
 @dataclass(frozen=True)
 class DebouncedTrigger:
-    """A checked trigger of a debounced task: its key, its payload (as given and as
-    prepared), and the run it creates if its key has no pending run (due a quiet period
-    after the trigger, carrying the key; its payload as its record keeps it)."""
+    """A checked trigger of a debounced task: its key, its payload, and the run it
+    creates if its key has no pending run (due a quiet period after the trigger, carrying
+    the key) with its first event and its payload as the run's record keeps it."""
 
     key: str
     payload: JSON
-    prepared: Prepared
     run: Run
     event: RunEvent
     payload_text: str
@@ -63,17 +62,6 @@ class Debouncing:
         self._clock = clock
         self._republish = republish
         self._inline_limit = inline_limit
-
-    def check_inline(self, prepared: Prepared, what: str) -> None:
-        """A debounced payload stays in its run's item: the next trigger replaces it with
-        one write, which an object in the payload bucket could not follow."""
-        if prepared.offloaded:
-            raise PayloadTooLarge(
-                f"a debounced trigger's {what} (the next trigger replaces it with one "
-                "write, so it stays in the run's item)",
-                len(prepared.data),
-                self._inline_limit,
-            )
 
     def trigger(self, trigger: DebouncedTrigger, rule: Debounce) -> Run:
         """The run ``trigger`` goes to: its key's pending run, collapsed into, or its own
@@ -102,7 +90,7 @@ class Debouncing:
     def _collapse(
         self, trigger: DebouncedTrigger, rule: Debounce, holder: KeyHolder, now: datetime
     ) -> Run:
-        prepared, seen = trigger.prepared, None
+        kept, seen = trigger.payload_text, None  # as the new run would have kept it
         if rule.merge is not None:
             current = self._store.get_run(holder.run_id)
             if current is None or not pending(current, trigger.key):
@@ -110,9 +98,9 @@ class Debouncing:
             opened = self._values.open_run(current).payload
             merged: JSON = rule.merge(opened, trigger.payload)
             prepared = self._values.prepare(merged, what="merged payload")
-            self.check_inline(prepared, "merged payload")
+            check_inline(prepared, "a debounced trigger's merged payload", self._inline_limit)
+            kept = self._values.keep(prepared).text
             seen = current.collapsed
-        kept = self._values.keep(prepared).text if prepared.codecs else prepared.text
         run = self._store.collapse(
             collapse(
                 holder.run_id,

@@ -15,8 +15,9 @@ from collections.abc import Callable
 from datetime import datetime
 
 from runlane_sqs.core.clock import Clock
-from runlane_sqs.core.errors import ConflictError, StorageUnavailable
+from runlane_sqs.core.errors import ConflictError, PayloadTooLarge, StorageUnavailable
 from runlane_sqs.core.model import Run, RunEvent
+from runlane_sqs.engine.values import Prepared
 from runlane_sqs.ports.keys import KeyClaim, KeyConflict, KeyHolder, KeyKind
 from runlane_sqs.ports.store import RunStore
 
@@ -77,3 +78,15 @@ def create_with_key(
     run, event, payload_text = new
     claim = KeyClaim(kind, run.task, key, expires_at=until, previous_owner=previous)
     store.create_run(run, event, payload_text, [claim])
+
+
+def check_inline(prepared: Prepared, what: str, inline_limit: int) -> None:
+    """A debounced payload or a batch's item stays in its run's item (the next trigger
+    replaces or appends to it with one write, which an object in the payload bucket
+    could not follow): :class:`PayloadTooLarge` for one that would go to the bucket."""
+    if prepared.offloaded:
+        raise PayloadTooLarge(
+            f"{what} (the next trigger changes it with one write, so it stays in the run's item)",
+            len(prepared.data),
+            inline_limit,
+        )

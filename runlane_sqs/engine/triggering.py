@@ -21,6 +21,7 @@ from runlane_sqs.core.telemetry import trace_id_of
 from runlane_sqs.core.values import Sealed
 from runlane_sqs.engine.batching import BatchedTrigger, Batching
 from runlane_sqs.engine.debouncing import DebouncedTrigger, Debouncing
+from runlane_sqs.engine.gathering import check_inline
 from runlane_sqs.engine.observing import Observer
 from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.tasks import (
@@ -371,12 +372,11 @@ class Triggers:
         prepared = self._values.prepare(payload, what="payload")
         wait = to_timedelta(delay, "delay") if delay is not None else None
         if debounce is not None:
-            self._debouncing.check_inline(prepared, "payload")
+            check_inline(prepared, "a debounced trigger's payload", self._config.inline_limit)
             assert resolved.debounce is not None
             wait = resolved.debounce.quiet_period
-        if batch is not None:
+        if batch is not None:  # its item is checked as kept, when its run is made
             assert resolved.batch is not None
-            self._batching.check_item(prepared, prepared.text, resolved.batch)
             wait = resolved.batch.age
         given = options.get("queue")
         queue = check_queue(given) if given is not None else resolved.queue
@@ -427,46 +427,34 @@ class Triggers:
         """The run a debounced trigger goes to: its key's pending run or a new one."""
         rule, key = self._tasks.resolve(request.task).debounce, request.debounce_key
         assert rule is not None and key is not None
-        new = self._new_run(request)
-        event = replace(new.event, data={**new.event.data, "debounce_key": key})
-        trigger = DebouncedTrigger(
-            key=key,
-            payload=request.payload,
-            prepared=request.prepared,
-            run=new.run.with_changes(debounce_key=key),
-            event=event,
-            payload_text=new.payload_text,
-        )
-        run = self._debouncing.trigger(trigger, rule)
-        if run.created:
-            log.info(
-                "triggered run %s of %s (debounce key %r)",
-                run.id,
-                run.task,
-                key,
-                extra={"run_id": run.id, "task": run.task},
-            )
-        return run
+        new = self._gathered(request, "debounce_key", key)
+        trigger = DebouncedTrigger(key, request.payload, new.run, new.event, new.payload_text)
+        return self._logged(self._debouncing.trigger(trigger, rule), "debounce", key)
 
     def _batched(self, request: TriggerRequest) -> Run:
         """The run a batched trigger's item goes to: its key's pending batch or a new one."""
         rule, key = self._tasks.resolve(request.task).batch, request.batch_key
         assert rule is not None and key is not None
-        new = self._new_run(request)
+        new = self._gathered(request, "batch_key", key)
         self._batching.check_item(request.prepared, new.payload_text, rule)  # as kept
-        trigger = BatchedTrigger(
-            key=key,
-            prepared=request.prepared,
-            item_text=new.payload_text,
-            run=new.run.with_changes(batch_key=key),
-            event=replace(new.event, data={**new.event.data, "batch_key": key}),
-        )
-        run = self._batching.trigger(trigger, rule)
+        trigger = BatchedTrigger(key, new.payload_text, new.run, new.event)
+        return self._logged(self._batching.trigger(trigger, rule), "batch", key)
+
+    def _gathered(self, request: TriggerRequest, attribute: str, key: str) -> NewRun:
+        """The run a debounced or batched trigger creates if its key has no pending run:
+        carrying the key (``attribute``), its first event naming it."""
+        new = self._new_run(request)
+        event = replace(new.event, data={**new.event.data, attribute: key})
+        return replace(new, run=new.run.with_changes(**{attribute: key}), event=event)
+
+    @staticmethod
+    def _logged(run: Run, kind: str, key: str) -> Run:
         if run.created:
             log.info(
-                "triggered batch run %s of %s (batch key %r)",
+                "triggered run %s of %s (%s key %r)",
                 run.id,
                 run.task,
+                kind,
                 key,
                 extra={"run_id": run.id, "task": run.task},
             )

@@ -92,6 +92,8 @@ class DeadLetter:
 
     queue: str
     """The logical queue whose dead-letter queue holds it."""
+    url: str
+    """The dead-letter queue's URL (returning or deleting it needs no look-up)."""
     body: str
     receipt: str
     message_id: str

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -330,18 +330,25 @@ class InMemoryRunStore:
                 self.object_records.add_holds(holds)
             return stored.run
 
+    def _not_started(self, run_id: str, holds: Callable[[Run], bool]) -> _Stored:
+        """The stored run a write that holds only before it starts (a collapse, an
+        append, a fill) may change: not started and ``holds``; raises
+        :class:`ConflictError` with the stored run otherwise. Under the lock."""
+        stored = self._runs.get(run_id)
+        if stored is None or not stored.run.not_started or not holds(stored.run):
+            raise ConflictError(run_id, stored.run if stored else None)
+        return stored
+
     def collapse(self, collapse: Collapse) -> Run:
         with self._lock:
-            stored = self._runs.get(collapse.run_id)
-            current = stored.run if stored else None
-            if (
-                stored is None
-                or current is None
-                or not current.not_started
-                or current.debounce_key != collapse.key
-                or (collapse.seen is not None and current.collapsed != collapse.seen)
-            ):
-                raise ConflictError(collapse.run_id, current)
+            stored = self._not_started(
+                collapse.run_id,
+                lambda run: (
+                    run.debounce_key == collapse.key
+                    and (collapse.seen is None or run.collapsed == collapse.seen)
+                ),
+            )
+            current = stored.run
             after = current.with_changes(
                 due_at=collapse.due_at,
                 wake_at=collapse.wake_at,
@@ -356,19 +363,15 @@ class InMemoryRunStore:
 
     def append_item(self, append: Append) -> Run:
         with self._lock:
-            stored = self._runs.get(append.run_id)
-            current = stored.run if stored else None
+            stored = self._not_started(append.run_id, lambda run: run.batch_key == append.key)
+            items, current = stored.items, stored.run
             if (
-                stored is None
-                or current is None
-                or stored.items is None
-                or not current.not_started
-                or current.batch_key != append.key
-                or len(stored.items) >= append.size
-                or sum(len(t.encode()) for t in stored.items) + append.item_bytes > append.max_bytes
+                items is None
+                or len(items) >= append.size
+                or sum(len(t.encode()) for t in items) + append.item_bytes > append.max_bytes
             ):
                 raise ConflictError(append.run_id, current)
-            stored.items.append(append.item_text)
+            items.append(append.item_text)
             after = current.with_changes(
                 updated_at=append.now, collapsed=current.collapsed + 1, created=False
             )
@@ -376,17 +379,13 @@ class InMemoryRunStore:
 
     def fill_batch(self, fill: Fill) -> Run:
         with self._lock:
-            stored = self._runs.get(fill.run_id)
-            current = stored.run if stored else None
-            if (
-                stored is None
-                or current is None
-                or not current.not_started
-                or current.batch_key != fill.key
-                or current.due_at is None
-                or current.due_at <= fill.now
-            ):
-                raise ConflictError(fill.run_id, current)
+            stored = self._not_started(
+                fill.run_id,
+                lambda run: (
+                    run.batch_key == fill.key and run.due_at is not None and run.due_at > fill.now
+                ),
+            )
+            current = stored.run
             after = current.with_changes(
                 due_at=fill.now,
                 wake_at=fill.wake_at,

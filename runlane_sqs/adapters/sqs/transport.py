@@ -128,11 +128,12 @@ def received(queue: str, response: Mapping[str, Any]) -> list[ReceivedWakeup]:
     ]
 
 
-def dead_letter(queue: str, message: Mapping[str, Any]) -> DeadLetter:
+def dead_letter(queue: str, url: str, message: Mapping[str, Any]) -> DeadLetter:
     attributes = message.get("Attributes", {})
     sent = attributes.get("SentTimestamp")
     return DeadLetter(
         queue=queue,
+        url=url,
         body=message.get("Body", ""),
         receipt=message["ReceiptHandle"],
         message_id=message.get("MessageId", ""),
@@ -303,7 +304,7 @@ class SqsTransport:
                     WaitTimeSeconds=1,
                     MessageSystemAttributeNames=["ApproximateReceiveCount", "SentTimestamp"],
                 )
-                taken = [dead_letter(queue, m) for m in response.get("Messages", [])]
+                taken = [dead_letter(queue, url, m) for m in response.get("Messages", [])]
                 if not taken:
                     break
                 letters += taken
@@ -335,16 +336,14 @@ class SqsTransport:
     def _dead_letter_batch(
         self, operation: str, letters: Sequence[DeadLetter], extra: dict[str, Any]
     ) -> None:
-        for queue, group in by_queue(letters, lambda m: m.queue).items():
-            url = self.dead_letter_url(queue)
-            assert url is not None  # they were taken from it
+        for url, group in by_queue(letters, lambda m: m.url).items():
             for batch in chunks(group, MAX_SEND_BATCH):
                 entries = [
                     {"Id": str(i), "ReceiptHandle": letter.receipt, **extra}
                     for i, letter in enumerate(batch)
                 ]
                 response = getattr(self._client, operation)(QueueUrl=url, Entries=entries)
-                log_failed_entries(operation, f"{queue} (dead letters)", response)
+                log_failed_entries(operation, f"{batch[0].queue} (dead letters)", response)
 
     def receive(self, queue: str, max_messages: int, wait_seconds: float) -> list[ReceivedWakeup]:
         request = receive_request(self.queue_url(queue), max_messages, wait_seconds)
