@@ -321,11 +321,15 @@ class Components:
         worker.stop()
         thread.join(timeout=30)
         assert not thread.is_alive()
-        for url in urls.values():  # the other environment's worker takes them
-            for message in self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get(
-                "Messages", []
-            ):
-                self.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+        # the other environment's worker takes them: from the queue, or from its dead-letter
+        # queue once handed back more often than the redrive policy allows (a slow machine)
+        transport = self.setup.transport
+        for queue, url in urls.items():
+            for where in (url, transport.dead_letter_url(queue)):  # type: ignore[attr-defined]
+                for message in self.sqs.receive_message(QueueUrl=where, MaxNumberOfMessages=10).get(
+                    "Messages", []
+                ):
+                    self.sqs.delete_message(QueueUrl=where, ReceiptHandle=message["ReceiptHandle"])
 
     def status(self, run_id: str) -> RunStatus:
         return self.setup.runs.get(run_id).status
