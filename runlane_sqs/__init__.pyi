@@ -25,6 +25,18 @@ from .core.attempts import (
 from .core.batches import (
     Batch as Batch,
 )
+from .core.bulk import (
+    BulkAction as BulkAction,
+)
+from .core.bulk import (
+    BulkFilter as BulkFilter,
+)
+from .core.bulk import (
+    BulkOperation as BulkOperation,
+)
+from .core.bulk import (
+    OperationStatus as OperationStatus,
+)
 from .core.clock import (
     Clock as Clock,
 )

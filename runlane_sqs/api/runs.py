@@ -11,9 +11,11 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 from runlane_sqs.api.waiting import wait_for, wait_for_async
-from runlane_sqs.core import machine, parking
+from runlane_sqs.core import bulk, machine, parking
 from runlane_sqs.core.attempts import Attempt, attempts_from
 from runlane_sqs.core.clock import Duration, to_timedelta
 from runlane_sqs.core.errors import (
@@ -41,6 +43,9 @@ from runlane_sqs.core.waits import wait_name
 from runlane_sqs.engine.engine import Engine
 from runlane_sqs.ports.keys import KeyKind
 from runlane_sqs.ports.store import RunQuery
+
+if TYPE_CHECKING:
+    from runlane_sqs.api.bulk import BulkApi
 
 log = logging.getLogger("runlane_sqs.runs")
 MAX_LIST_LIMIT = 100
@@ -77,6 +82,14 @@ class RunsApi:
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
+
+    @cached_property
+    def bulk(self) -> BulkApi:
+        """Retry, cancel or rerun every run a filter selects, as one durable operation:
+        count first, act at a rate, resume after a crash (:mod:`runlane_sqs.api.bulk`)."""
+        from runlane_sqs.api.bulk import BulkApi  # noqa: PLC0415 (it builds on this module)
+
+        return BulkApi(self._engine, self)
 
     # observe ------------------------------------------------------------------------
 
@@ -268,21 +281,29 @@ class RunsApi:
         ``cancel_requested`` and its worker sets the handler's cancellation event at the
         next heartbeat. Raises :class:`~runlane_sqs.core.errors.IllegalTransition` for a
         finished run (a success that won the race stays a success)."""
+        return self.cancel_stored(self.get_stored(run_id), actor, reason)
+
+    def cancel_stored(self, run: Run, actor: str, reason: str, operation: str | None = None) -> Run:
+        """:meth:`cancel` of ``run`` as read, by a bulk ``operation`` if given."""
         seen: list[Run] = []
 
-        def decide(run: Run) -> Transition:
-            seen.append(run)
+        def decide(current: Run) -> Transition:
+            seen.append(current)
             return machine.request_cancel(
-                run, now=self._engine.clock.now(), actor=actor, reason=reason
+                current,
+                now=self._engine.clock.now(),
+                actor=actor,
+                reason=reason,
+                operation=operation,
             )
 
-        stored = self._transition(run_id, decide)
+        stored = self._transition_from(run, decide)
         log.info(
             "run %s: %s by %s",
-            run_id,
+            run.id,
             stored.status.value,
             actor,
-            extra={"run_id": run_id, "task": stored.task},
+            extra={"run_id": run.id, "task": stored.task},
         )
         if stored.is_terminal:
             self._engine.finisher.after_finished(stored)
@@ -316,11 +337,11 @@ class RunsApi:
 
     def retry(self, run_id: str, *, reason: str = "", actor: str = "operator") -> Run:
         """A new run of a ``failed`` run's task and payload, linked to it."""
-        return self._link(run_id, LinkKind.RETRY, actor, reason)
+        return self.link_stored(self.get_stored(run_id), LinkKind.RETRY, actor, reason)
 
     def rerun(self, run_id: str, *, reason: str = "", actor: str = "operator") -> Run:
         """A new run of any finished run's task and payload, linked to it."""
-        return self._link(run_id, LinkKind.RERUN, actor, reason)
+        return self.link_stored(self.get_stored(run_id), LinkKind.RERUN, actor, reason)
 
     def prune(
         self,
@@ -355,20 +376,31 @@ class RunsApi:
     # helpers ------------------------------------------------------------------------
 
     def _transition(self, run_id: str, decide: Callable[[Run], Transition]) -> Run:
-        run = self.get_stored(run_id)
+        return self._transition_from(self.get_stored(run_id), decide)
+
+    def _transition_from(self, run: Run, decide: Callable[[Run], Transition]) -> Run:
         for _ in range(machine.MAX_REDECISIONS):
             try:
                 return self._engine.store.apply(decide(run))
             except ConflictError as conflict:
                 if conflict.current is None:
-                    raise RunNotFound(run_id) from None
+                    raise RunNotFound(run.id) from None
                 run = conflict.current
-        raise RunlaneError(f"run {run_id} kept changing; try again")
+        raise RunlaneError(f"run {run.id} kept changing; try again")
 
-    def _link(self, run_id: str, kind: LinkKind, actor: str, reason: str) -> Run:
-        """Create the new run first (its first event names the source), then record the
-        link on the source, so a refused create leaves no dangling link."""
-        source = self.get_stored(run_id)  # a large payload stays sealed: the same object
+    def link_stored(
+        self,
+        source: Run,
+        kind: LinkKind,
+        actor: str,
+        reason: str,
+        operation: str | None = None,
+    ) -> Run:
+        """A retry or rerun of ``source`` as read (a large payload stays sealed: the same
+        object), by a bulk ``operation`` if given. The new run is created first (its
+        first event names the source), then the link is recorded on the source, so a
+        refused create leaves no dangling link. An operation's new run has an id made of
+        the operation's and the source's, so doing it again (after a crash) finds it."""
         machine.link_run(  # refuse early: retry needs failed, rerun needs finished
             source,
             kind=kind,
@@ -377,9 +409,17 @@ class RunsApi:
             reason=reason,
             now=self._engine.clock.now(),
         )
-        run = self._engine.triggers.relaunch(source, new_run_id(), (source.id, kind, actor, reason))
-        self._transition(
-            run_id,
+        link = (source.id, kind, actor, reason)
+        if operation is None:
+            run = self._engine.triggers.relaunch(source, new_run_id(), link)
+        else:
+            made = bulk.new_run_id_for(operation, source.id)
+            try:
+                run = self._engine.triggers.relaunch(source, made, link)
+            except ConflictError:  # made before a crash left it unlinked
+                run = self.get_stored(made)
+        self._transition_from(
+            source,
             lambda current: machine.link_run(
                 current,
                 kind=kind,
@@ -387,6 +427,7 @@ class RunsApi:
                 actor=actor,
                 reason=reason,
                 now=self._engine.clock.now(),
+                operation=operation,
             ),
         )
         log.info(

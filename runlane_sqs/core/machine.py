@@ -348,19 +348,37 @@ def record_failure(
 
 
 def link_run(
-    run: Run, *, kind: LinkKind, new_run_id: str, actor: str, reason: str, now: datetime
+    run: Run,
+    *,
+    kind: LinkKind,
+    new_run_id: str,
+    actor: str,
+    reason: str,
+    now: datetime,
+    operation: str | None = None,
 ) -> Transition:
-    """Record on a finished run that a retry or rerun of it was created (history only)."""
+    """Record on a finished run that a retry or rerun of it was created (history only),
+    by ``operation`` when a bulk operation did it (:mod:`runlane_sqs.core.bulk`)."""
     if kind is LinkKind.RETRY and run.status is not RunStatus.FAILED:
         raise IllegalTransition(f"run {run.id} is {run.status.value}; only failed runs are retried")
     if not run.status.is_terminal:
         raise IllegalTransition(f"run {run.id} is {run.status.value}; only finished runs are rerun")
     data: dict[str, JSON] = {"run": new_run_id, "kind": kind.value}
-    data.update({"actor": actor, "reason": reason})
+    data.update(_by(actor, reason, operation))
     return advance(run, truncate_ms(now), [(EventType.LINKED_RUN, data)], None)
 
 
-def request_cancel(run: Run, *, now: datetime, actor: str, reason: str) -> Transition:
+def _by(actor: str, reason: str, operation: str | None) -> dict[str, JSON]:
+    """Who did a control action and why, as its event records it."""
+    data: dict[str, JSON] = {"actor": actor, "reason": reason}
+    if operation is not None:
+        data["operation"] = operation
+    return data
+
+
+def request_cancel(
+    run: Run, *, now: datetime, actor: str, reason: str, operation: str | None = None
+) -> Transition:
     """Cancel a waiting run at once; ask a running one to stop (its worker learns at
     the next heartbeat). Raises :class:`IllegalTransition` for finished runs."""
     if run.status.is_terminal:
@@ -368,7 +386,7 @@ def request_cancel(run: Run, *, now: datetime, actor: str, reason: str) -> Trans
     if run.status is RunStatus.CANCEL_REQUESTED:
         raise IllegalTransition(f"run {run.id} already has a cancel request")
     now = truncate_ms(now)
-    data: dict[str, JSON] = {"actor": actor, "reason": reason}
+    data = _by(actor, reason, operation)
     if run.status is RunStatus.RUNNING:
         return advance(
             run, now, [(EventType.CANCEL_REQUESTED, data)], None, status=RunStatus.CANCEL_REQUESTED

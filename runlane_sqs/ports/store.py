@@ -22,6 +22,7 @@ from runlane_sqs.ports.groups import GroupStore
 from runlane_sqs.ports.health import HealthStore
 from runlane_sqs.ports.keys import KeyClaim, KeyStore
 from runlane_sqs.ports.objects import ObjectRecords
+from runlane_sqs.ports.operations import OperationStore
 from runlane_sqs.ports.ordering import OrderStore
 from runlane_sqs.ports.rates import RateStore
 from runlane_sqs.ports.schedules import ScheduleStore
@@ -132,6 +133,12 @@ class RunStore(Protocol):
     def transactions(self) -> TransactionStore:
         """Transactions holding the caller's own writes and new runs
         (:mod:`runlane_sqs.ports.transactions`)."""
+        ...
+
+    @property
+    def operations(self) -> OperationStore:
+        """The bulk operations of the same environment (:mod:`runlane_sqs.ports.
+        operations`)."""
         ...
 
     @property

@@ -170,6 +170,19 @@ def schedule_key(environment: str, schedule_id: str) -> dict[str, dict[str, str]
     return {"pk": {"S": schedule_pk(environment)}, "sk": {"S": schedule_id}}
 
 
+OPERATION_PREFIX = "BULK#"
+
+
+def operation_pk(environment: str) -> str:
+    """Every bulk operation of an environment is one item collection, sorted by id (which
+    begins with the time it was started)."""
+    return f"{OPERATION_PREFIX}{environment}"
+
+
+def operation_key(environment: str, operation_id: str) -> dict[str, dict[str, str]]:
+    return {"pk": {"S": operation_pk(environment)}, "sk": {"S": operation_id}}
+
+
 def sync_sk(task_set: str) -> str:
     return f"{SYNC_SK_PREFIX}{task_set}"
 

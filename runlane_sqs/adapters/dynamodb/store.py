@@ -48,6 +48,7 @@ from runlane_sqs.adapters.dynamodb.objects import (
     refused_holds,
     release_items,
 )
+from runlane_sqs.adapters.dynamodb.operations import DynamoOperationStore
 from runlane_sqs.adapters.dynamodb.ordering import DynamoOrderStore, moved, trigger_items
 from runlane_sqs.adapters.dynamodb.rates import DynamoRateStore
 from runlane_sqs.adapters.dynamodb.replays import (
@@ -128,6 +129,8 @@ class DynamoRunStore:
         """The counts of the references to each object of the payload bucket."""
         self.rates = DynamoRateStore(self._send, table, environment)
         """The environment's rate limit records, in the same table."""
+        self.operations = DynamoOperationStore(self._send, self._query, table, environment)
+        """The environment's bulk operations."""
         self.transactions = DynamoTransactions(self._send, table, environment)
         """Transactions holding the caller's writes and new runs."""
 

@@ -32,6 +32,7 @@ from runlane_sqs.adapters.dynamodb.cursors import (
 )
 from runlane_sqs.adapters.memory.groups import InMemoryGroupStore
 from runlane_sqs.adapters.memory.health import InMemoryHealthStore
+from runlane_sqs.adapters.memory.operations import InMemoryOperationStore
 from runlane_sqs.adapters.memory.ordering import InMemoryOrderStore
 from runlane_sqs.adapters.memory.rates import InMemoryRateStore
 from runlane_sqs.adapters.memory.schedules import InMemoryScheduleStore
@@ -214,6 +215,8 @@ class InMemoryRunStore:
         """The environment's groups."""
         self.rates = InMemoryRateStore(self._lock)
         """The environment's rate limit records."""
+        self.operations = InMemoryOperationStore(environment)
+        """The environment's bulk operations."""
         self.transactions = InMemoryTransactions(self)
         """Transactions of new runs only (the caller's writes are to DynamoDB tables)."""
 

@@ -1,0 +1,82 @@
+"""Bulk operations in DynamoDB: one item per operation in the environment's collection
+(``BULK#{env}``, sorted by id, which begins with the time it was started), its record as
+JSON. Every write is a ``PutItem`` conditioned on the version read.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+from runlane_sqs.adapters.dynamodb import keys
+from runlane_sqs.adapters.dynamodb.cursors import STRING, KeyShape, decode_cursor, encode_cursor
+from runlane_sqs.adapters.dynamodb.errors import Query, Refused, Send, send_conditional
+from runlane_sqs.adapters.dynamodb.requests import Request
+from runlane_sqs.core.bulk import BulkOperation
+from runlane_sqs.ports.operations import OperationConflict
+
+
+def _from_wire(wire: dict[str, Any]) -> BulkOperation:
+    return BulkOperation.from_json(json.loads(wire["record"]["S"]))
+
+
+class DynamoOperationStore:
+    """The bulk operations of one environment, sent through its run store's client."""
+
+    def __init__(self, send: Send, query: Query, table: str, environment: str) -> None:
+        self._send = send
+        self._query = query
+        self.table = table
+        self.environment = environment
+
+    def get_operation(self, operation_id: str) -> BulkOperation | None:
+        request = {
+            "TableName": self.table,
+            "Key": keys.operation_key(self.environment, operation_id),
+            "ConsistentRead": True,
+        }
+        wire = self._send("get_item", request).get("Item")
+        return _from_wire(wire) if wire else None
+
+    def list_operations(
+        self, limit: int, cursor: str | None
+    ) -> tuple[list[BulkOperation], str | None]:
+        pk = keys.operation_pk(self.environment)
+        request: Request = {
+            "TableName": self.table,
+            "KeyConditionExpression": "#pk = :pk",
+            "ExpressionAttributeNames": {"#pk": "pk"},
+            "ExpressionAttributeValues": {":pk": {"S": pk}},
+            "ConsistentRead": True,
+            "ScanIndexForward": False,
+            "Limit": limit,
+        }
+        start = decode_cursor(cursor, KeyShape({"pk": STRING, "sk": STRING}, ("pk", pk)))
+        if start:
+            request["ExclusiveStartKey"] = start
+        response = self._query(request, cursor)
+        found = [_from_wire(item) for item in response.get("Items", [])]
+        return found, encode_cursor(response.get("LastEvaluatedKey"))
+
+    def put_operation(self, operation: BulkOperation) -> BulkOperation:
+        stored = replace(operation, version=operation.version + 1)
+        item = {
+            **keys.operation_key(self.environment, operation.id),
+            "version": {"N": str(stored.version)},
+            "record": {"S": json.dumps(stored.to_json(), separators=(",", ":"))},
+        }
+        request: Request = {
+            "TableName": self.table,
+            "Item": item,
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+        if operation.version == 0:
+            request["ConditionExpression"] = "attribute_not_exists(pk)"
+        else:
+            request["ConditionExpression"] = "version = :v"
+            request["ExpressionAttributeValues"] = {":v": {"N": str(operation.version)}}
+        sent = send_conditional(self._send, "put_item", request)
+        if isinstance(sent, Refused):
+            raise OperationConflict(operation.id, _from_wire(sent.item) if sent.item else None)
+        return stored
