@@ -1,4 +1,4 @@
-"""Bulk recovery: ``app.runs.bulk`` retries, cancels or reruns every run a filter
+"""Bulk recovery: ``app.bulk`` retries, cancels or reruns every run a filter
 selects, as one durable operation (docs/operations.md, "Bulk recovery";
 :mod:`runlane_sqs.core.bulk`).
 
@@ -57,7 +57,7 @@ class BulkCount:
 
 @dataclass(frozen=True, slots=True)
 class OperationPage:
-    """One page of ``app.runs.bulk.list``; pass ``cursor`` back for the next."""
+    """One page of ``app.bulk.list``; pass ``cursor`` back for the next."""
 
     operations: list[BulkOperation]
     cursor: str | None

@@ -1,4 +1,4 @@
-"""The operator APIs an app hands out (``app.runs``, ``app.idempotency``,
+"""The operator APIs an app hands out (``app.runs``, ``app.bulk``, ``app.idempotency``,
 ``app.schedules``, ``app.queues``, ``app.health``, ``app.dead_letters``): built on first
 use, over the engine of the time. A task on Lambda seldom uses them, so the function does
 not import them at its start."""
@@ -11,13 +11,14 @@ from typing import TYPE_CHECKING
 from runlane_sqs.engine.engine import Engine
 
 if TYPE_CHECKING:
+    from runlane_sqs.api.bulk import BulkApi
     from runlane_sqs.api.dead_letters import DeadLettersApi
     from runlane_sqs.api.health import HealthApi
     from runlane_sqs.api.queues import QueuesApi
     from runlane_sqs.api.runs import IdempotencyApi, RunsApi
     from runlane_sqs.api.schedules import SchedulesApi
 
-OPERATOR_APIS = ("runs", "idempotency", "schedules", "queues", "health", "dead_letters")
+OPERATOR_APIS = ("runs", "bulk", "idempotency", "schedules", "queues", "health", "dead_letters")
 """The names :meth:`OperatorApis.forget_apis` drops (built again on next use)."""
 
 
@@ -37,6 +38,15 @@ class OperatorApis:
         from runlane_sqs.api.runs import RunsApi  # noqa: PLC0415 (see the module doc)
 
         return RunsApi(self.engine)
+
+    @cached_property
+    def bulk(self) -> BulkApi:
+        """Retry, cancel or rerun every run a filter selects, as one durable operation:
+        count first, act at a rate, resume after a crash (docs/operations.md, "Bulk
+        recovery")."""
+        from runlane_sqs.api.bulk import BulkApi  # noqa: PLC0415 (see the module doc)
+
+        return BulkApi(self.engine, self.runs)
 
     @cached_property
     def idempotency(self) -> IdempotencyApi:

@@ -11,8 +11,6 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from functools import cached_property
-from typing import TYPE_CHECKING
 
 from runlane_sqs.api.waiting import wait_for, wait_for_async
 from runlane_sqs.core import bulk, machine, parking
@@ -43,9 +41,6 @@ from runlane_sqs.core.waits import wait_name
 from runlane_sqs.engine.engine import Engine
 from runlane_sqs.ports.keys import KeyKind
 from runlane_sqs.ports.store import RunQuery
-
-if TYPE_CHECKING:
-    from runlane_sqs.api.bulk import BulkApi
 
 log = logging.getLogger("runlane_sqs.runs")
 MAX_LIST_LIMIT = 100
@@ -82,14 +77,6 @@ class RunsApi:
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
-
-    @cached_property
-    def bulk(self) -> BulkApi:
-        """Retry, cancel or rerun every run a filter selects, as one durable operation:
-        count first, act at a rate, resume after a crash (:mod:`runlane_sqs.api.bulk`)."""
-        from runlane_sqs.api.bulk import BulkApi  # noqa: PLC0415 (it builds on this module)
-
-        return BulkApi(self._engine, self)
 
     # observe ------------------------------------------------------------------------
 

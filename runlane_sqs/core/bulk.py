@@ -41,14 +41,14 @@ from runlane_sqs.core.names import check_key, check_queue, check_task_name
 DEFAULT_RATE = 20.0
 """Runs a second an operation acts on unless told otherwise: gentle on the table and on
 whatever the retried runs call."""
-MAX_RATE = 1000.0
+MAX_BULK_RATE = 1000.0
 CHECKPOINT_RUNS = 25
 """An operation's record is written after this many runs (and at the end of each page):
 the most a process that dies does again when the operation is resumed."""
 LEASE = timedelta(seconds=60)
 """How long a process holds an operation after its last checkpoint: another may resume it
 only once that passed (its holder died)."""
-MAX_REASON_CHARS = 500
+MAX_BULK_REASON_CHARS = 500
 OPERATION_ID_PATTERN = re.compile(r"^[0-9]{8}T[0-9]{6}-[0-9a-f]{8}$")
 
 
@@ -308,14 +308,16 @@ def new_operation(
     """A new operation, not yet taken by a process. Raises
     :class:`~runlane_sqs.core.errors.ConfigurationError` for a bad filter, rate, actor or
     reason."""
-    if not 0 < rate <= MAX_RATE:
-        raise ConfigurationError(f"rate must be above 0 and at most {MAX_RATE:g} runs a second")
+    if not 0 < rate <= MAX_BULK_RATE:
+        raise ConfigurationError(
+            f"rate must be above 0 and at most {MAX_BULK_RATE:g} runs a second"
+        )
     return BulkOperation(
         id=f"{now:%Y%m%dT%H%M%S}-{secrets.token_hex(4)}",
         action=action,
         filter=selection.checked(action),
         actor=check_key("actor", actor, 128),
-        reason=check_key("reason", reason, MAX_REASON_CHARS) if reason else "",
+        reason=check_key("reason", reason, MAX_BULK_REASON_CHARS) if reason else "",
         rate=rate,
         status=OperationStatus.RUNNING,
         created_at=now,

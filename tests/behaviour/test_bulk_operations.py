@@ -1,4 +1,4 @@
-"""Bulk recovery (docs/operations.md, "Bulk recovery"; ``app.runs.bulk``) on every
+"""Bulk recovery (docs/operations.md, "Bulk recovery"; ``app.bulk``) on every
 backend: a dry run counts and writes nothing; an operation retries, cancels or reruns
 exactly the runs its filter selects, at its rate, recording its id and actor in each
 run's history; a failed run retried already is skipped. Its record shows its progress
@@ -82,13 +82,13 @@ def test_a_dry_run_counts_what_the_operation_would_act_on_and_writes_nothing(
     drain(app)
     before = {r.id: r.seq for r in all_runs(app)}
 
-    assert app.runs.bulk.count("retry", FAILED).selected == 3
-    every_failure = app.runs.bulk.count("retry", BulkFilter())
+    assert app.bulk.count("retry", FAILED).selected == 3
+    every_failure = app.bulk.count("retry", BulkFilter())
     assert (every_failure.selected, every_failure.examined) == (4, 4)
-    assert app.runs.bulk.count("rerun", BulkFilter()).selected == 5  # failed and succeeded
-    assert app.runs.bulk.count("cancel", BulkFilter()).selected == 0
+    assert app.bulk.count("rerun", BulkFilter()).selected == 5  # failed and succeeded
+    assert app.bulk.count("cancel", BulkFilter()).selected == 0
     assert {r.id: r.seq for r in all_runs(app)} == before
-    assert app.runs.bulk.list().operations == []
+    assert app.bulk.list().operations == []
 
 
 def test_a_bulk_retry_retries_each_selected_run_once_at_its_rate_and_records_who(
@@ -97,7 +97,7 @@ def test_a_bulk_retry_retries_each_selected_run_once_at_its_rate_and_records_who
     sources = failed_runs(app, clock, 30)
     other = trigger(app, clock, FLIP, {"fail": True})
     drain(app)
-    started = app.runs.bulk.start(
+    started = app.bulk.start(
         "retry", FAILED, actor="alice", reason="the partner API is back", rate=10
     )
     assert (started.status, started.selected_at_start, started.tally.acted) == (
@@ -108,7 +108,7 @@ def test_a_bulk_retry_retries_each_selected_run_once_at_its_rate_and_records_who
     seen: list[BulkOperation] = []
     began = clock.now()
 
-    done = app.runs.bulk.run(started.id, progress=seen.append)
+    done = app.bulk.run(started.id, progress=seen.append)
 
     assert done.status is OperationStatus.DONE
     assert (done.tally.acted, done.tally.skipped, done.tally.failed) == (30, 0, 0)
@@ -116,7 +116,7 @@ def test_a_bulk_retry_retries_each_selected_run_once_at_its_rate_and_records_who
     # its progress after each page: more acted on each time, readable from the record
     acted = [op.tally.acted for op in seen]
     assert acted == sorted(acted) and acted[-1] == 30 and len(seen) >= 3
-    assert app.runs.bulk.get(started.id) == done
+    assert app.bulk.get(started.id) == done
     for source in sources:
         (link,) = links(app, source.id)
         assert link == {
@@ -133,7 +133,7 @@ def test_a_bulk_retry_retries_each_selected_run_once_at_its_rate_and_records_who
     assert {r.status for r in retried} == {RunStatus.SUCCEEDED}
     assert [r.payload for r in retried] == [s.payload for s in sources]
     # a second operation skips the runs retried already
-    again = app.runs.bulk.run(app.runs.bulk.start("retry", FAILED).id)
+    again = app.bulk.run(app.bulk.start("retry", FAILED).id)
     assert (again.tally.acted, again.tally.skipped) == (0, 30)
 
 
@@ -147,7 +147,7 @@ def test_a_bulk_cancel_and_a_bulk_rerun_select_by_queue_status_time_and_failure(
     kept = trigger(app, clock, OK, delay=timedelta(hours=1))
     selection = BulkFilter(queue="other", created_before=late.created_at - timedelta(seconds=1))
 
-    done = app.runs.bulk.run(app.runs.bulk.start("cancel", selection, actor="bob").id)
+    done = app.bulk.run(app.bulk.start("cancel", selection, actor="bob").id)
 
     assert done.tally.acted == 3
     statuses = {r.id: app.runs.get(r.id).status for r in (early, middle, running, late, kept)}
@@ -168,9 +168,7 @@ def test_a_bulk_cancel_and_a_bulk_rerun_select_by_queue_status_time_and_failure(
     fine = trigger(app, clock, FLIP, {"fail": False})
     drain(app)
     assert app.runs.get(boom.id).failure.type.endswith(".Boom")  # type: ignore[union-attr]
-    rerun = app.runs.bulk.run(
-        app.runs.bulk.start("rerun", BulkFilter(task=FLIP, failure_type="Boom")).id
-    )
+    rerun = app.bulk.run(app.bulk.start("rerun", BulkFilter(task=FLIP, failure_type="Boom")).id)
     assert (rerun.tally.acted, rerun.tally.outside) == (1, 1)
     assert [link["kind"] for link in links(app, boom.id)] == ["rerun"]
     assert links(app, fine.id) == []
@@ -187,13 +185,13 @@ def test_a_bulk_retry_of_a_groups_children_retries_only_its_failed_children(
     failed = [c for c in children if c.status is RunStatus.FAILED]
     assert failed and len(failed) < len(children)  # one succeeded
 
-    done = app.runs.bulk.run(app.runs.bulk.start("retry", BulkFilter(group=group.id)).id)
+    done = app.bulk.run(app.bulk.start("retry", BulkFilter(group=group.id)).id)
 
     assert (done.tally.acted, done.tally.outside) == (len(failed), len(children) - len(failed))
     assert all(len(links(app, c.id)) == 1 for c in failed)
     assert links(app, outside.id) == []
     with pytest.raises(RunlaneError):
-        app.runs.bulk.count("retry", BulkFilter(group="no-such-group"))
+        app.bulk.count("retry", BulkFilter(group="no-such-group"))
 
 
 @pytest.mark.parametrize("where", ["after_acting", "between_create_and_link"])
@@ -201,7 +199,7 @@ def test_an_operation_whose_process_died_resumes_acting_on_no_run_twice(
     app: Runlane, clock: ManualClock, monkeypatch: pytest.MonkeyPatch, where: str
 ) -> None:
     sources = failed_runs(app, clock, 40)
-    started = app.runs.bulk.start("retry", FAILED, rate=100)
+    started = app.bulk.start("retry", FAILED, rate=100)
     calls = {"n": 0}
 
     def dies_on_the_33rd(real: Callable[..., Run]) -> Callable[..., Run]:
@@ -220,16 +218,16 @@ def test_an_operation_whose_process_died_resumes_acting_on_no_run_twice(
         triggers = app.engine.triggers
         monkeypatch.setattr(triggers, "relaunch", dies_on_the_33rd(triggers.relaunch))
     with pytest.raises(Killed):
-        app.runs.bulk.run(started.id, owner="process-1")
+        app.bulk.run(started.id, owner="process-1")
     monkeypatch.undo()
-    left = app.runs.bulk.get(started.id)
+    left = app.bulk.get(started.id)
     assert left.status is OperationStatus.RUNNING and left.owner == "process-1"
     assert left.tally.acted == 25 and len(left.pending) == 15  # the second page's runs
     # another process may not take it while its lease lasts, unless told its holder died
     with pytest.raises(IllegalTransition, match="being carried out by process-1"):
-        app.runs.bulk.run(started.id, owner="process-2")
+        app.bulk.run(started.id, owner="process-2")
 
-    done = app.runs.bulk.run(started.id, owner="process-2", force=True)
+    done = app.bulk.run(started.id, owner="process-2", force=True)
 
     assert (done.status, done.tally.acted, done.tally.skipped) == (OperationStatus.DONE, 40, 0)
     for source in sources:
@@ -244,39 +242,39 @@ def test_an_operator_stops_an_operation_and_another_process_resumes_it_once_its_
     app: Runlane, clock: ManualClock
 ) -> None:
     failed_runs(app, clock, 60)
-    started = app.runs.bulk.start("retry", FAILED, rate=50)
+    started = app.bulk.start("retry", FAILED, rate=50)
 
     def stop_after_the_first_page(operation: BulkOperation) -> None:
         if operation.tally.acted:
-            app.runs.bulk.stop(operation.id)
+            app.bulk.stop(operation.id)
 
-    stopped = app.runs.bulk.run(started.id, owner="a", progress=stop_after_the_first_page)
+    stopped = app.bulk.run(started.id, owner="a", progress=stop_after_the_first_page)
     assert stopped.status is OperationStatus.STOPPED
     assert 0 < stopped.tally.acted < 60
-    resumed = app.runs.bulk.run(started.id, owner="b")  # stopped: anyone may resume it
+    resumed = app.bulk.run(started.id, owner="b")  # stopped: anyone may resume it
     assert (resumed.status, resumed.tally.acted) == (OperationStatus.DONE, 60)
     with pytest.raises(IllegalTransition, match="is done"):
-        app.runs.bulk.run(started.id)
+        app.bulk.run(started.id)
     with pytest.raises(IllegalTransition, match="is done"):
-        app.runs.bulk.stop(started.id)
+        app.bulk.stop(started.id)
 
     # a process that dies holding an operation: the next may take it once its lease ended
-    held = app.runs.bulk.start("rerun", BulkFilter(task=OK))
+    held = app.bulk.start("rerun", BulkFilter(task=OK))
     app.store.operations.put_operation(replace(held, owner="gone", lease_until=clock.now() + LEASE))
     with pytest.raises(IllegalTransition):
-        app.runs.bulk.run(held.id)
+        app.bulk.run(held.id)
     clock.advance(LEASE)
-    assert app.runs.bulk.run(held.id).status is OperationStatus.DONE
+    assert app.bulk.run(held.id).status is OperationStatus.DONE
 
 
 def test_operations_are_listed_newest_first_page_by_page(app: Runlane, clock: ManualClock) -> None:
     ids = []
     for _ in range(5):
         clock.advance(1)
-        ids.append(app.runs.bulk.start("cancel", BulkFilter(task=OK)).id)
-    first = app.runs.bulk.list(limit=3)
+        ids.append(app.bulk.start("cancel", BulkFilter(task=OK)).id)
+    first = app.bulk.list(limit=3)
     assert [o.id for o in first.operations] == ids[::-1][:3] and first.cursor
-    second = app.runs.bulk.list(limit=3, cursor=first.cursor)
+    second = app.bulk.list(limit=3, cursor=first.cursor)
     assert [o.id for o in second.operations] == ids[::-1][3:] and second.cursor is None
 
 
@@ -300,8 +298,8 @@ def test_a_bad_operation_is_refused_with_nothing_stored(
     app: Runlane, action: str, selection: BulkFilter, options: dict[str, Any], error: str
 ) -> None:
     with pytest.raises((ConfigurationError, InvalidKeyError, RunlaneError), match=error):
-        app.runs.bulk.start(action, selection, **options)
-    assert app.runs.bulk.list().operations == []
+        app.bulk.start(action, selection, **options)
+    assert app.bulk.list().operations == []
 
 
 def test_an_inverted_created_range_and_a_bad_operation_id_are_refused(
@@ -310,9 +308,9 @@ def test_an_inverted_created_range_and_a_bad_operation_id_are_refused(
     now = clock.now()
     inverted = BulkFilter(created_after=now, created_before=now - timedelta(days=1))
     with pytest.raises(ConfigurationError, match="later than created_before"):
-        app.runs.bulk.count("retry", inverted)
+        app.bulk.count("retry", inverted)
     for bad in ("../etc", "20261205T120000-1a2b3c4d\n", "<b>x</b>", "\ud800"):
         with pytest.raises(RunlaneError, match="is not a bulk operation id"):
-            app.runs.bulk.get(bad)
+            app.bulk.get(bad)
     with pytest.raises(RunlaneError, match="no bulk operation"):
-        app.runs.bulk.get("20261205T120000-1a2b3c4d")
+        app.bulk.get("20261205T120000-1a2b3c4d")
