@@ -83,6 +83,9 @@ from .core.errors import (
     MissingResourceError as MissingResourceError,
 )
 from .core.errors import (
+    OperationNotFound as OperationNotFound,
+)
+from .core.errors import (
     PayloadTooLarge as PayloadTooLarge,
 )
 from .core.errors import (

@@ -36,7 +36,7 @@ from runlane_sqs.core.bulk import (
     stopped,
     taken,
 )
-from runlane_sqs.core.errors import IllegalTransition, RunlaneError
+from runlane_sqs.core.errors import IllegalTransition, OperationNotFound, RunlaneError
 from runlane_sqs.core.model import LinkKind, Run
 from runlane_sqs.engine.engine import Engine
 from runlane_sqs.ports.operations import OperationConflict
@@ -89,15 +89,18 @@ class BulkApi:
         actor: str = "operator",
         reason: str = "",
         rate: float = DEFAULT_RATE,
-        count: bool = True,
+        counted: BulkCount | None = None,
     ) -> BulkOperation:
-        """Store a new operation (its dry run's count first, unless ``count=False``) and
-        return it; :meth:`run` carries it out. Raises
+        """Store a new operation and return it; :meth:`run` carries it out. Its record
+        keeps how many runs it selected at its start: ``counted``, a dry run of it just
+        made (:meth:`count`), or one made now. Raises
         :class:`~runlane_sqs.core.errors.ConfigurationError` for a bad filter, rate, actor
         or reason."""
         action = _action(action)
         selection = selection.checked(action)
-        selected = self.count(action, selection).selected if count else None
+        if counted is None or (counted.action, counted.filter) != (action, selection):
+            counted = self.count(action, selection)
+        selected = counted.selected
         operation = new_operation(
             action,
             selection,
@@ -112,7 +115,7 @@ class BulkApi:
             "bulk operation %s: %s of %s run(s) started by %s",
             stored.id,
             action.value,
-            "?" if selected is None else selected,
+            selected,
             stored.actor,
             extra={"operation": stored.id},
         )
@@ -179,10 +182,11 @@ class BulkApi:
 
     def get(self, operation_id: str) -> BulkOperation:
         """The operation as stored now; raises
-        :class:`~runlane_sqs.core.errors.RunlaneError` if there is none."""
+        :class:`~runlane_sqs.core.errors.OperationNotFound` if there is none, or
+        :class:`~runlane_sqs.core.errors.InvalidKeyError` for a malformed id."""
         found = self._engine.store.operations.get_operation(check_operation_id(operation_id))
         if found is None:
-            raise RunlaneError(f"no bulk operation {operation_id} in this environment")
+            raise OperationNotFound(operation_id)
         return found
 
     def list(self, *, limit: int = 20, cursor: str | None = None) -> OperationPage:

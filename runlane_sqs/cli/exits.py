@@ -19,6 +19,7 @@ from runlane_sqs.core.errors import (
     InvalidKeyError,
     InvalidPayloadError,
     MissingResourceError,
+    OperationNotFound,
     RunlaneError,
     RunNotFound,
     RunWaitTimedOut,
@@ -72,7 +73,10 @@ def fail(message: str, exit_code: int, hint: str | None = None) -> NoReturn:
 
 ERROR_EXIT_CODES: tuple[tuple[tuple[type[BaseException], ...], int], ...] = (
     ((AppNotImportable,), EXIT_APP_NOT_IMPORTABLE),
-    ((RunNotFound, TokenNotFound, ScheduleNotFound, UnknownTaskError), EXIT_NOT_FOUND),
+    (
+        (RunNotFound, TokenNotFound, ScheduleNotFound, OperationNotFound, UnknownTaskError),
+        EXIT_NOT_FOUND,
+    ),
     ((IllegalTransition, TokenAlreadyDecided), EXIT_ILLEGAL),
     ((InvalidPayloadError, InvalidKeyError, InvalidCursor), EXIT_USAGE),
     ((RunWaitTimedOut,), EXIT_WAIT_TIMED_OUT),

@@ -1,5 +1,6 @@
 """Run commands: ``trigger`` and
-``runs list|get|events|attempts|wait|cancel|unpark|retry|retry-failed|rerun|prune``.
+``runs list|get|events|attempts|wait|cancel|unpark|retry|retry-failed|rerun|prune``;
+``runs bulk`` is :mod:`runlane_sqs.cli.bulk`.
 
 Every ``runs`` command works without an app (``app_or_env_for_command``): it reads and writes
 stored runs only. ``trigger`` needs the app that registers the task.
@@ -26,6 +27,7 @@ from runlane_sqs.api.shapes import (
     run_to_json,
 )
 from runlane_sqs.cli import tables
+from runlane_sqs.cli.bulk import bulk
 from runlane_sqs.cli.escaping import echo
 from runlane_sqs.cli.exits import EXIT_RUN_UNSUCCESSFUL, EXIT_USAGE, EXIT_WAIT_TIMED_OUT, fail
 from runlane_sqs.cli.options import (
@@ -118,6 +120,9 @@ def trigger(
 @click.group()
 def runs() -> None:
     """Observe and recover runs."""
+
+
+runs.add_command(bulk)
 
 
 @runs.command("list")

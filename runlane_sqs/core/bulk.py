@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import cast
 
-from runlane_sqs.core.errors import ConfigurationError, IllegalTransition, RunlaneError
+from runlane_sqs.core.errors import ConfigurationError, IllegalTransition, InvalidKeyError
 from runlane_sqs.core.model import (
     JSON,
     TERMINAL_STATUSES,
@@ -328,7 +328,7 @@ def new_operation(
 
 def check_operation_id(operation_id: object) -> str:
     if not isinstance(operation_id, str) or not OPERATION_ID_PATTERN.fullmatch(operation_id):
-        raise RunlaneError(
+        raise InvalidKeyError(
             f"{operation_id!r} is not a bulk operation id (like 20261205T120000-1a2b3c4d)"
         )
     return operation_id

@@ -81,6 +81,14 @@ class ScheduleNotFound(RunlaneError):
         self.schedule_id = schedule_id
 
 
+class OperationNotFound(RunlaneError):
+    """No bulk operation with that id in this environment."""
+
+    def __init__(self, operation_id: str) -> None:
+        super().__init__(f"no bulk operation {operation_id} in this environment")
+        self.operation_id = operation_id
+
+
 class RunWaitTimedOut(RunlaneError):
     """``app.runs.wait`` gave up before the run finished; ``run`` is its last state."""
 

@@ -25,6 +25,7 @@ from runlane_sqs import (
     IllegalTransition,
     InvalidKeyError,
     ManualClock,
+    OperationNotFound,
     OperationStatus,
     Runlane,
     RunlaneError,
@@ -312,5 +313,5 @@ def test_an_inverted_created_range_and_a_bad_operation_id_are_refused(
     for bad in ("../etc", "20261205T120000-1a2b3c4d\n", "<b>x</b>", "\ud800"):
         with pytest.raises(RunlaneError, match="is not a bulk operation id"):
             app.bulk.get(bad)
-    with pytest.raises(RunlaneError, match="no bulk operation"):
+    with pytest.raises(OperationNotFound):
         app.bulk.get("20261205T120000-1a2b3c4d")
