@@ -164,7 +164,7 @@ _action_command(BulkAction.RERUN, "A new run of each finished run selected.")
 @optional_app_option
 @click.argument("operation_id")
 @json_option
-def status(app_spec: str | None, operation_id: str, as_json: bool) -> None:
+def show_operation(app_spec: str | None, operation_id: str, as_json: bool) -> None:
     """Show an operation: its filter, where it is and what it did."""
     operation = app_or_env_for_command(app_spec).bulk.get(operation_id)
     _emit(operation, as_json)
@@ -197,7 +197,7 @@ def list_operations(app_spec: str | None, limit: int, cursor: str | None, as_jso
     help="Take it over although its lease lasts (its process is known to be gone).",
 )
 @json_option
-def resume(app_spec: str | None, operation_id: str, force: bool, as_json: bool) -> None:
+def resume_operation(app_spec: str | None, operation_id: str, force: bool, as_json: bool) -> None:
     """Carry on a stopped operation, or one whose process died, from its last page."""
     app = app_or_env_for_command(app_spec)
     operation = app.bulk.get(operation_id)
@@ -213,7 +213,7 @@ def resume(app_spec: str | None, operation_id: str, force: bool, as_json: bool) 
 @optional_app_option
 @click.argument("operation_id")
 @json_option
-def stop(app_spec: str | None, operation_id: str, as_json: bool) -> None:
+def stop_operation(app_spec: str | None, operation_id: str, as_json: bool) -> None:
     """Stop an operation after the page it is acting on; resume carries it on."""
     _emit(app_or_env_for_command(app_spec).bulk.stop(operation_id), as_json)
 
