@@ -15,8 +15,10 @@ from typing import Any
 
 from runlane_sqs import (
     Batch,
+    BulkFilter,
     Debounce,
     ManualClock,
+    OperationStatus,
     RateLimit,
     RetryPolicy,
     Run,
@@ -477,6 +479,12 @@ def operate(c: Components, runs: dict[str, Run]) -> None:
     operator.schedules.pause(SCHEDULE)
     operator.schedules.resume(SCHEDULE)
     assert operator.schedules.trigger_now(SCHEDULE).schedule_id == SCHEDULE
+    # a bulk operation: counted, started, carried out, read and listed
+    rerun_nothing = BulkFilter(task=OK, failure_type="NoSuchError")
+    counted = operator.bulk.count("rerun", rerun_nothing)
+    bulk = operator.bulk.start("rerun", rerun_nothing, counted=counted)
+    assert operator.bulk.run(bulk.id).status is OperationStatus.DONE
+    assert [o.id for o in operator.bulk.list().operations] == [bulk.id]
     c.drain()
     assert operator.health.activity().counts  # the console's runs page
     checked = operator.health.check()  # its health page

@@ -30,6 +30,7 @@ from starlette.templating import Jinja2Templates
 
 from runlane_sqs.api.app import Runlane
 from runlane_sqs.console import charts, views
+from runlane_sqs.console.bulk import BulkPages
 from runlane_sqs.console.decisions import Decisions
 from runlane_sqs.console.operations import Operations
 from runlane_sqs.console.security import COOKIE, CSRF_FIELD, Guard
@@ -81,6 +82,7 @@ def console_app(app: Runlane, settings: ConsoleSettings) -> Starlette:
     pages = Pages(app, settings, guard, templates)
     decisions = Decisions(pages)
     operations = Operations(pages)
+    bulk = BulkPages(pages)
     routes = [
         Route("/", lambda request: RedirectResponse("/runs", status_code=303)),
         Route("/runs", pages.runs),
@@ -92,6 +94,11 @@ def console_app(app: Runlane, settings: ConsoleSettings) -> Starlette:
         Route("/health", operations.health),
         Route("/schedules", operations.schedules),
         Route("/schedules/{schedule_id}/{action}", operations.change, methods=["POST"]),
+        Route("/bulk", bulk.operations),
+        Route("/bulk", bulk.start, methods=["POST"]),
+        Route("/bulk/count", bulk.count),
+        Route("/bulk/{operation_id}", bulk.operation),
+        Route("/bulk/{operation_id}/stop", bulk.stop, methods=["POST"]),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
     middleware = [Middleware(BaseHTTPMiddleware, dispatch=_Gate(guard, templates))]

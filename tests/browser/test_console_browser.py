@@ -182,3 +182,45 @@ def test_without_the_token_the_browser_gets_the_refusal_page(console: Console, p
     response = page.goto(f"{console.url}/runs")
     assert response is not None and response.status == 401
     expect(page.locator("#problem-message")).to_contain_text("Open the URL the console printed")
+
+
+def test_a_bulk_retry_is_counted_confirmed_and_followed_in_a_browser(
+    make_app: Callable[..., Runlane],
+    shop: Shop,
+    console: Console,
+    page: Page,
+    screenshots: Screenshots,
+    tmp_path: Path,
+) -> None:
+    app = register_console_tasks(make_app())
+    app.provision()
+    declined = [app.trigger(CHARGE, {"order": n, "declined": True}) for n in range(4)]
+    app.trigger(CHARGE, {"order": 9})
+    shop.drain(tmp_path / "worker-1.log", **{GATEWAY: "down"})
+
+    page.goto(f"{console.url}/bulk?token={TOKEN}")
+    page.get_by_label("Action").select_option("retry")
+    page.locator("#bulk-task").fill(CHARGE)
+    page.locator("#bulk-count").click()
+    expect(page.locator("#bulk-selected")).to_contain_text("4 run(s) selected for retry")
+    expect(page.locator("#bulk-start")).to_have_text("Retry 4 run(s)")
+    page.get_by_label("Your name").fill("dana")
+    page.get_by_label("Reason").fill("the gateway is back")
+    screenshots.take(page, "bulk-count")
+    page.once("dialog", accept)
+    page.locator("#bulk-start").click()
+
+    expect(page).to_have_url(re.compile(rf"{console.url}/bulk/\d{{8}}T\d{{6}}-[0-9a-f]{{8}}$"))
+    operation_id = page.url.rsplit("/", 1)[1]
+    expect(page.locator("h1")).to_have_text(f"Bulk retry {operation_id}")
+    expect(page.locator("#operation-status")).to_have_text(re.compile("running|done"))
+    if page.locator("#operation-status").inner_text() == "running":
+        page.get_by_label("refresh every 5 s").check()  # the page reloads itself until done
+    expect(page.locator("#operation-status")).to_have_text("done", timeout=30_000)
+    expect(page.locator("#operation-progress")).to_contain_text("4 of 4 examined")
+    screenshots.take(page, "bulk-done")
+    for source in declined:
+        (link,) = [e for e in app.runs.events(source.id) if e.type is EventType.LINKED_RUN]
+        assert (link.data["operation"], link.data["actor"]) == (operation_id, "console:dana")
+    page.locator("a", has_text="All bulk operations").click()
+    expect(page.locator("table.bulk tbody tr")).to_have_count(1)
