@@ -27,6 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from bench import backends, chart, report, targets
 from bench.backlog import measure_backlog
+from bench.bulk import measure_bulk
 from bench.clients import STEPS as CLIENT_STEPS
 from bench.clients import measure_clients
 from bench.codecs import measure_codecs
@@ -68,6 +69,7 @@ MEASUREMENTS = (
     "codecs",
     "transactions",
     "rates",
+    "bulk",
 )
 MEMORY_CONCURRENCY = 32
 CONSOLE_WIDTH = 150
@@ -85,6 +87,8 @@ class Sizes:
     limit_runs: int = 100
     rate_runs: int = 100
     """Runs per rate limit case (bench/rates.py)."""
+    bulk_runs: int = 10_000
+    """Failed runs a bulk retry retries (bench/bulk.py)."""
     coldstart_samples: int = 20
     backlog_runs: int = 300
     tracing_runs: int = 2000
@@ -119,6 +123,7 @@ SMOKE = Sizes(
     schedules=100,
     limit_runs=20,
     rate_runs=20,
+    bulk_runs=100,
     coldstart_samples=5,
     backlog_runs=20,
     tracing_runs=100,
@@ -224,6 +229,15 @@ class Runner:
         for row in rows:
             if row.status != "ok":
                 self.results["errors"].append(f"rates ({row.case}): {row.status}")
+
+    def bulk(self) -> None:
+        """A bulk retry of failed runs by the CLI, SIGKILLed mid-way and resumed
+        (bench/bulk.py)."""
+        runs = self.sizes.bulk_runs
+        row = measure_bulk(self.backend, runs, self.bar("bulk: seed, then retry", 2 * runs))
+        self.results["bulk"] = row.to_json()
+        if row.status != "ok":
+            self.results["errors"].append(f"bulk: {row.status}")
 
     def latency(self) -> None:
         n = self.sizes.latency_iterations

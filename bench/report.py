@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.backlog_tables import print_backlog
+from bench.bulk import print_bulk
 from bench.console_tables import print_console
 from bench.fanout_tables import print_fanout
 from bench.targets import Target
@@ -341,6 +342,7 @@ def print_results(console: Console, results: dict[str, Any], targets: list[Targe
     print_clients(console, results.get("clients"))
     print_values(console, results.get("values"), backend)
     print_codecs(console, results.get("codecs"))
+    print_bulk(console, results.get("bulk"), backend)
     for note in results.get("notes", []):
         console.print(f"[yellow]note:[/] {note}")
     console.print(targets_table(targets, backend))

@@ -3,9 +3,10 @@ operation (docs/operations.md, "Bulk recovery").
 
 An operation is a record of its own: what it does (its action and filter, who asked and
 why), how fast (runs a second), where it stopped (the listing's cursor) and what it did so
-far (runs examined, acted on, skipped and failed). It is written after each few runs, so
-a process that dies mid-way leaves it resumable from its last checkpoint; the runs done
-since then are done again without effect:
+far (runs examined, acted on, skipped and failed). It is written once a page of runs,
+with the ids of the page to act on next, so a process that dies mid-way leaves it
+resumable from its last checkpoint; the runs of that page are examined again, and those
+done already are not done twice:
 
 - a retry or rerun creates its new run under an id made of the operation's and the source
   run's (:func:`new_run_id_for`), so the second creation finds the first, and the link on
@@ -43,8 +44,8 @@ DEFAULT_RATE = 20.0
 whatever the retried runs call."""
 MAX_BULK_RATE = 1000.0
 CHECKPOINT_RUNS = 25
-"""An operation's record is written after this many runs (and at the end of each page):
-the most a process that dies does again when the operation is resumed."""
+"""The most runs of a page: an operation's record is written once a page, so this is the
+most a process that dies leaves to be examined again when the operation is resumed."""
 LEASE = timedelta(seconds=60)
 """How long a process holds an operation after its last checkpoint: another may resume it
 only once that passed (its holder died)."""
