@@ -121,3 +121,13 @@ chaos: $(BENCH_STAMP)
 chaos-smoke: $(BENCH_STAMP)
 	bash localstack/install-emulators.sh
 	$(BIN)/python -m chaos --smoke $(ARGS)
+
+# The soak (not part of `make test` nor CI): steady load on DynamoDB Local + LocalStack
+# for 60 minutes by default, a worker SIGKILLed every two minutes, maintenance every two
+# seconds; prints memory, latency percentiles and errors per ten minutes and exits 1 if
+# a run is lost (chaos/soak.py; `make soak ARGS="--minutes 5 --window 1"` for a short
+# one). See docs/reliability.md, "Soak".
+.PHONY: soak
+soak: $(BENCH_STAMP)
+	bash localstack/install-emulators.sh
+	$(BIN)/python -m chaos.soak $(ARGS)

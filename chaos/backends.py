@@ -97,13 +97,13 @@ class Backend:
     dynamodb: FileBackedDynamoDB | None
     """Set when DynamoDB can be restarted with its data kept."""
 
-    def environment(self, dynamodb_endpoint: str | None = None) -> dict[str, str]:
-        """boto3's variables for a process whose DynamoDB requests go to
-        ``dynamodb_endpoint`` (the fault proxy) or straight to DynamoDB."""
+    def environment(self, proxy: str | None = None) -> dict[str, str]:
+        """boto3's variables for a process whose DynamoDB and SQS requests go to
+        ``proxy`` (the fault proxy) or straight to the emulators."""
         return {
             "AWS_ENDPOINT_URL": self.sqs_endpoint,
-            "AWS_ENDPOINT_URL_SQS": self.sqs_endpoint,
-            "AWS_ENDPOINT_URL_DYNAMODB": dynamodb_endpoint or self.dynamodb_endpoint,
+            "AWS_ENDPOINT_URL_SQS": proxy or self.sqs_endpoint,
+            "AWS_ENDPOINT_URL_DYNAMODB": proxy or self.dynamodb_endpoint,
             "AWS_DEFAULT_REGION": LOCAL_REGION,
             **LOCAL_CREDENTIALS,
         }

@@ -22,6 +22,14 @@ class Plan:
     burst_error_rate: float = 0.30
     burst_seconds: float = 15.0
     drop_rate: float = 0.01
+    sqs_error_rate: float = 0.03
+    """Share of SQS requests (sends, receives, deletes) answered with an error."""
+    lost_send_rate: float = 0.02
+    """Share of sends whose message is queued but whose response is lost."""
+    double_send_rate: float = 0.05
+    """Share of sends the queue holds twice."""
+    late_delete_rate: float = 0.02
+    """Share of deletes that land only after the visibility timeout."""
     duplicate_share: float = 0.20
     forged_share: float = 0.05
     duplicate_delay_seconds: float = 10.0

@@ -84,6 +84,10 @@ class Chaos:
         self.faults = FaultPlan(
             error_rate=self.plan.steady_error_rate,
             drop_rate=self.plan.drop_rate,
+            sqs_error_rate=self.plan.sqs_error_rate,
+            lost_send_rate=self.plan.lost_send_rate,
+            double_send_rate=self.plan.double_send_rate,
+            late_delete_rate=self.plan.late_delete_rate,
             seed=self.plan.seed,
         )
         self.log_path = self.out_dir / "executions.jsonl"
@@ -115,7 +119,15 @@ class Chaos:
         urls = {q: transport.queue_url(q) for q in QUEUES}
         sqs = boto3.Session().client("sqs")
         sender = WakeupSender(sqs, urls, self.plan.seed)
-        with fault_proxy(self.backend.dynamodb_endpoint, self.faults) as proxy_url:
+        upstreams = {
+            "": self.backend.dynamodb_endpoint,
+            "DynamoDB_20120810": self.backend.dynamodb_endpoint,
+            "AmazonSQS": self.backend.sqs_endpoint,
+        }
+        with fault_proxy(upstreams, self.faults) as proxy_url:
+            # the triggers go through the proxy too; the harness reads what became of the
+            # runs straight from the emulators (``app``)
+            producer = build_app(session=boto3.Session(), endpoint_url=proxy_url)
             fleet = Fleet(self._worker_env(proxy_url), self.out_dir)
             try:
                 for kind in (SYNC, ASYNC):
@@ -124,7 +136,7 @@ class Chaos:
                 fleet.start_maintenance()
                 schedule = threading.Thread(target=self._timeline, args=(fleet, sender))
                 schedule.start()
-                self._trigger(app, sender)
+                self._trigger(producer, sender)
                 schedule.join()
                 statuses = self._drain(app, fleet)
                 time.sleep(LEASE_SECONDS)  # let a resumed zombie's handler end
@@ -200,6 +212,11 @@ class Chaos:
             "server_errors": self.faults.injected["server_error"],
             "dropped_responses": self.faults.injected["dropped_response"],
             "db_down_errors": self.faults.injected["upstream_down"],
+            "sqs_throttles": self.faults.injected["sqs_throttle"],
+            "sqs_server_errors": self.faults.injected["sqs_server_error"],
+            "lost_sends": self.faults.injected["lost_send"],
+            "double_sends": self.faults.injected["double_send"],
+            "late_deletes": self.faults.injected["late_delete"],
             "purges": sender.purges,
             "db_restarts": self.restarts,
         }

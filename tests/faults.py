@@ -1,24 +1,28 @@
-"""A fault-injecting HTTP proxy in front of an emulator. A :class:`FaultPolicy` decides,
-per request, whether the proxy answers it with an error itself (without forwarding), or
+"""A fault-injecting HTTP proxy in front of an emulator, or in front of DynamoDB and SQS
+at once (it routes each request by its ``X-Amz-Target``). A :class:`FaultPolicy` decides,
+per request, whether the proxy answers it with an error itself (without forwarding),
 forwards it and then drops the response (the request is applied, the client sees the
-connection close, as when a network drops a response). The behaviour tests drop chosen
-responses (:class:`Drops`); the chaos suite (chaos/proxy.py) injects errors and drops at
-random rates."""
+connection close, as when a network drops a response), forwards it twice (a queue that
+delivers a message twice), or answers it at once and forwards it only later (a request
+that lands late). The behaviour tests drop chosen responses (:class:`Drops`); the chaos
+suite (chaos/proxy.py) injects every kind at random rates."""
 
 from __future__ import annotations
 
 import http.client
 import json
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Protocol
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 THROTTLE = "throttle"
 SERVER_ERROR = "server_error"
+SQS_THROTTLE = "sqs_throttle"
+SQS_SERVER_ERROR = "sqs_server_error"
 ERROR_ANSWERS: dict[str, tuple[int, dict[str, str]]] = {
     THROTTLE: (
         400,
@@ -35,8 +39,22 @@ ERROR_ANSWERS: dict[str, tuple[int, dict[str, str]]] = {
             "message": "Internal server error (injected by the fault proxy)",
         },
     ),
+    SQS_THROTTLE: (
+        400,
+        {
+            "__type": "com.amazonaws.sqs#RequestThrottled",
+            "message": "Request is throttled (injected by the fault proxy)",
+        },
+    ),
+    SQS_SERVER_ERROR: (
+        500,
+        {
+            "__type": "com.amazonaws.sqs#InternalError",
+            "message": "Internal error (injected by the fault proxy)",
+        },
+    ),
 }
-"""DynamoDB's status and JSON body for each error the proxy can answer with."""
+"""The status and JSON body (DynamoDB's, SQS's) for each error the proxy answers with."""
 
 
 class FaultPolicy(Protocol):
@@ -45,6 +63,13 @@ class FaultPolicy(Protocol):
 
     def drops(self, target: str, body: bytes) -> bool:
         """After forwarding: whether to drop the response."""
+
+    def copies(self, target: str, body: bytes) -> int:
+        """How many more times to forward the request (each copy's answer is ignored)."""
+
+    def deferred(self, target: str, body: bytes) -> tuple[float, bytes] | None:
+        """``(seconds, answer)``: answer with ``answer`` (a 200) at once, and forward the
+        request only that long after; ``None``: forward it now."""
 
     def upstream_down(self) -> None:
         """The emulator did not answer (the proxy answers a 500)."""
@@ -81,63 +106,109 @@ class Drops:
                     return True
         return False
 
+    def copies(self, target: str, body: bytes) -> int:
+        return 0
+
+    def deferred(self, target: str, body: bytes) -> tuple[float, bytes] | None:
+        return None
+
     def upstream_down(self) -> None:
         pass
 
 
-def _handler(upstream: str, policy: FaultPolicy) -> type[BaseHTTPRequestHandler]:
-    parts = urlsplit(upstream)
+Upstreams = str | Mapping[str, str]
+"""One emulator's URL, or a URL per ``X-Amz-Target`` prefix (``DynamoDB_20120810``,
+``AmazonSQS``)."""
 
-    class Forward(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
 
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            target = self.headers.get("X-Amz-Target", "")
-            if (error := policy.error_for(target)) is not None:
-                self._answer_error(error)
-                return
-            try:
-                status, headers, payload = self._forward(body)
-            except OSError:  # the emulator is down (restarting): a 500, which clients retry
-                policy.upstream_down()
-                self._answer_error(SERVER_ERROR)
-                return
-            if policy.drops(target, body):
-                self.close_connection = True  # applied upstream; the client never hears
-                return
-            self.send_response(status)
-            for name, value in headers:
-                if name.lower() not in {"transfer-encoding", "connection", "content-length"}:
-                    self.send_header(name, value)
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
+def _send(
+    upstream: SplitResult, path: str, headers: dict[str, str], body: bytes
+) -> tuple[int, list[tuple[str, str]], bytes]:
+    conn = http.client.HTTPConnection(upstream.hostname or "", upstream.port, timeout=30)
+    try:
+        # the client's Host header (the proxy's address) as sent: it is signed
+        conn.request("POST", path, body=body, headers=headers)
+        response = conn.getresponse()
+        return response.status, response.getheaders(), response.read()
+    finally:
+        conn.close()
 
-        def _forward(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
-            conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=30)
-            try:
-                # the client's Host header (the proxy's address) as sent: it is signed
-                conn.request("POST", self.path, body=body, headers=dict(self.headers.items()))
-                response = conn.getresponse()
-                return response.status, response.getheaders(), response.read()
-            finally:
-                conn.close()
 
-        def _answer_error(self, kind: str) -> None:
-            status, answer = ERROR_ANSWERS[kind]
-            payload = json.dumps(answer).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/x-amz-json-1.0")
-            self.send_header("x-amzn-RequestId", "fault-proxy")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
+def _send_quietly(upstream: SplitResult, path: str, headers: dict[str, str], body: bytes) -> None:
+    """A copy or a late request: its answer goes nowhere, and an emulator that is down
+    loses it, as the network would."""
+    with suppress(OSError):
+        _send(upstream, path, headers, body)
 
-        def log_message(self, format: str, *args: object) -> None:
-            pass
 
-    return Forward
+class _Forward(BaseHTTPRequestHandler):
+    """Forwards each request to its upstream as :attr:`policy` says."""
+
+    protocol_version = "HTTP/1.1"
+    routes: dict[str, SplitResult]
+    """Upstreams by ``X-Amz-Target`` prefix; ``""``: any other."""
+    policy: FaultPolicy
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        target = self.headers.get("X-Amz-Target", "")
+        upstream = self.routes.get(target.split(".", 1)[0]) or self.routes[""]
+        headers = dict(self.headers.items())
+        if (error := self.policy.error_for(target)) is not None:
+            self._answer_error(error)
+            return
+        if (later := self.policy.deferred(target, body)) is not None:
+            seconds, answer = later
+            timer = threading.Timer(
+                seconds, _send_quietly, args=(upstream, self.path, headers, body)
+            )
+            timer.daemon = True
+            timer.start()
+            self._answer(200, answer)
+            return
+        for _ in range(self.policy.copies(target, body)):
+            _send_quietly(upstream, self.path, headers, body)
+        try:
+            status, answered, payload = _send(upstream, self.path, headers, body)
+        except OSError:  # the emulator is down (restarting): a 500, which clients retry
+            self.policy.upstream_down()
+            self._answer_error(SERVER_ERROR)
+            return
+        if self.policy.drops(target, body):
+            self.close_connection = True  # applied upstream; the client never hears
+            return
+        self.send_response(status)
+        for name, value in answered:
+            if name.lower() not in {"transfer-encoding", "connection", "content-length"}:
+                self.send_header(name, value)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _answer_error(self, kind: str) -> None:
+        status, answer = ERROR_ANSWERS[kind]
+        self._answer(status, json.dumps(answer).encode())
+
+    def _answer(self, status: int, payload: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/x-amz-json-1.0")
+        self.send_header("x-amzn-RequestId", "fault-proxy")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def _handler(upstreams: Upstreams, policy: FaultPolicy) -> type[BaseHTTPRequestHandler]:
+    routes = (
+        {"": urlsplit(upstreams)}
+        if isinstance(upstreams, str)
+        else {prefix: urlsplit(url) for prefix, url in upstreams.items()}
+    )
+    routes.setdefault("", next(iter(routes.values())))
+    return type("Forward", (_Forward,), {"routes": routes, "policy": policy})
 
 
 class _Server(ThreadingHTTPServer):
@@ -150,7 +221,7 @@ class _Server(ThreadingHTTPServer):
 
 
 @contextmanager
-def fault_proxy(upstream: str, policy: FaultPolicy) -> Iterator[str]:
+def fault_proxy(upstream: Upstreams, policy: FaultPolicy) -> Iterator[str]:
     """A proxy on 127.0.0.1 in front of ``upstream`` applying ``policy``; yields its URL."""
     server = _Server(("127.0.0.1", 0), _handler(upstream, policy))
     thread = threading.Thread(target=server.serve_forever, name="fault-proxy", daemon=True)
