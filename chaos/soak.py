@@ -18,7 +18,8 @@ Figures per window (runs by the window they were triggered in):
 - latency from trigger to the first start of the run's handler, and to its success
   (p50, p95, p99), from the executions' ground-truth log;
 - errors: handler failures that were not the planned ``fail_once`` failure, trigger
-  calls that failed, and ERROR log lines of the workers and maintenance.
+  calls that failed, and the ERROR (and, apart, WARNING) log lines of the workers and
+  maintenance.
 
 At the end the harness stops triggering and waits for every run to succeed: a run
 that never does is lost.
@@ -81,6 +82,7 @@ class Window:
     unplanned_failures: int = 0
     trigger_errors: int = 0
     error_log_lines: int = 0
+    warning_log_lines: int = 0
     kills: int = 0
 
     def line(self) -> str:
@@ -93,7 +95,8 @@ class Window:
             f"steady_rss_mb={_mb(self.steady_rss_mb)} max_rss_mb={_mb(self.max_rss_mb)} "
             f"start_ms(p50/p95/p99)={ms(self.start_ms)} success_ms={ms(self.success_ms)} "
             f"unplanned_failures={self.unplanned_failures} trigger_errors={self.trigger_errors} "
-            f"error_log_lines={self.error_log_lines} kills={self.kills}"
+            f"error_log_lines={self.error_log_lines} warning_log_lines={self.warning_log_lines} "
+            f"kills={self.kills}"
         )
 
 
@@ -262,8 +265,11 @@ class Soak:
             window.max_rss_mb = max(window.max_rss_mb or 0.0, mb)
             if is_steady:
                 window.steady_rss_mb = mb
-        for at in self._error_lines():
-            window_of(at).error_log_lines += 1
+        for at, level in self._log_lines():
+            if level == "ERROR":
+                window_of(at).error_log_lines += 1
+            else:
+                window_of(at).warning_log_lines += 1
         return windows
 
     def _latencies(self, windows: list[Window], window_of: Callable[[float], Window]) -> None:
@@ -293,8 +299,8 @@ class Soak:
             window.start_ms = percentiles(starts[window.index])
             window.success_ms = percentiles(successes[window.index])
 
-    def _error_lines(self) -> list[float]:
-        """When each ERROR line of the processes' JSON logs was written."""
+    def _log_lines(self) -> list[tuple[float, str]]:
+        """When each ERROR and WARNING line of the processes' JSON logs was written."""
         found = []
         for path in self.out_dir.glob("*.log"):
             for line in path.read_text(errors="replace").splitlines():
@@ -304,9 +310,10 @@ class Soak:
                     record = json.loads(line)
                 except ValueError:
                     continue
-                if record.get("level") == "ERROR" and isinstance(record.get("time"), str):
+                level = record.get("level")
+                if level in ("ERROR", "WARNING") and isinstance(record.get("time"), str):
                     try:
-                        found.append(_epoch(record["time"]))
+                        found.append((_epoch(record["time"]), level))
                     except ValueError:
                         continue
         return found
