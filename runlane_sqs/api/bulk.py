@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from runlane_sqs.api.runs import MAX_LIST_LIMIT, RunsApi
+from runlane_sqs.api.runs import MAX_LIST_LIMIT, RunPage, RunsApi
 from runlane_sqs.core.bulk import (
     CHECKPOINT_RUNS,
     DEFAULT_RATE,
@@ -229,13 +229,13 @@ class BulkApi:
         )
         return current
 
-    def _page(self, operation: BulkOperation) -> _Listed:
+    def _page(self, operation: BulkOperation) -> RunPage:
         """The next page of the operation's listing: few enough runs to act on in about
         ten seconds at its rate, so its lease is renewed in time."""
         size = max(1, min(CHECKPOINT_RUNS, int(operation.rate * 10)))
         return next(self._pages(operation.filter, operation.cursor, size))
 
-    def _pages(self, selection: BulkFilter, cursor: str | None, size: int) -> Iterator[_Listed]:
+    def _pages(self, selection: BulkFilter, cursor: str | None, size: int) -> Iterator[RunPage]:
         """Pages of the runs the listing gives for ``selection`` (a group's children by
         their ids, or the status index), from ``cursor``."""
         while True:
@@ -252,7 +252,7 @@ class BulkApi:
                     limit=size,
                     cursor=cursor,
                 )
-            yield _Listed(page.runs, page.cursor)
+            yield page
             if page.cursor is None:
                 return
             cursor = page.cursor
@@ -292,12 +292,6 @@ class BulkApi:
             return
         kind = LinkKind.RETRY if operation.action is BulkAction.RETRY else LinkKind.RERUN
         self._runs.link_stored(run, kind, actor, reason, operation.id)
-
-
-@dataclass(frozen=True, slots=True)
-class _Listed:
-    runs: list[Run]
-    cursor: str | None
 
 
 def _action(action: BulkAction | str) -> BulkAction:

@@ -25,11 +25,10 @@ from runlane_sqs import (
     TaskContext,
 )
 from runlane_sqs.console.security import CSRF_FIELD, Guard
-from runlane_sqs.console.server import ConsoleSettings, console_app
 from tests.backends import Backend
+from tests.behaviour.console_support import TOKEN, client_for
 from tests.behaviour.worker_support import drain
 
-TOKEN = "test-console-token-0123456789"
 FAILS = "console.fails"
 HOSTILE = '<script>alert("x")</script>\u202e'
 
@@ -43,14 +42,6 @@ def register(app: Runlane) -> None:
 @pytest.fixture
 def app(backend: Backend) -> Runlane:
     return backend.app(register=register)
-
-
-def client_for(app: Runlane, **settings: Any) -> TestClient:
-    client = TestClient(
-        console_app(app, ConsoleSettings(token=TOKEN, **settings)), base_url="http://console.test"
-    )
-    client.cookies.set("runlane_console", TOKEN)
-    return client
 
 
 @pytest.fixture

@@ -33,10 +33,10 @@ from runlane_sqs.console.security import CSRF_FIELD, Guard
 from runlane_sqs.console.server import ConsoleSettings, console_app
 from runlane_sqs.core.model import Run
 from tests.backends import Backend
+from tests.behaviour.console_support import TOKEN, client_for
 from tests.behaviour.operator_support import make_running
 from tests.behaviour.worker_support import drain, second_app
 
-TOKEN = "test-console-token-0123456789"
 OK = "console.ok"
 FAILS = "console.fails"
 DIGEST = "console.digest"
@@ -88,14 +88,6 @@ def _digest(ctx: TaskContext, payload: Any) -> Any:
 @pytest.fixture
 def app(backend: Backend) -> Runlane:
     return backend.app(register=register_schedules)
-
-
-def client_for(app: Runlane, **settings: Any) -> TestClient:
-    client = TestClient(
-        console_app(app, ConsoleSettings(token=TOKEN, **settings)), base_url="http://console.test"
-    )
-    client.cookies.set("runlane_console", TOKEN)
-    return client
 
 
 @pytest.fixture
