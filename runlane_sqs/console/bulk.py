@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
@@ -107,8 +108,6 @@ class BulkPages:
 
     def __init__(self, pages: PageTools) -> None:
         self.pages = pages
-        self.threads: list[threading.Thread] = []
-        """The threads carrying out the operations this console started."""
 
     def operations(self, request: Request) -> Response:
         """The latest operations, and the form that counts before it acts."""
@@ -153,8 +152,9 @@ class BulkPages:
         if wanted.errors or wanted.action is None:
             raise Problem(400, "; ".join(wanted.errors) or "Choose an action.")
         actor, reason = checked_actor(form)
-        try:
-            operation = self.pages.app.bulk.start(
+        try:  # it counts the runs again: off the event loop
+            operation = await run_in_threadpool(
+                self.pages.app.bulk.start,
                 wanted.action,
                 wanted.selection,
                 actor=f"console:{actor}",
@@ -163,11 +163,9 @@ class BulkPages:
             )
         except RunlaneError as exc:
             raise Problem(400, str(exc)) from None
-        thread = threading.Thread(
+        threading.Thread(
             target=self._carry_out, args=(operation.id,), name=f"bulk-{operation.id}", daemon=True
-        )
-        self.threads.append(thread)
-        thread.start()
+        ).start()
         log.info(
             "console: bulk %s %s started by %s: %r",
             wanted.action.value,

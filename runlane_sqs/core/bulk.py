@@ -114,7 +114,7 @@ class BulkFilter:
     def checked(self, action: BulkAction) -> BulkFilter:
         """The filter with its statuses filled in for ``action``; raises
         :class:`~runlane_sqs.core.errors.ConfigurationError` for a status the action
-        cannot act on, a bad name or an empty created range."""
+        cannot act on, a bad name or a created range that ends before it begins."""
         allowed = ALLOWED_STATUSES[action]
         statuses = self.statuses or tuple(s for s in RunStatus if s in allowed)
         refused = [s.value for s in statuses if s not in allowed]
