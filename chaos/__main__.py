@@ -14,7 +14,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from chaos import backends, fanout, plan
-from chaos.app import LEASE_SECONDS
+from chaos.app import KEY_LIMIT, LEASE_SECONDS
+from chaos.capabilities import CapabilityFigures
 from chaos.fanout import GroupFigures
 from chaos.ledger import Figures
 from chaos.runner import Chaos
@@ -41,9 +42,19 @@ def group_part(groups: GroupFigures) -> str:
     )
 
 
+def capability_part(capabilities: CapabilityFigures) -> str:
+    return (
+        f"ordered={capabilities.ordered_runs} (keys={capabilities.ordering_keys}) "
+        f"out_of_order={len(capabilities.out_of_order)} keyed={capabilities.keyed_runs} "
+        f"(limit={KEY_LIMIT}) most_at_once={capabilities.most_at_once} "
+        f"over_limit={len(capabilities.over_limit)}"
+    )
+
+
 def figure_line(
     figures: Figures,
     groups: GroupFigures,
+    capabilities: CapabilityFigures,
     injected: dict[str, int],
     outages: list[float],
     elapsed: float,
@@ -61,13 +72,22 @@ def figure_line(
         f"unexplained={figures.extra_unexplained}) "
         f"zombie_completions={figures.zombie_completions} "
         f"executions={figures.executions} {group_part(groups)} "
+        f"{capability_part(capabilities)} "
         f"recovery_after_kill={_leases(figures.recovery_leases)}x{LEASE_SECONDS:g}s-lease "
         f"chaos_phase={elapsed:.0f}s"
     )
 
 
-def violations(figures: Figures, groups: GroupFigures) -> list[str]:
+def violations(
+    figures: Figures, groups: GroupFigures, capabilities: CapabilityFigures
+) -> list[str]:
     found = []
+    for name, runs in (
+        ("out of order", capabilities.out_of_order),
+        ("over a concurrency limit", capabilities.over_limit),
+    ):
+        if runs:
+            found.append(f"{name}: {len(runs)} run(s), e.g. {runs[:5]}")
     for name, runs in (
         ("lost", figures.lost),
         ("stuck", figures.stuck),
@@ -105,9 +125,9 @@ def main(argv: list[str] | None = None) -> int:
         chaos = Chaos(chosen, backend, out_dir)
         figures, groups, injected, elapsed = chaos.run()
     outages = chaos.details.get("db_outages_seconds", [])
-    line = figure_line(figures, groups, injected, outages, elapsed)
+    line = figure_line(figures, groups, chaos.capabilities, injected, outages, elapsed)
     line += f" elapsed={time.monotonic() - began:.0f}s"
-    problems = violations(figures, groups)
+    problems = violations(figures, groups, chaos.capabilities)
     report = {
         "command": " ".join(["python -m chaos", *(argv if argv is not None else sys.argv[1:])]),
         "backend": args.backend,
@@ -115,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         "injected": injected,
         "figures": asdict(figures),
         "groups": asdict(groups),
+        "capabilities": asdict(chaos.capabilities),
         "faults": chaos.details,
         "elapsed_seconds": elapsed,
         "violations": problems,

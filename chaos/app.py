@@ -6,7 +6,9 @@ Every execution of a handler appends two JSON lines to the ground-truth log name
 ``end`` with its outcome (``ok``, ``fail``, ``release``) when it returns. The harness
 counts executions from this log, not from the library's records.
 
-Payload ``{"i": index, "kind": kind}``; kinds:
+Payload ``{"i": index, "kind": kind}``, with ``"key"`` and ``"seq"`` (its place among the
+runs of that key) for a run triggered with an ordering key, and ``"tenant"`` for a run of
+:data:`KEYED_TASK`; kinds:
 
 - ``plain``: returns.
 - ``fail_once``: raises on attempt 1 (the retry policy tries again).
@@ -49,6 +51,10 @@ RELEASE_SECONDS = 1.0
 
 SYNC_TASK = "chaos.sync"
 ASYNC_TASK = "chaos.async"
+KEYED_TASK = "chaos.keyed"
+"""A sync task whose runs of one tenant (``payload["tenant"]``) hold at most
+:data:`KEY_LIMIT` slots at once."""
+KEY_LIMIT = 2
 SYNC_QUEUE = "sync"
 ASYNC_QUEUE = "async"
 QUEUES = (SYNC_QUEUE, ASYNC_QUEUE)
@@ -89,6 +95,9 @@ class _Execution:
             "i": payload["i"],
             "kind": payload["kind"],
             "item": payload.get("item"),
+            "key": payload.get("key"),
+            "seq": payload.get("seq"),
+            "tenant": payload.get("tenant"),
             "attempt": ctx.attempt,
             "pid": os.getpid(),
             "x": uuid.uuid4().hex[:12],
@@ -205,7 +214,19 @@ def build_app(**options: Any) -> Runlane:
     )
     app.task(run_sync, name=SYNC_TASK, queue=SYNC_QUEUE, retry=RETRY)
     app.task(run_async, name=ASYNC_TASK, queue=ASYNC_QUEUE, retry=RETRY)
+    app.task(
+        run_sync,
+        name=KEYED_TASK,
+        queue=SYNC_QUEUE,
+        retry=RETRY,
+        concurrency_key=_tenant,
+        key_limit=KEY_LIMIT,
+    )
     return app
+
+
+def _tenant(payload: Any) -> str:
+    return str(payload["tenant"])
 
 
 app = build_app()

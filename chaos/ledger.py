@@ -51,6 +51,11 @@ class Execution:
     kind: str | None = None
     item: int | None = None
     """A fan-out's child: the index of its item."""
+    key: str | None = None
+    """A run triggered with an ordering key: the key, and its place among the key's runs."""
+    seq: int | None = None
+    tenant: str | None = None
+    """A run of the task with a per-tenant concurrency limit: its tenant."""
 
 
 def read_log(path: Path) -> dict[str, list[Execution]]:
@@ -72,6 +77,9 @@ def read_log(path: Path) -> dict[str, list[Execution]]:
                     trigger=record.get("i"),
                     kind=record.get("kind"),
                     item=record.get("item"),
+                    key=record.get("key"),
+                    seq=record.get("seq"),
+                    tenant=record.get("tenant"),
                 )
             elif key in executions:
                 executions[key].ended = record["t"]

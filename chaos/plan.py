@@ -7,6 +7,9 @@ from dataclasses import dataclass
 
 from chaos.app import FAIL_ONCE, PLAIN, RELEASE, SLEEP
 
+ORDERING_KEYS = 3
+TENANTS = 3
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -47,6 +50,10 @@ class Plan:
         (SLEEP, 0.10),
     )
     """The kinds of single runs and of the children of fan-outs."""
+    ordered_share: float = 0.10
+    """Single runs triggered with one of :data:`ORDERING_KEYS` ordering keys."""
+    keyed_share: float = 0.10
+    """Single runs of the task with a per-tenant concurrency limit, over :data:`TENANTS`."""
     map_share: float = 0.10
     """Triggers that are parents: ``ctx.map`` over a few children, then their sum."""
     then_share: float = 0.05

@@ -10,6 +10,7 @@ import random
 import threading
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ from chaos import fanout, ledger
 from chaos.app import (
     ASYNC_QUEUE,
     ASYNC_TASK,
+    KEY_LIMIT,
+    KEYED_TASK,
     LEASE_SECONDS,
     LOG_ENV,
     MAP,
@@ -30,8 +33,9 @@ from chaos.app import (
     build_app,
 )
 from chaos.backends import Backend
+from chaos.capabilities import CapabilityFigures, check
 from chaos.fleet import ASYNC, SYNC, Fleet, Process
-from chaos.plan import Plan
+from chaos.plan import ORDERING_KEYS, TENANTS, Plan
 from chaos.proxy import FaultPlan, fault_proxy
 from chaos.wakeups import WakeupSender
 from runlane_sqs import Runlane
@@ -76,6 +80,9 @@ class Chaos:
     details: dict[str, Any] = field(default_factory=dict)
     hit_runs: set[str] = field(default_factory=set)
     """Runs an earlier kill or freeze cut short."""
+    order_seqs: Counter[str] = field(default_factory=Counter)
+    """The next place in each ordering key's line."""
+    capabilities: CapabilityFigures = field(default_factory=CapabilityFigures)
     first_trigger: threading.Event = field(default_factory=threading.Event)
     """The timeline starts with the first run, not with the slow first request."""
 
@@ -150,7 +157,15 @@ class Chaos:
         statuses.update(fanout.statuses(found))
         figures = ledger.count(self.triggered, statuses, per_run, faults, children)
         groups = fanout.judge(found, per_run)
-        violating = list(dict.fromkeys(ledger.violating(figures) + groups.violating_runs))
+        self.capabilities = check(per_run, faults, KEY_LIMIT)
+        violating = list(
+            dict.fromkeys(
+                ledger.violating(figures)
+                + groups.violating_runs
+                + self.capabilities.out_of_order
+                + self.capabilities.over_limit
+            )
+        )
         self.details = {
             "signals": [vars(s) for s in fleet.signals],
             "db_outages_seconds": [round(b - a, 1) for a, b in outages],
@@ -291,14 +306,31 @@ class Chaos:
             payload = {"i": i, "kind": MAP, "task": child_task, "window": window, "items": items}
         else:
             payload = {"i": i, "kind": self._kind()}
+            task, queue, options = self._capability(i, task, queue, payload)
         key = f"chaos-{self.plan.seed}-{i}"
-        run = _retrying("trigger", app.trigger, task, payload, idempotency_key=key)
+        run = _retrying("trigger", app.trigger, task, payload, idempotency_key=key, **options)
         if shape != MAP:
             return run.id, queue, []
         group_id = group_id_for(run.id, wait_name(WaitKind.GROUP, None, 1))
         values = tuple(item["value"] for item in items)
         self.fan_outs[i] = fanout.FanOut(i, MAP, group_id, run.id, values)
         return run.id, queue, [(child_run_id(group_id, 0), child_queue)]
+
+    def _capability(
+        self, i: int, task: str, queue: str, payload: dict[str, Any]
+    ) -> tuple[str, str, dict[str, Any]]:
+        """A share of single runs get an ordering key (and their place among its runs in
+        ``payload``), another share are runs of the task limited per tenant."""
+        pick = self.random.random()
+        if pick < self.plan.ordered_share:
+            key = f"chaos-{self.plan.seed}-order-{i % ORDERING_KEYS}"
+            payload |= {"key": key, "seq": self.order_seqs[key]}
+            self.order_seqs[key] += 1
+            return task, queue, {"ordering_key": key}
+        if pick < self.plan.ordered_share + self.plan.keyed_share:
+            payload["tenant"] = f"tenant-{i % TENANTS}"
+            return KEYED_TASK, SYNC_QUEUE, {}
+        return task, queue, {}
 
     def _trigger_group(
         self, app: Runlane, i: int, task: str, queue: str
