@@ -14,7 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from chaos import backends, fanout, plan
-from chaos.app import KEY_LIMIT, LEASE_SECONDS
+from chaos.app import KEY_LIMIT, LEASE_SECONDS, RATE
 from chaos.capabilities import CapabilityFigures
 from chaos.fanout import GroupFigures
 from chaos.ledger import Figures
@@ -47,7 +47,12 @@ def capability_part(capabilities: CapabilityFigures) -> str:
         f"ordered={capabilities.ordered_runs} (keys={capabilities.ordering_keys}) "
         f"out_of_order={len(capabilities.out_of_order)} keyed={capabilities.keyed_runs} "
         f"(limit={KEY_LIMIT}) most_at_once={capabilities.most_at_once} "
-        f"over_limit={len(capabilities.over_limit)}"
+        f"over_limit={len(capabilities.over_limit)} "
+        f"occurrences={capabilities.occurrences} "
+        f"duplicate_occurrences={len(capabilities.duplicate_occurrences)} "
+        f"missed_occurrences={len(capabilities.missed_occurrences)} "
+        f"rated_starts={capabilities.rated_starts} (rate={RATE}/s) "
+        f"most_started_in_a_second={capabilities.most_started_in_a_second}"
     )
 
 
@@ -82,9 +87,15 @@ def violations(
     figures: Figures, groups: GroupFigures, capabilities: CapabilityFigures
 ) -> list[str]:
     found = []
+    if capabilities.rate_exceeded:
+        found.append(
+            f"rate limit exceeded: {capabilities.most_started_in_a_second} starts in a second"
+        )
     for name, runs in (
         ("out of order", capabilities.out_of_order),
         ("over a concurrency limit", capabilities.over_limit),
+        ("schedule occurrence created twice", capabilities.duplicate_occurrences),
+        ("schedule occurrence missed", capabilities.missed_occurrences),
     ):
         if runs:
             found.append(f"{name}: {len(runs)} run(s), e.g. {runs[:5]}")

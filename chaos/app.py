@@ -35,9 +35,19 @@ import random
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
-from runlane_sqs import GroupResults, RetryPolicy, Runlane, TaskContext, WaitRequested
+from runlane_sqs import (
+    CatchUp,
+    GroupResults,
+    RateLimit,
+    RetryPolicy,
+    Runlane,
+    Schedule,
+    TaskContext,
+    WaitRequested,
+)
 
 LOG_ENV = "RUNLANE_CHAOS_LOG"
 """The ground-truth log every execution appends to."""
@@ -48,6 +58,8 @@ SLEEP_SECONDS = 8.0
 WORK_SECONDS = 0.2
 """Every other execution works up to this long, so a kill finds some in flight."""
 RELEASE_SECONDS = 1.0
+MAINTENANCE_SECONDS = 2.0
+"""How often maintenance passes (``maintenance run --every 2``, chaos/fleet.py)."""
 
 SYNC_TASK = "chaos.sync"
 ASYNC_TASK = "chaos.async"
@@ -55,6 +67,18 @@ KEYED_TASK = "chaos.keyed"
 """A sync task whose runs of one tenant (``payload["tenant"]``) hold at most
 :data:`KEY_LIMIT` slots at once."""
 KEY_LIMIT = 2
+RATED_TASK = "chaos.rated"
+"""A sync task whose runs start at most :data:`RATE` times a second, fleet-wide."""
+RATE = 5
+TICK_TASK = "chaos.tick"
+TICK = Schedule.every(
+    "chaos-tick",
+    timedelta(seconds=2),
+    payload={"i": -1, "kind": "plain"},
+    catch_up=CatchUp.ALL,
+)
+"""Maintenance creates one run of :data:`TICK_TASK` every two seconds, every occurrence
+(none skipped after an outage)."""
 SYNC_QUEUE = "sync"
 ASYNC_QUEUE = "async"
 QUEUES = (SYNC_QUEUE, ASYNC_QUEUE)
@@ -210,10 +234,19 @@ def build_app(**options: Any) -> Runlane:
         environment="chaos",
         lease_duration=LEASE_SECONDS,
         republish_after=REPUBLISH_AFTER_SECONDS,
+        maintenance_period=MAINTENANCE_SECONDS,
         **options,
     )
     app.task(run_sync, name=SYNC_TASK, queue=SYNC_QUEUE, retry=RETRY)
     app.task(run_async, name=ASYNC_TASK, queue=ASYNC_QUEUE, retry=RETRY)
+    app.task(
+        run_sync,
+        name=RATED_TASK,
+        queue=SYNC_QUEUE,
+        retry=RETRY,
+        rate_limits=[RateLimit(RATE, per=1)],
+    )
+    app.task(run_sync, name=TICK_TASK, queue=SYNC_QUEUE, retry=RETRY, schedules=[TICK])
     app.task(
         run_sync,
         name=KEYED_TASK,

@@ -1,10 +1,15 @@
 """The invariants of the capabilities in the mix, checked from the ground-truth log
-(chaos/ledger.py): pure, no I/O.
+(chaos/ledger.py) and, for schedules and rate limits, from what the harness read from
+storage: pure, no I/O.
 
 - **Ordering** (runs triggered with an ordering key): a run of a key starts only after
   the run before it in trigger order succeeded, so the key's runs run one at a time, in
   order. A run whose predecessor never succeeded is not judged here (that run is lost,
   and counted so).
+- **Schedules** (:data:`chaos.app.TICK`): each occurrence created once, none missed.
+- **Rate limits** (:data:`chaos.app.RATED_TASK`): no one-second window with more starts
+  than the rate, by the runs' ``started`` events (the workers' clocks, as the limit
+  measures them).
 - **Concurrency** (the runs of :data:`chaos.app.KEYED_TASK`): at no moment more
   executions of one tenant in flight than its ``key_limit``. An execution a fault
   explains (its worker was killed or frozen, or DynamoDB was down long enough for its
@@ -14,10 +19,12 @@
 
 from __future__ import annotations
 
+import bisect
 import itertools
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 from chaos.ledger import OK, Execution, Faults, explained
 
@@ -33,6 +40,16 @@ class CapabilityFigures:
     """The most executions of one tenant in flight at once (unexplained ones)."""
     over_limit: list[str] = field(default_factory=list)
     """Runs in flight when a tenant had more than its limit."""
+    occurrences: int = 0
+    """Runs the schedule created (its occurrences)."""
+    duplicate_occurrences: list[str] = field(default_factory=list)
+    """Occurrences (ISO times) with more than one run."""
+    missed_occurrences: list[str] = field(default_factory=list)
+    """Occurrences between the first and the last created that have no run."""
+    rated_starts: int = 0
+    most_started_in_a_second: int = 0
+    """The most ``started`` events of the rate-limited task in any ``[t, t + 1 s)``."""
+    rate_exceeded: bool = False
 
 
 def check(
@@ -91,3 +108,33 @@ def _concurrency(
             figures.most_at_once = max(figures.most_at_once, now)
             if now > key_limit:
                 figures.over_limit.extend(r for r in running if r not in figures.over_limit)
+
+
+def schedule_figures(
+    figures: CapabilityFigures, occurrences: list[datetime], interval: timedelta
+) -> None:
+    """Each occurrence (a run's ``scheduled_for``) at most once, and every occurrence on
+    the schedule's grid between the first and the last there (its catch-up policy is
+    ``all``: an outage delays occurrences, it never drops them)."""
+    figures.occurrences = len(occurrences)
+    seen = Counter(occurrences)
+    figures.duplicate_occurrences = sorted(at.isoformat() for at, n in seen.items() if n > 1)
+    if not seen:
+        return
+    at, last = min(seen), max(seen)
+    while at < last:
+        if at not in seen:
+            figures.missed_occurrences.append(at.isoformat())
+        at += interval
+
+
+def rate_figures(figures: CapabilityFigures, starts: list[float], rate: int) -> None:
+    """The most starts (epoch seconds) in any one-second window, against ``rate``."""
+    ordered = sorted(starts)
+    figures.rated_starts = len(ordered)
+    most = 0
+    for first, start in enumerate(ordered):
+        last = bisect.bisect_left(ordered, start + 1.0)
+        most = max(most, last - first)
+    figures.most_started_in_a_second = most
+    figures.rate_exceeded = most > rate

@@ -16,12 +16,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from chaos.app import ASYNC_QUEUE, SYNC_QUEUE
+from chaos.app import ASYNC_QUEUE, MAINTENANCE_SECONDS, SYNC_QUEUE
 
 APP = "chaos.app:app"
 SYNC = "sync"
 ASYNC = "async"
-MAINTENANCE_EVERY_SECONDS = 2.0
 GRACE_SECONDS = 5.0
 
 
@@ -89,7 +88,7 @@ class Fleet:
         return process
 
     def start_maintenance(self) -> None:
-        every = str(MAINTENANCE_EVERY_SECONDS)
+        every = str(MAINTENANCE_SECONDS)
         self.maintenance = self._spawn(
             "maintenance", ["maintenance", "run", "--app", APP, "--every", every]
         )

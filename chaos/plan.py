@@ -54,6 +54,8 @@ class Plan:
     """Single runs triggered with one of :data:`ORDERING_KEYS` ordering keys."""
     keyed_share: float = 0.10
     """Single runs of the task with a per-tenant concurrency limit, over :data:`TENANTS`."""
+    rated_share: float = 0.10
+    """Single runs of the rate-limited task."""
     map_share: float = 0.10
     """Triggers that are parents: ``ctx.map`` over a few children, then their sum."""
     then_share: float = 0.05

@@ -12,6 +12,7 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,18 +28,21 @@ from chaos.app import (
     LOG_ENV,
     MAP,
     QUEUES,
+    RATE,
+    RATED_TASK,
     SYNC_QUEUE,
     SYNC_TASK,
     THEN,
+    TICK,
     build_app,
 )
 from chaos.backends import Backend
-from chaos.capabilities import CapabilityFigures, check
+from chaos.capabilities import CapabilityFigures, check, rate_figures, schedule_figures
 from chaos.fleet import ASYNC, SYNC, Fleet, Process
 from chaos.plan import ORDERING_KEYS, TENANTS, Plan
 from chaos.proxy import FaultPlan, fault_proxy
 from chaos.wakeups import WakeupSender
-from runlane_sqs import Runlane
+from runlane_sqs import EventType, Runlane
 from runlane_sqs.adapters.sqs.transport import SqsTransport
 from runlane_sqs.core.errors import RunNotFound
 from runlane_sqs.core.groups import callback_run_id, child_run_id, group_id_for
@@ -80,6 +84,8 @@ class Chaos:
     details: dict[str, Any] = field(default_factory=dict)
     hit_runs: set[str] = field(default_factory=set)
     """Runs an earlier kill or freeze cut short."""
+    rated: set[int] = field(default_factory=set)
+    """The triggers of the rate-limited task."""
     order_seqs: Counter[str] = field(default_factory=Counter)
     """The next place in each ordering key's line."""
     capabilities: CapabilityFigures = field(default_factory=CapabilityFigures)
@@ -158,6 +164,7 @@ class Chaos:
         figures = ledger.count(self.triggered, statuses, per_run, faults, children)
         groups = fanout.judge(found, per_run)
         self.capabilities = check(per_run, faults, KEY_LIMIT)
+        self._check_stored(app)
         violating = list(
             dict.fromkeys(
                 ledger.violating(figures)
@@ -180,6 +187,27 @@ class Chaos:
         }
         injected = self._injected(fleet, sender)
         return figures, groups, injected, time.monotonic() - started
+
+    def _check_stored(self, app: Runlane) -> None:
+        """The invariants storage shows: each occurrence of the schedule created once and
+        none missed between the first and the last; no one-second window with more
+        starts of the rate-limited task than its rate (its runs' ``started`` events)."""
+        occurrences: list[datetime] = []
+        cursor: str | None = None
+        while True:
+            page = _retrying("list", app.runs.list, schedule=TICK.id, limit=100, cursor=cursor)
+            occurrences += [r.scheduled_for for r in page.runs if r.scheduled_for is not None]
+            if (cursor := page.cursor) is None:
+                break
+        starts = [
+            e.at.timestamp()
+            for i in sorted(self.rated)
+            for e in _retrying("events", app.runs.events, self.triggered[i])
+            if e.type is EventType.STARTED
+        ]
+        assert TICK.interval is not None
+        schedule_figures(self.capabilities, occurrences, TICK.interval)
+        rate_figures(self.capabilities, starts, RATE)
 
     def _found(self, app: Runlane, fan_out: fanout.FanOut) -> fanout.Found:
         """What storage holds for a fan-out: its group, its parent or callback, its
@@ -320,16 +348,21 @@ class Chaos:
         self, i: int, task: str, queue: str, payload: dict[str, Any]
     ) -> tuple[str, str, dict[str, Any]]:
         """A share of single runs get an ordering key (and their place among its runs in
-        ``payload``), another share are runs of the task limited per tenant."""
+        ``payload``), another share are runs of the task limited per tenant, another of
+        the rate-limited task."""
         pick = self.random.random()
         if pick < self.plan.ordered_share:
             key = f"chaos-{self.plan.seed}-order-{i % ORDERING_KEYS}"
             payload |= {"key": key, "seq": self.order_seqs[key]}
             self.order_seqs[key] += 1
             return task, queue, {"ordering_key": key}
-        if pick < self.plan.ordered_share + self.plan.keyed_share:
+        pick -= self.plan.ordered_share
+        if pick < self.plan.keyed_share:
             payload["tenant"] = f"tenant-{i % TENANTS}"
             return KEYED_TASK, SYNC_QUEUE, {}
+        if pick - self.plan.keyed_share < self.plan.rated_share:
+            self.rated.add(i)
+            return RATED_TASK, SYNC_QUEUE, {}
         return task, queue, {}
 
     def _trigger_group(

@@ -1,11 +1,14 @@
 """The chaos suite's capability checks (chaos/capabilities.py) find what they are for: a
 run of an ordering key that started before the run ahead of it succeeded, and a tenant
 with more executions in flight than its limit; they leave out what a fault explains (an
-execution of a killed worker) and runs whose predecessor never succeeded."""
+execution of a killed worker) and runs whose predecessor never succeeded; a schedule
+occurrence created twice or missed, and more starts in a second than a rate."""
 
 from __future__ import annotations
 
-from chaos.capabilities import check
+from datetime import UTC, datetime, timedelta
+
+from chaos.capabilities import CapabilityFigures, check, rate_figures, schedule_figures
 from chaos.fleet import Signalled
 from chaos.ledger import Execution, Faults
 
@@ -67,3 +70,30 @@ def test_an_execution_of_a_killed_worker_does_not_count_against_the_limit() -> N
     killed = Faults([Signalled("kill", 7, 2.0)], [], lease_seconds=5.0)
     assert check(per_run, killed, key_limit=2).over_limit == []
     assert check(per_run, NO_FAULTS, key_limit=2).over_limit == ["a", "b", "c"]
+
+
+def test_a_schedule_occurrence_created_twice_or_missed_is_found() -> None:
+    start, step = datetime(2030, 1, 1, tzinfo=UTC), timedelta(seconds=2)
+    every = [start + k * step for k in range(5)]
+    figures = CapabilityFigures()
+    schedule_figures(figures, every, step)
+    assert (figures.occurrences, figures.duplicate_occurrences, figures.missed_occurrences) == (
+        5,
+        [],
+        [],
+    )
+    broken = CapabilityFigures()
+    schedule_figures(broken, [every[0], every[1], every[1], every[3], every[4]], step)
+    assert broken.duplicate_occurrences == [every[1].isoformat()]
+    assert broken.missed_occurrences == [every[2].isoformat()]
+
+
+def test_more_starts_in_a_second_than_the_rate_is_found() -> None:
+    spaced = [k * 0.21 for k in range(20)]  # under 5 a second
+    figures = CapabilityFigures()
+    rate_figures(figures, spaced, rate=5)
+    assert (figures.rated_starts, figures.most_started_in_a_second) == (20, 5)
+    assert not figures.rate_exceeded
+    bunched = CapabilityFigures()
+    rate_figures(bunched, [*spaced, 0.5], rate=5)
+    assert bunched.most_started_in_a_second == 6 and bunched.rate_exceeded
