@@ -327,6 +327,7 @@ class Chaos:
         task, queue = self._task()
         if shape == THEN:
             return self._trigger_group(app, i, task, queue)
+        options: dict[str, Any] = {}
         if shape == MAP:
             child_task, child_queue = self._task()
             window = self.plan.fan_out_window
