@@ -189,6 +189,7 @@ for _error in (
     RunNotFound,
     RunWaitTimedOut,
     ScheduleNotFound,
+    OperationNotFound,
     StepError,
     InvalidCursor,
     IllegalTransition,

@@ -321,7 +321,7 @@ def test_every_dynamodb_statement_is_limited_to_the_environments_items() -> None
         for pattern in patterns:
             assert re.fullmatch(
                 r"((RUN|IDEM|SINGLETON|DEBOUNCE|BATCH|TOKEN|SLOT|RATE|OBJECT)#\$\{Environment\}#\*"
-                r"|SLOT#\$\{Environment\}#order#\*|(MAINT|SCHED)#\$\{Environment\})"
+                r"|SLOT#\$\{Environment\}#order#\*|(MAINT|SCHED|BULK)#\$\{Environment\})"
                 r"|\$\{Environment\}#[a-z_]*#?\*?",
                 pattern["Fn::Sub"],
             ), (name, pattern)

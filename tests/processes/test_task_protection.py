@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from runlane_sqs import Runlane, RunStatus
-from tests.apps.tasks import RECORD_TASK, SIDE_EFFECTS_ENV, register_counting
+from tests.apps.tasks import MARKERS_ENV, PATIENT_TASK, register_patient
 from tests.emulators import WorkerProcess, wait_until
 
 pytestmark = pytest.mark.integration
@@ -56,12 +56,13 @@ def test_a_busy_worker_protects_its_task_and_an_idle_one_does_not(
     tmp_path: Path,
 ) -> None:
     uri, received = agent
-    app = register_counting(make_app())
+    app = register_patient(make_app())
     app.provision()
-    effects = tmp_path / "effects"
-    env = {"ECS_AGENT_URI": uri, SIDE_EFFECTS_ENV: str(effects)}
-    start_worker("--app", "tests.apps.counting:app", "--concurrency", "2", extra_env=env)
-    runs = [app.trigger(RECORD_TASK, n) for n in range(3)]
+    env = {"ECS_AGENT_URI": uri, MARKERS_ENV: str(tmp_path)}
+    start_worker("--app", "tests.apps.patient:app", "--concurrency", "2", extra_env=env)
+    # attempts of half a second: long enough that a loaded machine's protection thread
+    # sees them (a flip from idle to busy and back before it wakes sends nothing)
+    runs = [app.trigger(PATIENT_TASK, {"wait_seconds": 0.5}) for _ in range(3)]
 
     def done() -> bool:
         return all(app.runs.get_stored(r.id).status is RunStatus.SUCCEEDED for r in runs)
