@@ -403,8 +403,10 @@ class RunsApi:
             made = bulk.new_run_id_for(operation, source.id)
             try:
                 run = self._engine.triggers.relaunch(source, made, link)
-            except ConflictError:  # made before a crash left it unlinked
+            except ConflictError:  # made before a crash left it unlinked, maybe unpublished
                 run = self.get_stored(made)
+                if run.status is RunStatus.QUEUED:
+                    self._engine.publisher.publish_many([run])  # a second wakeup is harmless
         self._transition_from(
             source,
             lambda current: machine.link_run(
