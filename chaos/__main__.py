@@ -96,10 +96,6 @@ def violations(
         ("over a concurrency limit", capabilities.over_limit),
         ("schedule occurrence created twice", capabilities.duplicate_occurrences),
         ("schedule occurrence missed", capabilities.missed_occurrences),
-    ):
-        if runs:
-            found.append(f"{name}: {len(runs)} run(s), e.g. {runs[:5]}")
-    for name, runs in (
         ("lost", figures.lost),
         ("stuck", figures.stuck),
         ("double success", figures.double_successes),
