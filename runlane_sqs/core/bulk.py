@@ -191,10 +191,6 @@ class Tally:
     outside: int = 0
 
     @property
-    def examined(self) -> int:
-        return self.acted + self.skipped + self.failed + self.outside
-
-    @property
     def selected(self) -> int:
         return self.acted + self.skipped + self.failed
 
