@@ -61,6 +61,9 @@ class Token:
     decided_at: datetime | None = None
     resuming: bool = False
     """Decided, and maintenance still has waiters to resume."""
+    decision_trace: str | None = None
+    """The trace context of the span that decided it: every run it resumes links its next
+    attempt to that span, whichever process resumes it (docs/observability.md)."""
 
     @property
     def is_decided(self) -> bool:
@@ -93,20 +96,34 @@ class TokenDecision:
     status: TokenStatus
     value: JSON
     decided_at: datetime
+    trace: str | None = None
+    """The context of the span that decides it (kept as the token's ``decision_trace``)."""
 
     @classmethod
-    def of(cls, token_id: str, status: TokenStatus, value: JSON, now: datetime) -> TokenDecision:
+    def of(
+        cls,
+        token_id: str,
+        status: TokenStatus,
+        value: JSON,
+        now: datetime,
+        trace: str | None = None,
+    ) -> TokenDecision:
         if status is TokenStatus.PENDING:
             raise ValueError("a decision is completed or timed_out")
         completed = status is TokenStatus.COMPLETED
-        return cls(token_id, status, value if completed else None, truncate_ms(now))
+        return cls(token_id, status, value if completed else None, truncate_ms(now), trace)
 
     def applied_to(self, token: Token) -> Token:
         """The token with this decision; raises if it already has one."""
         if token.is_decided:
             raise TokenAlreadyDecided(token)
         return replace(
-            token, status=self.status, value=self.value, decided_at=self.decided_at, resuming=True
+            token,
+            status=self.status,
+            value=self.value,
+            decided_at=self.decided_at,
+            resuming=True,
+            decision_trace=self.trace,
         )
 
 

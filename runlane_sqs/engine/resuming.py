@@ -46,8 +46,8 @@ class Resumption:
     event: EventType
     data: dict[str, JSON]
     trace: str | None = None
-    """The context of the span that resumes the waiters (a token's completion, a
-    signal's send): their wakeups carry it, so each next attempt links to it."""
+    """The context of the span that decided the target (a token's decision, a signal's
+    send): the waiters' wakeups carry it, so each next attempt links to it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +160,7 @@ class Resumer:
         and the wait's result sealed again)."""
         result, event, data = core_tokens.wait_result(self._values.open_token(token))
         kept = self._values.seal(result, what="token result").value
-        return Resumption(WaitKind.TOKEN, token.id, kept, event, data)
+        return Resumption(WaitKind.TOKEN, token.id, kept, event, data, token.decision_trace)
 
     def recheck(self, run: Run) -> None:
         """A token decided (or a run finished) just before this run's release was written
@@ -171,7 +171,7 @@ class Resumer:
         if resumption is not None:
             resumed = self.resume_one(run, resumption)
             if resumed is not None:
-                self._publisher.publish_many([resumed])
+                self._publisher.publish_many([resumed], trace=resumption.trace)
 
 
 def group_resumption(group: Group) -> Resumption:

@@ -73,12 +73,12 @@ class TokensApi:
         (``TokenAlreadyDecided``) or does not exist (``TokenNotFound``)."""
         if not is_run_id(token_id):  # token ids are 32 hex digits, like run ids
             raise TokenNotFound(token_id)
-        decision = core.TokenDecision.of(token_id, status, value, self._clock.now())
         # a token id is a bearer secret: spans carry its digest only
         attributes = {t.TOKEN_ID: digest(token_id), t.OUTCOME: status.value}
         with self._observer.spanning(t.DECIDE_TOKEN, t.SpanKind.PRODUCER, attributes) as span:
+            decision = core.TokenDecision.of(token_id, status, value, self._clock.now(), span.trace)
             stored = self._tokens.decide_token(decision)
-            resumed = self.resume(stored, limit=RESUME_BATCH, trace=span.trace).resumed
+            resumed = self.resume(stored, limit=RESUME_BATCH).resumed
             span.set({t.RESUMED: resumed})
         return stored
 
@@ -105,11 +105,10 @@ class TokensApi:
                 job.acted += 1
         job.published += self.resume(token, limit=limit).resumed
 
-    def resume(self, token: Token, *, limit: int, trace: str | None = None) -> ResumeReport:
-        """Resume up to ``limit`` runs waiting on a decided token (their wakeups carry
-        ``trace``); once none is left, the token leaves maintenance's agenda."""
-        resumption = replace(self._resumer.token_resumption(token), trace=trace)
-        report = self._resumer.resume_waiters(resumption, limit=limit)
+    def resume(self, token: Token, *, limit: int) -> ResumeReport:
+        """Resume up to ``limit`` runs waiting on a decided token (their wakeups carry its
+        decision's trace); once none is left, the token leaves maintenance's agenda."""
+        report = self._resumer.resume_waiters(self._resumer.token_resumption(token), limit=limit)
         if not report.more:
             self._tokens.finish_token_resume(token.id)
         return report

@@ -16,7 +16,10 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from runlane_sqs import RetryPolicy, Runlane, RunStatus, TaskContext, Telemetry
 from runlane_sqs.core.telemetry import trace_id_of, unpack_trace
+from runlane_sqs.core.tokens import Token
 from runlane_sqs.core.wakeup import Wakeup
+from runlane_sqs.engine.maintenance import JOB_TOKENS
+from runlane_sqs.engine.resuming import RESUME_BATCH
 from tests.backends import Backend
 from tests.otel import Recorded, recorded  # noqa: F401 (a fixture)
 from tests.workers import WorkerKind
@@ -178,6 +181,65 @@ def test_a_token_decision_links_the_attempt_it_resumes_which_stays_in_the_run_s_
     assert waited.attributes is not None and waited.attributes["runlane.outcome"] == "released"
     for span in (waited, resumed):
         assert span.parent is not None and ids(span.parent) == ids(trigger)
+    assert ids(decide) in linked(resumed)
+    assert ids(decide) not in linked(waited)
+
+
+def test_every_run_a_token_resumes_links_to_its_decision_even_in_maintenance_s_batches(
+    backend: Backend,
+    worker_kind: WorkerKind,
+    recorded: Recorded,  # noqa: F811
+) -> None:
+    """The decision resumes a first batch at once; maintenance resumes the rest later,
+    and their attempts link to the decision too (the token keeps its context)."""
+    app, _ = traced_app(backend, recorded)
+    token = app.tokens.create()
+    runs = app.trigger_many(TOKEN, [{"token": token.id}] * (RESUME_BATCH + 1))
+    worker_kind.drain_all(app)
+    approver = recorded.tracer_provider.get_tracer("the-app")
+    with approver.start_as_current_span("POST /approve"):
+        app.tokens.complete(token.id, "approved")
+    later = app.maintenance.run_pass()
+    worker_kind.drain_all(app)
+
+    assert later.jobs[JOB_TOKENS].published == 1
+    assert {app.runs.get(run.id).result for run in runs} == {"approved"}
+    (decide,) = recorded.spans("runlane decide token")
+    resumed = [s for s in attempts(recorded, TOKEN) if (s.attributes or {})["runlane.attempt"] == 2]
+    assert len(resumed) == len(runs)
+    assert all(ids(decide) in linked(span) for span in resumed)
+
+
+def test_a_run_released_just_as_its_token_is_decided_links_to_the_decision(
+    backend: Backend,
+    worker_kind: WorkerKind,
+    recorded: Recorded,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The token is decided after the handler found it pending and before the release is
+    written: the decision finds no waiter, and the worker's look after its release
+    resumes the run, its wakeup carrying the decision's context."""
+    app, _ = traced_app(backend, recorded)
+    token = app.tokens.create()
+    tokens = app.store.tokens
+    read = tokens.get_token
+
+    def decided_right_after_reading(token_id: str) -> Token | None:
+        found = read(token_id)
+        if found is not None and not found.is_decided:
+            with approver.start_as_current_span("POST /approve"):
+                app.tokens.complete(token_id, "approved")
+        return found
+
+    approver = recorded.tracer_provider.get_tracer("the-app")
+    monkeypatch.setattr(tokens, "get_token", decided_right_after_reading)
+    run = app.trigger(TOKEN, {"token": token.id})
+    worker_kind.drain_all(app)
+
+    assert app.runs.get(run.id).result == "approved"
+    (decide,) = recorded.spans("runlane decide token")
+    assert decide.attributes is not None and decide.attributes["runlane.resumed"] == 0
+    waited, resumed = attempts(recorded, TOKEN)
     assert ids(decide) in linked(resumed)
     assert ids(decide) not in linked(waited)
 

@@ -404,6 +404,7 @@ def token_to_wire(token: Token) -> AttributeMap:
         created_at=_ms(token.created_at),
         timeout_at=_ms_or_none(token.timeout_at),
         decided_at=_ms_or_none(token.decided_at),
+        decision_trace=token.decision_trace,
         agenda_pk=agenda_pk(token.environment, entry[0], token.id) if entry else None,
         agenda_at=_ms(entry[1]) if entry else None,
     )
@@ -423,4 +424,5 @@ def token_from_wire(wire: AttributeMap) -> Token:
         metadata=decode_json(item.metadata),
         decided_at=_at(item.decided_at),
         resuming=item.agenda_pk is not None and item.token_status != TokenStatus.PENDING.value,
+        decision_trace=item.decision_trace,
     )

@@ -200,6 +200,7 @@ class TokenItem(Model):
     created_at = NumberAttribute()
     timeout_at = NumberAttribute(null=True)
     decided_at = NumberAttribute(null=True)
+    decision_trace = UnicodeAttribute(null=True)
     agenda_pk = UnicodeAttribute(null=True)
     agenda_at = NumberAttribute(null=True)
 

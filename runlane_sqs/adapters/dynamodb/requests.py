@@ -474,6 +474,8 @@ def decide_token(table: str, environment: str, decision: TokenDecision) -> Reque
     ]
     if decision.value is not None:
         actions.append(TokenItem.value.set(stored_text(decision.value)))
+    if decision.trace is not None:
+        actions.append(TokenItem.decision_trace.set(decision.trace))
     return expressions(
         {
             "TableName": table,
