@@ -8,7 +8,7 @@ trigger would lose it).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -37,6 +37,7 @@ from runlane_sqs.core.model import (
 )
 from runlane_sqs.core.names import check_key
 from runlane_sqs.core.schedules import check_schedule_id
+from runlane_sqs.core.versions import UNFINISHED_STATUSES, VersionReport, count_versions
 from runlane_sqs.core.waits import wait_name
 from runlane_sqs.engine.engine import Engine
 from runlane_sqs.ports.keys import KeyKind
@@ -165,6 +166,23 @@ class RunsApi:
         )
         runs, next_cursor = self._engine.store.list_runs(query, limit, cursor)
         return RunPage(runs, next_cursor)
+
+    def versions(self, *, task: str | None = None) -> VersionReport:
+        """The unfinished runs (of ``task``, or of every task) counted by the app
+        version they started under and their task, and those not started yet: when no
+        run counts under a version, its code paths can go (docs/versions.md). Reads
+        every unfinished run from the status index, a page at a time (never a Scan)."""
+        query = RunQuery(statuses=UNFINISHED_STATUSES, task=task)
+
+        def unfinished() -> Iterator[Run]:
+            cursor: str | None = None
+            while True:
+                runs, cursor = self._engine.store.list_runs(query, MAX_LIST_LIMIT, cursor)
+                yield from runs
+                if cursor is None:
+                    return
+
+        return count_versions(unfinished())
 
     def groups(self, run_id: str) -> Sequence[Group]:
         """The groups a parent run opened (``ctx.map``, ``ctx.group``), in call order, as

@@ -54,7 +54,8 @@ def wait_to_json(wait: Wait | None) -> dict[str, JSON] | None:
 
 def run_to_json(run: Run) -> dict[str, JSON]:
     """One run as stored: identity, status, timing, lease, wait, outcome, audit link, the
-    schedule that made it, its concurrency key and the limit's scope it waits for."""
+    schedule that made it, its concurrency key, the limit's scope it waits for and the
+    app version it started under."""
     return {
         "id": run.id,
         "environment": run.environment,
@@ -62,6 +63,7 @@ def run_to_json(run: Run) -> dict[str, JSON]:
         "queue": run.queue,
         "status": run.status.value,
         "attempt": run.attempt,
+        "app_version": run.app_version,
         "failures": run.failures,
         "created_at": iso(run.created_at),
         "updated_at": iso(run.updated_at),
@@ -128,8 +130,8 @@ def event_to_json(event: RunEvent) -> dict[str, JSON]:
 
 
 def attempt_to_json(attempt: Attempt) -> dict[str, JSON]:
-    """One attempt: ``number``, ``worker``, ``started_at``, ``ended_at``, ``outcome``,
-    ``failure``."""
+    """One attempt: ``number``, ``worker``, ``app_version``, ``started_at``,
+    ``ended_at``, ``outcome``, ``failure``."""
     return {
         **attempt.to_json(),
         "started_at": iso(attempt.started_at),

@@ -1,5 +1,5 @@
 """Run commands: ``trigger`` and
-``runs list|get|events|attempts|wait|cancel|unpark|retry|retry-failed|rerun|prune``;
+``runs list|get|events|attempts|versions|wait|cancel|unpark|retry|retry-failed|rerun|prune``;
 ``runs bulk`` is :mod:`runlane_sqs.cli.bulk`.
 
 Every ``runs`` command works without an app (``app_or_env_for_command``): it reads and writes
@@ -188,6 +188,20 @@ def list_runs(
         emit_json({"runs": [run_to_json(r) for r in page.runs], "cursor": page.cursor})
     else:
         tables.print_runs(page.runs, page.cursor, now=app.clock.now())
+
+
+@runs.command()
+@optional_app_option
+@click.option("--task", help="Only runs of this task.")
+@json_option
+def versions(app_spec: str | None, task: str | None, as_json: bool) -> None:
+    """Count unfinished runs by the app version they started under and their task: once
+    no run counts under a version, its code paths can go. Reads every unfinished run."""
+    report = app_or_env_for_command(app_spec).runs.versions(task=task)
+    if as_json:
+        emit_json(report.to_json())
+    else:
+        tables.print_versions(report)
 
 
 @runs.command("get")

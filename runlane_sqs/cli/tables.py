@@ -27,6 +27,7 @@ from runlane_sqs.core.attempts import Attempt
 from runlane_sqs.core.groups import Group
 from runlane_sqs.core.model import JSON, Failure, Run, RunEvent
 from runlane_sqs.core.tokens import Token
+from runlane_sqs.core.versions import VersionReport
 
 PIPE_WIDTH = 200
 """Columns when stdout is not a terminal and ``COLUMNS`` is not set, so ids are not cut."""
@@ -237,9 +238,28 @@ def print_events(run_id: str, events: Sequence[RunEvent]) -> None:
     show(f"history of run {run_id}", table)
 
 
+def print_versions(report: VersionReport) -> None:
+    """Unfinished runs per app version and task, then the runs not started yet."""
+    table = Table()
+    for name in ("version", "task", "runs", "statuses"):
+        table.add_column(name, no_wrap=name != "statuses", overflow="fold")
+    for count in report.counts:
+        table.add_row(
+            *cells(
+                count.app_version or "(none recorded)",
+                count.task,
+                str(count.runs),
+                ", ".join(f"{status} {n}" for status, n in count.statuses.items()),
+            )
+        )
+    for task, waiting in report.not_started.items():
+        table.add_row(*cells("(not started)", task, str(waiting), ""))
+    show(f"unfinished runs under {len(report.versions)} version(s)", table)
+
+
 def print_attempts(run_id: str, attempts: Sequence[Attempt]) -> None:
     table = Table()
-    for name in ("number", "worker", "started", "ended", "outcome", "failure"):
+    for name in ("number", "worker", "version", "started", "ended", "outcome", "failure"):
         table.add_column(name, no_wrap=name != "failure", overflow="fold")
     for attempt in attempts:
         failure = attempt.failure
@@ -247,6 +267,7 @@ def print_attempts(run_id: str, attempts: Sequence[Attempt]) -> None:
             *cells(
                 str(attempt.number),
                 attempt.worker or "",
+                attempt.app_version or "",
                 iso(attempt.started_at) or "",
                 iso(attempt.ended_at) or "",
                 status_text(attempt.outcome or "running"),

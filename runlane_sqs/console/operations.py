@@ -1,7 +1,8 @@
-"""The console's health and schedules pages: the last maintenance pass, the runs
-maintenance has to act on, each queue's messages, dead letters and concurrency slots
-(``app.health``, ``app.queues``); the stored schedules with their next occurrences,
-paused and resumed from the page (``app.schedules``)."""
+"""The console's health, schedules and versions pages: the last maintenance pass, the
+runs maintenance has to act on, each queue's messages, dead letters and concurrency
+slots (``app.health``, ``app.queues``); the stored schedules with their next
+occurrences, paused and resumed from the page (``app.schedules``); the unfinished runs
+per app version and task (``app.runs.versions``)."""
 
 from __future__ import annotations
 
@@ -71,6 +72,13 @@ class Operations:
             done=done,
             done_id=done_id,
         )
+
+    def versions(self, request: Request) -> Response:
+        try:
+            report = self.pages.app.runs.versions()
+        except RunlaneError as exc:
+            raise Problem(503, f"Runs could not be read: {exc}") from None
+        return self.pages.render(request, "versions.html", report=report)
 
     async def change(self, request: Request) -> Response:
         """Pause or resume one schedule, with the actor's name and a reason (logged)."""

@@ -93,6 +93,7 @@ def console_app(app: Runlane, settings: ConsoleSettings) -> Starlette:
         Route("/signals", decisions.signal, methods=["POST"]),
         Route("/health", operations.health),
         Route("/schedules", operations.schedules),
+        Route("/versions", operations.versions),
         Route("/schedules/{schedule_id}/{action}", operations.change, methods=["POST"]),
         Route("/bulk", bulk.operations),
         Route("/bulk", bulk.start, methods=["POST"]),

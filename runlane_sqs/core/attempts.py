@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from runlane_sqs.core.model import JSON, EventType, Failure, RunEvent
@@ -29,11 +29,14 @@ class Attempt:
     outcome: str | None = None
     """succeeded, failed, timed_out, released, lease_expired, cancelled; None while running."""
     failure: Failure | None = None
+    app_version: str | None = None
+    """The app version of the worker that ran it (``None``: not recorded)."""
 
     def to_json(self) -> dict[str, JSON]:
         return {
             "number": self.number,
             "worker": self.worker,
+            "app_version": self.app_version,
             "started_at": self.started_at.isoformat(),
             "ended_at": self.ended_at.isoformat() if self.ended_at else None,
             "outcome": self.outcome,
@@ -47,17 +50,21 @@ def attempts_from(events: list[RunEvent]) -> list[Attempt]:
     current: Attempt | None = None
     for event in sorted(events, key=lambda e: e.seq):
         if event.type is EventType.STARTED:
-            current = Attempt(event.attempt, event.data.get("worker"), event.at)
+            version = event.data.get("app_version")
+            current = Attempt(
+                event.attempt,
+                event.data.get("worker"),
+                event.at,
+                app_version=version if isinstance(version, str) else None,
+            )
             attempts.append(current)
             continue
         outcome = ENDINGS.get(event.type)
         if current is None or outcome is None:
             continue
         failure = event.data.get("failure")
-        attempts[-1] = Attempt(
-            current.number,
-            current.worker,
-            current.started_at,
+        attempts[-1] = replace(
+            current,
             ended_at=event.at,
             outcome=outcome,
             failure=Failure.from_json(failure) if isinstance(failure, dict) else None,

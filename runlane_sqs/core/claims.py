@@ -37,6 +37,7 @@ class HintedClaim:
     now: datetime
     duration: timedelta
     timeout: timedelta | None = None
+    app_version: str | None = None
 
     def keeps_listing(self) -> bool:
         """Whether the claim leaves the run's agenda entry alone: the hint says the run is
@@ -74,6 +75,7 @@ class HintedClaim:
             token=self.token,
             duration=self.duration,
             timeout=self.timeout,
+            app_version=self.app_version,
         )
         assert isinstance(decision, Transition), decision
         return decision

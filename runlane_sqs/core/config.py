@@ -24,7 +24,7 @@ from runlane_sqs.core.limits import (
     MAX_BUCKET_PAYLOAD_LIMIT_BYTES,
     MAX_PAYLOAD_LIMIT_BYTES,
 )
-from runlane_sqs.core.names import check_environment, check_queue
+from runlane_sqs.core.names import check_app_version, check_environment, check_queue
 from runlane_sqs.core.parking import DEFAULT_PARK_AFTER_RECEIVES
 from runlane_sqs.core.redaction import Redact
 
@@ -42,6 +42,7 @@ ENV_REPUBLISH_MAX_SECONDS = "RUNLANE_REPUBLISH_MAX_SECONDS"
 ENV_PARK_AFTER_RECEIVES = "RUNLANE_PARK_AFTER_RECEIVES"
 ENV_MAINTENANCE_PERIOD_SECONDS = "RUNLANE_MAINTENANCE_PERIOD_SECONDS"
 ENV_RETENTION_SECONDS = "RUNLANE_RETENTION_SECONDS"
+ENV_APP_VERSION = "RUNLANE_APP_VERSION"
 SECONDS_VARIABLES = {
     ENV_RETENTION_SECONDS: "retention",
     ENV_MAINTENANCE_PERIOD_SECONDS: "maintenance_period",
@@ -50,6 +51,8 @@ SECONDS_VARIABLES = {
     ENV_REPUBLISH_MAX_SECONDS: "republish_max",
 }
 """Variables holding a number of seconds, and the setting each one sets."""
+TEXT_VARIABLES = {ENV_PAYLOAD_BUCKET: "payload_bucket", ENV_APP_VERSION: "app_version"}
+"""Variables holding a text setting (checked as the setting is), and the setting each sets."""
 
 
 class RunlaneSettings(TypedDict, total=False):
@@ -74,6 +77,7 @@ class RunlaneSettings(TypedDict, total=False):
     redact: Redact | None
     maintenance_period: Duration
     park_after_receives: int
+    app_version: str | None
 
 
 @dataclass(frozen=True)
@@ -119,6 +123,11 @@ class RunlaneConfig:
     park_after_receives: int = DEFAULT_PARK_AFTER_RECEIVES
     """Receives of a wakeup by workers that do not register its task before the run is
     parked (docs/operations.md, "Parked runs")."""
+    app_version: str | None = None
+    """The version of the code this process runs (a release, a build or commit id),
+    recorded on each attempt it runs and on each run it starts (docs/versions.md).
+    ``None``: the version of the installed distribution the app's handlers come from,
+    if there is one."""
 
     @property
     def sqs_queue_prefix(self) -> str:
@@ -157,6 +166,8 @@ class RunlaneConfig:
 
     def __post_init__(self) -> None:
         check_environment(self.environment)
+        if self.app_version is not None:
+            check_app_version(self.app_version)
         if not self.table or not isinstance(self.table, str):
             raise ConfigurationError("table must be a non-empty DynamoDB table name")
         for name in self.queue_urls:
@@ -235,18 +246,17 @@ class RunlaneConfig:
         if urls := env.get(ENV_QUEUE_URLS):
             values["queue_urls"] = parse_queue_urls(urls)
         read: dict[str, str] = {}  # setting -> "VARIABLE=value", to name it in an error
-        bucket = env.get(ENV_PAYLOAD_BUCKET, "").strip()
-        if bucket and "payload_bucket" not in overrides:
-            values["payload_bucket"] = bucket
-            read["payload_bucket"] = f"{ENV_PAYLOAD_BUCKET}={bucket}"
-        numbers: list[tuple[str, str, type[float] | type[int]]] = [
-            (v, k, float) for v, k in SECONDS_VARIABLES.items()
+        kinds: list[tuple[str, str, type[str] | type[float] | type[int]]] = [
+            *((v, k, str) for v, k in TEXT_VARIABLES.items()),
+            *((v, k, float) for v, k in SECONDS_VARIABLES.items()),
+            (ENV_PARK_AFTER_RECEIVES, "park_after_receives", int),
         ]
-        numbers.append((ENV_PARK_AFTER_RECEIVES, "park_after_receives", int))
-        for variable, setting, kind in numbers:
+        for variable, setting, kind in kinds:
             text = env.get(variable, "").strip()
             if text and setting not in overrides:
-                values[setting] = parse_number(variable, text, kind)
+                values[setting] = (
+                    text if issubclass(kind, str) else parse_number(variable, text, kind)
+                )
                 read[setting] = f"{variable}={text}"
         values.update(overrides)
         try:

@@ -191,10 +191,12 @@ def claim_lease(
     duration: timedelta,
     timeout: timedelta | None = None,
     slots: tuple[Slot, ...] = (),
+    app_version: str | None = None,
 ) -> Transition | Skip:
     """Start the next attempt if the run is runnable and due, taking ``slots`` (its
     concurrency limits) in the same write. ``timeout`` (the task's fixed attempt timeout)
-    sets the attempt's deadline.
+    sets the attempt's deadline; ``app_version`` (the claiming worker's) is recorded on
+    the attempt, and on the run by its first attempt.
     """
     if run.status.is_terminal:
         return Skip(SkipReason.TERMINAL)
@@ -214,7 +216,10 @@ def claim_lease(
         # a signal wait reached its timeout: the wait's result says so
         results = {**results, waiting.name: dict(WAIT_TIMED_OUT_RESULT)}
         events.append((EventType.WAIT_TIMED_OUT, {"wait": waiting.to_json()}))
-    events.append((EventType.STARTED, {"worker": owner}))
+    started: dict[str, JSON] = {"worker": owner}
+    if app_version is not None:
+        started["app_version"] = app_version
+    events.append((EventType.STARTED, started))
     claim = advance(
         run,
         now,
@@ -231,6 +236,7 @@ def claim_lease(
         wait_results=results,
         deadline_at=truncate_ms(now + timeout) if timeout is not None else None,
         rate_start=None,
+        app_version=app_version if attempt == 1 else run.app_version,
     )
     if run.debounce_key is not None or run.batch_key is not None:
         # a trigger that went to the run since the read changed its payload: decide again

@@ -365,6 +365,9 @@ class Run:
     trace: str | None = None
     """The trace context of the span that triggered the run, packed
     (:func:`~runlane_sqs.core.telemetry.pack_trace`); its attempts continue that trace."""
+    app_version: str | None = None
+    """The app version its first attempt ran under (``None``: none was known; docs/
+    versions.md). Each attempt's ``started`` event names the version that ran it."""
     created: bool = False
     """True only on the ``Run`` returned by the trigger that created it."""
 

@@ -12,6 +12,7 @@ ENVIRONMENT_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 QUEUE_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 TASK_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 RUN_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
+APP_VERSION_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+=/@-]{0,127}$")
 MAX_KEY_CHARS = 256
 """Longest idempotency or singleton key, in characters."""
 
@@ -34,6 +35,11 @@ def check_environment(name: object) -> str:
 def check_queue(name: object) -> str:
     rule = "letters, digits, '-' and '_', at most 64 characters"
     return _check(QUEUE_PATTERN, "queue name", name, rule)
+
+
+def check_app_version(name: object) -> str:
+    rule = "a letter or digit, then letters, digits and '_.:+=/@-', at most 128 characters"
+    return _check(APP_VERSION_PATTERN, "app_version", name, rule)
 
 
 def check_task_name(name: object) -> str:

@@ -66,6 +66,7 @@ def decide_claim(
     now: datetime,
     config: RunlaneConfig,
     slots: tuple[Slot, ...] = (),
+    app_version: str | None = None,
 ) -> Transition | Skip:
     """Claim the lease of a run a wakeup named (and ``slots``, its concurrency limits'),
     or say why not."""
@@ -77,6 +78,7 @@ def decide_claim(
         duration=config.lease_duration,
         timeout=task.timeout,
         slots=slots,
+        app_version=app_version,
     )
 
 

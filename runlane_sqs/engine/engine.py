@@ -93,6 +93,13 @@ class Engine:
         self.signals = SignalsApi(self.resumer, self.values, self.observer)
 
     @cached_property
+    def app_version(self) -> str | None:
+        """The version recorded on the attempts this process runs: the configured
+        ``app_version``, else the installed distribution's its handlers come from (read
+        once, when the first worker path is made: after the tasks are registered)."""
+        return self.config.app_version or self.tasks.installed_version()
+
+    @cached_property
     def parking(self) -> Parking:
         """Unparks parked runs (a worker at start-up, maintenance, the operator API)."""
         from runlane_sqs.engine.parking import Parking  # noqa: PLC0415 (see the module doc)

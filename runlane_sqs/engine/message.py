@@ -355,11 +355,14 @@ class MessagePath:
         observer: Observer | None = None,
         may_start: Callable[[], bool] = always,
         foreign: ForeignEnvironments | None = None,
+        app_version: str | None = None,
     ) -> None:
         self.tasks = tasks
         self.clock = clock
         self.config = config
         self.worker_id = worker_id
+        self.app_version = app_version
+        """Recorded on every attempt this path starts (docs/versions.md)."""
         self.observer = observer or Observer()
         self.may_start = may_start
         self.foreign = foreign or ForeignEnvironments()
@@ -384,6 +387,7 @@ class MessagePath:
             observer=engine.observer,
             may_start=may_start,
             foreign=foreign,
+            app_version=engine.app_version,
         )
 
     def handle(self, message: ReceivedWakeup) -> Handling:
@@ -456,6 +460,7 @@ class MessagePath:
             now=self.clock.now(),
             duration=self.config.lease_duration,
             timeout=task.timeout,
+            app_version=self.app_version,
         )
 
     def _skip(self, wakeup: Wakeup, reason: SkipReason, run: Run | None = None) -> Disposition:
@@ -498,7 +503,13 @@ class MessagePath:
                 yield Pause(ahead)  # a moment: not worth a write and a wakeup
             now = self.clock.now()
             decision = decisions.decide_claim(
-                run, task, self.worker_id, now=now, config=self.config, slots=slots
+                run,
+                task,
+                self.worker_id,
+                now=now,
+                config=self.config,
+                slots=slots,
+                app_version=self.app_version,
             )
             if isinstance(decision, Skip):
                 return (yield from self._unclaimed(wakeup, decision.reason, run, message))

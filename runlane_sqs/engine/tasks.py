@@ -3,6 +3,7 @@ schedules and concurrency limits; queues with their own limits."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -282,6 +283,26 @@ class TaskRegistry:
 
     def queues(self) -> list[str]:
         return sorted({t.queue for t in self._tasks.values()})
+
+    def installed_version(self) -> str | None:
+        """``name==version`` of the installed distribution the handlers' modules come
+        from (the first by name when they come from several), or ``None`` when none does:
+        the app version recorded when none is configured (docs/versions.md)."""
+        packages = {
+            module.partition(".")[0]
+            for module in (getattr(t.fn, "__module__", None) for t in self._tasks.values())
+            if module and not module.startswith("runlane_sqs")
+        }
+        if not packages:
+            return None
+        owners = importlib.metadata.packages_distributions()
+        names = sorted({name for package in packages for name in owners.get(package, ())})
+        for name in names:
+            try:
+                return f"{name}=={importlib.metadata.version(name)}"
+            except importlib.metadata.PackageNotFoundError:
+                continue
+        return None
 
     def slots_for(self, run: Run) -> tuple[Slot, ...]:
         """The slots a claim of ``run`` takes under this app's limits."""

@@ -138,6 +138,7 @@ def test_a_failure_round_trips_through_json_in_the_attempt() -> None:
     assert attempt.to_json() == {
         "number": 1,
         "worker": "worker-a",
+        "app_version": None,
         "started_at": at(1).isoformat(),
         "ended_at": at(5).isoformat(),
         "outcome": "failed",

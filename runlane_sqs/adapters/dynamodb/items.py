@@ -148,6 +148,8 @@ class RunItem(Model):
     turn_wait = NumberAttribute(null=True)
     """1 while the run waits for earlier runs of its ordering key to finish."""
     trace = UnicodeAttribute(null=True)
+    app_version = UnicodeAttribute(null=True)
+    """The app version its first attempt ran under."""
     """The packed W3C trace context of the span that triggered the run."""
     group_id = UnicodeAttribute(null=True)
     """The group a child run belongs to; ``group_index`` its item's index."""

@@ -166,6 +166,8 @@ def claim_hinted(table: str, claim: HintedClaim) -> Request:
     write = RunWrite()
     for name in CLAIM_WRITES if keeps_listing else CLAIM_WRITES + LISTING:
         write.set(name, values[name])
+    if claim.hint.attempt == 0 and claim.app_version is not None:
+        write.set("app_version", claim.app_version)  # a first attempt: the run's version
     write.append(HISTORY_ATTRIBUTE, [event_to_wire(e) for e in blind.events])
     hint = claim.hint
     write.require("seq", "=", hint.seq)
