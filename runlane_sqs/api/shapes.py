@@ -62,6 +62,7 @@ def run_to_json(run: Run) -> dict[str, JSON]:
         "task": run.task,
         "queue": run.queue,
         "status": run.status.value,
+        "parked_reason": run.parked_reason,
         "attempt": run.attempt,
         "app_version": run.app_version,
         "failures": run.failures,

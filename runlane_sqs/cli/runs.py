@@ -46,6 +46,7 @@ from runlane_sqs.cli.options import (
 from runlane_sqs.cli.schedules import parse_schedule_id
 from runlane_sqs.core.errors import RunWaitTimedOut
 from runlane_sqs.core.model import JSON, TERMINAL_STATUSES, Run, RunStatus
+from runlane_sqs.core.replay import Divergence
 
 log = logging.getLogger("runlane_sqs.runs")
 ALL_STATUSES = [s.value for s in RunStatus]
@@ -209,16 +210,23 @@ def versions(app_spec: str | None, task: str | None, as_json: bool) -> None:
 @click.argument("run_id")
 @json_option
 def show_run(app_spec: str | None, run_id: str, as_json: bool) -> None:
-    """Show one run as stored now, with the groups it opened (counts per status)."""
+    """Show one run as stored now, with the groups it opened (counts per status) and, for
+    a run parked because its code changed, the recorded calls next to the new ones."""
     app = app_or_env_for_command(app_spec)
     history = app.runs.history(run_id)
     run, groups = history.run, app.runs.groups_of(history.run)
+    divergence = Divergence.of(history.events) if run.status is RunStatus.PARKED else None
     if as_json:
-        emit_json({**run_to_json(run), "groups": [group_to_json(g) for g in groups]})
+        shown = {**run_to_json(run), "groups": [group_to_json(g) for g in groups]}
+        if divergence is not None:
+            shown["divergence"] = divergence.to_json()
+        emit_json(shown)
         return
     tables.print_run(run)
     for group in groups:
         tables.print_group(group)
+    if divergence is not None:
+        tables.print_divergence(divergence)
 
 
 @runs.command()

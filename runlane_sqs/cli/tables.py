@@ -26,6 +26,7 @@ from runlane_sqs.cli.escaping import BLOCK_KEEPS, printable
 from runlane_sqs.core.attempts import Attempt
 from runlane_sqs.core.groups import Group
 from runlane_sqs.core.model import JSON, Failure, Run, RunEvent
+from runlane_sqs.core.replay import Divergence
 from runlane_sqs.core.tokens import Token
 from runlane_sqs.core.versions import VersionReport
 
@@ -236,6 +237,16 @@ def print_events(run_id: str, events: Sequence[RunEvent]) -> None:
             )
         )
     show(f"history of run {run_id}", table)
+
+
+def print_divergence(divergence: Divergence) -> None:
+    """The calls a diverged run's history recorded next to those the new code made."""
+    table = Table()
+    for name in ("#", "recorded", "new code"):
+        table.add_column(name, overflow="fold")
+    for position, (recorded, new) in enumerate(divergence.side_by_side(), 1):
+        table.add_row(*cells(str(position), recorded, new))
+    show(f"history diverged: stopped before {divergence.asked}", table)
 
 
 def print_versions(report: VersionReport) -> None:

@@ -44,6 +44,7 @@ from runlane_sqs.core.errors import (
 )
 from runlane_sqs.core.health import Activity
 from runlane_sqs.core.model import Run, RunStatus
+from runlane_sqs.core.replay import Divergence
 
 CHILDREN_PER_PAGE = 50
 """Children a parent's run page lists at once (the next page has a link)."""
@@ -262,6 +263,7 @@ class Pages:
             payload=self.shown(run, "payload", hide),
             result=self.shown(run, "result", hide) if run.status is RunStatus.SUCCEEDED else None,
             trace_id=views.trace_of(run),
+            divergence=Divergence.of(events) if run.status is RunStatus.PARKED else None,
             actions=views.actions_for(run, self.settings.read_only, bool(groups)),
             groups=groups,
             children=children,
@@ -304,6 +306,7 @@ class Pages:
             "retry": self.app.runs.retry,
             "rerun": self.app.runs.rerun,
             "retry-failed": self.app.runs.retry_failed,
+            "unpark": self.app.runs.unpark,
         }[action]
         try:
             done = perform(run_id, reason=reason, actor=f"console:{actor}")

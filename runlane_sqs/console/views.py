@@ -27,6 +27,7 @@ ACTION_STATUSES: Mapping[str, frozenset[RunStatus]] = {
     "retry": frozenset({RunStatus.FAILED}),
     "rerun": frozenset(s for s in RunStatus if s.is_terminal),
     "retry-failed": frozenset({RunStatus.FAILED}),
+    "unpark": frozenset({RunStatus.PARKED}),
 }
 """The statuses in which each action is offered (the API decides; the page only hides
 buttons that would be refused). ``retry-failed`` only for a parent that opened a group."""

@@ -14,6 +14,7 @@ ENDINGS: dict[EventType, str] = {
     EventType.RELEASED: "released",
     EventType.LEASE_EXPIRED: "lease_expired",
     EventType.CANCELLED: "cancelled",
+    EventType.PARKED: "parked",
 }
 """The events that end an attempt, and the outcome each records."""
 
@@ -27,7 +28,8 @@ class Attempt:
     started_at: datetime
     ended_at: datetime | None = None
     outcome: str | None = None
-    """succeeded, failed, timed_out, released, lease_expired, cancelled; None while running."""
+    """succeeded, failed, timed_out, released, lease_expired, cancelled, parked (its code
+    no longer matched the run's history); None while running."""
     failure: Failure | None = None
     app_version: str | None = None
     """The app version of the worker that ran it (``None``: not recorded)."""

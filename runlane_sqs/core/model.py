@@ -321,6 +321,10 @@ class Run:
     """``retry`` or ``rerun`` when ``source_run_id`` is set."""
     parked_from: RunStatus | None = None
     """The runnable status a parked run returns to when it is unparked."""
+    parked_reason: str | None = None
+    """Why a parked run is parked: ``unknown_task`` (a worker or maintenance that
+    registers the task unparks it), or ``history_diverged`` (only an operator does:
+    :mod:`runlane_sqs.core.replay`)."""
     schedule_id: str | None = None
     """The schedule that made this run (an occurrence, or an operator's ``trigger``)."""
     scheduled_for: datetime | None = None

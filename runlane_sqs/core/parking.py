@@ -10,6 +10,9 @@ the runnable status it had, with its wait, due time and results intact.
 A parked run is unparked by a worker that registers its task and consumes its queue
 (when it starts), by a maintenance pass whose app registers the task (at most once per
 ``republish_after``), or by an operator (``runs unpark``); or it is cancelled.
+
+A run is also parked, ``history_diverged``, when an attempt meets code that no longer
+matches its history (:func:`park_diverged`); only an operator unparks that one.
 Nothing in this module performs I/O or reads a clock.
 """
 
@@ -20,8 +23,9 @@ from datetime import datetime, timedelta
 from runlane_sqs.core.clock import truncate_ms
 from runlane_sqs.core.errors import IllegalTransition
 from runlane_sqs.core.indexes import RepublishPolicy
-from runlane_sqs.core.machine import Skip, SkipReason, Transition, advance
+from runlane_sqs.core.machine import Skip, SkipReason, Transition, advance, require_lease
 from runlane_sqs.core.model import JSON, LEASED_STATUSES, EventType, Run, RunStatus
+from runlane_sqs.core.replay import DIVERGED
 
 DEFAULT_PARK_AFTER_RECEIVES = 3
 """Receives of one wakeup by workers that do not register the task before the run is
@@ -57,8 +61,36 @@ def park_unknown_task(
         None,
         status=RunStatus.PARKED,
         parked_from=run.status,
+        parked_reason=SkipReason.UNKNOWN_TASK.value,
         wake_at=None,
         publishes=0,
+    )
+
+
+def park_diverged(run: Run, *, token: str, now: datetime, details: dict[str, JSON]) -> Transition:
+    """The attempt holding ``token`` met code that no longer matches the run's history
+    (:mod:`runlane_sqs.core.replay`): it ends, without a failure and before the call the
+    history did not allow did anything, and the run is parked until an operator unparks it
+    (once code that matches is deployed) or reruns it. No worker or maintenance pass
+    unparks it by itself: the code they run is the code that diverged."""
+    require_lease(run, token)
+    assert run.lease is not None
+    now = truncate_ms(now)
+    data: dict[str, JSON] = {"reason": DIVERGED, "worker": run.lease.owner, **details}
+    return advance(
+        run,
+        now,
+        [(EventType.PARKED, data)],
+        token,
+        status=RunStatus.PARKED,
+        parked_from=RunStatus.RELEASED,
+        parked_reason=DIVERGED,
+        lease=None,
+        deadline_at=None,
+        due_at=now,
+        wake_at=None,
+        publishes=0,
+        waiting=None,
     )
 
 
@@ -79,6 +111,7 @@ def unpark(
         None,
         status=run.parked_from or RunStatus.QUEUED,
         parked_from=None,
+        parked_reason=None,
         due_at=run.due_at if run.due_at is not None and run.due_at <= now else now,
         wake_at=truncate_ms(republish.next_wake(now, 0)),
         publishes=0,

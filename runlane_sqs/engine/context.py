@@ -23,12 +23,23 @@ from runlane_sqs.core.errors import (
 from runlane_sqs.core.groups import Group, GroupFailed, GroupResults
 from runlane_sqs.core.model import JSON, Failure, Run, RunStatus, Wait, WaitKind
 from runlane_sqs.core.names import check_key
+from runlane_sqs.core.replay import (
+    PATCH_PREFIX,
+    PATCH_SITE,
+    Replay,
+    patch_name,
+    recorded_calls,
+    step_call,
+    wait_call,
+)
 from runlane_sqs.core.tokens import Token, TokenNotFound, TokenResult, TokenStatus
 from runlane_sqs.core.values import stored_text
 from runlane_sqs.core.waits import wait_name
 from runlane_sqs.engine.values import Prepared, Values
 
 T = TypeVar("T")
+A = TypeVar("A")
+"""A wait's answer (a token's decision, another run's outcome)."""
 
 
 class RunLogger(logging.LoggerAdapter[logging.Logger]):
@@ -192,6 +203,7 @@ class TaskContext:
     services: AttemptServices | None = field(default=None, repr=False)
     _waits: dict[tuple[WaitKind, str | None], int] = field(default_factory=dict, repr=False)
     _steps: set[str] = field(default_factory=set, repr=False)
+    _replay: Replay | None = field(default=None, repr=False)
 
     trace_id: str | None = None
     """The attempt's trace id (32 hex digits) when tracing is on; every line of
@@ -232,6 +244,31 @@ class TaskContext:
             raise RunlaneError("steps and waits need a context created by a worker")
         return self.services
 
+    def _replaying(self) -> Replay:
+        """This attempt's durable calls against those earlier attempts recorded (read from
+        the run as it was at this attempt's first durable call)."""
+        if self._replay is None:
+            self._replay = Replay(recorded_calls(self._services().run()))
+        return self._replay
+
+    def _replayed(self, call: str) -> None:
+        """Check ``call`` against the calls earlier attempts recorded; raises
+        :class:`HistoryDiverged` when the code no longer matches them
+        (:mod:`runlane_sqs.core.replay`)."""
+        self._replaying().call(call)
+
+    def _release_to(self, wait: Wait) -> NoReturn:
+        """End the attempt to wait for ``wait``: a new call, checked against the history
+        first (a wait answered at once, its target already decided, records nothing)."""
+        self._replayed(wait_call(wait.name))
+        raise WaitRequested(wait)
+
+    def _answered(self, answer: A | Wait) -> A:
+        """``answer``, or the end of the attempt when it is the wait to release to."""
+        if isinstance(answer, Wait):
+            self._release_to(answer)
+        return answer
+
     def _next_wait(self, kind: WaitKind, target: str | None) -> tuple[str, JSON]:
         """The name of this wait in the attempt, and its recorded result if any."""
         count = self._waits.get((kind, target), 0) + 1
@@ -239,6 +276,8 @@ class TaskContext:
         name = wait_name(kind, target, count)
         services = self._services()
         run = services.run()
+        if name in run.wait_results:
+            self._replayed(wait_call(name))
         owner = f"run {run.id}"
         return name, services.values.open(run.wait_results.get(name), what=name, owner=owner)
 
@@ -275,14 +314,14 @@ class TaskContext:
         until = None
         if timeout is not None:
             until = self._services().now() + to_timedelta(timeout, "timeout")
-        raise WaitRequested(Wait(WaitKind.SIGNAL, name, key, until))
+        self._release_to(Wait(WaitKind.SIGNAL, name, key, until))
 
     def wait_for_token(self, token_id: str) -> TokenResult:
         """The token's decision; waits (releasing the lease) while it is pending."""
         name, recorded = self._begin_token_wait(token_id)
         if recorded is not None:
             return recorded
-        return _token_decision(name, token_id, self._services().get_token(token_id))
+        return self._answered(_token_decision(name, token_id, self._services().get_token(token_id)))
 
     async def wait_for_token_async(self, token_id: str) -> TokenResult:
         """:meth:`wait_for_token` for ``async def`` handlers: the read runs on a thread,
@@ -291,7 +330,7 @@ class TaskContext:
         if recorded is not None:
             return recorded
         token = await _on_thread(self._services().get_token, token_id)
-        return _token_decision(name, token_id, token)
+        return self._answered(_token_decision(name, token_id, token))
 
     def _begin_token_wait(self, token_id: str) -> tuple[str, TokenResult | None]:
         name, result = self._next_wait(WaitKind.TOKEN, token_id)
@@ -304,7 +343,7 @@ class TaskContext:
         name, recorded = self._begin_run_wait(run_id)
         if recorded is not None:
             return recorded
-        return _run_outcome(name, run_id, self._services().watch_run(run_id))
+        return self._answered(_run_outcome(name, run_id, self._services().watch_run(run_id)))
 
     async def wait_for_run_async(self, run_id: str) -> RunOutcome:
         """:meth:`wait_for_run` for ``async def`` handlers (its write runs on a thread)."""
@@ -312,7 +351,7 @@ class TaskContext:
         if recorded is not None:
             return recorded
         other = await _on_thread(self._services().watch_run, run_id)
-        return _run_outcome(name, run_id, other)
+        return self._answered(_run_outcome(name, run_id, other))
 
     def _begin_run_wait(self, run_id: str) -> tuple[str, RunOutcome | None]:
         if run_id == self.run_id:
@@ -346,6 +385,7 @@ class TaskContext:
         name, joined = self._begin_group()
         if joined is not None:
             return joined
+        self._replayed(wait_call(name))  # opening a group starts its children
         group = self._services().open_group(name, children, options)
         return self._group_outcome(name, group)
 
@@ -356,6 +396,7 @@ class TaskContext:
         name, joined = self._begin_group()
         if joined is not None:
             return joined
+        self._replayed(wait_call(name))  # opening a group starts its children
         group = await _on_thread(self._services().open_group, name, children, options)
         return self._group_outcome(name, group)
 
@@ -377,7 +418,7 @@ class TaskContext:
     def _group_outcome(self, name: str, group: Group) -> GroupResults:
         if group.complete:  # no children, or all finished before the release was asked
             return self._joined(group.summary())
-        raise WaitRequested(Wait(WaitKind.GROUP, name, group.id))
+        self._release_to(Wait(WaitKind.GROUP, name, group.id))
 
     def _joined(self, summary: dict[str, JSON]) -> GroupResults:
         results = GroupResults.of(summary, self._reader(str(summary["group"])))
@@ -388,6 +429,62 @@ class TaskContext:
     def _reader(self, group_id: str) -> Callable[[int, int], list[Run | None]]:
         services = self._services()
         return lambda start, limit: services.group_children(group_id, start, limit)
+
+    # patches ---------------------------------------------------------------------
+
+    def patched(self, patch_id: str) -> bool:
+        """Whether this run takes the new branch of a change made under running runs:
+        ``True`` for a run that reaches this point first under code that has it, ``False``
+        for one whose history was already past it (its old code went on to calls it
+        recorded). A ``True`` is recorded in the run (one write, the first time), so the
+        answer never changes for a run (docs/versions.md, "Patches")."""
+        name, recorded = self._begin_patch(patch_id)
+        if recorded is not None:
+            return recorded
+        entry, _ = self._storable(name, True, PATCH_SITE)
+        services = self._services()
+        services.record_step(name, services.values.keep(entry).value)
+        return True
+
+    async def patched_async(self, patch_id: str) -> bool:
+        """:meth:`patched` for ``async def`` handlers (its write runs on a thread)."""
+        name, recorded = self._begin_patch(patch_id)
+        if recorded is not None:
+            return recorded
+        entry, _ = self._storable(name, True, PATCH_SITE)
+        services = self._services()
+        await _on_thread(services.record_step, name, services.values.keep(entry).value)
+        return True
+
+    def deprecate_patch(self, patch_id: str) -> None:
+        """Mark where ``patched(patch_id)`` was, once its old branch is deleted and only
+        the new code is left: runs that recorded the patch replay past it as before (no
+        write). Remove the call once ``runs versions`` shows no run that started before
+        the patch still unfinished."""
+        name = patch_name(patch_id)
+        self._use_once(name, "patch")
+        call = step_call(name)
+        if call in self._replaying().recorded:
+            self._replayed(call)
+
+    def _begin_patch(self, patch_id: str) -> tuple[str, bool | None]:
+        """The patch's step name, and the answer when it needs no write: ``True`` when
+        recorded, ``False`` when recorded calls are still unreached."""
+        name = patch_name(patch_id)
+        self._use_once(name, "patch")
+        replay, call = self._replaying(), step_call(name)
+        if call in replay.recorded:
+            replay.call(call)
+            return name, True
+        if replay.unreached():
+            return name, False  # the history went on past this point without the patch
+        replay.call(call)
+        return name, None
+
+    def _use_once(self, name: str, what: str) -> None:
+        if name in self._steps:
+            raise StepError(f"{what} {name!r} is used twice in one attempt; names must be unique")
+        self._steps.add(name)
 
     # durable steps ---------------------------------------------------------------
 
@@ -425,9 +522,10 @@ class TaskContext:
         """Check the name; the recorded value, if this step ran in an earlier attempt."""
         if not isinstance(name, str) or not 0 < len(name) <= MAX_STEP_NAME_CHARS:
             raise StepError(f"step name must be 1 to {MAX_STEP_NAME_CHARS} characters")
-        if name in self._steps:
-            raise StepError(f"step {name!r} is used twice in one attempt; names must be unique")
-        self._steps.add(name)
+        if name.startswith(PATCH_PREFIX):
+            raise StepError(f"step name {name!r}: {PATCH_PREFIX!r} starts ctx.patched's names")
+        self._use_once(name, "step")
+        self._replayed(step_call(name))
         services = self._services()
         run = services.run()
         recorded = services.values.open(
@@ -480,20 +578,22 @@ def check_item_budget(run: Run, adding: int, what: str) -> None:
         raise PayloadTooLarge(f"{what} with this run's other data", total, RUN_DATA_BUDGET_BYTES)
 
 
-def _token_decision(name: str, token_id: str, token: Token | None) -> TokenResult:
+def _token_decision(name: str, token_id: str, token: Token | None) -> TokenResult | Wait:
+    """The token's decision, or the wait for it while it is pending."""
     if token is None:
         raise TokenNotFound(token_id)
     if token.is_decided:
         return token.result
-    raise WaitRequested(Wait(WaitKind.TOKEN, name, token_id))
+    return Wait(WaitKind.TOKEN, name, token_id)
 
 
-def _run_outcome(name: str, run_id: str, other: Run | None) -> RunOutcome:
+def _run_outcome(name: str, run_id: str, other: Run | None) -> RunOutcome | Wait:
+    """How the other run finished, or the wait for it while it runs."""
     if other is None:
         raise RunNotFound(run_id)
     if other.is_terminal:
         return RunOutcome.of(other)
-    raise WaitRequested(Wait(WaitKind.RUN, name, run_id))
+    return Wait(WaitKind.RUN, name, run_id)
 
 
 async def _on_thread(fn: Callable[..., T], *args: object) -> T:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from datetime import datetime
 from enum import StrEnum
 
-from runlane_sqs.core import machine, waits
+from runlane_sqs.core import machine, parking, waits
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.errors import (
     CodecError,
@@ -26,6 +26,7 @@ from runlane_sqs.core.limits import MAX_TRACEBACK_CHARS
 from runlane_sqs.core.machine import Skip, Transition
 from runlane_sqs.core.model import JSON, Failure, Run, RunStatus, Slot, Wait, new_lease_token
 from runlane_sqs.core.redaction import Redact, apply_redaction
+from runlane_sqs.core.replay import HistoryDiverged
 from runlane_sqs.core.retry import RetryDecision, qualified_name
 from runlane_sqs.engine.context import WaitRequested
 from runlane_sqs.engine.tasks import Task
@@ -100,7 +101,12 @@ def decide_returned(result: JSON, token: str) -> Decide:
 
 
 def decide_raised(config: RunlaneConfig, task: Task, exc: BaseException, token: str) -> Decide:
-    """The handler raised: a wait (release), or a failure the retry policy decides on."""
+    """The handler raised: a wait (release), code that no longer matches the run's history
+    (the run is parked), or a failure the retry policy decides on."""
+    diverged = _diverged_in(exc)
+    if diverged is not None:
+        details = diverged.details()
+        return lambda run, now: parking.park_diverged(run, token=token, now=now, details=details)
     wait = exc.wait if isinstance(exc, WaitRequested) else _wait_in(exc)
     if wait is not None:
         return _decide_release(config, wait, token)
@@ -147,6 +153,18 @@ def lease_token(run: Run) -> str:
     if run.lease is None:
         raise LeaseLost(run.id)
     return run.lease.token
+
+
+def _diverged_in(exc: BaseException) -> HistoryDiverged | None:
+    """The divergence ``exc`` is, or holds (raised in an ``asyncio.TaskGroup``)."""
+    if isinstance(exc, HistoryDiverged):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        found = exc.subgroup(HistoryDiverged)
+        while isinstance(found, BaseExceptionGroup):
+            found = found.exceptions[0]  # type: ignore[assignment]
+        return found
+    return None
 
 
 def _wait_in(exc: BaseException) -> Wait | None:

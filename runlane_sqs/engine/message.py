@@ -1009,3 +1009,11 @@ def log_outcome(run: Run, ctx: TaskContext) -> None:
         )
     elif run.status is RunStatus.RELEASED and run.waiting is not None:
         ctx.log.info("attempt %d released; waiting for %s", run.attempt, run.waiting.kind.value)
+    elif run.status is RunStatus.PARKED:
+        ctx.log.error(
+            "attempt %d stopped: the handler no longer matches the run's history (parked "
+            "%s); deploy code that matches, then 'runlane-sqs runs unpark %s', or rerun it",
+            run.attempt,
+            run.parked_reason,
+            run.id,
+        )

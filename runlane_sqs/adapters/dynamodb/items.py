@@ -122,6 +122,8 @@ class RunItem(Model):
     """JSON of the wait a released (or parked) run is in."""
     parked_from = UnicodeAttribute(null=True)
     """The status a parked run returns to when it is unparked."""
+    parked_reason = UnicodeAttribute(null=True)
+    """Why a parked run is parked (``unknown_task``, ``history_diverged``)."""
     wait_results = MapAttribute[str, Any](null=True)  # type: ignore[no-untyped-call]
     """Wait name -> JSON of its result; entries are only ever added."""
     steps = MapAttribute[str, Any](null=True)  # type: ignore[no-untyped-call]

@@ -22,3 +22,9 @@ DIGEST = "shop.digest"
 """Debounced: triggers of a key collapse until an hour of quiet."""
 BULK = "shop.bulk"
 """Batched: items gather in batches of three, at most an hour old."""
+ORDER = "shop.order"
+"""Charges, then waits for ``payload["token"]``; what it does between the two is the
+deploy's code (``SHOP_CODE``): ``v1`` nothing, ``inserted`` an ``audit`` step,
+``patched`` that step behind ``ctx.patched("audit")``. Each step leaves
+``<run id>.<step>`` in the markers directory, one line per execution."""
+CODE_ENV = "SHOP_CODE"

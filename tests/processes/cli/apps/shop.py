@@ -18,6 +18,7 @@ from tests.processes.cli.apps.names import (
     BULK,
     CHARGE,
     CHARGE_ALL,
+    CODE_ENV,
     DIGEST,
     ECHO,
     FAIL_ENV,
@@ -26,6 +27,7 @@ from tests.processes.cli.apps.names import (
     LEASE_SECONDS,
     MARKERS_ENV,
     NAP,
+    ORDER,
     PATIENT,
     PATIENT_ASYNC,
 )
@@ -119,3 +121,18 @@ async def patient_async(ctx: TaskContext, payload: Any) -> dict[str, Any]:
         observed = True
     _marker(ctx, "finished").write_text("cancelled" if observed else "not cancelled")
     return {"cancelled": observed}
+
+
+@app.task(name=ORDER)
+def order(ctx: TaskContext, payload: Any) -> Any:
+    code = os.environ.get(CODE_ENV, "v1")
+    ctx.step("charge", lambda: _effect(ctx, "charge"))
+    if code == "inserted" or (code == "patched" and ctx.patched("audit")):
+        ctx.step("audit", lambda: _effect(ctx, "audit"))
+    return ctx.wait_for_token(payload["token"]).value
+
+
+def _effect(ctx: TaskContext, step: str) -> str:
+    with _marker(ctx, step).open("a") as done:
+        done.write(f"{os.environ.get(CODE_ENV, 'v1')}\n")
+    return step
