@@ -62,6 +62,9 @@ class SkipReason(StrEnum):
     """This process does not register the run's task, so it cannot apply its policy."""
     WAITING_FOR_SLOT = "waiting_for_slot"
     """The run waits for a concurrency slot; the write that frees one wakes it."""
+    PINNED_ELSEWHERE = "pinned_elsewhere"
+    """The run's task is pinned and the run started under another app version: its
+    wakeup is sent again for a worker of that version."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
+from runlane_sqs.core.limits import MAX_DELAY_SECONDS
 from runlane_sqs.core.model import JSON, TERMINAL_STATUSES, Run, RunStatus
 
 UNFINISHED_STATUSES = tuple(s for s in RunStatus if s not in TERMINAL_STATUSES)
@@ -79,3 +81,26 @@ def count_versions(runs: Iterable[Run]) -> VersionReport:
     order = sorted(counted, key=lambda key: (key[0] is not None, key[0] or "", key[1]))
     counts = [VersionCount(v, t, dict(sorted(counted[v, t].items()))) for v, t in order]
     return VersionReport(counts, dict(sorted(not_started.items())))
+
+
+SHORTEST_PIN_DELAY = timedelta(seconds=5)
+"""The first delay of a pinned run's wakeup sent again for a worker of its version."""
+
+
+def pinned_elsewhere(run: Run, app_version: str | None, now: datetime) -> bool:
+    """Whether a worker of ``app_version`` leaves ``run`` (of a task with
+    ``pin_version``) to a worker of the version it started under: it started under
+    another one (a run that has not started, or recorded none, is anyone's) and a worker
+    of that version could claim it now (otherwise it is skipped as any worker would)."""
+    if run.app_version is None or run.app_version == app_version:
+        return False
+    return run.status.is_runnable and run.is_due(now)
+
+
+def pinned_retry_delay(run: Run, now: datetime) -> timedelta:
+    """When the wakeup of a run left to a worker of its version comes back: half as long
+    as the run has been due, from 5 s to SQS's 15 minutes. Each return is later than the
+    last (no busy loop while no such worker runs), and each is a new message, so the
+    queue's receive count never sends it to the dead-letter queue."""
+    waited = now - run.due_at if run.due_at is not None else timedelta(0)
+    return min(max(waited / 2, SHORTEST_PIN_DELAY), timedelta(seconds=MAX_DELAY_SECONDS))

@@ -113,6 +113,9 @@ class MaintenanceConfig:
     the scan's partitions: at least one per partition (``AGENDA_SHARDS``)."""
     max_lease_losses: int = 3
     """Consecutive lease expiries after which a run fails with ``lease_lost``."""
+    stranded_after: timedelta = timedelta(minutes=15)
+    """How long past its due time a run of a task with ``pin_version`` may go unclaimed
+    before a pass reports it stranded: no worker of its app version took it."""
 
     def __post_init__(self) -> None:
         if self.limit_per_job < AGENDA_SHARDS:
@@ -408,12 +411,35 @@ class Maintenance:
             )
             return None
         job.acted += 1
+        if not recovering:
+            self._note_stranded(stored, now, report)
         if not recovering and is_held(decision):
             report.due.in_line += 1  # its wakeup waits in line: listed again later
             return None
         if recovering and run.slots:  # the recovered attempt's slots are free
             self._slots.wake(slot.scope for slot in slots_freed(decision))
         return self._follow_up(stored, recovering, job, now)
+
+    def _note_stranded(self, run: Run, now: datetime, report: PassReport) -> None:
+        """Count (and warn of) a due run that only a worker of its app version may claim
+        and none has for ``stranded_after`` (docs/versions.md, "Pinning")."""
+        task = self._tasks.get(run.task)
+        version = run.app_version
+        if task is None or not task.pin_version or version is None or run.due_at is None:
+            return
+        if now - run.due_at < self.bounds.stranded_after:
+            return
+        stranded = report.due.stranded
+        stranded[version] = stranded.get(version, 0) + 1
+        log.warning(
+            "run %s of task %s is pinned to app version %s and no worker of it has claimed "
+            "it since %s: run a worker of that version, or cancel and rerun the run",
+            run.id,
+            run.task,
+            version,
+            run.due_at.isoformat(),
+            extra={"run_id": run.id, "task": run.task, "app_version": version},
+        )
 
     def _relist(self, run: Run, job: JobReport) -> None:
         """List a run looked at early, with nothing to do yet, at its agenda time."""

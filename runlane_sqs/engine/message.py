@@ -63,6 +63,7 @@ from runlane_sqs.core.rates import (
 )
 from runlane_sqs.core.redaction import shortened
 from runlane_sqs.core.slots import wait_for_slot
+from runlane_sqs.core.versions import pinned_elsewhere, pinned_retry_delay
 from runlane_sqs.core.wakeup import MalformedWakeup, Wakeup, parse_wakeup
 from runlane_sqs.engine import decisions
 from runlane_sqs.engine.context import TaskContext
@@ -450,6 +451,8 @@ class MessagePath:
         task = self.tasks.get(hint.task) if hint is not None else None
         if hint is None or task is None or self.tasks.limited(task, wakeup.queue):
             return None  # a claim that takes slots reads the run first
+        if task.pin_version and hint.attempt > 0:
+            return None  # so does one that must see the version the run started under
         return HintedClaim(
             environment=wakeup.environment,
             run_id=wakeup.run_id,
@@ -472,6 +475,8 @@ class MessagePath:
         task = self.tasks.get(run.task)
         if task is None:
             return (yield from self._unknown_task(wakeup, run, message.receive_count))
+        if task.pin_version and pinned_elsewhere(run, self.app_version, self.clock.now()):
+            return (yield from self._leave_to_version(run))
         slots = self.tasks.slots_for(run)
         for _ in range(MAX_PAUSES):  # woken before its reserved start (SQS: whole seconds)
             ahead = (run.due_at or self.clock.now()) - self.clock.now()
@@ -480,6 +485,25 @@ class MessagePath:
                 break
             yield Pause(ahead)
         return (yield from self._claim(wakeup, run, task, slots, message))
+
+    def _leave_to_version(self, run: Run) -> Handling:
+        """A run of a pinned task that started under another app version: its wakeup is
+        sent again for a worker of that version (later each time) and this one deleted
+        (docs/versions.md, "Pinning")."""
+        delay = pinned_retry_delay(run, self.clock.now())
+        yield Publish(run, delay)
+        log.info(
+            "leaving run %s of task %s to a worker of app version %s (this one runs %s); "
+            "its wakeup comes back in %s",
+            run.id,
+            run.task,
+            run.app_version,
+            self.app_version,
+            delay,
+            extra={"run_id": run.id, "task": run.task, "worker_id": self.worker_id},
+        )
+        self.observer.skipped(SkipReason.PINNED_ELSEWHERE.value)
+        return Disposition.SKIPPED
 
     def _claim(
         self,

@@ -42,6 +42,9 @@ class DueReport(JobReport):
     in_line: int = 0
     """Due runs not republished because their wakeup is still waiting in its queue's
     backlog (listed again later; docs/concepts.md, "Lost wakeups")."""
+    stranded: dict[str, int] = field(default_factory=dict)
+    """Due runs of tasks with ``pin_version`` that no worker of their app version has
+    claimed for ``stranded_after``, by that version (docs/versions.md, "Pinning")."""
 
 
 @dataclass

@@ -93,6 +93,9 @@ class TaskOptions(TypedDict, total=False):
     retention: Duration | None
     """How long its finished runs are kept before DynamoDB's TTL deletes them (default:
     the app's ``retention``; docs/operations.md, "Retention")."""
+    pin_version: bool
+    """Its runs finish on the app version they started under: a worker of another version
+    leaves their wakeups to a worker of that version (docs/versions.md, "Pinning")."""
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,8 @@ class Task:
     """How its triggers gather as items of one run (``None``: each creates a run)."""
     retention: timedelta | None = None
     """How long its finished runs are kept (``None``: the app's ``retention``)."""
+    pin_version: bool = False
+    """Its runs finish on the app version their first attempt ran under."""
 
     def __call__(self, ctx: TaskContext, payload: JSON) -> Any:
         return self.fn(ctx, payload)
@@ -219,6 +224,7 @@ class TaskRegistry:
             debounce=check_debounce(task_name, debounce) if debounce is not None else None,
             batch=check_batch(task_name, batch) if batch is not None else None,
             retention=_check_retention(task_name, options.get("retention")),
+            pin_version=_check_pin(task_name, options.get("pin_version", False)),
         )
         for schedule in bound:  # a schedule's payload must give a key now, not at a pass
             concurrency_key_of(task, schedule.payload, None)
@@ -553,3 +559,9 @@ def _gathering_key(
     if function is None:
         return TASK_WIDE_KEY
     return check_key(kind, key_from(task, function, f"{kind} key", payload))
+
+
+def _check_pin(task: str, pin: object) -> bool:
+    if not isinstance(pin, bool):
+        raise ConfigurationError(f"task {task!r}: pin_version is True or False, not {pin!r}")
+    return pin

@@ -352,7 +352,9 @@ def test_the_pass_report_is_json(app: Runlane, clock: ManualClock) -> None:
         "skipped",
         "conflicts",
         "in_line",
+        "stranded",
     }
+    assert data["jobs"][JOB_DUE]["stranded"] == {}
     assert data["started_at"] == clock.now().isoformat()
     assert data["out_of_time"] is False
     assert isinstance(data["duration_ms"], int)

@@ -12,9 +12,11 @@ from runlane_sqs import Runlane, RunStatus, TaskContext
 from runlane_sqs.core import machine
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import new_lease_token
+from runlane_sqs.core.versions import SHORTEST_PIN_DELAY
 from tests.backends import Backend
 from tests.behaviour.console_support import client_for
 from tests.behaviour.worker_support import drain, second_app
+from tests.emulators import wait_until
 from tests.workers import WorkerKind
 
 APPROVAL = "versions.approval"
@@ -126,3 +128,64 @@ def test_the_console_shows_each_run_s_versions_and_counts_them_escaped(backend: 
     assert f"<code>{OLD}</code>" in versions.text and APPROVAL in versions.text
     assert "<script>" not in versions.text and "&lt;script&gt;" in versions.text
     assert "<script>" not in client.get(f"/runs/{stranger.id}").text
+
+
+PINNED = "versions.pinned"
+
+
+def register_pinned(app: Runlane) -> None:
+    register(app)
+
+    @app.task(name=PINNED, pin_version=True)
+    def pinned(ctx: TaskContext, payload: Any) -> Any:
+        return ctx.wait_for_token(payload["token"]).value
+
+
+def resumed_on_old(backend: Backend, worker_kind: WorkerKind) -> tuple[Runlane, Runlane, str]:
+    """Both deploys, and a pinned run started by the old one whose token is decided."""
+    old = backend.app(register=register_pinned, app_version=OLD)
+    new = second_app(backend, old, register_pinned, app_version=NEW)
+    token = old.tokens.create()
+    run = old.trigger(PINNED, {"token": token.id})
+    worker_kind.drain_all(old)
+    new.tokens.complete(token.id, "approved")
+    return old, new, run.id
+
+
+def test_a_pinned_run_finishes_on_the_version_it_started_under(
+    backend: Backend, worker_kind: WorkerKind
+) -> None:
+    old, new, on_old = resumed_on_old(backend, worker_kind)
+    on_new = new.trigger(PINNED, {"token": new.tokens.create().id})  # anyone's: not started
+
+    worker_kind.drain_all(new)
+    assert new.runs.get(on_new.id).app_version == NEW
+    left = new.runs.get(on_old)
+    assert (left.status.is_runnable, left.attempt) == (True, 1)  # left to an old worker
+    assert backend.depth(new) == 1  # its wakeup sent again, a new message: no dead letter
+
+    backend.clock.advance(SHORTEST_PIN_DELAY)  # the wakeup comes back (a real delay on SQS)
+
+    def finished() -> bool:
+        worker_kind.drain_all(old)
+        return old.runs.get(on_old).is_terminal
+
+    wait_until(finished, 30, "an old worker to finish the run")
+    done = old.runs.get(on_old)
+    assert (done.status, done.result) == (RunStatus.SUCCEEDED, "approved")
+    assert [a.app_version for a in old.runs.attempts(on_old)] == [OLD, OLD]
+
+
+def test_maintenance_reports_a_pinned_run_no_worker_of_its_version_claims(
+    backend: Backend, worker_kind: WorkerKind
+) -> None:
+    _, new, run_id = resumed_on_old(backend, worker_kind)
+    worker_kind.drain_all(new)  # left to an old worker; none runs any more
+
+    backend.clock.advance(new.config.republish_after)
+    assert new.maintenance.run_pass().due.stranded == {}  # not for long enough yet
+    backend.clock.advance(timedelta(minutes=15))
+    report = new.maintenance.run_pass()
+    assert report.due.stranded == {OLD: 1}
+    assert report.to_json()["jobs"]["due_wakeups"]["stranded"] == {OLD: 1}
+    assert new.runs.get(run_id).attempt == 1

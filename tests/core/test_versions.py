@@ -14,7 +14,7 @@ from runlane_sqs import ConfigurationError, RunlaneConfig
 from runlane_sqs.core import machine
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import EventType, Run, RunStatus
-from runlane_sqs.core.versions import count_versions
+from runlane_sqs.core.versions import count_versions, pinned_elsewhere, pinned_retry_delay
 from runlane_sqs.engine.tasks import TaskRegistry
 
 NOW = datetime(2026, 12, 5, 12, tzinfo=UTC)
@@ -126,3 +126,24 @@ def test_the_count_groups_unfinished_runs_by_version_and_task_and_leaves_finishe
     assert report.not_started == {"billing.charge": 1, "mail.send": 2}
     assert report.versions == ["2026.11.3", "2026.12.1"]
     assert report.to_json()["not_started"] == {"billing.charge": 1, "mail.send": 2}
+
+
+def test_a_pinned_run_is_left_only_when_it_started_elsewhere_and_could_run_now() -> None:
+    started = a_run(attempt=1, app_version="v1")
+    assert pinned_elsewhere(started, "v2", NOW)
+    assert pinned_elsewhere(started, None, NOW)  # a worker with no version is another one
+    assert not pinned_elsewhere(started, "v1", NOW)
+    assert not pinned_elsewhere(a_run(), "v2", NOW)  # not started: anyone's
+    assert not pinned_elsewhere(started.with_changes(due_at=NOW + timedelta(1)), "v2", NOW)
+    assert not pinned_elsewhere(started.with_changes(status=RunStatus.RUNNING), "v2", NOW)
+
+
+@pytest.mark.parametrize(
+    ("waited", "delay"),
+    [(0, 5), (4, 5), (60, 30), (600, 300), (1800, 900), (86_400, 900)],
+)
+def test_a_left_wakeup_comes_back_later_the_longer_the_run_has_waited(
+    waited: int, delay: int
+) -> None:
+    run = a_run(attempt=1, app_version="v1", due_at=NOW - timedelta(seconds=waited))
+    assert pinned_retry_delay(run, NOW) == timedelta(seconds=delay)

@@ -28,3 +28,5 @@ deploy's code (``SHOP_CODE``): ``v1`` nothing, ``inserted`` an ``audit`` step,
 ``patched`` that step behind ``ctx.patched("audit")``. Each step leaves
 ``<run id>.<step>`` in the markers directory, one line per execution."""
 CODE_ENV = "SHOP_CODE"
+PINNED = "shop.pinned"
+"""Waits for ``payload["token"]``; its runs finish on the app version they started under."""

@@ -30,6 +30,7 @@ from tests.processes.cli.apps.names import (
     ORDER,
     PATIENT,
     PATIENT_ASYNC,
+    PINNED,
 )
 
 app = Runlane.from_env(lease_duration=LEASE_SECONDS)
@@ -136,3 +137,8 @@ def _effect(ctx: TaskContext, step: str) -> str:
     with _marker(ctx, step).open("a") as done:
         done.write(f"{os.environ.get(CODE_ENV, 'v1')}\n")
     return step
+
+
+@app.task(name=PINNED, pin_version=True)
+def pinned(ctx: TaskContext, payload: Any) -> Any:
+    return ctx.wait_for_token(payload["token"]).value
