@@ -1,9 +1,12 @@
-"""App versions under unfinished runs: which code each run started on, counted per
-version and task, so a team knows when an old code path can go (docs/versions.md).
+"""App versions under unfinished runs (pure; docs/versions.md): which code each run
+started on, counted per version and task so a team knows when an old code path can go,
+and which worker may run a pinned run.
 
 A run records the version its first attempt ran under (:attr:`Run.app_version
 <runlane_sqs.core.model.Run.app_version>`), each attempt the version that ran it. A run
 that has not started yet has no version: the worker that first claims it gives it one.
+A task with ``pin_version`` keeps each run on that version: a worker of another one
+sends the wakeup back (:func:`pinned_elsewhere`, :func:`pinned_retry_delay`).
 """
 
 from __future__ import annotations
