@@ -138,3 +138,10 @@ def withdraw_claim(
         lease=None,
         deadline_at=None,
     )
+
+
+def claimed_too_late(claimed: Run, now: datetime, lease_duration: timedelta) -> bool:
+    """Whether the claim came back with less than half its lease left: the heartbeat
+    (every third of the lease) might then not renew it in time."""
+    lease = claimed.lease
+    return lease is not None and now >= lease.expires_at - lease_duration / 2

@@ -6,25 +6,37 @@ started, the trigger collapses into it (one ``UpdateItem``; with a merge, the ru
 first and the write is conditioned on what the merge read). Otherwise it creates the
 run and claims the key in one write, taking the key over from a run that started
 (:func:`~runlane_sqs.engine.gathering.gather`).
+
+On the per-message path, a wakeup sent before its run's key was triggered again finds
+the run due later: the worker keeps its message until then, or publishes its wakeup
+again for then (:func:`wait_for_quiet`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.debounce import Debounce, cap_of, collapse
-from runlane_sqs.core.errors import ConflictError
+from runlane_sqs.core.errors import ConflictError, RunlaneError
 from runlane_sqs.core.indexes import RepublishPolicy
+from runlane_sqs.core.limits import MAX_DELAY_SECONDS
+from runlane_sqs.core.machine import SkipReason
 from runlane_sqs.core.model import JSON, Run, RunEvent
+from runlane_sqs.engine.driver import MAX_HOLD, Disposition, Handling, Hold, Publish, WorkerIdentity
 from runlane_sqs.engine.gathering import check_inline, create_with_key, gather
+from runlane_sqs.engine.rates import EARLY_WAKEUP
 from runlane_sqs.engine.values import Values
 from runlane_sqs.ports.keys import KeyHolder, KeyKind
 from runlane_sqs.ports.store import RunStore
+from runlane_sqs.ports.transport import ReceivedWakeup
 
 log = logging.getLogger("runlane_sqs")
+worker_log = logging.getLogger("runlane_sqs.worker")
+"""The per-message path's logger: where a worker says a run is debounced."""
 
 
 def pending(run: Run | None, key: str) -> bool:
@@ -122,3 +134,25 @@ class Debouncing:
             extra={"run_id": run.id, "task": run.task},
         )
         return self._values.open_run(run)
+
+
+def wait_for_quiet(run: Run, message: ReceivedWakeup, path: WorkerIdentity) -> Handling:
+    """A debounced run whose key was triggered again after this wakeup was sent: its
+    due time moved on. Up to :data:`~.driver.MAX_HOLD` ahead, the worker keeps the
+    message until then; a later one has its wakeup published again for then (a moment
+    early, in whole seconds, at most SQS's longest delay)."""
+    assert run.due_at is not None
+    now = path.clock.now()
+    worker_log.info(
+        "run %s is debounced until %s",
+        run.id,
+        run.due_at.isoformat(),
+        extra={"run_id": run.id, "task": run.task, "worker_id": path.worker_id},
+    )
+    path.observer.skipped(SkipReason.NOT_DUE.value)
+    if run.due_at - now <= MAX_HOLD and (yield Hold(message, run.due_at)):
+        return Disposition.HELD
+    seconds = int((run.due_at - EARLY_WAKEUP - now).total_seconds())
+    with contextlib.suppress(RunlaneError):  # maintenance publishes it otherwise
+        yield Publish(run, timedelta(seconds=min(MAX_DELAY_SECONDS, max(0, seconds))))
+    return Disposition.SKIPPED

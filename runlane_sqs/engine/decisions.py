@@ -30,6 +30,7 @@ from runlane_sqs.core.replay import HistoryDiverged
 from runlane_sqs.core.retry import RetryDecision, qualified_name
 from runlane_sqs.engine.context import WaitRequested
 from runlane_sqs.engine.tasks import Task
+from runlane_sqs.ports.keys import KeyKind
 
 Decide = Callable[[Run, datetime], Transition]
 """Decides an attempt's outcome transition from the latest stored run and the time."""
@@ -39,7 +40,8 @@ class FollowUp(StrEnum):
     """What the path does after recording an outcome."""
 
     FINISHED = "finished"
-    """Terminal: free keys, resume runs waiting for this one."""
+    """Terminal, with keys to free, waiters to resume, a turn to hand on or a group to
+    move on (:func:`finishing_needs_storage`)."""
     PUBLISH = "publish"
     """Due again within SQS's delay limit: publish its next wakeup."""
     RECHECK = "recheck"
@@ -51,12 +53,33 @@ class FollowUp(StrEnum):
 def follow_up(run: Run) -> FollowUp:
     """What ``run``'s recorded outcome calls for next."""
     if run.is_terminal:
-        return FollowUp.FINISHED
+        return FollowUp.FINISHED if finishing_needs_storage(run) else FollowUp.NONE
     if run.status.is_runnable and run.due_at is not None and run.wake_at is not None:
         return FollowUp.PUBLISH
     if run.status is RunStatus.RELEASED and run.waiting is not None:
         return FollowUp.RECHECK
     return FollowUp.NONE
+
+
+def keys_to_release(run: Run) -> list[tuple[KeyKind, str]]:
+    """The keys a finished run no longer holds (its idempotency key only on failure)."""
+    keys: list[tuple[KeyKind, str]] = []
+    if run.idempotency_key is not None and run.status is RunStatus.FAILED:
+        keys.append((KeyKind.IDEMPOTENCY, run.idempotency_key))
+    if run.singleton_key is not None and run.status.is_terminal:
+        keys.append((KeyKind.SINGLETON, run.singleton_key))
+    return keys
+
+
+def finishing_needs_storage(run: Run) -> bool:
+    """Whether a finished run has keys to free, waiters to resume, a turn to hand on or
+    a group to move on."""
+    return (
+        run.watched
+        or bool(keys_to_release(run))
+        or run.ordering_key is not None
+        or run.group_id is not None
+    )
 
 
 def decide_claim(

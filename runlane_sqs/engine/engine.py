@@ -13,18 +13,20 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from functools import cached_property
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from runlane_sqs.core.clock import Clock, ManualClock
 from runlane_sqs.core.config import RunlaneConfig
-from runlane_sqs.engine.finishing import Finisher
+from runlane_sqs.engine.driver import EngineCall
+from runlane_sqs.engine.finishing import Finish, Finisher
 from runlane_sqs.engine.groups import Groups
 from runlane_sqs.engine.observing import Observer
 from runlane_sqs.engine.ordering import Turns
 from runlane_sqs.engine.publishing import Publisher
-from runlane_sqs.engine.resuming import Resumer
+from runlane_sqs.engine.rates import Reservation, reserve
+from runlane_sqs.engine.resuming import Recheck, Resumer
 from runlane_sqs.engine.signals import SignalsApi
-from runlane_sqs.engine.slots import SlotWaker
+from runlane_sqs.engine.slots import PassSlotsOn, RecheckSlot, SlotWaker, WakeWaiters
 from runlane_sqs.engine.tasks import TaskRegistry
 from runlane_sqs.engine.tokens import TokensApi
 from runlane_sqs.engine.triggering import Triggers
@@ -91,6 +93,23 @@ class Engine:
             store.tokens, self.resumer, self.values, clock, config.environment, self.observer
         )
         self.signals = SignalsApi(self.resumer, self.values, self.observer)
+
+    def serve(self, request: EngineCall) -> Any:
+        """Perform a request of the per-message path that only calls one of these
+        services (:class:`~runlane_sqs.engine.driver.EngineCall`)."""
+        return self._served[type(request)](request)
+
+    @cached_property
+    def _served(self) -> dict[type, Callable[[Any], Any]]:
+        """The service call of each kind of :class:`~runlane_sqs.engine.driver.EngineCall`."""
+        return {
+            Finish: lambda call: self.finisher.after_finished(call.run),
+            Recheck: lambda call: self.resumer.recheck(call.run),
+            WakeWaiters: lambda call: self.slot_waker.wake(call.scopes),
+            RecheckSlot: lambda call: self.slot_waker.recheck(call.run, call.slot),
+            PassSlotsOn: lambda call: self.slot_waker.pass_on(call.run),
+            Reservation: lambda call: reserve(self.store.rates, call),
+        }
 
     @cached_property
     def app_version(self) -> str | None:

@@ -5,36 +5,26 @@ turn is handed on and its group moves on (maintenance checks both too)."""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from runlane_sqs.core.errors import RunlaneError
-from runlane_sqs.core.model import Run, RunStatus
+from runlane_sqs.core.model import Run
+from runlane_sqs.engine.decisions import finishing_needs_storage, keys_to_release
+from runlane_sqs.engine.driver import EngineCall
 from runlane_sqs.engine.groups import Groups
 from runlane_sqs.engine.ordering import Turns
 from runlane_sqs.engine.resuming import RESUME_BATCH, Resumer
-from runlane_sqs.ports.keys import KeyKind, KeyStore
+from runlane_sqs.ports.keys import KeyStore
 
 log = logging.getLogger("runlane_sqs")
 
 
-def keys_to_release(run: Run) -> list[tuple[KeyKind, str]]:
-    """The keys a finished run no longer holds (its idempotency key only on failure)."""
-    keys: list[tuple[KeyKind, str]] = []
-    if run.idempotency_key is not None and run.status is RunStatus.FAILED:
-        keys.append((KeyKind.IDEMPOTENCY, run.idempotency_key))
-    if run.singleton_key is not None and run.status.is_terminal:
-        keys.append((KeyKind.SINGLETON, run.singleton_key))
-    return keys
+@dataclass(frozen=True, slots=True)
+class Finish(EngineCall):
+    """Free a finished run's keys and resume its first waiters
+    (:meth:`Finisher.after_finished`). Result: ``None``."""
 
-
-def finishing_needs_storage(run: Run) -> bool:
-    """Whether a finished run has keys to free, waiters to resume, a turn to hand on or
-    a group to move on."""
-    return (
-        run.watched
-        or bool(keys_to_release(run))
-        or run.ordering_key is not None
-        or run.group_id is not None
-    )
+    run: Run
 
 
 class Finisher:

@@ -22,6 +22,7 @@ from runlane_sqs.core.model import JSON, EventType, Run, Wait, WaitKind
 from runlane_sqs.core.redaction import digest
 from runlane_sqs.core.tokens import Token
 from runlane_sqs.engine.context import RunOutcome
+from runlane_sqs.engine.driver import EngineCall
 from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.values import Values
 from runlane_sqs.ports.store import RunStore
@@ -32,6 +33,14 @@ RESUME_BATCH = 25
 the rest in batches."""
 WAITERS_PAGE_SIZE = 25
 """Waiting runs asked for in one page of the waits index."""
+
+
+@dataclass(frozen=True, slots=True)
+class Recheck(EngineCall):
+    """Resume a run released to wait if its target decided meanwhile
+    (:meth:`Resumer.recheck`). Result: ``None``."""
+
+    run: Run
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,27 +15,100 @@ makes the run wait (the per-message path, :mod:`runlane_sqs.engine.message`); th
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.config import RunlaneConfig
-from runlane_sqs.core.errors import ConflictError
+from runlane_sqs.core.errors import ConflictError, RunlaneError
+from runlane_sqs.core.machine import SkipReason
 from runlane_sqs.core.model import LEASED_STATUSES, Run, Slot
 from runlane_sqs.core.slots import SlotState, holder_run, slot_freed, wait_for_slot
+from runlane_sqs.engine.context import TaskContext
+from runlane_sqs.engine.driver import (
+    Disposition,
+    EngineCall,
+    Handling,
+    WorkerIdentity,
+    Write,
+    log_skip,
+)
 from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.tasks import TaskRegistry
 from runlane_sqs.ports.store import RunStore
 
 log = logging.getLogger("runlane_sqs.slots")
+worker_log = logging.getLogger("runlane_sqs.worker")
+"""The per-message path's logger: where a worker says a run waits for a slot."""
 SPARE_WAITERS = 4
 """Waiters read beyond those to wake: the waits index lags writes by a moment, so an
 entry may name a run that was woken already."""
 UNLIMITED_WAKES = 100
 """Waiters one check wakes in a scope that this app's code no longer limits (a deploy
 removed the limit): the rest at the next pass."""
+
+
+@dataclass(frozen=True, slots=True)
+class WakeWaiters(EngineCall):
+    """Slots of these scopes were just freed: wake the oldest run waiting for each
+    (:meth:`SlotWaker.wake`). Result: ``None``."""
+
+    scopes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RecheckSlot(EngineCall):
+    """``run`` just began waiting for ``slot``: wake it if a slot is free by now
+    (:meth:`SlotWaker.recheck`). Result: ``None``."""
+
+    run: Run
+    slot: Slot
+
+
+@dataclass(frozen=True, slots=True)
+class PassSlotsOn(EngineCall):
+    """``run`` sleeps until its reserved start instead of taking its slots: wake the
+    oldest waiter of each of its limits that has a free slot (``run`` may have been woken
+    for it; :meth:`SlotWaker.pass_on`). Result: ``None``."""
+
+    run: Run
+
+
+def wait_for_free_slot(run: Run, slot: Slot, holders: int, path: WorkerIdentity) -> Handling:
+    """Every slot of ``slot``'s scope is held: the run waits, with no attempt counted,
+    and its wakeup is acknowledged; the write that frees a slot wakes the oldest
+    waiter (docs/concurrency.md). The run is checked once more after its write, in
+    case the slot freed in between."""
+    now = path.clock.now()
+    try:
+        waiting: Run = yield Write(wait_for_slot(run, slot, holders=holders, now=now))
+    except ConflictError:
+        return log_skip(run.id, SkipReason.CLAIM_LOST, path.worker_id, run)
+    path.observer.delayed(waiting, "slot")
+    worker_log.info(
+        "run %s waits for a slot of %s (%d of %d held)",
+        run.id,
+        slot.scope,
+        holders,
+        slot.limit,
+        extra={"run_id": run.id, "task": run.task, "worker_id": path.worker_id},
+    )
+    with contextlib.suppress(RunlaneError):  # maintenance checks the slot record too
+        yield RecheckSlot(waiting, slot)
+    return Disposition.SKIPPED
+
+
+def wake_waiters(run: Run, ctx: TaskContext) -> Generator[WakeWaiters, Any, None]:
+    """The attempt's end freed ``run``'s slots: wake the oldest waiter of each scope
+    (what this misses, maintenance wakes)."""
+    try:
+        yield WakeWaiters(tuple(s.scope for s in run.slots))
+    except RunlaneError as exc:
+        ctx.log.warning("waking runs waiting for a slot failed: %s", exc)
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,7 +67,8 @@ from typing import Any, TypedDict
 
 from runlane_sqs.api.app import Runlane
 from runlane_sqs.core.errors import MissingResourceError
-from runlane_sqs.engine.message import Disposition, ForeignEnvironments, MessagePath
+from runlane_sqs.engine.driver import Disposition
+from runlane_sqs.engine.message import ForeignEnvironments, MessagePath
 from runlane_sqs.lambdas.deadline import (
     DEFAULT_SAFETY_MARGIN_SECONDS,
     MIN_WORKING_SECONDS,

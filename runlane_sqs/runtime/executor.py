@@ -1,5 +1,5 @@
 """How attempts run with sync I/O, in the sync worker and the Lambda consumer: the driver
-of the per-message path (:mod:`runlane_sqs.engine.message`), which performs each request
+of the per-message path (:mod:`runlane_sqs.engine.driver`), which performs each request
 with the engine's sync ports and calls the handler on the current thread, and the
 heartbeat thread that keeps the leases of in-flight attempts alive.
 """
@@ -15,13 +15,13 @@ from typing import Any
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.errors import RunlaneError
 from runlane_sqs.core.model import Lease, Run
-from runlane_sqs.core.rates import Reserve, ReserveAt
-from runlane_sqs.engine import message
+from runlane_sqs.engine import driver
 from runlane_sqs.engine.attempt import AttemptRuntime
 from runlane_sqs.engine.context import TaskContext
+from runlane_sqs.engine.driver import Disposition
 from runlane_sqs.engine.engine import Engine
 from runlane_sqs.engine.leases import LeaseBook, TrackedAttempt
-from runlane_sqs.engine.message import Disposition
+from runlane_sqs.engine.message import MessagePath
 from runlane_sqs.ports.store import RunStore
 from runlane_sqs.ports.transport import ReceivedWakeup
 from runlane_sqs.runtime.budget import retried, write_budget
@@ -30,7 +30,7 @@ log = logging.getLogger("runlane_sqs.worker")
 
 
 def begin_attempt(
-    request: message.Begin, engine: Engine, leases: LeaseBook, worker_id: str
+    request: driver.Begin, engine: Engine, leases: LeaseBook, worker_id: str
 ) -> TaskContext:
     """The context of a claimed run's attempt, its lease tracked by ``leases`` (shared by
     both drivers: steps and waits in a context use the engine's sync store)."""
@@ -55,7 +55,7 @@ class Executor:
         self,
         engine: Engine,
         leases: LeaseBook,
-        path: message.MessagePath,
+        path: MessagePath,
         hold: Callable[[ReceivedWakeup, datetime], None] | None = None,
     ) -> None:
         self.engine = engine
@@ -63,28 +63,29 @@ class Executor:
         self.path = path
         self._hold = hold
         """Where a message waits for its run's reserved start (the worker's intake), if anywhere."""
-        self._perform = message.performer_table(self)
+        self._perform = driver.performer_table(self)
 
     def handle(self, received: ReceivedWakeup) -> Disposition:
-        return message.drive(self.path.handle(received), self.perform)
+        return driver.drive(self.path.handle(received), self.perform)
 
-    def perform(self, request: message.PathRequest) -> Any:
-        return self._perform[type(request)](request)
+    def perform(self, request: driver.PathRequest | driver.EngineCall) -> Any:
+        method: Callable[[Any], Any] = self._perform.get(type(request), self.serve)
+        return method(request)
 
-    def read(self, request: message.ReadRun) -> Run | None:
+    def read(self, request: driver.ReadRun) -> Run | None:
         return retried(self.engine.store.get_run, request.run_id)
 
-    def claim_hinted(self, request: message.ClaimHinted) -> Run:
+    def claim_hinted(self, request: driver.ClaimHinted) -> Run:
         return retried(self.engine.store.claim_hinted, request.claim)
 
-    def write(self, request: message.Write) -> Run:
+    def write(self, request: driver.Write) -> Run:
         budget = write_budget(request.transition, self.engine.clock.now())
         return retried(self.engine.store.apply, request.transition, budget)
 
-    def begin(self, request: message.Begin) -> TaskContext:
+    def begin(self, request: driver.Begin) -> TaskContext:
         return begin_attempt(request, self.engine, self.leases, self.path.worker_id)
 
-    def call(self, request: message.CallHandler) -> object:
+    def call(self, request: driver.CallHandler) -> object:
         """The handler, called with the run's payload (opened); its result, sealed. An
         ``async def`` handler runs to completion on a fresh event loop."""
         values = self.engine.values
@@ -100,43 +101,23 @@ class Executor:
                 result = request.task.fn(request.ctx, payload)
             return values.seal(result, what="handler result").value
 
-    def end(self, request: message.End) -> tuple[Run, bool] | None:
+    def end(self, request: driver.End) -> tuple[Run, bool] | None:
         return self.leases.untrack(request.run_id)
 
-    def reserve(self, request: Reserve) -> int:
-        rates = self.engine.store.rates
-        return rates.reserve(request.rate, cost=request.cost, not_before_us=request.not_before_us)
-
-    def reserve_at(self, request: ReserveAt) -> int | None:
-        rates = self.engine.store.rates
-        return rates.reserve_at(request.rate, cost=request.cost, at_us=request.at_us)
-
-    def pause(self, request: message.Pause) -> None:
+    def pause(self, request: driver.Pause) -> None:
         self.engine.pause(request.delay.total_seconds())
 
-    def hold(self, request: message.Hold) -> bool:
+    def hold(self, request: driver.Hold) -> bool:
         if self._hold is None:
             return False
         self._hold(request.message, request.until)
         return True
 
-    def publish(self, request: message.Publish) -> None:
+    def publish(self, request: driver.Publish) -> None:
         self.engine.publisher.publish_many([request.run], delay=request.delay)
 
-    def finish(self, request: message.Finish) -> None:
-        self.engine.finisher.after_finished(request.run)
-
-    def recheck(self, request: message.Recheck) -> None:
-        self.engine.resumer.recheck(request.run)
-
-    def wake_waiters(self, request: message.WakeWaiters) -> None:
-        self.engine.slot_waker.wake(request.scopes)
-
-    def recheck_slot(self, request: message.RecheckSlot) -> None:
-        self.engine.slot_waker.recheck(request.run, request.slot)
-
-    def pass_slots_on(self, request: message.PassSlotsOn) -> None:
-        self.engine.slot_waker.pass_on(request.run)
+    def serve(self, request: driver.EngineCall) -> Any:
+        return self.engine.serve(request)
 
 
 class LeaseKeeper(LeaseBook):

@@ -49,8 +49,10 @@ from runlane_sqs.core.limits import (
     MAX_WAIT_TIME_SECONDS,
 )
 from runlane_sqs.core.wakeup import START_MARK, held_until
+from runlane_sqs.engine.driver import Disposition
 from runlane_sqs.engine.engine import Engine, HasEngine
-from runlane_sqs.engine.message import MAX_EARLY, Disposition, MessagePath
+from runlane_sqs.engine.message import MessagePath
+from runlane_sqs.engine.rates import MAX_EARLY
 from runlane_sqs.ports.transport import ReceivedWakeup, WakeupTransport
 from runlane_sqs.runtime.executor import Executor, LeaseKeeper
 from runlane_sqs.runtime.protection import ENV_AGENT, protection_from_env
@@ -254,7 +256,7 @@ class Intake:
 
     def add(self, messages: Sequence[ReceivedWakeup]) -> None:
         """Buffer received messages. One whose hint names a reserved start a moment ahead
-        (see :data:`~runlane_sqs.engine.message.EARLY_WAKEUP`) is held until just before
+        (see :data:`~runlane_sqs.engine.rates.EARLY_WAKEUP`) is held until just before
         it, no thread tied up waiting."""
         for message in messages:
             until = held_until(message.body) if START_MARK in message.body else None

@@ -10,7 +10,7 @@ from runlane_sqs.core.clock import ManualClock
 from runlane_sqs.core.errors import ConfigurationError
 from runlane_sqs.core.model import new_run_id
 from runlane_sqs.core.wakeup import ClaimHint, Wakeup
-from runlane_sqs.engine.message import Disposition
+from runlane_sqs.engine.driver import Disposition
 from runlane_sqs.ports.transport import ReceivedWakeup
 from runlane_sqs.runtime.worker import (
     ACK_LINGER_SECONDS,

@@ -3,7 +3,7 @@ deleted, made visible again at once the first time, held when received again."""
 
 from __future__ import annotations
 
-from runlane_sqs.engine.message import Disposition
+from runlane_sqs.engine.driver import Disposition
 from runlane_sqs.ports.transport import ReceivedWakeup
 from runlane_sqs.runtime.worker import HELD_SECONDS, Intake, WorkerConfig
 

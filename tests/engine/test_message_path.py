@@ -20,25 +20,23 @@ from runlane_sqs.core.recovery import expire_lease
 from runlane_sqs.core.slots import queue_scope
 from runlane_sqs.core.wakeup import ClaimHint, Wakeup
 from runlane_sqs.engine.context import WaitRequested
-from runlane_sqs.engine.leases import LeaseBook
-from runlane_sqs.engine.message import (
+from runlane_sqs.engine.driver import (
     Begin,
     CallHandler,
     ClaimHinted,
     Disposition,
     End,
-    Finish,
-    MessagePath,
     PathRequest,
     Publish,
     ReadRun,
-    Recheck,
-    RecheckSlot,
-    WakeWaiters,
     Write,
-    always,
     drive,
 )
+from runlane_sqs.engine.finishing import Finish
+from runlane_sqs.engine.leases import LeaseBook
+from runlane_sqs.engine.message import MessagePath, always
+from runlane_sqs.engine.resuming import Recheck
+from runlane_sqs.engine.slots import RecheckSlot, WakeWaiters
 from runlane_sqs.engine.tasks import TaskRegistry
 from runlane_sqs.ports.transport import ReceivedWakeup
 from runlane_sqs.runtime.executor import begin_attempt

@@ -1,4 +1,4 @@
-"""The async driver of the per-message path (:mod:`runlane_sqs.engine.message`):
+"""The async driver of the per-message path (:mod:`runlane_sqs.engine.driver`):
 reads and writes go through the async store, ``async def`` handlers run on the event
 loop, sync handlers on a bounded pool of threads, and the rare follow-ups (key
 releases, resuming waiters) through the engine's sync ports on a thread.
@@ -14,11 +14,11 @@ from typing import Any
 
 from runlane_sqs.core.clock import ManualClock
 from runlane_sqs.core.model import Run
-from runlane_sqs.core.rates import Reserve, ReserveAt
-from runlane_sqs.engine import message
+from runlane_sqs.engine import driver
 from runlane_sqs.engine.context import TaskContext
+from runlane_sqs.engine.driver import Disposition
 from runlane_sqs.engine.engine import Engine
-from runlane_sqs.engine.message import Disposition
+from runlane_sqs.engine.message import MessagePath
 from runlane_sqs.engine.values import is_sealed
 from runlane_sqs.ports.aio import AsyncRunStore, AsyncWakeupTransport
 from runlane_sqs.ports.transport import ReceivedWakeup
@@ -28,11 +28,11 @@ from runlane_sqs.runtime.budget import retried_async, write_budget
 from runlane_sqs.runtime.executor import begin_attempt
 
 
-async def drive_async(handling: message.Handling, executor: AsyncExecutor) -> Disposition:
+async def drive_async(handling: driver.Handling, executor: AsyncExecutor) -> Disposition:
     """Run ``handling`` to the end, awaiting each request. An attempt the worker cancels
     (its grace period ran out) closes the path: nothing is recorded, the lease expires
     and maintenance makes the run runnable again."""
-    request = message.next_request(handling, None, None)
+    request = driver.next_request(handling, None, None)
     while not isinstance(request, Disposition):
         try:
             reply = await executor.perform(request)
@@ -41,11 +41,11 @@ async def drive_async(handling: message.Handling, executor: AsyncExecutor) -> Di
                 handling.close()
                 raise
             # the handler's own cancellation: a failure
-            request = message.next_request(handling, None, exc)
+            request = driver.next_request(handling, None, exc)
         except BaseException as exc:  # the path decides what a failed request means
-            request = message.next_request(handling, None, exc)
+            request = driver.next_request(handling, None, exc)
         else:
-            request = message.next_request(handling, reply, None)
+            request = driver.next_request(handling, reply, None)
     return request
 
 
@@ -65,7 +65,7 @@ class AsyncExecutor:
         self,
         engine: Engine,
         leases: AsyncLeaseKeeper,
-        path: message.MessagePath,
+        path: MessagePath,
         store: AsyncRunStore,
         transport: AsyncWakeupTransport,
         threads: DaemonThreads,
@@ -79,28 +79,29 @@ class AsyncExecutor:
         self.store = store
         self.transport = transport
         self.threads = threads
-        self._perform = message.performer_table(self)
+        self._perform = driver.performer_table(self)
 
     async def handle(self, received: ReceivedWakeup) -> Disposition:
         return await drive_async(self.path.handle(received), self)
 
-    async def perform(self, request: message.PathRequest) -> Any:
-        return await self._perform[type(request)](request)
+    async def perform(self, request: driver.PathRequest | driver.EngineCall) -> Any:
+        method: Callable[[Any], Any] = self._perform.get(type(request), self.serve)
+        return await method(request)
 
-    async def read(self, request: message.ReadRun) -> Run | None:
+    async def read(self, request: driver.ReadRun) -> Run | None:
         return await retried_async(self.store.get_run, request.run_id)
 
-    async def claim_hinted(self, request: message.ClaimHinted) -> Run:
+    async def claim_hinted(self, request: driver.ClaimHinted) -> Run:
         return await retried_async(self.store.claim_hinted, request.claim)
 
-    async def write(self, request: message.Write) -> Run:
+    async def write(self, request: driver.Write) -> Run:
         budget = write_budget(request.transition, self.engine.clock.now())
         return await retried_async(self.store.apply, request.transition, budget)
 
-    async def begin(self, request: message.Begin) -> TaskContext:
+    async def begin(self, request: driver.Begin) -> TaskContext:
         return begin_attempt(request, self.engine, self.leases, self.path.worker_id)
 
-    async def call(self, request: message.CallHandler) -> object:
+    async def call(self, request: driver.CallHandler) -> object:
         """The handler, called with the run's payload (opened); its result, sealed. A
         value kept in the payload bucket, or encoded by codecs (which may call KMS), is
         read and written on a thread; a plain one on the loop."""
@@ -132,51 +133,28 @@ class AsyncExecutor:
                 self.leases.untrack(ctx.run_id)
             raise
 
-    async def end(self, request: message.End) -> tuple[Run, bool] | None:
+    async def end(self, request: driver.End) -> tuple[Run, bool] | None:
         return self.leases.untrack(request.run_id)
 
-    async def publish(self, request: message.Publish) -> None:
+    async def publish(self, request: driver.Publish) -> None:
         publisher = self.engine.publisher
         wakeups = publisher.wakeups([request.run], delay=request.delay)
         unsent = await self.transport.publish(wakeups, request.delay)
         if unsent:
             await asyncio.to_thread(publisher.settle, [request.run], unsent)
 
-    async def finish(self, request: message.Finish) -> None:
-        await asyncio.to_thread(self.engine.finisher.after_finished, request.run)
-
-    async def recheck(self, request: message.Recheck) -> None:
-        await asyncio.to_thread(self.engine.resumer.recheck, request.run)
-
-    async def wake_waiters(self, request: message.WakeWaiters) -> None:
-        await asyncio.to_thread(self.engine.slot_waker.wake, request.scopes)
-
-    async def reserve(self, request: Reserve) -> int:
-        rates = self.engine.store.rates
-        return await asyncio.to_thread(
-            rates.reserve, request.rate, cost=request.cost, not_before_us=request.not_before_us
-        )
-
-    async def reserve_at(self, request: ReserveAt) -> int | None:
-        rates = self.engine.store.rates
-        return await asyncio.to_thread(
-            rates.reserve_at, request.rate, cost=request.cost, at_us=request.at_us
-        )
-
-    async def pause(self, request: message.Pause) -> None:
+    async def pause(self, request: driver.Pause) -> None:
         await pause_on_loop(self.engine, request.delay.total_seconds())
 
-    async def hold(self, request: message.Hold) -> bool:
+    async def hold(self, request: driver.Hold) -> bool:
         if self._hold is None:
             return False
         self._hold(request.message, request.until)
         return True
 
-    async def recheck_slot(self, request: message.RecheckSlot) -> None:
-        await asyncio.to_thread(self.engine.slot_waker.recheck, request.run, request.slot)
-
-    async def pass_slots_on(self, request: message.PassSlotsOn) -> None:
-        await asyncio.to_thread(self.engine.slot_waker.pass_on, request.run)
+    async def serve(self, request: driver.EngineCall) -> Any:
+        """An engine service's call, on a thread (the engine's services are sync)."""
+        return await asyncio.to_thread(self.engine.serve, request)
 
 
 def _cancelled_by_worker() -> bool:

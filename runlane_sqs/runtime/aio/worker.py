@@ -23,8 +23,9 @@ from typing import Any, Protocol, Unpack
 
 from runlane_sqs.adapters.aws import AwsClients
 from runlane_sqs.core.errors import MissingResourceError, RunlaneError
+from runlane_sqs.engine.driver import Disposition
 from runlane_sqs.engine.engine import HasEngine
-from runlane_sqs.engine.message import Disposition, ForeignEnvironments, MessagePath
+from runlane_sqs.engine.message import ForeignEnvironments, MessagePath
 from runlane_sqs.ports.aio import AsyncWakeupTransport
 from runlane_sqs.ports.transport import ReceivedWakeup
 from runlane_sqs.runtime.aio.backend import open_ports
