@@ -31,4 +31,12 @@ wrapped client's.
 
 What they cannot send the way botocore would (:func:`~.protocol.lean_unsupported`, and
 the configurations ``runlane_sqs.adapters.aws`` refuses), is left to botocore.
+
+- **botocore's internals**: what of the above botocore (or aiobotocore) offers no public
+  way to do (forcing a credentials refresh, finding an event's handlers, reading the
+  HTTP session's settings, the standard retry mode's classes, the signer's hooks) goes
+  through :mod:`.botocore_internals` alone, whose ``READS`` lists each private attribute
+  and undocumented function it uses. ``pyproject.toml`` pins botocore and boto3 to the
+  minor release CI tests (1.40), and ``tests/contract/test_botocore_internals.py``
+  fails, naming the internal, when the installed botocore no longer has one as read.
 """

@@ -29,6 +29,21 @@ from botocore.exceptions import (
     SSLError,
 )
 
+from runlane_sqs.adapters.lean.botocore_internals import (
+    client_certificate,
+    client_http_session,
+    connector_args,
+    frozen_credentials,
+    handlers_of,
+    is_aiohttp_session,
+    mandatory_refresh,
+    pool_size,
+    proxy_config,
+    refresh_lock,
+    refreshes,
+    session_timeout,
+    tls_context,
+)
 from runlane_sqs.adapters.lean.keepalive import (
     MAX_HEADERS,
     Body,
@@ -38,7 +53,6 @@ from runlane_sqs.adapters.lean.keepalive import (
     framing,
     request_head,
     status_of,
-    tls_context,
     too_many_headers,
 )
 from runlane_sqs.adapters.lean.protocol import (
@@ -47,7 +61,6 @@ from runlane_sqs.adapters.lean.protocol import (
     JsonProtocol,
     Response,
     answered_in_place,
-    handlers_of,
     operation_method,
 )
 
@@ -99,12 +112,12 @@ def async_unsupported_by(http_session: Any, url: str) -> str | None:
     """Why the aiobotocore session's settings for ``url`` cannot be followed by an
     :class:`AsyncKeepAlive` (``None``: they can): another HTTP session than
     aiohttp's, a proxy for the endpoint, or a client certificate."""
-    proxies = getattr(http_session, "_proxy_config", None)
-    if proxies is None or not hasattr(http_session, "_connector_args"):
+    proxies = proxy_config(http_session)
+    if proxies is None or not is_aiohttp_session(http_session):
         return "its HTTP session is not aiobotocore's AIOHTTPSession"
     if proxies.proxy_url_for(url):
         return "requests to the endpoint go through a proxy"
-    if getattr(http_session, "_cert_file", None):
+    if client_certificate(http_session):
         return "it presents a client certificate"
     return None
 
@@ -182,15 +195,15 @@ class AsyncKeepAlive:
         self._host = parts.hostname or ""
         self._port = parts.port or (443 if parts.scheme == "https" else 80)
         self._host_header = f"Host: {parts.netloc}"
-        timeout = http_session._timeout
+        timeout = session_timeout(http_session)
         self._connect_timeout = timeout.sock_connect or timeout.connect or 60
         self._read_timeout = timeout.sock_read or timeout.total or 60
-        self._size = int(http_session._max_pool_connections)
-        connector = http_session._connector_args or {}
+        self._size = pool_size(http_session)
+        connector = connector_args(http_session)
         keepalive = connector.get("keepalive_timeout")
         self._keepalive = KEEPALIVE_SECONDS if keepalive is None else float(keepalive)
         self._force_close = bool(connector.get("force_close"))
-        self._context = tls_context(http_session._verify) if parts.scheme == "https" else None
+        self._context = tls_context(http_session) if parts.scheme == "https" else None
         self._idle: list[Stream] = []
 
     async def post(self, path: str, body: bytes, headers: dict[str, str]) -> Response:
@@ -255,11 +268,11 @@ class AsyncKeepAlive:
 async def refresh_expired_async(credentials: Any, used: Any) -> bool:
     """:func:`runlane_sqs.adapters.lean.client.refresh_expired` for aiobotocore's credentials,
     which refresh under an ``asyncio`` lock."""
-    if not hasattr(credentials, "_protected_refresh"):
+    if not refreshes(credentials):
         return False
-    async with credentials._refresh_lock:
-        if credentials._frozen_credentials == used:
-            await credentials._protected_refresh(is_mandatory=True)
+    async with refresh_lock(credentials):
+        if frozen_credentials(credentials) == used:
+            await mandatory_refresh(credentials)
     return True
 
 
@@ -280,7 +293,7 @@ class AsyncLeanClient:
         self._protocol = JsonProtocol(client, max_attempts=max_attempts)
         self._operations = HOT_OPERATIONS.get(self._protocol.model.service_name, {})
         self._events = client.meta.events
-        url, http_session = self._protocol.url, client._endpoint.http_session
+        url, http_session = self._protocol.url, client_http_session(client)
         self._exchange: AsyncExchange = (
             AioExchange(url, http_session)
             if async_unsupported_by(http_session, url)
@@ -334,8 +347,8 @@ class AsyncLeanClient:
         return call.result(http_response, parsed)
 
     async def _post(self, call: Call, body: bytes, headers: dict[str, str]) -> Response:
-        """One attempt's exchange, ``before-send`` handlers first (see
-        :meth:`runlane_sqs.adapters.lean.client.LeanClient._post`)."""
+        """One attempt's exchange, ``before-send`` handlers first, as the sync
+        :class:`~runlane_sqs.adapters.lean.client.LeanClient` sends it."""
         event = call.event("before-send")
         if handlers_of(self._events, event):
             prepared = call.prepared(body, headers)

@@ -5,7 +5,6 @@ behind a proxy or with a client certificate."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
@@ -14,6 +13,13 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import RefreshableCredentials
 from botocore.exceptions import BotoCoreError
 
+from runlane_sqs.adapters.lean.botocore_internals import (
+    client_http_session,
+    frozen_credentials,
+    handlers_of,
+    mandatory_refresh,
+    refresh_lock,
+)
 from runlane_sqs.adapters.lean.keepalive import KeepAlive, unsupported_by
 from runlane_sqs.adapters.lean.protocol import (
     HOT_OPERATIONS,
@@ -21,7 +27,6 @@ from runlane_sqs.adapters.lean.protocol import (
     JsonProtocol,
     Response,
     answered_in_place,
-    handlers_of,
     operation_method,
 )
 
@@ -54,14 +59,12 @@ def refresh_expired(credentials: Any, used: Any) -> bool:
     for expired credentials, unless another thread did already; ``False`` when they do
     not refresh (static keys). botocore refreshes only by their expiry time and has no
     public way to force it: this takes the lock it refreshes under and calls its own
-    mandatory refresh."""
+    mandatory refresh (:mod:`.botocore_internals`)."""
     if not isinstance(credentials, RefreshableCredentials):
         return False
-    refreshable: Any = credentials
-    lock: threading.Lock = refreshable._refresh_lock
-    with lock:
-        if refreshable._frozen_credentials == used:
-            refreshable._protected_refresh(is_mandatory=True)
+    with refresh_lock(credentials):
+        if frozen_credentials(credentials) == used:
+            mandatory_refresh(credentials)
     return True
 
 
@@ -83,7 +86,7 @@ class LeanClient:
         self._operations = HOT_OPERATIONS.get(self._protocol.model.service_name, {})
         self._events = client.meta.events
         url = self._protocol.url
-        http_session = client._endpoint.http_session
+        http_session = client_http_session(client)
         self._exchange: Exchange = (
             BotocoreExchange(url, http_session)
             if unsupported_by(http_session, url)

@@ -37,8 +37,16 @@ from botocore.exceptions import (
     ReadTimeoutError,
     SSLError,
 )
-from botocore.httpsession import create_urllib3_context, get_cert_path
 
+from runlane_sqs.adapters.lean.botocore_internals import (
+    client_certificate,
+    is_urllib3_session,
+    pool_size,
+    proxy_config,
+    session_timeout,
+    socket_options,
+    tls_context,
+)
 from runlane_sqs.adapters.lean.protocol import Response
 
 MAX_HEADER_LINE = 65536
@@ -196,27 +204,15 @@ class Connection:
         self.sock.close()
 
 
-def tls_context(verify: Any) -> ssl.SSLContext:
-    """The TLS settings botocore's sessions use: its default context, verifying with
-    ``verify``'s CA bundle (botocore's own when ``True``), or not verifying if ``False``."""
-    context: ssl.SSLContext = create_urllib3_context()
-    if verify is False:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    else:
-        context.load_verify_locations(cafile=get_cert_path(verify))
-    return context
-
-
 def unsupported_by(http_session: Any, url: str) -> str | None:
     """Why the botocore session's settings for ``url`` cannot be followed here (``None``:
     they can): a proxy for the endpoint, or a client certificate."""
-    proxies = getattr(http_session, "_proxy_config", None)
-    if proxies is None or not hasattr(http_session, "_verify"):
+    proxies = proxy_config(http_session)
+    if proxies is None or not is_urllib3_session(http_session):
         return "its HTTP session is not botocore's URLLib3Session"
     if proxies.proxy_url_for(url):
         return "requests to the endpoint go through a proxy"
-    if getattr(http_session, "_cert_file", None):
+    if client_certificate(http_session):
         return "it presents a client certificate"
     return None
 
@@ -232,12 +228,12 @@ class KeepAlive:
         self._host = parts.hostname or ""
         self._port = parts.port or (443 if self._https else 80)
         self._host_header = f"Host: {parts.netloc}"
-        timeout = http_session._timeout
+        timeout = session_timeout(http_session)
         self._connect_timeout = getattr(timeout, "connect_timeout", None) or 60
         self._read_timeout = getattr(timeout, "read_timeout", None) or 60
-        self._size = int(http_session._max_pool_connections)
-        self._socket_options = list(http_session._socket_options or [])
-        self._context = tls_context(http_session._verify) if self._https else None
+        self._size = pool_size(http_session)
+        self._socket_options = socket_options(http_session)
+        self._context = tls_context(http_session) if self._https else None
         self._idle: list[Connection] = []
         self._lock = threading.Lock()
         weakref.finalize(self, _close_all, self._idle)  # an app dropped closes its sockets

@@ -15,14 +15,22 @@ import http.client
 import json
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Final, cast
+from dataclasses import dataclass
+from typing import Any, Final
 from urllib.parse import urlsplit
 
-from botocore.auth import SIGNED_HEADERS_BLACKLIST, SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.exceptions import BotoCoreError
-from botocore.retries import quota, standard
+
+from runlane_sqs.adapters.lean.botocore_internals import (
+    client_http_session,
+    release_retry_quota,
+    retry_context,
+    retry_delay,
+    retry_metadata,
+    sign_post,
+    standard_retries,
+)
 
 HOT_OPERATIONS: Final[Mapping[str, Mapping[str, str]]] = {
     "dynamodb": {
@@ -59,14 +67,6 @@ class Response:
     content: bytes
 
 
-class _SignedHeaders(dict[str, str]):
-    """The headers to sign, lower-cased, each once: what ``SigV4Auth`` reads of them
-    (its own map is an ``email`` message, built twice per request)."""
-
-    def get_all(self, name: str) -> list[str]:
-        return [self[name]]
-
-
 class SigningKeys:
     """SigV4's signing key of one client (its region and service): four HMACs of the
     secret key and the day, the same for every request of the day, so derived again
@@ -87,46 +87,6 @@ class SigningKeys:
         return key
 
 
-class JsonSigV4(SigV4Auth):
-    """botocore's ``SigV4Auth``, given the headers to sign as a plain map (the request
-    carries its ``Host``, so the signer does not parse the URL for it twice), and the
-    day's signing key kept by ``keys`` (botocore derives it for every request)."""
-
-    def __init__(self, credentials: Any, service: str, region: str, keys: SigningKeys) -> None:
-        super().__init__(credentials, service, region)
-        self._keys = keys
-
-    def headers_to_sign(self, request: Any) -> Any:
-        signed = request.to_sign  # read twice per signature, once the date is in
-        if signed is None:
-            lowered = ((name.lower(), value) for name, value in request.headers.items())
-            signed = _SignedHeaders(
-                (name, value) for name, value in lowered if name not in SIGNED_HEADERS_BLACKLIST
-            )
-            request.to_sign = signed
-        return signed
-
-    def signature(self, string_to_sign: str, request: Any) -> str:
-        day = request.context["timestamp"][0:8]
-        key = self._keys.key(str(self.credentials.secret_key), day)
-        return hmac.new(key, string_to_sign.encode("utf-8"), hashlib.sha256).hexdigest()
-
-
-@dataclass(slots=True)
-class _Signable:
-    """What ``SigV4Auth.add_auth`` reads and writes of a request, without botocore's
-    ``AWSRequest`` (whose headers are an ``email`` message): a JSON ``POST``."""
-
-    url: str
-    headers: dict[str, str]
-    body: bytes
-    method: str = "POST"
-    params: dict[str, str] = field(default_factory=dict)
-    context: dict[str, Any] = field(default_factory=dict)
-    to_sign: _SignedHeaders | None = None
-    """The headers to sign, once :class:`JsonSigV4` has read them."""
-
-
 def operation_method(send: Callable[[str, Any], Any], operation: str) -> Callable[..., Any]:
     """``send`` as the client method of ``operation``: called with the operation's
     parameters as keywords, as a botocore client's methods are."""
@@ -135,18 +95,6 @@ def operation_method(send: Callable[[str, Any], Any], operation: str) -> Callabl
         return send(operation, params)
 
     return method
-
-
-def handlers_of(events: Any, event: str) -> Any:
-    """The handlers a botocore (or aiobotocore) client's emitter would call for
-    ``event``, found as it finds them (its lookup cache, then its handler trie, which
-    botocore offers no public way to ask): empty unless something registered one."""
-    emitter = getattr(events, "_emitter", events)
-    cache = emitter._lookup_cache
-    handlers = cache.get(event)
-    if handlers is None:
-        handlers = cache[event] = emitter._handlers.prefix_search(event)
-    return handlers
 
 
 def answered_in_place(answer: Any, content: bytes) -> Response:
@@ -170,7 +118,7 @@ def lean_unsupported(client: Any) -> str | None:
         return "FIPS or dual-stack endpoints are resolved by botocore per request"
     if getattr(config, "account_id_endpoint_mode", None) == "required":
         return "account-based endpoints are resolved by botocore per request"
-    if getattr(getattr(client, "_endpoint", None), "http_session", None) is None:
+    if client_http_session(client) is None:
         return "the botocore client has no HTTP session to share"
     return None
 
@@ -238,9 +186,7 @@ class JsonProtocol:
             **({"x-amzn-query-mode": "true"} if model.is_query_compatible else {}),
             "User-Agent": meta.config.user_agent or "",
         }
-        self.retryable = standard.StandardRetryConditions(max_attempts=max_attempts)
-        self.backoff = standard.ExponentialBackoff()
-        self.retry_quota = standard.RetryQuotaChecker(quota.RetryQuota())
+        self.retries = standard_retries(max_attempts)
 
     def call(self, operation: str) -> Call:
         """A new call of ``operation`` (its API name, ``GetItem``)."""
@@ -250,9 +196,15 @@ class JsonProtocol:
         """The headers of ``body`` for ``operation``, signed with ``credentials`` (frozen)
         as botocore signs them."""
         headers = {"X-Amz-Target": f"{self._target}.{operation}", **self._headers}
-        request = _Signable(self.url, headers, body)
-        signer = JsonSigV4(credentials, self._signing_name, self.region, self._keys)
-        signer.add_auth(cast(AWSRequest, request))  # reads and writes only what it has
+        scope = (self._signing_name, self.region)
+        sign_post(
+            self.url,
+            headers,
+            body,
+            credentials=credentials,
+            scope=scope,
+            signing_key=self._keys.key,
+        )
         return headers
 
     def parse(self, response: Response) -> dict[str, Any]:
@@ -327,7 +279,8 @@ class Call:
         self.http_response: Any = None
         self.parsed: dict[str, Any] | None = None
         self.caught: BotoCoreError | None = None
-        self._retry: standard.RetryContext | None = None
+        self._retry: Any = None
+        """The last attempt's ``RetryContext``, once one was decided on."""
 
     def event(self, name: str) -> str:
         """The botocore event ``name`` of this call (``before-call.dynamodb.GetItem``)."""
@@ -390,8 +343,7 @@ class Call:
     def retry_delay(self) -> float | None:
         """How long to wait before the next attempt, as botocore's standard mode decides
         (its retry conditions and retry quota); ``None``: no more attempts."""
-        protocol = self.protocol
-        self._retry = retry = standard.RetryContext(
+        self._retry = retry = retry_context(
             attempt_number=self.attempt,
             operation_model=self.model,
             parsed_response=self.parsed,
@@ -399,25 +351,22 @@ class Call:
             caught_exception=self.caught,
             request_context=self.context,
         )
-        if protocol.retryable.is_retryable(retry) and protocol.retry_quota.acquire_retry_quota(
-            retry
-        ):
+        delay = retry_delay(self.protocol.retries, retry)
+        if delay is not None:
             self.attempt += 1
-            return float(protocol.backoff.delay_amount(retry))
-        return None
+        return delay
 
     def outcome(self) -> tuple[Any, dict[str, Any]]:
         """The last attempt's response, parsed (its error unraised); a connection error
         that outlasted the attempts is raised."""
         # botocore calls it with the request's context dict (its after-call event)
-        quota_checker: Any = self.protocol.retry_quota
-        quota_checker.release_retry_quota(self.context, self.http_response)
+        release_retry_quota(self.protocol.retries, self.context, self.http_response)
         if self.caught is not None:
             raise self.caught
         assert self.parsed is not None
         metadata = self.parsed["ResponseMetadata"]
         if self._retry is not None:
-            metadata |= self._retry.get_retry_metadata()
+            metadata |= retry_metadata(self._retry)
         metadata["RetryAttempts"] = self.attempt - 1
         return self.http_response, self.parsed
 
