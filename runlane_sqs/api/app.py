@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Unpack, overload
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack, cast, overload
 
 import boto3
 from botocore.config import Config
@@ -45,8 +44,47 @@ if TYPE_CHECKING:
     from runlane_sqs.runtime.aio.worker import AsyncWorker
     from runlane_sqs.runtime.worker import Worker, WorkerOptions
 
-__all__ = ["Runlane"]
+__all__ = ["AppOptions", "Runlane"]
 log = logging.getLogger("runlane_sqs")
+
+
+class AppParts(TypedDict, total=False):
+    """What an app is built from besides its settings: adapters, clock, telemetry and the
+    AWS session its clients come from (each left out: the default)."""
+
+    store: RunStore | None
+    """Where runs are kept (default: DynamoDB, the ``table`` setting's)."""
+    transport: WakeupTransport | None
+    """Where wakeups go (default: SQS)."""
+    objects: ObjectStore | None
+    """Where values over ``inline_limit`` go (default: S3, with a ``payload_bucket``)."""
+    codec: Codec | Sequence[Codec] | None
+    """What encodes every stored value, one codec or a chain (docs/payloads.md)."""
+    clock: Clock | None
+    telemetry: Telemetry | None
+    """What is traced and measured, and where it goes (docs/observability.md)."""
+    session: boto3.Session | None
+    """The boto3 session the AWS clients come from."""
+    botocore_config: Config | None
+    """Retries, timeouts and pool size of the AWS clients (botocore's ``Config``)."""
+
+
+class AppOptions(RunlaneSettings, AppParts, total=False):
+    """Every keyword argument of :class:`Runlane` and :meth:`Runlane.from_env`, declared
+    once: the app's settings (:class:`~runlane_sqs.core.config.RunlaneSettings`) and
+    its parts (:class:`AppParts`)."""
+
+
+PART_NAMES = frozenset(AppParts.__annotations__)
+
+
+def split_options(options: AppOptions) -> tuple[RunlaneSettings, AppParts]:
+    """The settings and the parts among ``options``."""
+    settings: dict[str, Any] = {}
+    parts: dict[str, Any] = {}
+    for name, value in options.items():
+        (parts if name in PART_NAMES else settings)[name] = value
+    return cast(RunlaneSettings, settings), cast(AppParts, parts)
 
 
 class Runlane(OperatorApis):
@@ -65,30 +103,20 @@ class Runlane(OperatorApis):
     """
 
     def __init__(
-        self,
-        *,
-        config: RunlaneConfig | None = None,
-        store: RunStore | None = None,
-        transport: WakeupTransport | None = None,
-        objects: ObjectStore | None = None,
-        codec: Codec | Sequence[Codec] | None = None,
-        clock: Clock | None = None,
-        telemetry: Telemetry | None = None,
-        session: boto3.Session | None = None,
-        botocore_config: Config | None = None,
-        **settings: Unpack[RunlaneSettings],
+        self, *, config: RunlaneConfig | None = None, **options: Unpack[AppOptions]
     ) -> None:
+        settings, parts = split_options(options)
         if config is None:
             config = RunlaneConfig.build(**settings)
         else:
             config = config.agreeing_with(settings)
         self.config = config
-        self.codecs = codec_chain(codec)
+        self.codecs = codec_chain(parts.get("codec"))
         """What encodes every stored value (docs/payloads.md, "Codecs"), in order."""
-        self.telemetry = telemetry or Telemetry.from_env()
+        self.telemetry = parts.get("telemetry") or Telemetry.from_env()
         self.observer = self.telemetry.observer(config)
         """Spans and metrics of every engine this app builds (docs/observability.md)."""
-        self.clock: Clock = clock or SystemClock()
+        self.clock: Clock = parts.get("clock") or SystemClock()
         self.tasks = TaskRegistry(
             ScheduleRules(
                 maintenance_period=config.maintenance_period,
@@ -98,22 +126,22 @@ class Runlane(OperatorApis):
         self.aws = AwsClients(
             region=config.region,
             endpoint_url=config.endpoint_url,
-            session=session,
-            botocore_config=botocore_config,
+            session=parts.get("session"),
+            botocore_config=parts.get("botocore_config"),
         )
         # Clients are built on first use: importing a module that builds an app needs no
         # AWS settings (a missing region is a ConfigurationError at the first request).
         self.rewire(
-            store=store
+            store=parts.get("store")
             or DynamoRunStore(self.aws.lazy("dynamodb"), config.table, config.environment),
-            transport=transport
+            transport=parts.get("transport")
             or SqsTransport(
                 self.aws.lazy("sqs"),
                 queue_prefix=config.sqs_queue_prefix,
                 queue_urls=config.queue_urls,
             ),
             clock=self.clock,
-            objects=objects,
+            objects=parts.get("objects"),
         )
 
     def rewire(
@@ -168,19 +196,7 @@ class Runlane(OperatorApis):
         return self.engine.signals
 
     @classmethod
-    def from_env(
-        cls,
-        *,
-        store: RunStore | None = None,
-        transport: WakeupTransport | None = None,
-        objects: ObjectStore | None = None,
-        codec: Codec | Sequence[Codec] | None = None,
-        clock: Clock | None = None,
-        telemetry: Telemetry | None = None,
-        session: boto3.Session | None = None,
-        botocore_config: Config | None = None,
-        **settings: Unpack[RunlaneSettings],
-    ) -> Runlane:
+    def from_env(cls, **options: Unpack[AppOptions]) -> Runlane:
         """An app configured by ``RUNLANE_TABLE``, ``RUNLANE_ENVIRONMENT``,
         ``RUNLANE_QUEUE_PREFIX``, ``RUNLANE_QUEUE_URLS``, ``RUNLANE_PAYLOAD_BUCKET``,
         ``RUNLANE_LEASE_SECONDS``,
@@ -188,18 +204,9 @@ class Runlane(OperatorApis):
         ``RUNLANE_PARK_AFTER_RECEIVES`` and boto3's own variables (``AWS_ENDPOINT_URL``,
         ``AWS_ENDPOINT_URL_DYNAMODB``, ``AWS_ENDPOINT_URL_SQS``, ``AWS_DEFAULT_REGION``,
         credentials). Settings given as keyword arguments win over the variables; the
-        other arguments are :class:`Runlane`'s."""
-        return cls(
-            config=RunlaneConfig.from_env(**settings),
-            store=store,
-            transport=transport,
-            objects=objects,
-            codec=codec,
-            clock=clock,
-            telemetry=telemetry,
-            session=session,
-            botocore_config=botocore_config,
-        )
+        other options are :class:`Runlane`'s."""
+        settings, parts = split_options(options)
+        return cls(config=RunlaneConfig.from_env(**settings), **parts)
 
     @property
     def botocore_config(self) -> Config:
@@ -319,19 +326,6 @@ class Runlane(OperatorApis):
         is cancelled. Each step is a group of one child (``app.runs.children`` of the
         returned group id lists the first run; each step's group opens the next's)."""
         return self.engine.groups.chain(first, steps)
-
-    def publish(self, run: Run, *, delay: timedelta | None = None) -> bool:
-        """Publish one wakeup for ``run``; False if SQS refused (maintenance repairs it)."""
-        return self.publisher.publish_many([run], delay=delay) == 1
-
-    def after_finished(self, run: Run) -> None:
-        """What follows a run reaching a terminal status: free its keys, resume a first
-        batch of runs waiting for it and hand its ordering key's turn on."""
-        self.engine.finisher.after_finished(run)
-
-    def release_keys(self, run: Run) -> None:
-        """Free the keys a finished run no longer holds (best effort)."""
-        self.engine.finisher.release_keys(run)
 
     # workers and resources ----------------------------------------------------------
 

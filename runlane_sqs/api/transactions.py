@@ -48,7 +48,7 @@ from runlane_sqs.engine.triggering import (
     replace_owner,
 )
 from runlane_sqs.ports.keys import KeyClaim
-from runlane_sqs.ports.transactions import Action, Cancelled, Refusal
+from runlane_sqs.ports.transactions import Action, Cancelled, Refusal, RefusalReason
 
 log = logging.getLogger("runlane_sqs")
 
@@ -322,7 +322,7 @@ class Transaction:
         for refusal in refusals:
             at = refusal.index - mine
             claim = ours[at][2] if 0 <= at < len(ours) else None
-            if refusal.code != "ConditionalCheckFailed" or claim is None:
+            if refusal.reason is not RefusalReason.CONDITION_FAILED or claim is None:
                 return False
             owner = self._engine.store.get_run(refusal.owner) if refusal.owner else None
             if owner is not None and holds_key(claim.kind, owner):
@@ -344,7 +344,7 @@ class Transaction:
                 reasons.append(f"{what}: {_said(refusal)}")
                 continue
             words, _, claim = ours[at] if at < len(ours) else ("a new run's action", 0, None)
-            if claim is not None and refusal.code == "ConditionalCheckFailed":
+            if claim is not None and refusal.reason is RefusalReason.CONDITION_FAILED:
                 held_by = held_by or refusal.owner
                 reasons.append(f"{words} is held by run {refusal.owner}")
             else:
@@ -388,8 +388,8 @@ class Transaction:
 
 def _said(refusal: Refusal) -> str:
     """DynamoDB's reason for one action, in words."""
-    if refusal.code == "ConditionalCheckFailed":
+    if refusal.reason is RefusalReason.CONDITION_FAILED:
         return "its condition failed"
-    if refusal.code == "TransactionConflict":
+    if refusal.reason is RefusalReason.CONFLICT:
         return "another transaction was writing the item at the same moment; try again"
     return f"{refusal.code}: {refusal.message}" if refusal.message else refusal.code

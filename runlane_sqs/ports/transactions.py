@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Protocol
 
 from runlane_sqs.core.errors import RunlaneError
@@ -22,15 +23,28 @@ Action = dict[str, Any]
 "ConditionCheck": {...}}``."""
 
 
+class RefusalReason(StrEnum):
+    """Why one action of a cancelled transaction was refused, as the library reads it."""
+
+    NONE = "none"
+    """Not refused: another action cancelled the transaction."""
+    CONDITION_FAILED = "condition_failed"
+    """Its condition did not hold (the item the refusal found comes with it, if asked)."""
+    CONFLICT = "conflict"
+    """Another transaction was writing the item at the same moment: send it again."""
+    OTHER = "other"
+    """Anything else (a validation error, an item collection too large...)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Refusal:
     """Why DynamoDB cancelled one action of a transaction."""
 
     index: int
     """The action's place in the request, from 0."""
+    reason: RefusalReason
     code: str
-    """DynamoDB's reason: ``ConditionalCheckFailed``, ``TransactionConflict``,
-    ``ValidationError``, ``ItemCollectionSizeLimitExceeded``..."""
+    """The service's own code for the reason (shown in errors, never compared)."""
     message: str
     owner: str | None = None
     """The run the item the refusal found names: for a key claim, the run holding the

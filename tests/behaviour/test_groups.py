@@ -205,7 +205,7 @@ def test_a_child_counted_twice_is_impossible_even_when_its_finish_is_replayed(
     group = app.group([("square", {"n": n}) for n in range(3)], then=("notify", None))
     drain_all(app)
     child = app.runs.get(child_run_id(group.id, 0))
-    app.after_finished(child)  # a redelivered finish: nothing is counted again
+    app.engine.finisher.after_finished(child)  # a redelivered finish: nothing is counted again
     stored = app.store.groups.get_group(group.id)
     assert (stored.succeeded, stored.failed, stored.cancelled) == (3, 0, 0)
     assert stored.joined_at is not None
@@ -516,7 +516,8 @@ def test_a_count_whose_response_is_lost_lands_once_and_its_next_child_is_created
     groups.count = losing  # type: ignore[method-assign]
     drain_all(app)  # child 0 is counted and item 1 started, but nobody heard of it
     assert app.store.get_run(child_run_id(group.id, 1)) is None
-    app.after_finished(app.runs.get(child_run_id(group.id, 0)))  # the finish, replayed
+    finished = app.runs.get(child_run_id(group.id, 0))
+    app.engine.finisher.after_finished(finished)  # the finish, replayed
     assert app.runs.group(group.id).succeeded == 1  # counted once
     backend.clock.advance(app.config.republish.after * 2)
     assert app.maintenance.run_pass().job("groups").acted == 1

@@ -130,7 +130,7 @@ def test_cancelling_a_waiting_run_takes_it_out_of_the_line(backend: Backend) -> 
     app.store.apply(  # the other worker's attempt succeeds (through its app's finisher)
         machine.record_success(held, token=held.lease.token, result=0, now=app.clock.now())
     )
-    app.after_finished(app.runs.get(runs[0].id))
+    app.engine.finisher.after_finished(app.runs.get(runs[0].id))
     assert drain(app) == 1
     assert ledger.order("acct-1") == [2]
     assert app.runs.get(runs[2].id).status is RunStatus.SUCCEEDED
@@ -202,7 +202,7 @@ def test_a_rerun_joins_the_end_of_its_keys_line(backend: Backend) -> None:
     app.store.apply(
         machine.record_success(held, token=held.lease.token, result=1, now=app.clock.now())
     )
-    app.after_finished(app.runs.get(later.id))
+    app.engine.finisher.after_finished(app.runs.get(later.id))
     assert drain(app) == 1
     assert app.runs.get(rerun.id).status is RunStatus.SUCCEEDED
 

@@ -260,7 +260,7 @@ def test_a_long_backoff_is_kept_in_storage_and_published_by_maintenance_when_due
     assert backend.depth(app) == 0  # no wakeup sent, not even a delayed one
 
     # An early wakeup (duplicate, or a too-eager republisher) is deleted: not due yet.
-    assert app.publish(retrying)
+    assert app.publisher.publish_many([retrying]) == 1
     assert SYNC_WORKER.drain(app) == 0
     assert app.runs.get(run.id).attempt == 1
     assert backend.depth(app) == 0

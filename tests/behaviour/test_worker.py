@@ -432,7 +432,7 @@ def test_the_same_wakeup_delivered_twice_runs_once(
     worker_kind: WorkerKind, backend: Backend, app: Runlane, tasks: Tasks
 ) -> None:
     run = app.trigger(PLAIN, "once")
-    assert app.publish(run)
+    assert app.publisher.publish_many([run]) == 1
     assert backend.depth(app) == 2
 
     assert worker_kind.drain(app, concurrency=2) == 1

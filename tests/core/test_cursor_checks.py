@@ -16,9 +16,11 @@ import pytest
 from runlane_sqs import RunStatus
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.cursors import (
+    QueryPage,
     agenda_key,
     decode_cursor,
     encode_cursor,
+    page_of,
     waits_key,
 )
 from runlane_sqs.adapters.dynamodb.listing import list_run_keys
@@ -165,9 +167,9 @@ class Queries:
         self.sent: list[dict[str, Any]] = []
         self.pages = list(pages)
 
-    def __call__(self, sent: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def __call__(self, sent: list[dict[str, Any]]) -> list[QueryPage]:
         self.sent.extend(sent)
-        return [self.pages.pop(0) if self.pages else {"Items": []} for _ in sent]
+        return [page_of(self.pages.pop(0) if self.pages else {"Items": []}) for _ in sent]
 
 
 POSITION = keys.created_sk(1893499200000, "0123456789abcdef0123456789abcdef")

@@ -14,9 +14,9 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from runlane_sqs.core.errors import InvalidCursor
 
@@ -126,3 +126,63 @@ def decode_cursor(cursor: object, shape: KeyShape) -> StartKey | None:
     if problem is not None:
         raise invalid_cursor(cursor, problem)
     return position
+
+
+@dataclass(frozen=True, slots=True)
+class QueryPage:
+    """One page of a ``Query``: its items (none when asked with ``Select=COUNT``), how
+    many matched, and the key it ended on (``None``: nothing is left to read)."""
+
+    items: list[dict[str, Any]]
+    count: int
+    last_key: StartKey | None
+
+    @property
+    def cursor(self) -> str | None:
+        """Where the next page starts, as a cursor (``None`` after the last page)."""
+        return encode_cursor(self.last_key)
+
+
+def page_of(response: Mapping[str, Any]) -> QueryPage:
+    """A ``Query`` response as a :class:`QueryPage`."""
+    items: list[dict[str, Any]] = response.get("Items", [])
+    return QueryPage(
+        items, int(response.get("Count", len(items))), response.get("LastEvaluatedKey")
+    )
+
+
+def starting_after(
+    request: dict[str, Any], cursor: str | None, shape: KeyShape | None
+) -> dict[str, Any]:
+    """``request`` starting after ``cursor``, refused (:class:`InvalidCursor`) unless
+    it is a key of ``shape``."""
+    if cursor is None or cursor == "":
+        return request
+    if shape is None:
+        raise invalid_cursor(cursor, "this listing takes no cursor")
+    start = decode_cursor(cursor, shape)
+    return {**request, "ExclusiveStartKey": start} if start else request
+
+
+class Query(Protocol):
+    """One page of a ``Query`` request, after ``cursor`` (a key of ``shape``) when one
+    is given: the run store's ``_query``, which every store of the table shares."""
+
+    def __call__(
+        self, request: dict[str, Any], cursor: str | None = None, shape: KeyShape | None = None
+    ) -> QueryPage: ...
+
+
+QueryAll = Callable[[list[dict[str, Any]]], list[QueryPage]]
+"""``Query`` requests sent at once (first pages); their pages, in order."""
+
+
+def every_page(query: Query, request: dict[str, Any], shape: KeyShape) -> Iterator[QueryPage]:
+    """Every page of ``request``, in order (for reads bounded by the caller)."""
+    cursor: str | None = None
+    while True:
+        page = query(request, cursor, shape)
+        yield page
+        cursor = page.cursor
+        if cursor is None:
+            return

@@ -3,7 +3,7 @@ and conditional writes, whose refusal the store interprets itself."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -17,16 +17,13 @@ from botocore.exceptions import (
 
 from runlane_sqs.adapters.dynamodb.requests import Request
 from runlane_sqs.core.errors import MissingResourceError, StorageError, StorageUnavailable
+from runlane_sqs.ports.transactions import RefusalReason
 
 Send = Callable[[str, Request], Any]
 """The run store's ``_send``: an operation (``"update_item"``) and its request to the
 response, errors translated by :func:`call`."""
 AsyncSend = Callable[[str, Request], Awaitable[Any]]
 """The async run store's ``_send`` (:func:`call_async`)."""
-Query = Callable[[Request, str | None], Any]
-"""The run store's ``_query``: a ``Query`` request and the cursor it starts from."""
-QueryAll = Callable[[list[Request]], list[Any]]
-"""``Query`` requests sent at once; their responses, in order."""
 
 TRANSIENT_CODES = frozenset(
     {
@@ -50,11 +47,57 @@ def error_code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
-def cancellation_reasons(exc: ClientError) -> list[dict[str, Any]]:
-    """Why DynamoDB cancelled a transaction: one reason per item, in the items' order
+CANCELLED = "TransactionCanceledException"
+"""DynamoDB's code for a transaction it cancelled (each action's reason comes with it)."""
+REASONS = {
+    "None": RefusalReason.NONE,
+    "ConditionalCheckFailed": RefusalReason.CONDITION_FAILED,
+    "TransactionConflict": RefusalReason.CONFLICT,
+}
+"""DynamoDB's reasons for an action of a cancelled transaction, as the library reads them
+(any other is :attr:`RefusalReason.OTHER`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ActionRefused:
+    """One action's part in a cancelled transaction."""
+
+    reason: RefusalReason
+    item: dict[str, Any] | None
+    """The item as the refusal found it, when the action asked for it
+    (``ReturnValuesOnConditionCheckFailure=ALL_OLD``) and there was one."""
+    code: str
+    """DynamoDB's own code, for messages."""
+    message: str
+
+    @property
+    def condition_failed(self) -> bool:
+        return self.reason is RefusalReason.CONDITION_FAILED
+
+
+def refused_action(reason: Mapping[str, Any]) -> ActionRefused:
+    """One of DynamoDB's ``CancellationReasons``, read."""
+    code = str(reason.get("Code") or "None")
+    return ActionRefused(
+        REASONS.get(code, RefusalReason.OTHER),
+        reason.get("Item"),
+        code,
+        str(reason.get("Message") or ""),
+    )
+
+
+def cancellation_reasons(exc: ClientError) -> list[ActionRefused]:
+    """Why DynamoDB cancelled a transaction: one reason per action, in the actions' order
     (empty for any other error)."""
+    if error_code(exc) != CANCELLED:
+        return []
     reasons: list[dict[str, Any]] = exc.response.get("CancellationReasons") or []  # type: ignore[assignment]
-    return reasons
+    return [refused_action(reason) for reason in reasons]
+
+
+def conflicted(reasons: list[ActionRefused]) -> bool:
+    """Whether another transaction was writing one of the items at the same moment."""
+    return any(r.reason is RefusalReason.CONFLICT for r in reasons)
 
 
 def translate(exc: Exception, *, table: str, endpoint: str | None) -> NoReturn:
@@ -87,7 +130,9 @@ def refused_as_malformed(exc: BaseException) -> bool:
     return isinstance(cause, PARAMETER_ERRORS)
 
 
-CONDITION_CODES = frozenset({"ConditionalCheckFailedException", "TransactionCanceledException"})
+CONDITION_FAILED = "ConditionalCheckFailedException"
+"""DynamoDB's code for a single write whose condition did not hold."""
+CONDITION_CODES = frozenset({CONDITION_FAILED, CANCELLED})
 """Refusals the store itself interprets (a conflict, a key held), not translated here."""
 
 
@@ -133,7 +178,7 @@ class Refused:
 def _refused(exc: ClientError) -> Refused:
     """The refusal ``exc`` reports; ``exc`` itself is raised again unless its condition
     failed."""
-    if error_code(exc) != "ConditionalCheckFailedException":
+    if error_code(exc) != CONDITION_FAILED:
         raise exc
     return Refused(exc.response.get("Item"))  # type: ignore[arg-type]
 

@@ -17,8 +17,13 @@ from botocore.exceptions import ClientError
 
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.codec import AttributeMap, compact_json
-from runlane_sqs.adapters.dynamodb.cursors import agenda_key, decode_cursor, encode_cursor
-from runlane_sqs.adapters.dynamodb.errors import Query, Refused, Send, error_code, send_conditional
+from runlane_sqs.adapters.dynamodb.cursors import Query, agenda_key
+from runlane_sqs.adapters.dynamodb.errors import (
+    Refused,
+    Send,
+    cancellation_reasons,
+    send_conditional,
+)
 from runlane_sqs.adapters.dynamodb.items import GroupChunkItem, GroupItem
 from runlane_sqs.adapters.dynamodb.requests import Request, query_agenda
 from runlane_sqs.core.clock import from_epoch_ms, to_epoch_ms
@@ -187,11 +192,10 @@ class DynamoGroupStore:
                 {"TransactItems": [{"ConditionCheck": check}, {"Put": record}]},
             )
         except ClientError as exc:
-            if error_code(exc) != "TransactionCanceledException":
+            reasons = cancellation_reasons(exc)
+            if not reasons:
                 raise
-            reasons: list[dict[str, Any]] = exc.response.get("CancellationReasons") or []  # type: ignore[assignment]
-            codes = [reason.get("Code") for reason in reasons]
-            if codes and codes[0] == "ConditionalCheckFailed":
+            if reasons[0].condition_failed:
                 raise LeaseLost(run_id) from None
             return self._stored(group.id), False
         return group, True
@@ -406,16 +410,15 @@ class DynamoGroupStore:
     def group_agenda_page(
         self, partition: str, until: datetime, limit: int, cursor: str | None
     ) -> tuple[list[Group], str | None]:
-        start = decode_cursor(cursor, agenda_key(partition))
-        request = query_agenda(self.table, partition, to_epoch_ms(until), limit, start)
-        response = self._query(request, cursor)
+        request = query_agenda(self.table, partition, to_epoch_ms(until), limit)
+        page = self._query(request, cursor, agenda_key(partition))
         groups = []
-        for listed in response.get("Items", []):
+        for listed in page.items:
             group_id = listed["pk"]["S"][len(keys.group_pk(self.environment, "")) :]
             group = self.get_group(group_id)
             if group is not None:
                 groups.append(group)
-        return groups, encode_cursor(response.get("LastEvaluatedKey"))
+        return groups, page.cursor
 
     def children(self, group: Group, start: int, limit: int) -> list[Run | None]:
         indexes = range(max(0, start), min(group.total, start + min(limit, 100)))

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from runlane_sqs.adapters.dynamodb import keys
-from runlane_sqs.adapters.dynamodb.errors import QueryAll, Send, send_conditional
+from runlane_sqs.adapters.dynamodb.cursors import QueryAll
+from runlane_sqs.adapters.dynamodb.errors import Send, send_conditional
 from runlane_sqs.adapters.dynamodb.items import AGENDA_INDEX, STATUS_INDEX
 from runlane_sqs.adapters.dynamodb.requests import Request
 from runlane_sqs.core.clock import from_epoch_ms, to_epoch_ms
@@ -85,10 +86,10 @@ class DynamoHealthStore:
                 owners.append(index)
         created: list[list[datetime]] = [[] for _ in groups]
         complete_from: list[int | None] = [None for _ in groups]
-        for owner, response in zip(owners, self._query_all(sent), strict=True):
-            read = [_created_ms(item["created_sk"]["S"]) for item in response.get("Items", [])]
+        for owner, page in zip(owners, self._query_all(sent), strict=True):
+            read = [_created_ms(item["created_sk"]["S"]) for item in page.items]
             created[owner].extend(from_epoch_ms(ms) for ms in read)
-            if response.get("LastEvaluatedKey") and read:
+            if page.last_key and read:
                 # older runs of this partition were not read: from one millisecond past
                 # the oldest one read (others of that millisecond may be unread), all were
                 oldest = min(read) + 1
@@ -104,11 +105,8 @@ class DynamoHealthStore:
             count_agenda(self.table, partition, to_epoch_ms(until), per_partition)
             for partition in partitions
         ]
-        responses = self._query_all(sent)
-        return Count(
-            sum(int(response.get("Count", 0)) for response in responses),
-            more=any(response.get("LastEvaluatedKey") for response in responses),
-        )
+        pages = self._query_all(sent)
+        return Count(sum(page.count for page in pages), more=any(page.last_key for page in pages))
 
     def save_pass(self, record: PassRecord) -> None:
         at_ms = to_epoch_ms(record.finished_at)

@@ -18,8 +18,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runlane_sqs.adapters.dynamodb import keys, requests
-from runlane_sqs.adapters.dynamodb.cursors import decode_object, encode_cursor, invalid_cursor
-from runlane_sqs.adapters.dynamodb.errors import QueryAll
+from runlane_sqs.adapters.dynamodb.cursors import (
+    QueryAll,
+    decode_object,
+    encode_cursor,
+    invalid_cursor,
+)
 from runlane_sqs.core.clock import from_epoch_ms, to_epoch_ms
 from runlane_sqs.ports.store import RunQuery
 
@@ -96,14 +100,14 @@ def _read(
         )
         for bit in bits
     ]
-    for bit, response in zip(bits, send_queries(sent), strict=True):
+    for bit, page in zip(bits, send_queries(sent), strict=True):
         oldest = "~"
-        for item in response.get("Items", []):
+        for item in page.items:
             position = item["created_sk"]["S"]
             if before is None or position < before:  # BETWEEN includes its upper bound
                 read.found.append((position, item))
                 oldest = min(oldest, position)
-        end = response.get("LastEvaluatedKey")
+        end = page.last_key
         if end:
             # this partition is read down to ``end`` only: older runs may follow
             read.horizon = max(read.horizon, end["created_sk"]["S"])

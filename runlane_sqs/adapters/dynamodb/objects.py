@@ -19,8 +19,8 @@ from datetime import datetime
 from typing import Any
 
 from runlane_sqs.adapters.dynamodb import keys
-from runlane_sqs.adapters.dynamodb.cursors import agenda_key, decode_cursor, encode_cursor
-from runlane_sqs.adapters.dynamodb.errors import Query, Refused, Send, send_conditional
+from runlane_sqs.adapters.dynamodb.cursors import Query, agenda_key
+from runlane_sqs.adapters.dynamodb.errors import ActionRefused, Refused, Send, send_conditional
 from runlane_sqs.adapters.dynamodb.requests import Request, query_agenda
 from runlane_sqs.core.clock import from_epoch_ms, to_epoch_ms
 from runlane_sqs.core.errors import StorageUnavailable
@@ -104,12 +104,12 @@ def release_items(
     ]
 
 
-def refused_holds(reasons: list[dict[str, Any]], held: int) -> bool:
+def refused_holds(reasons: list[ActionRefused], held: int) -> bool:
     """Whether one of the last ``held`` cancellation reasons (a transaction's hold or
     release items, which come last) is a failed condition."""
     if held <= 0:
         return False
-    return any(r.get("Code") == "ConditionalCheckFailed" for r in reasons[-held:])
+    return any(r.condition_failed for r in reasons[-held:])
 
 
 def record_from_wire(wire: dict[str, Any]) -> ObjectRecord:
@@ -176,16 +176,15 @@ class DynamoObjectRecords:
     def object_agenda_page(
         self, partition: str, until: datetime, limit: int, cursor: str | None
     ) -> tuple[list[ObjectRecord], str | None]:
-        start = decode_cursor(cursor, agenda_key(partition))
-        request = query_agenda(self.table, partition, to_epoch_ms(until), limit, start)
-        response = self._query(request, cursor)
+        request = query_agenda(self.table, partition, to_epoch_ms(until), limit)
+        page = self._query(request, cursor, agenda_key(partition))
         prefix = keys.object_pk(self.environment, "")
         records = []
-        for listed in response.get("Items", []):
+        for listed in page.items:
             record = self.get(listed["pk"]["S"][len(prefix) :])
             if record is not None and record.listed_at is not None:
                 records.append(record)
-        return records, encode_cursor(response.get("LastEvaluatedKey"))
+        return records, page.cursor
 
     def remove(self, record: ObjectRecord, now: datetime) -> bool:
         assert record.listed_at is not None

@@ -10,8 +10,8 @@ from dataclasses import replace
 from typing import Any
 
 from runlane_sqs.adapters.dynamodb import keys
-from runlane_sqs.adapters.dynamodb.cursors import STRING, KeyShape, decode_cursor, encode_cursor
-from runlane_sqs.adapters.dynamodb.errors import Query, Refused, Send, send_conditional
+from runlane_sqs.adapters.dynamodb.cursors import STRING, KeyShape, Query
+from runlane_sqs.adapters.dynamodb.errors import Refused, Send, send_conditional
 from runlane_sqs.adapters.dynamodb.requests import Request
 from runlane_sqs.core.bulk import BulkOperation
 from runlane_sqs.ports.operations import OperationConflict
@@ -52,12 +52,8 @@ class DynamoOperationStore:
             "ScanIndexForward": False,
             "Limit": limit,
         }
-        start = decode_cursor(cursor, KeyShape({"pk": STRING, "sk": STRING}, ("pk", pk)))
-        if start:
-            request["ExclusiveStartKey"] = start
-        response = self._query(request, cursor)
-        found = [_from_wire(item) for item in response.get("Items", [])]
-        return found, encode_cursor(response.get("LastEvaluatedKey"))
+        page = self._query(request, cursor, KeyShape({"pk": STRING, "sk": STRING}, ("pk", pk)))
+        return [_from_wire(item) for item in page.items], page.cursor
 
     def put_operation(self, operation: BulkOperation) -> BulkOperation:
         stored = replace(operation, version=operation.version + 1)

@@ -18,12 +18,16 @@ its entry and counts the record down in the same transaction as the run's own wr
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from botocore.exceptions import ClientError
 
 from runlane_sqs.adapters.dynamodb import keys
-from runlane_sqs.adapters.dynamodb.errors import Send, error_code, send_conditional
+from runlane_sqs.adapters.dynamodb.errors import (
+    Send,
+    cancellation_reasons,
+    conflicted,
+    send_conditional,
+)
 from runlane_sqs.adapters.dynamodb.requests import Request
 from runlane_sqs.core.clock import to_epoch_ms
 from runlane_sqs.core.indexes import slot_agenda_pk
@@ -103,13 +107,10 @@ def finish_items(table: str, run: Run, key: str) -> list[Request]:
 def moved(exc: ClientError, first: int) -> bool:
     """Did a cancelled trigger transaction fail on the order record (read again, try
     again)? ``first`` is the index of the record's update among the items."""
-    if error_code(exc) != "TransactionCanceledException":
-        return False
-    reasons: list[dict[str, Any]] = exc.response.get("CancellationReasons") or []  # type: ignore[assignment]
-    codes = [reason.get("Code") for reason in reasons]
-    if "TransactionConflict" in codes:
+    reasons = cancellation_reasons(exc)
+    if conflicted(reasons):
         return True
-    return len(codes) > first and codes[first] == "ConditionalCheckFailed"
+    return len(reasons) > first and reasons[first].condition_failed
 
 
 class DynamoOrderStore:

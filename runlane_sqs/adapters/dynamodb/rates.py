@@ -5,7 +5,7 @@ start with one conditional update and no read (:func:`runlane_sqs.core.rates.nex
 from __future__ import annotations
 
 from runlane_sqs.adapters.dynamodb import keys
-from runlane_sqs.adapters.dynamodb.cursors import StartKey
+from runlane_sqs.adapters.dynamodb.cursors import Query, agenda_key, every_page
 from runlane_sqs.adapters.dynamodb.errors import Refused, Send, send_conditional
 from runlane_sqs.adapters.dynamodb.requests import Request, query_agenda
 from runlane_sqs.core.errors import StorageUnavailable
@@ -16,8 +16,9 @@ from runlane_sqs.core.rates import Rate, RateRecord, start_after
 class DynamoRateStore:
     """The rate records of one environment, read through its run store's client."""
 
-    def __init__(self, send: Send, table: str, environment: str) -> None:
+    def __init__(self, send: Send, query: Query, table: str, environment: str) -> None:
         self._send = send
+        self._query = query
         self.table = table
         self.environment = environment
         self._seen: dict[str, int] = {}
@@ -111,14 +112,9 @@ class DynamoRateStore:
         found: list[str] = []
         prefix = keys.rate_key(self.environment, "")["pk"]["S"]
         for partition in agenda_partitions(self.environment, AgendaKind.RATE.value):
-            start: StartKey | None = None
-            while True:
-                request = query_agenda(self.table, partition, NEVER_MS, SCOPES_PAGE, start)
-                page = self._send("query", request)
-                found += [item["pk"]["S"].removeprefix(prefix) for item in page.get("Items", [])]
-                start = page.get("LastEvaluatedKey")
-                if not start:
-                    break
+            request = query_agenda(self.table, partition, NEVER_MS, SCOPES_PAGE)
+            for page in every_page(self._query, request, agenda_key(partition)):
+                found += [item["pk"]["S"].removeprefix(prefix) for item in page.items]
         return sorted(found)
 
     def _move(

@@ -35,7 +35,6 @@ from runlane_sqs.adapters.dynamodb.codec import (
     map_additions,
     run_state_attributes,
 )
-from runlane_sqs.adapters.dynamodb.cursors import StartKey
 from runlane_sqs.adapters.dynamodb.items import (
     AGENDA_INDEX,
     STATUS_INDEX,
@@ -295,9 +294,9 @@ def watch_run(table: str, environment: str, run_id: str) -> Request:
     )
 
 
-def query_waiters(table: str, partition: str, limit: int, start: StartKey | None) -> Request:
+def query_waiters(table: str, partition: str, limit: int) -> Request:
     """One page of the runs waiting for one signal key, token or run."""
-    request: Request = {
+    return {
         "TableName": table,
         "IndexName": WAITS_INDEX,
         "KeyConditionExpression": "#pk = :pk",
@@ -305,9 +304,6 @@ def query_waiters(table: str, partition: str, limit: int, start: StartKey | None
         "ExpressionAttributeValues": {":pk": {"S": partition}},
         "Limit": limit,
     }
-    if start:
-        request["ExclusiveStartKey"] = start
-    return request
 
 
 def lease_renewal(table: str, run: Run, lease: Lease) -> Request:
@@ -370,11 +366,9 @@ def get_key(table: str, pk: str) -> Request:
     return {"TableName": table, "Key": keys.key_item_key(pk), "ConsistentRead": True}
 
 
-def query_agenda(
-    table: str, partition: str, until_ms: int, limit: int, start: StartKey | None
-) -> Request:
+def query_agenda(table: str, partition: str, until_ms: int, limit: int) -> Request:
     """One page of the agenda index: runs in ``partition`` due for a look by ``until_ms``."""
-    request: Request = {
+    return {
         "TableName": table,
         "IndexName": AGENDA_INDEX,
         "KeyConditionExpression": "#pk = :pk AND #at <= :until",
@@ -382,9 +376,6 @@ def query_agenda(
         "ExpressionAttributeValues": {":pk": {"S": partition}, ":until": {"N": str(until_ms)}},
         "Limit": limit,
     }
-    if start:
-        request["ExclusiveStartKey"] = start
-    return request
 
 
 def query_cursors(table: str, environment: str) -> Request:

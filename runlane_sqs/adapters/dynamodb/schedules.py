@@ -10,14 +10,8 @@ from datetime import datetime
 from typing import Any
 
 from runlane_sqs.adapters.dynamodb import keys
-from runlane_sqs.adapters.dynamodb.cursors import (
-    STRING,
-    KeyShape,
-    agenda_key,
-    decode_cursor,
-    encode_cursor,
-)
-from runlane_sqs.adapters.dynamodb.errors import Query, Refused, Send, send_conditional
+from runlane_sqs.adapters.dynamodb.cursors import STRING, KeyShape, Query, agenda_key
+from runlane_sqs.adapters.dynamodb.errors import Refused, Send, send_conditional
 from runlane_sqs.adapters.dynamodb.items import ScheduleItem
 from runlane_sqs.adapters.dynamodb.requests import Request, query_agenda
 from runlane_sqs.core.clock import from_epoch_ms, to_epoch_ms
@@ -95,12 +89,8 @@ class DynamoScheduleStore:
             "ConsistentRead": True,
             "Limit": limit,
         }
-        start = decode_cursor(cursor, _listing_key(self.environment))
-        if start:
-            request["ExclusiveStartKey"] = start
-        response = self._query(request, cursor)
-        found = [schedule_from_wire(item) for item in response.get("Items", [])]
-        return found, encode_cursor(response.get("LastEvaluatedKey"))
+        page = self._query(request, cursor, _listing_key(self.environment))
+        return [schedule_from_wire(item) for item in page.items], page.cursor
 
     def put_schedule(self, state: ScheduleState, *, expected_version: int | None) -> None:
         request: Request = {
@@ -121,10 +111,9 @@ class DynamoScheduleStore:
     def schedule_agenda_page(
         self, partition: str, until: datetime, limit: int, cursor: str | None
     ) -> tuple[list[ScheduleState], str | None]:
-        start = decode_cursor(cursor, agenda_key(partition))
-        request = query_agenda(self.table, partition, to_epoch_ms(until), limit, start)
-        response = self._query(request, cursor)
-        listed = [{"pk": item["pk"], "sk": item["sk"]} for item in response.get("Items", [])]
+        request = query_agenda(self.table, partition, to_epoch_ms(until), limit)
+        page = self._query(request, cursor, agenda_key(partition))
+        listed = [{"pk": item["pk"], "sk": item["sk"]} for item in page.items]
         found: list[ScheduleState] = []
         # the index holds no schedule state: read the items (a page is <= 100); keys left
         # unprocessed (throttling) stay due, and the next pass reads them
@@ -134,7 +123,7 @@ class DynamoScheduleStore:
             states = [schedule_from_wire(w) for w in got.get("Responses", {}).get(self.table, [])]
             by_id = {state.id: state for state in states}
             found = [by_id[key["sk"]["S"]] for key in listed if key["sk"]["S"] in by_id]
-        return found, encode_cursor(response.get("LastEvaluatedKey"))
+        return found, page.cursor
 
     def load_sync_mark(self, key: str) -> str | None:
         request = {

@@ -26,8 +26,14 @@ from botocore.exceptions import ClientError
 
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.codec import run_from_wire
-from runlane_sqs.adapters.dynamodb.cursors import agenda_key, decode_cursor, encode_cursor
-from runlane_sqs.adapters.dynamodb.errors import Query, Refused, Send, error_code, send_conditional
+from runlane_sqs.adapters.dynamodb.cursors import Query, agenda_key, every_page, waits_key
+from runlane_sqs.adapters.dynamodb.errors import (
+    Refused,
+    Send,
+    cancellation_reasons,
+    conflicted,
+    send_conditional,
+)
 from runlane_sqs.adapters.dynamodb.objects import hold_items, refused_holds
 from runlane_sqs.adapters.dynamodb.ordering import finish_items
 from runlane_sqs.adapters.dynamodb.replays import landed_transition
@@ -147,23 +153,21 @@ def refused(transition: Transition, exc: ClientError) -> Any:
     :class:`NoFreeSlot` (a scope is full), :class:`Contended` (send it again),
     :class:`StorageUnavailable` (an object record moved: write the value again), or
     ``exc``."""
-    if error_code(exc) != "TransactionCanceledException":
+    reasons = cancellation_reasons(exc)
+    if not reasons:
         raise exc
-    reasons: list[dict[str, Any]] = exc.response.get("CancellationReasons") or []  # type: ignore[assignment]
-    codes = [reason.get("Code") for reason in reasons]
-    if "TransactionConflict" in codes:
+    if conflicted(reasons):
         raise Contended() from exc
-    run_reason = reasons[0] if reasons else {}
-    if run_reason.get("Code") == "ConditionalCheckFailed":
-        wire = run_reason.get("Item")
+    if reasons[0].condition_failed:
+        wire = reasons[0].item
         landed = landed_transition(transition, wire)
         if landed is not None:
             return landed
         current = run_from_wire(wire) if wire else None
         raise ConflictError(transition.run_id, current) from None
     for slot, reason in zip(slots_taken(transition), reasons[1:], strict=False):
-        if reason.get("Code") == "ConditionalCheckFailed":
-            held = reason.get("Item", {}).get("holders", {}).get("SS", [])
+        if reason.condition_failed:
+            held = (reason.item or {}).get("holders", {}).get("SS", [])
             raise NoFreeSlot(transition.run_id, slot.scope, len(held), slot.limit) from None
     holds = added_references(transition.before, transition.after)
     if refused_holds(reasons, len({r.sha256 for r in holds})):
@@ -201,20 +205,17 @@ class DynamoSlotStore:
 
     def slot_waiters(self, scope: str, limit: int) -> list[str]:
         partition = keys.wait_pk(self.environment, keys.SLOT_WAIT, scope)
-        response = self._query(query_waiters(self.table, partition, limit, None), None)
+        page = self._query(query_waiters(self.table, partition, limit))
         prefix = keys.run_pk(self.environment, "")
-        return [item["pk"]["S"][len(prefix) :] for item in response.get("Items", [])]
+        return [item["pk"]["S"][len(prefix) :] for item in page.items]
 
     def count_slot_waiters(self, scope: str, up_to: int) -> int:
         partition = keys.wait_pk(self.environment, keys.SLOT_WAIT, scope)
-        counted, start = 0, None
-        while counted < up_to:
-            request = query_waiters(self.table, partition, up_to - counted, start)
-            request["Select"] = "COUNT"
-            response = self._query(request, None)
-            counted += int(response.get("Count", 0))
-            start = response.get("LastEvaluatedKey")
-            if not start:
+        request = {**query_waiters(self.table, partition, up_to), "Select": "COUNT"}
+        counted = 0
+        for page in every_page(self._query, request, waits_key(partition)):
+            counted += page.count
+            if counted >= up_to:
                 break
         return min(counted, up_to)
 
@@ -232,17 +233,16 @@ class DynamoSlotStore:
     def slot_agenda_page(
         self, partition: str, until: datetime, limit: int, cursor: str | None
     ) -> tuple[list[SlotState], str | None]:
-        start = decode_cursor(cursor, agenda_key(partition))
-        request = query_agenda(self.table, partition, to_epoch_ms(until), limit, start)
-        response = self._query(request, cursor)
-        listed = [{"pk": item["pk"], "sk": item["sk"]} for item in response.get("Items", [])]
+        request = query_agenda(self.table, partition, to_epoch_ms(until), limit)
+        page = self._query(request, cursor, agenda_key(partition))
+        listed = [{"pk": item["pk"], "sk": item["sk"]} for item in page.items]
         slots: list[SlotState] = []
         if listed:
             batch = {"RequestItems": {self.table: {"Keys": listed, "ConsistentRead": True}}}
             found = self._send("batch_get_item", batch).get("Responses", {}).get(self.table, [])
             by_pk = {wire["pk"]["S"]: wire for wire in found if "scope" in wire}
             slots = [slot_from_wire(by_pk[k["pk"]["S"]]) for k in listed if k["pk"]["S"] in by_pk]
-        return slots, encode_cursor(response.get("LastEvaluatedKey"))
+        return slots, page.cursor
 
     def relist_slot(self, scope: str, at: datetime | None) -> None:
         request: Request = {

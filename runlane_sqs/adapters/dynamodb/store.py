@@ -24,14 +24,16 @@ from runlane_sqs.adapters.dynamodb.codec import (
     token_to_wire,
 )
 from runlane_sqs.adapters.dynamodb.cursors import (
+    KeyShape,
+    Query,
+    QueryPage,
     agenda_key,
-    decode_cursor,
-    encode_cursor,
     invalid_cursor,
+    page_of,
+    starting_after,
     waits_key,
 )
 from runlane_sqs.adapters.dynamodb.errors import (
-    Query,
     Refused,
     Send,
     call,
@@ -113,9 +115,7 @@ class DynamoRunStore:
         """The environment's concurrency slot records, in the same table."""
         self.orders = DynamoOrderStore(self._send, table, environment)
         """The environment's ordering keys, in the same table."""
-        self.health = DynamoHealthStore(
-            self._send, lambda sent: self._query_all(sent, None), table, environment
-        )
+        self.health = DynamoHealthStore(self._send, self._query_all, table, environment)
         """Bounded reads for the console and ``app.health``; the last pass's report."""
         self.tokens = DynamoTokenStore(self._send, self._query, table, environment)
         """The environment's tokens, in the same table."""
@@ -127,7 +127,7 @@ class DynamoRunStore:
         """The environment's groups, in the same table."""
         self.object_records = DynamoObjectRecords(self._send, self._query, table, environment)
         """The counts of the references to each object of the payload bucket."""
-        self.rates = DynamoRateStore(self._send, table, environment)
+        self.rates = DynamoRateStore(self._send, self._query, table, environment)
         """The environment's rate limit records, in the same table."""
         self.operations = DynamoOperationStore(self._send, self._query, table, environment)
         """The environment's bulk operations."""
@@ -146,26 +146,30 @@ class DynamoRunStore:
             getattr(self._client, operation), request, table=self.table, endpoint=self._endpoint
         )
 
-    def _query(self, request: Request, cursor: str | None) -> Any:
-        """Send a ``Query`` that may start from ``cursor``. DynamoDB refusing one that
-        carries the cursor's start key as malformed (``ValidationException``) raises
+    def _query(
+        self, request: Request, cursor: str | None = None, shape: KeyShape | None = None
+    ) -> QueryPage:
+        """One page of a ``Query``, after ``cursor`` (a key of ``shape``) when one is
+        given (:class:`~.cursors.Query`). DynamoDB refusing one that carries the cursor's
+        start key as malformed (``ValidationException``) raises
         :class:`~runlane_sqs.errors.InvalidCursor`: the rest of the request is the
         library's own, so the cursor is what was wrong."""
+        request = starting_after(request, cursor, shape)
         try:
-            return self._send("query", request)
+            return page_of(self._send("query", request))
         except StorageError as exc:
             if cursor and "ExclusiveStartKey" in request and refused_as_malformed(exc):
                 raise invalid_cursor(cursor, f"DynamoDB refused it ({exc})") from exc
             raise
 
-    def _query_all(self, sent: list[Request], cursor: str | None) -> list[Any]:
+    def _query_all(self, sent: list[Request]) -> list[QueryPage]:
         """Send ``Query`` requests at once, up to ``QUERY_THREADS`` in flight (a listing
-        reads every shard of a status group); the responses come back in order and the
-        first error is raised."""
+        reads every shard of a status group); their first pages come back in order and
+        the first error is raised."""
         if len(sent) <= 1:
-            return [self._query(request, cursor) for request in sent]
+            return [self._query(request) for request in sent]
         with ThreadPoolExecutor(min(QUERY_THREADS, len(sent))) as pool:
-            return list(pool.map(lambda request: self._query(request, cursor), sent))
+            return list(pool.map(self._query, sent))
 
     def create_run(
         self,
@@ -197,22 +201,21 @@ class DynamoRunStore:
                 raise StorageUnavailable(
                     moved_record(next(iter(references_in([sealed]))))
                 ) from None
-            run_reason = reasons[len(claims)] if len(reasons) > len(claims) else {}
-            if not claims and landed_creation(run, event, payload_text, run_reason.get("Item")):
+            run_item = reasons[len(claims)].item if len(reasons) > len(claims) else None
+            if not claims and landed_creation(run, event, payload_text, run_item):
                 return
             self._raise_key_conflict(exc, run.id, claims)
 
     def _raise_key_conflict(
         self, exc: ClientError, run_id: str, claims: Sequence[KeyClaim]
     ) -> None:
-        reasons: list[dict[str, Any]] = exc.response.get("CancellationReasons") or []  # type: ignore[assignment]
+        reasons = cancellation_reasons(exc)
         for claim, reason in zip(claims, reasons, strict=False):
-            if reason.get("Code") == "ConditionalCheckFailed":
-                owner = reason.get("Item", {}).get("run_id", {}).get("S")
+            if reason.condition_failed:
+                owner = (reason.item or {}).get("run_id", {}).get("S")
                 raise KeyConflict(claim, owner) from exc
-        run_reason = reasons[len(claims)] if len(reasons) > len(claims) else {}
-        if run_reason.get("Code") == "ConditionalCheckFailed":
-            raise _conflict(run_id, run_reason.get("Item")) from None
+        if len(reasons) > len(claims) and reasons[len(claims)].condition_failed:
+            raise _conflict(run_id, reasons[len(claims)].item) from None
         raise exc
 
     def get_run(self, run_id: str) -> Run | None:
@@ -275,12 +278,11 @@ class DynamoRunStore:
     def agenda_page(
         self, partition: str, until: datetime, limit: int, cursor: str | None
     ) -> tuple[list[Run], str | None]:
-        start = decode_cursor(cursor, agenda_key(partition))
-        request = requests.query_agenda(self.table, partition, to_epoch_ms(until), limit, start)
-        response = self._query(request, cursor)
+        request = requests.query_agenda(self.table, partition, to_epoch_ms(until), limit)
+        page = self._query(request, cursor, agenda_key(partition))
         # the index holds no run state: read the listed runs themselves (consistently)
-        listed = [{"pk": item["pk"], "sk": item["sk"]} for item in response.get("Items", [])]
-        return self._batch_get(listed), encode_cursor(response.get("LastEvaluatedKey"))
+        listed = [{"pk": item["pk"], "sk": item["sk"]} for item in page.items]
+        return self._batch_get(listed), page.cursor
 
     def watch_run(self, run_id: str) -> Run | None:
         request = requests.watch_run(self.table, self.environment, run_id)
@@ -293,18 +295,16 @@ class DynamoRunStore:
         self, kind: WaitKind, target: str, limit: int, cursor: str | None
     ) -> tuple[list[str], str | None]:
         partition = keys.wait_pk(self.environment, kind.value, target)
-        start = decode_cursor(cursor, waits_key(partition))
-        request = requests.query_waiters(self.table, partition, limit, start)
-        response = self._query(request, cursor)
+        request = requests.query_waiters(self.table, partition, limit)
+        page = self._query(request, cursor, waits_key(partition))
         prefix = keys.run_pk(self.environment, "")
-        ids = [item["pk"]["S"][len(prefix) :] for item in response.get("Items", [])]
-        return ids, encode_cursor(response.get("LastEvaluatedKey"))
+        return [item["pk"]["S"][len(prefix) :] for item in page.items], page.cursor
 
     def list_runs(
         self, query: RunQuery, limit: int, cursor: str | None
     ) -> tuple[list[Run], str | None]:
         run_keys, next_cursor = list_run_keys(
-            lambda sent: self._query_all(sent, cursor),
+            self._query_all,
             self.table,
             self.environment,
             query,
@@ -357,7 +357,7 @@ class DynamoRunStore:
                 )
             except ClientError as exc:
                 reasons = cancellation_reasons(exc)
-                if reasons and reasons[0].get("Code") == "ConditionalCheckFailed":
+                if reasons and reasons[0].condition_failed:
                     return False
                 if not refused_holds(reasons, len(released)):
                     raise
@@ -429,10 +429,9 @@ class DynamoTokenStore:
             self._send_holding(items, holds)
         except ClientError as exc:
             reasons = cancellation_reasons(exc)
-            first = reasons[0] if reasons else {}
-            if first.get("Code") != "ConditionalCheckFailed":
+            if not reasons or not reasons[0].condition_failed:
                 raise
-            current = first.get("Item")
+            current = reasons[0].item
             if current is None:
                 raise TokenNotFound(decision.token_id) from None
             raise TokenAlreadyDecided(token_from_wire(current)) from None
@@ -448,11 +447,9 @@ class DynamoTokenStore:
     def token_agenda_page(
         self, partition: str, until: datetime, limit: int, cursor: str | None
     ) -> tuple[list[Token], str | None]:
-        start = decode_cursor(cursor, agenda_key(partition))
-        request = requests.query_agenda(self.table, partition, to_epoch_ms(until), limit, start)
-        response = self._query(request, cursor)
-        tokens = [token_from_wire(item) for item in response.get("Items", [])]
-        return tokens, encode_cursor(response.get("LastEvaluatedKey"))
+        request = requests.query_agenda(self.table, partition, to_epoch_ms(until), limit)
+        page = self._query(request, cursor, agenda_key(partition))
+        return [token_from_wire(item) for item in page.items], page.cursor
 
 
 class DynamoKeyStore:

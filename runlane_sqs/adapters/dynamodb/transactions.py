@@ -32,7 +32,7 @@ from runlane_sqs.core.limits import MAX_ITEM_BYTES, MAX_TRANSACTION_ACTIONS, MAX
 from runlane_sqs.core.model import Run, RunEvent
 from runlane_sqs.core.values import ENVELOPE_MARK, decode_json, references_in
 from runlane_sqs.ports.keys import KeyClaim
-from runlane_sqs.ports.transactions import Action, Cancelled, Refusal
+from runlane_sqs.ports.transactions import Action, Cancelled, Refusal, RefusalReason
 
 KINDS = ("Put", "Update", "Delete", "ConditionCheck")
 
@@ -195,18 +195,19 @@ class DynamoTransactions:
             self._send("transact_write_items", request)
         except ClientError as exc:
             reasons = cancellation_reasons(exc)
-            if error_code(exc) != "TransactionCanceledException" or not reasons:
+            if not reasons:
                 raise
             raise Cancelled(
                 [
                     Refusal(
                         index,
-                        str(reason.get("Code")),
-                        str(reason.get("Message") or ""),
-                        (reason.get("Item") or {}).get("run_id", {}).get("S"),
+                        reason.reason,
+                        reason.code,
+                        reason.message,
+                        (reason.item or {}).get("run_id", {}).get("S"),
                     )
                     for index, reason in enumerate(reasons)
-                    if reason.get("Code") not in (None, "None")
+                    if reason.reason is not RefusalReason.NONE
                 ]
             ) from None
         except StorageError as exc:

@@ -72,7 +72,9 @@ from runlane_sqs.core.values import (
 )
 from runlane_sqs.ports.keys import KeyClaim, KeyConflict, KeyHolder, KeyKind
 from runlane_sqs.ports.store import RunQuery
-from runlane_sqs.ports.transactions import Action, Cancelled, Refusal
+from runlane_sqs.ports.transactions import Action, Cancelled, Refusal, RefusalReason
+
+FAILED = RefusalReason.CONDITION_FAILED
 
 
 def _json_copy(value: object) -> object:
@@ -250,10 +252,12 @@ class InMemoryRunStore:
                 for claim in claims:
                     held = self._held(claim, now_s)
                     if held is not None:
-                        refusals.append(Refusal(index, "ConditionalCheckFailed", "", held.run_id))
+                        refusals.append(
+                            Refusal(index, FAILED, "ConditionalCheckFailed", "", held.run_id)
+                        )
                     index += 1
                 if run.id in self._runs:
-                    refusals.append(Refusal(index, "ConditionalCheckFailed", "", run.id))
+                    refusals.append(Refusal(index, FAILED, "ConditionalCheckFailed", "", run.id))
                 index += 1
             if refusals:
                 raise Cancelled(refusals)
