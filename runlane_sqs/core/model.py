@@ -3,6 +3,7 @@ fencing tokens of new leases."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -14,9 +15,18 @@ JSON = Any
 """A value that round-trips through ``json.dumps``/``json.loads``."""
 
 
+RUN_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
+"""How every run id is written (:func:`new_run_id`)."""
+
+
 def new_run_id() -> str:
     """A random, unguessable run id (128 bits, lowercase hex)."""
     return uuid.uuid4().hex
+
+
+def is_run_id(value: object) -> bool:
+    """Whether ``value`` is written as a run id is (a forged or mistyped one is not)."""
+    return isinstance(value, str) and RUN_ID_PATTERN.fullmatch(value) is not None
 
 
 def new_lease_token() -> str:

@@ -11,14 +11,9 @@ from runlane_sqs.core.errors import ConfigurationError, InvalidKeyError
 ENVIRONMENT_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 QUEUE_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 TASK_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
-RUN_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
 APP_VERSION_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+=/@-]{0,127}$")
 MAX_KEY_CHARS = 256
 """Longest idempotency or singleton key, in characters."""
-
-
-def is_run_id(value: object) -> bool:
-    return isinstance(value, str) and RUN_ID_PATTERN.fullmatch(value) is not None
 
 
 def _check(pattern: re.Pattern[str], what: str, name: object, rule: str) -> str:

@@ -21,8 +21,8 @@ from typing import Any
 from runlane_sqs.core.clock import from_epoch_ms, to_epoch_ms
 from runlane_sqs.core.errors import RunlaneError
 from runlane_sqs.core.limits import MAX_DELAY_SECONDS
-from runlane_sqs.core.model import Run, WaitKind
-from runlane_sqs.core.names import ENVIRONMENT_PATTERN, QUEUE_PATTERN, TASK_PATTERN, is_run_id
+from runlane_sqs.core.model import Run, WaitKind, is_run_id
+from runlane_sqs.core.names import ENVIRONMENT_PATTERN, QUEUE_PATTERN, TASK_PATTERN
 from runlane_sqs.core.telemetry import MAX_TRACE_CHARS
 
 WAKEUP_VERSION = 1

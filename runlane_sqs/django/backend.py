@@ -28,8 +28,8 @@ from runlane_sqs.api.app import Runlane
 from runlane_sqs.api.loading import load_app
 from runlane_sqs.core.config import RunlaneSettings
 from runlane_sqs.core.errors import ConfigurationError, InvalidPayloadError, RunNotFound
-from runlane_sqs.core.model import JSON
-from runlane_sqs.core.names import check_queue, check_task_name, is_run_id
+from runlane_sqs.core.model import JSON, is_run_id
+from runlane_sqs.core.names import check_queue, check_task_name
 from runlane_sqs.django.results import ready_result, run_result
 from runlane_sqs.engine.context import TaskContext as RunContext
 from runlane_sqs.engine.tasks import Handler

@@ -1,4 +1,4 @@
-"""What a handler sees of its run: :class:`TaskContext`."""
+"""What a handler sees of its run: :class:`TaskContext`, and its :class:`Cancellation`."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import inspect
 import json
 import logging
 import sys
+import threading
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NoReturn, Protocol, TypedDict, TypeVar, Unpack, cast
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypedDict, TypeVar, Unpack, cast
 
-from runlane_sqs.core.cancellation import Cancellation
 from runlane_sqs.core.clock import Duration, to_timedelta
 from runlane_sqs.core.errors import (
     ConfigurationError,
@@ -37,9 +37,59 @@ from runlane_sqs.core.values import stored_text
 from runlane_sqs.core.waits import wait_name
 from runlane_sqs.engine.values import Prepared, Values
 
+if TYPE_CHECKING:
+    import asyncio
+
 T = TypeVar("T")
 A = TypeVar("A")
 """A wait's answer (a token's decision, another run's outcome)."""
+
+
+class Cancellation(threading.Event):
+    """The cancellation signal of one attempt: set once it should stop, never stopping a
+    handler by force.
+
+    Set from any thread (the heartbeat, a stopping worker, a Lambda deadline timer). Sync
+    handlers check :meth:`~threading.Event.is_set` or block in
+    :meth:`~threading.Event.wait`; ``async def`` handlers ``await`` :meth:`wait_async`, on
+    whichever event loop they run. asyncio is imported by ``wait_async`` only, which runs
+    on an event loop: a sync worker or Lambda function never loads it
+    (docs/deploy-lambda.md, "Cold start")."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+
+    def set(self) -> None:
+        with self._lock:
+            super().set()
+            waiters, self._waiters = self._waiters, []
+        for loop, future in waiters:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(_resolve, future)
+
+    async def wait_async(self) -> None:
+        """Return once the cancellation is set (at once if it already is)."""
+        import asyncio  # noqa: PLC0415 (loaded already: this runs on an event loop)
+
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        with self._lock:
+            if self.is_set():
+                return
+            self._waiters.append((loop, future))
+        try:
+            await future
+        finally:
+            with self._lock:
+                if (loop, future) in self._waiters:
+                    self._waiters.remove((loop, future))
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 class RunLogger(logging.LoggerAdapter[logging.Logger]):

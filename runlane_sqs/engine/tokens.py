@@ -9,8 +9,7 @@ from datetime import datetime
 from runlane_sqs.core import telemetry as t
 from runlane_sqs.core import tokens as core
 from runlane_sqs.core.clock import Clock, Duration, to_timedelta
-from runlane_sqs.core.model import JSON
-from runlane_sqs.core.names import is_run_id
+from runlane_sqs.core.model import JSON, is_run_id
 from runlane_sqs.core.redaction import digest
 from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenNotFound, TokenStatus
 from runlane_sqs.engine.observing import Observer

@@ -13,8 +13,8 @@ import pytest
 
 from runlane_sqs import ConfigurationError, EventType, RetryPolicy, Runlane, RunStatus, TaskContext
 from runlane_sqs.aio import AsyncWorker
-from runlane_sqs.core.cancellation import Cancellation
 from runlane_sqs.core.wakeup import Wakeup
+from runlane_sqs.engine.context import Cancellation
 from runlane_sqs.runtime.aio.threads import DaemonThreads
 from runlane_sqs.runtime.worker import (
     ACK_LINGER_SECONDS,

@@ -33,9 +33,9 @@ from typing import Any
 import pytest
 
 from runlane_sqs import EventType, Runlane, RunStatus, TaskContext
-from runlane_sqs.core.cancellation import Cancellation
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.recovery import expire_lease
+from runlane_sqs.engine.context import Cancellation
 from runlane_sqs.engine.reports import JOB_EXPIRED
 from tests.apps.async_worker import ASYNC_PATIENT_TASK, GRACE_ENV, register_async_patient
 from tests.apps.tasks import MARKERS_ENV, PATIENT_TASK, STUBBORN_TASK

@@ -18,14 +18,13 @@ from runlane_sqs.core.indexes import (
     agenda_partitions,
     agenda_pk,
 )
-from runlane_sqs.core.model import RunStatus, new_lease_token, new_run_id
+from runlane_sqs.core.model import RunStatus, is_run_id, new_lease_token, new_run_id
 from runlane_sqs.core.names import (
     MAX_KEY_CHARS,
     check_environment,
     check_key,
     check_queue,
     check_task_name,
-    is_run_id,
 )
 
 FAST = settings(database=None, deadline=None, max_examples=200)
