@@ -125,7 +125,7 @@ def withdraw_claim(
     data: dict[str, JSON] = {"worker": run.lease.owner, "before_start": True}
     if reason is not None:
         data["reason"] = reason
-    return machine.advance(
+    return machine.transition(
         run,
         now,
         [(EventType.LEASE_EXPIRED, data)],

@@ -1,9 +1,14 @@
-"""The run state machine: every transition is decided here from (run, input, now).
+"""The run state machine: what a transition is, and the run's own lifecycle.
 
-Nothing in this module performs I/O or reads a clock. A decision is a
-:class:`Transition` (the run before, the run after, the events to append and the
-lease token the write is fenced on) or a :class:`Skip` that says why nothing happens.
-Adapters turn a transition into one conditional write.
+A decision is a :class:`Transition` (the run before, the run after, the events to
+append and the lease token the write is fenced on) or a :class:`Skip` that says why
+nothing happens, always decided from (run, input, now) with no I/O and no clock read.
+This module decides the lifecycle's transitions: creating a run, claiming and
+renewing its lease, an attempt's success or failure, linking, cancelling. Each
+capability's transitions are decided in the core module of its concept (claims,
+recovery, waits, slots, ordering, rates, rate_deploys, parking), and every one of
+them is built with :func:`transition`. Adapters turn a transition into one
+conditional write.
 """
 
 from __future__ import annotations
@@ -107,13 +112,15 @@ def _events(
     )
 
 
-def advance(
+def transition(
     before: Run,
     now: datetime,
     specs: list[tuple[EventType, dict[str, JSON]]],
     fence: str | None,
     **changes: object,
 ) -> Transition:
+    """The transition from ``before`` that appends one event per spec at ``now``, fenced
+    on ``fence`` and applying ``changes`` to the run."""
     events = _events(
         before.with_changes(attempt=changes.get("attempt", before.attempt)), now, *specs
     )
@@ -223,7 +230,7 @@ def claim_lease(
     if app_version is not None:
         started["app_version"] = app_version
     events.append((EventType.STARTED, started))
-    claim = advance(
+    claim = transition(
         run,
         now,
         events,
@@ -264,7 +271,7 @@ _ENDED_ATTEMPT: dict[str, object] = {"lease": None, "deadline_at": None, "lease_
 
 def cancelled_after_attempt(run: Run, now: datetime, token: str, outcome: str) -> Transition:
     """A cancel request was pending when the attempt ended: the run is cancelled."""
-    return advance(
+    return transition(
         run,
         now,
         [(EventType.CANCELLED, {"after": outcome})],
@@ -281,7 +288,7 @@ def record_success(run: Run, *, token: str, result: JSON, now: datetime) -> Tran
     now = truncate_ms(now)
     if run.status is RunStatus.CANCEL_REQUESTED:
         return cancelled_after_attempt(run, now, token, "succeeded")
-    return advance(
+    return transition(
         run,
         now,
         [(EventType.SUCCEEDED, {})],
@@ -308,7 +315,7 @@ def fail_attempt(
         first[1]["retry_at"] = retry_at.isoformat()
         wake_at = eager_wake_at(retry_at, now, republish) if republish else None
         review_at = eager_review_at(retry_at, now, republish) if republish else None
-        return advance(
+        return transition(
             run,
             now,
             [first],
@@ -321,7 +328,7 @@ def fail_attempt(
             review_at=truncate_ms(review_at) if review_at else None,
             **_ENDED_ATTEMPT,
         )
-    return advance(
+    return transition(
         run,
         now,
         [first, (EventType.FAILED, {"attempts": run.attempt})],
@@ -374,7 +381,7 @@ def link_run(
         raise IllegalTransition(f"run {run.id} is {run.status.value}; only finished runs are rerun")
     data: dict[str, JSON] = {"run": new_run_id, "kind": kind.value}
     data.update(_by(actor, reason, operation))
-    return advance(run, truncate_ms(now), [(EventType.LINKED_RUN, data)], None)
+    return transition(run, truncate_ms(now), [(EventType.LINKED_RUN, data)], None)
 
 
 def _by(actor: str, reason: str, operation: str | None) -> dict[str, JSON]:
@@ -397,10 +404,10 @@ def request_cancel(
     now = truncate_ms(now)
     data = _by(actor, reason, operation)
     if run.status is RunStatus.RUNNING:
-        return advance(
+        return transition(
             run, now, [(EventType.CANCEL_REQUESTED, data)], None, status=RunStatus.CANCEL_REQUESTED
         )
-    return advance(
+    return transition(
         run,
         now,
         [(EventType.CANCELLED, data)],

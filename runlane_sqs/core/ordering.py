@@ -25,9 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from runlane_sqs.core import machine
 from runlane_sqs.core.clock import truncate_ms
 from runlane_sqs.core.indexes import RepublishPolicy
-from runlane_sqs.core.machine import Transition, advance
+from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import EventType, Run, RunEvent
 from runlane_sqs.core.names import check_key
 
@@ -106,7 +107,7 @@ def turn_reached(run: Run, *, now: datetime, republish: RepublishPolicy) -> Tran
     if not run.turn_wait or not run.status.is_runnable:
         return None
     now = truncate_ms(now)
-    return advance(
+    return machine.transition(
         run,
         now,
         [(EventType.TURN_REACHED, {"ordering_key": run.ordering_key, "place": run.place})],

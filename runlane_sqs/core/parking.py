@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from runlane_sqs.core.clock import truncate_ms
 from runlane_sqs.core.errors import IllegalTransition
 from runlane_sqs.core.indexes import RepublishPolicy
-from runlane_sqs.core.machine import Skip, SkipReason, Transition, advance, require_lease
+from runlane_sqs.core.machine import Skip, SkipReason, Transition, require_lease, transition
 from runlane_sqs.core.model import JSON, LEASED_STATUSES, EventType, Run, RunStatus
 from runlane_sqs.core.replay import DIVERGED
 
@@ -54,7 +54,7 @@ def park_unknown_task(
         "worker": worker,
         "receives": receives,
     }
-    return advance(
+    return transition(
         run,
         truncate_ms(now),
         [(EventType.PARKED, data)],
@@ -77,7 +77,7 @@ def park_diverged(run: Run, *, token: str, now: datetime, details: dict[str, JSO
     assert run.lease is not None
     now = truncate_ms(now)
     data: dict[str, JSON] = {"reason": DIVERGED, "worker": run.lease.owner, **details}
-    return advance(
+    return transition(
         run,
         now,
         [(EventType.PARKED, data)],
@@ -104,7 +104,7 @@ def unpark(
     if run.status is not RunStatus.PARKED:
         raise IllegalTransition(f"run {run.id} is {run.status.value}, not parked")
     now = truncate_ms(now)
-    return advance(
+    return transition(
         run,
         now,
         [(EventType.UNPARKED, data)],

@@ -20,7 +20,7 @@ from datetime import datetime
 
 from runlane_sqs.core.clock import truncate_ms
 from runlane_sqs.core.indexes import RepublishPolicy, eager_wake_at
-from runlane_sqs.core.machine import Transition, advance
+from runlane_sqs.core.machine import Transition, transition
 from runlane_sqs.core.model import EventType, Run
 from runlane_sqs.core.rates import RATE_SCOPE, queue_rate_scope
 
@@ -67,7 +67,7 @@ def wake_for_new_limit(
     """A deploy relaxed the limit ``run`` sleeps for: it is due now and reserves its start
     again (the caller publishes its wakeup)."""
     now = truncate_ms(now)
-    return advance(
+    return transition(
         run,
         now,
         [(EventType.RATE_LIMIT_CHANGED, {"limit": pattern})],

@@ -37,7 +37,7 @@ from datetime import datetime, timedelta
 from runlane_sqs.core.clock import EPOCH, ONE_MS, Duration, to_timedelta, truncate_ms
 from runlane_sqs.core.errors import ConfigurationError, StorageUnavailable
 from runlane_sqs.core.indexes import RepublishPolicy, eager_wake_at
-from runlane_sqs.core.machine import Transition, advance
+from runlane_sqs.core.machine import Transition, transition
 from runlane_sqs.core.model import EventType, Run
 
 RATE_SCOPE = "rate"
@@ -297,7 +297,7 @@ def wait_for_rate(
     publish; a start more than 15 minutes ahead is published by maintenance when due)."""
     start, now = start_time(start_us), truncate_ms(now)
     data = {"start": start.isoformat(), "scopes": list(scopes)}
-    return advance(
+    return transition(
         run,
         now,
         [(EventType.WAITING_FOR_RATE, data)],

@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from runlane_sqs.core import machine
 from runlane_sqs.core.clock import truncate_ms
 from runlane_sqs.core.indexes import RepublishPolicy
-from runlane_sqs.core.machine import Skip, SkipReason, Transition, advance, fail_attempt
+from runlane_sqs.core.machine import Skip, SkipReason, Transition, fail_attempt
 from runlane_sqs.core.model import EventType, Failure, Run, RunStatus
 from runlane_sqs.core.retry import RetryPolicy
 
@@ -165,7 +166,7 @@ def recover_lease(
         return Skip(SkipReason.LEASED)
     if run.status is RunStatus.CANCEL_REQUESTED:
         return _recovery(
-            advance(
+            machine.transition(
                 run,
                 now,
                 [(EventType.CANCELLED, {"after": "lease_expired", "worker": lease.owner})],
@@ -211,7 +212,7 @@ def expire_lease(
             retryable=False,
         )
         return _recovery(
-            advance(
+            machine.transition(
                 run,
                 now,
                 [expired, (EventType.FAILED, {"attempts": run.attempt})],
@@ -224,7 +225,7 @@ def expire_lease(
             lease_expired=True,
         )
     return _recovery(
-        advance(
+        machine.transition(
             run,
             now,
             [expired],

@@ -101,16 +101,16 @@ def redefined(
     status = state.status
     if status is not ScheduleStatus.PAUSED:
         status = ScheduleStatus.ACTIVE if next_at else ScheduleStatus.FINISHED
-    return _advance(state, schedule=schedule, status=status, next_at=next_at, now=now)
+    return _next_version(state, schedule=schedule, status=status, next_at=next_at, now=now)
 
 
 def removed(state: ScheduleState, now: datetime) -> ScheduleState:
     """Code no longer defines it: off the agenda, kept readable."""
-    return _advance(state, status=ScheduleStatus.REMOVED, now=now)
+    return _next_version(state, status=ScheduleStatus.REMOVED, now=now)
 
 
 def paused(state: ScheduleState, now: datetime) -> ScheduleState:
-    return _advance(state, status=ScheduleStatus.PAUSED, now=now)
+    return _next_version(state, status=ScheduleStatus.PAUSED, now=now)
 
 
 def resumed(state: ScheduleState, now: datetime) -> ScheduleState:
@@ -118,7 +118,7 @@ def resumed(state: ScheduleState, now: datetime) -> ScheduleState:
     while paused follows the catch-up policy at the next pass."""
     next_at = state.next_at
     status = ScheduleStatus.ACTIVE if next_at else ScheduleStatus.FINISHED
-    return _advance(state, status=status, now=now)
+    return _next_version(state, status=status, now=now)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +172,7 @@ def _plan(
     last: datetime | None = None,
 ) -> DuePlan:
     status = ScheduleStatus.ACTIVE if next_at else ScheduleStatus.FINISHED
-    after = _advance(
+    after = _next_version(
         state,
         status=status,
         next_at=next_at,
@@ -183,5 +183,5 @@ def _plan(
     return DuePlan(due, skipped, after)
 
 
-def _advance(state: ScheduleState, *, now: datetime, **changes: object) -> ScheduleState:
+def _next_version(state: ScheduleState, *, now: datetime, **changes: object) -> ScheduleState:
     return replace(state, updated_at=now, version=state.version + 1, **changes)  # type: ignore[arg-type]

@@ -25,10 +25,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from runlane_sqs.core import machine
 from runlane_sqs.core.clock import truncate_ms
 from runlane_sqs.core.errors import ConfigurationError
 from runlane_sqs.core.indexes import RepublishPolicy
-from runlane_sqs.core.machine import Transition, advance
+from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import JSON, EventType, Run, Slot
 from runlane_sqs.core.names import check_key
 
@@ -111,7 +112,7 @@ def wait_for_slot(run: Run, slot: Slot, *, holders: int, now: datetime) -> Trans
     listed on the agenda, until a freed slot wakes it. Nothing about the attempt changes
     (no attempt or failure is counted)."""
     data: dict[str, JSON] = {"scope": slot.scope, "limit": slot.limit, "holders": holders}
-    return advance(
+    return machine.transition(
         run,
         truncate_ms(now),
         [(EventType.WAITING_FOR_SLOT, data)],
@@ -129,7 +130,7 @@ def slot_freed(run: Run, *, now: datetime, republish: RepublishPolicy) -> Transi
     if run.slot_wait is None or not run.status.is_runnable:
         return None
     now = truncate_ms(now)
-    return advance(
+    return machine.transition(
         run,
         now,
         [(EventType.SLOT_FREED, {"scope": run.slot_wait})],

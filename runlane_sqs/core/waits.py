@@ -17,9 +17,9 @@ from runlane_sqs.core.machine import (
     Skip,
     SkipReason,
     Transition,
-    advance,
     cancelled_after_attempt,
     require_lease,
+    transition,
 )
 from runlane_sqs.core.model import JSON, EventType, Run, RunStatus, Wait, WaitKind
 
@@ -54,7 +54,7 @@ def release(
         wake_at = eager_wake_at(until, now, republish)
     else:
         wake_at = None
-    return advance(
+    return transition(
         run,
         now,
         [(EventType.RELEASED, {"wait": wait.to_json()})],
@@ -91,7 +91,7 @@ def resume(
     if run.status is not RunStatus.RELEASED or run.waiting is None or run.waiting.name != wait.name:
         return Skip(SkipReason.NOT_DUE)
     now = truncate_ms(now)
-    return advance(
+    return transition(
         run,
         now,
         [(event, data)],
@@ -130,7 +130,7 @@ def record_step(run: Run, *, token: str, name: str, entry: JSON, now: datetime) 
     if name in run.steps:
         raise IllegalTransition(f"step {name!r} of run {run.id} is already recorded")
     now = truncate_ms(now)
-    return advance(
+    return transition(
         run,
         now,
         [(EventType.STEP_RECORDED, {"step": name})],

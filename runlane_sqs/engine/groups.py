@@ -174,17 +174,17 @@ class Groups:
         if not written:
             return self.opened(stored)
         self._create_children(stored, sorted(stored.lanes.values()))
-        return self.advance(stored)
+        return self.fill_lanes(stored)
 
     def opened(self, group: Group) -> Group:
         """A group opened by an earlier attempt, which may have died before creating its
         children: create those missing, count those ended, join it if complete."""
         repaired, _ = self._repair_lanes(group)
-        return self.advance(repaired)
+        return self.fill_lanes(repaired)
 
     # the window and the join -------------------------------------------------------
 
-    def advance(self, group: Group) -> Group:
+    def fill_lanes(self, group: Group) -> Group:
         """Fill the free lanes (a redrive, maintenance) with one write each time, then
         create their children; join a complete group."""
         while room := group.room():
@@ -446,7 +446,7 @@ class Groups:
             extra={"group_id": group.id, "run_id": group.parent_run_id},
         )
         stored = self._store.groups.get_group(group.id)
-        return self.advance(stored) if stored is not None else reopened
+        return self.fill_lanes(stored) if stored is not None else reopened
 
     def _redrive_parent(self, group: Group, parent_id: str) -> None:
         """After a redrive's join, run a parent that failed again (once per generation):
@@ -508,7 +508,7 @@ class Groups:
                 self.stop(group.id)
                 return True
         repaired, did = self._repair_lanes(group)
-        after = self.advance(repaired)
+        after = self.fill_lanes(repaired)
         if after.joined_at is None and not after.complete:
             self._store.groups.relist(group.id, now + self._config.republish.after)
         return did or (after.started, after.finished, after.joined_at) != before or after.complete

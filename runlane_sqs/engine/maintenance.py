@@ -298,7 +298,7 @@ class Maintenance:
         made = self._scheduler.materialize(state, now, pass_id)
         job.acted += len(made.runs)
         job.skipped += made.skipped
-        job.conflicts += made.existing + (0 if made.advanced else 1)
+        job.conflicts += made.existing + (0 if made.moved_on else 1)
         return [
             (run, job, max(run.due_at - now, timedelta(0)) if run.due_at else None)
             for run in made.runs

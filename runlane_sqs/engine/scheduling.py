@@ -74,7 +74,7 @@ class Materialized:
     """Occurrences whose run another pass created first."""
     skipped: int = 0
     """Missed occurrences the catch-up policy left out."""
-    advanced: bool = False
+    moved_on: bool = False
     """The schedule's state moved on (False: another pass moved it first)."""
 
 
@@ -207,7 +207,7 @@ class Scheduler:
                 result.existing += 1
             else:
                 result.runs.append(run)
-        result.advanced = self._advance(state, plan)
+        result.moved_on = self._move_on(state, plan)
         if plan.skipped:
             log.info(
                 "schedule %s skipped %s missed occurrence(s) (catch-up %s)",
@@ -218,7 +218,7 @@ class Scheduler:
             )
         return result
 
-    def _advance(self, state: ScheduleState, plan: DuePlan) -> bool:
+    def _move_on(self, state: ScheduleState, plan: DuePlan) -> bool:
         if plan.after == state:
             return False
         try:

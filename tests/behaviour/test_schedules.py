@@ -120,7 +120,7 @@ def test_two_passes_at_the_same_moment_create_each_occurrence_once(
     state = app.schedules.get("every.hour")
     made = [app.engine.scheduler.materialize(state, clock.now(), name) for name in ("a", "b")]
     assert [len(m.runs) for m in made] == [5, 0]
-    assert (made[1].existing, made[0].advanced, made[1].advanced) == (5, True, False)
+    assert (made[1].existing, made[0].moved_on, made[1].moved_on) == (5, True, False)
     report = app.maintenance.run_pass()  # finds nothing left to do
     assert report.jobs[JOB_SCHEDULES].acted == 0
     assert scheduled(app, "every.hour") == [T0.replace(minute=0) + HOUR * h for h in range(1, 6)]
