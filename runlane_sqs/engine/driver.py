@@ -1,15 +1,15 @@
-"""The driver contract of the per-message path: the requests the path yields, what a
+"""The driver contract of the per-message path: the calls the path yields, what a
 driver implements to perform them, and :func:`drive`, which runs a path to its end.
 
-The path (:mod:`runlane_sqs.engine.message`) sends no request itself: it yields the
-requests below and is sent each one's result, or thrown its error. A driver performs
+The path (:mod:`runlane_sqs.engine.message`) performs no I/O itself: it yields the
+calls below and is sent each one's result, or thrown its error. A driver performs
 them with its own I/O: :class:`runlane_sqs.runtime.executor.Executor` for the sync worker
 and the Lambda consumer, :class:`runlane_sqs.runtime.aio.executor.AsyncExecutor` for the
 async worker. Tests step a path by hand to put a race at an exact point
 (tests/engine/test_message_path.py).
 
-A driver performs each request by one method of :class:`Performer`. The requests that
-only call one of the engine's sync services (a finished run's bookkeeping, a recheck, a
+A driver performs each :data:`DriverCall` by one method of :class:`Performer`. The
+calls to one of the engine's sync services (a finished run's bookkeeping, a recheck, a
 slot's waiters, a rate limit's reservation) are each an :class:`EngineCall` that the
 engine itself serves (:meth:`runlane_sqs.engine.engine.Engine.serve`): a driver has one
 method for all of them, and adding one is a class in the module of its concept and one
@@ -156,44 +156,44 @@ class Hold:
 
 
 class EngineCall:
-    """A request that only calls one of the engine's sync services, served by the engine
+    """A call to one of the engine's sync services, served by the engine
     (:meth:`runlane_sqs.engine.engine.Engine.serve`): the sync driver on its own thread,
     the async one on a thread off its loop. Result: what the service returns."""
 
     __slots__ = ()
 
 
-PathRequest = ReadRun | ClaimHinted | Write | Begin | CallHandler | End | Publish | Pause | Hold
+DriverCall = ReadRun | ClaimHinted | Write | Begin | CallHandler | End | Publish | Pause | Hold
 """What the path yields besides an :class:`EngineCall`."""
-Handling = Generator[PathRequest | EngineCall, Any, Disposition]
-"""One message's handling: yields requests, returns what became of the message."""
-Perform = Callable[[PathRequest | EngineCall], Any]
+Handling = Generator[DriverCall | EngineCall, Any, Disposition]
+"""One message's handling: yields calls, returns what became of the message."""
+Perform = Callable[[DriverCall | EngineCall], Any]
 
 
 class Performer(Protocol):
-    """What a driver implements: one method per request (sync or ``async def``)."""
+    """What a driver implements: one method per call (sync or ``async def``)."""
 
-    def read(self, request: ReadRun) -> Any: ...
-    def claim_hinted(self, request: ClaimHinted) -> Any: ...
-    def write(self, request: Write) -> Any: ...
-    def begin(self, request: Begin) -> Any: ...
-    def call(self, request: CallHandler) -> Any: ...
-    def end(self, request: End) -> Any: ...
-    def publish(self, request: Publish) -> Any: ...
-    def pause(self, request: Pause) -> Any: ...
-    def hold(self, request: Hold) -> Any: ...
-    def serve(self, request: EngineCall) -> Any: ...
+    def read(self, call: ReadRun) -> Any: ...
+    def claim_hinted(self, call: ClaimHinted) -> Any: ...
+    def write(self, call: Write) -> Any: ...
+    def begin(self, call: Begin) -> Any: ...
+    def call_handler(self, call: CallHandler) -> Any: ...
+    def end(self, call: End) -> Any: ...
+    def publish(self, call: Publish) -> Any: ...
+    def pause(self, call: Pause) -> Any: ...
+    def hold(self, call: Hold) -> Any: ...
+    def serve(self, call: EngineCall) -> Any: ...
 
 
 def performer_table(driver: Performer) -> dict[type, Callable[[Any], Any]]:
-    """The driver's method for each request type but :class:`EngineCall`, which its
+    """The driver's method for each call type but :class:`EngineCall`, which its
     ``serve`` performs."""
     return {
         ReadRun: driver.read,
         ClaimHinted: driver.claim_hinted,
         Write: driver.write,
         Begin: driver.begin,
-        CallHandler: driver.call,
+        CallHandler: driver.call_handler,
         End: driver.end,
         Publish: driver.publish,
         Pause: driver.pause,
@@ -213,10 +213,10 @@ class WorkerIdentity(Protocol):
     app_version: str | None
 
 
-def next_request(
+def next_call(
     handling: Handling, reply: Any, error: BaseException | None
-) -> PathRequest | EngineCall | Disposition:
-    """Hand the path the last request's result (or error); returns its next request, or
+) -> DriverCall | EngineCall | Disposition:
+    """Hand the path the last call's result (or error); returns its next call, or
     what became of the message once the path is done."""
     try:
         return handling.send(reply) if error is None else handling.throw(error)
@@ -225,13 +225,13 @@ def next_request(
 
 
 def drive(handling: Handling, perform: Perform) -> Disposition:
-    """Run ``handling`` to the end, performing each request with ``perform`` (sync I/O)."""
-    request = next_request(handling, None, None)
-    while not isinstance(request, Disposition):
+    """Run ``handling`` to the end, performing each call with ``perform`` (sync I/O)."""
+    call = next_call(handling, None, None)
+    while not isinstance(call, Disposition):
         try:
-            reply = perform(request)
-        except BaseException as exc:  # the path decides what a failed request means
-            request = next_request(handling, None, exc)
+            reply = perform(call)
+        except BaseException as exc:  # the path decides what a failed call means
+            call = next_call(handling, None, exc)
         else:
-            request = next_request(handling, reply, None)
-    return request
+            call = next_call(handling, reply, None)
+    return call

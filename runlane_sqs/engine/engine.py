@@ -94,10 +94,10 @@ class Engine:
         )
         self.signals = SignalsApi(self.resumer, self.values, self.observer)
 
-    def serve(self, request: EngineCall) -> Any:
-        """Perform a request of the per-message path that only calls one of these
-        services (:class:`~runlane_sqs.engine.driver.EngineCall`)."""
-        return self._served[type(request)](request)
+    def serve(self, call: EngineCall) -> Any:
+        """Perform a call of the per-message path to one of these services
+        (:class:`~runlane_sqs.engine.driver.EngineCall`)."""
+        return self._served[type(call)](call)
 
     @cached_property
     def _served(self) -> dict[type, Callable[[Any], Any]]:

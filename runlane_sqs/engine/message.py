@@ -15,7 +15,7 @@ and of a wakeup without a hint, or whose hint no longer holds::
 
     ReadRun | ClaimHinted (refused) -> Write(claim) -> Begin -> ...
 
-The path sends no request itself: it yields the requests of
+The path performs no I/O itself: it yields the calls of
 :mod:`runlane_sqs.engine.driver`, whose drivers perform them. What it decides is in
 :mod:`runlane_sqs.engine.decisions` (pure). A run that a plain run is not (rate-limited,
 slotted, debounced, pinned, or claimed too late to start) takes a turn through the
@@ -59,10 +59,10 @@ from runlane_sqs.engine.driver import (
     CallHandler,
     ClaimHinted,
     Disposition,
+    DriverCall,
     End,
     EngineCall,
     Handling,
-    PathRequest,
     Publish,
     ReadRun,
     Write,
@@ -88,7 +88,7 @@ from runlane_sqs.ports.telemetry import Span
 from runlane_sqs.ports.transport import ReceivedWakeup
 
 log = logging.getLogger("runlane_sqs.worker")
-Steps = Generator[PathRequest | EngineCall, Any, Run | None]
+PathPart = Generator[DriverCall | EngineCall, Any, Run | None]
 """Part of a message's handling that ends with the stored run (or ``None``)."""
 
 
@@ -150,7 +150,7 @@ class MessagePath:
         )
 
     def handle(self, message: ReceivedWakeup) -> Handling:
-        """The requests for one received message."""
+        """The calls for one received message."""
         try:
             wakeup = parse_wakeup(message.body)
         except MalformedWakeup as exc:
@@ -340,7 +340,7 @@ class MessagePath:
         run: Run,
         wakeup: Wakeup | None = None,
         message_id: str | None = None,
-    ) -> Steps:
+    ) -> PathPart:
         """One attempt of a claimed run and its recorded outcome, in the attempt's span;
         returns the stored run (``None`` when the lease was lost and nothing was
         recorded)."""
@@ -355,7 +355,7 @@ class MessagePath:
             span.end()
         return stored
 
-    def _attempt(self, task: Task, run: Run, span: Span, requested_at: datetime | None) -> Steps:
+    def _attempt(self, task: Task, run: Run, span: Span, requested_at: datetime | None) -> PathPart:
         token = decisions.lease_token(run)
         ctx: TaskContext = yield Begin(run, token)
         if not self.may_start():  # the deadline passed while it began: cancel at once
@@ -387,7 +387,7 @@ class MessagePath:
                 yield from wake_waiters(latest, ctx)
         return stored
 
-    def _record(self, run: Run, decide: Decide, ctx: TaskContext) -> Steps:
+    def _record(self, run: Run, decide: Decide, ctx: TaskContext) -> PathPart:
         token = decisions.lease_token(run)
         current = run
         for _ in range(machine.MAX_REDECISIONS):
@@ -411,7 +411,9 @@ class MessagePath:
         ctx.log.warning("the lease was lost before the outcome was written; outcome discarded")
         return None
 
-    def _record_refused(self, run: Run, token: str, exc: StorageError, ctx: TaskContext) -> Steps:
+    def _record_refused(
+        self, run: Run, token: str, exc: StorageError, ctx: TaskContext
+    ) -> PathPart:
         ctx.log.error("storage refused the outcome: %s; failing the run", exc)
         refused = decisions.refused_outcome(run, token, exc, self.clock.now())
         try:
@@ -423,37 +425,37 @@ class MessagePath:
 
     def _follow_up(
         self, run: Run, ctx: TaskContext
-    ) -> Generator[PathRequest | EngineCall, Any, None]:
+    ) -> Generator[DriverCall | EngineCall, Any, None]:
         """Log the outcome, publish the next wakeup, free keys and resume waiters.
 
         The outcome is recorded by now, so a follow-up that fails is logged and left to
         maintenance (which publishes due runs and polls waits); the message still counts
         as executed."""
         log_outcome(run, ctx)
-        request = follow_up_request(run, self.clock.now())
-        if request is None:
+        call = follow_up_call(run, self.clock.now())
+        if call is None:
             return
         try:
-            yield request
+            yield call
         except RunlaneError as exc:
             ctx.log.warning(
                 "%s after attempt %d failed: %s; maintenance will repair it",
-                type(request).__name__.lower(),
+                type(call).__name__.lower(),
                 run.attempt,
                 exc,
             )
 
 
-def follow_up_request(run: Run, now: datetime) -> PathRequest | EngineCall | None:
+def follow_up_call(run: Run, now: datetime) -> DriverCall | EngineCall | None:
     """What an attempt's recorded outcome calls for next, if anything: the finished run's
     bookkeeping, the next wakeup, or a recheck of the wait it released to."""
-    step = decisions.follow_up(run)
-    if step is FollowUp.FINISHED:
+    follow_up = decisions.follow_up(run)
+    if follow_up is FollowUp.FINISHED:
         return Finish(run)
-    if step is FollowUp.PUBLISH:
+    if follow_up is FollowUp.PUBLISH:
         assert run.due_at is not None
         return Publish(run, run.due_at - now)
-    if step is FollowUp.RECHECK:
+    if follow_up is FollowUp.RECHECK:
         return Recheck(run)
     return None
 

@@ -31,10 +31,10 @@ from runlane_sqs.core.rates import (
 from runlane_sqs.engine.driver import (
     MAX_HOLD,
     Disposition,
+    DriverCall,
     EngineCall,
     Handling,
     Hold,
-    PathRequest,
     Pause,
     Publish,
     WorkerIdentity,
@@ -124,7 +124,7 @@ def reserved_start(
 
 def wait_until_start(
     run: Run, start_us: int, message: ReceivedWakeup, path: WorkerIdentity
-) -> Generator[PathRequest | EngineCall, Any, Disposition | None]:
+) -> Generator[DriverCall | EngineCall, Any, Disposition | None]:
     """Wait for ``run``'s reserved start ``start_us``: on this thread when it is a moment
     ahead (then ``None``: claim now), else by sleeping (:func:`sleep_until_start`)."""
     while True:

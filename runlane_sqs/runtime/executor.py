@@ -1,5 +1,5 @@
 """How attempts run with sync I/O, in the sync worker and the Lambda consumer: the driver
-of the per-message path (:mod:`runlane_sqs.engine.driver`), which performs each request
+of the per-message path (:mod:`runlane_sqs.engine.driver`), which performs each call
 with the engine's sync ports and calls the handler on the current thread, and the
 heartbeat thread that keeps the leases of in-flight attempts alive.
 """
@@ -30,7 +30,7 @@ log = logging.getLogger("runlane_sqs.worker")
 
 
 def begin_attempt(
-    request: driver.Begin, engine: Engine, leases: LeaseBook, worker_id: str
+    call: driver.Begin, engine: Engine, leases: LeaseBook, worker_id: str
 ) -> TaskContext:
     """The context of a claimed run's attempt, its lease tracked by ``leases`` (shared by
     both drivers: steps and waits in a context use the engine's sync store)."""
@@ -40,11 +40,11 @@ def begin_attempt(
         engine.clock,
         engine.values,
         leases,
-        request.run,
-        request.token,
+        call.run,
+        call.token,
     )
-    ctx = TaskContext.for_attempt(request.run, worker_id, services)
-    leases.track(request.run, ctx)
+    ctx = TaskContext.for_attempt(call.run, worker_id, services)
+    leases.track(call.run, ctx)
     return ctx
 
 
@@ -68,56 +68,54 @@ class Executor:
     def handle(self, received: ReceivedWakeup) -> Disposition:
         return driver.drive(self.path.handle(received), self.perform)
 
-    def perform(self, request: driver.PathRequest | driver.EngineCall) -> Any:
-        method: Callable[[Any], Any] = self._perform.get(type(request), self.serve)
-        return method(request)
+    def perform(self, call: driver.DriverCall | driver.EngineCall) -> Any:
+        method: Callable[[Any], Any] = self._perform.get(type(call), self.serve)
+        return method(call)
 
-    def read(self, request: driver.ReadRun) -> Run | None:
-        return retried(self.engine.store.get_run, request.run_id)
+    def read(self, call: driver.ReadRun) -> Run | None:
+        return retried(self.engine.store.get_run, call.run_id)
 
-    def claim_hinted(self, request: driver.ClaimHinted) -> Run:
-        return retried(self.engine.store.claim_hinted, request.claim)
+    def claim_hinted(self, call: driver.ClaimHinted) -> Run:
+        return retried(self.engine.store.claim_hinted, call.claim)
 
-    def write(self, request: driver.Write) -> Run:
-        budget = write_budget(request.transition, self.engine.clock.now())
-        return retried(self.engine.store.apply, request.transition, budget)
+    def write(self, call: driver.Write) -> Run:
+        budget = write_budget(call.transition, self.engine.clock.now())
+        return retried(self.engine.store.apply, call.transition, budget)
 
-    def begin(self, request: driver.Begin) -> TaskContext:
-        return begin_attempt(request, self.engine, self.leases, self.path.worker_id)
+    def begin(self, call: driver.Begin) -> TaskContext:
+        return begin_attempt(call, self.engine, self.leases, self.path.worker_id)
 
-    def call(self, request: driver.CallHandler) -> object:
+    def call_handler(self, call: driver.CallHandler) -> object:
         """The handler, called with the run's payload (opened); its result, sealed. An
         ``async def`` handler runs to completion on a fresh event loop."""
         values = self.engine.values
-        with request.span.active():
-            payload = values.open(
-                request.payload, what="payload", owner=f"run {request.ctx.run_id}"
-            )
-            if request.task.is_async:
+        with call.span.active():
+            payload = values.open(call.payload, what="payload", owner=f"run {call.ctx.run_id}")
+            if call.task.is_async:
                 import asyncio  # noqa: PLC0415 (only for async handlers: a sync app never loads it)
 
-                result = asyncio.run(request.task.fn(request.ctx, payload))
+                result = asyncio.run(call.task.fn(call.ctx, payload))
             else:
-                result = request.task.fn(request.ctx, payload)
+                result = call.task.fn(call.ctx, payload)
             return values.seal(result, what="handler result").value
 
-    def end(self, request: driver.End) -> tuple[Run, bool] | None:
-        return self.leases.untrack(request.run_id)
+    def end(self, call: driver.End) -> tuple[Run, bool] | None:
+        return self.leases.untrack(call.run_id)
 
-    def pause(self, request: driver.Pause) -> None:
-        self.engine.pause(request.delay.total_seconds())
+    def pause(self, call: driver.Pause) -> None:
+        self.engine.pause(call.delay.total_seconds())
 
-    def hold(self, request: driver.Hold) -> bool:
+    def hold(self, call: driver.Hold) -> bool:
         if self._hold is None:
             return False
-        self._hold(request.message, request.until)
+        self._hold(call.message, call.until)
         return True
 
-    def publish(self, request: driver.Publish) -> None:
-        self.engine.publisher.publish_many([request.run], delay=request.delay)
+    def publish(self, call: driver.Publish) -> None:
+        self.engine.publisher.publish_many([call.run], delay=call.delay)
 
-    def serve(self, request: driver.EngineCall) -> Any:
-        return self.engine.serve(request)
+    def serve(self, call: driver.EngineCall) -> Any:
+        return self.engine.serve(call)
 
 
 class LeaseKeeper(LeaseBook):

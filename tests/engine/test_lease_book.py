@@ -51,7 +51,7 @@ class Attempt:
     app: Runlane
     leases: LeaseBook
     run_id: str
-    steps: Any
+    handling: Any
     call: CallHandler
 
     @classmethod
@@ -59,14 +59,14 @@ class Attempt:
         run = app.trigger("echo", 1)
         [message] = app.transport.receive("default", 10, 0)
         path = MessagePath(tasks=app.tasks, clock=app.clock, config=app.config, worker_id=worker_id)
-        steps = path.handle(message)
-        claim = next(steps)  # a trigger's wakeup carries a hint: one write claims the run
+        handling = path.handle(message)
+        claim = next(handling)  # a trigger's wakeup carries a hint: one write claims the run
         assert isinstance(claim, ClaimHinted) and claim.claim.run_id == run.id
-        begin = steps.send(app.store.claim_hinted(claim.claim))
+        begin = handling.send(app.store.claim_hinted(claim.claim))
         assert isinstance(begin, Begin)
-        call = steps.send(begin_attempt(begin, app.engine, leases, worker_id))
+        call = handling.send(begin_attempt(begin, app.engine, leases, worker_id))
         assert isinstance(call, CallHandler)
-        return cls(app, leases, run.id, steps, call)
+        return cls(app, leases, run.id, handling, call)
 
     @property
     def ctx(self) -> TaskContext:
@@ -74,13 +74,13 @@ class Attempt:
 
     def finish(self) -> tuple[Run, bool] | None:
         """The handler returns, the lease is no longer tracked, the outcome is written."""
-        end = self.steps.send(self.call.task.fn(self.ctx, self.call.payload))
+        end = self.handling.send(self.call.task.fn(self.ctx, self.call.payload))
         assert end == End(self.run_id)
         untracked = self.leases.untrack(self.run_id)
-        outcome = self.steps.send(untracked)
+        outcome = self.handling.send(untracked)
         assert isinstance(outcome, Write)
         with pytest.raises(StopIteration):
-            self.steps.send(self.app.store.apply(outcome.transition))
+            self.handling.send(self.app.store.apply(outcome.transition))
         return untracked
 
     def stored(self) -> Run:

@@ -25,8 +25,8 @@ from runlane_sqs.engine.driver import (
     CallHandler,
     ClaimHinted,
     Disposition,
+    DriverCall,
     End,
-    PathRequest,
     Publish,
     ReadRun,
     Write,
@@ -81,7 +81,7 @@ def body(run: Run, environment: str | None = None) -> str:
 
 
 class Path:
-    """One message's path stepped by hand; ``answer`` performs a request as the sync driver
+    """One message's path stepped by hand; ``answer`` performs a call as the sync driver
     would, against the in-memory store (follow-ups are only recorded)."""
 
     def __init__(
@@ -104,29 +104,29 @@ class Path:
         message = ReceivedWakeup(
             queue="default", body=text, receipt="r", message_id="m", receive_count=receives
         )
-        self.steps = path.handle(message)
-        self.requests: list[PathRequest] = []
-        self.pending: PathRequest | None = None
+        self.handling = path.handle(message)
+        self.calls: list[DriverCall] = []
+        self.pending: DriverCall | None = None
         self.disposition: Disposition | None = None
-        self._take(lambda: next(self.steps))
+        self._take(lambda: next(self.handling))
 
-    def _take(self, step: Callable[[], PathRequest]) -> Any:
+    def _take(self, resume: Callable[[], DriverCall]) -> Any:
         assert self.disposition is None, "the path already ended"
         try:
-            self.pending = step()
+            self.pending = resume()
         except StopIteration as stop:
             self.pending, self.disposition = None, stop.value
         else:
-            self.requests.append(self.pending)
+            self.calls.append(self.pending)
         return self.pending
 
     def send(self, reply: object) -> Any:
-        return self._take(lambda: self.steps.send(reply))
+        return self._take(lambda: self.handling.send(reply))
 
     def throw(self, exc: BaseException) -> Any:
-        return self._take(lambda: self.steps.throw(exc))
+        return self._take(lambda: self.handling.throw(exc))
 
-    def perform(self, request: PathRequest) -> Any:
+    def perform(self, call: DriverCall) -> Any:
         store = self.app.store
         performers: dict[type, Callable[[Any], Any]] = {
             ReadRun: lambda r: store.get_run(r.run_id),
@@ -136,15 +136,15 @@ class Path:
             CallHandler: lambda r: r.task.fn(r.ctx, r.payload),
             End: lambda r: self.leases.untrack(r.run_id),
         }
-        perform = performers.get(type(request))
-        return perform(request) if perform else None
+        perform = performers.get(type(call))
+        return perform(call) if perform else None
 
-    def answer(self, request: PathRequest | None = None) -> Any:
-        """Perform ``request`` (default: the pending one) and send its result or error."""
-        request = request or self.pending
-        assert request is not None, f"the path ended {self.disposition}"
+    def answer(self, call: DriverCall | None = None) -> Any:
+        """Perform ``call`` (default: the pending one) and send its result or error."""
+        call = call or self.pending
+        assert call is not None, f"the path ended {self.disposition}"
         try:
-            reply = self.perform(request)
+            reply = self.perform(call)
         except BaseException as exc:
             return self.throw(exc)
         return self.send(reply)
@@ -172,7 +172,7 @@ class Path:
         return self.disposition
 
     def kinds(self) -> list[str]:
-        return [type(r).__name__ for r in self.requests]
+        return [type(r).__name__ for r in self.calls]
 
 
 def claimed_unanswered(app: Runlane) -> tuple[Run, Path, Run]:
@@ -208,10 +208,10 @@ def test_plain_timeline_claims_on_the_hint_runs_the_handler_and_records_success(
     run = app.trigger("echo", {"n": 1})
     [message] = app.transport.receive("default", 10, 0)
     path = MessagePath(tasks=app.tasks, clock=app.clock, config=app.config, worker_id="w1")
-    steps = path.handle(message)
+    handling = path.handle(message)
     leases = LeaseBook(app.clock, app.config.lease_duration)
 
-    claim = next(steps)  # no read: one write conditioned on the trigger's hint
+    claim = next(handling)  # no read: one write conditioned on the trigger's hint
     assert isinstance(claim, ClaimHinted)
     assert (claim.claim.run_id, claim.claim.hint, claim.claim.owner) == (
         run.id,
@@ -222,18 +222,18 @@ def test_plain_timeline_claims_on_the_hint_runs_the_handler_and_records_success(
     claimed = app.store.claim_hinted(claim.claim)
     assert (claimed.status, claimed.attempt) == (RunStatus.RUNNING, 1)
     assert claimed.lease is not None and claimed.lease.owner == "w1"
-    begin = steps.send(claimed)
+    begin = handling.send(claimed)
     assert begin == Begin(claimed, claimed.lease.token)
-    call = steps.send(begin_attempt(begin, app.engine, leases, "w1"))
+    call = handling.send(begin_attempt(begin, app.engine, leases, "w1"))
     assert isinstance(call, CallHandler)
     assert (call.task.name, call.payload, call.ctx.attempt) == ("echo", {"n": 1}, 1)
-    assert steps.send(call.task.fn(call.ctx, call.payload)) == End(run.id)
-    outcome = steps.send(leases.untrack(run.id))
+    assert handling.send(call.task.fn(call.ctx, call.payload)) == End(run.id)
+    outcome = handling.send(leases.untrack(run.id))
     assert isinstance(outcome, Write)
     assert outcome.transition.fence == claimed.lease.token
     assert outcome.transition.after.status is RunStatus.SUCCEEDED
     with pytest.raises(StopIteration) as done:  # no keys, not watched: no follow-up
-        steps.send(app.store.apply(outcome.transition))
+        handling.send(app.store.apply(outcome.transition))
 
     assert done.value.value is Disposition.EXECUTED
     final = stored(app, run.id)
@@ -248,8 +248,8 @@ def test_a_wakeup_without_a_hint_reads_the_run_then_claims_it(app: Runlane) -> N
 
     assert path.finish() is Disposition.EXECUTED
     assert path.kinds() == TIMELINE
-    assert isinstance(path.requests[1], Write)
-    assert path.requests[1].transition.before.seq == 1
+    assert isinstance(path.calls[1], Write)
+    assert path.calls[1].transition.before.seq == 1
 
 
 def test_a_hint_gone_stale_is_decided_on_the_run_the_refusal_returns(app: Runlane) -> None:
@@ -307,9 +307,9 @@ def test_sync_drive_with_a_table_of_lambdas_matches_stepping_by_hand(app: Runlan
         End: lambda r: leases.untrack(r.run_id),
     }
 
-    def perform(request: PathRequest) -> Any:
-        seen.append(type(request).__name__)
-        return table[type(request)](request)
+    def perform(call: DriverCall) -> Any:
+        seen.append(type(call).__name__)
+        return table[type(call)](call)
 
     path = MessagePath(tasks=app.tasks, clock=app.clock, config=app.config, worker_id="w1")
     message = ReceivedWakeup(queue="default", body=body(run), receipt="r", message_id="m")
@@ -546,7 +546,7 @@ def test_run_watched_during_the_attempt_is_finished(app: Runlane) -> None:
 
     assert path.finish() is Disposition.EXECUTED
     assert path.kinds() == [*TIMELINE, "Finish"]
-    finish = path.requests[-1]
+    finish = path.calls[-1]
     assert isinstance(finish, Finish) and finish.run.watched
 
 
@@ -590,10 +590,10 @@ def test_closing_the_path_at_the_handler_records_nothing(
     path = Path(app, body(run))
     path.until(CallHandler)
 
-    path.steps.close()  # GeneratorExit is not a handler failure: no End, no Write
+    path.handling.close()  # GeneratorExit is not a handler failure: no End, no Write
 
     with pytest.raises(StopIteration):
-        next(path.steps)
+        next(path.handling)
     assert stored(app, run.id).status is RunStatus.RUNNING  # left to lease expiry
     assert [e.type for e in app.store.get_events(run.id)][-1] is EventType.STARTED
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
@@ -603,7 +603,7 @@ def test_closing_the_path_at_the_handler_records_nothing(
 def test_hints_naming_nothing_here_are_skipped_before_any_request(app: Runlane, text: str) -> None:
     path = Path(app, text)
 
-    assert (path.disposition, path.requests) == (Disposition.SKIPPED, [])
+    assert (path.disposition, path.calls) == (Disposition.SKIPPED, [])
 
 
 def test_a_wakeup_of_another_environment_is_returned_before_any_request_with_one_warning_per_queue(
@@ -614,7 +614,7 @@ def test_a_wakeup_of_another_environment_is_returned_before_any_request_with_one
 
     def handle(environment: str, queue: str = "default") -> Disposition:
         message = ReceivedWakeup(queue, body(run, environment), "r", "m")
-        return drive(path.handle(message), lambda request: pytest.fail(f"asked {request}"))
+        return drive(path.handle(message), lambda call: pytest.fail(f"asked {call}"))
 
     with caplog.at_level(logging.INFO, logger="runlane_sqs"):
         dispositions = [handle("staging"), handle("staging"), handle("qa"), handle("qa", "emails")]

@@ -29,24 +29,24 @@ from runlane_sqs.runtime.executor import begin_attempt
 
 
 async def drive_async(handling: driver.Handling, executor: AsyncExecutor) -> Disposition:
-    """Run ``handling`` to the end, awaiting each request. An attempt the worker cancels
+    """Run ``handling`` to the end, awaiting each call. An attempt the worker cancels
     (its grace period ran out) closes the path: nothing is recorded, the lease expires
     and maintenance makes the run runnable again."""
-    request = driver.next_request(handling, None, None)
-    while not isinstance(request, Disposition):
+    call = driver.next_call(handling, None, None)
+    while not isinstance(call, Disposition):
         try:
-            reply = await executor.perform(request)
+            reply = await executor.perform(call)
         except asyncio.CancelledError as exc:
             if _cancelled_by_worker():
                 handling.close()
                 raise
             # the handler's own cancellation: a failure
-            request = driver.next_request(handling, None, exc)
-        except BaseException as exc:  # the path decides what a failed request means
-            request = driver.next_request(handling, None, exc)
+            call = driver.next_call(handling, None, exc)
+        except BaseException as exc:  # the path decides what a failed call means
+            call = driver.next_call(handling, None, exc)
         else:
-            request = driver.next_request(handling, reply, None)
-    return request
+            call = driver.next_call(handling, reply, None)
+    return call
 
 
 async def pause_on_loop(engine: Engine, seconds: float) -> None:
@@ -84,31 +84,31 @@ class AsyncExecutor:
     async def handle(self, received: ReceivedWakeup) -> Disposition:
         return await drive_async(self.path.handle(received), self)
 
-    async def perform(self, request: driver.PathRequest | driver.EngineCall) -> Any:
-        method: Callable[[Any], Any] = self._perform.get(type(request), self.serve)
-        return await method(request)
+    async def perform(self, call: driver.DriverCall | driver.EngineCall) -> Any:
+        method: Callable[[Any], Any] = self._perform.get(type(call), self.serve)
+        return await method(call)
 
-    async def read(self, request: driver.ReadRun) -> Run | None:
-        return await retried_async(self.store.get_run, request.run_id)
+    async def read(self, call: driver.ReadRun) -> Run | None:
+        return await retried_async(self.store.get_run, call.run_id)
 
-    async def claim_hinted(self, request: driver.ClaimHinted) -> Run:
-        return await retried_async(self.store.claim_hinted, request.claim)
+    async def claim_hinted(self, call: driver.ClaimHinted) -> Run:
+        return await retried_async(self.store.claim_hinted, call.claim)
 
-    async def write(self, request: driver.Write) -> Run:
-        budget = write_budget(request.transition, self.engine.clock.now())
-        return await retried_async(self.store.apply, request.transition, budget)
+    async def write(self, call: driver.Write) -> Run:
+        budget = write_budget(call.transition, self.engine.clock.now())
+        return await retried_async(self.store.apply, call.transition, budget)
 
-    async def begin(self, request: driver.Begin) -> TaskContext:
-        return begin_attempt(request, self.engine, self.leases, self.path.worker_id)
+    async def begin(self, call: driver.Begin) -> TaskContext:
+        return begin_attempt(call, self.engine, self.leases, self.path.worker_id)
 
-    async def call(self, request: driver.CallHandler) -> object:
+    async def call_handler(self, call: driver.CallHandler) -> object:
         """The handler, called with the run's payload (opened); its result, sealed. A
         value kept in the payload bucket, or encoded by codecs (which may call KMS), is
         read and written on a thread; a plain one on the loop."""
-        task, ctx, values = request.task, request.ctx, self.engine.values
+        task, ctx, values = call.task, call.ctx, self.engine.values
         try:
-            with request.span.active():  # the thread runs in a copy of this context
-                payload = request.payload
+            with call.span.active():  # the thread runs in a copy of this context
+                payload = call.payload
                 if is_sealed(payload):
                     opening = functools.partial(
                         values.open, payload, what="payload", owner=f"run {ctx.run_id}"
@@ -133,28 +133,28 @@ class AsyncExecutor:
                 self.leases.untrack(ctx.run_id)
             raise
 
-    async def end(self, request: driver.End) -> tuple[Run, bool] | None:
-        return self.leases.untrack(request.run_id)
+    async def end(self, call: driver.End) -> tuple[Run, bool] | None:
+        return self.leases.untrack(call.run_id)
 
-    async def publish(self, request: driver.Publish) -> None:
+    async def publish(self, call: driver.Publish) -> None:
         publisher = self.engine.publisher
-        wakeups = publisher.wakeups([request.run], delay=request.delay)
-        unsent = await self.transport.publish(wakeups, request.delay)
+        wakeups = publisher.wakeups([call.run], delay=call.delay)
+        unsent = await self.transport.publish(wakeups, call.delay)
         if unsent:
-            await asyncio.to_thread(publisher.settle, [request.run], unsent)
+            await asyncio.to_thread(publisher.settle, [call.run], unsent)
 
-    async def pause(self, request: driver.Pause) -> None:
-        await pause_on_loop(self.engine, request.delay.total_seconds())
+    async def pause(self, call: driver.Pause) -> None:
+        await pause_on_loop(self.engine, call.delay.total_seconds())
 
-    async def hold(self, request: driver.Hold) -> bool:
+    async def hold(self, call: driver.Hold) -> bool:
         if self._hold is None:
             return False
-        self._hold(request.message, request.until)
+        self._hold(call.message, call.until)
         return True
 
-    async def serve(self, request: driver.EngineCall) -> Any:
+    async def serve(self, call: driver.EngineCall) -> Any:
         """An engine service's call, on a thread (the engine's services are sync)."""
-        return await asyncio.to_thread(self.engine.serve, request)
+        return await asyncio.to_thread(self.engine.serve, call)
 
 
 def _cancelled_by_worker() -> bool:
