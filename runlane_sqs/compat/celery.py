@@ -334,9 +334,9 @@ def retry_policy_of(name: str, options: CeleryTaskOptions) -> CeleryRetryPolicy:
 
 
 @dataclass(frozen=True)
-class CeleryRequest:
-    """``self.request`` of a bound task: the run's id and retries so far (``None`` and
-    0 when the task is called directly)."""
+class CeleryTaskContext:
+    """What Celery calls a task's request context, ``self.request`` of a bound task: the
+    run's id and retries so far (``None`` and 0 when the task is called directly)."""
 
     id: str | None = None
     retries: int = 0
@@ -353,23 +353,25 @@ class CeleryRequest:
         return self.id is None
 
 
-_REQUEST: ContextVar[CeleryRequest | None] = ContextVar("celery_request", default=None)
-_OUTSIDE = CeleryRequest()
-"""The request outside any task call."""
+_TASK_CONTEXT: ContextVar[CeleryTaskContext | None] = ContextVar(
+    "celery_task_context", default=None
+)
+_OUTSIDE = CeleryTaskContext()
+"""The task context outside any task call."""
 
 
-def current_request() -> CeleryRequest:
-    """The request of the task call this thread (or coroutine) is in."""
-    return _REQUEST.get() or _OUTSIDE
+def current_task_context() -> CeleryTaskContext:
+    """The task context of the task call this thread (or coroutine) is in."""
+    return _TASK_CONTEXT.get() or _OUTSIDE
 
 
 @contextlib.contextmanager
-def _requested(request: CeleryRequest) -> Iterator[None]:
-    token = _REQUEST.set(request)
+def _in_task_context(context: CeleryTaskContext) -> Iterator[None]:
+    token = _TASK_CONTEXT.set(context)
     try:
         yield
     finally:
-        _REQUEST.reset(token)
+        _TASK_CONTEXT.reset(token)
 
 
 # Tasks --------------------------------------------------------------------------------
@@ -412,8 +414,8 @@ class CeleryTask:
         return f"<@task: {self.name} of {self.app.main}>"
 
     @property
-    def request(self) -> CeleryRequest:
-        return current_request()
+    def request(self) -> CeleryTaskContext:
+        return current_task_context()
 
     @property
     def known_exceptions(self) -> tuple[type[BaseException], ...]:
@@ -422,7 +424,7 @@ class CeleryTask:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the function in this process, now (no run is created)."""
-        with _requested(CeleryRequest(args=args, kwargs=kwargs, task=self.name)):
+        with _in_task_context(CeleryTaskContext(args=args, kwargs=kwargs, task=self.name)):
             return self._call(args, kwargs)
 
     def _call(self, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
@@ -433,8 +435,10 @@ class CeleryTask:
         args, kwargs, expires = arguments_of(payload, self.name)
         if expires is not None and self.app.runlane.clock.now() >= expires:
             raise TaskRevokedError(f"task {self.name} expired at {expires.isoformat()}")
-        request = CeleryRequest(ctx.run_id, ctx.attempt - 1, tuple(args), kwargs, self.name, ctx)
-        with _requested(request):
+        context = CeleryTaskContext(
+            ctx.run_id, ctx.attempt - 1, tuple(args), kwargs, self.name, ctx
+        )
+        with _in_task_context(context):
             return self._call(args, kwargs)
 
     # calling ---------------------------------------------------------------------------
@@ -666,7 +670,7 @@ class AsyncResult:
         run raises its exception (returns it with ``propagate=False``); raises
         :class:`TimeoutError` after ``timeout`` seconds. ``interval`` is not used:
         the wait backs off by itself. Refused inside a task, as Celery refuses it."""
-        if not current_request().called_directly:
+        if not current_task_context().called_directly:
             raise RuntimeError(
                 "Never call result.get() within a task: a handler waits with "
                 "ctx.wait_for_run (docs/waits.md), which holds no worker"

@@ -39,7 +39,7 @@ REFRESH_SECONDS = 5
 
 
 @dataclass
-class BulkRequest:
+class BulkForm:
     """A bulk form's action, filter and rate, as checked; ``errors`` says what was
     refused."""
 
@@ -49,7 +49,7 @@ class BulkRequest:
     errors: list[str] = field(default_factory=list)
 
     def fields(self) -> list[tuple[str, str]]:
-        """The request as the hidden fields (and query) that send it again."""
+        """The form as the hidden fields (and query) that send it again."""
         selection = self.selection
         pairs = [("action", self.action.value if self.action else ""), ("rate", f"{self.rate:g}")]
         pairs += [("status", s.value) for s in selection.statuses]
@@ -64,9 +64,9 @@ class BulkRequest:
         return pairs
 
 
-def parse_bulk(params: Mapping[str, str], statuses: list[str]) -> BulkRequest:
+def parse_bulk(params: Mapping[str, str], statuses: list[str]) -> BulkForm:
     """The bulk form of a query string or a posted form (``status`` may repeat)."""
-    wanted = BulkRequest()
+    wanted = BulkForm()
     filters = views.parse_filters(params, statuses)
     wanted.errors.extend(filters.errors)
     try:

@@ -94,17 +94,17 @@ class Groups:
                     f"{type(child).__name__} (groups do not nest: start the inner one in a "
                     "child's handler with ctx.map)"
                 )
-            request = self._triggers.request(_task_name(child[0]), child[1])
-            kept = self._values.keep_inline(request.prepared)
-            items.append(Item(request.task, _item_text(kept.text, f"child {number}")))
+            trigger = self._triggers.validate(_task_name(child[0]), child[1])
+            kept = self._values.keep_inline(trigger.prepared)
+            items.append(Item(trigger.task, _item_text(kept.text, f"child {number}")))
         return items
 
     def then(self, callback: Child | None) -> Then | None:
         if callback is None:
             return None
-        request = self._triggers.request(_task_name(callback[0]), callback[1])
-        kept = self._values.keep_inline(request.prepared)
-        return Then(request.task, _item_text(kept.text, "the callback"))
+        trigger = self._triggers.validate(_task_name(callback[0]), callback[1])
+        kept = self._values.keep_inline(trigger.prepared)
+        return Then(trigger.task, _item_text(kept.text, "the callback"))
 
     def new_group(
         self,

@@ -80,7 +80,7 @@ class TriggerOptions(TriggerManyOptions, total=False):
 
 
 @dataclass(frozen=True)
-class TriggerRequest:
+class ValidTrigger:
     """A validated trigger: everything needed to write the run."""
 
     task: str
@@ -135,41 +135,41 @@ class NewRun:
 
 def new_run_of(
     values: Values,
-    request: TriggerRequest,
+    trigger: ValidTrigger,
     *,
     environment: str,
     now: datetime,
     idempotency_retention: timedelta,
     republish: RepublishPolicy | None,
 ) -> NewRun:
-    """The run ``request`` creates, its payload kept (a large one's object written: a run
+    """The run ``trigger`` creates, its payload kept (a large one's object written: a run
     is never written before the object it references)."""
     run, event = machine.new_run(
         run_id=new_run_id(),
         environment=environment,
-        task=request.task,
-        queue=request.queue,
-        payload=request.payload,
+        task=trigger.task,
+        queue=trigger.queue,
+        payload=trigger.payload,
         now=now,
-        due_at=request.due_at,
-        idempotency_key=request.idempotency_key,
-        singleton_key=request.singleton_key,
+        due_at=trigger.due_at,
+        idempotency_key=trigger.idempotency_key,
+        singleton_key=trigger.singleton_key,
         republish=republish,
-        retention=request.retention,
+        retention=trigger.retention,
     )
-    if request.concurrency_key is not None or request.trace is not None:
-        run = run.with_changes(concurrency_key=request.concurrency_key, trace=request.trace)
-    prepared = request.prepared
-    # a small payload without codecs is kept as its JSON text, with no request
+    if trigger.concurrency_key is not None or trigger.trace is not None:
+        run = run.with_changes(concurrency_key=trigger.concurrency_key, trace=trigger.trace)
+    prepared = trigger.prepared
+    # a small payload without codecs is kept as its JSON text, with no S3 request
     plain = not prepared.offloaded and not prepared.codecs
     text = prepared.text if plain else values.keep(prepared).text
-    return NewRun(run, event, text, _claims(request, now + idempotency_retention))
+    return NewRun(run, event, text, _claims(trigger, now + idempotency_retention))
 
 
 def create(
     store: RunStore,
     values: Values,
-    request: TriggerRequest,
+    trigger: ValidTrigger,
     *,
     environment: str,
     now: datetime,
@@ -179,7 +179,7 @@ def create(
     """Write the run (with its keys) and return it, or the run that already holds a key."""
     new = new_run_of(
         values,
-        request,
+        trigger,
         environment=environment,
         now=now,
         idempotency_retention=idempotency_retention,
@@ -189,14 +189,14 @@ def create(
     for _ in range(MAX_KEY_TAKEOVERS):
         try:
             return write_run(
-                store, new.run, new.event, new.payload_text, claims, request.ordering_key
+                store, new.run, new.event, new.payload_text, claims, trigger.ordering_key
             )
         except KeyConflict as conflict:
             owner = store.get_run(conflict.owner) if conflict.owner else None
             if owner is not None and holds_key(conflict.claim.kind, owner):
                 return values.open_run(owner)  # as a trigger returns its run: opened
             claims = replace_owner(claims, conflict.claim, conflict.owner)
-    raise RunlaneError(f"could not take the keys of a new {request.task!r} run; try again")
+    raise RunlaneError(f"could not take the keys of a new {trigger.task!r} run; try again")
 
 
 def write_run(
@@ -227,16 +227,16 @@ def write_run(
     )
 
 
-def _claims(request: TriggerRequest, idempotency_expires_at: datetime) -> Sequence[KeyClaim]:
+def _claims(trigger: ValidTrigger, idempotency_expires_at: datetime) -> Sequence[KeyClaim]:
     claims: list[KeyClaim] = []
-    if request.idempotency_key is not None:
+    if trigger.idempotency_key is not None:
         claims.append(
             KeyClaim(
-                KeyKind.IDEMPOTENCY, request.task, request.idempotency_key, idempotency_expires_at
+                KeyKind.IDEMPOTENCY, trigger.task, trigger.idempotency_key, idempotency_expires_at
             )
         )
-    if request.singleton_key is not None:
-        claims.append(KeyClaim(KeyKind.SINGLETON, request.task, request.singleton_key))
+    if trigger.singleton_key is not None:
+        claims.append(KeyClaim(KeyKind.SINGLETON, trigger.task, trigger.singleton_key))
     return claims
 
 
@@ -290,9 +290,9 @@ class Triggers:
     def trigger(self, task: Task | str, payload: JSON, **options: Unpack[TriggerOptions]) -> Run:
         """Create a run and publish its wakeup; a run holding a key is returned instead.
         A run waiting for its ordering key's turn is published when its turn comes."""
-        request = self.request(task, payload, **options)
-        with self._span(request) as span:
-            run = self._create(replace(request, trace=span.trace))
+        trigger = self.validate(task, payload, **options)
+        with self._span(trigger) as span:
+            run = self._create(replace(trigger, trace=span.trace))
             span.set({t.RUN_ID: run.id})
             if run.created:
                 self._publisher.publish_new([run])
@@ -304,12 +304,12 @@ class Triggers:
     ) -> list[Run]:
         """Create one run per payload and publish their wakeups in batches of ten (one
         span for the batch: every run's trace starts at it)."""
-        requests = [self.request(task, p, **options) for p in payloads]
-        if not requests:
+        triggers = [self.validate(task, p, **options) for p in payloads]
+        if not triggers:
             return []
-        with self._span(requests[0]) as span:
-            span.set({t.MESSAGING_BATCH_SIZE: len(requests)})
-            runs = [self._create(replace(r, trace=span.trace)) for r in requests]
+        with self._span(triggers[0]) as span:
+            span.set({t.MESSAGING_BATCH_SIZE: len(triggers)})
+            runs = [self._create(replace(r, trace=span.trace)) for r in triggers]
             self._publisher.publish_new([run for run in runs if run.created])
         self._observer.triggered(runs)
         return runs
@@ -334,27 +334,27 @@ class Triggers:
                 "write that run instead of a new one: use app.trigger for it, not a "
                 "transaction"
             )
-        new = self._new_run(self.request(task, payload, **options))
+        new = self._new_run(self.validate(task, payload, **options))
         if new.run.wake_at is None:  # due later than SQS can delay: maintenance publishes it
             return new
         return replace(new, run=new.run.with_changes(wake_at=new.run.due_at, review_at=None))
 
-    def _new_run(self, request: TriggerRequest) -> NewRun:
+    def _new_run(self, trigger: ValidTrigger) -> NewRun:
         return new_run_of(
             self._values,
-            request,
+            trigger,
             environment=self._config.environment,
             now=self._clock.now(),
             idempotency_retention=self._config.idempotency_retention,
             republish=self._config.republish,
         )
 
-    def _span(self, request: TriggerRequest) -> AbstractContextManager[Span]:
-        return self._observer.trigger(request.task, request.queue)
+    def _span(self, trigger: ValidTrigger) -> AbstractContextManager[Span]:
+        return self._observer.trigger(trigger.task, trigger.queue)
 
-    def request(
+    def validate(
         self, task: Task | str, payload: JSON, **options: Unpack[TriggerOptions]
-    ) -> TriggerRequest:
+    ) -> ValidTrigger:
         """Validate a trigger before anything is written."""
         resolved = self._tasks.resolve(task)
         key = concurrency_key_of(resolved, payload, options.get("concurrency_key"))
@@ -381,7 +381,7 @@ class Triggers:
         given = options.get("queue")
         queue = check_queue(given) if given is not None else resolved.queue
         self._transport.check_queue(queue)  # a clear error before any write
-        return TriggerRequest(
+        return ValidTrigger(
             task=resolved.name,
             queue=queue,
             payload=payload,
@@ -398,22 +398,22 @@ class Triggers:
             else self._config.retention,  # the plain case of retention_for, without a call
         )
 
-    def _create(self, request: TriggerRequest) -> Run:
-        if request.debounce_key is not None:
-            return self._debounced(request)
-        if request.batch_key is not None:
-            return self._batched(request)
+    def _create(self, trigger: ValidTrigger) -> Run:
+        if trigger.debounce_key is not None:
+            return self._debounced(trigger)
+        if trigger.batch_key is not None:
+            return self._batched(trigger)
         run = create(
             self._store,
             self._values,
-            request,
+            trigger,
             environment=self._config.environment,
             now=self._clock.now(),
             idempotency_retention=self._config.idempotency_retention,
             republish=self._config.republish,
         )
         extra = {"run_id": run.id, "task": run.task}
-        if request.trace and (trace_id := trace_id_of(request.trace)):
+        if trigger.trace and (trace_id := trace_id_of(trigger.trace)):
             extra["trace_id"] = trace_id
         log.info(
             "triggered run %s of %s" if run.created else "trigger returned existing run %s of %s",
@@ -423,27 +423,27 @@ class Triggers:
         )
         return run
 
-    def _debounced(self, request: TriggerRequest) -> Run:
+    def _debounced(self, trigger: ValidTrigger) -> Run:
         """The run a debounced trigger goes to: its key's pending run or a new one."""
-        rule, key = self._tasks.resolve(request.task).debounce, request.debounce_key
+        rule, key = self._tasks.resolve(trigger.task).debounce, trigger.debounce_key
         assert rule is not None and key is not None
-        new = self._gathered(request, "debounce_key", key)
-        trigger = DebouncedTrigger(key, request.payload, new.run, new.event, new.payload_text)
-        return self._logged(self._debouncing.trigger(trigger, rule), "debounce", key)
+        new = self._gathered(trigger, "debounce_key", key)
+        debounced = DebouncedTrigger(key, trigger.payload, new.run, new.event, new.payload_text)
+        return self._logged(self._debouncing.trigger(debounced, rule), "debounce", key)
 
-    def _batched(self, request: TriggerRequest) -> Run:
+    def _batched(self, trigger: ValidTrigger) -> Run:
         """The run a batched trigger's item goes to: its key's pending batch or a new one."""
-        rule, key = self._tasks.resolve(request.task).batch, request.batch_key
+        rule, key = self._tasks.resolve(trigger.task).batch, trigger.batch_key
         assert rule is not None and key is not None
-        new = self._gathered(request, "batch_key", key)
-        self._batching.check_item(request.prepared, new.payload_text, rule)  # as kept
-        trigger = BatchedTrigger(key, new.payload_text, new.run, new.event)
-        return self._logged(self._batching.trigger(trigger, rule), "batch", key)
+        new = self._gathered(trigger, "batch_key", key)
+        self._batching.check_item(trigger.prepared, new.payload_text, rule)  # as kept
+        batched = BatchedTrigger(key, new.payload_text, new.run, new.event)
+        return self._logged(self._batching.trigger(batched, rule), "batch", key)
 
-    def _gathered(self, request: TriggerRequest, attribute: str, key: str) -> NewRun:
+    def _gathered(self, trigger: ValidTrigger, attribute: str, key: str) -> NewRun:
         """The run a debounced or batched trigger creates if its key has no pending run:
         carrying the key (``attribute``), its first event naming it."""
-        new = self._new_run(request)
+        new = self._new_run(trigger)
         event = replace(new.event, data={**new.event.data, attribute: key})
         return replace(new, run=new.run.with_changes(**{attribute: key}), event=event)
 

@@ -28,7 +28,8 @@ RENEW_AFTER_SECONDS = 30 * 60.0
 RETRY_AFTER_SECONDS = 5.0
 AGENT_TIMEOUT_SECONDS = 5.0
 
-AgentRequest = Callable[[str, bytes], None]
+AgentPut = Callable[[str, bytes], None]
+"""Sends one body to a URL of the ECS agent with a ``PUT`` (:func:`put`; tests pass their own)."""
 
 
 def put(url: str, body: bytes) -> None:
@@ -41,9 +42,9 @@ def put(url: str, body: bytes) -> None:
 
 
 class TaskProtection:
-    """Keeps the task's scale-in protection in step with :meth:`set` (busy or idle)."""
+    """Keeps the task's scale-in protection in sync with :meth:`set` (busy or idle)."""
 
-    def __init__(self, agent_uri: str, send: AgentRequest = put) -> None:
+    def __init__(self, agent_uri: str, send: AgentPut = put) -> None:
         self._url = f"{agent_uri.rstrip('/')}/task-protection/v1/state"
         self._send = send
         self._wanted = False
