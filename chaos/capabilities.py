@@ -100,8 +100,8 @@ def _concurrency(
             key=lambda edge: (edge[0], edge[1]),  # an end before a start at the same time
         )
         running: dict[str, int] = defaultdict(int)
-        for _, step, run_id in edges:
-            running[run_id] += step
+        for _, delta, run_id in edges:
+            running[run_id] += delta
             if not running[run_id]:
                 del running[run_id]
             now = sum(running.values())

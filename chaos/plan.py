@@ -77,8 +77,8 @@ class Plan:
             events.append((span * 0.25, "restart"))
         if self.purge:
             events.append((span * 0.40, "purge"))
-        step = 0.40 / max(1, self.kills - 1)
-        events += [(span * (0.55 + k * step), "kill") for k in range(self.kills)]
+        spacing = 0.40 / max(1, self.kills - 1)
+        events += [(span * (0.55 + k * spacing), "kill") for k in range(self.kills)]
         return sorted(events)
 
 

@@ -320,12 +320,12 @@ class Runlane(OperatorApis):
         group instead."""
         return self.engine.groups.start(children, then, options)
 
-    def chain(self, first: Child, *steps: NamedTask | str) -> Group:
-        """Run ``first`` (a ``(task, payload)`` pair), then each of ``steps`` with the
-        result of the one before as its payload; the chain stops at a step that fails or
-        is cancelled. Each step is a group of one child (``app.runs.children`` of the
-        returned group id lists the first run; each step's group opens the next's)."""
-        return self.engine.groups.chain(first, steps)
+    def chain(self, first: Child, *tasks: NamedTask | str) -> Group:
+        """Run ``first`` (a ``(task, payload)`` pair), then each of ``tasks`` with the
+        result of the one before as its payload; the chain stops at a run that fails or
+        is cancelled. Each task runs as a group of one child (``app.runs.children`` of the
+        returned group id lists the first run; each group opens the next task's)."""
+        return self.engine.groups.chain(first, tasks)
 
     # workers and resources ----------------------------------------------------------
 

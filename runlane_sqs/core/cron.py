@@ -1,4 +1,4 @@
-"""Cron expressions in a time zone: checking them and stepping through their times.
+"""Cron expressions in a time zone: checking them and finding their times.
 
 Expressions are read by ``cronsim``, which treats daylight-saving changes as Debian's
 cron does (docs/concepts.md, "Cron in a time zone"); zones are the standard library's
@@ -63,7 +63,7 @@ def check_cron(expression: object, zone: ZoneInfo) -> str:
     return expression
 
 
-def cron_step(expression: str, tz: str, moment: datetime, *, reverse: bool) -> datetime | None:
+def next_cron_time(expression: str, tz: str, moment: datetime, *, reverse: bool) -> datetime | None:
     """The expression's first time strictly after ``moment`` (before it with
     ``reverse``), or ``None`` if it never matches (e.g. 30 February)."""
     from zoneinfo import ZoneInfo  # noqa: PLC0415 (schedules only)

@@ -62,7 +62,7 @@ def child_run_id(group_id: str, index: int) -> str:
 
 
 def next_group_id(group_id: str) -> str:
-    """The id of the group a chain's step opens for the step after it."""
+    """The id of the group a chain's group opens for the chain's next task."""
     return _digest(group_id, "next")
 
 
@@ -149,7 +149,7 @@ class Group:
     """The run waiting for the group (``ctx.map``)."""
     then: Then | None = None
     next_tasks: tuple[str, ...] = ()
-    """A chain's steps after this group's one child: when it succeeds, the next step
+    """A chain's tasks after this group's one child: when it succeeds, the next task
     starts as a group of its own with the child's result as its payload."""
     started: int = 0
     """Positions started so far: ``0 .. started - 1``."""

@@ -145,10 +145,12 @@ def next_start(rate: Rate, tat_us: int | None, *, cost: int, not_before_us: int)
     scope (no record, or its TAT before that time) starts the run then; a busy one moves
     its TAT on by the run's cost and starts it after the runs before it. Stores do this
     in one atomic update, so claims never conflict."""
-    step = cost * rate.interval_us
+    increment = cost * rate.interval_us
     if tat_us is None or tat_us < not_before_us:
-        return not_before_us + step, not_before_us
-    return tat_us + step, start_after(rate, tat_us + step, now_us=not_before_us, cost=cost)
+        return not_before_us + increment, not_before_us
+    return tat_us + increment, start_after(
+        rate, tat_us + increment, now_us=not_before_us, cost=cost
+    )
 
 
 def start_after(rate: Rate, tat_after_us: int, *, now_us: int, cost: int) -> int:
@@ -161,11 +163,11 @@ def start_at(rate: Rate, tat_us: int | None, *, cost: int, at_us: int) -> tuple[
     """A reservation in ``rate``'s scope starting exactly at ``at_us``, if the scope allows
     a start then (its TAT, less its tolerance, not after it): ``(the TAT after it,
     None)``; else ``(the TAT unchanged, the earliest start it allows)``."""
-    step = cost * rate.interval_us
+    increment = cost * rate.interval_us
     if tat_us is None or tat_us < at_us:
-        return at_us + step, None
+        return at_us + increment, None
     if tat_us - rate.tolerance_us <= at_us:
-        return tat_us + step, None
+        return tat_us + increment, None
     return tat_us, tat_us - rate.tolerance_us
 
 

@@ -27,7 +27,7 @@ from runlane_sqs.core.clock import (
     to_timedelta,
     truncate_ms,
 )
-from runlane_sqs.core.cron import check_cron, cron_step, shortest_gap, zone_named
+from runlane_sqs.core.cron import check_cron, next_cron_time, shortest_gap, zone_named
 from runlane_sqs.core.errors import ConfigurationError
 from runlane_sqs.core.model import JSON
 from runlane_sqs.core.names import check_queue
@@ -280,10 +280,10 @@ class Schedule:
             anchor = self.start_at or EPOCH
             if moment < anchor:
                 return anchor
-            steps = (moment - anchor) // self.interval + 1
-            return anchor + steps * self.interval
+            intervals = (moment - anchor) // self.interval + 1
+            return anchor + intervals * self.interval
         assert self.expression is not None
-        return cron_step(self.expression, self.tz, moment, reverse=False)
+        return next_cron_time(self.expression, self.tz, moment, reverse=False)
 
     def _raw_before(self, moment: datetime) -> datetime | None:
         """The last occurrence strictly before ``moment``."""
@@ -295,10 +295,10 @@ class Schedule:
             anchor = self.start_at or EPOCH
             if moment <= anchor:
                 return None
-            steps = (moment - anchor - ONE_MS) // self.interval
-            return anchor + steps * self.interval
+            intervals = (moment - anchor - ONE_MS) // self.interval
+            return anchor + intervals * self.interval
         assert self.expression is not None
-        return cron_step(self.expression, self.tz, moment, reverse=True)
+        return next_cron_time(self.expression, self.tz, moment, reverse=True)
 
     # storage ------------------------------------------------------------------------
 

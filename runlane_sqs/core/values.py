@@ -37,8 +37,8 @@ MAX_JSON_DEPTH = 64
 """Most levels of arrays and objects nested in a payload or result (``[[1]]`` has 2)."""
 _SURROGATE = re.compile("[\ud800-\udfff]")
 """A surrogate code point: in a Python string it is always unpaired (a lone surrogate)."""
-_SHOWN_STEPS = 8
-"""Steps of a location shown before the rest is cut (a too-deep value's path is long)."""
+_SHOWN_SEGMENTS = 8
+"""Segments of a location shown before the rest is cut (a too-deep value's path is long)."""
 
 
 ENVELOPE_MARK = "~"
@@ -204,11 +204,11 @@ def added_references(before: Run, after: Run) -> Counter[Reference]:
 
 def _where(path: tuple[str, ...]) -> str:
     """A JSONPath-like location: ``$.items[3]["a key"]``."""
-    shown = path if len(path) <= _SHOWN_STEPS else (*path[:_SHOWN_STEPS], "...")
+    shown = path if len(path) <= _SHOWN_SEGMENTS else (*path[:_SHOWN_SEGMENTS], "...")
     return "$" + "".join(shown)
 
 
-def _step(key: object) -> str:
+def _segment(key: object) -> str:
     if isinstance(key, str) and key.isidentifier():
         return f".{key}"
     shown = json.dumps(key) if isinstance(key, str) else repr(key)
@@ -248,7 +248,7 @@ def check_json(value: object, *, what: str) -> None:
             for key, child in item.items():
                 if isinstance(key, str):
                     _check_text(key, what, path, in_key=True)
-                pending.append((child, (*path, _step(key))))
+                pending.append((child, (*path, _segment(key))))
         else:
             pending.extend((child, (*path, f"[{n}]")) for n, child in enumerate(item))
 

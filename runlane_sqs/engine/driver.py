@@ -5,7 +5,7 @@ The path (:mod:`runlane_sqs.engine.message`) performs no I/O itself: it yields t
 calls below and is sent each one's result, or thrown its error. A driver performs
 them with its own I/O: :class:`runlane_sqs.runtime.executor.Executor` for the sync worker
 and the Lambda consumer, :class:`runlane_sqs.runtime.aio.executor.AsyncExecutor` for the
-async worker. Tests step a path by hand to put a race at an exact point
+async worker. Tests drive a path by hand to put a race at an exact point
 (tests/engine/test_message_path.py).
 
 A driver performs each :data:`DriverCall` by one method of :class:`Performer`. The

@@ -3,7 +3,7 @@
 Whoever makes a child terminal then counts it (:meth:`Groups.after_child`): it reads the
 group and sends one conditional write that empties the child's lane, giving it the next
 position when there is one (:meth:`~runlane_sqs.ports.groups.GroupStore.count`); it
-then creates that position's child, or joins a group its count completed. Every step
+then creates that position's child, or joins a group its count completed. Each of these
 can be done twice without a second effect: a count lands only while the lane holds its
 child, a child's run id is fixed by its group and position (creating it again changes
 nothing), the parent's resume is conditional on its wait, and the callback's run id is
@@ -53,7 +53,7 @@ CHUNKS_KEPT = 16
 changes once its group is opened, and the finishers of one group start the items of one
 chunk after another, so each process reads a chunk about once, not once per child."""
 ONE_AT_A_TIME = GroupOptions(max_in_flight=1, tolerate=0)
-"""A chain step's group: one child."""
+"""The group of each task of a chain: one child."""
 
 
 class Groups:
@@ -151,12 +151,12 @@ class Groups:
         group, chunks = self.new_group(items, then=self.then(then), options=options)
         return self.open(group, chunks, None)
 
-    def chain(self, first: Child, steps: Iterable[NamedTask | str]) -> Group:
+    def chain(self, first: Child, tasks: Iterable[NamedTask | str]) -> Group:
         """A chain started from outside a run (``app.chain``): ``first`` runs, then each
-        step with the result of the one before; it stops at a step that does not
-        succeed. Each step is a group of one child, so each hand-on is a join."""
+        of ``tasks`` with the result of the one before; it stops at a run that does not
+        succeed. Each task runs as a group of one child, so each hand-on is a join."""
         items = self.items([first])
-        names = tuple(self._tasks.resolve(_task_name(step)).name for step in steps)
+        names = tuple(self._tasks.resolve(_task_name(task)).name for task in tasks)
         group, chunks = self.new_group(items, next_tasks=names, options=ONE_AT_A_TIME)
         return self.open(group, chunks, None)
 
@@ -352,7 +352,7 @@ class Groups:
         if group.then is not None:
             self._trigger_then(group, group.then)
         if group.next_tasks and group.status is GroupStatus.SUCCEEDED:
-            self._next_step(group)
+            self._next_task(group)
         if group.status in (GroupStatus.FAILED, GroupStatus.STOPPED):
             self._cancel_unfinished(group)
         if self._store.groups.mark_joined(group.id, self._clock.now()):
@@ -374,20 +374,20 @@ class Groups:
         if group is not None:
             self.join(group)
 
-    def _next_step(self, group: Group) -> None:
-        """Open the group of a chain's next step, with this step's result as its payload
+    def _next_task(self, group: Group) -> None:
+        """Open the group of a chain's next task, with this group's result as its payload
         (once: the next group's id is fixed by this one's)."""
         [child] = self._store.groups.children(group, 0, 1)
         assert child is not None  # the group succeeded: its one child did
         try:
             result = self._values.open(child.result, what="result", owner=f"run {child.id}")
-            what = f"result of chain step {child.id}"
+            what = f"result of chain run {child.id}"
             encoded = encode_json(result, what=what, limit_bytes=ITEM_BYTES)
             kept = self._values.keep_inline(self._values.prepare_text(result, encoded, what=what))
             text = _item_text(kept.text, f"the {what}")
         except RunlaneError as exc:  # the chain stops here, and says why
             log.error(
-                "chain stops after run %s: its result cannot be the next step's payload: %s",
+                "chain stops after run %s: its result cannot be the next task's payload: %s",
                 child.id,
                 exc,
                 extra={"run_id": child.id, "task": child.task, "group_id": group.id},
@@ -406,7 +406,7 @@ class Groups:
         """Rerun a joined group's failed and cancelled children (and start the items it
         never started), as Step Functions' redrive does: each rerun is a new run linked
         to the child it replaces; once they finish the group joins again, triggering its
-        callback again, opening a chain's next step, or running a failed parent again
+        callback again, opening a chain's next task, or running a failed parent again
         (a new run linked to it, whose ``ctx.map`` finds this group). Raises
         :class:`~runlane_sqs.core.errors.IllegalTransition` when there is nothing to rerun
         or the parent did not fail."""

@@ -112,11 +112,11 @@ def reserved_start(
             (now - run.rate_start) // timedelta(milliseconds=1),
             extra={"run_id": run.id, "task": run.task, "worker_id": path.worker_id},
         )
-    steps = reserve_starts(rates, cost=task.rate_cost, now_us=to_epoch_us(now + lead))
+    reserving = reserve_starts(rates, cost=task.rate_cost, now_us=to_epoch_us(now + lead))
     try:
-        asked = next(steps)
+        asked = next(reserving)
         while True:
-            asked = steps.send((yield Reservation(asked)))
+            asked = reserving.send((yield Reservation(asked)))
     except StopIteration as done:
         start: int = done.value
         return start

@@ -1,4 +1,4 @@
-"""Schedules at work: keeping stored schedules in step with the app's code, and turning
+"""Schedules at work: keeping stored schedules in sync with the app's code, and turning
 due occurrences into runs.
 
 **Sync.** The app's schedules are defined in code; their state is stored. At the start

@@ -300,8 +300,10 @@ def config(concurrency: int = 4, queues: tuple[str, ...] = ("default",)) -> Work
 def test_next_action(
     busy: int, buffered: int, executed: int, max_runs: int | None, expected: LoopAction
 ) -> None:
-    step = next_action(config(), busy=busy, buffered=buffered, executed=executed, max_runs=max_runs)
-    assert step is expected
+    action = next_action(
+        config(), busy=busy, buffered=buffered, executed=executed, max_runs=max_runs
+    )
+    assert action is expected
 
 
 def test_next_step_with_one_slot_receives_only_when_idle() -> None:

@@ -333,7 +333,7 @@ def test_children_of_an_unknown_run_or_group_is_run_not_found(app: Runlane) -> N
         app.runs.children("0" * 32)
 
 
-def test_a_chain_hands_each_result_to_the_next_step(app: Runlane) -> None:
+def test_a_chain_hands_each_result_to_the_next_task(app: Runlane) -> None:
     def add_one(ctx: TaskContext, payload: Any) -> Any:
         return payload + 1
 

@@ -33,8 +33,8 @@ def _edges(spans: Iterable[Span]) -> list[tuple[float, int, Span]]:
 def max_overlap(spans: Iterable[Span]) -> int:
     """The most spans at one moment."""
     running = most = 0
-    for _, step, _ in _edges(spans):
-        running += step
+    for _, delta, _ in _edges(spans):
+        running += delta
         most = max(most, running)
     return most
 
@@ -43,8 +43,8 @@ def max_keys_at_once(spans: Iterable[Span]) -> int:
     """The most distinct keys at one moment."""
     running: dict[str, int] = {}
     most = 0
-    for _, step, span in _edges(spans):
-        running[span.key] = running.get(span.key, 0) + step
+    for _, delta, span in _edges(spans):
+        running[span.key] = running.get(span.key, 0) + delta
         most = max(most, sum(1 for n in running.values() if n > 0))
     return most
 
@@ -58,7 +58,7 @@ def idle_slots(spans: list[Span], limit: int) -> tuple[float, float, float]:
     running = 0
     previous = first
     with_free = slot_seconds = 0.0
-    for at, step, _ in _edges(spans):
+    for at, delta, _ in _edges(spans):
         if at > last:
             break
         if at > previous:
@@ -66,7 +66,7 @@ def idle_slots(spans: list[Span], limit: int) -> tuple[float, float, float]:
                 with_free += at - previous
                 slot_seconds += (at - previous) * (limit - running)
             previous = at
-        running += step
+        running += delta
     return last - first, with_free, slot_seconds
 
 

@@ -291,7 +291,7 @@ class GroupItem(Model):
     then_task = UnicodeAttribute(null=True)
     then_payload = UnicodeAttribute(null=True)
     next_tasks = UnicodeAttribute(null=True)
-    """JSON list of a chain's steps after this group's one child."""
+    """JSON list of a chain's tasks after this group's one child."""
     started = NumberAttribute()
     lanes = MapAttribute[str, Any](null=True)  # type: ignore[no-untyped-call]
     """Lane number -> the position running in it (numbers); written on the wire by

@@ -27,19 +27,19 @@ class DynamoRateStore:
         limit aside: the guess it leads to then costs one refused request)."""
 
     def reserve(self, rate: Rate, *, cost: int, not_before_us: int) -> int:
-        now, step = _number(not_before_us), cost * rate.interval_us
+        now, increment = _number(not_before_us), cost * rate.interval_us
         idle = self._move(
             rate,
             tat=":next",
             condition="attribute_not_exists(#t) OR #t < :now",
-            values={":now": now, ":next": _number(not_before_us + step)},
+            values={":now": now, ":next": _number(not_before_us + increment)},
             listed=True,
         )
         busy = self._move(
             rate,
             tat="#t + :c",
             condition="#t >= :now",
-            values={":now": now, ":c": _number(step)},
+            values={":now": now, ":c": _number(increment)},
             ReturnValues="UPDATED_NEW",
         )
         # busy for certain when a TAT seen here is still ahead (one request under a
@@ -51,7 +51,7 @@ class DynamoRateStore:
                 if isinstance(sent, Refused):
                     continue
                 if not was_busy:
-                    self._saw(rate.scope, not_before_us + step)
+                    self._saw(rate.scope, not_before_us + increment)
                     return not_before_us
                 tat = int(sent["Attributes"]["tat"]["N"])
                 self._saw(rate.scope, tat)
@@ -59,12 +59,12 @@ class DynamoRateStore:
         raise StorageUnavailable(f"the reservations of {rate.scope} kept changing; try again")
 
     def reserve_at(self, rate: Rate, *, cost: int, at_us: int) -> int | None:
-        step = cost * rate.interval_us
+        increment = cost * rate.interval_us
         request = self._move(
             rate,
             tat=":next",
             condition="attribute_not_exists(#t) OR #t < :at",
-            values={":at": _number(at_us), ":next": _number(at_us + step)},
+            values={":at": _number(at_us), ":next": _number(at_us + increment)},
             listed=True,
             ReturnValuesOnConditionCheckFailure="ALL_OLD",
         )
@@ -80,7 +80,7 @@ class DynamoRateStore:
                 rate,
                 tat=":next",
                 condition="#t = :seen",
-                values={":seen": _number(tat), ":next": _number(tat + step)},
+                values={":seen": _number(tat), ":next": _number(tat + increment)},
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         raise StorageUnavailable(f"the reservations of {rate.scope} kept changing; try again")
