@@ -39,7 +39,7 @@ from runlane_sqs.core.bulk import (
 from runlane_sqs.core.errors import IllegalTransition, OperationNotFound, RunlaneError
 from runlane_sqs.core.model import LinkKind, Run
 from runlane_sqs.engine.engine import Engine
-from runlane_sqs.ports.operations import OperationConflict
+from runlane_sqs.ports.bulk import OperationConflict
 
 log = logging.getLogger("runlane_sqs.bulk")
 

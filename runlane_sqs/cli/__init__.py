@@ -15,13 +15,13 @@ import click
 
 from runlane_sqs.cli.backend import dev, maintenance, provision, worker
 from runlane_sqs.cli.console import console
-from runlane_sqs.cli.decisions import signals, tokens
 from runlane_sqs.cli.exits import RunlaneGroup
 from runlane_sqs.cli.health import health
 from runlane_sqs.cli.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
 from runlane_sqs.cli.queues import queues
 from runlane_sqs.cli.runs import runs, trigger
 from runlane_sqs.cli.schedules import schedules
+from runlane_sqs.cli.tokens import signals, tokens
 
 
 @click.group(cls=RunlaneGroup)

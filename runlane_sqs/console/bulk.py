@@ -20,7 +20,7 @@ from starlette.responses import RedirectResponse, Response
 
 from runlane_sqs.api.bulk import BulkCount
 from runlane_sqs.console import views
-from runlane_sqs.console.decisions import PageTools
+from runlane_sqs.console.tokens import PageTools
 from runlane_sqs.console.views import Problem, checked_actor, shown
 from runlane_sqs.core.bulk import DEFAULT_RATE, MAX_BULK_RATE, BulkAction, BulkFilter
 from runlane_sqs.core.errors import (

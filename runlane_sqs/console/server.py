@@ -31,9 +31,9 @@ from starlette.templating import Jinja2Templates
 from runlane_sqs.api.app import Runlane
 from runlane_sqs.console import charts, views
 from runlane_sqs.console.bulk import BulkPages
-from runlane_sqs.console.decisions import Decisions
-from runlane_sqs.console.operations import Operations
+from runlane_sqs.console.overview import OverviewPages
 from runlane_sqs.console.security import COOKIE, CSRF_FIELD, Guard
+from runlane_sqs.console.tokens import TokenPages
 from runlane_sqs.console.views import Problem
 from runlane_sqs.core.errors import (
     IllegalTransition,
@@ -81,21 +81,21 @@ def console_app(app: Runlane, settings: ConsoleSettings) -> Starlette:
     )
     templates = Jinja2Templates(env=environment)
     pages = Pages(app, settings, guard, templates)
-    decisions = Decisions(pages)
-    operations = Operations(pages)
+    token_pages = TokenPages(pages)
+    overview = OverviewPages(pages)
     bulk = BulkPages(pages)
     routes = [
         Route("/", lambda request: RedirectResponse("/runs", status_code=303)),
         Route("/runs", pages.runs),
         Route("/runs/{run_id}", pages.run),
         Route("/runs/{run_id}/{action}", pages.act, methods=["POST"]),
-        Route("/tokens", decisions.tokens),
-        Route("/tokens", decisions.token, methods=["POST"]),
-        Route("/signals", decisions.signal, methods=["POST"]),
-        Route("/health", operations.health),
-        Route("/schedules", operations.schedules),
-        Route("/versions", operations.versions),
-        Route("/schedules/{schedule_id}/{action}", operations.change, methods=["POST"]),
+        Route("/tokens", token_pages.tokens),
+        Route("/tokens", token_pages.token, methods=["POST"]),
+        Route("/signals", token_pages.signal, methods=["POST"]),
+        Route("/health", overview.health),
+        Route("/schedules", overview.schedules),
+        Route("/versions", overview.versions),
+        Route("/schedules/{schedule_id}/{action}", overview.change, methods=["POST"]),
         Route("/bulk", bulk.operations),
         Route("/bulk", bulk.start, methods=["POST"]),
         Route("/bulk/count", bulk.count),

@@ -64,11 +64,11 @@ from runlane_sqs.core.waits import poll_later
 from runlane_sqs.engine.agenda_scan import AgendaScan, Page
 from runlane_sqs.engine.finishing import Finisher
 from runlane_sqs.engine.groups import Groups
-from runlane_sqs.engine.lines import QueueLines
 from runlane_sqs.engine.observing import Observer
 from runlane_sqs.engine.ordering import Turns
 from runlane_sqs.engine.parking import Parking
 from runlane_sqs.engine.publishing import Publisher
+from runlane_sqs.engine.queue_progress import QueueProgress
 from runlane_sqs.engine.rate_changes import RateChanges
 from runlane_sqs.engine.reports import (
     JOB_DUE,
@@ -218,11 +218,11 @@ class Maintenance:
                 return False
             return time.monotonic() - started > time_budget_seconds
 
-        lines = QueueLines(self._store.progress, self._backlog, self._config.republish, now)
-        lines.sample(self._tasks.queues())
+        progress = QueueProgress(self._store.progress, self._backlog, self._config.republish, now)
+        progress.sample(self._tasks.queues())
 
         def handle(kind: AgendaKind, page: Page) -> None:
-            wakeups.add(self._handle(page, now, report, lines))
+            wakeups.add(self._handle(page, now, report, progress))
 
         scan = AgendaScan(self._store, now, cursors, out_of_time, handle)
         for kind in SCANNED_KINDS:
@@ -259,7 +259,7 @@ class Maintenance:
         job.published += unparked.unparked
 
     def _handle(
-        self, listed: Page, now: datetime, report: PassReport, lines: QueueLines
+        self, listed: Page, now: datetime, report: PassReport, progress: QueueProgress
     ) -> list[PendingWakeup]:
         """Decide and write each candidate of a page; returns the wakeups they call for
         (published in batches across the scan's pages)."""
@@ -281,7 +281,7 @@ class Maintenance:
             if isinstance(item, ObjectRecord):
                 self._object(item, report.job(JOB_OBJECTS))
                 continue
-            wakeup = self._candidate(item, now, report, lines)
+            wakeup = self._candidate(item, now, report, progress)
             if wakeup is not None:
                 wakeups.append(wakeup)
         return wakeups
@@ -374,7 +374,7 @@ class Maintenance:
         return None
 
     def _candidate(
-        self, run: Run, now: datetime, report: PassReport, lines: QueueLines
+        self, run: Run, now: datetime, report: PassReport, progress: QueueProgress
     ) -> PendingWakeup | None:
         """Decide and write one candidate; returns the wakeup it calls for, if any."""
         if _polls_target(run):
@@ -383,7 +383,7 @@ class Maintenance:
             return (resumed, job, None) if resumed is not None else None
         recovering = run.status in LEASED_STATUSES
         if not recovering:
-            line = lines.line(run.queue) if run.wake_at is not None else None
+            line = progress.line(run.queue) if run.wake_at is not None else None
             decision = plan_publish(run, now=now, policy=self.recovery.republish, line=line)
             job = report.job(JOB_DUE)
         else:

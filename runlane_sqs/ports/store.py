@@ -18,11 +18,11 @@ from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Lease, Run, RunEvent, RunStatus, WaitKind
 from runlane_sqs.core.ordering import Place
 from runlane_sqs.core.rate_deploys import Spacing
+from runlane_sqs.ports.bulk import OperationStore
 from runlane_sqs.ports.groups import GroupStore
 from runlane_sqs.ports.health import HealthStore
 from runlane_sqs.ports.keys import KeyClaim, KeyStore
 from runlane_sqs.ports.objects import ObjectRecords
-from runlane_sqs.ports.operations import OperationStore
 from runlane_sqs.ports.ordering import OrderStore
 from runlane_sqs.ports.rates import RateStore
 from runlane_sqs.ports.schedules import ScheduleStore

@@ -1,5 +1,5 @@
-"""What the console's HTTP tests of the operations and bulk pages share: the access
-token and a client that presents it (test_console_operations.py, test_console_bulk.py)."""
+"""What the console's HTTP tests of the overview and bulk pages share: the access
+token and a client that presents it (test_console_overview.py, test_console_bulk.py)."""
 
 from __future__ import annotations
 

@@ -16,6 +16,7 @@ from botocore.exceptions import ClientError
 
 from runlane_sqs.adapters.aws import endpoint_of
 from runlane_sqs.adapters.dynamodb import keys, requests
+from runlane_sqs.adapters.dynamodb.bulk import DynamoOperationStore
 from runlane_sqs.adapters.dynamodb.codec import (
     events_from_item,
     item_from_wire,
@@ -50,7 +51,6 @@ from runlane_sqs.adapters.dynamodb.objects import (
     refused_holds,
     release_items,
 )
-from runlane_sqs.adapters.dynamodb.operations import DynamoOperationStore
 from runlane_sqs.adapters.dynamodb.ordering import DynamoOrderStore, moved, trigger_items
 from runlane_sqs.adapters.dynamodb.rates import DynamoRateStore
 from runlane_sqs.adapters.dynamodb.replays import (

@@ -30,9 +30,9 @@ from runlane_sqs.adapters.dynamodb.cursors import (
     encode_cursor,
     waits_key,
 )
+from runlane_sqs.adapters.memory.bulk import InMemoryOperationStore
 from runlane_sqs.adapters.memory.groups import InMemoryGroupStore
 from runlane_sqs.adapters.memory.health import InMemoryHealthStore
-from runlane_sqs.adapters.memory.operations import InMemoryOperationStore
 from runlane_sqs.adapters.memory.ordering import InMemoryOrderStore
 from runlane_sqs.adapters.memory.rates import InMemoryRateStore
 from runlane_sqs.adapters.memory.schedules import InMemoryScheduleStore

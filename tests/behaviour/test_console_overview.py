@@ -1,4 +1,4 @@
-"""The console's operations pages over HTTP, on every backend: the runs page's counts and
+"""The console's overview pages over HTTP, on every backend: the runs page's counts and
 its chart of outcomes per minute, the health page (the last maintenance pass, overdue
 runs, queues, concurrency limits) and the schedules page with pause and resume; hostile
 text on any of them comes back escaped (docs/console.md)."""

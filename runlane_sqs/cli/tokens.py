@@ -1,4 +1,4 @@
-"""External decisions: ``tokens create|get|complete|time-out`` and ``signals send``.
+"""Tokens and signals: ``tokens create|get|complete|time-out`` and ``signals send``.
 
 None needs task code, so each works without an app (``app_or_env_for_command``).
 """

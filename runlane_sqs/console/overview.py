@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from runlane_sqs.console.decisions import PageTools
+from runlane_sqs.console.tokens import PageTools
 from runlane_sqs.console.views import Problem, checked_actor, shown
 from runlane_sqs.core.errors import IllegalTransition, RunlaneError, ScheduleNotFound
 
@@ -22,8 +22,8 @@ DONE = frozenset(f"{action}d" for action in SCHEDULE_ACTIONS)
 UPCOMING = 3
 
 
-class Operations:
-    """Health and schedules pages over ``pages``' app."""
+class OverviewPages:
+    """Health, schedules and versions pages over ``pages``' app."""
 
     def __init__(self, pages: PageTools) -> None:
         self.pages = pages

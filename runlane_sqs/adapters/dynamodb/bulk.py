@@ -14,7 +14,7 @@ from runlane_sqs.adapters.dynamodb.cursors import STRING, KeyShape, Query
 from runlane_sqs.adapters.dynamodb.errors import Refused, Send, send_conditional
 from runlane_sqs.adapters.dynamodb.requests import Request
 from runlane_sqs.core.bulk import BulkOperation
-from runlane_sqs.ports.operations import OperationConflict
+from runlane_sqs.ports.bulk import OperationConflict
 
 
 def _from_wire(wire: dict[str, Any]) -> BulkOperation:

@@ -1,8 +1,8 @@
 """The bulk operation store port: the records of bulk operations, beside the runs
 (:mod:`runlane_sqs.core.bulk`).
 
-Adapters: :mod:`runlane_sqs.adapters.dynamodb.operations` (DynamoDB) and
-:mod:`runlane_sqs.adapters.memory.operations` (in memory, for tests). Each run store
+Adapters: :mod:`runlane_sqs.adapters.dynamodb.bulk` (DynamoDB) and
+:mod:`runlane_sqs.adapters.memory.bulk` (in memory, for tests). Each run store
 hands out its operation store as ``store.operations``.
 """
 

@@ -48,7 +48,7 @@ def parse_value(text: str, what: str) -> JSON:
     return value
 
 
-class Decisions:
+class TokenPages:
     """Token and signal pages over ``pages``' app and guard."""
 
     def __init__(self, pages: PageTools) -> None:

@@ -8,7 +8,7 @@ from dataclasses import replace
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.cursors import STRING, KeyShape, decode_cursor, encode_cursor
 from runlane_sqs.core.bulk import BulkOperation
-from runlane_sqs.ports.operations import OperationConflict
+from runlane_sqs.ports.bulk import OperationConflict
 
 
 class InMemoryOperationStore:

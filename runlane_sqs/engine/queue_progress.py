@@ -31,8 +31,9 @@ minute); a drained queue vouches only for wakeups visible this long before. A sh
 ``republish_after`` shortens it to that (a duplicate wakeup is the price)."""
 
 
-class QueueLines:
-    """The lines of one pass: each queue's :class:`QueueLine`, counted on first use."""
+class QueueProgress:
+    """How far each queue's consumers have come, at one pass: each queue's :class:`QueueLine`,
+    counted on first use."""
 
     def __init__(
         self,
