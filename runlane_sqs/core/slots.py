@@ -64,14 +64,14 @@ def check_concurrency_key(key: object) -> str:
     return check_key("concurrency", key, MAX_CONCURRENCY_KEY_CHARS)
 
 
-def holder(token: str, run_id: str) -> str:
+def slot_holder(token: str, run_id: str) -> str:
     """How a slot record lists the attempt holding one of its slots."""
     return f"{token}:{run_id}"
 
 
-def holder_run(entry: str) -> tuple[str, str]:
-    """``(lease token, run id)`` of a holder entry."""
-    token, _, run_id = entry.partition(":")
+def holder_run(holder: str) -> tuple[str, str]:
+    """``(lease token, run id)`` of a holder."""
+    token, _, run_id = holder.partition(":")
     return token, run_id
 
 

@@ -123,8 +123,8 @@ def poll_later(run: Run, *, now: datetime, policy: RepublishPolicy) -> Transitio
     )
 
 
-def record_step(run: Run, *, token: str, name: str, entry: JSON, now: datetime) -> Transition:
-    """Record a durable step under the attempt's lease: ``entry`` is its result and call
+def record_step(run: Run, *, token: str, name: str, value: JSON, now: datetime) -> Transition:
+    """Record a durable step under the attempt's lease: ``value`` is its result and call
     site (``{"value": ..., "site": ...}``) as kept (:mod:`runlane_sqs.core.values`)."""
     require_lease(run, token)
     if name in run.steps:
@@ -135,5 +135,5 @@ def record_step(run: Run, *, token: str, name: str, entry: JSON, now: datetime) 
         now,
         [(EventType.STEP_RECORDED, {"step": name})],
         token,
-        steps={**run.steps, name: entry},
+        steps={**run.steps, name: value},
     )

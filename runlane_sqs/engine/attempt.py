@@ -47,13 +47,13 @@ class AttemptRuntime:
     def run(self) -> Run:
         return self._leases.current(self._run.id) or self._run
 
-    def record_step(self, name: str, entry: JSON) -> None:
+    def record_step(self, name: str, value: JSON) -> None:
         """Write the step under this attempt's lease; a concurrent change that keeps the
         lease (a cancel request) is decided again, a lost lease raises :class:`LeaseLost`."""
         current = self.run()
         for _ in range(machine.MAX_REDECISIONS):
             transition = waits.record_step(
-                current, token=self._token, name=name, entry=entry, now=self.now()
+                current, token=self._token, name=name, value=value, now=self.now()
             )
             try:
                 stored = self._store.apply(transition)

@@ -181,8 +181,8 @@ class AttemptServices(Protocol):
         """The latest stored state of the attempt's run."""
         ...
 
-    def record_step(self, name: str, entry: JSON) -> None:
-        """Record step ``name``'s entry (its result and call site, as kept)."""
+    def record_step(self, name: str, value: JSON) -> None:
+        """Record step ``name``'s value (its result and call site, as kept)."""
         ...
 
     def get_token(self, token_id: str) -> Token | None: ...
@@ -491,9 +491,9 @@ class TaskContext:
         name, recorded = self._begin_patch(patch_id)
         if recorded is not None:
             return recorded
-        entry, _ = self._storable(name, True, PATCH_SITE)
+        prepared_step, _ = self._storable(name, True, PATCH_SITE)
         services = self._services()
-        services.record_step(name, services.values.keep(entry).value)
+        services.record_step(name, services.values.keep(prepared_step).value)
         return True
 
     async def patched_async(self, patch_id: str) -> bool:
@@ -501,9 +501,9 @@ class TaskContext:
         name, recorded = self._begin_patch(patch_id)
         if recorded is not None:
             return recorded
-        entry, _ = self._storable(name, True, PATCH_SITE)
+        prepared_step, _ = self._storable(name, True, PATCH_SITE)
         services = self._services()
-        await _on_thread(services.record_step, name, services.values.keep(entry).value)
+        await _on_thread(services.record_step, name, services.values.keep(prepared_step).value)
         return True
 
     def deprecate_patch(self, patch_id: str) -> None:
@@ -544,9 +544,9 @@ class TaskContext:
         site = _call_site()
         found, value = self._begin_step(name, site)
         if not found:
-            entry, value = self._storable(name, fn(), site)
+            prepared_step, value = self._storable(name, fn(), site)
             services = self._services()
-            services.record_step(name, services.values.keep(entry).value)
+            services.record_step(name, services.values.keep(prepared_step).value)
         return cast(T, value)
 
     async def step_async(self, name: str, fn: Callable[[], Awaitable[T] | T]) -> T:
@@ -560,11 +560,15 @@ class TaskContext:
                 produced = await produced
             services = self._services()
             if services.values.codecs:  # a codec may call KMS: not on the event loop
-                entry, value = await _on_thread(self._storable, name, produced, site)
+                prepared_step, value = await _on_thread(self._storable, name, produced, site)
             else:
-                entry, value = self._storable(name, produced, site)
-            kept = services.values.keep  # a large entry's object is written on a thread
-            stored = (await _on_thread(kept, entry)) if entry.offloaded else kept(entry)
+                prepared_step, value = self._storable(name, produced, site)
+            kept = services.values.keep  # a large step's object is written on a thread
+            stored = (
+                (await _on_thread(kept, prepared_step))
+                if prepared_step.offloaded
+                else kept(prepared_step)
+            )
             await _on_thread(services.record_step, name, stored.value)
         return cast(T, value)
 
@@ -591,16 +595,16 @@ class TaskContext:
         return True, recorded.get("value")
 
     def _storable(self, name: str, produced: object, site: str) -> tuple[Prepared, JSON]:
-        """The step's entry (its result and call site) checked and encoded, not yet kept,
+        """The step's value (its result and call site) checked and encoded, not yet kept,
         and ``produced`` as later attempts will get it back from storage (checked JSON)."""
         values, what = self._services().values, f"result of step {name!r}"
         prepared = values.prepare(produced, what=what)
         value: JSON = json.loads(prepared.text)
-        entry_text = f'{{"value":{prepared.text},"site":{json.dumps(site)}}}'
-        entry = values.prepare_text({"value": value, "site": site}, entry_text, what=what)
-        stored_bytes = REFERENCE_BYTES if entry.offloaded else len(entry.data)
+        step_text = f'{{"value":{prepared.text},"site":{json.dumps(site)}}}'
+        prepared_step = values.prepare_text({"value": value, "site": site}, step_text, what=what)
+        stored_bytes = REFERENCE_BYTES if prepared_step.offloaded else len(prepared_step.data)
         check_item_budget(self._services().run(), stored_bytes, f"step {name!r}")
-        return entry, value
+        return prepared_step, value
 
 
 MAX_STEP_NAME_CHARS = 128

@@ -380,14 +380,14 @@ class MessagePath:
                 "attempt %d finished after its lease was lost; outcome discarded", run.attempt
             )
             return None
-        stored = yield from self._record(latest, decide, ctx)
+        stored = yield from self._write_outcome(latest, decide, ctx)
         if stored is not None:
             yield from self._follow_up(stored, ctx)
             if latest.slots and stored.lease is None:
                 yield from wake_waiters(latest, ctx)
         return stored
 
-    def _record(self, run: Run, decide: Decide, ctx: TaskContext) -> PathPart:
+    def _write_outcome(self, run: Run, decide: Decide, ctx: TaskContext) -> PathPart:
         token = decisions.lease_token(run)
         current = run
         for _ in range(machine.MAX_REDECISIONS):
@@ -405,13 +405,13 @@ class MessagePath:
             except StorageUnavailable:
                 raise
             except StorageError as exc:
-                return (yield from self._record_refused(current, token, exc, ctx))
+                return (yield from self._outcome_refused(current, token, exc, ctx))
             else:
                 return stored
         ctx.log.warning("the lease was lost before the outcome was written; outcome discarded")
         return None
 
-    def _record_refused(
+    def _outcome_refused(
         self, run: Run, token: str, exc: StorageError, ctx: TaskContext
     ) -> PathPart:
         ctx.log.error("storage refused the outcome: %s; failing the run", exc)

@@ -184,13 +184,13 @@ class SlotWaker:
         state = self._store.slots.get_slot(listed.scope) or listed
         repaired = 0
         live = set(state.holders)
-        for entry in state.holders:
-            token, run_id = holder_run(entry)
+        for holder in state.holders:
+            token, run_id = holder_run(holder)
             run = self._store.get_run(run_id)
             if _holds(run, token):
                 continue
-            live.discard(entry)
-            if self._store.slots.drop_holder(state.scope, entry):
+            live.discard(holder)
+            if self._store.slots.drop_holder(state.scope, holder):
                 repaired += 1
                 log.warning(
                     "slot of %s held by run %s without its lease; freed",

@@ -33,8 +33,8 @@ class SlotStore(Protocol):
         ``up_to``."""
         ...
 
-    def drop_holder(self, scope: str, entry: str) -> bool:
-        """Remove a holder entry whose attempt no longer holds its lease; False if it
+    def drop_holder(self, scope: str, holder: str) -> bool:
+        """Remove a holder whose attempt no longer holds its lease; False if it
         was not listed."""
         ...
 

@@ -25,7 +25,7 @@ from runlane_sqs import (
 )
 from runlane_sqs.core import machine
 from runlane_sqs.core.model import Run, Slot
-from runlane_sqs.core.slots import holder, key_scope, queue_scope
+from runlane_sqs.core.slots import key_scope, queue_scope, slot_holder
 from runlane_sqs.engine.reports import JOB_EXPIRED, JOB_SLOTS
 from tests.backends import Backend
 from tests.behaviour.worker_support import claim_elsewhere, drain, event_types, second_app
@@ -84,7 +84,7 @@ def test_runs_beyond_the_limit_wait_without_an_attempt_and_run_oldest_first(
     app = backend.app(register=limited(1), queues=["billing", "invoices"])
     first, second, third = (triggered_apart(app, backend, n) for n in range(3))
     held = claim_elsewhere(app, first.id)
-    assert holders(app, BILLING) == {holder(held.lease.token, first.id)}  # type: ignore[union-attr]
+    assert holders(app, BILLING) == {slot_holder(held.lease.token, first.id)}  # type: ignore[union-attr]
     assert drain(app, queues=["billing"]) == 0  # both find the slot held
     for run in (second, third):
         waiting = app.runs.get(run.id)
@@ -198,7 +198,7 @@ def test_maintenance_drops_a_holder_without_a_lease_and_says_so(backend: Backend
         held.with_changes(slots=()), token=held.lease.token, result=None, now=app.clock.now()
     )
     app.store.apply(forgetful)  # succeeded, but its slot is still listed
-    assert holders(app, BILLING) == {holder(held.lease.token, leaked.id)}
+    assert holders(app, BILLING) == {slot_holder(held.lease.token, leaked.id)}
     assert drain(app, queues=["billing"]) == 0
     report = app.maintenance.run_pass()
     assert report.jobs[JOB_SLOTS].repaired == 0  # not due yet: listed at the lease expiry
@@ -221,7 +221,7 @@ def test_a_zombie_attempt_can_neither_free_nor_keep_a_slot(backend: Backend) -> 
     assert live.lease is not None and zombie.lease is not None
     with pytest.raises(ConflictError):
         succeed(app, zombie)
-    assert holders(app, BILLING) == {holder(live.lease.token, run.id)}
+    assert holders(app, BILLING) == {slot_holder(live.lease.token, run.id)}
     succeed(app, live)
     assert holders(app, BILLING) == set()
 

@@ -19,7 +19,7 @@ from runlane_sqs.core import machine
 from runlane_sqs.core.errors import NoFreeSlot
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Run, Slot
-from runlane_sqs.core.slots import holder
+from runlane_sqs.core.slots import slot_holder
 
 TABLE = "runlane"
 NOW = datetime(2030, 1, 1, 12, tzinfo=UTC)
@@ -110,7 +110,7 @@ def test_a_claim_writes_the_run_and_adds_its_holder_under_the_limit() -> None:
         assert take["UpdateExpression"].startswith("ADD #h :h")
         assert take["ConditionExpression"] == "attribute_not_exists(#h) OR size(#h) < :l"
         values = take["ExpressionAttributeValues"]
-        assert values[":h"] == {"SS": [holder("tok-1", decision.run_id)]}
+        assert values[":h"] == {"SS": [slot_holder("tok-1", decision.run_id)]}
         assert values[":l"] == {"N": str(slot.limit)}
 
 
@@ -122,7 +122,7 @@ def test_an_outcome_deletes_its_holder_fenced_by_the_runs_own_condition() -> Non
     assert "lease_token" in run["ExpressionAttributeNames"].values()
     assert free["UpdateExpression"].startswith("DELETE #h :h")
     assert "ConditionExpression" not in free
-    assert free["ExpressionAttributeValues"][":h"] == {"SS": [holder("tok-1", claimed.id)]}
+    assert free["ExpressionAttributeValues"][":h"] == {"SS": [slot_holder("tok-1", claimed.id)]}
 
 
 def test_writes_of_runs_without_slots_stay_single_updates() -> None:

@@ -19,11 +19,11 @@ from runlane_sqs.core.slots import (
     SlotState,
     check_concurrency_key,
     check_limit,
-    holder,
     holder_run,
     key_scope,
     queue_scope,
     slot_freed,
+    slot_holder,
     slots_freed,
     slots_taken,
     wait_for_slot,
@@ -133,11 +133,11 @@ def test_runs_are_stored_with_their_key_slots_and_slot_wait() -> None:
 
 
 def test_holders_name_the_lease_token_and_the_run() -> None:
-    entry = holder("tok", "0123")
-    assert holder_run(entry) == ("tok", "0123")
-    state = SlotState(SLOT.scope, 2, frozenset({entry}))
+    holder = slot_holder("tok", "0123")
+    assert holder_run(holder) == ("tok", "0123")
+    state = SlotState(SLOT.scope, 2, frozenset({holder}))
     assert state.free == 1
-    assert SlotState(SLOT.scope, 1, frozenset({entry, "b:2"})).free == 0  # limit lowered
+    assert SlotState(SLOT.scope, 1, frozenset({holder, "b:2"})).free == 0  # limit lowered
 
 
 @pytest.mark.parametrize("limit", [0, -3, 10_001, 2.0, "2", None, True])

@@ -496,7 +496,7 @@ def test_record_step_appends_step_recorded_under_the_lease() -> None:
         before,
         token="tok-1",
         name="charge",
-        entry={"value": {"id": 7}, "site": "app.handler"},
+        value={"value": {"id": 7}, "site": "app.handler"},
         now=NOW,
     )
     after = decision.after
@@ -518,10 +518,10 @@ def test_record_step_appends_step_recorded_under_the_lease() -> None:
 
 def test_record_step_keeps_earlier_steps() -> None:
     first = waits.record_step(
-        running(), token="tok-1", name="a", entry={"value": 1, "site": "s"}, now=NOW
+        running(), token="tok-1", name="a", value={"value": 1, "site": "s"}, now=NOW
     )
     second = waits.record_step(
-        first.after, token="tok-1", name="b", entry={"value": None, "site": "s"}, now=NOW
+        first.after, token="tok-1", name="b", value={"value": None, "site": "s"}, now=NOW
     )
     assert second.after.steps == {
         "a": {"value": 1, "site": "s"},
@@ -531,25 +531,25 @@ def test_record_step_keeps_earlier_steps() -> None:
 
 def test_record_step_refuses_a_name_already_recorded() -> None:
     first = waits.record_step(
-        running(), token="tok-1", name="a", entry={"value": 1, "site": "s"}, now=NOW
+        running(), token="tok-1", name="a", value={"value": 1, "site": "s"}, now=NOW
     )
     with pytest.raises(IllegalTransition):
         waits.record_step(
-            first.after, token="tok-1", name="a", entry={"value": 2, "site": "s"}, now=NOW
+            first.after, token="tok-1", name="a", value={"value": 2, "site": "s"}, now=NOW
         )
 
 
 def test_record_step_with_another_lease_token_is_refused() -> None:
     with pytest.raises(LeaseLost):
         waits.record_step(
-            running("tok-1"), token="tok-2", name="a", entry={"value": 1, "site": "s"}, now=NOW
+            running("tok-1"), token="tok-2", name="a", value={"value": 1, "site": "s"}, now=NOW
         )
 
 
 def test_record_step_of_a_released_run_is_refused() -> None:
     run = released(time_wait(NOW))
     with pytest.raises(LeaseLost):
-        waits.record_step(run, token="tok-1", name="a", entry={"value": 1, "site": "s"}, now=NOW)
+        waits.record_step(run, token="tok-1", name="a", value={"value": 1, "site": "s"}, now=NOW)
 
 
 # retry counts failures, not attempts -------------------------------------------------------

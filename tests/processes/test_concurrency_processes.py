@@ -27,7 +27,7 @@ import pytest
 from runlane_sqs import EventType, Runlane, RunStatus
 from runlane_sqs.core.config import ENV_LEASE_SECONDS
 from runlane_sqs.core.model import Run
-from runlane_sqs.core.slots import holder, holder_run, key_scope, queue_scope
+from runlane_sqs.core.slots import holder_run, key_scope, queue_scope, slot_holder
 from runlane_sqs.engine.reports import JOB_EXPIRED
 from tests.apps.limits_tasks import (
     BLOCKING_TASK,
@@ -339,7 +339,7 @@ def test_a_killed_workers_slot_returns_with_its_lease_and_the_waiting_run_runs(
     assert running.status is RunStatus.RUNNING and running.lease is not None
     # the workers' lease is the short one their environment sets
     assert running.lease.expires_at <= datetime.now(UTC) + timedelta(seconds=LEASE_SECONDS)
-    killed_holder = holder(running.lease.token, blocked.id)
+    killed_holder = slot_holder(running.lease.token, blocked.id)
     assert holders(app, scope) == {killed_holder}
 
     waiting = app.trigger(BLOCKING_TASK, {"block": False})

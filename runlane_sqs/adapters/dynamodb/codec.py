@@ -75,24 +75,24 @@ def event_to_map(event: RunEvent) -> EventMap:
 
 def event_to_wire(event: RunEvent) -> AttributeMap:
     """An event in the wire format :func:`event_to_map` serialises to."""
-    entry: AttributeMap = {
+    attributes: AttributeMap = {
         "seq": {"N": str(event.seq)},
         "type": {"S": event.type.value},
         "at": {"N": str(_ms(event.at))},
         "attempt": {"N": str(event.attempt)},
     }
     if event.data:
-        entry["data"] = {"S": compact_json(event.data)}
-    return {"M": entry}
+        attributes["data"] = {"S": compact_json(event.data)}
+    return {"M": attributes}
 
 
-def event_from_map(entry: EventMap) -> RunEvent:
+def event_from_map(stored: EventMap) -> RunEvent:
     return RunEvent(
-        seq=int(entry.seq),
-        type=EventType(entry.type),
-        at=_time(int(entry.at)),
-        attempt=int(entry.attempt),
-        data=json.loads(entry.data) if entry.data else {},
+        seq=int(stored.seq),
+        type=EventType(stored.type),
+        at=_time(int(stored.at)),
+        attempt=int(stored.attempt),
+        data=json.loads(stored.data) if stored.data else {},
     )
 
 
@@ -392,7 +392,7 @@ def _with_review(run: Run, listed: datetime | None) -> Run:
 
 
 def events_from_item(item: RunItem) -> list[RunEvent]:
-    return [event_from_map(entry) for entry in item.events or []]
+    return [event_from_map(stored) for stored in item.events or []]
 
 
 def token_to_wire(token: Token) -> AttributeMap:

@@ -107,7 +107,7 @@ def group_from_wire(wire: AttributeMap) -> Group:
     )
 
 
-def chunk_entry(item: Item) -> str:
+def chunk_item_text(item: Item) -> str:
     """An item in its chunk: ``[task, payload]`` with the payload's JSON as is, or
     ``[task, null, envelope]`` for a payload its codecs encoded."""
     if item.payload_text.startswith(ENVELOPE_MARK):
@@ -116,16 +116,16 @@ def chunk_entry(item: Item) -> str:
 
 
 def chunk_items(text: str) -> list[Item]:
-    """The items a chunk's text holds (:func:`chunk_entry`)."""
+    """The items a chunk's text holds (:func:`chunk_item_text`)."""
     return [
-        Item(entry[0], entry[2] if len(entry) == 3 else compact_json(entry[1]))
-        for entry in json.loads(text)
+        Item(pair[0], pair[2] if len(pair) == 3 else compact_json(pair[1]))
+        for pair in json.loads(text)
     ]
 
 
 def chunk_to_wire(group: Group, chunk: int, items: Sequence[Item]) -> AttributeMap:
     key = keys.chunk_key(group.environment, group.id, group.items_key, chunk)
-    text = "[" + ",".join(chunk_entry(i) for i in items) + "]"
+    text = "[" + ",".join(chunk_item_text(i) for i in items) + "]"
     wire: AttributeMap = GroupChunkItem(
         pk=key["pk"]["S"], sk=key["sk"]["S"], items=text
     ).serialize()

@@ -108,7 +108,7 @@ def apply_transition(table: str, transition: Transition) -> Request:
             write.set(name, value)
     for name, added in map_additions(before, after).items():
         for key, text in added.items():
-            write.set_entry(name, key, text)
+            write.set_map_key(name, key, text)
     if transition.events:
         write.append(HISTORY_ATTRIBUTE, [event_to_wire(e) for e in transition.events])
     write.require("seq", "=", before.seq)

@@ -5,10 +5,10 @@ transaction leaves an ordered run's line when it finishes
 
 A slot record (``SLOT#{env}#{scope}`` / ``SLOT``) lists its holders in a string set,
 ``{lease token}:{run id}`` each. A claim of a limited run is one ``TransactWriteItems``:
-the run's claim ``Update`` and, per scope, ``ADD holders :entry`` on condition that
+the run's claim ``Update`` and, per scope, ``ADD holders :holder`` on condition that
 ``attribute_not_exists(holders) OR size(holders) < :limit`` (an empty set is removed by
 DynamoDB, so the first condition covers a free record). A write that ends the attempt's
-lease is the run's ``Update`` and ``DELETE holders :entry`` per scope, unconditioned:
+lease is the run's ``Update`` and ``DELETE holders :holder`` per scope, unconditioned:
 the run's own condition (its sequence and lease token) fences the whole transaction.
 The same transaction counts the references to objects of the payload bucket a write
 stores (:mod:`runlane_sqs.adapters.dynamodb.objects`). Writes of runs without limits or
@@ -49,7 +49,7 @@ from runlane_sqs.core.indexes import slot_agenda_pk
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Run, Slot
 from runlane_sqs.core.ordering import turn_passed
-from runlane_sqs.core.slots import SlotState, holder, slots_freed, slots_taken
+from runlane_sqs.core.slots import SlotState, slot_holder, slots_freed, slots_taken
 from runlane_sqs.core.values import added_references, moved_record
 
 TRANSACTION_ATTEMPTS = 8
@@ -64,7 +64,9 @@ class Contended(Exception):
     was written, so the same transaction may be sent again."""
 
 
-def _take(table: str, environment: str, slot: Slot, entry: str, now_ms: int, at_ms: int) -> Request:
+def _take(
+    table: str, environment: str, slot: Slot, holder: str, now_ms: int, at_ms: int
+) -> Request:
     return {
         "TableName": table,
         "Key": keys.slot_key(environment, slot.scope),
@@ -82,7 +84,7 @@ def _take(table: str, environment: str, slot: Slot, entry: str, now_ms: int, at_
             "#a": "agenda_at",
         },
         "ExpressionAttributeValues": {
-            ":h": {"SS": [entry]},
+            ":h": {"SS": [holder]},
             ":l": {"N": str(slot.limit)},
             ":e": {"S": environment},
             ":s": {"S": slot.scope},
@@ -94,7 +96,7 @@ def _take(table: str, environment: str, slot: Slot, entry: str, now_ms: int, at_
     }
 
 
-def _free(table: str, environment: str, slot: Slot, entry: str, now_ms: int) -> Request:
+def _free(table: str, environment: str, slot: Slot, holder: str, now_ms: int) -> Request:
     return {
         "TableName": table,
         "Key": keys.slot_key(environment, slot.scope),
@@ -106,7 +108,7 @@ def _free(table: str, environment: str, slot: Slot, entry: str, now_ms: int) -> 
             "#s": "scope",
         },
         "ExpressionAttributeValues": {
-            ":h": {"SS": [entry]},
+            ":h": {"SS": [holder]},
             ":u": {"N": str(now_ms)},
             ":e": {"S": environment},
             ":s": {"S": slot.scope},
@@ -134,12 +136,15 @@ def transaction(table: str, transition: Transition) -> Request | None:
     items: list[Request] = [{"Update": run}]
     if taken:
         assert after.lease is not None
-        entry, at_ms = holder(after.lease.token, after.id), to_epoch_ms(after.lease.expires_at)
-        items += [{"Update": _take(table, env, s, entry, now_ms, at_ms)} for s in taken]
+        holder, at_ms = (
+            slot_holder(after.lease.token, after.id),
+            to_epoch_ms(after.lease.expires_at),
+        )
+        items += [{"Update": _take(table, env, s, holder, now_ms, at_ms)} for s in taken]
     if freed:
         assert before.lease is not None
-        entry = holder(before.lease.token, before.id)
-        items += [{"Update": _free(table, env, s, entry, now_ms)} for s in freed]
+        holder = slot_holder(before.lease.token, before.id)
+        items += [{"Update": _free(table, env, s, holder, now_ms)} for s in freed]
     if ordering_key is not None:
         items += finish_items(table, after, ordering_key)
     if holds:
@@ -219,14 +224,14 @@ class DynamoSlotStore:
                 break
         return min(counted, up_to)
 
-    def drop_holder(self, scope: str, entry: str) -> bool:
+    def drop_holder(self, scope: str, holder: str) -> bool:
         request = {
             "TableName": self.table,
             "Key": keys.slot_key(self.environment, scope),
             "UpdateExpression": "DELETE #h :h",
             "ConditionExpression": "contains(#h, :e)",
             "ExpressionAttributeNames": {"#h": "holders"},
-            "ExpressionAttributeValues": {":h": {"SS": [entry]}, ":e": {"S": entry}},
+            "ExpressionAttributeValues": {":h": {"SS": [holder]}, ":e": {"S": holder}},
         }
         return not isinstance(send_conditional(self._send, "update_item", request), Refused)
 

@@ -60,8 +60,8 @@ class RunWrite:
         else:
             self._sets.append(f"{self._name(name)} = {self._value(wire_value(name, value))}")
 
-    def set_entry(self, map_name: str, key: str, text: str) -> None:
-        """Set one entry of a map of text by its (already path-safe) key."""
+    def set_map_key(self, map_name: str, key: str, text: str) -> None:
+        """Set one key of a map of text (the key already path-safe)."""
         path = f"{self._name(map_name)}.{self._name(key)}"
         self._sets.append(f"{path} = {self._value({'S': text})}")
 

@@ -18,7 +18,7 @@ from runlane_sqs.core.errors import NoFreeSlot
 from runlane_sqs.core.indexes import slot_agenda_pk
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Run
-from runlane_sqs.core.slots import SlotState, holder, slots_freed, slots_taken
+from runlane_sqs.core.slots import SlotState, slot_holder, slots_freed, slots_taken
 
 
 class InMemorySlotStore:
@@ -48,15 +48,15 @@ class InMemorySlotStore:
             self._slots[slot.scope] = replace(
                 state,
                 limit=slot.limit,
-                holders=state.holders | {holder(after.lease.token, after.id)},
+                holders=state.holders | {slot_holder(after.lease.token, after.id)},
                 listed_at=state.listed_at or after.lease.expires_at,
             )
         for slot in freed:
             assert before.lease is not None
             state = self._slots.get(slot.scope)
             if state is not None:
-                entry = holder(before.lease.token, before.id)
-                self._slots[slot.scope] = replace(state, holders=state.holders - {entry})
+                holder = slot_holder(before.lease.token, before.id)
+                self._slots[slot.scope] = replace(state, holders=state.holders - {holder})
 
     def list_scope(self, scope: str, at: datetime) -> None:
         """List a scope's record for maintenance at ``at`` (the caller holds the lock)."""
@@ -83,12 +83,12 @@ class InMemorySlotStore:
     def count_slot_waiters(self, scope: str, up_to: int) -> int:
         return len(self.slot_waiters(scope, up_to))
 
-    def drop_holder(self, scope: str, entry: str) -> bool:
+    def drop_holder(self, scope: str, holder: str) -> bool:
         with self._lock:
             state = self._slots.get(scope)
-            if state is None or entry not in state.holders:
+            if state is None or holder not in state.holders:
                 return False
-            self._slots[scope] = replace(state, holders=state.holders - {entry})
+            self._slots[scope] = replace(state, holders=state.holders - {holder})
             return True
 
     def slot_agenda_page(
