@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Unpack
 
+from runlane_sqs.adapters.memory.dynamodb import InMemoryDynamoDB
 from runlane_sqs.adapters.memory.objects import InMemoryObjects
 from runlane_sqs.adapters.memory.store import InMemoryRunStore
 from runlane_sqs.adapters.memory.transport import InMemoryTransport
@@ -25,6 +26,7 @@ from runlane_sqs.core.config import RunlaneSettings
 from runlane_sqs.ports.codecs import Codec
 
 __all__ = [
+    "InMemoryDynamoDB",
     "InMemoryRunStore",
     "InMemoryTransport",
     "ManualClock",
