@@ -30,7 +30,7 @@ import runlane_sqs
 from runlane_sqs.testing import in_memory_app
 
 PACKAGE = Path(runlane_sqs.__file__).parent
-MAX_MODULES = 21
+MAX_MODULES = 25
 """Package modules a plain run may pass through (its calling thread)."""
 MAX_SWITCHES = 70
 """Switches between modules a plain run may make (its calling thread)."""

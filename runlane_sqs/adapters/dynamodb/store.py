@@ -134,6 +134,11 @@ class DynamoRunStore:
         self.transactions = DynamoTransactions(self._send, table, environment)
         """Transactions holding the caller's writes and new runs."""
 
+    @property
+    def client(self) -> Any:
+        """The DynamoDB client the store sends its requests to."""
+        return self._client
+
     @functools.cached_property
     def _endpoint(self) -> str | None:
         """Where the client sends requests (named in errors); read when first needed, so a
