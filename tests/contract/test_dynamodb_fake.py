@@ -15,13 +15,14 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
+from runlane_sqs import StorageUnavailable
 from runlane_sqs.adapters.dynamodb.items import (
     AGENDA_INDEX,
     STATUS_INDEX,
     WAITS_INDEX,
     table_definition,
 )
-from runlane_sqs.testing import InMemoryDynamoDB
+from runlane_sqs.testing import InMemoryDynamoDB, InMemoryRunStore, in_memory_app
 from tests.emulators import TEST_BACKEND
 
 FAKE = "fake"
@@ -466,6 +467,17 @@ def test_refused_transactions(client: Any, table: str) -> None:
     assert stored(client, table, "0") is None
 
 
+def test_a_transaction_over_4_mb_is_refused(client: Any, table: str, moto: bool) -> None:
+    if moto:
+        pytest.skip("moto takes it; the fake follows DynamoDB Local")
+    big = [
+        {"Put": {"TableName": table, "Item": {**key(str(n)), "b": {"S": "x" * 390_000}}}}
+        for n in range(11)
+    ]
+    assert code(refused(client.transact_write_items, TransactItems=big)) == "ValidationException"
+    client.transact_write_items(TransactItems=big[:10])
+
+
 # --- queries ------------------------------------------------------------------------
 
 
@@ -652,3 +664,22 @@ def test_projections_and_batch_get(client: Any, table: str) -> None:
         client.batch_get_item, RequestItems={table: {"Keys": [key(str(n)) for n in range(101)]}}
     )
     assert code(many) == "ValidationException"
+
+
+# --- faults, as a test injects them at the fake's methods --------------------------
+
+
+def test_a_throttled_request_reaches_the_store_as_dynamodbs_would() -> None:
+    """A test that wants DynamoDB to fail raises DynamoDB's error from the fake's method:
+    the store translates it as it translates AWS's."""
+    app = in_memory_app()
+    app.task(name="t")(lambda ctx, payload: payload)
+    assert isinstance(app.store, InMemoryRunStore)
+
+    def throttled(**request: Any) -> dict[str, Any]:
+        error = {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}
+        raise ClientError(error, "GetItem")  # type: ignore[arg-type]
+
+    app.store.dynamodb.get_item = throttled  # type: ignore[method-assign]
+    with pytest.raises(StorageUnavailable, match="ThrottlingException"):
+        app.store.get_run("some-run")

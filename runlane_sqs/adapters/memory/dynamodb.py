@@ -42,7 +42,11 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from runlane_sqs.core.limits import MAX_ITEM_BYTES, MAX_TRANSACTION_ACTIONS
+from runlane_sqs.core.limits import (
+    MAX_ITEM_BYTES,
+    MAX_TRANSACTION_ACTIONS,
+    MAX_TRANSACTION_BYTES,
+)
 
 Wire = dict[str, Any]
 """One attribute value in wire form: ``{"S": "text"}``, ``{"N": "1"}``, ``{"M": {...}}``."""
@@ -1212,6 +1216,7 @@ class InMemoryDynamoDB:
                     f"{MAX_TRANSACTION_ACTIONS}"
                 )
             planned = [self._plan(action) for action in actions]
+            _check_payload(planned)
             touched = [(id(table), key) for table, key, *_ in planned]
             if len(set(touched)) != len(touched):
                 raise _Invalid("Transaction request cannot include multiple operations on one item")
@@ -1285,6 +1290,16 @@ class InMemoryDynamoDB:
         with self._lock:
             found = self._table(table, "Scan")
             return [_copy_item(found.items[key]) for key in sorted(found.items)]
+
+
+def _check_payload(planned: list[tuple[_Table, tuple[Any, Any], Any, Any]]) -> None:
+    """Refuse a transaction whose items come to more than 4 MB."""
+    items = [body["Item"] for _, _, body, _ in planned if "Item" in body]
+    if 4 * len(repr(items)) <= MAX_TRANSACTION_BYTES:
+        return  # far enough below (see ``_check_size``)
+    size = sum(_item_bytes(item) for item in items)
+    if size > MAX_TRANSACTION_BYTES:
+        raise _Invalid(f"Transaction payload size cannot exceed 4MB. Payload Size: {size}")
 
 
 def _updated_names(request: Mapping[str, Any]) -> list[str]:
