@@ -32,6 +32,7 @@ digits (numbers are kept as sent, as DynamoDB Local keeps them).
 
 from __future__ import annotations
 
+import bisect
 import functools
 import operator
 import re
@@ -1129,12 +1130,15 @@ class InMemoryDynamoDB:
             partition = partitions.get(hash_value)
             ordered = partition.sorted() if partition is not None else []
             forward = request.get("ScanIndexForward", True)
-            if not forward:
-                ordered = ordered[::-1]
             start = request.get("ExclusiveStartKey")
             if start is not None:
                 after = _start_position(table, keys, start)
-                ordered = [entry for entry in ordered if _beyond(entry[0], after, forward)]
+                if forward:
+                    ordered = ordered[bisect.bisect_right(ordered, after, key=_first) :]
+                else:
+                    ordered = ordered[: bisect.bisect_left(ordered, after, key=_first)]
+            if not forward:
+                ordered = ordered[::-1]
             matching = (key for _, key in ordered if _holds(condition, table.items[key], scope))
             return self._page(table, index, request, filtered, projected, scope, matching)
 
@@ -1368,8 +1372,8 @@ def _start_position(table: _Table, keys: _Keys, start: Mapping[str, Wire]) -> Po
     return (order[1], table_key)
 
 
-def _beyond(position: Position, start: Position, forward: bool) -> bool:
-    return position > start if forward else position < start
+def _first(entry: tuple[Position, Any]) -> Position:
+    return entry[0]
 
 
 class _validating:  # noqa: N801
