@@ -12,8 +12,9 @@ DynamoDB's codes, messages and fields (a failed condition's ``Item`` with
 Why not moto in-process: its backend takes about half a millisecond per conditional
 ``UpdateItem`` even without botocore (it parses every expression again and deep-copies
 items), where a run store in a dict takes tens of microseconds. Here each expression is
-parsed once, cached by its text, into closures that read the request's names and
-values. ``tests/contract/test_dynamodb_fake.py`` holds this fake to the moto server (and
+parsed once (a small recursive-descent parser), cached by its text, into a tree that
+each request evaluates with its own names and values; writes copy only what they change,
+so a response shares the stored values (callers must not change them). ``tests/contract/test_dynamodb_fake.py`` holds this fake to the moto server (and
 to DynamoDB Local, AWS's own, where the two differ) by sending both the same requests.
 
 Supported: tables with a hash (and range) key and global secondary indexes (sparse;
@@ -25,7 +26,8 @@ Supported: tables with a hash (and range) key and global secondary indexes (spar
 filter, key-condition, update and projection expressions with nested map paths and list
 indexes. Refused as DynamoDB refuses them: unused or undefined placeholders, keys of the
 wrong shape, updates of key attributes, overlapping update paths, items over 400 KB,
-transactions over 100 actions or touching one item twice, consistent reads of an index.
+transactions over 100 actions, over 4 MB or touching one item twice, consistent reads
+of an index, empty sets, ``BETWEEN`` bounds the wrong way round.
 Not modelled: capacity, the 1 MB page limit, TTL expiry, reserved words, numbers' 38
 digits (numbers are kept as sent, as DynamoDB Local keeps them).
 """
