@@ -19,7 +19,7 @@ import aioboto3
 import boto3
 
 from runlane_sqs import Runlane
-from runlane_sqs.adapters.provision import table_definition
+from runlane_sqs.adapters.dynamodb.items import table_definition
 
 REGION, ACCOUNT = "us-east-1", "123456789012"
 ENVIRONMENT = "test"

@@ -15,7 +15,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from runlane_sqs.adapters.aws import endpoint_of
 from runlane_sqs.adapters.dynamodb.errors import PARAMETER_ERRORS, error_code, translate
-from runlane_sqs.adapters.dynamodb.items import TTL_ATTRIBUTE, RunItem
+from runlane_sqs.adapters.dynamodb.items import TTL_ATTRIBUTE, table_definition
 from runlane_sqs.core.errors import ConfigurationError, TransportError
 from runlane_sqs.core.limits import (
     DEFAULT_MAX_RECEIVE_COUNT,
@@ -73,30 +73,6 @@ def _queue_error(exc: Exception, name: str, endpoint: str | None) -> NoReturn:
         raise TransportError(f"creating SQS queue {name!r} failed: {exc}") from exc
     where = endpoint or "the default AWS endpoint"
     raise TransportError(f"cannot reach SQS at {where}: {exc}") from exc
-
-
-def _hash_first(key_schema: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    return [dict(k) for k in sorted(key_schema, key=lambda k: k["KeyType"] != "HASH")]
-
-
-def table_definition(table: str) -> dict[str, Any]:
-    """The ``CreateTable`` request for the runlane table, from the PynamoDB models."""
-    schema = RunItem._get_schema()
-    return {
-        "TableName": table,
-        "BillingMode": "PAY_PER_REQUEST",
-        "AttributeDefinitions": schema["attribute_definitions"],
-        "KeySchema": _hash_first(schema["key_schema"]),
-        "GlobalSecondaryIndexes": [
-            {
-                "IndexName": index["index_name"],
-                "KeySchema": _hash_first(index["key_schema"]),
-                "Projection": index["projection"],
-            }
-            for index in schema["global_secondary_indexes"]
-        ],
-        "SSESpecification": {"Enabled": True},
-    }
 
 
 def provision_table(client: Any, table: str) -> bool:

@@ -1,9 +1,9 @@
 """The bulk operation store port: the records of bulk operations, beside the runs
 (:mod:`runlane_sqs.core.bulk`).
 
-Adapters: :mod:`runlane_sqs.adapters.dynamodb.bulk` (DynamoDB) and
-:mod:`runlane_sqs.adapters.memory.bulk` (in memory, for tests). Each run store
-hands out its operation store as ``store.operations``.
+Adapter: :mod:`runlane_sqs.adapters.dynamodb.bulk` (DynamoDB, or the in-memory
+DynamoDB of :mod:`runlane_sqs.testing`). Each run store hands out its operation store
+as ``store.operations``.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ A child is counted by :meth:`GroupStore.count` after the run store's write that 
 terminal: one conditional write that empties the child's lane (so it lands once) and
 may start the next position in it (:mod:`runlane_sqs.core.groups`).
 
-Adapters: :mod:`runlane_sqs.adapters.dynamodb.groups` and
-:mod:`runlane_sqs.adapters.memory.groups`.
+Adapter: :mod:`runlane_sqs.adapters.dynamodb.groups` (DynamoDB, or the in-memory
+DynamoDB of :mod:`runlane_sqs.testing`).
 """
 
 from __future__ import annotations

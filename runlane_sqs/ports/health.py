@@ -1,9 +1,9 @@
 """The health store port: what the console and ``app.health`` read of an environment at
 a bounded cost, and the last maintenance pass's report.
 
-Adapters: :mod:`runlane_sqs.adapters.dynamodb.health` (DynamoDB) and
-:mod:`runlane_sqs.adapters.memory.health` (in memory, for tests). Each run store hands
-out its health store as ``store.health``.
+Adapter: :mod:`runlane_sqs.adapters.dynamodb.health` (DynamoDB, or the in-memory
+DynamoDB of :mod:`runlane_sqs.testing`). Each run store hands out its health store as
+``store.health``.
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@
 A trigger takes a place and the write that finishes an ordered run leaves the line inside
 the run store's own writes (:meth:`RunStore.create_run <runlane_sqs.ports.store.RunStore.
 create_run>`, :meth:`RunStore.apply <runlane_sqs.ports.store.RunStore.apply>`); this port
-reads what handing the turn on needs. Adapters: :mod:`runlane_sqs.adapters.dynamodb.
-ordering` and :mod:`runlane_sqs.adapters.memory.ordering`. Each run store hands out its
-order store as ``store.orders``.
+reads what handing the turn on needs. Adapter: :mod:`runlane_sqs.adapters.dynamodb.
+ordering` (DynamoDB, or the in-memory DynamoDB of :mod:`runlane_sqs.testing`). Each run
+store hands out its order store as ``store.orders``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The rate store port: each rate limit's scope and its theoretical arrival time (TAT),
 beside the runs (:mod:`runlane_sqs.core.rates`). Adapters:
-:mod:`runlane_sqs.adapters.dynamodb.rates` and :mod:`runlane_sqs.adapters.memory.rates`.
+:mod:`runlane_sqs.adapters.dynamodb.rates` (DynamoDB, or the in-memory DynamoDB of
+:mod:`runlane_sqs.testing`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The schedule store port: schedule definitions and their state, beside the runs.
 
-Adapters: :mod:`runlane_sqs.adapters.dynamodb.schedules` (DynamoDB) and
-:mod:`runlane_sqs.adapters.memory.schedules` (in memory, for tests). Each run store
-hands out its schedule store as ``store.schedules``.
+Adapter: :mod:`runlane_sqs.adapters.dynamodb.schedules` (DynamoDB, or the in-memory
+DynamoDB of :mod:`runlane_sqs.testing`). Each run store hands out its schedule store as
+``store.schedules``.
 """
 
 from __future__ import annotations

@@ -2,10 +2,9 @@
 
 A claim takes slots and an attempt's end frees them inside the run store's own write
 (:meth:`RunStore.apply <runlane_sqs.ports.store.RunStore.apply>`); this port reads the
-records and does what maintenance and the waking of waiters need. Adapters:
-:mod:`runlane_sqs.adapters.dynamodb.slots` (DynamoDB) and
-:mod:`runlane_sqs.adapters.memory.slots` (in memory). Each run store hands out its
-slot store as ``store.slots``.
+records and does what maintenance and the waking of waiters need. Adapter:
+:mod:`runlane_sqs.adapters.dynamodb.slots` (DynamoDB, or the in-memory DynamoDB of
+:mod:`runlane_sqs.testing`). Each run store hands out its slot store as ``store.slots``.
 """
 
 from __future__ import annotations

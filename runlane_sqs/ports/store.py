@@ -1,7 +1,7 @@
 """The run store port: where runs, tokens, keys and maintenance cursors are kept.
 
-Adapters: :mod:`runlane_sqs.adapters.dynamodb.store` (DynamoDB) and
-:mod:`runlane_sqs.adapters.memory.store` (in memory, for tests).
+Adapter: :mod:`runlane_sqs.adapters.dynamodb.store` (DynamoDB; for tests, over the
+in-memory DynamoDB of :mod:`runlane_sqs.adapters.memory.dynamodb`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The token store port: tokens and their decisions, beside the runs.
 
-Adapters: :class:`runlane_sqs.adapters.dynamodb.store.DynamoTokenStore` (DynamoDB) and
-:class:`runlane_sqs.adapters.memory.store.InMemoryTokenStore` (in memory, for tests).
-Each run store hands out its token store as ``store.tokens``.
+Adapter: :class:`runlane_sqs.adapters.dynamodb.store.DynamoTokenStore` (DynamoDB, or the
+in-memory DynamoDB of :mod:`runlane_sqs.testing`). Each run store hands out its token
+store as ``store.tokens``.
 """
 
 from __future__ import annotations

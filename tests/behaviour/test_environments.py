@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from runlane_sqs import Run, Runlane, RunStatus, TaskContext
-from runlane_sqs.adapters.memory.store import InMemoryRunStore
 from runlane_sqs.adapters.memory.transport import InMemoryTransport
+from runlane_sqs.testing import InMemoryRunStore
 from tests.backends import Backend
 from tests.emulators import TEST_BACKEND
 from tests.workers import WorkerKind

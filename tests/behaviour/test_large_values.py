@@ -31,8 +31,8 @@ from runlane_sqs import (
     TaskContext,
     ValueUnreadable,
 )
+from runlane_sqs.adapters.dynamodb.objects import DynamoObjectRecords
 from runlane_sqs.adapters.memory.objects import InMemoryObjects
-from runlane_sqs.adapters.memory.store import InMemoryObjectRecords
 from runlane_sqs.adapters.s3 import S3Objects
 from runlane_sqs.core import machine
 from runlane_sqs.core.errors import ObjectUnreadable
@@ -444,7 +444,7 @@ def test_a_lost_s3_response_and_a_duplicate_wakeup_leave_one_object_and_one_exec
     result_key = reference_of(app.runs.get_stored(run.id).result).key
     assert sorted(objects.keys()) == sorted([payload_key, result_key])  # one object each
     records = app.store.object_records
-    assert isinstance(records, InMemoryObjectRecords)
+    assert isinstance(records, DynamoObjectRecords)
     record = records.get(reference_of(app.runs.get_stored(run.id).payload).sha256)
     assert record is not None and record.holders == 1  # one reference
     assert app.runs.get(run.id).result["got"] == len(payload["blob"])

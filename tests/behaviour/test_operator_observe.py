@@ -15,6 +15,7 @@ import pytest
 from runlane_sqs import ManualClock, RunlaneError, RunNotFound, RunStatus
 from runlane_sqs.adapters.dynamodb.keys import status_partitions
 from runlane_sqs.adapters.dynamodb.store import DynamoRunStore
+from runlane_sqs.adapters.memory.dynamodb import InMemoryDynamoDB
 from runlane_sqs.adapters.memory.transport import InMemoryTransport
 from runlane_sqs.api.app import Runlane
 from runlane_sqs.api.runs import MAX_LIST_LIMIT, RunPage
@@ -86,8 +87,10 @@ def walk(app: Runlane, **query: Any) -> tuple[list[Run], list[int]]:
 
 
 def test_the_scenarios_run_on_the_backends_adapters(backend: Backend, app: Runlane) -> None:
-    """Guard: the memory param drives the in-memory adapters, the aws one DynamoDB and SQS."""
-    assert isinstance(app.store, DynamoRunStore) is backend.real
+    """Guard: the memory param drives the in-memory adapters (the DynamoDB store over the
+    in-memory DynamoDB), the aws one DynamoDB and SQS."""
+    assert isinstance(app.store, DynamoRunStore)
+    assert isinstance(app.store.client, InMemoryDynamoDB) is not backend.real
     assert isinstance(app.transport, InMemoryTransport) is not backend.real
 
 

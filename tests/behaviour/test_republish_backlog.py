@@ -11,12 +11,12 @@ from datetime import timedelta
 import pytest
 
 from runlane_sqs import Runlane, RunStatus
-from runlane_sqs.adapters.memory.store import InMemoryRunStore
 from runlane_sqs.adapters.memory.transport import InMemoryTransport
 from runlane_sqs.core.clock import ManualClock
 from runlane_sqs.core.wakeup import Wakeup
 from runlane_sqs.engine.reports import PassReport
 from runlane_sqs.ports.transport import ReceivedWakeup
+from runlane_sqs.testing import InMemoryRunStore
 from tests.apps.recovery_tasks import PLAIN_TASK, register_recovery
 from tests.backends import Backend
 from tests.behaviour.maintenance_support import QUEUE, take_wakeups

@@ -15,16 +15,16 @@ from typing import Any
 import pytest
 
 from runlane_sqs import (
-    ConfigurationError,
     InvalidKeyError,
     InvalidTransaction,
+    MissingResourceError,
     Runlane,
     RunStatus,
     TaskContext,
     TransactionCancelled,
     UnknownTaskError,
 )
-from runlane_sqs.testing import in_memory_app
+from runlane_sqs.testing import InMemoryRunStore, in_memory_app
 from tests.backends import ONLY_AWS, Backend
 from tests.workers import WorkerKind
 
@@ -254,9 +254,10 @@ def test_the_async_form_commits_on_a_thread(
     assert app.runs.get(run_id).status is RunStatus.SUCCEEDED
 
 
-def test_an_in_memory_app_commits_runs_and_refuses_writes_of_its_own_clearly() -> None:
-    """The in-memory store (users' tests) holds new runs only: a transaction of runs
-    commits as on DynamoDB, keys included; one with the caller's writes is refused."""
+def test_an_in_memory_app_commits_runs_and_the_writes_of_its_own_tables() -> None:
+    """The in-memory app's DynamoDB (users' tests) answers a transaction as DynamoDB
+    does: runs commit, keys included; the caller's writes need their table created in
+    it first (``app.store.dynamodb``), as on AWS."""
     app = in_memory_app()
     register(app)
     with app.transaction() as tx:
@@ -277,5 +278,17 @@ def test_an_in_memory_app_commits_runs_and_refuses_writes_of_its_own_clearly() -
     writes = app.transaction()
     writes.put("orders", {"id": "m"})
     writes.trigger(SHIP, {"order": "m"})
-    with pytest.raises(ConfigurationError, match="keeps its runs in memory"):
-        writes.commit()
+    with pytest.raises(MissingResourceError):
+        writes.commit()  # no table "orders" yet
+    assert isinstance(app.store, InMemoryRunStore)
+    app.store.dynamodb.create_table(
+        TableName="orders",
+        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    with app.transaction() as tx:
+        tx.put("orders", {"id": "m"})
+        tx.trigger(SHIP, {"order": "m"})
+    assert app.store.dynamodb.items("orders") == [{"id": {"S": "m"}}]
+    assert len(app.runs.list().runs) == 3

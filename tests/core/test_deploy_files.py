@@ -17,8 +17,8 @@ import pytest
 
 from maintenance import lambda_handler
 from runlane_sqs import Telemetry
-from runlane_sqs.adapters.dynamodb.items import TTL_ATTRIBUTE
-from runlane_sqs.adapters.provision import DLQ_SUFFIX, table_definition
+from runlane_sqs.adapters.dynamodb.items import TTL_ATTRIBUTE, table_definition
+from runlane_sqs.adapters.provision import DLQ_SUFFIX
 from runlane_sqs.core.limits import DEFAULT_MAX_RECEIVE_COUNT
 from tests.templates import load_template
 

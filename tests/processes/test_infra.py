@@ -48,7 +48,7 @@ import boto3
 import pytest
 
 from runlane_sqs import Runlane, RunStatus
-from runlane_sqs.adapters.provision import table_definition
+from runlane_sqs.adapters.dynamodb.items import table_definition
 from runlane_sqs.core.values import RELEASE_GRACE, Sealed
 from runlane_sqs.engine.reports import JOB_DUE, JOB_OBJECTS
 from runlane_sqs.lambdas import maintenance as lambda_handler

@@ -23,7 +23,6 @@ from runlane_sqs import (
     TaskContext,
 )
 from runlane_sqs.adapters.memory.objects import InMemoryObjects
-from runlane_sqs.adapters.memory.store import InMemoryRunStore
 from runlane_sqs.adapters.memory.transport import InMemoryTransport
 from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.groups import callback_run_id, child_run_id, next_group_id
@@ -31,7 +30,7 @@ from runlane_sqs.core.wakeup import Wakeup, parse_wakeup
 from runlane_sqs.lambdas.consumer import NotAnSqsEvent, logical_queue, sqs_handler
 from runlane_sqs.ports.transport import ReceivedWakeup
 from runlane_sqs.runtime.budget import MAX_TRIES
-from runlane_sqs.testing import ManualClock
+from runlane_sqs.testing import InMemoryRunStore, ManualClock
 from tests.otel import Recorded, recorded  # noqa: F401 (a fixture)
 
 ACCOUNT = "123456789012"

@@ -14,11 +14,10 @@ from typing import Any
 import pytest
 
 from runlane_sqs import Runlane, RunStatus
-from runlane_sqs.adapters.memory.store import InMemoryRunStore
 from runlane_sqs.adapters.memory.transport import InMemoryTransport
 from runlane_sqs.lambdas.consumer import logical_queue, sqs_handler
 from runlane_sqs.ports.transport import ReceivedWakeup
-from runlane_sqs.testing import ManualClock
+from runlane_sqs.testing import InMemoryRunStore, ManualClock
 
 SHARED_ARN = "arn:aws:sqs:us-east-1:123456789012:shared-default"
 TASK = "lambda_foreign.work"

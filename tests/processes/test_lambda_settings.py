@@ -9,11 +9,10 @@ from typing import Any
 import pytest
 
 from runlane_sqs import ConfigurationError, Runlane, TaskContext
-from runlane_sqs.adapters.memory.store import InMemoryRunStore
 from runlane_sqs.adapters.memory.transport import InMemoryTransport
 from runlane_sqs.lambdas.consumer import MIN_WORKING_SECONDS, sqs_handler
 from runlane_sqs.lambdas.deadline import ENV_SAFETY_MARGIN_SECONDS, ENV_TIMEOUT_SECONDS
-from runlane_sqs.testing import ManualClock
+from runlane_sqs.testing import InMemoryRunStore, ManualClock
 from tests.processes.test_lambda_consumer import FakeContext, reported, sqs_record
 from tests.templates import load_template
 

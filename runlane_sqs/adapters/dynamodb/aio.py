@@ -9,13 +9,11 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from runlane_sqs.adapters.dynamodb import requests, slots
-from runlane_sqs.adapters.dynamodb.codec import run_from_wire
+from runlane_sqs.adapters.dynamodb.codec import applied, run_from_wire, run_in
 from runlane_sqs.adapters.dynamodb.errors import Refused, call_async, send_conditional_async
 from runlane_sqs.adapters.dynamodb.replays import (
-    applied,
     refused_claim,
     refused_transition,
-    run_in,
 )
 from runlane_sqs.adapters.dynamodb.requests import Request
 from runlane_sqs.core.claims import HintedClaim

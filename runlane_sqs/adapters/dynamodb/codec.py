@@ -18,6 +18,7 @@ from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.items import EventMap, RunItem, TokenItem
 from runlane_sqs.core.clock import EPOCH, ONE_MS
 from runlane_sqs.core.indexes import agenda_entry, agenda_pk, listed_at
+from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import (
     TERMINAL_STATUSES,
     EventType,
@@ -356,6 +357,18 @@ def run_from_wire(wire: AttributeMap) -> Run:
 
 
 TERMINAL_VALUES = frozenset(status.value for status in TERMINAL_STATUSES)
+
+
+def run_in(response: dict[str, Any]) -> Run | None:
+    """The run a ``GetItem`` response carries, if any."""
+    wire = response.get("Item")
+    return run_from_wire(wire) if wire else None
+
+
+def applied(transition: Transition, response: dict[str, Any]) -> Run:
+    """The stored run after a transition's ``UpdateItem``."""
+    stored = response.get("Attributes")
+    return run_from_wire(stored) if stored else transition.after
 
 
 def _seconds(number: int | None) -> timedelta | None:

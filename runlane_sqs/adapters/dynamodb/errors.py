@@ -49,9 +49,13 @@ def error_code(exc: ClientError) -> str:
 
 CANCELLED = "TransactionCanceledException"
 """DynamoDB's code for a transaction it cancelled (each action's reason comes with it)."""
+NOT_REFUSED = "None"
+"""DynamoDB's reason for an action of a cancelled transaction that was not refused."""
+CONDITION_FAILED_REASON = "ConditionalCheckFailed"
+"""DynamoDB's reason for an action of a cancelled transaction whose condition failed."""
 REASONS = {
-    "None": RefusalReason.NONE,
-    "ConditionalCheckFailed": RefusalReason.CONDITION_FAILED,
+    NOT_REFUSED: RefusalReason.NONE,
+    CONDITION_FAILED_REASON: RefusalReason.CONDITION_FAILED,
     "TransactionConflict": RefusalReason.CONFLICT,
 }
 """DynamoDB's reasons for an action of a cancelled transaction, as the library reads them

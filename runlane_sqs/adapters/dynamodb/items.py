@@ -7,6 +7,7 @@ and to build condition and update expressions; requests are sent by the adapters
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pynamodb.attributes import (
@@ -327,3 +328,27 @@ class GroupChunkItem(Model):
     pk = UnicodeAttribute(hash_key=True)
     sk = UnicodeAttribute(range_key=True)
     items = UnicodeAttribute()
+
+
+def _hash_first(key_schema: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [dict(k) for k in sorted(key_schema, key=lambda k: k["KeyType"] != "HASH")]
+
+
+def table_definition(table: str) -> dict[str, Any]:
+    """The ``CreateTable`` request for the runlane table, from the PynamoDB models."""
+    schema = RunItem._get_schema()
+    return {
+        "TableName": table,
+        "BillingMode": "PAY_PER_REQUEST",
+        "AttributeDefinitions": schema["attribute_definitions"],
+        "KeySchema": _hash_first(schema["key_schema"]),
+        "GlobalSecondaryIndexes": [
+            {
+                "IndexName": index["index_name"],
+                "KeySchema": _hash_first(index["key_schema"]),
+                "Projection": index["projection"],
+            }
+            for index in schema["global_secondary_indexes"]
+        ],
+        "SSESpecification": {"Enabled": True},
+    }

@@ -115,18 +115,6 @@ def landed_claim(claim: HintedClaim, stored: Run | None) -> bool:
     return True
 
 
-def run_in(response: dict[str, Any]) -> Run | None:
-    """The run a ``GetItem`` response carries, if any."""
-    wire = response.get("Item")
-    return run_from_wire(wire) if wire else None
-
-
-def applied(transition: Transition, response: dict[str, Any]) -> Run:
-    """The stored run after a transition's ``UpdateItem``."""
-    stored = response.get("Attributes")
-    return run_from_wire(stored) if stored else transition.after
-
-
 def refused_transition(transition: Transition, stored: dict[str, Any] | None) -> Run:
     """After a refused transition, given the item the refusal found: the stored run if
     it shows the transition itself already applied (a resent write whose first response

@@ -18,9 +18,12 @@ from runlane_sqs.adapters.aws import endpoint_of
 from runlane_sqs.adapters.dynamodb import keys, requests
 from runlane_sqs.adapters.dynamodb.bulk import DynamoOperationStore
 from runlane_sqs.adapters.dynamodb.codec import (
+    applied,
     events_from_item,
     item_from_wire,
     run_from_wire,
+    run_in,
+    run_to_wire,
     token_from_wire,
     token_to_wire,
 )
@@ -54,11 +57,9 @@ from runlane_sqs.adapters.dynamodb.objects import (
 from runlane_sqs.adapters.dynamodb.ordering import DynamoOrderStore, moved, trigger_items
 from runlane_sqs.adapters.dynamodb.rates import DynamoRateStore
 from runlane_sqs.adapters.dynamodb.replays import (
-    applied,
     landed_creation,
     refused_claim,
     refused_transition,
-    run_in,
 )
 from runlane_sqs.adapters.dynamodb.requests import Request
 from runlane_sqs.adapters.dynamodb.schedules import DynamoScheduleStore
@@ -81,7 +82,9 @@ from runlane_sqs.core.ordering import Place
 from runlane_sqs.core.rate_deploys import Spacing
 from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenDecision, TokenNotFound
 from runlane_sqs.core.values import (
+    ENVELOPE_MARK,
     Reference,
+    added_references,
     decode_json,
     moved_record,
     references_in,
@@ -97,6 +100,16 @@ BATCH_GET_ATTEMPTS = 6
 """BatchGetItem requests for one page of runs before unprocessed keys are an error."""
 BATCH_GET_FIRST_WAIT_SECONDS = 0.05
 """Wait before asking again for unprocessed keys, doubled each time (AWS's advice)."""
+
+
+def _beside_the_run(transition: Transition) -> bool:
+    """Whether ``transition`` may change items beside the run's own (slots taken or
+    freed, an ordered run's line, the records of objects its values reference): only
+    such a write can be a transaction (:func:`~.slots.transaction` decides)."""
+    before, after = transition.before, transition.after
+    if before.slots or after.slots or after.ordering_key is not None:
+        return True
+    return bool(added_references(before, after))
 
 
 class DynamoRunStore:
@@ -133,6 +146,11 @@ class DynamoRunStore:
         """The environment's bulk operations."""
         self.transactions = DynamoTransactions(self._send, table, environment)
         """Transactions holding the caller's writes and new runs."""
+
+    @property
+    def client(self) -> Any:
+        """The DynamoDB client the store sends its requests to."""
+        return self._client
 
     @functools.cached_property
     def _endpoint(self) -> str | None:
@@ -179,14 +197,13 @@ class DynamoRunStore:
         claims: Sequence[KeyClaim] = (),
         place: Place | None = None,
     ) -> None:
+        if not claims and place is None and not payload_text.startswith(ENVELOPE_MARK):
+            self._put_run(run, event, payload_text)  # nothing beside the run: one PutItem
+            return
         actions = creation_actions(self.table, self.environment, run, event, payload_text, claims)
         made = len(claims) + 1  # the claims' and the run's; the holds come after
         if len(actions) == 1 and place is None:
-            sent = send_conditional(self._send, "put_item", actions[0]["Put"])
-            if isinstance(sent, Refused) and not landed_creation(
-                run, event, payload_text, sent.item
-            ):
-                raise _conflict(run.id, sent.item)
+            self._put_run(run, event, payload_text)
             return
         placed = trigger_items(self.table, run, place) if place is not None else []
         items = actions[:made] + placed + actions[made:]
@@ -205,6 +222,14 @@ class DynamoRunStore:
             if not claims and landed_creation(run, event, payload_text, run_item):
                 return
             self._raise_key_conflict(exc, run.id, claims)
+
+    def _put_run(self, run: Run, event: RunEvent, payload_text: str) -> None:
+        """Create ``run`` alone, with one conditional ``PutItem``; a put refused because it
+        had landed already (a resend) is the run created."""
+        request = requests.put_run(self.table, run_to_wire(run, [event], payload_text))
+        sent = send_conditional(self._send, "put_item", request)
+        if isinstance(sent, Refused) and not landed_creation(run, event, payload_text, sent.item):
+            raise _conflict(run.id, sent.item)
 
     def _raise_key_conflict(
         self, exc: ClientError, run_id: str, claims: Sequence[KeyClaim]
@@ -232,7 +257,7 @@ class DynamoRunStore:
         return (run_from_wire(wire), events_from_item(item_from_wire(wire))) if wire else None
 
     def apply(self, transition: Transition) -> Run:
-        slotted = transaction(self.table, transition)
+        slotted = transaction(self.table, transition) if _beside_the_run(transition) else None
         if slotted is not None:
             return apply_slotted(self._send, self.sleep, transition, slotted)
         request = requests.apply_transition(self.table, transition)

@@ -1,5 +1,6 @@
 """Async adapters for an app's backend: aiobotocore clients for DynamoDB and SQS, or the
-app's own sync ports on threads (in-memory apps, custom adapters)."""
+app's own sync ports on threads (in-memory apps, whose DynamoDB store sends its requests
+to an in-memory DynamoDB, and custom adapters)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from runlane_sqs.adapters.aws import AwsClients
 from runlane_sqs.adapters.dynamodb.aio import AsyncDynamoRunStore
 from runlane_sqs.adapters.dynamodb.store import DynamoRunStore
 from runlane_sqs.adapters.lean.aio import AsyncLeanClient
+from runlane_sqs.adapters.memory.dynamodb import InMemoryDynamoDB
 from runlane_sqs.adapters.sqs.aio import AsyncSqsTransport
 from runlane_sqs.adapters.sqs.transport import SqsTransport
 from runlane_sqs.adapters.threaded import ThreadedStore, ThreadedTransport
@@ -53,7 +55,7 @@ async def open_ports(
     ``stack``."""
     async_store: AsyncRunStore
     async_transport: AsyncWakeupTransport
-    if isinstance(store, DynamoRunStore):
+    if isinstance(store, DynamoRunStore) and not isinstance(store.client, InMemoryDynamoDB):
         client = await open_client(aws, session, "dynamodb", stack)
         async_store = AsyncDynamoRunStore(client, store.table, store.environment)
     else:
