@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from runlane_sqs.adapters.dynamodb import codec, keys, requests, writes
+from runlane_sqs.adapters.dynamodb import codec, expressions, keys, requests
 from runlane_sqs.core import machine
 from runlane_sqs.core.clock import to_epoch_ms
 from runlane_sqs.core.indexes import agenda_pk
@@ -369,5 +369,5 @@ def test_a_run_item_missing_a_required_attribute_is_a_clear_error() -> None:
 
 def test_a_value_of_the_wrong_type_is_refused_before_it_is_sent() -> None:
     with pytest.raises(TypeError, match="'status' takes text, not int"):
-        writes.wire_value("status", 3)
-    assert writes.wire_value("seq", 3) == {"N": "3"}
+        expressions.wire_value("status", 3)
+    assert expressions.wire_value("seq", 3) == {"N": "3"}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from typing import Any
 
 import pytest
@@ -207,7 +208,7 @@ def test_a_listing_reads_every_shard_of_each_status_group_once() -> None:
 
     assert list_run_keys(queries, "runlane", ENV, query, 10, None) == ([], None)
 
-    partitions = [request["ExpressionAttributeValues"][":pk"]["S"] for request in queries.sent]
+    partitions = [key_value(request, "status_pk", "=") for request in queries.sent]
     assert partitions == [f"{ENV}#active#{s}" for s in range(SHARDS)] + [
         f"{ENV}#failed#{s}" for s in range(FINISHED_SHARDS)
     ]
@@ -221,11 +222,20 @@ def test_a_listing_cursor_continues_every_partition_below_its_position() -> None
 
     assert list_run_keys(queries, "runlane", ENV, QUEUED_ONLY, 10, cursor) == ([], None)
 
-    partitions = [request["ExpressionAttributeValues"][":pk"]["S"] for request in queries.sent]
+    partitions = [key_value(request, "status_pk", "=") for request in queries.sent]
     assert partitions == [f"{ENV}#active#{s}" for s in range(SHARDS) if s not in (0, 2)]
-    assert {request["ExpressionAttributeValues"][":below"]["S"] for request in queries.sent} == {
-        POSITION
-    }
+    assert {key_value(request, "created_sk", "<") for request in queries.sent} == {POSITION}
+
+
+def key_value(request: dict[str, Any], attribute: str, operator: str) -> str:
+    """The text a query's key condition compares ``attribute`` to with ``operator``."""
+    names = request["ExpressionAttributeNames"]
+    for name, placeholder in re.findall(
+        rf"(#\w+) {re.escape(operator)} (:\w+)", request["KeyConditionExpression"]
+    ):
+        if names[name] == attribute:
+            return str(request["ExpressionAttributeValues"][placeholder]["S"])
+    raise AssertionError(f"no {attribute} {operator} in {request['KeyConditionExpression']!r}")
 
 
 def entry(created_ms: int, run_id: str) -> dict[str, Any]:

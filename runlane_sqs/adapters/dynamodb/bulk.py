@@ -12,7 +12,7 @@ from typing import Any
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.cursors import STRING, KeyShape, Query
 from runlane_sqs.adapters.dynamodb.errors import Refused, Send, send_conditional
-from runlane_sqs.adapters.dynamodb.requests import Request
+from runlane_sqs.adapters.dynamodb.expressions import Expressions
 from runlane_sqs.core.bulk import BulkOperation
 from runlane_sqs.ports.bulk import OperationConflict
 
@@ -43,15 +43,16 @@ class DynamoOperationStore:
         self, limit: int, cursor: str | None
     ) -> tuple[list[BulkOperation], str | None]:
         pk = keys.operation_pk(self.environment)
-        request: Request = {
-            "TableName": self.table,
-            "KeyConditionExpression": "#pk = :pk",
-            "ExpressionAttributeNames": {"#pk": "pk"},
-            "ExpressionAttributeValues": {":pk": {"S": pk}},
-            "ConsistentRead": True,
-            "ScanIndexForward": False,
-            "Limit": limit,
-        }
+        x = Expressions()
+        x.key(x.compare("pk", "=", pk))
+        request = x.request(
+            {
+                "TableName": self.table,
+                "ConsistentRead": True,
+                "ScanIndexForward": False,
+                "Limit": limit,
+            }
+        )
         page = self._query(request, cursor, KeyShape({"pk": STRING, "sk": STRING}, ("pk", pk)))
         return [_from_wire(item) for item in page.items], page.cursor
 
@@ -62,16 +63,18 @@ class DynamoOperationStore:
             "version": {"N": str(stored.version)},
             "record": {"S": json.dumps(stored.to_json(), separators=(",", ":"))},
         }
-        request: Request = {
-            "TableName": self.table,
-            "Item": item,
-            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-        }
+        x = Expressions()
         if operation.version == 0:
-            request["ConditionExpression"] = "attribute_not_exists(pk)"
+            x.require(x.absent("pk"))
         else:
-            request["ConditionExpression"] = "version = :v"
-            request["ExpressionAttributeValues"] = {":v": {"N": str(operation.version)}}
+            x.require(x.compare("version", "=", operation.version))
+        request = x.request(
+            {
+                "TableName": self.table,
+                "Item": item,
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            }
+        )
         sent = send_conditional(self._send, "put_item", request)
         if isinstance(sent, Refused):
             raise OperationConflict(operation.id, _from_wire(sent.item) if sent.item else None)

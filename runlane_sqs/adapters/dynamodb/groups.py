@@ -24,8 +24,9 @@ from runlane_sqs.adapters.dynamodb.errors import (
     cancellation_reasons,
     send_conditional,
 )
-from runlane_sqs.adapters.dynamodb.items import GroupChunkItem, GroupItem
-from runlane_sqs.adapters.dynamodb.requests import Request, query_agenda
+from runlane_sqs.adapters.dynamodb.expressions import Expressions
+from runlane_sqs.adapters.dynamodb.items import GroupChunkItem, GroupItem, RunItem
+from runlane_sqs.adapters.dynamodb.requests import query_agenda
 from runlane_sqs.core.clock import from_epoch_ms, to_epoch_ms
 from runlane_sqs.core.errors import LeaseLost
 from runlane_sqs.core.groups import COUNTED, Group, Item, Then
@@ -132,17 +133,14 @@ def chunk_to_wire(group: Group, chunk: int, items: Sequence[Item]) -> AttributeM
     return wire
 
 
-def still_runs(failing: bool = False) -> str:
+def require_running(x: Expressions, failing: bool = False) -> None:
     """The condition of starting a position: the group has not joined, was not stopped
     and has not failed (nor fails by the failure counted in the same write)."""
-    least = ">" if failing else ">="
-    return (
-        "attribute_not_exists(#joined) AND attribute_not_exists(#stopped) "
-        f"AND #allowance {least} :zero"
+    x.require(
+        x.absent("joined_at"),
+        x.absent("stopped_at"),
+        x.compare("allowance", ">" if failing else ">=", 0),
     )
-
-
-RUNS_NAMES = {"#joined": "joined_at", "#stopped": "stopped_at", "#allowance": "allowance"}
 
 
 class DynamoGroupStore:
@@ -168,24 +166,17 @@ class DynamoGroupStore:
             self._send(
                 "put_item", {"TableName": self.table, "Item": chunk_to_wire(group, n, items)}
             )
-        record: Request = {
-            "TableName": self.table,
-            "Item": group_to_wire(group),
-            "ConditionExpression": "attribute_not_exists(#pk)",
-            "ExpressionAttributeNames": {"#pk": "pk"},
-        }
+        x = Expressions(GroupItem)
+        x.require(x.absent("pk"))
+        record = x.request({"TableName": self.table, "Item": group_to_wire(group)})
         if fence is None:
             if isinstance(send_conditional(self._send, "put_item", record), Refused):
                 return self._stored(group.id), False
             return group, True
         run_id, token = fence
-        check = {
-            "TableName": self.table,
-            "Key": keys.run_key(self.environment, run_id),
-            "ConditionExpression": "#token = :token",
-            "ExpressionAttributeNames": {"#token": "lease_token"},
-            "ExpressionAttributeValues": {":token": {"S": token}},
-        }
+        x = Expressions(RunItem)
+        x.require(x.compare("lease_token", "=", token))
+        check = x.request({"TableName": self.table, "Key": keys.run_key(self.environment, run_id)})
         try:
             self._send(
                 "transact_write_items",
@@ -235,30 +226,23 @@ class DynamoGroupStore:
     def mark_started(
         self, group_id: str, seen: int, lanes: Mapping[int, int]
     ) -> tuple[bool, Group | None]:
-        names = {"#started": "started", "#lanes": "lanes"} | RUNS_NAMES
-        values: Request = {
-            ":seen": {"N": str(seen)},
-            ":next": {"N": str(seen + len(lanes))},
-            ":zero": {"N": "0"},
-        }
-        sets = ["#started = :next"]
-        for n, (lane, position) in enumerate(sorted(lanes.items())):
-            names[f"#l{n}"] = str(lane)
-            values[f":p{n}"] = {"N": str(position)}
-            sets.append(f"#lanes.#l{n} = :p{n}")
+        x = Expressions(GroupItem)
+        x.set("started", seen + len(lanes))
+        for lane, position in sorted(lanes.items()):
+            x.set(("lanes", str(lane)), position)
+        x.require(x.compare("started", "=", seen))
+        require_running(x)
         sent = send_conditional(
             self._send,
             "update_item",
-            {
-                "TableName": self.table,
-                "Key": keys.group_key(self.environment, group_id),
-                "UpdateExpression": "SET " + ", ".join(sets),
-                "ConditionExpression": f"#started = :seen AND {still_runs()}",
-                "ExpressionAttributeNames": names,
-                "ExpressionAttributeValues": values,
-                "ReturnValues": "ALL_NEW",
-                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-            },
+            x.request(
+                {
+                    "TableName": self.table,
+                    "Key": keys.group_key(self.environment, group_id),
+                    "ReturnValues": "ALL_NEW",
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                }
+            ),
         )
         if isinstance(sent, Refused):
             return False, group_from_wire(sent.item) if sent.item else None
@@ -267,145 +251,91 @@ class DynamoGroupStore:
     def count(
         self, group_id: str, lane: int, position: int, status: RunStatus, *, start: bool
     ) -> Counted:
-        names = {"#lanes": "lanes", "#lane": str(lane), "#count": COUNTED[status]}
-        values: Request = {":position": {"N": str(position)}, ":one": {"N": "1"}}
-        adds = "ADD #count :one"
+        x = Expressions(GroupItem)
+        path = ("lanes", str(lane))
+        x.add(COUNTED[status], 1)
         unsuccessful = status is not RunStatus.SUCCEEDED
         if unsuccessful:
-            names["#allowance"] = "allowance"
-            values[":less"] = {"N": "-1"}
-            adds += ", #allowance :less"
-        condition = "#lanes.#lane = :position"
+            x.add("allowance", -1)
+        x.require(x.compare(path, "=", position))
         if start:
-            names |= {"#started": "started", "#positions": "positions"} | RUNS_NAMES
-            values[":zero"] = {"N": "0"}
-            update = f"SET #lanes.#lane = #started, #started = #started + :one {adds}"
-            condition += f" AND #started < #positions AND {still_runs(unsuccessful)}"
+            x.set(path, x.name("started"))
+            x.set("started", x.plus("started", 1))
+            x.require(x.compare("started", "<", x.name("positions")))
+            require_running(x, unsuccessful)
         else:
-            update = f"REMOVE #lanes.#lane {adds}"
+            x.remove(path)
         sent = send_conditional(
             self._send,
             "update_item",
-            {
-                "TableName": self.table,
-                "Key": keys.group_key(self.environment, group_id),
-                "UpdateExpression": update,
-                "ConditionExpression": condition,
-                "ExpressionAttributeNames": names,
-                "ExpressionAttributeValues": values,
-                "ReturnValues": "ALL_NEW",
-                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-            },
+            x.request(
+                {
+                    "TableName": self.table,
+                    "Key": keys.group_key(self.environment, group_id),
+                    "ReturnValues": "ALL_NEW",
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                }
+            ),
         )
         if isinstance(sent, Refused):
             return Counted(False, group_from_wire(sent.item) if sent.item else None)
         return Counted(True, group_from_wire(sent["Attributes"]))
 
     def mark_joined(self, group_id: str, at: datetime) -> bool:
-        sent = self._update_unjoined(
-            group_id,
-            "SET #joined = :at REMOVE #apk, #aat",
-            {":at": {"N": str(to_epoch_ms(at))}},
-        )
-        return not isinstance(sent, Refused)
+        x = Expressions(GroupItem)
+        x.set("joined_at", to_epoch_ms(at))
+        x.remove("agenda_pk", "agenda_at")
+        return not isinstance(self._update_unjoined(group_id, x), Refused)
 
     def mark_stopped(self, group_id: str, at: datetime) -> Group | None:
-        sent = self._update_unjoined(
-            group_id,
-            "SET #stopped = if_not_exists(#stopped, :at)",
-            {":at": {"N": str(to_epoch_ms(at))}},
-            returns="ALL_NEW",
-        )
+        x = Expressions(GroupItem)
+        x.set("stopped_at", x.if_not_exists("stopped_at", to_epoch_ms(at)))
+        sent = self._update_unjoined(group_id, x, returns="ALL_NEW")
         if isinstance(sent, Refused):
             return None
         return group_from_wire(sent["Attributes"])
 
     def reopen(self, reopened: Group, seen_generation: int, failed: int, cancelled: int) -> bool:
-        values: Request = {
-            ":gen": {"N": str(reopened.generation)},
-            ":redriven": {"S": compact_json([list(pair) for pair in reopened.redriven])},
-            ":by": {"S": compact_json(list(reopened.redrive_by or ()))},
-            ":zero": {"N": "0"},
-            ":failed": {"N": str(failed)},
-            ":cancelled": {"N": str(cancelled)},
-            ":taken": {"N": str(failed + cancelled)},
-            ":positions": {"N": str(reopened.positions)},
-            ":apk": {"S": agenda_pk(self.environment, AgendaKind.GROUP.value, reopened.id)},
-            ":at": {"N": str(to_epoch_ms(reopened.review_at or reopened.created_at))},
-        }
-        seen = "attribute_not_exists(#gen)"
+        x = Expressions(GroupItem)
+        x.set("generation", reopened.generation)
+        x.set("redriven", compact_json([list(pair) for pair in reopened.redriven]))
+        x.set("redrive_by", compact_json(list(reopened.redrive_by or ())))
+        x.set("agenda_pk", agenda_pk(self.environment, AgendaKind.GROUP.value, reopened.id))
+        x.set("agenda_at", to_epoch_ms(reopened.review_at or reopened.created_at))
+        zero = x.value(0)
+        x.set("failed", x.minus(x.if_not_exists("failed", zero), failed))
+        x.set("cancelled", x.minus(x.if_not_exists("cancelled", zero), cancelled))
+        x.set("positions", reopened.positions)
+        x.add("allowance", failed + cancelled)
+        x.remove("joined_at")
+        x.require(x.exists("joined_at"), x.absent("stopped_at"))
         if seen_generation:
-            seen, values[":seen"] = "#gen = :seen", {"N": str(seen_generation)}
+            x.require(x.compare("generation", "=", seen_generation))
+        else:
+            x.require(x.absent("generation"))
+        key = keys.group_key(self.environment, reopened.id)
         sent = send_conditional(
-            self._send,
-            "update_item",
-            {
-                "TableName": self.table,
-                "Key": keys.group_key(self.environment, reopened.id),
-                "UpdateExpression": (
-                    "SET #gen = :gen, #redriven = :redriven, #by = :by, #apk = :apk, #aat = :at, "
-                    "#failed = if_not_exists(#failed, :zero) - :failed, "
-                    "#cancelled = if_not_exists(#cancelled, :zero) - :cancelled, "
-                    "#positions = :positions ADD #allowance :taken REMOVE #joined"
-                ),
-                "ConditionExpression": (
-                    f"attribute_exists(#joined) AND attribute_not_exists(#stopped) AND {seen}"
-                ),
-                "ExpressionAttributeNames": {
-                    "#gen": "generation",
-                    "#redriven": "redriven",
-                    "#by": "redrive_by",
-                    "#apk": "agenda_pk",
-                    "#aat": "agenda_at",
-                    "#failed": "failed",
-                    "#cancelled": "cancelled",
-                    "#positions": "positions",
-                    "#allowance": "allowance",
-                    "#joined": "joined_at",
-                    "#stopped": "stopped_at",
-                },
-                "ExpressionAttributeValues": values,
-            },
+            self._send, "update_item", x.request({"TableName": self.table, "Key": key})
         )
         return not isinstance(sent, Refused)
 
     def relist(self, group_id: str, at: datetime) -> None:
-        self._update_unjoined(
-            group_id,
-            "SET #apk = :apk, #aat = :at",
-            {
-                ":apk": {"S": agenda_pk(self.environment, AgendaKind.GROUP.value, group_id)},
-                ":at": {"N": str(to_epoch_ms(at))},
-            },
-        )
+        x = Expressions(GroupItem)
+        x.set("agenda_pk", agenda_pk(self.environment, AgendaKind.GROUP.value, group_id))
+        x.set("agenda_at", to_epoch_ms(at))
+        self._update_unjoined(group_id, x)
 
     def _update_unjoined(
-        self, group_id: str, update: str, values: Request, returns: str = "NONE"
+        self, group_id: str, x: Expressions, returns: str = "NONE"
     ) -> dict[str, Any] | Refused:
         """Update a group record that exists and has not joined (refused otherwise)."""
-        names = {"#joined": "joined_at", "#pk": "pk"}
-        names |= {
-            name: attribute
-            for name, attribute in (
-                ("#stopped", "stopped_at"),
-                ("#apk", "agenda_pk"),
-                ("#aat", "agenda_at"),
-            )
-            if name in update
+        x.require(x.exists("pk"), x.absent("joined_at"))
+        request = {
+            "TableName": self.table,
+            "Key": keys.group_key(self.environment, group_id),
+            "ReturnValues": returns,
         }
-        return send_conditional(
-            self._send,
-            "update_item",
-            {
-                "TableName": self.table,
-                "Key": keys.group_key(self.environment, group_id),
-                "UpdateExpression": update,
-                "ConditionExpression": "attribute_exists(#pk) AND attribute_not_exists(#joined)",
-                "ExpressionAttributeNames": names,
-                "ExpressionAttributeValues": values,
-                "ReturnValues": returns,
-            },
-        )
+        return send_conditional(self._send, "update_item", x.request(request))
 
     def group_agenda_page(
         self, partition: str, until: datetime, limit: int, cursor: str | None

@@ -15,8 +15,9 @@ from datetime import datetime
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.cursors import QueryAll
 from runlane_sqs.adapters.dynamodb.errors import Send, send_conditional
-from runlane_sqs.adapters.dynamodb.items import AGENDA_INDEX, STATUS_INDEX
-from runlane_sqs.adapters.dynamodb.requests import Request
+from runlane_sqs.adapters.dynamodb.expressions import Expressions
+from runlane_sqs.adapters.dynamodb.items import STATUS_INDEX
+from runlane_sqs.adapters.dynamodb.requests import Request, query_agenda
 from runlane_sqs.core.clock import from_epoch_ms, to_epoch_ms
 from runlane_sqs.core.health import Count, GroupTally
 from runlane_sqs.core.indexes import AgendaKind, agenda_partitions, shard_count
@@ -25,33 +26,19 @@ from runlane_sqs.ports.health import PassRecord
 
 def query_created(table: str, partition: str, since_ms: int | None, limit: int) -> Request:
     """The creation positions of one status-index partition's newest runs."""
-    request: Request = {
-        "TableName": table,
-        "IndexName": STATUS_INDEX,
-        "KeyConditionExpression": "#pk = :pk",
-        "ExpressionAttributeNames": {"#pk": "status_pk", "#sk": "created_sk"},
-        "ExpressionAttributeValues": {":pk": {"S": partition}},
-        "ProjectionExpression": "#sk",
-        "ScanIndexForward": False,
-        "Limit": limit,
-    }
+    x = Expressions()
+    x.key(x.compare("status_pk", "=", partition))
     if since_ms is not None:
-        request["KeyConditionExpression"] += " AND #sk >= :since"
-        request["ExpressionAttributeValues"][":since"] = {"S": f"{since_ms:013d}"}
-    return request
+        x.key(x.compare("created_sk", ">=", f"{since_ms:013d}"))
+    x.project("created_sk")
+    return x.request(
+        {"TableName": table, "IndexName": STATUS_INDEX, "ScanIndexForward": False, "Limit": limit}
+    )
 
 
 def count_agenda(table: str, partition: str, until_ms: int, limit: int) -> Request:
     """How many entries of one agenda partition are at or before ``until_ms``."""
-    return {
-        "TableName": table,
-        "IndexName": AGENDA_INDEX,
-        "KeyConditionExpression": "#pk = :pk AND #at <= :until",
-        "ExpressionAttributeNames": {"#pk": "agenda_pk", "#at": "agenda_at"},
-        "ExpressionAttributeValues": {":pk": {"S": partition}, ":until": {"N": str(until_ms)}},
-        "Select": "COUNT",
-        "Limit": limit,
-    }
+    return {**query_agenda(table, partition, until_ms, limit), "Select": "COUNT"}
 
 
 def _created_ms(position: str) -> int:
@@ -110,19 +97,17 @@ class DynamoHealthStore:
 
     def save_pass(self, record: PassRecord) -> None:
         at_ms = to_epoch_ms(record.finished_at)
-        request = {
-            "TableName": self.table,
-            "Item": {
-                "pk": {"S": keys.maintenance_pk(self.environment)},
-                "sk": {"S": keys.PASS_SK},
-                "pass_id": {"S": record.pass_id},
-                "finished_at": {"N": str(at_ms)},
-                "counts": {"S": json.dumps(record.counts, separators=(",", ":"))},
-                "report": {"S": json.dumps(record.report, separators=(",", ":"))},
-            },
-            "ConditionExpression": "attribute_not_exists(finished_at) OR finished_at < :at",
-            "ExpressionAttributeValues": {":at": {"N": str(at_ms)}},
+        x = Expressions()
+        x.require(x.either(x.absent("finished_at"), x.compare("finished_at", "<", at_ms)))
+        item = {
+            "pk": {"S": keys.maintenance_pk(self.environment)},
+            "sk": {"S": keys.PASS_SK},
+            "pass_id": {"S": record.pass_id},
+            "finished_at": {"N": str(at_ms)},
+            "counts": {"S": json.dumps(record.counts, separators=(",", ":"))},
+            "report": {"S": json.dumps(record.report, separators=(",", ":"))},
         }
+        request = x.request({"TableName": self.table, "Item": item})
         send_conditional(self._send, "put_item", request)  # refused: a later pass's is kept
 
     def last_pass(self) -> PassRecord | None:

@@ -21,6 +21,7 @@ from typing import Any
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.cursors import Query, agenda_key
 from runlane_sqs.adapters.dynamodb.errors import ActionRefused, Refused, Send, send_conditional
+from runlane_sqs.adapters.dynamodb.expressions import Expressions
 from runlane_sqs.adapters.dynamodb.requests import Request, query_agenda
 from runlane_sqs.core.clock import from_epoch_ms, to_epoch_ms
 from runlane_sqs.core.errors import StorageUnavailable
@@ -37,13 +38,6 @@ from runlane_sqs.core.values import (
 
 log = logging.getLogger("runlane_sqs.objects")
 
-_NAMES = {
-    "#h": "holders",
-    "#g": "generation",
-    "#p": "agenda_pk",
-    "#a": "agenda_at",
-}
-
 
 def _by_object(references: Counter[Reference]) -> dict[Reference, int]:
     """One entry per object: a write holding one content in two generations names a
@@ -59,22 +53,15 @@ def _by_object(references: Counter[Reference]) -> dict[Reference, int]:
 def hold_items(table: str, environment: str, references: Counter[Reference]) -> list[Request]:
     """The ``Update`` per object that counts a write's references (off the agenda: the
     object is held)."""
-    return [
-        {
-            "Update": {
-                "TableName": table,
-                "Key": keys.object_record_key(environment, reference.sha256),
-                "UpdateExpression": "ADD #h :n REMOVE #p, #a",
-                "ConditionExpression": "#g = :g",
-                "ExpressionAttributeNames": _NAMES,
-                "ExpressionAttributeValues": {
-                    ":n": {"N": str(count)},
-                    ":g": {"S": generation_of(reference)},
-                },
-            }
-        }
-        for reference, count in _by_object(references).items()
-    ]
+    items = []
+    for reference, count in _by_object(references).items():
+        x = Expressions()
+        x.add("holders", count)
+        x.remove("agenda_pk", "agenda_at")
+        x.require(x.compare("generation", "=", generation_of(reference)))
+        key = keys.object_record_key(environment, reference.sha256)
+        items.append({"Update": x.request({"TableName": table, "Key": key})})
+    return items
 
 
 def release_items(
@@ -82,26 +69,18 @@ def release_items(
 ) -> list[Request]:
     """The ``Update`` per object that takes a deleted record's references off, listing
     the record for maintenance's look after :data:`RELEASE_GRACE`."""
-    at_ms = str(to_epoch_ms(now + RELEASE_GRACE))
+    at_ms = to_epoch_ms(now + RELEASE_GRACE)
     kind = AgendaKind.OBJECT.value
-    return [
-        {
-            "Update": {
-                "TableName": table,
-                "Key": keys.object_record_key(environment, reference.sha256),
-                "UpdateExpression": "ADD #h :n SET #p = :p, #a = :a",
-                "ConditionExpression": "#g = :g",
-                "ExpressionAttributeNames": _NAMES,
-                "ExpressionAttributeValues": {
-                    ":n": {"N": str(-count)},
-                    ":g": {"S": generation_of(reference)},
-                    ":p": {"S": agenda_pk(environment, kind, reference.sha256)},
-                    ":a": {"N": at_ms},
-                },
-            }
-        }
-        for reference, count in _by_object(references).items()
-    ]
+    items = []
+    for reference, count in _by_object(references).items():
+        x = Expressions()
+        x.add("holders", -count)
+        x.set("agenda_pk", agenda_pk(environment, kind, reference.sha256))
+        x.set("agenda_at", at_ms)
+        x.require(x.compare("generation", "=", generation_of(reference)))
+        key = keys.object_record_key(environment, reference.sha256)
+        items.append({"Update": x.request({"TableName": table, "Key": key})})
+    return items
 
 
 def refused_holds(reasons: list[ActionRefused], held: int) -> bool:
@@ -134,33 +113,17 @@ class DynamoObjectRecords:
         self.environment = environment
 
     def pin(self, sha256: str, size: int, now: datetime) -> str:
-        until_ms = str(to_epoch_ms(now + PIN_DURATION))
-        request = {
-            "TableName": self.table,
-            "Key": keys.object_record_key(self.environment, sha256),
-            "UpdateExpression": (
-                "SET #g = if_not_exists(#g, :g), #s = :s, #e = :e, #d = :d, #u = :u, "
-                "#p = :p, #a = :u"
-            ),
-            "ExpressionAttributeNames": {
-                "#g": "generation",
-                "#p": "agenda_pk",
-                "#a": "agenda_at",
-                "#s": "size",
-                "#e": "environment",
-                "#d": "sha256",
-                "#u": "pinned_until",
-            },
-            "ExpressionAttributeValues": {
-                ":g": {"S": new_generation()},
-                ":s": {"N": str(size)},
-                ":e": {"S": self.environment},
-                ":d": {"S": sha256},
-                ":u": {"N": until_ms},
-                ":p": {"S": agenda_pk(self.environment, AgendaKind.OBJECT.value, sha256)},
-            },
-            "ReturnValues": "ALL_NEW",
-        }
+        x = Expressions()
+        until = x.value(to_epoch_ms(now + PIN_DURATION))
+        x.set("generation", x.if_not_exists("generation", new_generation()))
+        x.set("size", size)
+        x.set("environment", self.environment)
+        x.set("sha256", sha256)
+        x.set("pinned_until", until)
+        x.set("agenda_pk", agenda_pk(self.environment, AgendaKind.OBJECT.value, sha256))
+        x.set("agenda_at", until)
+        key = keys.object_record_key(self.environment, sha256)
+        request = x.request({"TableName": self.table, "Key": key, "ReturnValues": "ALL_NEW"})
         attributes = self._send("update_item", request)["Attributes"]
         return str(attributes["generation"]["S"])
 
@@ -189,39 +152,32 @@ class DynamoObjectRecords:
     def remove(self, record: ObjectRecord, now: datetime) -> bool:
         assert record.listed_at is not None
         key = keys.object_record_key(self.environment, record.sha256)
-        values = {
-            ":g": {"S": record.generation},
-            ":a": {"N": str(to_epoch_ms(record.listed_at))},
-            ":z": {"N": "0"},
-        }
-        request = {
-            "TableName": self.table,
-            "Key": key,
-            "ConditionExpression": (
-                "#g = :g AND #a = :a AND (attribute_not_exists(#h) OR #h <= :z) "
-                "AND (attribute_not_exists(#u) OR #u <= :now)"
-            ),
-            "ExpressionAttributeNames": {
-                "#g": "generation",
-                "#a": "agenda_at",
-                "#h": "holders",
-                "#u": "pinned_until",
-            },
-            "ExpressionAttributeValues": {**values, ":now": {"N": str(to_epoch_ms(now))}},
-            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-        }
+        x = self._still_listed(record)
+        x.require(
+            x.either(x.absent("holders"), x.compare("holders", "<=", 0)),
+            x.either(x.absent("pinned_until"), x.compare("pinned_until", "<=", to_epoch_ms(now))),
+        )
+        request = x.request(
+            {"TableName": self.table, "Key": key, "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
+        )
         sent = send_conditional(self._send, "delete_item", request)
         if not isinstance(sent, Refused):
             return True
         found = record_from_wire(sent.item) if sent.item else None
         if found is not None and found.holders > 0 and found.generation == record.generation:
-            unlist = {
-                "TableName": self.table,
-                "Key": key,
-                "UpdateExpression": "REMOVE #p, #a",
-                "ConditionExpression": "#g = :g AND #a = :a AND #h > :z",
-                "ExpressionAttributeNames": _NAMES,
-                "ExpressionAttributeValues": values,
-            }
+            x = self._still_listed(record)
+            x.remove("agenda_pk", "agenda_at")
+            x.require(x.compare("holders", ">", 0))
+            unlist = x.request({"TableName": self.table, "Key": key})
             send_conditional(self._send, "update_item", unlist)  # refused: it moved on
         return False
+
+    def _still_listed(self, record: ObjectRecord) -> Expressions:
+        """Expressions made on the record being in its generation and listed as it was."""
+        assert record.listed_at is not None
+        x = Expressions()
+        x.require(
+            x.compare("generation", "=", record.generation),
+            x.compare("agenda_at", "=", to_epoch_ms(record.listed_at)),
+        )
+        return x

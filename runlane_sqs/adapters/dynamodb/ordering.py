@@ -28,6 +28,7 @@ from runlane_sqs.adapters.dynamodb.errors import (
     conflicted,
     send_conditional,
 )
+from runlane_sqs.adapters.dynamodb.expressions import Expressions
 from runlane_sqs.adapters.dynamodb.requests import Request
 from runlane_sqs.core.clock import to_epoch_ms
 from runlane_sqs.core.indexes import slot_agenda_pk
@@ -48,36 +49,24 @@ def _place_key(environment: str, key: str, number: int) -> dict[str, dict[str, s
 def trigger_items(table: str, run: Run, place: Place) -> list[Request]:
     """The order record's update and the place entry a trigger writes with its run."""
     env, scope, seen = run.environment, order_scope(place.key), place.seen
-    names = {"#n": "next_place", "#u": "unfinished", "#e": "environment", "#s": "scope"}
-    values = {
-        ":n1": {"N": str(seen.next_place + 1)},
-        ":u1": {"N": str(seen.unfinished + 1)},
-        ":e": {"S": env},
-        ":s": {"S": scope},
-        ":t": {"N": str(to_epoch_ms(run.created_at))},
-    }
+    x = Expressions()
+    x.set("next_place", seen.next_place + 1)
+    x.set("unfinished", seen.unfinished + 1)
+    x.set("environment", env)
+    x.set("scope", scope)
+    x.set("updated_at", to_epoch_ms(run.created_at))
     if seen.next_place == 0:
-        condition = "attribute_not_exists(#n)"
+        x.require(x.absent("next_place"))
     else:
-        condition = "#n = :n AND #u = :u"
-        values.update({":n": {"N": str(seen.next_place)}, ":u": {"N": str(seen.unfinished)}})
-    record = {
-        "TableName": table,
-        "Key": keys.slot_key(env, scope),
-        "UpdateExpression": "SET #n = :n1, #u = :u1, #e = :e, #s = :s, updated_at = :t",
-        "ConditionExpression": condition,
-        "ExpressionAttributeNames": names,
-        "ExpressionAttributeValues": values,
-    }
-    entry = {
-        "TableName": table,
-        "Item": {
-            **_place_key(env, place.key, place.number),
-            "run_id": {"S": run.id},
-            "environment": {"S": env},
-        },
-        "ConditionExpression": "attribute_not_exists(pk)",
-    }
+        x.require(
+            x.compare("next_place", "=", seen.next_place),
+            x.compare("unfinished", "=", seen.unfinished),
+        )
+    record = x.request({"TableName": table, "Key": keys.slot_key(env, scope)})
+    x = Expressions()
+    x.require(x.absent("pk"))
+    item = {**_place_key(env, place.key, place.number), "run_id": {"S": run.id}}
+    entry = x.request({"TableName": table, "Item": {**item, "environment": {"S": env}}})
     return [{"Update": record}, {"Put": entry}]
 
 
@@ -88,18 +77,12 @@ def finish_items(table: str, run: Run, key: str) -> list[Request]:
     env, scope = run.environment, order_scope(key)
     now_ms = to_epoch_ms(run.updated_at)
     check_ms = to_epoch_ms(run.updated_at + TURN_CHECK_AFTER)
-    record = {
-        "TableName": table,
-        "Key": keys.slot_key(env, scope),
-        "UpdateExpression": "ADD #u :m SET #p = :p, #a = :a, updated_at = :t",
-        "ExpressionAttributeNames": {"#u": "unfinished", "#p": "agenda_pk", "#a": "agenda_at"},
-        "ExpressionAttributeValues": {
-            ":m": {"N": "-1"},
-            ":p": {"S": slot_agenda_pk(env, scope)},
-            ":a": {"N": str(check_ms)},
-            ":t": {"N": str(now_ms)},
-        },
-    }
+    x = Expressions()
+    x.add("unfinished", -1)
+    x.set("agenda_pk", slot_agenda_pk(env, scope))
+    x.set("agenda_at", check_ms)
+    x.set("updated_at", now_ms)
+    record = x.request({"TableName": table, "Key": keys.slot_key(env, scope)})
     entry = {"TableName": table, "Key": _place_key(env, key, run.place)}
     return [{"Update": record}, {"Delete": entry}]
 
@@ -122,12 +105,15 @@ class DynamoOrderStore:
         self.environment = environment
 
     def order_head(self, key: str) -> OrderHead:
-        request = {
-            "TableName": self.table,
-            "Key": keys.slot_key(self.environment, order_scope(key)),
-            "ConsistentRead": True,
-            "ProjectionExpression": "next_place, unfinished",
-        }
+        x = Expressions()
+        x.project("next_place", "unfinished")
+        request = x.request(
+            {
+                "TableName": self.table,
+                "Key": keys.slot_key(self.environment, order_scope(key)),
+                "ConsistentRead": True,
+            }
+        )
         wire = self._send("get_item", request).get("Item") or {}
         return OrderHead(
             next_place=int(wire.get("next_place", {}).get("N", "0")),
@@ -135,28 +121,22 @@ class DynamoOrderStore:
         )
 
     def first_place(self, key: str) -> tuple[int, str] | None:
-        request = {
-            "TableName": self.table,
-            "KeyConditionExpression": "pk = :pk AND begins_with(sk, :p)",
-            "ExpressionAttributeValues": {
-                ":pk": {"S": keys.slot_pk(self.environment, order_scope(key))},
-                ":p": {"S": PLACE_PREFIX},
-            },
-            "ConsistentRead": True,
-            "Limit": 1,
-        }
+        x = Expressions()
+        x.key(
+            x.compare("pk", "=", keys.slot_pk(self.environment, order_scope(key))),
+            x.begins_with("sk", PLACE_PREFIX),
+        )
+        request = x.request({"TableName": self.table, "ConsistentRead": True, "Limit": 1})
         items = self._send("query", request).get("Items", [])
         if not items:
             return None
         return int(items[0]["sk"]["S"][len(PLACE_PREFIX) :]), str(items[0]["run_id"]["S"])
 
     def unlist_order(self, key: str, listed_at: datetime) -> None:
-        request = {
-            "TableName": self.table,
-            "Key": keys.slot_key(self.environment, order_scope(key)),
-            "UpdateExpression": "REMOVE #a, #p",
-            "ConditionExpression": "#a = :a",
-            "ExpressionAttributeNames": {"#a": "agenda_at", "#p": "agenda_pk"},
-            "ExpressionAttributeValues": {":a": {"N": str(to_epoch_ms(listed_at))}},
-        }
+        x = Expressions()
+        x.remove("agenda_at", "agenda_pk")
+        x.require(x.compare("agenda_at", "=", to_epoch_ms(listed_at)))
+        request = x.request(
+            {"TableName": self.table, "Key": keys.slot_key(self.environment, order_scope(key))}
+        )
         send_conditional(self._send, "update_item", request)  # refused: listed again since

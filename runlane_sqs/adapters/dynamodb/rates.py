@@ -4,9 +4,12 @@ start with one conditional update and no read (:func:`runlane_sqs.core.rates.nex
 
 from __future__ import annotations
 
+from typing import Any
+
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.cursors import Query, agenda_key, every_page
 from runlane_sqs.adapters.dynamodb.errors import Refused, Send, send_conditional
+from runlane_sqs.adapters.dynamodb.expressions import Expressions
 from runlane_sqs.adapters.dynamodb.requests import Request, query_agenda
 from runlane_sqs.core.errors import StorageUnavailable
 from runlane_sqs.core.indexes import NEVER_MS, AgendaKind, agenda_partitions, named_agenda_pk
@@ -27,21 +30,13 @@ class DynamoRateStore:
         limit aside: the guess it leads to then costs one refused request)."""
 
     def reserve(self, rate: Rate, *, cost: int, not_before_us: int) -> int:
-        now, increment = _number(not_before_us), cost * rate.interval_us
-        idle = self._move(
-            rate,
-            tat=":next",
-            condition="attribute_not_exists(#t) OR #t < :now",
-            values={":now": now, ":next": _number(not_before_us + increment)},
-            listed=True,
-        )
-        busy = self._move(
-            rate,
-            tat="#t + :c",
-            condition="#t >= :now",
-            values={":now": now, ":c": _number(increment)},
-            ReturnValues="UPDATED_NEW",
-        )
+        increment = cost * rate.interval_us
+        x = Expressions()
+        x.require(x.either(x.absent("tat"), x.compare("tat", "<", not_before_us)))
+        idle = self._move(rate, x, not_before_us + increment, listed=True)
+        x = Expressions()
+        x.require(x.compare("tat", ">=", not_before_us))
+        busy = self._move(rate, x, x.plus("tat", increment), ReturnValues="UPDATED_NEW")
         # busy for certain when a TAT seen here is still ahead (one request under a
         # backlog); else most likely idle, unless another worker reserved since
         busy_first = self._seen.get(rate.scope, -1) >= not_before_us
@@ -60,13 +55,10 @@ class DynamoRateStore:
 
     def reserve_at(self, rate: Rate, *, cost: int, at_us: int) -> int | None:
         increment = cost * rate.interval_us
+        x = Expressions()
+        x.require(x.either(x.absent("tat"), x.compare("tat", "<", at_us)))
         request = self._move(
-            rate,
-            tat=":next",
-            condition="attribute_not_exists(#t) OR #t < :at",
-            values={":at": _number(at_us), ":next": _number(at_us + increment)},
-            listed=True,
-            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            rate, x, at_us + increment, listed=True, ReturnValuesOnConditionCheckFailure="ALL_OLD"
         )
         for _ in range(RESERVE_ATTEMPTS):
             sent = send_conditional(self._send, "update_item", request)
@@ -76,21 +68,19 @@ class DynamoRateStore:
             if tat - rate.tolerance_us > at_us:
                 return tat - rate.tolerance_us
             # within the scope's tolerance: move on from the TAT just seen, if it holds
+            x = Expressions()
+            x.require(x.compare("tat", "=", tat))
             request = self._move(
-                rate,
-                tat=":next",
-                condition="#t = :seen",
-                values={":seen": _number(tat), ":next": _number(tat + increment)},
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                rate, x, tat + increment, ReturnValuesOnConditionCheckFailure="ALL_OLD"
             )
         raise StorageUnavailable(f"the reservations of {rate.scope} kept changing; try again")
 
     def read(self, scope: str) -> RateRecord | None:
-        request = {
-            "TableName": self.table,
-            "Key": keys.rate_key(self.environment, scope),
-            "ProjectionExpression": "tat, interval_us, tolerance_us",
-        }
+        x = Expressions()
+        x.project("tat", "interval_us", "tolerance_us")
+        request = x.request(
+            {"TableName": self.table, "Key": keys.rate_key(self.environment, scope)}
+        )
         item = self._send("get_item", request).get("Item")
         if not item or "tat" not in item:
             return None
@@ -98,14 +88,13 @@ class DynamoRateStore:
         return RateRecord(scope, *numbers)
 
     def reset(self, scope: str, now_us: int) -> bool:
-        request = {
-            "TableName": self.table,
-            "Key": keys.rate_key(self.environment, scope),
-            "UpdateExpression": "SET #t = :now",
-            "ConditionExpression": "#t > :now",
-            "ExpressionAttributeNames": {"#t": "tat"},
-            "ExpressionAttributeValues": {":now": _number(now_us)},
-        }
+        x = Expressions()
+        now = x.value(now_us)
+        x.set("tat", now)
+        x.require(x.compare("tat", ">", now))
+        request = x.request(
+            {"TableName": self.table, "Key": keys.rate_key(self.environment, scope)}
+        )
         return not isinstance(send_conditional(self._send, "update_item", request), Refused)
 
     def scopes(self) -> list[str]:
@@ -118,54 +107,29 @@ class DynamoRateStore:
         return sorted(found)
 
     def _move(
-        self,
-        rate: Rate,
-        *,
-        tat: str,
-        condition: str,
-        values: Request,
-        listed: bool = False,
-        **options: str,
+        self, rate: Rate, x: Expressions, tat: Any, *, listed: bool = False, **options: str
     ) -> Request:
-        """The ``UpdateItem`` that sets ``rate``'s TAT to ``tat`` (an expression), and the
-        limit that moved it, if ``condition`` holds. With ``listed`` (the updates that may
-        be a record's first: an idle scope's) it also lists the record on the agenda, where
-        no scan finds it but a deploy's sweep does (``if_not_exists``: the index is written
-        once per record); a busy scope's update leaves the listing alone."""
-        names = {"#t": "tat", "#i": "interval_us", "#o": "tolerance_us", "#s": "scope"}
-        update = f"SET #t = {tat}, #i = :i, #o = :o, #s = :s"
-        extra: Request = {}
+        """The ``UpdateItem`` that sets ``rate``'s TAT to ``tat`` (a number or an
+        operand), and the limit that moved it, if the conditions of ``x`` hold. With
+        ``listed`` (the updates that may be a record's first: an idle scope's) it also
+        lists the record on the agenda, where no scan finds it but a deploy's sweep does
+        (``if_not_exists``: the index is written once per record); a busy scope's update
+        leaves the listing alone."""
+        x.set("tat", tat)
+        x.set("interval_us", rate.interval_us)
+        x.set("tolerance_us", rate.tolerance_us)
+        x.set("scope", rate.scope)
         if listed:
-            names.update({"#ap": "agenda_pk", "#aa": "agenda_at"})
-            update += ", #ap = if_not_exists(#ap, :ap), #aa = if_not_exists(#aa, :aa)"
-            extra = {
-                ":ap": {"S": named_agenda_pk(self.environment, AgendaKind.RATE, rate.scope)},
-                ":aa": _number(NEVER_MS),
-            }
-        return {
-            "TableName": self.table,
-            "Key": keys.rate_key(self.environment, rate.scope),
-            "UpdateExpression": update,
-            "ConditionExpression": condition,
-            "ExpressionAttributeNames": names,
-            "ExpressionAttributeValues": {
-                ":i": _number(rate.interval_us),
-                ":o": _number(rate.tolerance_us),
-                ":s": {"S": rate.scope},
-                **extra,
-                **values,
-            },
-            **options,
-        }
+            listing = named_agenda_pk(self.environment, AgendaKind.RATE, rate.scope)
+            x.set("agenda_pk", x.if_not_exists("agenda_pk", listing))
+            x.set("agenda_at", x.if_not_exists("agenda_at", NEVER_MS))
+        request = {"TableName": self.table, "Key": keys.rate_key(self.environment, rate.scope)}
+        return x.request({**request, **options})
 
     def _saw(self, scope: str, tat: int) -> None:
         if len(self._seen) >= SCOPES_REMEMBERED and scope not in self._seen:
             self._seen.clear()
         self._seen[scope] = max(tat, self._seen.get(scope, tat))
-
-
-def _number(value: int) -> dict[str, str]:
-    return {"N": str(value)}
 
 
 RESERVE_ATTEMPTS = 3

@@ -2,7 +2,8 @@
 
 Builders return the keyword arguments of the low-level client call, so the sync
 (boto3) and async (aioboto3) adapters send exactly the same requests. Conditions and
-updates are written with PynamoDB's expression language over :mod:`.items`.
+updates are written with :class:`~runlane_sqs.adapters.dynamodb.expressions.Expressions`,
+typed by the models of :mod:`.items`.
 
 Timeline of a plain run (three writes, no transaction, no read):
 
@@ -22,10 +23,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from pynamodb.attributes import UnicodeAttribute
-from pynamodb.expressions.condition import Condition, size
-from pynamodb.expressions.update import Action, Update
-
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.codec import (
     HISTORY_ATTRIBUTE,
@@ -35,6 +32,7 @@ from runlane_sqs.adapters.dynamodb.codec import (
     map_additions,
     run_state_attributes,
 )
+from runlane_sqs.adapters.dynamodb.expressions import Expressions
 from runlane_sqs.adapters.dynamodb.items import (
     AGENDA_INDEX,
     STATUS_INDEX,
@@ -43,7 +41,6 @@ from runlane_sqs.adapters.dynamodb.items import (
     RunItem,
     TokenItem,
 )
-from runlane_sqs.adapters.dynamodb.writes import RunWrite
 from runlane_sqs.core.batches import Append, Fill
 from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.clock import to_epoch_ms
@@ -65,22 +62,6 @@ Request = dict[str, Any]
 """A DynamoDB request: the keyword arguments of one low-level client call."""
 
 
-def expressions(
-    request: Request, *, condition: Condition | None = None, actions: list[Action] | None = None
-) -> Request:
-    names: dict[str, str] = {}
-    values: dict[str, Any] = {}
-    if actions:
-        request["UpdateExpression"] = Update(*actions).serialize(names, values)
-    if condition is not None:
-        request["ConditionExpression"] = condition.serialize(names, values)
-    if names:
-        request["ExpressionAttributeNames"] = {ph: name for name, ph in names.items()}
-    if values:
-        request["ExpressionAttributeValues"] = values
-    return request
-
-
 def get_run(table: str, environment: str, run_id: str) -> Request:
     """Strongly consistent read of one run item."""
     return {"TableName": table, "Key": keys.run_key(environment, run_id), "ConsistentRead": True}
@@ -88,9 +69,10 @@ def get_run(table: str, environment: str, run_id: str) -> Request:
 
 def put_run(table: str, item: AttributeMap) -> Request:
     """Create a run; run ids are random, the condition guards against reuse."""
-    return expressions(
-        {"TableName": table, "Item": item, "ReturnValuesOnConditionCheckFailure": "ALL_OLD"},
-        condition=RunItem.pk.does_not_exist(),
+    x = Expressions(RunItem)
+    x.require(x.absent("pk"))
+    return x.request(
+        {"TableName": table, "Item": item, "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
     )
 
 
@@ -100,22 +82,7 @@ def apply_transition(table: str, transition: Transition) -> Request:
     Only attributes whose value changes are written. The condition is the sequence
     the decision was made on, plus the attempt's lease token for attempt writes.
     """
-    before, after = transition.before, transition.after
-    old, new = run_state_attributes(before), run_state_attributes(after)
-    write = RunWrite()
-    for name, value in new.items():
-        if value != old[name] or name in INDEX_ATTRIBUTES:
-            write.set(name, value)
-    for name, added in map_additions(before, after).items():
-        for key, text in added.items():
-            write.set_map_key(name, key, text)
-    if transition.events:
-        write.append(HISTORY_ATTRIBUTE, [event_to_wire(e) for e in transition.events])
-    write.require("seq", "=", before.seq)
-    if transition.fence is not None:
-        write.require("lease_token", "=", transition.fence)
-    for name in transition.guard:
-        write.require_equal_or_absent(name, old[name])
+    after = transition.after
     request: Request = {
         "TableName": table,
         "Key": keys.run_key(after.environment, after.id),
@@ -123,7 +90,28 @@ def apply_transition(table: str, transition: Transition) -> Request:
     }
     if after.is_terminal:
         request["ReturnValues"] = "ALL_NEW"  # says whether another run waits for this one
-    return write.request(request)
+    return transition_write(transition).request(request)
+
+
+def transition_write(transition: Transition) -> Expressions:
+    """The expressions of :func:`apply_transition` (a slot transaction adds to them)."""
+    before, after = transition.before, transition.after
+    old, new = run_state_attributes(before), run_state_attributes(after)
+    x = Expressions(RunItem)
+    for name, value in new.items():
+        if value != old[name] or name in INDEX_ATTRIBUTES:
+            x.set(name, value)
+    for name, added in map_additions(before, after).items():
+        for key, text in added.items():
+            x.set((name, key), text)
+    if transition.events:
+        x.append(HISTORY_ATTRIBUTE, [event_to_wire(e) for e in transition.events])
+    x.require(x.compare("seq", "=", before.seq))
+    if transition.fence is not None:
+        x.require(x.compare("lease_token", "=", transition.fence))
+    for name in transition.guard:
+        x.require(x.equal_or_absent(name, old[name]))
+    return x
 
 
 RUNNABLE = sorted(status.value for status in RUNNABLE_STATUSES)
@@ -162,23 +150,25 @@ def claim_hinted(table: str, claim: HintedClaim) -> Request:
     blind = claim.blind()
     values = run_state_attributes(blind.after)
     keeps_listing = claim.keeps_listing()
-    write = RunWrite()
+    x = Expressions(RunItem)
     for name in CLAIM_WRITES if keeps_listing else CLAIM_WRITES + LISTING:
-        write.set(name, values[name])
+        x.set(name, values[name])
     if claim.hint.attempt == 0 and claim.app_version is not None:
-        write.set("app_version", claim.app_version)  # a first attempt: the run's version
-    write.append(HISTORY_ATTRIBUTE, [event_to_wire(e) for e in blind.events])
+        x.set("app_version", claim.app_version)  # a first attempt: the run's version
+    x.append(HISTORY_ATTRIBUTE, [event_to_wire(e) for e in blind.events])
     hint = claim.hint
-    write.require("seq", "=", hint.seq)
-    write.require("attempt", "=", hint.attempt)
-    write.require("task", "=", hint.task)
-    write.require_in("status", RUNNABLE)
-    write.require("due_at", "<=", to_epoch_ms(blind.after.updated_at))
-    write.require_absent("wait_pk")
+    x.require(
+        x.compare("seq", "=", hint.seq),
+        x.compare("attempt", "=", hint.attempt),
+        x.compare("task", "=", hint.task),
+        x.is_in("status", RUNNABLE),
+        x.compare("due_at", "<=", to_epoch_ms(blind.after.updated_at)),
+        x.absent("wait_pk"),
+    )
     if keeps_listing:
         assert hint.review_at is not None
-        write.require("agenda_at", "=", to_epoch_ms(hint.review_at))
-    return write.request(
+        x.require(x.compare("agenda_at", "=", to_epoch_ms(hint.review_at)))
+    return x.request(
         {
             "TableName": table,
             "Key": keys.run_key(claim.environment, claim.run_id),
@@ -195,41 +185,36 @@ def collapse_run(table: str, environment: str, collapse: Collapse) -> Request:
     merge read. Returns the stored run."""
     wake = collapse.wake_at
     listed = wake if wake is not None else collapse.due_at
-    condition = not_started_with(RunItem.debounce_key, collapse.key)
+    x = Expressions(RunItem)
+    require_not_started(x, "debounce_key", collapse.key)
     if collapse.seen is not None:
-        counted = RunItem.collapsed == collapse.seen
-        condition &= RunItem.collapsed.does_not_exist() | counted if not collapse.seen else counted
-    actions: list[Action] = [
-        RunItem.payload.set(collapse.payload_text),
-        RunItem.due_at.set(to_epoch_ms(collapse.due_at)),
-        RunItem.updated_at.set(to_epoch_ms(collapse.now)),
-        RunItem.agenda_at.set(to_epoch_ms(listed)),
-        RunItem.line_at.remove(),
-        RunItem.publishes.remove(),
-        RunItem.collapsed.add(1),
-        RunItem.wake_at.set(to_epoch_ms(wake)) if wake is not None else RunItem.wake_at.remove(),
-    ]
-    return expressions(
+        counted = x.compare("collapsed", "=", collapse.seen)
+        x.require(x.either(x.absent("collapsed"), counted) if not collapse.seen else counted)
+    x.set("payload", collapse.payload_text)
+    x.set("due_at", to_epoch_ms(collapse.due_at))
+    x.set("updated_at", to_epoch_ms(collapse.now))
+    x.set("agenda_at", to_epoch_ms(listed))
+    x.remove("line_at", "publishes")
+    x.add("collapsed", 1)
+    x.set("wake_at", to_epoch_ms(wake) if wake is not None else None)
+    return x.request(
         {
             "TableName": table,
             "Key": keys.run_key(environment, collapse.run_id),
             "ReturnValues": "ALL_NEW",
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-        },
-        condition=condition,
-        actions=actions,
+        }
     )
 
 
-def not_started_with(key_attribute: UnicodeAttribute, key: str) -> Condition:
+def require_not_started(x: Expressions, key_attribute: str, key: str) -> None:
     """The run has not started (queued, no attempt, no lease) and holds ``key``."""
-    condition: Condition = (
-        (RunItem.status == RunStatus.QUEUED.value)
-        & (RunItem.attempt == 0)
-        & (key_attribute == key)
-        & RunItem.lease_token.does_not_exist()
+    x.require(
+        x.compare("status", "=", RunStatus.QUEUED.value),
+        x.compare("attempt", "=", 0),
+        x.compare(key_attribute, "=", key),
+        x.absent("lease_token"),
     )
-    return condition
 
 
 def append_item(table: str, environment: str, append: Append) -> Request:
@@ -237,22 +222,23 @@ def append_item(table: str, environment: str, append: Append) -> Request:
     items, one more counted, no event, if the run has not started, holds fewer than
     ``size`` items and has room for the item's bytes. Returns the stored run."""
     room = append.max_bytes - append.item_bytes
-    return expressions(
+    x = Expressions(RunItem)
+    require_not_started(x, "batch_key", append.key)
+    x.require(
+        x.compare(x.size("batch_items"), "<", append.size),
+        x.compare("batch_bytes", "<=", room),
+    )
+    x.append("batch_items", [{"S": append.item_text}])
+    x.add("batch_bytes", append.item_bytes)
+    x.add("collapsed", 1)
+    x.set("updated_at", to_epoch_ms(append.now))
+    return x.request(
         {
             "TableName": table,
             "Key": keys.run_key(environment, append.run_id),
             "ReturnValues": "ALL_NEW",
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-        },
-        condition=not_started_with(RunItem.batch_key, append.key)
-        & (size(RunItem.batch_items) < append.size)  # type: ignore[no-untyped-call]
-        & (RunItem.batch_bytes <= room),
-        actions=[
-            RunItem.batch_items.set(RunItem.batch_items.append([append.item_text])),
-            RunItem.batch_bytes.add(append.item_bytes),
-            RunItem.collapsed.add(1),
-            RunItem.updated_at.set(to_epoch_ms(append.now)),
-        ],
+        }
     )
 
 
@@ -261,49 +247,39 @@ def fill_batch(table: str, environment: str, fill: Fill) -> Request:
     is due later. Returns the stored run."""
     now_ms = to_epoch_ms(fill.now)
     wake = fill.wake_at
-    listing = RunItem.wake_at.set(to_epoch_ms(wake)) if wake else RunItem.wake_at.remove()
-    return expressions(
+    x = Expressions(RunItem)
+    require_not_started(x, "batch_key", fill.key)
+    x.require(x.compare("due_at", ">", now_ms))
+    x.set("due_at", now_ms)
+    x.set("updated_at", now_ms)
+    x.set("agenda_at", to_epoch_ms(wake) if wake is not None else now_ms)
+    x.remove("line_at", "publishes")
+    x.set("wake_at", to_epoch_ms(wake) if wake else None)
+    return x.request(
         {
             "TableName": table,
             "Key": keys.run_key(environment, fill.run_id),
             "ReturnValues": "ALL_NEW",
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-        },
-        condition=not_started_with(RunItem.batch_key, fill.key) & (RunItem.due_at > now_ms),
-        actions=[
-            RunItem.due_at.set(now_ms),
-            RunItem.updated_at.set(now_ms),
-            RunItem.agenda_at.set(to_epoch_ms(wake) if wake is not None else now_ms),
-            RunItem.line_at.remove(),
-            RunItem.publishes.remove(),
-            listing,
-        ],
+        }
     )
 
 
 def watch_run(table: str, environment: str, run_id: str) -> Request:
     """Mark a run as awaited by another; returns it (no event, no sequence change)."""
-    return expressions(
-        {
-            "TableName": table,
-            "Key": keys.run_key(environment, run_id),
-            "ReturnValues": "ALL_NEW",
-        },
-        condition=RunItem.pk.exists(),
-        actions=[RunItem.watched.set(1)],
+    x = Expressions(RunItem)
+    x.set("watched", 1)
+    x.require(x.exists("pk"))
+    return x.request(
+        {"TableName": table, "Key": keys.run_key(environment, run_id), "ReturnValues": "ALL_NEW"}
     )
 
 
 def query_waiters(table: str, partition: str, limit: int) -> Request:
     """One page of the runs waiting for one signal key, token or run."""
-    return {
-        "TableName": table,
-        "IndexName": WAITS_INDEX,
-        "KeyConditionExpression": "#pk = :pk",
-        "ExpressionAttributeNames": {"#pk": "wait_pk"},
-        "ExpressionAttributeValues": {":pk": {"S": partition}},
-        "Limit": limit,
-    }
+    x = Expressions()
+    x.key(x.compare("wait_pk", "=", partition))
+    return x.request({"TableName": table, "IndexName": WAITS_INDEX, "Limit": limit})
 
 
 def lease_renewal(table: str, run: Run, lease: Lease) -> Request:
@@ -312,11 +288,13 @@ def lease_renewal(table: str, run: Run, lease: Lease) -> Request:
     The run's agenda entry stays where it is, earlier than the new expiry: maintenance
     looks at the run then and lists it at its lease expiry (so a heartbeat writes
     nothing to the agenda index)."""
-    write = RunWrite()
-    write.set("lease_expires_at", to_epoch_ms(lease.expires_at))
-    write.require("lease_token", "=", lease.token)
-    write.require_in("status", [s.value for s in LEASED_STATUSES])
-    return write.request(
+    x = Expressions(RunItem)
+    x.set("lease_expires_at", to_epoch_ms(lease.expires_at))
+    x.require(
+        x.compare("lease_token", "=", lease.token),
+        x.is_in("status", [s.value for s in LEASED_STATUSES]),
+    )
+    return x.request(
         {
             "TableName": table,
             "Key": keys.run_key(run.environment, run.id),
@@ -341,25 +319,25 @@ def claim_key(
     ``previous_owner``, a run the caller saw finished and so no longer owning it.
     """
     item = KeyItem(pk=pk, sk=keys.KEY_SK, run_id=run_id, created_at=now_ms, expires_at=expires_s)
-    free = KeyItem.pk.does_not_exist() | (KeyItem.expires_at < now_ms // 1000)
+    x = Expressions(KeyItem)
+    free = [x.absent("pk"), x.compare("expires_at", "<", now_ms // 1000)]
     if previous_owner is not None:
-        free |= KeyItem.run_id == previous_owner
-    return expressions(
+        free.append(x.compare("run_id", "=", previous_owner))
+    x.require(x.either(*free))
+    return x.request(
         {
             "TableName": table,
             "Item": item.serialize(),
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-        },
-        condition=free,
+        }
     )
 
 
 def release_key(table: str, pk: str, run_id: str) -> Request:
     """Give a key back, only if ``run_id`` still holds it."""
-    return expressions(
-        {"TableName": table, "Key": keys.key_item_key(pk)},
-        condition=KeyItem.run_id == run_id,
-    )
+    x = Expressions(KeyItem)
+    x.require(x.compare("run_id", "=", run_id))
+    return x.request({"TableName": table, "Key": keys.key_item_key(pk)})
 
 
 def get_key(table: str, pk: str) -> Request:
@@ -368,28 +346,24 @@ def get_key(table: str, pk: str) -> Request:
 
 def query_agenda(table: str, partition: str, until_ms: int, limit: int) -> Request:
     """One page of the agenda index: runs in ``partition`` due for a look by ``until_ms``."""
-    return {
-        "TableName": table,
-        "IndexName": AGENDA_INDEX,
-        "KeyConditionExpression": "#pk = :pk AND #at <= :until",
-        "ExpressionAttributeNames": {"#pk": "agenda_pk", "#at": "agenda_at"},
-        "ExpressionAttributeValues": {":pk": {"S": partition}, ":until": {"N": str(until_ms)}},
-        "Limit": limit,
-    }
+    x = Expressions()
+    x.key(x.compare("agenda_pk", "=", partition), x.compare("agenda_at", "<=", until_ms))
+    return x.request({"TableName": table, "IndexName": AGENDA_INDEX, "Limit": limit})
 
 
 def query_cursors(table: str, environment: str) -> Request:
     """Every maintenance cursor of the environment (one small partition)."""
-    return {
-        "TableName": table,
-        "KeyConditionExpression": "#pk = :pk AND begins_with(#sk, :prefix)",
-        "ExpressionAttributeNames": {"#pk": "pk", "#sk": "sk"},
-        "ExpressionAttributeValues": {
-            ":pk": {"S": keys.maintenance_pk(environment)},
-            ":prefix": {"S": keys.CURSOR_SK_PREFIX},
-        },
-        "ConsistentRead": True,
-    }
+    return query_maintenance(table, environment, keys.CURSOR_SK_PREFIX)
+
+
+def query_maintenance(table: str, environment: str, prefix: str) -> Request:
+    """The maintenance items of the environment whose sort key starts with ``prefix``."""
+    x = Expressions()
+    x.key(
+        x.compare("pk", "=", keys.maintenance_pk(environment)),
+        x.begins_with("sk", prefix),
+    )
+    return x.request({"TableName": table, "ConsistentRead": True})
 
 
 def put_cursor(table: str, environment: str, partition: str, cursor: str) -> Request:
@@ -415,34 +389,29 @@ def delete_cursor(table: str, environment: str, partition: str) -> Request:
 
 def query_drained(table: str, environment: str) -> Request:
     """When each queue was last seen drained (beside the cursors)."""
-    return {
-        "TableName": table,
-        "KeyConditionExpression": "#pk = :pk AND begins_with(#sk, :prefix)",
-        "ExpressionAttributeNames": {"#pk": "pk", "#sk": "sk"},
-        "ExpressionAttributeValues": {
-            ":pk": {"S": keys.maintenance_pk(environment)},
-            ":prefix": {"S": keys.DRAINED_SK_PREFIX},
-        },
-        "ConsistentRead": True,
-    }
+    return query_maintenance(table, environment, keys.DRAINED_SK_PREFIX)
 
 
 def put_drained(table: str, environment: str, queue: str, at_ms: int) -> Request:
     """Keep the later drained time only (overlapping passes never move it back)."""
-    return {
-        "TableName": table,
-        "Item": {
-            "pk": {"S": keys.maintenance_pk(environment)},
-            "sk": {"S": keys.drained_sk(queue)},
-            "drained_at": {"N": str(at_ms)},
-        },
-        "ConditionExpression": "attribute_not_exists(drained_at) OR drained_at < :at",
-        "ExpressionAttributeValues": {":at": {"N": str(at_ms)}},
-    }
+    x = Expressions()
+    x.require(x.either(x.absent("drained_at"), x.compare("drained_at", "<", at_ms)))
+    return x.request(
+        {
+            "TableName": table,
+            "Item": {
+                "pk": {"S": keys.maintenance_pk(environment)},
+                "sk": {"S": keys.drained_sk(queue)},
+                "drained_at": {"N": str(at_ms)},
+            },
+        }
+    )
 
 
 def put_token(table: str, item: AttributeMap) -> Request:
-    return expressions({"TableName": table, "Item": item}, condition=TokenItem.pk.does_not_exist())
+    x = Expressions(TokenItem)
+    x.require(x.absent("pk"))
+    return x.request({"TableName": table, "Item": item})
 
 
 def get_token(table: str, environment: str, token_id: str) -> Request:
@@ -459,35 +428,32 @@ def decide_token(table: str, environment: str, decision: TokenDecision) -> Reque
     waiter is left; returns the decided token."""
     decided_ms = to_epoch_ms(decision.decided_at)
     kind = AgendaKind.TOKEN.value
-    actions: list[Action] = [
-        TokenItem.token_status.set(decision.status.value),
-        TokenItem.decided_at.set(decided_ms),
-        TokenItem.agenda_pk.set(agenda_pk(environment, kind, decision.token_id)),
-        TokenItem.agenda_at.set(decided_ms),
-    ]
+    x = Expressions(TokenItem)
+    x.set("token_status", decision.status.value)
+    x.set("decided_at", decided_ms)
+    x.set("agenda_pk", agenda_pk(environment, kind, decision.token_id))
+    x.set("agenda_at", decided_ms)
     if decision.value is not None:
-        actions.append(TokenItem.value.set(stored_text(decision.value)))
+        x.set("value", stored_text(decision.value))
     if decision.trace is not None:
-        actions.append(TokenItem.decision_trace.set(decision.trace))
-    return expressions(
+        x.set("decision_trace", decision.trace)
+    x.require(x.exists("pk"), x.compare("token_status", "=", "pending"))
+    return x.request(
         {
             "TableName": table,
             "Key": keys.token_key(environment, decision.token_id),
             "ReturnValues": "ALL_NEW",
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-        },
-        condition=TokenItem.pk.exists() & (TokenItem.token_status == "pending"),
-        actions=actions,
+        }
     )
 
 
 def finish_token_resume(table: str, environment: str, token_id: str) -> Request:
     """Take a decided token off the agenda once no waiter is left to resume."""
-    return expressions(
-        {"TableName": table, "Key": keys.token_key(environment, token_id)},
-        condition=TokenItem.token_status != "pending",
-        actions=[TokenItem.agenda_pk.remove(), TokenItem.agenda_at.remove()],
-    )
+    x = Expressions(TokenItem)
+    x.remove("agenda_pk", "agenda_at")
+    x.require(x.compare("token_status", "<>", "pending"))
+    return x.request({"TableName": table, "Key": keys.token_key(environment, token_id)})
 
 
 def query_status(
@@ -503,39 +469,21 @@ def query_status(
     """Runs of one status-index partition, newest first, optionally created at or after
     ``after_sk`` and strictly below ``below_sk``, filtered by task and queue (attributes
     the index carries)."""
-    names = {"#pk": "status_pk"}
-    values: dict[str, Any] = {":pk": {"S": partition}}
-    condition = "#pk = :pk"
-    if after_sk is not None or below_sk is not None:
-        names["#sk"] = "created_sk"  # DynamoDB rejects names an expression does not use
+    x = Expressions()
+    x.key(x.compare("status_pk", "=", partition))
     if after_sk is not None and below_sk is not None:
         # BETWEEN includes its upper bound: the caller drops a run at exactly below_sk
-        condition += " AND #sk BETWEEN :after AND :below"
-        values.update({":after": {"S": after_sk}, ":below": {"S": below_sk}})
+        x.key(x.between("created_sk", after_sk, below_sk))
     elif after_sk is not None:
-        condition += " AND #sk >= :after"
-        values[":after"] = {"S": after_sk}
+        x.key(x.compare("created_sk", ">=", after_sk))
     elif below_sk is not None:
-        condition += " AND #sk < :below"
-        values[":below"] = {"S": below_sk}
-    filters = []
+        x.key(x.compare("created_sk", "<", below_sk))
     for name, value in (("task", task), ("queue", queue)):
         if value is not None:
-            names[f"#{name}"] = name
-            values[f":{name}"] = {"S": value}
-            filters.append(f"#{name} = :{name}")
-    request: Request = {
-        "TableName": table,
-        "IndexName": STATUS_INDEX,
-        "KeyConditionExpression": condition,
-        "ExpressionAttributeNames": names,
-        "ExpressionAttributeValues": values,
-        "ScanIndexForward": False,
-        "Limit": limit,
-    }
-    if filters:
-        request["FilterExpression"] = " AND ".join(filters)
-    return request
+            x.filter(x.compare(name, "=", value))
+    return x.request(
+        {"TableName": table, "IndexName": STATUS_INDEX, "ScanIndexForward": False, "Limit": limit}
+    )
 
 
 def batch_get_runs(table: str, run_keys: list[dict[str, Any]]) -> Request:
@@ -545,12 +493,11 @@ def batch_get_runs(table: str, run_keys: list[dict[str, Any]]) -> Request:
 
 def delete_run(table: str, run: Run) -> Request:
     """Remove a finished run (with its inline history and steps) if it did not change."""
-    condition = (RunItem.seq == run.seq) & RunItem.status.is_in(
-        *(s.value for s in TERMINAL_STATUSES)
+    x = Expressions(RunItem)
+    x.require(
+        x.compare("seq", "=", run.seq), x.is_in("status", [s.value for s in TERMINAL_STATUSES])
     )
-    return expressions(
-        {"TableName": table, "Key": keys.run_key(run.environment, run.id)}, condition=condition
-    )
+    return x.request({"TableName": table, "Key": keys.run_key(run.environment, run.id)})
 
 
 def delete_key(table: str, pk: str) -> Request:

@@ -12,8 +12,9 @@ from typing import Any
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.cursors import STRING, KeyShape, Query, agenda_key
 from runlane_sqs.adapters.dynamodb.errors import Refused, Send, send_conditional
+from runlane_sqs.adapters.dynamodb.expressions import Expressions
 from runlane_sqs.adapters.dynamodb.items import ScheduleItem
-from runlane_sqs.adapters.dynamodb.requests import Request, query_agenda
+from runlane_sqs.adapters.dynamodb.requests import query_agenda
 from runlane_sqs.core.clock import from_epoch_ms, to_epoch_ms
 from runlane_sqs.core.indexes import schedule_agenda_pk
 from runlane_sqs.core.schedule_state import ScheduleState, ScheduleStatus
@@ -81,28 +82,25 @@ class DynamoScheduleStore:
     def list_schedules(
         self, limit: int, cursor: str | None
     ) -> tuple[list[ScheduleState], str | None]:
-        request: Request = {
-            "TableName": self.table,
-            "KeyConditionExpression": "#pk = :pk",
-            "ExpressionAttributeNames": {"#pk": "pk"},
-            "ExpressionAttributeValues": {":pk": {"S": keys.schedule_pk(self.environment)}},
-            "ConsistentRead": True,
-            "Limit": limit,
-        }
+        x = Expressions(ScheduleItem)
+        x.key(x.compare("pk", "=", keys.schedule_pk(self.environment)))
+        request = x.request({"TableName": self.table, "ConsistentRead": True, "Limit": limit})
         page = self._query(request, cursor, _listing_key(self.environment))
         return [schedule_from_wire(item) for item in page.items], page.cursor
 
     def put_schedule(self, state: ScheduleState, *, expected_version: int | None) -> None:
-        request: Request = {
-            "TableName": self.table,
-            "Item": schedule_to_wire(self.environment, state),
-            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-        }
+        x = Expressions(ScheduleItem)
         if expected_version is None:
-            request["ConditionExpression"] = "attribute_not_exists(pk)"
+            x.require(x.absent("pk"))
         else:
-            request["ConditionExpression"] = "version = :v"
-            request["ExpressionAttributeValues"] = {":v": {"N": str(expected_version)}}
+            x.require(x.compare("version", "=", expected_version))
+        request = x.request(
+            {
+                "TableName": self.table,
+                "Item": schedule_to_wire(self.environment, state),
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            }
+        )
         sent = send_conditional(self._send, "put_item", request)
         if isinstance(sent, Refused):
             stored = schedule_from_wire(sent.item) if sent.item else None

@@ -34,14 +34,16 @@ from runlane_sqs.adapters.dynamodb.errors import (
     conflicted,
     send_conditional,
 )
+from runlane_sqs.adapters.dynamodb.expressions import Expressions
+from runlane_sqs.adapters.dynamodb.items import SlotItem
 from runlane_sqs.adapters.dynamodb.objects import hold_items, refused_holds
 from runlane_sqs.adapters.dynamodb.ordering import finish_items
 from runlane_sqs.adapters.dynamodb.replays import landed_transition
 from runlane_sqs.adapters.dynamodb.requests import (
     Request,
-    apply_transition,
     query_agenda,
     query_waiters,
+    transition_write,
 )
 from runlane_sqs.core.clock import from_epoch_ms, to_epoch_ms
 from runlane_sqs.core.errors import ConflictError, NoFreeSlot, StorageUnavailable
@@ -67,53 +69,32 @@ class Contended(Exception):
 def _take(
     table: str, environment: str, slot: Slot, holder: str, now_ms: int, at_ms: int
 ) -> Request:
-    return {
-        "TableName": table,
-        "Key": keys.slot_key(environment, slot.scope),
-        "UpdateExpression": (
-            "ADD #h :h SET #l = :l, #e = :e, #s = :s, #u = :u, #p = :p, #a = if_not_exists(#a, :a)"
-        ),
-        "ConditionExpression": "attribute_not_exists(#h) OR size(#h) < :l",
-        "ExpressionAttributeNames": {
-            "#h": "holders",
-            "#l": "slot_limit",
-            "#e": "environment",
-            "#s": "scope",
-            "#u": "updated_at",
-            "#p": "agenda_pk",
-            "#a": "agenda_at",
-        },
-        "ExpressionAttributeValues": {
-            ":h": {"SS": [holder]},
-            ":l": {"N": str(slot.limit)},
-            ":e": {"S": environment},
-            ":s": {"S": slot.scope},
-            ":u": {"N": str(now_ms)},
-            ":p": {"S": slot_agenda_pk(environment, slot.scope)},
-            ":a": {"N": str(at_ms)},
-        },
-        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-    }
+    x = Expressions(SlotItem)
+    x.add("holders", {holder})
+    limit = x.value(slot.limit)
+    x.set("slot_limit", limit)
+    x.set("environment", environment)
+    x.set("scope", slot.scope)
+    x.set("updated_at", now_ms)
+    x.set("agenda_pk", slot_agenda_pk(environment, slot.scope))
+    x.set("agenda_at", x.if_not_exists("agenda_at", at_ms))
+    x.require(x.either(x.absent("holders"), x.compare(x.size("holders"), "<", limit)))
+    return x.request(
+        {
+            "TableName": table,
+            "Key": keys.slot_key(environment, slot.scope),
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+    )
 
 
 def _free(table: str, environment: str, slot: Slot, holder: str, now_ms: int) -> Request:
-    return {
-        "TableName": table,
-        "Key": keys.slot_key(environment, slot.scope),
-        "UpdateExpression": "DELETE #h :h SET #u = :u, #e = :e, #s = :s",
-        "ExpressionAttributeNames": {
-            "#h": "holders",
-            "#u": "updated_at",
-            "#e": "environment",
-            "#s": "scope",
-        },
-        "ExpressionAttributeValues": {
-            ":h": {"SS": [holder]},
-            ":u": {"N": str(now_ms)},
-            ":e": {"S": environment},
-            ":s": {"S": slot.scope},
-        },
-    }
+    x = Expressions(SlotItem)
+    x.delete("holders", {holder})
+    x.set("updated_at", now_ms)
+    x.set("environment", environment)
+    x.set("scope", slot.scope)
+    return x.request({"TableName": table, "Key": keys.slot_key(environment, slot.scope)})
 
 
 def transaction(table: str, transition: Transition) -> Request | None:
@@ -126,12 +107,17 @@ def transaction(table: str, transition: Transition) -> Request | None:
     holds = added_references(transition.before, transition.after)
     if not taken and not freed and ordering_key is None and not holds:
         return None
-    run = apply_transition(table, transition)
-    run.pop("ReturnValues", None)  # a transaction returns nothing
-    if not transition.before.watched:  # what ALL_NEW would have said: nobody waits
-        run["ConditionExpression"] += " AND attribute_not_exists(#watched)"
-        run["ExpressionAttributeNames"]["#watched"] = "watched"
     after, before = transition.after, transition.before
+    write = transition_write(transition)  # a transaction returns nothing: no ALL_NEW
+    if not before.watched:  # what ALL_NEW would have said: nobody waits
+        write.require(write.absent("watched"))
+    run = write.request(
+        {
+            "TableName": table,
+            "Key": keys.run_key(after.environment, after.id),
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+    )
     env, now_ms = after.environment, to_epoch_ms(after.updated_at)
     items: list[Request] = [{"Update": run}]
     if taken:
@@ -225,14 +211,12 @@ class DynamoSlotStore:
         return min(counted, up_to)
 
     def drop_holder(self, scope: str, holder: str) -> bool:
-        request = {
-            "TableName": self.table,
-            "Key": keys.slot_key(self.environment, scope),
-            "UpdateExpression": "DELETE #h :h",
-            "ConditionExpression": "contains(#h, :e)",
-            "ExpressionAttributeNames": {"#h": "holders"},
-            "ExpressionAttributeValues": {":h": {"SS": [holder]}, ":e": {"S": holder}},
-        }
+        x = Expressions(SlotItem)
+        x.delete("holders", {holder})
+        x.require(x.contains("holders", holder))
+        request = x.request(
+            {"TableName": self.table, "Key": keys.slot_key(self.environment, scope)}
+        )
         return not isinstance(send_conditional(self._send, "update_item", request), Refused)
 
     def slot_agenda_page(
@@ -250,19 +234,16 @@ class DynamoSlotStore:
         return slots, page.cursor
 
     def relist_slot(self, scope: str, at: datetime | None) -> None:
-        request: Request = {
-            "TableName": self.table,
-            "Key": keys.slot_key(self.environment, scope),
-            "ExpressionAttributeNames": {"#a": "agenda_at", "#p": "pk"},
-        }
+        x = Expressions(SlotItem)
+        x.require(x.exists("pk"))
         if at is None:
-            request["UpdateExpression"] = "REMOVE #a, #g"
-            request["ConditionExpression"] = "attribute_exists(#p) AND attribute_not_exists(#h)"
-            request["ExpressionAttributeNames"].update({"#g": "agenda_pk", "#h": "holders"})
+            x.remove("agenda_at", "agenda_pk")
+            x.require(x.absent("holders"))
         else:
-            request["UpdateExpression"] = "SET #a = :a"
-            request["ConditionExpression"] = "attribute_exists(#p)"
-            request["ExpressionAttributeValues"] = {":a": {"N": str(to_epoch_ms(at))}}
+            x.set("agenda_at", to_epoch_ms(at))
+        request = x.request(
+            {"TableName": self.table, "Key": keys.slot_key(self.environment, scope)}
+        )
         # refused: the record is gone, or (unlisting) holders came back and keep it listed
         send_conditional(self._send, "update_item", request)
 
