@@ -148,8 +148,9 @@ class EmfMetrics:
         self._opened = 0.0
         """When the oldest buffered value was recorded."""
 
-    enabled = True
-    """EMF lines are written whatever else is configured."""
+    def enabled(self) -> bool:
+        """EMF lines are written whatever else is configured."""
+        return True
 
     def record(self, metric: Metric, value: float, attributes: Mapping[str, str]) -> None:
         if not math.isfinite(value):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from functools import cached_property
+from functools import cached_property, partial
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -95,15 +95,9 @@ class OtelTracer:
     def __init__(self, provider: otel_trace.TracerProvider | None = None) -> None:
         self._provider = provider
         self._tracer = otel_trace.get_tracer(INSTRUMENTATION, _version(), provider)
-        self._on = provider is not None
-
-    @property
-    def enabled(self) -> bool:
-        """False while no tracer provider is given or set globally (once set, a global
-        provider stays: the answer is then kept)."""
-        if not self._on:
-            self._on = _set_globally(otel_trace, "_TRACER_PROVIDER", otel_trace.get_tracer_provider)
-        return self._on
+        self.enabled = _provider_check(
+            provider, otel_trace, "_TRACER_PROVIDER", otel_trace.get_tracer_provider
+        )
 
     def start(
         self,
@@ -133,17 +127,10 @@ class OtelMetrics:
         self._provider = provider
         self._meter = otel_metrics.get_meter(INSTRUMENTATION, _version(), provider)
         self._instruments: dict[str, Any] = {}
-        self._on = provider is not None
-
-    @property
-    def enabled(self) -> bool:
-        """False while no meter provider is given or set globally (kept once True)."""
-        if not self._on:
-            self._on = _set_globally(_metrics_state, "_METER_PROVIDER", _meter_provider)
-        return self._on
+        self.enabled = _provider_check(provider, _metrics_state, "_METER_PROVIDER", _meter_provider)
 
     def record(self, metric: Metric, value: float, attributes: Mapping[str, str]) -> None:
-        if not self.enabled:
+        if not self.enabled():
             return
         instrument = self._instruments.get(metric.name)
         if instrument is None:
@@ -172,14 +159,21 @@ def _meter_provider() -> object:
     return otel_metrics.get_meter_provider()
 
 
-def _set_globally(module: object, variable: str, public: Callable[[], object]) -> bool:
-    """Has the application set the global provider? Read from the API's own variable
-    (set once, never unset): asking the public getter costs an environment look-up per
-    call, on every run of an app that never configures OpenTelemetry. Without that
-    variable (another API version), the getter's stand-in says."""
+def _provider_check(
+    given: object | None, module: object, variable: str, public: Callable[[], object]
+) -> Callable[[], object]:
+    """The adapter's ``enabled``: truthy once a provider is ``given`` or set globally.
+
+    The engine asks before every span and measurement, on every run of an app that may
+    never configure OpenTelemetry, so the check reads the API's own variable (set once,
+    never unset) and runs no code of ours: asking the public getter costs an environment
+    look-up per call. Without that variable (another API version), the getter's stand-in
+    says."""
+    if given is not None:
+        return lambda: True
     if hasattr(module, variable):
-        return getattr(module, variable) is not None
-    return type(public()).__name__ not in ("ProxyTracerProvider", "_ProxyMeterProvider")
+        return partial(getattr, module, variable)
+    return lambda: type(public()).__name__ not in ("ProxyTracerProvider", "_ProxyMeterProvider")
 
 
 def _force_flush(provider: object) -> None:

@@ -67,12 +67,12 @@ class Observer:
 
     @property
     def tracing(self) -> bool:
-        return self.tracer is not None and self.tracer.enabled
+        return self.tracer is not None and bool(self.tracer.enabled())
 
     @property
     def measuring(self) -> bool:
         """Would a measurement be recorded now? (Checked before one is put together.)"""
-        return any(sink.enabled for sink in self._sinks)
+        return any(sink.enabled() for sink in self._sinks)
 
     def span(
         self,
@@ -84,7 +84,7 @@ class Observer:
         links: Sequence[str | None] = (),
     ) -> Span:
         tracer = self.tracer
-        if tracer is None or not tracer.enabled:
+        if tracer is None or not tracer.enabled():
             return NO_SPAN
         linked = [link for link in links if link]
         return tracer.start(name, kind, attributes, parent=parent, links=linked)
@@ -210,10 +210,12 @@ class Observer:
 
     def flush(self) -> None:
         """Export buffered spans and metrics (a Lambda invocation's end, a worker's stop)."""
-        if self.tracer is not None:
-            self.tracer.flush()
+        tracer = self.tracer
+        if tracer is not None and tracer.enabled():
+            tracer.flush()
         for sink in self._sinks:
-            sink.flush()
+            if sink.enabled():
+                sink.flush()
 
 
 _FAILED = frozenset({RunStatus.FAILED, RunStatus.RETRYING})

@@ -41,9 +41,9 @@ class Span(Protocol):
 
 
 class Tracer(Protocol):
-    @property
-    def enabled(self) -> bool:
-        """Whether spans would record now (False: the engine starts none)."""
+    def enabled(self) -> object:
+        """Whether spans would record now (falsy: the engine starts none). Called before
+        every span, on every run: it must cost next to nothing."""
 
     def start(
         self,
@@ -63,9 +63,9 @@ class Tracer(Protocol):
 
 
 class MetricSink(Protocol):
-    @property
-    def enabled(self) -> bool:
-        """Whether a measurement would be recorded now (False: the engine makes none)."""
+    def enabled(self) -> object:
+        """Whether a measurement would be recorded now (falsy: the engine makes none).
+        Called before every measurement: it must cost next to nothing."""
 
     def record(self, metric: Metric, value: float, attributes: Mapping[str, str]) -> None:
         """Add ``value`` to a counter, or record it in a histogram."""

@@ -56,46 +56,56 @@ def write_budget(transition: Transition, now: datetime) -> timedelta:
     return max(timedelta(0), min(DEFAULT_BUDGET, left))
 
 
-def retried(request: Callable[[A], R], argument: A, budget: timedelta = DEFAULT_BUDGET) -> R:
-    """``request(argument)``, called again on :class:`StorageUnavailable` while ``budget``
-    lasts (at most :data:`MAX_TRIES` calls, waiting :data:`BACKOFF` between them).
-
-    The first call is made directly: tenacity takes over only once it has failed (it
-    costs more than the request's own CPU), and counts it as its first attempt."""
-    started = monotonic()
-    try:
-        return request(argument)
-    except StorageUnavailable as failure:
-        failed: list[BaseException] = [failure]
-
-        def again(argument: A) -> R:  # the first call's failure, then the calls after it
-            if failed:
-                raise failed.pop()
-            return request(argument)
-
-        return Retrying(retry=UNAVAILABLE, stop=_stop(budget, started), wait=BACKOFF, reraise=True)(
-            again, argument
-        )
-
-
-async def retried_async(
-    request: Callable[[A], Awaitable[R]], argument: A, budget: timedelta = DEFAULT_BUDGET
+def call_again(
+    request: Callable[[A], R],
+    argument: A,
+    failure: StorageUnavailable,
+    started: float,
+    budget: timedelta,
 ) -> R:
-    """:func:`retried` for an async ``request``."""
-    started = monotonic()
-    try:
+    """``request(argument)`` called again after its first call, made at ``started``
+    (:func:`time.monotonic`), failed with ``failure``: while ``budget`` (counted from
+    ``started``) lasts, at most :data:`MAX_TRIES` calls in all, waiting :data:`BACKOFF`
+    between them; the last failure is raised.
+
+    The executors make the first call themselves (``retried``): tenacity costs more than
+    the request's own CPU, so it takes over only once that call has failed, and counts it
+    as its first attempt."""
+    failed: list[BaseException] = [failure]
+
+    def again(argument: A) -> R:  # the first call's failure, then the calls after it
+        if failed:
+            raise failed.pop()
+        return request(argument)
+
+    return Retrying(retry=UNAVAILABLE, stop=_stop(budget, started), wait=BACKOFF, reraise=True)(
+        again, argument
+    )
+
+
+async def call_again_async(
+    request: Callable[[A], Awaitable[R]],
+    argument: A,
+    failure: StorageUnavailable,
+    started: float,
+    budget: timedelta,
+) -> R:
+    """:func:`call_again` for an async ``request``."""
+    failed: list[BaseException] = [failure]
+
+    async def again(argument: A) -> R:
+        if failed:
+            raise failed.pop()
         return await request(argument)
-    except StorageUnavailable as failure:
-        failed: list[BaseException] = [failure]
 
-        async def again(argument: A) -> R:
-            if failed:
-                raise failed.pop()
-            return await request(argument)
+    return await AsyncRetrying(
+        retry=UNAVAILABLE, stop=_stop(budget, started), wait=BACKOFF, reraise=True
+    )(again, argument)
 
-        return await AsyncRetrying(
-            retry=UNAVAILABLE, stop=_stop(budget, started), wait=BACKOFF, reraise=True
-        )(again, argument)
+
+def default_budget() -> timedelta:
+    """The budget of a read, a claim and a write not fenced on a lease."""
+    return DEFAULT_BUDGET
 
 
 def _stop(budget: timedelta, started: float) -> stop_base:

@@ -10,10 +10,11 @@ import logging
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
+from time import monotonic
+from typing import Any, TypeVar
 
 from runlane_sqs.core.clock import Clock
-from runlane_sqs.core.errors import RunlaneError
+from runlane_sqs.core.errors import RunlaneError, StorageUnavailable
 from runlane_sqs.core.model import Lease, Run
 from runlane_sqs.engine import driver
 from runlane_sqs.engine.attempt import AttemptRuntime
@@ -24,9 +25,24 @@ from runlane_sqs.engine.leases import LeaseBook, TrackedAttempt
 from runlane_sqs.engine.message import MessagePath
 from runlane_sqs.ports.store import RunStore
 from runlane_sqs.ports.transport import ReceivedWakeup
-from runlane_sqs.runtime.budget import retried, write_budget
+from runlane_sqs.runtime.budget import call_again, default_budget, write_budget
 
 log = logging.getLogger("runlane_sqs.worker")
+A = TypeVar("A")
+R = TypeVar("R")
+
+
+def retried(
+    request: Callable[[A], R], argument: A, budget: Callable[[], timedelta] = default_budget
+) -> R:
+    """``request(argument)``, called again on :class:`StorageUnavailable` while the
+    request's retry budget lasts (:mod:`runlane_sqs.runtime.budget`, entered only after a
+    failure: ``budget`` is asked then)."""
+    started = monotonic()
+    try:
+        return request(argument)
+    except StorageUnavailable as failure:
+        return call_again(request, argument, failure, started, budget())
 
 
 def begin_attempt(
@@ -79,8 +95,10 @@ class Executor:
         return retried(self.engine.store.claim_hinted, call.claim)
 
     def write(self, call: driver.Write) -> Run:
-        budget = write_budget(call.transition, self.engine.clock.now())
-        return retried(self.engine.store.apply, call.transition, budget)
+        transition, clock = call.transition, self.engine.clock
+        return retried(
+            self.engine.store.apply, transition, lambda: write_budget(transition, clock.now())
+        )
 
     def begin(self, call: driver.Begin) -> TaskContext:
         return begin_attempt(call, self.engine, self.leases, self.path.worker_id)

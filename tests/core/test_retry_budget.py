@@ -17,13 +17,9 @@ from runlane_sqs.core.errors import StorageUnavailable
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Run
 from runlane_sqs.runtime import budget
-from runlane_sqs.runtime.budget import (
-    DEFAULT_BUDGET,
-    MAX_TRIES,
-    retried,
-    retried_async,
-    write_budget,
-)
+from runlane_sqs.runtime.aio.executor import retried_async
+from runlane_sqs.runtime.budget import DEFAULT_BUDGET, MAX_TRIES, write_budget
+from runlane_sqs.runtime.executor import retried
 
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -103,8 +99,8 @@ def backoff(monkeypatch: pytest.MonkeyPatch) -> RecordedBackoff:
 
 def call(mode: str, request: Flaky, budget_time: timedelta = DEFAULT_BUDGET) -> str:
     if mode == "sync":
-        return retried(request, "run", budget_time)
-    return asyncio.run(retried_async(request.call_async, "run", budget_time))
+        return retried(request, "run", lambda: budget_time)
+    return asyncio.run(retried_async(request.call_async, "run", lambda: budget_time))
 
 
 MODES = pytest.mark.parametrize("mode", ["sync", "async"])
@@ -151,8 +147,9 @@ def test_the_first_call_counts_against_the_budget(
     mode: str, backoff: RecordedBackoff, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A first call that took longer than the budget (a slow timeout) is not retried."""
-    readings = iter([0.0, DEFAULT_BUDGET.total_seconds() + 1])
-    monkeypatch.setattr(budget, "monotonic", lambda: next(readings))
+    monkeypatch.setattr("runlane_sqs.runtime.executor.monotonic", lambda: 0.0)
+    monkeypatch.setattr("runlane_sqs.runtime.aio.executor.monotonic", lambda: 0.0)
+    monkeypatch.setattr(budget, "monotonic", lambda: DEFAULT_BUDGET.total_seconds() + 1)
     request = Flaky(failures=1)
     with pytest.raises(StorageUnavailable):
         call(mode, request)

@@ -6,11 +6,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from runlane_sqs.adapters.dynamodb import requests, slots
 from runlane_sqs.adapters.dynamodb.codec import applied, run_from_wire, run_in
-from runlane_sqs.adapters.dynamodb.errors import Refused, call_async, send_conditional_async
+from runlane_sqs.adapters.dynamodb.errors import AsyncSend, Refused, refused, translate
 from runlane_sqs.adapters.dynamodb.replays import (
     refused_claim,
     refused_transition,
@@ -22,6 +22,28 @@ from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Lease, Run
 
 
+class AsyncSender:
+    """:class:`~.store.Sender` for an aiobotocore client."""
+
+    def __init__(self, client: Any, table: str) -> None:
+        self._client = client
+        self._table = table
+        self._endpoint: str | None = getattr(getattr(client, "meta", None), "endpoint_url", None)
+
+    async def __call__(self, operation: str, request: Request) -> Any:
+        try:
+            return await getattr(self._client, operation)(**request)
+        except (ClientError, BotoCoreError) as exc:
+            translate(exc, table=self._table, endpoint=self._endpoint)
+
+    async def conditional(self, operation: str, request: Request) -> dict[str, Any] | Refused:
+        try:
+            response: dict[str, Any] = await self(operation, request)
+        except ClientError as exc:
+            return refused(exc)
+        return response
+
+
 class AsyncDynamoRunStore:
     """``client`` is an open aiobotocore DynamoDB client."""
 
@@ -29,11 +51,7 @@ class AsyncDynamoRunStore:
         self._client = client
         self.table = table
         self.environment = environment
-        self._endpoint: str | None = getattr(getattr(client, "meta", None), "endpoint_url", None)
-
-    async def _send(self, operation: str, request: Request) -> Any:
-        fn = getattr(self._client, operation)
-        return await call_async(fn, request, table=self.table, endpoint=self._endpoint)
+        self._send: AsyncSend = AsyncSender(client, table)
 
     async def get_run(self, run_id: str) -> Run | None:
         request = requests.get_run(self.table, self.environment, run_id)
@@ -44,7 +62,7 @@ class AsyncDynamoRunStore:
         if slotted is not None:
             return await self._apply_slotted(transition, slotted)
         request = requests.apply_transition(self.table, transition)
-        sent = await send_conditional_async(self._send, "update_item", request)
+        sent = await self._send.conditional("update_item", request)
         if isinstance(sent, Refused):
             return refused_transition(transition, sent.item)
         return applied(transition, sent)
@@ -66,14 +84,14 @@ class AsyncDynamoRunStore:
 
     async def claim_hinted(self, claim: HintedClaim) -> Run:
         request = requests.claim_hinted(self.table, claim)
-        sent = await send_conditional_async(self._send, "update_item", request)
+        sent = await self._send.conditional("update_item", request)
         if isinstance(sent, Refused):
             return refused_claim(claim, sent.item)
         return run_from_wire(sent["Attributes"])
 
     async def renew_lease(self, run: Run, lease: Lease) -> Run:
         request = requests.lease_renewal(self.table, run, lease)
-        sent = await send_conditional_async(self._send, "update_item", request)
+        sent = await self._send.conditional("update_item", request)
         if isinstance(sent, Refused):
             raise LeaseLost(run.id)
         return run_from_wire(sent["Attributes"])

@@ -11,7 +11,7 @@ from typing import Any
 
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.cursors import STRING, KeyShape, Query
-from runlane_sqs.adapters.dynamodb.errors import Refused, Send, send_conditional
+from runlane_sqs.adapters.dynamodb.errors import Refused, Send
 from runlane_sqs.adapters.dynamodb.expressions import Expressions
 from runlane_sqs.core.bulk import BulkOperation
 from runlane_sqs.ports.bulk import OperationConflict
@@ -75,7 +75,7 @@ class DynamoOperationStore:
                 "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
             }
         )
-        sent = send_conditional(self._send, "put_item", request)
+        sent = self._send.conditional("put_item", request)
         if isinstance(sent, Refused):
             raise OperationConflict(operation.id, _from_wire(sent.item) if sent.item else None)
         return stored

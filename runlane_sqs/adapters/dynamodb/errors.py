@@ -1,11 +1,13 @@
-"""Sending requests: botocore errors translated into runlane errors at the adapter edge,
-and conditional writes, whose refusal the store interprets itself."""
+"""What DynamoDB's errors mean: botocore errors translated into runlane errors at the
+adapter edge, and the refusals of conditional writes and transactions, which the store
+interprets itself. The store's sender (:class:`~.store.Sender`) enters this module only
+when a request fails."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 from botocore.exceptions import (
     BotoCoreError,
@@ -18,12 +20,6 @@ from botocore.exceptions import (
 from runlane_sqs.adapters.dynamodb.requests import Request
 from runlane_sqs.core.errors import MissingResourceError, StorageError, StorageUnavailable
 from runlane_sqs.ports.transactions import RefusalReason
-
-Send = Callable[[str, Request], Any]
-"""The run store's ``_send``: an operation (``"update_item"``) and its request to the
-response, errors translated by :func:`call`."""
-AsyncSend = Callable[[str, Request], Awaitable[Any]]
-"""The async run store's ``_send`` (:func:`call_async`)."""
 
 TRANSIENT_CODES = frozenset(
     {
@@ -105,10 +101,13 @@ def conflicted(reasons: list[ActionRefused]) -> bool:
 
 
 def translate(exc: Exception, *, table: str, endpoint: str | None) -> NoReturn:
-    """Raise the runlane error for a botocore error not handled by the caller."""
+    """Raise the runlane error for a botocore error; a refusal the store interprets itself
+    (:data:`CONDITION_CODES`) is raised as it came."""
     where = endpoint or "the default AWS endpoint"
     if isinstance(exc, ClientError):
         code = error_code(exc)
+        if code in CONDITION_CODES:
+            raise exc
         if code == "ResourceNotFoundException":
             raise MissingResourceError(
                 f"DynamoDB table {table!r} does not exist at {where}; create it with "
@@ -140,36 +139,6 @@ CONDITION_CODES = frozenset({CONDITION_FAILED, CANCELLED})
 """Refusals the store itself interprets (a conflict, a key held), not translated here."""
 
 
-def call(fn: Callable[..., Any], request: Request, *, table: str, endpoint: str | None) -> Any:
-    """Send one request, translating errors other than a failed condition."""
-    try:
-        return fn(**request)
-    except ClientError as exc:
-        if error_code(exc) in CONDITION_CODES:
-            raise
-        translate(exc, table=table, endpoint=endpoint)
-    except BotoCoreError as exc:
-        translate(exc, table=table, endpoint=endpoint)
-
-
-async def call_async(
-    fn: Callable[..., Awaitable[Any]],
-    request: Request,
-    *,
-    table: str,
-    endpoint: str | None,
-) -> Any:
-    """:func:`call` for an aiobotocore client."""
-    try:
-        return await fn(**request)
-    except ClientError as exc:
-        if error_code(exc) in CONDITION_CODES:
-            raise
-        translate(exc, table=table, endpoint=endpoint)
-    except BotoCoreError as exc:
-        translate(exc, table=table, endpoint=endpoint)
-
-
 @dataclass(frozen=True, slots=True)
 class Refused:
     """DynamoDB refused a conditional write on its condition: nothing was written."""
@@ -179,7 +148,7 @@ class Refused:
     for it (``ReturnValuesOnConditionCheckFailure=ALL_OLD``) and there was one."""
 
 
-def _refused(exc: ClientError) -> Refused:
+def refused(exc: ClientError) -> Refused:
     """The refusal ``exc`` reports; ``exc`` itself is raised again unless its condition
     failed."""
     if error_code(exc) != CONDITION_FAILED:
@@ -187,22 +156,21 @@ def _refused(exc: ClientError) -> Refused:
     return Refused(exc.response.get("Item"))  # type: ignore[arg-type]
 
 
-def send_conditional(send: Send, operation: str, request: Request) -> dict[str, Any] | Refused:
-    """Send a conditional write: its response, or :class:`Refused` when its condition
-    failed (one request either way; other errors are raised)."""
-    try:
-        response: dict[str, Any] = send(operation, request)
-    except ClientError as exc:
-        return _refused(exc)
-    return response
+class Send(Protocol):
+    """How the run store and its parts send a request (:class:`~.store.Sender`)."""
+
+    def __call__(self, operation: str, request: Request) -> Any:
+        """The response to ``operation`` (``"update_item"``) sent with ``request``; a
+        botocore error raised as :func:`translate` says (a refusal as it came)."""
+
+    def conditional(self, operation: str, request: Request) -> dict[str, Any] | Refused:
+        """Send a conditional write: its response, or :class:`Refused` when its condition
+        failed (one request either way; other errors are raised)."""
 
 
-async def send_conditional_async(
-    send: AsyncSend, operation: str, request: Request
-) -> dict[str, Any] | Refused:
-    """:func:`send_conditional` for the async run store."""
-    try:
-        response: dict[str, Any] = await send(operation, request)
-    except ClientError as exc:
-        return _refused(exc)
-    return response
+class AsyncSend(Protocol):
+    """:class:`Send` for the async run store (:class:`~.aio.AsyncSender`)."""
+
+    async def __call__(self, operation: str, request: Request) -> Any: ...
+
+    async def conditional(self, operation: str, request: Request) -> dict[str, Any] | Refused: ...

@@ -22,7 +22,6 @@ from runlane_sqs.adapters.dynamodb.errors import (
     Refused,
     Send,
     cancellation_reasons,
-    send_conditional,
 )
 from runlane_sqs.adapters.dynamodb.expressions import Expressions
 from runlane_sqs.adapters.dynamodb.items import GroupChunkItem, GroupItem, RunItem
@@ -170,7 +169,7 @@ class DynamoGroupStore:
         x.require(x.absent("pk"))
         record = x.request({"TableName": self.table, "Item": group_to_wire(group)})
         if fence is None:
-            if isinstance(send_conditional(self._send, "put_item", record), Refused):
+            if isinstance(self._send.conditional("put_item", record), Refused):
                 return self._stored(group.id), False
             return group, True
         run_id, token = fence
@@ -232,8 +231,7 @@ class DynamoGroupStore:
             x.set(("lanes", str(lane)), position)
         x.require(x.compare("started", "=", seen))
         require_running(x)
-        sent = send_conditional(
-            self._send,
+        sent = self._send.conditional(
             "update_item",
             x.request(
                 {
@@ -265,8 +263,7 @@ class DynamoGroupStore:
             require_running(x, unsuccessful)
         else:
             x.remove(path)
-        sent = send_conditional(
-            self._send,
+        sent = self._send.conditional(
             "update_item",
             x.request(
                 {
@@ -314,8 +311,8 @@ class DynamoGroupStore:
         else:
             x.require(x.absent("generation"))
         key = keys.group_key(self.environment, reopened.id)
-        sent = send_conditional(
-            self._send, "update_item", x.request({"TableName": self.table, "Key": key})
+        sent = self._send.conditional(
+            "update_item", x.request({"TableName": self.table, "Key": key})
         )
         return not isinstance(sent, Refused)
 
@@ -335,7 +332,7 @@ class DynamoGroupStore:
             "Key": keys.group_key(self.environment, group_id),
             "ReturnValues": returns,
         }
-        return send_conditional(self._send, "update_item", x.request(request))
+        return self._send.conditional("update_item", x.request(request))
 
     def group_agenda_page(
         self, partition: str, until: datetime, limit: int, cursor: str | None

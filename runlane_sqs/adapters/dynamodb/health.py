@@ -14,7 +14,7 @@ from datetime import datetime
 
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.cursors import QueryAll
-from runlane_sqs.adapters.dynamodb.errors import Send, send_conditional
+from runlane_sqs.adapters.dynamodb.errors import Send
 from runlane_sqs.adapters.dynamodb.expressions import Expressions
 from runlane_sqs.adapters.dynamodb.items import STATUS_INDEX
 from runlane_sqs.adapters.dynamodb.requests import Request, query_agenda
@@ -108,7 +108,7 @@ class DynamoHealthStore:
             "report": {"S": json.dumps(record.report, separators=(",", ":"))},
         }
         request = x.request({"TableName": self.table, "Item": item})
-        send_conditional(self._send, "put_item", request)  # refused: a later pass's is kept
+        self._send.conditional("put_item", request)  # refused: a later pass's is kept
 
     def last_pass(self) -> PassRecord | None:
         request = {

@@ -20,7 +20,7 @@ from typing import Any
 
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.cursors import Query, agenda_key
-from runlane_sqs.adapters.dynamodb.errors import ActionRefused, Refused, Send, send_conditional
+from runlane_sqs.adapters.dynamodb.errors import ActionRefused, Refused, Send
 from runlane_sqs.adapters.dynamodb.expressions import Expressions
 from runlane_sqs.adapters.dynamodb.requests import Request, query_agenda
 from runlane_sqs.core.clock import from_epoch_ms, to_epoch_ms
@@ -160,7 +160,7 @@ class DynamoObjectRecords:
         request = x.request(
             {"TableName": self.table, "Key": key, "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
         )
-        sent = send_conditional(self._send, "delete_item", request)
+        sent = self._send.conditional("delete_item", request)
         if not isinstance(sent, Refused):
             return True
         found = record_from_wire(sent.item) if sent.item else None
@@ -169,7 +169,7 @@ class DynamoObjectRecords:
             x.remove("agenda_pk", "agenda_at")
             x.require(x.compare("holders", ">", 0))
             unlist = x.request({"TableName": self.table, "Key": key})
-            send_conditional(self._send, "update_item", unlist)  # refused: it moved on
+            self._send.conditional("update_item", unlist)  # refused: it moved on
         return False
 
     def _still_listed(self, record: ObjectRecord) -> Expressions:

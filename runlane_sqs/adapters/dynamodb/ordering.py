@@ -26,7 +26,6 @@ from runlane_sqs.adapters.dynamodb.errors import (
     Send,
     cancellation_reasons,
     conflicted,
-    send_conditional,
 )
 from runlane_sqs.adapters.dynamodb.expressions import Expressions
 from runlane_sqs.adapters.dynamodb.requests import Request
@@ -139,4 +138,4 @@ class DynamoOrderStore:
         request = x.request(
             {"TableName": self.table, "Key": keys.slot_key(self.environment, order_scope(key))}
         )
-        send_conditional(self._send, "update_item", request)  # refused: listed again since
+        self._send.conditional("update_item", request)  # refused: listed again since

@@ -8,7 +8,7 @@ from typing import Any
 
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.cursors import Query, agenda_key, every_page
-from runlane_sqs.adapters.dynamodb.errors import Refused, Send, send_conditional
+from runlane_sqs.adapters.dynamodb.errors import Refused, Send
 from runlane_sqs.adapters.dynamodb.expressions import Expressions
 from runlane_sqs.adapters.dynamodb.requests import Request, query_agenda
 from runlane_sqs.core.errors import StorageUnavailable
@@ -42,7 +42,7 @@ class DynamoRateStore:
         busy_first = self._seen.get(rate.scope, -1) >= not_before_us
         for _ in range(RESERVE_ATTEMPTS):
             for was_busy in (busy_first, not busy_first):
-                sent = send_conditional(self._send, "update_item", busy if was_busy else idle)
+                sent = self._send.conditional("update_item", busy if was_busy else idle)
                 if isinstance(sent, Refused):
                     continue
                 if not was_busy:
@@ -61,7 +61,7 @@ class DynamoRateStore:
             rate, x, at_us + increment, listed=True, ReturnValuesOnConditionCheckFailure="ALL_OLD"
         )
         for _ in range(RESERVE_ATTEMPTS):
-            sent = send_conditional(self._send, "update_item", request)
+            sent = self._send.conditional("update_item", request)
             if not isinstance(sent, Refused):
                 return None
             tat = int((sent.item or {})["tat"]["N"])
@@ -95,7 +95,7 @@ class DynamoRateStore:
         request = x.request(
             {"TableName": self.table, "Key": keys.rate_key(self.environment, scope)}
         )
-        return not isinstance(send_conditional(self._send, "update_item", request), Refused)
+        return not isinstance(self._send.conditional("update_item", request), Refused)
 
     def scopes(self) -> list[str]:
         found: list[str] = []

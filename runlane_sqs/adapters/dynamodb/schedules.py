@@ -11,7 +11,7 @@ from typing import Any
 
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.cursors import STRING, KeyShape, Query, agenda_key
-from runlane_sqs.adapters.dynamodb.errors import Refused, Send, send_conditional
+from runlane_sqs.adapters.dynamodb.errors import Refused, Send
 from runlane_sqs.adapters.dynamodb.expressions import Expressions
 from runlane_sqs.adapters.dynamodb.items import ScheduleItem
 from runlane_sqs.adapters.dynamodb.requests import query_agenda
@@ -101,7 +101,7 @@ class DynamoScheduleStore:
                 "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
             }
         )
-        sent = send_conditional(self._send, "put_item", request)
+        sent = self._send.conditional("put_item", request)
         if isinstance(sent, Refused):
             stored = schedule_from_wire(sent.item) if sent.item else None
             raise ScheduleConflict(state.id, stored)

@@ -32,7 +32,6 @@ from runlane_sqs.adapters.dynamodb.errors import (
     Send,
     cancellation_reasons,
     conflicted,
-    send_conditional,
 )
 from runlane_sqs.adapters.dynamodb.expressions import Expressions
 from runlane_sqs.adapters.dynamodb.items import SlotItem
@@ -217,7 +216,7 @@ class DynamoSlotStore:
         request = x.request(
             {"TableName": self.table, "Key": keys.slot_key(self.environment, scope)}
         )
-        return not isinstance(send_conditional(self._send, "update_item", request), Refused)
+        return not isinstance(self._send.conditional("update_item", request), Refused)
 
     def slot_agenda_page(
         self, partition: str, until: datetime, limit: int, cursor: str | None
@@ -245,7 +244,7 @@ class DynamoSlotStore:
             {"TableName": self.table, "Key": keys.slot_key(self.environment, scope)}
         )
         # refused: the record is gone, or (unlisting) holders came back and keep it listed
-        send_conditional(self._send, "update_item", request)
+        self._send.conditional("update_item", request)
 
 
 def backoff(attempt: int) -> float:

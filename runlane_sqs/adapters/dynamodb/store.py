@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from runlane_sqs.adapters.aws import endpoint_of
 from runlane_sqs.adapters.dynamodb import keys, requests
@@ -40,10 +40,10 @@ from runlane_sqs.adapters.dynamodb.cursors import (
 from runlane_sqs.adapters.dynamodb.errors import (
     Refused,
     Send,
-    call,
     cancellation_reasons,
+    refused,
     refused_as_malformed,
-    send_conditional,
+    translate,
 )
 from runlane_sqs.adapters.dynamodb.groups import DynamoGroupStore
 from runlane_sqs.adapters.dynamodb.health import DynamoHealthStore
@@ -112,6 +112,35 @@ def _beside_the_run(transition: Transition) -> bool:
     return bool(added_references(before, after))
 
 
+class Sender:
+    """Sends the store's requests to ``client``, botocore's errors translated at the
+    adapter edge (:func:`~.errors.translate`, called only when a request fails)."""
+
+    def __init__(self, client: Any, table: str) -> None:
+        self._client = client
+        self._table = table
+
+    @functools.cached_property
+    def _endpoint(self) -> str | None:
+        """Where the client sends requests (named in errors); read when first needed, so a
+        lazily built client is not built by constructing the store, and then kept rather
+        than read through the lazy client on every request."""
+        return endpoint_of(self._client)
+
+    def __call__(self, operation: str, request: Request) -> Any:
+        try:
+            return getattr(self._client, operation)(**request)
+        except (ClientError, BotoCoreError) as exc:
+            translate(exc, table=self._table, endpoint=self._endpoint)
+
+    def conditional(self, operation: str, request: Request) -> dict[str, Any] | Refused:
+        try:
+            response: dict[str, Any] = self(operation, request)
+        except ClientError as exc:
+            return refused(exc)
+        return response
+
+
 class DynamoRunStore:
     """Runs in one DynamoDB table, namespaced by environment."""
 
@@ -120,6 +149,7 @@ class DynamoRunStore:
 
     def __init__(self, client: Any, table: str, environment: str) -> None:
         self._client = client
+        self._send: Send = Sender(client, table)
         self.table = table
         self.environment = environment
         self.schedules = DynamoScheduleStore(self._send, self._query, table, environment)
@@ -151,18 +181,6 @@ class DynamoRunStore:
     def client(self) -> Any:
         """The DynamoDB client the store sends its requests to."""
         return self._client
-
-    @functools.cached_property
-    def _endpoint(self) -> str | None:
-        """Where the client sends requests (named in errors); read when first needed, so a
-        lazily built client is not built by constructing the store, and then kept rather
-        than read through the lazy client on every request."""
-        return endpoint_of(self._client)
-
-    def _send(self, operation: str, request: Request) -> Any:
-        return call(
-            getattr(self._client, operation), request, table=self.table, endpoint=self._endpoint
-        )
 
     def _query(
         self, request: Request, cursor: str | None = None, shape: KeyShape | None = None
@@ -227,7 +245,7 @@ class DynamoRunStore:
         """Create ``run`` alone, with one conditional ``PutItem``; a put refused because it
         had landed already (a resend) is the run created."""
         request = requests.put_run(self.table, run_to_wire(run, [event], payload_text))
-        sent = send_conditional(self._send, "put_item", request)
+        sent = self._send.conditional("put_item", request)
         if isinstance(sent, Refused) and not landed_creation(run, event, payload_text, sent.item):
             raise _conflict(run.id, sent.item)
 
@@ -261,7 +279,7 @@ class DynamoRunStore:
         if slotted is not None:
             return apply_slotted(self._send, self.sleep, transition, slotted)
         request = requests.apply_transition(self.table, transition)
-        sent = send_conditional(self._send, "update_item", request)
+        sent = self._send.conditional("update_item", request)
         if isinstance(sent, Refused):
             return refused_transition(transition, sent.item)
         return applied(transition, sent)
@@ -281,21 +299,21 @@ class DynamoRunStore:
     def _update_unstarted(self, run_id: str, request: Request) -> Run:
         """Send an update of a run that holds only before it starts; returns the stored
         run, or raises :class:`ConflictError` with the run the refusal found."""
-        sent = send_conditional(self._send, "update_item", request)
+        sent = self._send.conditional("update_item", request)
         if isinstance(sent, Refused):
             raise ConflictError(run_id, run_from_wire(sent.item) if sent.item else None)
         return run_from_wire(sent["Attributes"])
 
     def claim_hinted(self, claim: HintedClaim) -> Run:
         request = requests.claim_hinted(self.table, claim)
-        sent = send_conditional(self._send, "update_item", request)
+        sent = self._send.conditional("update_item", request)
         if isinstance(sent, Refused):
             return refused_claim(claim, sent.item)
         return run_from_wire(sent["Attributes"])
 
     def renew_lease(self, run: Run, lease: Lease) -> Run:
         request = requests.lease_renewal(self.table, run, lease)
-        sent = send_conditional(self._send, "update_item", request)
+        sent = self._send.conditional("update_item", request)
         if isinstance(sent, Refused):
             raise LeaseLost(run.id)
         return run_from_wire(sent["Attributes"])
@@ -311,7 +329,7 @@ class DynamoRunStore:
 
     def watch_run(self, run_id: str) -> Run | None:
         request = requests.watch_run(self.table, self.environment, run_id)
-        sent = send_conditional(self._send, "update_item", request)
+        sent = self._send.conditional("update_item", request)
         if isinstance(sent, Refused):
             return None  # no such run
         return run_from_wire(sent["Attributes"])
@@ -394,7 +412,7 @@ class DynamoRunStore:
                 )
             else:
                 return True
-        sent = send_conditional(self._send, "delete_item", delete)
+        sent = self._send.conditional("delete_item", delete)
         return not isinstance(sent, Refused)
 
 
@@ -436,7 +454,7 @@ class DynamoTokenStore:
         holds = references_in([decision.value])
         if holds:
             return self._decide_holding(decision, request, holds)
-        sent = send_conditional(self._send, "update_item", request)
+        sent = self._send.conditional("update_item", request)
         if not isinstance(sent, Refused):
             return token_from_wire(sent["Attributes"])
         if sent.item is None:
@@ -467,7 +485,7 @@ class DynamoTokenStore:
 
     def finish_token_resume(self, token_id: str) -> None:
         request = requests.finish_token_resume(self.table, self.environment, token_id)
-        send_conditional(self._send, "update_item", request)  # refused: still pending
+        self._send.conditional("update_item", request)  # refused: still pending
 
     def token_agenda_page(
         self, partition: str, until: datetime, limit: int, cursor: str | None
@@ -489,7 +507,7 @@ class DynamoKeyStore:
     def release_key(self, kind: KeyKind, task: str, key: str, run_id: str) -> None:
         pk = keys.key_pk(self.environment, kind, task, key)
         # refused: another run holds the key now, and keeps it
-        send_conditional(self._send, "delete_item", requests.release_key(self.table, pk, run_id))
+        self._send.conditional("delete_item", requests.release_key(self.table, pk, run_id))
 
     def get_key_owner(self, kind: KeyKind, task: str, key: str, now: datetime) -> str | None:
         holder = self.get_key_holder(kind, task, key, now)
@@ -551,7 +569,7 @@ class DynamoProgressStore:
 
     def save_drained(self, queue: str, at: datetime) -> None:
         request = requests.put_drained(self.table, self.environment, queue, to_epoch_ms(at))
-        send_conditional(self._send, "put_item", request)  # refused: a later time is kept
+        self._send.conditional("put_item", request)  # refused: a later time is kept
 
     def load_rate_limits(self) -> dict[str, Spacing] | None:
         key = {"pk": {"S": keys.maintenance_pk(self.environment)}, "sk": {"S": keys.RATES_SK}}

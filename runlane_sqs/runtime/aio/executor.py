@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable
-from datetime import datetime
-from typing import Any
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from time import monotonic
+from typing import Any, TypeVar
 
 from runlane_sqs.core.clock import ManualClock
+from runlane_sqs.core.errors import StorageUnavailable
 from runlane_sqs.core.model import Run
 from runlane_sqs.engine import driver
 from runlane_sqs.engine.context import TaskContext
@@ -24,8 +26,24 @@ from runlane_sqs.ports.aio import AsyncRunStore, AsyncWakeupTransport
 from runlane_sqs.ports.transport import ReceivedWakeup
 from runlane_sqs.runtime.aio.leases import AsyncLeaseKeeper
 from runlane_sqs.runtime.aio.threads import DaemonThreads
-from runlane_sqs.runtime.budget import retried_async, write_budget
+from runlane_sqs.runtime.budget import call_again_async, default_budget, write_budget
 from runlane_sqs.runtime.executor import begin_attempt
+
+A = TypeVar("A")
+R = TypeVar("R")
+
+
+async def retried_async(
+    request: Callable[[A], Awaitable[R]],
+    argument: A,
+    budget: Callable[[], timedelta] = default_budget,
+) -> R:
+    """:func:`~runlane_sqs.runtime.executor.retried` for an async ``request``."""
+    started = monotonic()
+    try:
+        return await request(argument)
+    except StorageUnavailable as failure:
+        return await call_again_async(request, argument, failure, started, budget())
 
 
 async def drive_async(handling: driver.Handling, executor: AsyncExecutor) -> Disposition:
@@ -95,8 +113,10 @@ class AsyncExecutor:
         return await retried_async(self.store.claim_hinted, call.claim)
 
     async def write(self, call: driver.Write) -> Run:
-        budget = write_budget(call.transition, self.engine.clock.now())
-        return await retried_async(self.store.apply, call.transition, budget)
+        transition, clock = call.transition, self.engine.clock
+        return await retried_async(
+            self.store.apply, transition, lambda: write_budget(transition, clock.now())
+        )
 
     async def begin(self, call: driver.Begin) -> TaskContext:
         return begin_attempt(call, self.engine, self.leases, self.path.worker_id)
