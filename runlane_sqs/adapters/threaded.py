@@ -7,8 +7,7 @@ import asyncio
 from collections.abc import Sequence
 from datetime import timedelta
 
-from runlane_sqs.core.claims import HintedClaim
-from runlane_sqs.core.machine import Transition
+from runlane_sqs.core.machine import HintedClaim, Transition
 from runlane_sqs.core.model import Lease, Run
 from runlane_sqs.core.wakeup import Wakeup
 from runlane_sqs.ports.store import RunStore

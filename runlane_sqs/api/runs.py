@@ -28,6 +28,7 @@ from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import (
     JSON,
     TERMINAL_STATUSES,
+    KeyKind,
     LinkKind,
     Run,
     RunEvent,
@@ -40,7 +41,6 @@ from runlane_sqs.core.schedules import check_schedule_id
 from runlane_sqs.core.versions import UNFINISHED_STATUSES, VersionReport, count_versions
 from runlane_sqs.core.waits import wait_name
 from runlane_sqs.engine.engine import Engine
-from runlane_sqs.ports.keys import KeyKind
 from runlane_sqs.ports.store import RunQuery
 
 log = logging.getLogger("runlane_sqs.runs")

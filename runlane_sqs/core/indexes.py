@@ -33,6 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import NamedTuple
 
 from runlane_sqs.core.limits import MAX_DELAY_SECONDS
 from runlane_sqs.core.model import LEASED_STATUSES, Run, RunStatus
@@ -185,11 +186,11 @@ def listed_at(run: Run) -> datetime | None:
     """When the run is listed on the agenda: its :func:`agenda_entry` time, or its
     earlier ``review_at``. ``None``: not listed."""
     entry = agenda_entry(run)
-    if entry is None:
-        return None
-    if run.review_at is not None and run.review_at < entry[1]:
-        return run.review_at
-    return entry[1]
+    return _earlier_review(run, entry[1]) if entry is not None else None
+
+
+def _earlier_review(run: Run, at: datetime) -> datetime:
+    return run.review_at if run.review_at is not None and run.review_at < at else at
 
 
 AGENDA_SHARDS = SHARDS
@@ -220,3 +221,42 @@ def slot_agenda_pk(environment: str, scope: str) -> str:
 def agenda_partitions(environment: str, kind: str) -> list[str]:
     """Every agenda partition of one environment and kind (what maintenance scans)."""
     return [f"{environment}#{kind}#{shard}" for shard in range(shard_count(kind))]
+
+
+def status_pk(environment: str, status: RunStatus, run_id: str) -> str:
+    """The status-index partition of one run: its status group and its shard."""
+    group = status_group(status)
+    return f"{environment}#{group}#{shard_of(run_id, group)}"
+
+
+def status_partitions(environment: str, statuses: Iterable[RunStatus]) -> list[str]:
+    """Every status-index partition that may hold runs of ``statuses``."""
+    return [
+        f"{environment}#{group}#{shard}"
+        for group in status_groups(statuses)
+        for shard in range(shard_count(group))
+    ]
+
+
+class RunListing(NamedTuple):
+    """Where a run is listed on the table's indexes, and when: what every write of the
+    run sets, so the indexes always agree with the state it writes."""
+
+    status_pk: str
+    """Its status-index partition (:func:`status_pk`)."""
+    agenda_pk: str | None
+    """Its agenda partition; ``None``: not on the agenda."""
+    agenda_at: datetime | None
+    """When it is listed on the agenda (:func:`listed_at`)."""
+
+
+def run_listing(run: Run) -> RunListing:
+    entry = agenda_entry(run)
+    if entry is None:
+        return RunListing(status_pk(run.environment, run.status, run.id), None, None)
+    kind, at = entry
+    return RunListing(
+        status_pk(run.environment, run.status, run.id),
+        agenda_pk(run.environment, kind, run.id),
+        _earlier_review(run, at),
+    )

@@ -5,10 +5,20 @@ append and the lease token the write is fenced on) or a :class:`Skip` that says 
 nothing happens, always decided from (run, input, now) with no I/O and no clock read.
 This module decides the lifecycle's transitions: creating a run, claiming and
 renewing its lease, an attempt's success or failure, linking, cancelling. Each
-capability's transitions are decided in the core module of its concept (claims,
-recovery, waits, slots, ordering, rates, rate_deploys, parking), and every one of
-them is built with :func:`transition`. Adapters turn a transition into one
-conditional write.
+capability's transitions are decided in the core module of its concept (recovery,
+waits, slots, ordering, rates, rate_deploys, parking), and every one of them is built
+with :func:`transition`. Adapters turn a transition into one conditional write.
+
+**Claims with one write.** A worker that receives a wakeup with a
+:class:`~runlane_sqs.core.wakeup.ClaimHint` writes the claim at once
+(:class:`HintedClaim`): the write holds only if the stored run is still at the hinted
+sequence, attempt and task, runnable, due, and waiting for nothing but a time (and,
+when the hint says the run is listed early enough, still listed then: the claim leaves
+its agenda entry where it is, see :meth:`HintedClaim.keeps_listing`). Those are exactly
+the runs a read would have let the worker claim without more than a ``started`` event,
+so the write is the claim :func:`claim_lease` decides on the stored run. A refused
+write returns the stored run, and the worker decides on it as if it had read it
+(docs/design/storage.md, "Claims").
 """
 
 from __future__ import annotations
@@ -16,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Any
 
 from runlane_sqs.core.clock import truncate_ms
 from runlane_sqs.core.errors import IllegalTransition, LeaseLost
@@ -35,6 +46,7 @@ from runlane_sqs.core.model import (
     WaitKind,
 )
 from runlane_sqs.core.retry import RetryDecision
+from runlane_sqs.core.wakeup import ClaimHint
 
 WAIT_TIMED_OUT_RESULT: dict[str, JSON] = {"status": "timed_out"}
 """The result a wait records when its timeout passes first."""
@@ -103,15 +115,6 @@ class Transition:
         return self.after.id
 
 
-def _events(
-    run: Run, now: datetime, *specs: tuple[EventType, dict[str, JSON]]
-) -> tuple[RunEvent, ...]:
-    return tuple(
-        RunEvent(seq=run.seq + i, type=kind, at=now, attempt=run.attempt, data=data)
-        for i, (kind, data) in enumerate(specs, start=1)
-    )
-
-
 def transition(
     before: Run,
     now: datetime,
@@ -121,16 +124,23 @@ def transition(
 ) -> Transition:
     """The transition from ``before`` that appends one event per spec at ``now``, fenced
     on ``fence`` and applying ``changes`` to the run."""
-    events = _events(
-        before.with_changes(attempt=changes.get("attempt", before.attempt)), now, *specs
+    attempt = changes.get("attempt", before.attempt)
+    assert isinstance(attempt, int)
+    events = tuple(
+        RunEvent(seq=before.seq + i, type=kind, at=now, attempt=attempt, data=data)
+        for i, (kind, data) in enumerate(specs, start=1)
     )
     changes.setdefault("review_at", None)  # every state change ends an early look
     changes.setdefault("line_at", None)  # and the wait for a wakeup in line
     if changes.get("lease", before.lease) is None:
         changes["slots"] = ()  # slots are held by an attempt (core/slots.py)
-    after = before.with_changes(
-        seq=before.seq + len(events), updated_at=now, created=False, **changes
-    )
+    written: dict[str, Any] = {
+        "seq": before.seq + len(events),
+        "updated_at": now,
+        "created": False,
+        **changes,
+    }
+    after = replace(before, **written)
     return Transition(before=before, after=after, events=events, fence=fence)
 
 
@@ -259,6 +269,13 @@ def require_lease(run: Run, token: str) -> None:
         raise LeaseLost(run.id)
 
 
+def lease_token(run: Run) -> str:
+    """The token of the lease ``run`` holds (:class:`LeaseLost` when it holds none)."""
+    if run.lease is None:
+        raise LeaseLost(run.id)
+    return run.lease.token
+
+
 def renew_lease(run: Run, *, token: str, now: datetime, duration: timedelta) -> Lease:
     """The extended lease a heartbeat writes (heartbeats append no event)."""
     require_lease(run, token)
@@ -267,6 +284,129 @@ def renew_lease(run: Run, *, token: str, now: datetime, duration: timedelta) -> 
 
 
 _ENDED_ATTEMPT: dict[str, object] = {"lease": None, "deadline_at": None, "lease_losses": 0}
+
+
+@dataclass(frozen=True, slots=True)
+class HintedClaim:
+    """One worker's claim of the run ``run_id`` names, conditioned on ``hint``."""
+
+    environment: str
+    run_id: str
+    queue: str
+    hint: ClaimHint
+    owner: str
+    token: str
+    now: datetime
+    duration: timedelta
+    timeout: timedelta | None = None
+    app_version: str | None = None
+
+    def keeps_listing(self) -> bool:
+        """Whether the claim leaves the run's agenda entry alone: the hint says the run is
+        listed (early) no later than this attempt's lease or deadline expires, so
+        maintenance looks at it in time. The write is then also conditioned on that
+        listing (a run maintenance listed later since is refused and decided as read)."""
+        review_at = self.hint.review_at
+        if review_at is None:
+            return False
+        limit = self.now + self.duration
+        if self.timeout is not None:
+            limit = min(limit, self.now + self.timeout)
+        return review_at <= truncate_ms(limit)
+
+    def holds(self, run: Run) -> bool:
+        """Whether the write's condition holds on the stored ``run``."""
+        hint = self.hint
+        return (
+            run.seq == hint.seq
+            and run.attempt == hint.attempt
+            and run.task == hint.task
+            and run.status.is_runnable
+            and run.is_due(truncate_ms(self.now))
+            and (run.waiting is None or run.waiting.kind is WaitKind.TIME)
+            and run.slot_wait is None
+            and (not self.keeps_listing() or run.review_at == hint.review_at)
+        )
+
+    def transition(self, run: Run) -> Transition:
+        """The claim on a stored ``run`` it :meth:`holds` for (what a read would decide)."""
+        decision = claim_lease(
+            run,
+            now=self.now,
+            owner=self.owner,
+            token=self.token,
+            duration=self.duration,
+            timeout=self.timeout,
+            app_version=self.app_version,
+        )
+        assert isinstance(decision, Transition), decision
+        return decision
+
+    def blind(self) -> Transition:
+        """The claim decided on the run as the hint describes it, for a store that writes
+        it without reading: its ``after`` holds every attribute the claim sets and its
+        events are the ones it appends. Attributes a claim leaves alone (payload, keys,
+        results) are placeholders: never write or return them."""
+        now = truncate_ms(self.now)
+        described = Run(
+            id=self.run_id,
+            environment=self.environment,
+            task=self.hint.task,
+            queue=self.queue,
+            status=RunStatus.QUEUED,
+            payload=None,
+            created_at=now,
+            updated_at=now,
+            seq=self.hint.seq,
+            attempt=self.hint.attempt,
+            due_at=now,
+        )
+        return self.transition(described)
+
+
+def withdraw_claim(
+    run: Run,
+    *,
+    token: str,
+    now: datetime,
+    republish: RepublishPolicy | None = None,
+    reason: str | None = None,
+) -> Transition:
+    """The claim's write came back too late to start the attempt (the worker was
+    paused, or the write was retried through an outage; or, ``reason`` ``deadline``, the
+    Lambda invocation reached its safety margin meanwhile), so the handler never ran: the
+    same run is runnable at once. The ``lease_expired`` event says the attempt never
+    started (and why, with a ``reason``), and no lease loss is counted: no handler ran
+    that could have killed its worker. With ``republish`` the caller publishes the wakeup
+    itself."""
+    require_lease(run, token)
+    assert run.lease is not None
+    now = truncate_ms(now)
+    wake_at = eager_wake_at(now, now, republish) if republish else None
+    review_at = eager_review_at(now, now, republish) if republish else None
+    data: dict[str, JSON] = {"worker": run.lease.owner, "before_start": True}
+    if reason is not None:
+        data["reason"] = reason
+    return transition(
+        run,
+        now,
+        [(EventType.LEASE_EXPIRED, data)],
+        fence=token,
+        status=RunStatus.QUEUED,
+        due_at=now,
+        wake_at=truncate_ms(wake_at) if wake_at else None,
+        review_at=truncate_ms(review_at) if review_at else None,
+        publishes=0,
+        lease=None,
+        deadline_at=None,
+    )
+
+
+def claimed_too_late(claimed: Run, now: datetime, lease_duration: timedelta) -> bool:
+    """Whether the claim came back with less than half its lease left: the heartbeat
+    (every third of the lease) might then not renew it in time."""
+    lease = claimed.lease
+    return lease is not None and now >= lease.expires_at - lease_duration / 2
 
 
 def cancelled_after_attempt(run: Run, now: datetime, token: str, outcome: str) -> Transition:

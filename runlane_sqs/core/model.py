@@ -274,6 +274,21 @@ class Slot:
     limit: int
 
 
+class KeyKind(StrEnum):
+    """The kinds of key a trigger may hold."""
+
+    IDEMPOTENCY = "idempotency"
+    """Duplicate triggers return the existing run; released when the run fails."""
+    SINGLETON = "singleton"
+    """At most one active run per key; released when the run finishes."""
+    DEBOUNCE = "debounce"
+    """Later triggers collapse into the run until it starts; the key's claim ends at the
+    run's cap (:mod:`runlane_sqs.core.debounce`)."""
+    BATCH = "batch"
+    """Later triggers add their items to the run until it is full or starts; the key's
+    claim ends when the run is due by age (:mod:`runlane_sqs.core.batches`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Run:
     """The authoritative record of one durable invocation of a task."""
@@ -401,3 +416,24 @@ class Run:
 
     def with_changes(self, **changes: Any) -> Run:
         return replace(self, **changes)
+
+
+def keys_to_release(run: Run) -> list[tuple[KeyKind, str]]:
+    """The keys a finished run no longer holds (its idempotency key only on failure)."""
+    keys: list[tuple[KeyKind, str]] = []
+    if run.idempotency_key is not None and run.status is RunStatus.FAILED:
+        keys.append((KeyKind.IDEMPOTENCY, run.idempotency_key))
+    if run.singleton_key is not None and run.status.is_terminal:
+        keys.append((KeyKind.SINGLETON, run.singleton_key))
+    return keys
+
+
+def finishing_needs_storage(run: Run) -> bool:
+    """Whether a finished run has keys to free, waiters to resume, a turn to hand on or
+    a group to move on."""
+    return (
+        run.watched
+        or bool(keys_to_release(run))
+        or run.ordering_key is not None
+        or run.group_id is not None
+    )

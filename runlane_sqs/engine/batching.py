@@ -18,11 +18,11 @@ from runlane_sqs.core.batches import Append, Batch, due_of, fill
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.errors import ConflictError, PayloadTooLarge
 from runlane_sqs.core.indexes import RepublishPolicy
-from runlane_sqs.core.model import Run, RunEvent
+from runlane_sqs.core.model import KeyKind, Run, RunEvent
 from runlane_sqs.engine.gathering import check_inline, create_with_key, gather
 from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.values import Prepared, Values
-from runlane_sqs.ports.keys import KeyHolder, KeyKind
+from runlane_sqs.ports.keys import KeyHolder
 from runlane_sqs.ports.store import RunStore
 
 log = logging.getLogger("runlane_sqs")

@@ -25,12 +25,12 @@ from runlane_sqs.core.errors import ConflictError, RunlaneError
 from runlane_sqs.core.indexes import RepublishPolicy
 from runlane_sqs.core.limits import MAX_DELAY_SECONDS
 from runlane_sqs.core.machine import SkipReason
-from runlane_sqs.core.model import JSON, Run, RunEvent
+from runlane_sqs.core.model import JSON, KeyKind, Run, RunEvent
 from runlane_sqs.engine.driver import MAX_HOLD, Disposition, Handling, Hold, Publish, WorkerIdentity
 from runlane_sqs.engine.gathering import check_inline, create_with_key, gather
 from runlane_sqs.engine.rates import EARLY_WAKEUP
 from runlane_sqs.engine.values import Values
-from runlane_sqs.ports.keys import KeyHolder, KeyKind
+from runlane_sqs.ports.keys import KeyHolder
 from runlane_sqs.ports.store import RunStore
 from runlane_sqs.ports.transport import ReceivedWakeup
 

@@ -25,10 +25,9 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol
 
-from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.config import RunlaneConfig
-from runlane_sqs.core.machine import SkipReason, Transition
+from runlane_sqs.core.machine import HintedClaim, SkipReason, Transition
 from runlane_sqs.core.model import JSON, Run
 from runlane_sqs.engine.context import TaskContext
 from runlane_sqs.engine.observing import NO_SPAN, Observer

@@ -8,8 +8,7 @@ import logging
 from dataclasses import dataclass
 
 from runlane_sqs.core.errors import RunlaneError
-from runlane_sqs.core.model import Run
-from runlane_sqs.engine.decisions import finishing_needs_storage, keys_to_release
+from runlane_sqs.core.model import Run, finishing_needs_storage, keys_to_release
 from runlane_sqs.engine.driver import EngineCall
 from runlane_sqs.engine.groups import Groups
 from runlane_sqs.engine.ordering import Turns

@@ -16,9 +16,9 @@ from datetime import datetime
 
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.errors import ConflictError, PayloadTooLarge, StorageUnavailable
-from runlane_sqs.core.model import Run, RunEvent
+from runlane_sqs.core.model import KeyKind, Run, RunEvent
 from runlane_sqs.engine.values import Prepared
-from runlane_sqs.ports.keys import KeyClaim, KeyConflict, KeyHolder, KeyKind
+from runlane_sqs.ports.keys import KeyClaim, KeyConflict, KeyHolder
 from runlane_sqs.ports.store import RunStore
 
 MAX_GATHER_ROUNDS = 20

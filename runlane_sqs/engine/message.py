@@ -16,10 +16,12 @@ and of a wakeup without a hint, or whose hint no longer holds::
     ReadRun | ClaimHinted (refused) -> Write(claim) -> Begin -> ...
 
 The path performs no I/O itself: it yields the calls of
-:mod:`runlane_sqs.engine.driver`, whose drivers perform them. What it decides is in
-:mod:`runlane_sqs.engine.decisions` (pure). A run that a plain run is not (rate-limited,
-slotted, debounced, pinned, or claimed too late to start) takes a turn through the
-module of its concept: :mod:`.rates`, :mod:`.slots`, :mod:`.debouncing`,
+:mod:`runlane_sqs.engine.driver`, whose drivers perform them. What it decides at each
+step (the claim, what a handler's result or exception means, the follow-up) is decided
+by the pure functions at the end of this module, from what happened and the time given
+to them: they send no request, read no clock and log nothing. A run that a plain run
+is not (rate-limited, slotted, debounced, pinned, or claimed too late to start) takes a
+turn through the module of its concept: :mod:`.rates`, :mod:`.slots`, :mod:`.debouncing`,
 :mod:`.pinning`, :mod:`.withdrawal`.
 """
 
@@ -27,33 +29,49 @@ from __future__ import annotations
 
 import logging
 import threading
+import traceback
 from collections.abc import Callable, Generator
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
-from runlane_sqs.core import machine
-from runlane_sqs.core.claims import HintedClaim, claimed_too_late
+from runlane_sqs.core import machine, parking, waits
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.debounce import collapsed_since
 from runlane_sqs.core.errors import (
+    CodecError,
     ConflictError,
+    InvalidPayloadError,
     LeaseLost,
     NoFreeSlot,
     RunlaneError,
+    StepError,
     StorageError,
     StorageUnavailable,
+    ValueUnreadable,
 )
-from runlane_sqs.core.machine import Skip, SkipReason
-from runlane_sqs.core.model import Run, RunStatus, new_lease_token
+from runlane_sqs.core.groups import GroupFailed
+from runlane_sqs.core.limits import MAX_TRACEBACK_CHARS
+from runlane_sqs.core.machine import HintedClaim, Skip, SkipReason, Transition, claimed_too_late
+from runlane_sqs.core.model import (
+    JSON,
+    Failure,
+    Run,
+    RunStatus,
+    Slot,
+    Wait,
+    finishing_needs_storage,
+    new_lease_token,
+)
 from runlane_sqs.core.parking import park_unknown_task
-from runlane_sqs.core.redaction import shortened
+from runlane_sqs.core.redaction import Redact, apply_redaction, shortened
+from runlane_sqs.core.replay import HistoryDiverged
+from runlane_sqs.core.retry import RetryDecision, qualified_name
 from runlane_sqs.core.versions import pinned_elsewhere
 from runlane_sqs.core.wakeup import MalformedWakeup, Wakeup, parse_wakeup
-from runlane_sqs.engine import decisions
-from runlane_sqs.engine.context import TaskContext
+from runlane_sqs.engine.context import TaskContext, WaitRequested
 from runlane_sqs.engine.debouncing import wait_for_quiet
-from runlane_sqs.engine.decisions import Decide, FollowUp
 from runlane_sqs.engine.driver import (
     Begin,
     CallHandler,
@@ -252,7 +270,7 @@ class MessagePath:
                 if slept is not None:
                     return slept
             now = self.clock.now()
-            decision = decisions.decide_claim(
+            decision = decide_claim(
                 run,
                 task,
                 self.worker_id,
@@ -356,7 +374,7 @@ class MessagePath:
         return stored
 
     def _attempt(self, task: Task, run: Run, span: Span, requested_at: datetime | None) -> PathPart:
-        token = decisions.lease_token(run)
+        token = machine.lease_token(run)
         ctx: TaskContext = yield Begin(run, token)
         if not self.may_start():  # the deadline passed while it began: cancel at once
             ctx.cancellation.set()
@@ -370,9 +388,9 @@ class MessagePath:
         except GeneratorExit:  # the driver abandoned the attempt: record nothing
             raise
         except BaseException as exc:  # waits, and SystemExit/KeyboardInterrupt from a handler
-            decide = decisions.decide_raised(self.config, task, exc, token)
+            decide = decide_raised(self.config, task, exc, token)
         else:
-            decide = decisions.decide_returned(result, token)
+            decide = decide_returned(result, token)
         tracked: tuple[Run, bool] | None = yield End(run.id)
         latest, lost = tracked if tracked else (run, False)
         if lost:
@@ -388,7 +406,7 @@ class MessagePath:
         return stored
 
     def _write_outcome(self, run: Run, decide: Decide, ctx: TaskContext) -> PathPart:
-        token = decisions.lease_token(run)
+        token = machine.lease_token(run)
         current = run
         for _ in range(machine.MAX_REDECISIONS):
             try:
@@ -398,7 +416,7 @@ class MessagePath:
             try:
                 stored: Run = yield Write(transition)
             except ConflictError as conflict:
-                if not decisions.still_leased(conflict.current, token):
+                if not still_leased(conflict.current, token):
                     break
                 assert conflict.current is not None
                 current = conflict.current
@@ -415,7 +433,7 @@ class MessagePath:
         self, run: Run, token: str, exc: StorageError, ctx: TaskContext
     ) -> PathPart:
         ctx.log.error("storage refused the outcome: %s; failing the run", exc)
-        refused = decisions.refused_outcome(run, token, exc, self.clock.now())
+        refused = refused_outcome(run, token, exc, self.clock.now())
         try:
             stored: Run = yield Write(refused)
         except (ConflictError, StorageError) as again:
@@ -449,13 +467,13 @@ class MessagePath:
 def follow_up_call(run: Run, now: datetime) -> DriverCall | EngineCall | None:
     """What an attempt's recorded outcome calls for next, if anything: the finished run's
     bookkeeping, the next wakeup, or a recheck of the wait it released to."""
-    follow_up = decisions.follow_up(run)
-    if follow_up is FollowUp.FINISHED:
+    next_step = follow_up(run)
+    if next_step is FollowUp.FINISHED:
         return Finish(run)
-    if follow_up is FollowUp.PUBLISH:
+    if next_step is FollowUp.PUBLISH:
         assert run.due_at is not None
         return Publish(run, run.due_at - now)
-    if follow_up is FollowUp.RECHECK:
+    if next_step is FollowUp.RECHECK:
         return Recheck(run)
     return None
 
@@ -568,3 +586,148 @@ def log_outcome(run: Run, ctx: TaskContext) -> None:
             run.parked_reason,
             run.id,
         )
+
+
+# The path's decisions ---------------------------------------------------------------
+
+Decide = Callable[[Run, datetime], Transition]
+"""Decides an attempt's outcome transition from the latest stored run and the time."""
+
+
+class FollowUp(StrEnum):
+    """What the path does after recording an outcome."""
+
+    FINISHED = "finished"
+    """Terminal, with keys to free, waiters to resume, a turn to hand on or a group to
+    move on (:func:`finishing_needs_storage`)."""
+    PUBLISH = "publish"
+    """Due again within SQS's delay limit: publish its next wakeup."""
+    RECHECK = "recheck"
+    """Released to wait: check once whether its target was decided meanwhile."""
+    NONE = "none"
+    """Maintenance publishes it when due."""
+
+
+def follow_up(run: Run) -> FollowUp:
+    """What ``run``'s recorded outcome calls for next."""
+    if run.is_terminal:
+        return FollowUp.FINISHED if finishing_needs_storage(run) else FollowUp.NONE
+    if run.status.is_runnable and run.due_at is not None and run.wake_at is not None:
+        return FollowUp.PUBLISH
+    if run.status is RunStatus.RELEASED and run.waiting is not None:
+        return FollowUp.RECHECK
+    return FollowUp.NONE
+
+
+def decide_claim(
+    run: Run,
+    task: Task,
+    worker_id: str,
+    *,
+    now: datetime,
+    config: RunlaneConfig,
+    slots: tuple[Slot, ...] = (),
+    app_version: str | None = None,
+) -> Transition | Skip:
+    """Claim the lease of a run a wakeup named (and ``slots``, its concurrency limits'),
+    or say why not."""
+    return machine.claim_lease(
+        run,
+        now=now,
+        owner=worker_id,
+        token=new_lease_token(),
+        duration=config.lease_duration,
+        timeout=task.timeout,
+        slots=slots,
+        app_version=app_version,
+    )
+
+
+def failure_from(exc: BaseException, *, retryable: bool, redact: Redact | None = None) -> Failure:
+    """The failure stored for ``exc``: its message and traceback through ``redact``."""
+    text = "".join(traceback.format_exception(exc))
+    return Failure(
+        type=qualified_name(exc),
+        message=apply_redaction(redact, str(exc))[:1000],
+        traceback=apply_redaction(redact, text)[-MAX_TRACEBACK_CHARS:],
+        retryable=retryable,
+    )
+
+
+def decide_returned(result: JSON, token: str) -> Decide:
+    """The handler returned: success, with ``result`` as the driver kept it (checked, and
+    sealed if large: a result that is not storable JSON was raised as a failure)."""
+    return lambda run, now: machine.record_success(run, token=token, result=result, now=now)
+
+
+def decide_raised(config: RunlaneConfig, task: Task, exc: BaseException, token: str) -> Decide:
+    """The handler raised: a wait (release), code that no longer matches the run's history
+    (the run is parked), or a failure the retry policy decides on."""
+    diverged = _diverged_in(exc)
+    if diverged is not None:
+        details = diverged.details()
+        return lambda run, now: parking.park_diverged(run, token=token, now=now, details=details)
+    wait = exc.wait if isinstance(exc, WaitRequested) else _wait_in(exc)
+    if wait is not None:
+        return _decide_release(config, wait, token)
+    retryable = task.retry.is_retryable(exc) and not isinstance(
+        exc, StepError | InvalidPayloadError | GroupFailed | ValueUnreadable | CodecError
+    )
+    failure = failure_from(exc, retryable=retryable, redact=config.redact)
+
+    def decide(run: Run, now: datetime) -> Transition:
+        decision = task.retry.decide(run.failures + 1, now, retryable=retryable)
+        return machine.record_failure(
+            run,
+            token=token,
+            failure=failure,
+            decision=decision,
+            now=now,
+            republish=config.republish,
+        )
+
+    return decide
+
+
+def _decide_release(config: RunlaneConfig, wait: Wait, token: str) -> Decide:
+    return lambda run, now: waits.release(
+        run, token=token, wait=wait, now=now, republish=config.republish
+    )
+
+
+def refused_outcome(run: Run, token: str, exc: Exception, now: datetime) -> Transition:
+    """Storage refused an outcome (an item that would outgrow 400 KB): fail the run with a
+    small failure instead."""
+    failure = Failure(type=qualified_name(exc), message=str(exc)[:500], retryable=False)
+    return machine.record_failure(
+        run, token=token, failure=failure, decision=RetryDecision(retry_at=None), now=now
+    )
+
+
+def still_leased(current: Run | None, token: str) -> bool:
+    """After a conflict: whether the attempt still holds the lease (decide again) or not."""
+    return current is not None and current.lease is not None and current.lease.token == token
+
+
+def _diverged_in(exc: BaseException) -> HistoryDiverged | None:
+    """The divergence ``exc`` is, or holds (raised in an ``asyncio.TaskGroup``)."""
+    if isinstance(exc, HistoryDiverged):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        found = exc.subgroup(HistoryDiverged)
+        while isinstance(found, BaseExceptionGroup):
+            found = found.exceptions[0]  # type: ignore[assignment]
+        return found
+    return None
+
+
+def _wait_in(exc: BaseException) -> Wait | None:
+    """A wait raised inside an exception group (``asyncio.TaskGroup``) is still a wait."""
+    if isinstance(exc, BaseExceptionGroup):
+        waits_only = exc.subgroup(WaitRequested)
+        if waits_only is not None and exc.split(WaitRequested)[1] is None:
+            first = waits_only.exceptions[0]
+            while isinstance(first, BaseExceptionGroup):
+                first = first.exceptions[0]
+            return first.wait if isinstance(first, WaitRequested) else None
+    return None

@@ -15,7 +15,7 @@ from runlane_sqs.core.clock import Clock, Duration, to_timedelta
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.errors import InvalidKeyError, OrderMoved, RunlaneError, StorageUnavailable
 from runlane_sqs.core.indexes import RepublishPolicy
-from runlane_sqs.core.model import JSON, LinkKind, Run, RunEvent, RunStatus, new_run_id
+from runlane_sqs.core.model import JSON, KeyKind, LinkKind, Run, RunEvent, RunStatus, new_run_id
 from runlane_sqs.core.names import check_key, check_queue
 from runlane_sqs.core.telemetry import trace_id_of
 from runlane_sqs.core.values import Sealed
@@ -33,7 +33,7 @@ from runlane_sqs.engine.tasks import (
     retention_for,
 )
 from runlane_sqs.engine.values import Prepared, Values, is_sealed
-from runlane_sqs.ports.keys import KeyClaim, KeyConflict, KeyKind
+from runlane_sqs.ports.keys import KeyClaim, KeyConflict
 from runlane_sqs.ports.store import RunStore
 from runlane_sqs.ports.telemetry import Span
 from runlane_sqs.ports.transport import WakeupTransport

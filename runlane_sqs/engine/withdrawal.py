@@ -6,7 +6,7 @@ maintenance gives the run to; a claim made after the caller's time to start atte
 over (a Lambda invocation past its safety margin) would run into the invocation's
 timeout. Either way the run is runnable again at once, its wakeup published, and the
 slots the claim took are freed (docs/concepts.md, "Attempts and leases"). The
-transition is :func:`runlane_sqs.core.claims.withdraw_claim`.
+transition is :func:`runlane_sqs.core.machine.withdraw_claim`.
 """
 
 from __future__ import annotations
@@ -16,10 +16,9 @@ import logging
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from runlane_sqs.core.claims import withdraw_claim
 from runlane_sqs.core.errors import RunlaneError
+from runlane_sqs.core.machine import lease_token, withdraw_claim
 from runlane_sqs.core.model import Run
-from runlane_sqs.engine import decisions
 from runlane_sqs.engine.driver import Disposition, Handling, Publish, WorkerIdentity, Write
 from runlane_sqs.engine.slots import WakeWaiters
 
@@ -38,7 +37,7 @@ class Withdrawal(StrEnum):
 def withdraw(claimed: Run, reason: Withdrawal, path: WorkerIdentity) -> Handling:
     """Give ``claimed`` back unrun: the withdrawal's write, its wakeup, and the waiters
     of the slots it frees. The message is acknowledged (a fresh wakeup replaces it)."""
-    token = decisions.lease_token(claimed)
+    token = lease_token(claimed)
     now = path.clock.now()
     log_withdrawal(claimed, reason, now, path.config.lease_duration, path.worker_id)
     decision = withdraw_claim(

@@ -11,8 +11,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Protocol
 
-from runlane_sqs.core.claims import HintedClaim
-from runlane_sqs.core.machine import Transition
+from runlane_sqs.core.machine import HintedClaim, Transition
 from runlane_sqs.core.model import Lease, Run
 from runlane_sqs.core.wakeup import Wakeup
 from runlane_sqs.ports.transport import ReceivedWakeup

@@ -7,25 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from enum import StrEnum
 from typing import Protocol
 
 from runlane_sqs.core.errors import RunlaneError
-
-
-class KeyKind(StrEnum):
-    """The kinds of key a trigger may hold."""
-
-    IDEMPOTENCY = "idempotency"
-    """Duplicate triggers return the existing run; released when the run fails."""
-    SINGLETON = "singleton"
-    """At most one active run per key; released when the run finishes."""
-    DEBOUNCE = "debounce"
-    """Later triggers collapse into the run until it starts; the key's claim ends at the
-    run's cap (:mod:`runlane_sqs.core.debounce`)."""
-    BATCH = "batch"
-    """Later triggers add their items to the run until it is full or starts; the key's
-    claim ends when the run is due by age (:mod:`runlane_sqs.core.batches`)."""
+from runlane_sqs.core.model import KeyKind
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,9 +12,8 @@ from datetime import datetime
 from typing import Protocol
 
 from runlane_sqs.core.batches import Append, Fill
-from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.debounce import Collapse
-from runlane_sqs.core.machine import Transition
+from runlane_sqs.core.machine import HintedClaim, Transition
 from runlane_sqs.core.model import Lease, Run, RunEvent, RunStatus, WaitKind
 from runlane_sqs.core.ordering import Place
 from runlane_sqs.core.rate_deploys import Spacing
@@ -203,7 +202,7 @@ class RunStore(Protocol):
 
     def claim_hinted(self, claim: HintedClaim) -> Run:
         """Write ``claim`` without reading the run first, if its hint still holds
-        (:meth:`HintedClaim.holds <runlane_sqs.core.claims.HintedClaim.holds>`); returns
+        (:meth:`HintedClaim.holds <runlane_sqs.core.machine.HintedClaim.holds>`); returns
         the claimed run. Raises :class:`~runlane_sqs.core.errors.ConflictError` carrying
         the stored run (``None`` if there is none) otherwise."""
         ...

@@ -1,28 +1,34 @@
 """How attempts run with sync I/O, in the sync worker and the Lambda consumer: the driver
 of the per-message path (:mod:`runlane_sqs.engine.driver`), which performs each call
-with the engine's sync ports and calls the handler on the current thread, and the
-heartbeat thread that keeps the leases of in-flight attempts alive.
+with the engine's sync ports and calls the handler on the current thread; what an
+attempt's context may do with storage (:class:`AttemptRuntime`); the book of a worker's
+attempts in flight (:class:`LeaseBook`, shared with the async runtime: what each lease
+renewal means, with no I/O) and the heartbeat thread that renews their leases.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from time import monotonic
 from typing import Any, TypeVar
 
+from runlane_sqs.core import machine, waits
 from runlane_sqs.core.clock import Clock
-from runlane_sqs.core.errors import RunlaneError, StorageUnavailable
-from runlane_sqs.core.model import Lease, Run
+from runlane_sqs.core.errors import ConflictError, LeaseLost, RunlaneError, StorageUnavailable
+from runlane_sqs.core.groups import Group, group_id_for, group_root
+from runlane_sqs.core.model import JSON, Lease, Run, RunStatus
+from runlane_sqs.core.tokens import Token
 from runlane_sqs.engine import driver
-from runlane_sqs.engine.attempt import AttemptRuntime
-from runlane_sqs.engine.context import TaskContext
+from runlane_sqs.engine.context import Child, GroupOptions, TaskContext
 from runlane_sqs.engine.driver import Disposition
 from runlane_sqs.engine.engine import Engine
-from runlane_sqs.engine.leases import LeaseBook, TrackedAttempt
+from runlane_sqs.engine.groups import Groups
 from runlane_sqs.engine.message import MessagePath
+from runlane_sqs.engine.values import Values
 from runlane_sqs.ports.store import RunStore
 from runlane_sqs.ports.transport import ReceivedWakeup
 from runlane_sqs.runtime.budget import call_again, default_budget, write_budget
@@ -43,6 +49,236 @@ def retried(
         return request(argument)
     except StorageUnavailable as failure:
         return call_again(request, argument, failure, started, budget())
+
+
+@dataclass
+class TrackedAttempt:
+    """One in-flight attempt: the latest known run, its context, whether its lease is lost."""
+
+    run: Run
+    ctx: TaskContext
+    lost: bool = False
+
+
+class LeaseBook:
+    """The in-flight attempts of one worker and what a renewal means for each (no I/O).
+
+    A refused renewal of an attempt still in flight marks it lost and sets its
+    cancellation; a renewal that shows ``cancel_requested``, or an attempt past its
+    deadline, sets it too. What a renewal returns for an attempt that finished after
+    :meth:`renewals` listed it is ignored: its own outcome write ended the lease, so a
+    refusal then is expected, not a lost lease. The sync :class:`LeaseKeeper` and the
+    async worker's keeper differ only in how they send the renewals this book decides."""
+
+    def __init__(self, clock: Clock, duration: timedelta) -> None:
+        self._clock = clock
+        self._duration = duration
+        self._attempts: dict[str, TrackedAttempt] = {}
+        self._lock = threading.Lock()
+        self.occupancy: Callable[[bool], None] | None = None
+        """Told ``True`` when an attempt starts with none in flight and ``False`` when the
+        last one ends (the runtime's ECS task protection, when it runs on ECS)."""
+
+    @property
+    def interval_seconds(self) -> float:
+        return self._duration.total_seconds() / 3
+
+    def track(self, run: Run, ctx: TaskContext) -> None:
+        with self._lock:
+            first = not self._attempts
+            self._attempts[run.id] = TrackedAttempt(run, ctx)
+        if first and self.occupancy is not None:
+            self.occupancy(True)
+
+    def untrack(self, run_id: str) -> tuple[Run, bool] | None:
+        """Stop renewing; returns the latest known run and whether the lease was lost."""
+        with self._lock:
+            attempt = self._attempts.pop(run_id, None)
+            last = attempt is not None and not self._attempts
+        if last and self.occupancy is not None:
+            self.occupancy(False)
+        return (attempt.run, attempt.lost) if attempt else None
+
+    def current(self, run_id: str) -> Run | None:
+        """The latest known state of a tracked attempt's run."""
+        with self._lock:
+            attempt = self._attempts.get(run_id)
+            return attempt.run if attempt else None
+
+    def update(self, run: Run) -> None:
+        """Remember a state the attempt itself wrote (a recorded step)."""
+        with self._lock:
+            attempt = self._attempts.get(run.id)
+            if attempt is not None:
+                attempt.run = run
+
+    def tracks(self, attempt: TrackedAttempt) -> bool:
+        """Whether ``attempt`` is still in flight: not untracked since :meth:`renewals`
+        listed it."""
+        with self._lock:
+            return self._attempts.get(attempt.run.id) is attempt
+
+    def run_ids(self) -> list[str]:
+        """The runs of the attempts in flight."""
+        with self._lock:
+            return list(self._attempts)
+
+    def contexts(self) -> list[TaskContext]:
+        with self._lock:
+            return [a.ctx for a in self._attempts.values()]
+
+    def cancel_all(self) -> None:
+        """Set the cancellation of every in-flight attempt."""
+        for ctx in self.contexts():
+            ctx.cancellation.set()
+
+    def renewals(self) -> list[tuple[TrackedAttempt, Lease]]:
+        """The renewed lease each live attempt should write now: a snapshot, which
+        :meth:`settle` checks against the attempts still in flight."""
+        with self._lock:
+            attempts = [a for a in self._attempts.values() if not a.lost]
+        due: list[tuple[TrackedAttempt, Lease]] = []
+        for attempt in attempts:
+            run = attempt.run
+            assert run.lease is not None
+            try:
+                lease = machine.renew_lease(
+                    run, token=run.lease.token, now=self._clock.now(), duration=self._duration
+                )
+            except LeaseLost:
+                self.settle(attempt, LeaseLost(run.id))
+                continue
+            due.append((attempt, lease))
+        return due
+
+    def settle(self, attempt: TrackedAttempt, renewal: Run | RunlaneError) -> None:
+        """Take in what a renewal request returned: the stored run, or its error.
+
+        Ignored for an attempt no longer tracked: it finished between the snapshot of
+        :meth:`renewals` and this answer, and its outcome write (fenced on its own lease
+        token) ended the lease. Only a refusal of an attempt still tracked is a lost
+        lease, and it is marked under the lock, so :meth:`untrack` sees it."""
+        with self._lock:
+            in_flight = self._attempts.get(attempt.run.id) is attempt
+            if in_flight and isinstance(renewal, LeaseLost):
+                attempt.lost = True
+        if not in_flight:
+            attempt.ctx.log.debug("renewal answered after the attempt ended; ignored")
+        elif isinstance(renewal, LeaseLost):
+            self.lost(attempt)
+        elif isinstance(renewal, RunlaneError):
+            self.failed(attempt, renewal)
+        else:
+            self.renewed(attempt, renewal)
+
+    @staticmethod
+    def lost(attempt: TrackedAttempt) -> None:
+        attempt.lost = True
+        attempt.ctx.cancellation.set()
+        attempt.ctx.log.warning("lease lost; the attempt's writes will be refused")
+
+    @staticmethod
+    def failed(attempt: TrackedAttempt, exc: RunlaneError) -> None:
+        attempt.ctx.log.warning("lease renewal failed, will retry: %s", exc)
+
+    def renewed(self, attempt: TrackedAttempt, current: Run) -> None:
+        attempt.run = current
+        if attempt.ctx.cancelled:
+            return
+        if current.status is RunStatus.CANCEL_REQUESTED:
+            attempt.ctx.log.info("cancellation requested")
+            attempt.ctx.cancellation.set()
+        elif current.deadline_at is not None and current.deadline_at <= self._clock.now():
+            attempt.ctx.log.warning("attempt passed its deadline; asking the handler to stop")
+            attempt.ctx.cancellation.set()
+
+
+class AttemptRuntime:
+    """The :class:`~runlane_sqs.engine.context.AttemptServices` a worker gives each context."""
+
+    def __init__(
+        self,
+        store: RunStore,
+        groups: Groups,
+        clock: Clock,
+        values: Values,
+        leases: LeaseBook,
+        run: Run,
+        token: str,
+    ) -> None:
+        self._store = store
+        self._groups = groups
+        self._joined: dict[str, Group] = {}
+        self._clock = clock
+        self._leases = leases
+        self._run = run
+        self._token = token
+        self.values = values
+
+    def now(self) -> datetime:
+        return self._clock.now()
+
+    def run(self) -> Run:
+        return self._leases.current(self._run.id) or self._run
+
+    def record_step(self, name: str, value: JSON) -> None:
+        """Write the step under this attempt's lease; a concurrent change that keeps the
+        lease (a cancel request) is decided again, a lost lease raises :class:`LeaseLost`."""
+        current = self.run()
+        for _ in range(machine.MAX_REDECISIONS):
+            transition = waits.record_step(
+                current, token=self._token, name=name, value=value, now=self.now()
+            )
+            try:
+                stored = self._store.apply(transition)
+            except ConflictError as conflict:
+                if conflict.current is None:
+                    break
+                current = conflict.current
+                continue
+            self._run = stored
+            self._leases.update(stored)
+            return
+        raise LeaseLost(self._run.id)
+
+    def get_token(self, token_id: str) -> Token | None:
+        token = self._store.tokens.get_token(token_id)
+        return self.values.open_token(token) if token is not None else None
+
+    def watch_run(self, run_id: str) -> Run | None:
+        run = self._store.watch_run(run_id)
+        return self.values.open_run(run, payload=False) if run is not None else None
+
+    def open_group(self, wait_name: str, children: Iterable[Child], options: GroupOptions) -> Group:
+        """Open the run's group at ``wait_name``, fenced on this attempt's lease, and
+        start its first children. The group an earlier attempt opened is taken as it is:
+        ``children`` is not read again (a generator paging an API is read once)."""
+        group_id = group_id_for(group_root(self._run), wait_name)
+        stored = self._store.groups.get_group(group_id)
+        if stored is not None:
+            return self._groups.opened(stored)
+        items = self._groups.items(children)
+        group, chunks = self._groups.new_group(
+            items, group_id=group_id, parent=self._run, options=options
+        )
+        return self._groups.open(group, chunks, (self._run.id, self._token))
+
+    def get_group(self, group_id: str) -> Group | None:
+        return self._store.groups.get_group(group_id)
+
+    def group_children(self, group_id: str, start: int, limit: int) -> list[Run | None]:
+        """A page of a joined group's children; the group record (which names them) is
+        read once per attempt, not once per page."""
+        group = self._joined.get(group_id)
+        if group is None:
+            group = self._store.groups.get_group(group_id)
+            if group is None:
+                return []
+            self._joined[group_id] = group
+        return [
+            self.values.open_run(child, payload=False) if child is not None else None
+            for child in self._store.groups.children(group, start, limit)
+        ]
 
 
 def begin_attempt(

@@ -23,8 +23,8 @@ from runlane_sqs import (
 )
 from runlane_sqs.core import machine
 from runlane_sqs.core.debounce import TASK_WIDE_KEY, collapse
+from runlane_sqs.core.model import KeyKind
 from runlane_sqs.core.values import encode_json
-from runlane_sqs.ports.keys import KeyKind
 from tests.backends import ONLY_AWS, ONLY_MEMORY, Backend
 from tests.emulators import count_requests
 from tests.workers import WorkerKind

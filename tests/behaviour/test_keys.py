@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from runlane_sqs import InvalidKeyError, Runlane, RunStatus, TaskContext
-from runlane_sqs.ports.keys import KeyKind
+from runlane_sqs.core.model import KeyKind
 from tests.backends import Backend
 from tests.behaviour.worker_support import SYNC_WORKER
 

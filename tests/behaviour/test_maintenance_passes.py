@@ -24,7 +24,6 @@ import pytest
 
 from runlane_sqs import EventType, Runlane, RunStatus
 from runlane_sqs.adapters.dynamodb.codec import run_to_wire
-from runlane_sqs.adapters.dynamodb.keys import status_partitions
 from runlane_sqs.core import machine
 from runlane_sqs.core.clock import ManualClock
 from runlane_sqs.core.indexes import (
@@ -32,6 +31,7 @@ from runlane_sqs.core.indexes import (
     SCANNED_KINDS,
     agenda_partitions,
     agenda_pk,
+    status_partitions,
 )
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Run

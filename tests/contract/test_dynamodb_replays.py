@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 from runlane_sqs.adapters.dynamodb.codec import run_to_wire
 from runlane_sqs.adapters.dynamodb.replays import landed_creation, landed_transition
-from runlane_sqs.core import claims, machine
+from runlane_sqs.core import machine
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Run, RunEvent, RunStatus
 from runlane_sqs.core.recovery import RecoverySettings, expire_lease, recover_lease
@@ -123,7 +123,9 @@ def test_a_claim_the_attempt_gave_back_unrun_is_recognized_as_its_own() -> None:
     attempt's own token: only that attempt can have written it."""
     run, first = created()
     claimed = claim(run)
-    withdrawn = claims.withdraw_claim(claimed.after, token="tok-1", now=NOW + timedelta(seconds=40))
+    withdrawn = machine.withdraw_claim(
+        claimed.after, token="tok-1", now=NOW + timedelta(seconds=40)
+    )
     assert not withdrawn.recovery
     stored = [first, *claimed.events, *withdrawn.events]
 

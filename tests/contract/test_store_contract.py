@@ -31,11 +31,11 @@ from runlane_sqs.core.indexes import (
 )
 from runlane_sqs.core.limits import MAX_PAYLOAD_LIMIT_BYTES
 from runlane_sqs.core.machine import Transition
-from runlane_sqs.core.model import JSON, RunEvent, new_lease_token, new_run_id
+from runlane_sqs.core.model import JSON, KeyKind, RunEvent, new_lease_token, new_run_id
 from runlane_sqs.core.recovery import QueueLine, plan_publish
 from runlane_sqs.core.values import encode_json
 from runlane_sqs.core.wakeup import Wakeup, parse_wakeup
-from runlane_sqs.ports.keys import KeyClaim, KeyConflict, KeyKind
+from runlane_sqs.ports.keys import KeyClaim, KeyConflict
 from runlane_sqs.ports.transport import ReceivedWakeup
 from tests.contract.store_backends import (
     LEASE,

@@ -11,14 +11,19 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.codec import run_state_attributes
 from runlane_sqs.adapters.dynamodb.requests import CLAIM_WRITES
 from runlane_sqs.core import machine
-from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.config import RunlaneConfig
-from runlane_sqs.core.indexes import FINISHED_SHARDS, SHARDS, AgendaKind, agenda_pk, shard_count
-from runlane_sqs.core.machine import Transition
+from runlane_sqs.core.indexes import (
+    FINISHED_SHARDS,
+    SHARDS,
+    AgendaKind,
+    agenda_pk,
+    shard_count,
+    status_pk,
+)
+from runlane_sqs.core.machine import HintedClaim, Transition
 from runlane_sqs.core.model import Run, RunStatus
 from runlane_sqs.core.wakeup import ClaimHint
 
@@ -124,8 +129,8 @@ def test_ten_thousand_runs_per_second_keep_every_partition_under_its_limit() -> 
     for run_id in run_ids(RUNS):
         partitions = {
             "agenda:prod#run": agenda_pk("prod", AgendaKind.RUN, run_id),
-            "by_status:prod#active": keys.status_pk("prod", RunStatus.QUEUED, run_id),
-            "by_status:prod#succeeded": keys.status_pk("prod", RunStatus.SUCCEEDED, run_id),
+            "by_status:prod#active": status_pk("prod", RunStatus.QUEUED, run_id),
+            "by_status:prod#succeeded": status_pk("prod", RunStatus.SUCCEEDED, run_id),
         }
         for group, units in pattern.items():
             load[f"{group.split(':')[0]}:{partitions[group]}"] += units * per_run

@@ -9,8 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from runlane_sqs.core import machine
-from runlane_sqs.core.claims import HintedClaim
-from runlane_sqs.core.machine import Transition
+from runlane_sqs.core.machine import HintedClaim, Transition
 from runlane_sqs.core.model import Run, RunStatus, Wait, WaitKind
 from runlane_sqs.core.wakeup import ClaimHint
 

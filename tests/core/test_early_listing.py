@@ -14,7 +14,6 @@ import pytest
 
 from runlane_sqs.adapters.dynamodb import codec, requests
 from runlane_sqs.core import machine
-from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.clock import to_epoch_ms
 from runlane_sqs.core.indexes import (
     AgendaKind,
@@ -23,6 +22,7 @@ from runlane_sqs.core.indexes import (
     eager_review_at,
     listed_at,
 )
+from runlane_sqs.core.machine import HintedClaim
 from runlane_sqs.core.model import Run, RunStatus
 from runlane_sqs.core.recovery import plan_publish, relist
 from runlane_sqs.core.retry import RetryDecision

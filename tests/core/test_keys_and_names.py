@@ -17,6 +17,8 @@ from runlane_sqs.core.indexes import (
     AgendaKind,
     agenda_partitions,
     agenda_pk,
+    status_partitions,
+    status_pk,
 )
 from runlane_sqs.core.model import RunStatus, is_run_id, new_lease_token, new_run_id
 from runlane_sqs.core.names import (
@@ -67,30 +69,30 @@ def test_idempotency_and_singleton_keys_are_scoped_by_kind_environment_and_task(
 def test_unfinished_runs_share_a_status_group_and_finished_ones_have_their_own() -> None:
     # shard 0x0123 % 32 = 3
     for status in (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.RELEASED):
-        assert keys.status_pk("prod", status, RUN_ID) == "prod#active#3"
+        assert status_pk("prod", status, RUN_ID) == "prod#active#3"
     for status in (RunStatus.PARKED, RunStatus.SUCCEEDED, RunStatus.FAILED):
-        assert keys.status_pk("prod", status, RUN_ID) == f"prod#{status.value}#3"
+        assert status_pk("prod", status, RUN_ID) == f"prod#{status.value}#3"
     # 0x0123 % 32 = 3, % 16 = 3, % 4 = 3; 0x0031 % 32 = 17, % 16 = 1, % 4 = 1
     other = "0031" + "0" * 28
-    assert keys.status_pk("prod", RunStatus.RUNNING, other) == "prod#active#17"
-    assert keys.status_pk("prod", RunStatus.FAILED, other) == "prod#failed#1"
-    assert keys.status_pk("prod", RunStatus.PARKED, other) == "prod#parked#1"
+    assert status_pk("prod", RunStatus.RUNNING, other) == "prod#active#17"
+    assert status_pk("prod", RunStatus.FAILED, other) == "prod#failed#1"
+    assert status_pk("prod", RunStatus.PARKED, other) == "prod#parked#1"
 
 
 def test_status_partitions_cover_every_shard_of_each_group_once() -> None:
-    partitions = keys.status_partitions("prod", [RunStatus.QUEUED, RunStatus.RETRYING])
+    partitions = status_partitions("prod", [RunStatus.QUEUED, RunStatus.RETRYING])
     assert partitions == [f"prod#active#{shard}" for shard in range(SHARDS)]
 
 
 def test_records_few_runs_write_have_few_shards() -> None:
     # parked runs and tokens: 4 partitions each, so a pass reads few empty ones
-    parked = keys.status_partitions("prod", [RunStatus.PARKED])
+    parked = status_partitions("prod", [RunStatus.PARKED])
     assert parked == [f"prod#parked#{shard}" for shard in range(FEW_SHARDS)]
     assert len(agenda_partitions("prod", "token")) == FEW_SHARDS
-    assert keys.status_pk("prod", RunStatus.PARKED, "0021" + "0" * 28) == "prod#parked#1"
-    assert keys.status_pk("prod", RunStatus.QUEUED, "0021" + "0" * 28) == "prod#active#1"
-    assert keys.status_pk("prod", RunStatus.QUEUED, "0023" + "0" * 28) == "prod#active#3"
-    assert keys.status_pk("prod", RunStatus.PARKED, "0027" + "0" * 28) == "prod#parked#3"
+    assert status_pk("prod", RunStatus.PARKED, "0021" + "0" * 28) == "prod#parked#1"
+    assert status_pk("prod", RunStatus.QUEUED, "0021" + "0" * 28) == "prod#active#1"
+    assert status_pk("prod", RunStatus.QUEUED, "0023" + "0" * 28) == "prod#active#3"
+    assert status_pk("prod", RunStatus.PARKED, "0027" + "0" * 28) == "prod#parked#3"
 
 
 def test_agenda_shard_is_taken_from_the_run_id() -> None:

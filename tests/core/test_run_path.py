@@ -42,7 +42,7 @@ def test_a_plain_run_passes_through_few_modules_and_switches_few_times() -> None
     assert "runlane_sqs/engine/message.py" in listed
 
 
-def test_the_attempt_runs_on_the_handler_thread_through_the_decisions() -> None:
+def test_the_attempt_runs_on_the_handler_thread() -> None:
     done = subprocess.run(
         [sys.executable, "-c", CALLING_THREAD],
         cwd=ROOT,
@@ -53,9 +53,8 @@ def test_the_attempt_runs_on_the_handler_thread_through_the_decisions() -> None:
     )
     calling = done.stdout.splitlines()
     _, text = run_path()
-    assert "runlane_sqs/engine/decisions.py" in text
     assert "runlane_sqs/engine/context.py" in text
-    assert "runlane_sqs/engine/decisions.py" not in calling
+    assert "runlane_sqs/engine/context.py" not in calling
 
 
 CALLING_THREAD = """

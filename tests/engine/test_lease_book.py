@@ -20,9 +20,8 @@ from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Lease, Run
 from runlane_sqs.core.recovery import expire_lease
 from runlane_sqs.engine.driver import Begin, CallHandler, ClaimHinted, End, Write
-from runlane_sqs.engine.leases import LeaseBook
 from runlane_sqs.engine.message import MessagePath
-from runlane_sqs.runtime.executor import LeaseKeeper, begin_attempt
+from runlane_sqs.runtime.executor import LeaseBook, LeaseKeeper, begin_attempt
 from runlane_sqs.testing import ManualClock, in_memory_app
 
 LOST = "lease lost; the attempt's writes will be refused"

@@ -33,13 +33,12 @@ from runlane_sqs.engine.driver import (
     drive,
 )
 from runlane_sqs.engine.finishing import Finish
-from runlane_sqs.engine.leases import LeaseBook
 from runlane_sqs.engine.message import MessagePath, always
 from runlane_sqs.engine.resuming import Recheck
 from runlane_sqs.engine.slots import RecheckSlot, WakeWaiters
 from runlane_sqs.engine.tasks import TaskRegistry
 from runlane_sqs.ports.transport import ReceivedWakeup
-from runlane_sqs.runtime.executor import begin_attempt
+from runlane_sqs.runtime.executor import LeaseBook, begin_attempt
 from runlane_sqs.testing import ManualClock, in_memory_app
 
 R = TypeVar("R")

@@ -24,8 +24,8 @@ from runlane_sqs import (
 )
 from runlane_sqs.adapters.memory.objects import InMemoryObjects
 from runlane_sqs.adapters.memory.transport import InMemoryTransport
-from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.groups import callback_run_id, child_run_id, next_group_id
+from runlane_sqs.core.machine import HintedClaim
 from runlane_sqs.core.wakeup import Wakeup, parse_wakeup
 from runlane_sqs.lambdas.consumer import NotAnSqsEvent, logical_queue, sqs_handler
 from runlane_sqs.ports.transport import ReceivedWakeup

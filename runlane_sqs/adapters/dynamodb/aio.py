@@ -10,15 +10,14 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from runlane_sqs.adapters.dynamodb import requests, slots
 from runlane_sqs.adapters.dynamodb.codec import applied, run_from_wire, run_in
-from runlane_sqs.adapters.dynamodb.errors import AsyncSend, Refused, refused, translate
+from runlane_sqs.adapters.dynamodb.errors import AsyncSend, Refused, refusal_of, translate
 from runlane_sqs.adapters.dynamodb.replays import (
     refused_claim,
     refused_transition,
 )
 from runlane_sqs.adapters.dynamodb.requests import Request
-from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.errors import LeaseLost, StorageUnavailable
-from runlane_sqs.core.machine import Transition
+from runlane_sqs.core.machine import HintedClaim, Transition
 from runlane_sqs.core.model import Lease, Run
 
 
@@ -40,7 +39,7 @@ class AsyncSender:
         try:
             response: dict[str, Any] = await self(operation, request)
         except ClientError as exc:
-            return refused(exc)
+            return refusal_of(exc)
         return response
 
 

@@ -17,7 +17,7 @@ from urllib.parse import quote, unquote
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.items import EventMap, RunItem, TokenItem
 from runlane_sqs.core.clock import EPOCH, ONE_MS
-from runlane_sqs.core.indexes import agenda_entry, agenda_pk, listed_at
+from runlane_sqs.core.indexes import agenda_entry, agenda_pk, run_listing
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import (
     TERMINAL_STATUSES,
@@ -104,8 +104,7 @@ _KEEPS_WAIT = frozenset({RunStatus.RELEASED, RunStatus.PARKED})
 def run_state_attributes(run: Run) -> dict[str, Any]:
     """The python values of every state attribute (``None`` means absent)."""
     lease = run.lease
-    entry = agenda_entry(run)
-    listed = listed_at(run)
+    listing = run_listing(run)
     waiting = run.waiting if run.status in _KEEPS_WAIT else None
     slot_wait = run.slot_wait if run.status.is_runnable else None
     return {
@@ -137,9 +136,9 @@ def run_state_attributes(run: Run) -> dict[str, Any]:
         "turn_wait": 1 if run.turn_wait else None,
         "wait_pk": wait_partition(run),
         "wait_sk": wait_sort_key(run) if waiting or slot_wait else None,
-        "status_pk": keys.status_pk(run.environment, run.status, run.id),
-        "agenda_pk": agenda_pk(run.environment, entry[0], run.id) if entry else None,
-        "agenda_at": _ms(listed) if listed else None,
+        "status_pk": listing.status_pk,
+        "agenda_pk": listing.agenda_pk,
+        "agenda_at": _ms(listing.agenda_at) if listing.agenda_at else None,
     }
 
 

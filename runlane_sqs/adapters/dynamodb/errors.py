@@ -148,7 +148,7 @@ class Refused:
     for it (``ReturnValuesOnConditionCheckFailure=ALL_OLD``) and there was one."""
 
 
-def refused(exc: ClientError) -> Refused:
+def refusal_of(exc: ClientError) -> Refused:
     """The refusal ``exc`` reports; ``exc`` itself is raised again unless its condition
     failed."""
     if error_code(exc) != CONDITION_FAILED:

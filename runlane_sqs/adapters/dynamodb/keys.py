@@ -7,16 +7,7 @@ idempotency and singleton keys may contain any printable character.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-from runlane_sqs.core.indexes import (
-    shard_count,
-    shard_of,
-    status_group,
-    status_groups,
-)
-from runlane_sqs.core.model import RunStatus
-from runlane_sqs.ports.keys import KeyKind
+from runlane_sqs.core.model import KeyKind
 
 RUN_PREFIX = "RUN#"
 RUN_SK = "RUN"
@@ -133,21 +124,6 @@ RATE_SK = "RATE"
 def rate_key(environment: str, scope: str) -> dict[str, dict[str, str]]:
     """The record of a rate limit's scope (its TAT)."""
     return {"pk": {"S": f"{RATE_PREFIX}{environment}#{scope}"}, "sk": {"S": RATE_SK}}
-
-
-def status_pk(environment: str, status: RunStatus, run_id: str) -> str:
-    """The status-index partition of one run: its status group and its shard."""
-    group = status_group(status)
-    return f"{environment}#{group}#{shard_of(run_id, group)}"
-
-
-def status_partitions(environment: str, statuses: Iterable[RunStatus]) -> list[str]:
-    """Every status-index partition that may hold runs of ``statuses``."""
-    return [
-        f"{environment}#{group}#{shard}"
-        for group in status_groups(statuses)
-        for shard in range(shard_count(group))
-    ]
 
 
 def created_sk(created_at_ms: int, run_id: str) -> str:

@@ -7,7 +7,7 @@ every shard of every group its statuses live in. Entries sort by ``created_sk``
 position: the ``created_sk`` the next page starts below. Every page queries each
 partition below that position, so a page never repeats or skips a run. The cursor also
 names its environment and which partitions are read to their end (a bit each, in the
-order of :func:`~runlane_sqs.adapters.dynamodb.keys.status_partitions`), which later
+order of :func:`~runlane_sqs.core.indexes.status_partitions`), which later
 pages do not query again.
 """
 
@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from runlane_sqs.adapters.dynamodb import keys, requests
+from runlane_sqs.adapters.dynamodb import requests
 from runlane_sqs.adapters.dynamodb.cursors import (
     QueryAll,
     decode_object,
@@ -25,6 +25,7 @@ from runlane_sqs.adapters.dynamodb.cursors import (
     invalid_cursor,
 )
 from runlane_sqs.core.clock import from_epoch_ms, to_epoch_ms
+from runlane_sqs.core.indexes import status_partitions
 from runlane_sqs.ports.store import RunQuery
 
 POSITION = re.compile(r"\d{13}#[0-9a-f]{32}")
@@ -126,7 +127,7 @@ def list_run_keys(
 ) -> tuple[list[dict[str, Any]], str | None]:
     """Keys of the next ``limit`` runs of the query's status groups (the caller keeps
     the runs of the asked statuses), newest first, and the next cursor."""
-    partitions = keys.status_partitions(environment, query.statuses)
+    partitions = status_partitions(environment, query.statuses)
     below, done = _start(cursor, environment, len(partitions))
     after, before = _bounds(query)
     if below is not None and (before is None or below < before):

@@ -20,10 +20,9 @@ from runlane_sqs.adapters.dynamodb.codec import (
     run_from_wire,
     run_state_attributes,
 )
-from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.clock import to_epoch_ms
 from runlane_sqs.core.errors import ConflictError
-from runlane_sqs.core.machine import Transition
+from runlane_sqs.core.machine import HintedClaim, Transition
 from runlane_sqs.core.model import Run, RunEvent
 
 log = logging.getLogger("runlane_sqs.storage")

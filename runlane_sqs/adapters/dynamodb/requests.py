@@ -42,11 +42,10 @@ from runlane_sqs.adapters.dynamodb.items import (
     TokenItem,
 )
 from runlane_sqs.core.batches import Append, Fill
-from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.clock import to_epoch_ms
 from runlane_sqs.core.debounce import Collapse
 from runlane_sqs.core.indexes import AgendaKind, agenda_pk
-from runlane_sqs.core.machine import Transition
+from runlane_sqs.core.machine import HintedClaim, Transition
 from runlane_sqs.core.model import (
     LEASED_STATUSES,
     RUNNABLE_STATUSES,

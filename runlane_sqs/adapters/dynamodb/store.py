@@ -41,7 +41,7 @@ from runlane_sqs.adapters.dynamodb.errors import (
     Refused,
     Send,
     cancellation_reasons,
-    refused,
+    refusal_of,
     refused_as_malformed,
     translate,
 )
@@ -66,7 +66,6 @@ from runlane_sqs.adapters.dynamodb.schedules import DynamoScheduleStore
 from runlane_sqs.adapters.dynamodb.slots import DynamoSlotStore, apply_slotted, transaction
 from runlane_sqs.adapters.dynamodb.transactions import DynamoTransactions, creation_actions
 from runlane_sqs.core.batches import Append, Fill
-from runlane_sqs.core.claims import HintedClaim
 from runlane_sqs.core.clock import EPOCH, from_epoch_ms, to_epoch_ms
 from runlane_sqs.core.debounce import Collapse
 from runlane_sqs.core.errors import (
@@ -76,8 +75,8 @@ from runlane_sqs.core.errors import (
     StorageError,
     StorageUnavailable,
 )
-from runlane_sqs.core.machine import Transition
-from runlane_sqs.core.model import Lease, Run, RunEvent, WaitKind
+from runlane_sqs.core.machine import HintedClaim, Transition
+from runlane_sqs.core.model import KeyKind, Lease, Run, RunEvent, WaitKind
 from runlane_sqs.core.ordering import Place
 from runlane_sqs.core.rate_deploys import Spacing
 from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenDecision, TokenNotFound
@@ -90,7 +89,7 @@ from runlane_sqs.core.values import (
     references_in,
     run_references,
 )
-from runlane_sqs.ports.keys import KeyClaim, KeyConflict, KeyHolder, KeyKind
+from runlane_sqs.ports.keys import KeyClaim, KeyConflict, KeyHolder
 from runlane_sqs.ports.store import RunQuery
 
 log = logging.getLogger("runlane_sqs.store")
@@ -137,7 +136,7 @@ class Sender:
         try:
             response: dict[str, Any] = self(operation, request)
         except ClientError as exc:
-            return refused(exc)
+            return refusal_of(exc)
         return response
 
 

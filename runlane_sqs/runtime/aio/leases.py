@@ -1,5 +1,6 @@
-"""Heartbeats of the async worker: the decisions of :class:`~runlane_sqs.engine.leases.LeaseBook`,
-renewals sent concurrently on the event loop."""
+"""Heartbeats of the async worker: the decisions of
+:class:`~runlane_sqs.runtime.executor.LeaseBook`, renewals sent concurrently on the
+event loop."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from datetime import timedelta
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.errors import RunlaneError
 from runlane_sqs.core.model import Lease, Run
-from runlane_sqs.engine.leases import LeaseBook, TrackedAttempt
 from runlane_sqs.ports.aio import AsyncRunStore
+from runlane_sqs.runtime.executor import LeaseBook, TrackedAttempt
 
 log = logging.getLogger("runlane_sqs.worker")
 
