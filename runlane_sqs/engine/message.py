@@ -207,8 +207,9 @@ class MessagePath:
         )
 
     def _wakeup(self, wakeup: Wakeup, message: ReceivedWakeup) -> Handling:
-        hinted = self._hinted_claim(wakeup)
-        if hinted is None:
+        task = self.tasks.get(wakeup.hint.task) if wakeup.hint is not None else None
+        hinted = self._hinted_claim(wakeup, task)
+        if hinted is None or task is None:
             run: Run | None = yield ReadRun(wakeup.run_id)
         else:
             try:
@@ -216,15 +217,15 @@ class MessagePath:
             except ConflictError as conflict:  # the run moved on: decide on what it is now
                 run = conflict.current
             else:
-                return (yield from self._claimed(claimed, wakeup, message.message_id))
+                return (yield from self._claimed(claimed, task, wakeup, message.message_id))
         if run is None:
             return self._skip(wakeup, SkipReason.UNKNOWN_RUN)
         return (yield from self._read(wakeup, run, message))
 
-    def _hinted_claim(self, wakeup: Wakeup) -> HintedClaim | None:
-        """The one-write claim a wakeup's hint allows, if it names a task registered here."""
+    def _hinted_claim(self, wakeup: Wakeup, task: Task | None) -> HintedClaim | None:
+        """The one-write claim a wakeup's hint allows, if it names ``task``, registered
+        here."""
         hint = wakeup.hint
-        task = self.tasks.get(hint.task) if hint is not None else None
         if hint is None or task is None or self.tasks.limited(task, wakeup.queue):
             return None  # a claim that takes slots reads the run first
         if task.pin_version and hint.attempt > 0:
@@ -291,7 +292,7 @@ class MessagePath:
             except NoFreeSlot as full:
                 slot = next(s for s in slots if s.scope == full.scope)
                 return (yield from wait_for_free_slot(run, slot, full.holders, self))
-            return (yield from self._claimed(claimed, wakeup, message.message_id))
+            return (yield from self._claimed(claimed, task, wakeup, message.message_id))
         log.warning(
             "run %s: its claims kept coming later than its reserved starts; its wakeup is "
             "left for redelivery",
@@ -318,18 +319,19 @@ class MessagePath:
             return (yield from wait_for_quiet(run, message, self))
         return self._skip(wakeup, reason, run)
 
-    def _claimed(self, claimed: Run, wakeup: Wakeup, message_id: str | None) -> Handling:
+    def _claimed(
+        self, claimed: Run, task: Task, wakeup: Wakeup, message_id: str | None
+    ) -> Handling:
         """Run the attempt of a claimed run, or give it back unrun if the claim came back
         late or the caller's time to start attempts is over (a Lambda invocation's
         safety margin)."""
-        late = claimed_too_late(claimed, self.clock.now(), self.config.lease_duration)
+        now = self.clock.now()
+        late = claimed_too_late(claimed, now, self.config.lease_duration)
         if late or not self.may_start():
             return (
                 yield from withdraw(claimed, Withdrawal.LATE if late else Withdrawal.DEADLINE, self)
             )
-        task = self.tasks.get(claimed.task)
-        assert task is not None  # claims are only made for registered tasks
-        yield from self.attempt(task, claimed, wakeup, message_id)
+        yield from self.attempt(task, claimed, now, wakeup, message_id)
         return Disposition.EXECUTED
 
     def _unknown_task(self, wakeup: Wakeup, run: Run, receives: int) -> Handling:
@@ -356,31 +358,38 @@ class MessagePath:
         self,
         task: Task,
         run: Run,
+        started: datetime,
         wakeup: Wakeup | None = None,
         message_id: str | None = None,
     ) -> PathPart:
-        """One attempt of a claimed run and its recorded outcome, in the attempt's span;
-        returns the stored run (``None`` when the lease was lost and nothing was
-        recorded)."""
+        """One attempt of a claimed run, starting at ``started``, and its recorded outcome,
+        in the attempt's span; returns the stored run (``None`` when the lease was lost
+        and nothing was recorded)."""
         span = self.observer.attempt(run, message_id, wakeup.trace if wakeup else None)
-        started = self.clock.now()
         requested_at = wakeup.requested_at if wakeup else None
         try:
-            stored = yield from self._attempt(task, run, span, requested_at)
-            elapsed = (self.clock.now() - started).total_seconds()
-            self.observer.attempt_ended(run, stored, elapsed, span)
+            stored = yield from self._attempt(task, run, span, started, requested_at)
+            ended = stored.updated_at if stored is not None else self.clock.now()
+            self.observer.attempt_ended(run, stored, (ended - started).total_seconds(), span)
         finally:  # also when the driver abandons the attempt
             span.end()
         return stored
 
-    def _attempt(self, task: Task, run: Run, span: Span, requested_at: datetime | None) -> PathPart:
+    def _attempt(
+        self,
+        task: Task,
+        run: Run,
+        span: Span,
+        started: datetime,
+        requested_at: datetime | None,
+    ) -> PathPart:
         token = machine.lease_token(run)
         ctx: TaskContext = yield Begin(run, token)
         if not self.may_start():  # the deadline passed while it began: cancel at once
             ctx.cancellation.set()
         if span.trace_id is not None:
             ctx.trace(span.trace_id)
-        self.observer.attempt_started(run, self.clock.now(), requested_at)
+        self.observer.attempt_started(run, started, requested_at)
         ctx.log.info("attempt %d started", run.attempt)
         decide: Decide
         try:
@@ -450,7 +459,7 @@ class MessagePath:
         maintenance (which publishes due runs and polls waits); the message still counts
         as executed."""
         log_outcome(run, ctx)
-        call = follow_up_call(run, self.clock.now())
+        call = follow_up_call(run, self.clock)
         if call is None:
             return
         try:
@@ -464,15 +473,16 @@ class MessagePath:
             )
 
 
-def follow_up_call(run: Run, now: datetime) -> DriverCall | EngineCall | None:
+def follow_up_call(run: Run, clock: Clock) -> DriverCall | EngineCall | None:
     """What an attempt's recorded outcome calls for next, if anything: the finished run's
-    bookkeeping, the next wakeup, or a recheck of the wait it released to."""
+    bookkeeping, the next wakeup (``clock`` says how soon), or a recheck of the wait it
+    released to."""
     next_step = follow_up(run)
     if next_step is FollowUp.FINISHED:
         return Finish(run)
     if next_step is FollowUp.PUBLISH:
         assert run.due_at is not None
-        return Publish(run, run.due_at - now)
+        return Publish(run, run.due_at - clock.now())
     if next_step is FollowUp.RECHECK:
         return Recheck(run)
     return None
