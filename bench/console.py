@@ -39,7 +39,8 @@ from bench.maintenance_scale import (
     succeeded_item,
 )
 from runlane_sqs import ManualClock, Schedule
-from runlane_sqs.adapters.dynamodb.codec import AttributeMap, run_to_wire
+from runlane_sqs.adapters.dynamodb.items import AttributeMap
+from runlane_sqs.adapters.dynamodb.runs import run_to_wire
 from runlane_sqs.console.server import ConsoleSettings, console_app
 from runlane_sqs.core import machine
 from runlane_sqs.core.machine import Transition

@@ -19,7 +19,8 @@ import boto3
 
 from bench.backends import Backend
 from bench.counting import Counts, RequestCounter
-from runlane_sqs.adapters.dynamodb.codec import AttributeMap, run_to_wire
+from runlane_sqs.adapters.dynamodb.items import AttributeMap
+from runlane_sqs.adapters.dynamodb.runs import run_to_wire
 from runlane_sqs.core import machine
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Run, new_lease_token, new_run_id

@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Unpack
 
-from runlane_sqs.adapters.dynamodb.codec import run_from_wire
 from runlane_sqs.adapters.dynamodb.items import table_definition
 from runlane_sqs.adapters.dynamodb.keys import RUN_SK, run_pk
+from runlane_sqs.adapters.dynamodb.runs import run_from_wire
 from runlane_sqs.adapters.dynamodb.store import DynamoRunStore
 from runlane_sqs.adapters.memory.dynamodb import InMemoryDynamoDB
 from runlane_sqs.adapters.memory.objects import InMemoryObjects

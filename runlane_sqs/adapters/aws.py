@@ -47,8 +47,9 @@ DEFAULT_BOTOCORE_CONFIG = Config(
     connect_timeout=5,
     read_timeout=30,
     max_pool_connections=50,
-    # Requests come from the builders in adapters/dynamodb/requests.py and
-    # adapters/sqs/transport.py, not from user input; AWS validates them anyway.
+    # Requests come from the builders in adapters/dynamodb/ (runs.py, tokens.py,
+    # requests.py and each record's module) and adapters/sqs/transport.py, not from
+    # user input; AWS validates them anyway.
     # Client-side validation cost about a millisecond of CPU per run
     # (docs/performance.md).
     parameter_validation=False,

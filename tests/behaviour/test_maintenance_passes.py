@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from runlane_sqs import EventType, Runlane, RunStatus
-from runlane_sqs.adapters.dynamodb.codec import run_to_wire
+from runlane_sqs.adapters.dynamodb.runs import run_to_wire
 from runlane_sqs.core import machine
 from runlane_sqs.core.clock import ManualClock
 from runlane_sqs.core.indexes import (

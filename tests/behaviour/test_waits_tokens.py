@@ -29,7 +29,7 @@ from runlane_sqs import (
     TaskContext,
 )
 from runlane_sqs.adapters.dynamodb import keys
-from runlane_sqs.adapters.dynamodb.codec import events_from_item, item_from_wire, run_from_wire
+from runlane_sqs.adapters.dynamodb.runs import events_from_item, item_from_wire, run_from_wire
 from runlane_sqs.core.model import Run, WaitKind
 from runlane_sqs.core.tokens import TokenAlreadyDecided, TokenDecision, TokenNotFound, TokenStatus
 from runlane_sqs.engine.maintenance import Maintenance

@@ -22,7 +22,7 @@ from bench.console import (
 )
 from bench.maintenance_scale import MOTO_SEED_LIMIT_SECONDS, moto_skip
 from bench.targets import console_targets
-from runlane_sqs.adapters.dynamodb.codec import run_from_wire
+from runlane_sqs.adapters.dynamodb.runs import run_from_wire
 from runlane_sqs.core.model import RunStatus
 
 IN_PROCESS = Backend("moto", {}, "in-process moto", authoritative_capacity=False)

@@ -12,7 +12,7 @@ import pytest
 
 from runlane_sqs import StorageUnavailable
 from runlane_sqs.adapters.dynamodb import keys
-from runlane_sqs.adapters.dynamodb.codec import run_to_wire
+from runlane_sqs.adapters.dynamodb.runs import run_to_wire
 from runlane_sqs.adapters.dynamodb.store import (
     BATCH_GET_ATTEMPTS,
     BATCH_GET_FIRST_WAIT_SECONDS,

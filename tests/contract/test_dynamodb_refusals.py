@@ -18,8 +18,8 @@ import pytest
 from botocore.exceptions import ClientError, ParamValidationError
 
 from runlane_sqs import StorageError, StorageUnavailable
-from runlane_sqs.adapters.dynamodb.codec import token_to_wire
 from runlane_sqs.adapters.dynamodb.store import DynamoRunStore
+from runlane_sqs.adapters.dynamodb.tokens import token_to_wire
 from runlane_sqs.core.model import WaitKind
 from runlane_sqs.core.tokens import (
     Token,

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from runlane_sqs.adapters.dynamodb.codec import run_to_wire
 from runlane_sqs.adapters.dynamodb.replays import landed_creation, landed_transition
+from runlane_sqs.adapters.dynamodb.runs import run_to_wire
 from runlane_sqs.core import machine
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Run, RunEvent, RunStatus

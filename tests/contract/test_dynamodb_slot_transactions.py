@@ -13,7 +13,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from runlane_sqs import ConflictError, StorageUnavailable
-from runlane_sqs.adapters.dynamodb.codec import run_to_wire
+from runlane_sqs.adapters.dynamodb.runs import run_to_wire
 from runlane_sqs.adapters.dynamodb.slots import TRANSACTION_ATTEMPTS, transaction
 from runlane_sqs.adapters.dynamodb.store import DynamoRunStore
 from runlane_sqs.core import machine

@@ -11,8 +11,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from runlane_sqs.adapters.dynamodb.codec import run_state_attributes
-from runlane_sqs.adapters.dynamodb.requests import CLAIM_WRITES
+from runlane_sqs.adapters.dynamodb.runs import CLAIM_WRITES, run_state_attributes
 from runlane_sqs.core import machine
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.indexes import (

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from runlane_sqs.adapters.dynamodb import codec, expressions, keys, requests
+from runlane_sqs.adapters.dynamodb import expressions, keys, runs
 from runlane_sqs.core import machine
 from runlane_sqs.core.clock import to_epoch_ms
 from runlane_sqs.core.indexes import agenda_pk
@@ -43,7 +43,7 @@ def make_run(**changes: Any) -> Run:
 
 
 def round_trip(run: Run) -> Run:
-    return codec.run_from_wire(codec.run_to_wire(run, [], json.dumps(run.payload)))
+    return runs.run_from_wire(runs.run_to_wire(run, [], json.dumps(run.payload)))
 
 
 RUNS = {
@@ -97,9 +97,9 @@ def test_a_run_read_back_is_never_marked_created() -> None:
 
 def test_the_payload_comes_from_its_stored_json() -> None:
     run = make_run()
-    wire = codec.run_to_wire(run, [], '{"to":"b@example.com","n":[1,2]}')
+    wire = runs.run_to_wire(run, [], '{"to":"b@example.com","n":[1,2]}')
     assert wire["payload"] == {"S": '{"to":"b@example.com","n":[1,2]}'}
-    assert codec.run_from_wire(wire).payload == {"to": "b@example.com", "n": [1, 2]}
+    assert runs.run_from_wire(wire).payload == {"to": "b@example.com", "n": [1, 2]}
 
 
 def test_falsy_results_survive_the_wire() -> None:
@@ -110,7 +110,7 @@ def test_falsy_results_survive_the_wire() -> None:
 
 def test_times_are_stored_as_epoch_milliseconds() -> None:
     run = RUNS["running"]
-    wire = codec.run_to_wire(run, [], "{}")
+    wire = runs.run_to_wire(run, [], "{}")
     assert wire["created_at"] == {"N": str(to_epoch_ms(NOW))}
     assert wire["lease_expires_at"] == {"N": str(to_epoch_ms(LEASE.expires_at))}
     assert wire["pk"] == {"S": keys.run_pk("prod", RUN_ID)}
@@ -119,7 +119,7 @@ def test_times_are_stored_as_epoch_milliseconds() -> None:
 
 
 def test_absent_values_are_absent_attributes() -> None:
-    wire = codec.run_to_wire(make_run(), [], "{}")
+    wire = runs.run_to_wire(make_run(), [], "{}")
     for name in ("lease_owner", "lease_token", "result", "failure", "idempotency_key"):
         assert name not in wire
 
@@ -139,8 +139,8 @@ def test_events_survive_the_wire_in_order() -> None:
             data={"failure": FAILURE.to_json(), "retry_at": NOW.isoformat()},
         ),
     ]
-    item = codec.item_from_wire(codec.run_to_wire(make_run(seq=3), events, "{}"))
-    assert codec.events_from_item(item) == events
+    item = runs.item_from_wire(runs.run_to_wire(make_run(seq=3), events, "{}"))
+    assert runs.events_from_item(item) == events
 
 
 # index attributes -------------------------------------------------------------------
@@ -149,7 +149,7 @@ def test_events_survive_the_wire_in_order() -> None:
 @pytest.mark.parametrize("status", [RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED])
 def test_terminal_runs_are_not_on_the_agenda(status: RunStatus) -> None:
     run = make_run(status=status, due_at=NOW, lease=LEASE)
-    wire = codec.run_to_wire(run, [], "{}")
+    wire = runs.run_to_wire(run, [], "{}")
     assert "agenda_pk" not in wire
     assert "agenda_at" not in wire
     assert wire["status_pk"] == {"S": f"prod#{status.value}#11"}  # shard 0x89ab % 16
@@ -157,7 +157,7 @@ def test_terminal_runs_are_not_on_the_agenda(status: RunStatus) -> None:
 
 def test_a_leased_run_is_on_the_agenda_at_its_lease_expiry() -> None:
     run = make_run(status=RunStatus.RUNNING, due_at=None, lease=LEASE)
-    wire = codec.run_to_wire(run, [], "{}")
+    wire = runs.run_to_wire(run, [], "{}")
     assert wire["agenda_at"] == {"N": str(to_epoch_ms(LEASE.expires_at))}
     assert wire["agenda_pk"] == {"S": agenda_pk("prod", "run", RUN_ID)}
     assert wire["status_pk"] == {"S": "prod#active#11"}
@@ -168,26 +168,26 @@ def test_a_leased_run_with_an_earlier_deadline_is_on_the_agenda_at_the_deadline(
     run = make_run(
         status=RunStatus.CANCEL_REQUESTED, due_at=None, lease=LEASE, deadline_at=deadline
     )
-    wire = codec.run_to_wire(run, [], "{}")
+    wire = runs.run_to_wire(run, [], "{}")
     assert wire["agenda_at"] == {"N": str(to_epoch_ms(deadline))}
 
 
 @pytest.mark.parametrize("status", [RunStatus.QUEUED, RunStatus.RETRYING, RunStatus.RELEASED])
 def test_a_runnable_run_is_on_the_agenda_at_its_due_time(status: RunStatus) -> None:
     due = NOW + timedelta(hours=3)
-    wire = codec.run_to_wire(make_run(status=status, due_at=due), [], "{}")
+    wire = runs.run_to_wire(make_run(status=status, due_at=due), [], "{}")
     assert wire["agenda_at"] == {"N": str(to_epoch_ms(due))}
     assert wire["agenda_pk"] == {"S": agenda_pk("prod", "run", RUN_ID)}
 
 
 def test_a_run_whose_wakeup_was_published_is_on_the_agenda_at_its_wake_time() -> None:
     wake = NOW + timedelta(minutes=5)
-    wire = codec.run_to_wire(make_run(wake_at=wake), [], "{}")
+    wire = runs.run_to_wire(make_run(wake_at=wake), [], "{}")
     assert wire["agenda_at"] == {"N": str(to_epoch_ms(wake))}
 
 
 def test_a_run_waiting_without_a_due_time_is_not_on_the_agenda() -> None:
-    wire = codec.run_to_wire(RUNS["released without a due time"], [], "{}")
+    wire = runs.run_to_wire(RUNS["released without a due time"], [], "{}")
     assert "agenda_pk" not in wire
     assert "agenda_at" not in wire
 
@@ -247,7 +247,7 @@ def claim(run: Run) -> Transition:
 
 def test_a_claim_is_conditioned_on_the_sequence_only() -> None:
     transition = claim(queued_run())
-    request = requests.apply_transition("runs", transition)
+    request = runs.apply_transition("runs", transition)
     update = Update(request)
     assert request["TableName"] == "runs"
     assert request["Key"] == keys.run_key("prod", RUN_ID)
@@ -267,7 +267,7 @@ def test_a_claim_is_conditioned_on_the_sequence_only() -> None:
 def test_an_attempt_outcome_is_fenced_on_the_lease_token() -> None:
     running = claim(queued_run()).after
     transition = machine.record_success(running, token="tok-1", result={"ok": 1}, now=NOW)
-    update = Update(requests.apply_transition("runs", transition))
+    update = Update(runs.apply_transition("runs", transition))
     assert update.required == {"seq": 2, "lease_token": "tok-1"}
     assert " AND " in update.condition_text
     assert update.set["status"] == "succeeded"
@@ -281,7 +281,7 @@ def test_an_attempt_outcome_is_fenced_on_the_lease_token() -> None:
 def test_unchanged_state_is_not_rewritten() -> None:
     running = claim(queued_run()).after
     transition = machine.record_success(running, token="tok-1", result=None, now=NOW)
-    update = Update(requests.apply_transition("runs", transition))
+    update = Update(runs.apply_transition("runs", transition))
     written = set(update.set) | update.removed
     assert "attempt" not in written
     assert "result" not in written
@@ -295,7 +295,7 @@ def test_a_final_failure_appends_both_events_in_order() -> None:
     transition = machine.record_failure(
         running, token="tok-1", failure=FAILURE, decision=RetryDecision(None), now=NOW
     )
-    update = Update(requests.apply_transition("runs", transition))
+    update = Update(runs.apply_transition("runs", transition))
     assert [(e["seq"], e["type"]) for e in update.appended["events"]] == [
         (3, "attempt_failed"),
         (4, "failed"),
@@ -312,7 +312,7 @@ def test_a_retry_puts_the_run_back_on_the_due_agenda() -> None:
     transition = machine.record_failure(
         running, token="tok-1", failure=FAILURE, decision=RetryDecision(retry_at), now=NOW
     )
-    update = Update(requests.apply_transition("runs", transition))
+    update = Update(runs.apply_transition("runs", transition))
     assert update.set["status"] == "retrying"
     assert update.set["due_at"] == to_epoch_ms(retry_at)
     assert update.set["agenda_at"] == to_epoch_ms(retry_at)
@@ -329,7 +329,7 @@ def test_guarded_attributes_join_the_condition() -> None:
         events=(),
         guard=("publishes", "due_at"),
     )
-    update = Update(requests.apply_transition("runs", transition))
+    update = Update(runs.apply_transition("runs", transition))
     assert update.required == {"seq": 1, "due_at": to_epoch_ms(NOW)}
     assert update.required_absent == {"publishes"}
     assert update.set["publishes"] == 1
@@ -342,29 +342,29 @@ def test_appended_events_are_stored_as_a_new_run_stores_them() -> None:
     transition = machine.record_failure(
         running, token="tok-1", failure=FAILURE, decision=RetryDecision(None), now=NOW
     )
-    request = requests.apply_transition("runs", transition)
+    request = runs.apply_transition("runs", transition)
     (appended,) = (v["L"] for v in request["ExpressionAttributeValues"].values() if "L" in v)
-    stored = codec.run_to_wire(transition.after, list(transition.events), "{}")["events"]["L"]
+    stored = runs.run_to_wire(transition.after, list(transition.events), "{}")["events"]["L"]
     assert appended == stored
-    item = codec.item_from_wire({**codec.run_to_wire(running, [], "{}"), "events": {"L": appended}})
-    assert codec.events_from_item(item) == list(transition.events)
+    item = runs.item_from_wire({**runs.run_to_wire(running, [], "{}"), "events": {"L": appended}})
+    assert runs.events_from_item(item) == list(transition.events)
 
 
 def test_step_names_with_path_characters_are_written_as_one_map_key() -> None:
     running = claim(queued_run()).after
     after = running.with_changes(steps={"fetch.v2[0]": {"n": 1}}, seq=running.seq + 1)
-    request = requests.apply_transition("runs", Transition(before=running, after=after, events=()))
+    request = runs.apply_transition("runs", Transition(before=running, after=after, events=()))
     names = request["ExpressionAttributeNames"]
     (path,) = re.findall(r"(#\w+\.#\w+) = :\w+", request["UpdateExpression"])
     assert [names[part] for part in path.split(".")] == ["steps", "fetch.v2%5B0%5D"]
-    assert codec.map_key("fetch.v2[0]") == "fetch.v2%5B0%5D"
+    assert runs.map_key("fetch.v2[0]") == "fetch.v2%5B0%5D"
 
 
 def test_a_run_item_missing_a_required_attribute_is_a_clear_error() -> None:
-    wire = codec.run_to_wire(make_run(), [], "{}")
+    wire = runs.run_to_wire(make_run(), [], "{}")
     del wire["task"]
     with pytest.raises(ValueError, match="run item without 'task'"):
-        codec.run_from_wire(wire)
+        runs.run_from_wire(wire)
 
 
 def test_a_value_of_the_wrong_type_is_refused_before_it_is_sent() -> None:

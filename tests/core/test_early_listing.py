@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from runlane_sqs.adapters.dynamodb import codec, requests
+from runlane_sqs.adapters.dynamodb import runs
 from runlane_sqs.core import machine
 from runlane_sqs.core.clock import to_epoch_ms
 from runlane_sqs.core.indexes import (
@@ -66,7 +66,7 @@ def test_a_published_run_is_listed_at_its_due_time_plus_the_lease_duration() -> 
     assert agenda_entry(run) == (AgendaKind.RUN, NOW + POLICY.after)
     assert run.review_at == NOW + LEASE
     assert listed_at(run) == NOW + LEASE
-    assert codec.run_to_wire(run, [], "null")["agenda_at"] == {"N": str(to_epoch_ms(NOW + LEASE))}
+    assert runs.run_to_wire(run, [], "null")["agenda_at"] == {"N": str(to_epoch_ms(NOW + LEASE))}
 
 
 def test_a_delayed_run_is_listed_a_lease_duration_past_its_due_time() -> None:
@@ -94,9 +94,9 @@ def test_no_early_listing_when_it_would_not_be_earlier(
 
 def test_the_early_listing_survives_the_wire_only_while_it_is_earlier() -> None:
     run = published()
-    assert codec.run_from_wire(codec.run_to_wire(run, [], "null")).review_at == NOW + LEASE
+    assert runs.run_from_wire(runs.run_to_wire(run, [], "null")).review_at == NOW + LEASE
     plain = replace(run, review_at=None)
-    assert codec.run_from_wire(codec.run_to_wire(plain, [], "null")).review_at is None
+    assert runs.run_from_wire(runs.run_to_wire(plain, [], "null")).review_at is None
 
 
 def test_every_state_change_ends_the_early_listing() -> None:
@@ -144,7 +144,7 @@ def test_the_hint_carries_the_early_listing() -> None:
 def test_a_claim_within_the_lease_keeps_the_listing_and_requires_it() -> None:
     claim = hinted_claim(published())
     assert claim.keeps_listing()
-    update = Update(requests.claim_hinted("runs", claim))
+    update = Update(runs.claim_hinted("runs", claim))
     assert "agenda_at" not in update.set and "agenda_pk" not in update.set
     assert update.required["agenda_at"] == to_epoch_ms(NOW + LEASE)
     assert update.set["status"] == "running"
@@ -161,7 +161,7 @@ def test_a_claim_within_the_lease_keeps_the_listing_and_requires_it() -> None:
 def test_a_claim_that_would_outlive_its_listing_moves_it(changes: dict[str, Any]) -> None:
     claim = hinted_claim(published(), **changes)
     assert not claim.keeps_listing()
-    update = Update(requests.claim_hinted("runs", claim))
+    update = Update(runs.claim_hinted("runs", claim))
     assert update.set["agenda_at"] == to_epoch_ms(listed_at(claim.blind().after))  # type: ignore[arg-type]
     assert "agenda_at" not in update.required
 
@@ -169,7 +169,7 @@ def test_a_claim_that_would_outlive_its_listing_moves_it(changes: dict[str, Any]
 def test_a_claim_without_an_early_listing_moves_the_entry() -> None:
     claim = hinted_claim(published(policy=RepublishPolicy()))
     assert not claim.keeps_listing()
-    assert "agenda_at" in Update(requests.claim_hinted("runs", claim)).set
+    assert "agenda_at" in Update(runs.claim_hinted("runs", claim)).set
 
 
 def test_the_claim_holds_only_on_a_run_still_listed_as_hinted() -> None:
@@ -187,7 +187,7 @@ def test_a_run_looked_at_early_is_listed_at_its_agenda_time() -> None:
     decision = relist(run)
     assert decision is not None
     assert decision.events == () and decision.after.seq == run.seq
-    update = Update(requests.apply_transition("runs", decision))
+    update = Update(runs.apply_transition("runs", decision))
     assert update.set["agenda_at"] == to_epoch_ms(NOW + POLICY.after)
     assert update.required["seq"] == run.seq
 

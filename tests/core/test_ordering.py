@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from runlane_sqs.adapters.dynamodb.codec import run_from_wire, run_to_wire
+from runlane_sqs.adapters.dynamodb.runs import run_from_wire, run_to_wire
 from runlane_sqs.core import machine
 from runlane_sqs.core.indexes import RepublishPolicy, agenda_entry
 from runlane_sqs.core.model import EventType, Run, RunStatus

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from runlane_sqs.adapters.dynamodb.codec import run_from_wire, run_state_attributes, run_to_wire
+from runlane_sqs.adapters.dynamodb.runs import run_from_wire, run_state_attributes, run_to_wire
 from runlane_sqs.core import machine
 from runlane_sqs.core.errors import ConfigurationError, InvalidKeyError
 from runlane_sqs.core.indexes import RepublishPolicy, agenda_entry

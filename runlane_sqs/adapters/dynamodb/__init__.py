@@ -1,1 +1,2 @@
-"""The DynamoDB run store: key formats, request builders, item codec, sync and async."""
+"""The DynamoDB run store: key formats, one module per stored item (its wire format and
+its requests), sync and async."""

@@ -8,14 +8,14 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from runlane_sqs.adapters.dynamodb import requests, slots
-from runlane_sqs.adapters.dynamodb.codec import applied, run_from_wire, run_in
+from runlane_sqs.adapters.dynamodb import runs, slots
 from runlane_sqs.adapters.dynamodb.errors import AsyncSend, Refused, refusal_of, translate
 from runlane_sqs.adapters.dynamodb.replays import (
     refused_claim,
     refused_transition,
 )
 from runlane_sqs.adapters.dynamodb.requests import Request
+from runlane_sqs.adapters.dynamodb.runs import applied, run_from_wire, run_in
 from runlane_sqs.core.errors import LeaseLost, StorageUnavailable
 from runlane_sqs.core.machine import HintedClaim, Transition
 from runlane_sqs.core.model import Lease, Run
@@ -53,14 +53,14 @@ class AsyncDynamoRunStore:
         self._send: AsyncSend = AsyncSender(client, table)
 
     async def get_run(self, run_id: str) -> Run | None:
-        request = requests.get_run(self.table, self.environment, run_id)
+        request = runs.get_run(self.table, self.environment, run_id)
         return run_in(await self._send("get_item", request))
 
     async def apply(self, transition: Transition) -> Run:
         slotted = slots.transaction(self.table, transition)
         if slotted is not None:
             return await self._apply_slotted(transition, slotted)
-        request = requests.apply_transition(self.table, transition)
+        request = runs.apply_transition(self.table, transition)
         sent = await self._send.conditional("update_item", request)
         if isinstance(sent, Refused):
             return refused_transition(transition, sent.item)
@@ -82,14 +82,14 @@ class AsyncDynamoRunStore:
         raise StorageUnavailable(slots.CONTENDED)
 
     async def claim_hinted(self, claim: HintedClaim) -> Run:
-        request = requests.claim_hinted(self.table, claim)
+        request = runs.claim_hinted(self.table, claim)
         sent = await self._send.conditional("update_item", request)
         if isinstance(sent, Refused):
             return refused_claim(claim, sent.item)
         return run_from_wire(sent["Attributes"])
 
     async def renew_lease(self, run: Run, lease: Lease) -> Run:
-        request = requests.lease_renewal(self.table, run, lease)
+        request = runs.lease_renewal(self.table, run, lease)
         sent = await self._send.conditional("update_item", request)
         if isinstance(sent, Refused):
             raise LeaseLost(run.id)

@@ -16,7 +16,6 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from runlane_sqs.adapters.dynamodb import keys
-from runlane_sqs.adapters.dynamodb.codec import AttributeMap, compact_json
 from runlane_sqs.adapters.dynamodb.cursors import Query, agenda_key
 from runlane_sqs.adapters.dynamodb.errors import (
     Refused,
@@ -24,8 +23,9 @@ from runlane_sqs.adapters.dynamodb.errors import (
     cancellation_reasons,
 )
 from runlane_sqs.adapters.dynamodb.expressions import Expressions
-from runlane_sqs.adapters.dynamodb.items import GroupChunkItem, GroupItem, RunItem
+from runlane_sqs.adapters.dynamodb.items import AttributeMap, GroupChunkItem, GroupItem, RunItem
 from runlane_sqs.adapters.dynamodb.requests import query_agenda
+from runlane_sqs.adapters.dynamodb.runs import compact_json
 from runlane_sqs.core.clock import from_epoch_ms, to_epoch_ms
 from runlane_sqs.core.errors import LeaseLost
 from runlane_sqs.core.groups import COUNTED, Group, Item, Then

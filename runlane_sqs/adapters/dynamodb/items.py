@@ -20,6 +20,9 @@ from pynamodb.attributes import (
 from pynamodb.indexes import GlobalSecondaryIndex, IncludeProjection, KeysOnlyProjection
 from pynamodb.models import Model
 
+AttributeMap = dict[str, Any]
+"""An item in the low-level DynamoDB wire format (``{"name": {"S": ...}}``)."""
+
 AGENDA_INDEX = "agenda"
 STATUS_INDEX = "by_status"
 WAITS_INDEX = "waits"

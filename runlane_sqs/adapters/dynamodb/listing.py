@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from runlane_sqs.adapters.dynamodb import requests
+from runlane_sqs.adapters.dynamodb import runs
 from runlane_sqs.adapters.dynamodb.cursors import (
     QueryAll,
     decode_object,
@@ -90,7 +90,7 @@ def _read(
     read = _Read()
     bits = [bit for bit in range(len(partitions)) if not done >> bit & 1]
     sent = [
-        requests.query_status(
+        runs.query_status(
             table,
             partitions[bit],
             after_sk=after,

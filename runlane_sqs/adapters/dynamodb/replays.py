@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from runlane_sqs.adapters.dynamodb.codec import (
+from runlane_sqs.adapters.dynamodb.runs import (
     event_to_wire,
     events_from_item,
     item_from_wire,

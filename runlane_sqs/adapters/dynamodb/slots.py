@@ -25,7 +25,6 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from runlane_sqs.adapters.dynamodb import keys
-from runlane_sqs.adapters.dynamodb.codec import run_from_wire
 from runlane_sqs.adapters.dynamodb.cursors import Query, agenda_key, every_page, waits_key
 from runlane_sqs.adapters.dynamodb.errors import (
     Refused,
@@ -38,12 +37,8 @@ from runlane_sqs.adapters.dynamodb.items import SlotItem
 from runlane_sqs.adapters.dynamodb.objects import hold_items, refused_holds
 from runlane_sqs.adapters.dynamodb.ordering import finish_items
 from runlane_sqs.adapters.dynamodb.replays import landed_transition
-from runlane_sqs.adapters.dynamodb.requests import (
-    Request,
-    query_agenda,
-    query_waiters,
-    transition_write,
-)
+from runlane_sqs.adapters.dynamodb.requests import Request, query_agenda
+from runlane_sqs.adapters.dynamodb.runs import query_waiters, run_from_wire, transition_write
 from runlane_sqs.core.clock import from_epoch_ms, to_epoch_ms
 from runlane_sqs.core.errors import ConflictError, NoFreeSlot, StorageUnavailable
 from runlane_sqs.core.indexes import slot_agenda_pk

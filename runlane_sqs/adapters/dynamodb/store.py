@@ -15,18 +15,8 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from runlane_sqs.adapters.aws import endpoint_of
-from runlane_sqs.adapters.dynamodb import keys, requests
+from runlane_sqs.adapters.dynamodb import keys, requests, runs, tokens
 from runlane_sqs.adapters.dynamodb.bulk import DynamoOperationStore
-from runlane_sqs.adapters.dynamodb.codec import (
-    applied,
-    events_from_item,
-    item_from_wire,
-    run_from_wire,
-    run_in,
-    run_to_wire,
-    token_from_wire,
-    token_to_wire,
-)
 from runlane_sqs.adapters.dynamodb.cursors import (
     KeyShape,
     Query,
@@ -62,8 +52,17 @@ from runlane_sqs.adapters.dynamodb.replays import (
     refused_transition,
 )
 from runlane_sqs.adapters.dynamodb.requests import Request
+from runlane_sqs.adapters.dynamodb.runs import (
+    applied,
+    events_from_item,
+    item_from_wire,
+    run_from_wire,
+    run_in,
+    run_to_wire,
+)
 from runlane_sqs.adapters.dynamodb.schedules import DynamoScheduleStore
 from runlane_sqs.adapters.dynamodb.slots import DynamoSlotStore, apply_slotted, transaction
+from runlane_sqs.adapters.dynamodb.tokens import token_from_wire, token_to_wire
 from runlane_sqs.adapters.dynamodb.transactions import DynamoTransactions, creation_actions
 from runlane_sqs.core.batches import Append, Fill
 from runlane_sqs.core.clock import EPOCH, from_epoch_ms, to_epoch_ms
@@ -243,7 +242,7 @@ class DynamoRunStore:
     def _put_run(self, run: Run, event: RunEvent, payload_text: str) -> None:
         """Create ``run`` alone, with one conditional ``PutItem``; a put refused because it
         had landed already (a resend) is the run created."""
-        request = requests.put_run(self.table, run_to_wire(run, [event], payload_text))
+        request = runs.put_run(self.table, run_to_wire(run, [event], payload_text))
         sent = self._send.conditional("put_item", request)
         if isinstance(sent, Refused) and not landed_creation(run, event, payload_text, sent.item):
             raise _conflict(run.id, sent.item)
@@ -261,7 +260,7 @@ class DynamoRunStore:
         raise exc
 
     def get_run(self, run_id: str) -> Run | None:
-        response = self._send("get_item", requests.get_run(self.table, self.environment, run_id))
+        response = self._send("get_item", runs.get_run(self.table, self.environment, run_id))
         return run_in(response)
 
     def get_events(self, run_id: str) -> list[RunEvent]:
@@ -269,7 +268,7 @@ class DynamoRunStore:
         return history[1] if history else []
 
     def get_history(self, run_id: str) -> tuple[Run, list[RunEvent]] | None:
-        response = self._send("get_item", requests.get_run(self.table, self.environment, run_id))
+        response = self._send("get_item", runs.get_run(self.table, self.environment, run_id))
         wire = response.get("Item")
         return (run_from_wire(wire), events_from_item(item_from_wire(wire))) if wire else None
 
@@ -277,22 +276,22 @@ class DynamoRunStore:
         slotted = transaction(self.table, transition) if _beside_the_run(transition) else None
         if slotted is not None:
             return apply_slotted(self._send, self.sleep, transition, slotted)
-        request = requests.apply_transition(self.table, transition)
+        request = runs.apply_transition(self.table, transition)
         sent = self._send.conditional("update_item", request)
         if isinstance(sent, Refused):
             return refused_transition(transition, sent.item)
         return applied(transition, sent)
 
     def collapse(self, collapse: Collapse) -> Run:
-        request = requests.collapse_run(self.table, self.environment, collapse)
+        request = runs.collapse_run(self.table, self.environment, collapse)
         return self._update_unstarted(collapse.run_id, request)
 
     def append_item(self, append: Append) -> Run:
-        request = requests.append_item(self.table, self.environment, append)
+        request = runs.append_item(self.table, self.environment, append)
         return self._update_unstarted(append.run_id, request)
 
     def fill_batch(self, fill: Fill) -> Run:
-        request = requests.fill_batch(self.table, self.environment, fill)
+        request = runs.fill_batch(self.table, self.environment, fill)
         return self._update_unstarted(fill.run_id, request)
 
     def _update_unstarted(self, run_id: str, request: Request) -> Run:
@@ -304,14 +303,14 @@ class DynamoRunStore:
         return run_from_wire(sent["Attributes"])
 
     def claim_hinted(self, claim: HintedClaim) -> Run:
-        request = requests.claim_hinted(self.table, claim)
+        request = runs.claim_hinted(self.table, claim)
         sent = self._send.conditional("update_item", request)
         if isinstance(sent, Refused):
             return refused_claim(claim, sent.item)
         return run_from_wire(sent["Attributes"])
 
     def renew_lease(self, run: Run, lease: Lease) -> Run:
-        request = requests.lease_renewal(self.table, run, lease)
+        request = runs.lease_renewal(self.table, run, lease)
         sent = self._send.conditional("update_item", request)
         if isinstance(sent, Refused):
             raise LeaseLost(run.id)
@@ -327,7 +326,7 @@ class DynamoRunStore:
         return self._batch_get(listed), page.cursor
 
     def watch_run(self, run_id: str) -> Run | None:
-        request = requests.watch_run(self.table, self.environment, run_id)
+        request = runs.watch_run(self.table, self.environment, run_id)
         sent = self._send.conditional("update_item", request)
         if isinstance(sent, Refused):
             return None  # no such run
@@ -337,7 +336,7 @@ class DynamoRunStore:
         self, kind: WaitKind, target: str, limit: int, cursor: str | None
     ) -> tuple[list[str], str | None]:
         partition = keys.wait_pk(self.environment, kind.value, target)
-        request = requests.query_waiters(self.table, partition, limit)
+        request = runs.query_waiters(self.table, partition, limit)
         page = self._query(request, cursor, waits_key(partition))
         prefix = keys.run_pk(self.environment, "")
         return [item["pk"]["S"][len(prefix) :] for item in page.items], page.cursor
@@ -372,7 +371,7 @@ class DynamoRunStore:
         for attempt in range(BATCH_GET_ATTEMPTS):
             if attempt:
                 self.sleep(BATCH_GET_FIRST_WAIT_SECONDS * 2 ** (attempt - 1))
-            response = self._send("batch_get_item", requests.batch_get_runs(self.table, pending))
+            response = self._send("batch_get_item", runs.batch_get_runs(self.table, pending))
             for item in response.get("Responses", {}).get(self.table, []):
                 run = run_from_wire(item)
                 found[run.id] = run
@@ -389,7 +388,7 @@ class DynamoRunStore:
         return [found[i] for i in ids if i in found]
 
     def delete_run(self, run: Run, now: datetime) -> bool:
-        delete = requests.delete_run(self.table, run)
+        delete = runs.delete_run(self.table, run)
         holds = run_references(run)
         if holds:
             released = release_items(self.table, self.environment, holds, now)
@@ -425,7 +424,7 @@ class DynamoTokenStore:
         self.environment = environment
 
     def create_token(self, token: Token) -> None:
-        put = requests.put_token(self.table, token_to_wire(token))
+        put = tokens.put_token(self.table, token_to_wire(token))
         holds = references_in([token.metadata])
         if not holds:
             self._send("put_item", put)
@@ -444,12 +443,12 @@ class DynamoTokenStore:
             raise
 
     def get_token(self, token_id: str) -> Token | None:
-        request = requests.get_token(self.table, self.environment, token_id)
+        request = tokens.get_token(self.table, self.environment, token_id)
         wire = self._send("get_item", request).get("Item")
         return token_from_wire(wire) if wire else None
 
     def decide_token(self, decision: TokenDecision) -> Token:
-        request = requests.decide_token(self.table, self.environment, decision)
+        request = tokens.decide_token(self.table, self.environment, decision)
         holds = references_in([decision.value])
         if holds:
             return self._decide_holding(decision, request, holds)
@@ -483,7 +482,7 @@ class DynamoTokenStore:
         return decided
 
     def finish_token_resume(self, token_id: str) -> None:
-        request = requests.finish_token_resume(self.table, self.environment, token_id)
+        request = tokens.finish_token_resume(self.table, self.environment, token_id)
         self._send.conditional("update_item", request)  # refused: still pending
 
     def token_agenda_page(

@@ -17,8 +17,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from runlane_sqs.adapters.dynamodb import keys, requests
-from runlane_sqs.adapters.dynamodb.codec import run_to_wire
+from runlane_sqs.adapters.dynamodb import keys, requests, runs
 from runlane_sqs.adapters.dynamodb.errors import (
     Send,
     cancellation_reasons,
@@ -26,6 +25,7 @@ from runlane_sqs.adapters.dynamodb.errors import (
     refused_as_malformed,
 )
 from runlane_sqs.adapters.dynamodb.objects import hold_items
+from runlane_sqs.adapters.dynamodb.runs import run_to_wire
 from runlane_sqs.core.clock import to_epoch_ms
 from runlane_sqs.core.errors import InvalidTransaction, StorageError
 from runlane_sqs.core.limits import MAX_ITEM_BYTES, MAX_TRANSACTION_ACTIONS, MAX_TRANSACTION_BYTES
@@ -60,7 +60,7 @@ def creation_actions(
         }
         for c in claims
     ]
-    actions.append({"Put": requests.put_run(table, run_to_wire(run, [event], payload_text))})
+    actions.append({"Put": runs.put_run(table, run_to_wire(run, [event], payload_text))})
     if payload_text.startswith(ENVELOPE_MARK):
         holds = references_in([decode_json(payload_text)])
         if holds:
