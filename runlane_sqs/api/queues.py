@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from runlane_sqs.core.clock import EPOCH
-from runlane_sqs.core.indexes import AgendaKind, agenda_partitions
+from runlane_sqs.core.indexes import AgendaKind
 from runlane_sqs.core.ordering import is_order_scope
 from runlane_sqs.core.rates import RateLimit, to_epoch_us, view_of
 from runlane_sqs.core.slots import KEY_SCOPE, QUEUE_SCOPE, SlotState, queue_scope
@@ -116,8 +116,7 @@ class QueuesApi:
     def _active(self) -> list[SlotState]:
         slots = self._engine.store.slots
         found: list[SlotState] = []
-        kind = AgendaKind.SLOT.value
-        for partition in agenda_partitions(self._engine.config.environment, kind):
+        for partition in self._engine.store.agenda_partitions(AgendaKind.SLOT):
             cursor: str | None = None
             while True:
                 page, cursor = slots.slot_agenda_page(partition, FAR_FUTURE, ACTIVE_PAGE, cursor)

@@ -29,8 +29,8 @@ from typing import Any
 
 from runlane_sqs.core.clock import Duration, to_timedelta, truncate_ms
 from runlane_sqs.core.errors import ConfigurationError
-from runlane_sqs.core.indexes import RepublishPolicy, eager_wake_at
 from runlane_sqs.core.limits import MAX_PAYLOAD_LIMIT_BYTES
+from runlane_sqs.core.machine import RepublishPolicy, eager_wake_at
 
 MAX_SIZE = 1000
 """Most items in one batch."""

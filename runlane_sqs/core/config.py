@@ -13,7 +13,6 @@ from typing import Any, TypedDict, Unpack
 
 from runlane_sqs.core.clock import Duration, to_timedelta
 from runlane_sqs.core.errors import ConfigurationError
-from runlane_sqs.core.indexes import RepublishPolicy
 from runlane_sqs.core.limits import (
     DEFAULT_BUCKET_PAYLOAD_LIMIT_BYTES,
     DEFAULT_IDEMPOTENCY_RETENTION_DAYS,
@@ -24,6 +23,7 @@ from runlane_sqs.core.limits import (
     MAX_BUCKET_PAYLOAD_LIMIT_BYTES,
     MAX_PAYLOAD_LIMIT_BYTES,
 )
+from runlane_sqs.core.machine import RepublishPolicy
 from runlane_sqs.core.names import check_app_version, check_environment, check_queue
 from runlane_sqs.core.parking import DEFAULT_PARK_AFTER_RECEIVES
 from runlane_sqs.core.redaction import Redact

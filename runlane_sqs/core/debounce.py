@@ -31,7 +31,7 @@ from typing import Any
 
 from runlane_sqs.core.clock import Duration, to_timedelta, truncate_ms
 from runlane_sqs.core.errors import ConfigurationError
-from runlane_sqs.core.indexes import RepublishPolicy, eager_wake_at
+from runlane_sqs.core.machine import RepublishPolicy, eager_wake_at
 from runlane_sqs.core.model import Run
 
 TASK_WIDE_KEY = "*"

@@ -30,7 +30,8 @@ from typing import Any
 
 from runlane_sqs.core.clock import truncate_ms
 from runlane_sqs.core.errors import IllegalTransition, LeaseLost
-from runlane_sqs.core.indexes import RepublishPolicy, eager_review_at, eager_wake_at
+from runlane_sqs.core.indexes import AgendaKind
+from runlane_sqs.core.limits import MAX_DELAY_SECONDS
 from runlane_sqs.core.model import (
     JSON,
     LEASED_STATUSES,
@@ -142,6 +143,81 @@ def transition(
     }
     after = replace(before, **written)
     return Transition(before=before, after=after, events=events, fence=fence)
+
+
+@dataclass(frozen=True, slots=True)
+class RepublishPolicy:
+    """How long a published wakeup is trusted before maintenance publishes another.
+
+    After maintenance's n-th publish for the same due run (counting from 0), the next
+    one waits ``after * 2**n``, at most ``max_after``: 5, 10, 20, ... minutes by default,
+    so a backlog that is merely slow is not flooded with duplicates.
+    """
+
+    after: timedelta = timedelta(minutes=5)
+    max_after: timedelta = timedelta(hours=1)
+    review_after: timedelta | None = None
+    """With a wakeup published at once, when maintenance first looks at the run, past
+    its due time: the lease duration, so the claim finds the run listed no later than
+    its lease expires and leaves its agenda entry alone (``None``: at ``wake_at``)."""
+
+    def next_wake(self, now: datetime, publishes: int) -> datetime:
+        factor = 1 << min(publishes, 20)
+        return now + min(self.after * factor, self.max_after)
+
+
+def eager_wake_at(due_at: datetime, now: datetime, policy: RepublishPolicy) -> datetime | None:
+    """``wake_at`` for a run whose wakeup is published right away (with an SQS delay).
+
+    Wakeups due within ``MAX_DELAY_SECONDS`` are published at once with ``DelaySeconds``;
+    maintenance looks again only if the run is still runnable ``policy.after`` past its
+    due time. Later due times return ``None``: maintenance publishes them when due.
+    """
+    if due_at - now > timedelta(seconds=MAX_DELAY_SECONDS):
+        return None
+    return max(due_at, now) + policy.after
+
+
+def eager_review_at(due_at: datetime, now: datetime, policy: RepublishPolicy) -> datetime | None:
+    """``review_at`` for a run whose wakeup is published right away: its due time plus
+    ``policy.review_after``, when that is earlier than its ``wake_at`` (else ``None``)."""
+    wake = eager_wake_at(due_at, now, policy)
+    if wake is None or policy.review_after is None:
+        return None
+    review = max(due_at, now) + policy.review_after
+    return review if review < wake else None
+
+
+def agenda_entry(run: Run) -> tuple[AgendaKind, datetime] | None:
+    """Where the run must be listed on the agenda index at the latest, if anywhere."""
+    if run.status.is_terminal:
+        return None
+    if run.status in LEASED_STATUSES and run.lease is not None:
+        at = run.lease.expires_at
+        if run.deadline_at is not None:
+            at = min(at, run.deadline_at)
+        return AgendaKind.RUN, at
+    if run.status.is_runnable:
+        wake = run.wake_at or run.due_at
+        return (AgendaKind.RUN, wake) if wake is not None else None
+    return None
+
+
+def agenda_listing(run: Run) -> tuple[AgendaKind, datetime] | None:
+    """Where and when the run is listed on the agenda: its :func:`agenda_entry`, at the
+    entry's time or at the run's earlier ``review_at``. ``None``: not listed."""
+    entry = agenda_entry(run)
+    if entry is None:
+        return None
+    kind, at = entry
+    review_at = run.review_at
+    return (kind, review_at) if review_at is not None and review_at < at else entry
+
+
+def listed_at(run: Run) -> datetime | None:
+    """When the run is listed on the agenda (:func:`agenda_listing`)."""
+    listing = agenda_listing(run)
+    return listing[1] if listing is not None else None
 
 
 def new_run(

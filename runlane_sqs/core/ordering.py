@@ -27,8 +27,7 @@ from datetime import datetime, timedelta
 
 from runlane_sqs.core import machine
 from runlane_sqs.core.clock import truncate_ms
-from runlane_sqs.core.indexes import RepublishPolicy
-from runlane_sqs.core.machine import Transition
+from runlane_sqs.core.machine import RepublishPolicy, Transition
 from runlane_sqs.core.model import EventType, Run, RunEvent
 from runlane_sqs.core.names import check_key
 

@@ -22,8 +22,14 @@ from datetime import datetime, timedelta
 
 from runlane_sqs.core.clock import truncate_ms
 from runlane_sqs.core.errors import IllegalTransition
-from runlane_sqs.core.indexes import RepublishPolicy
-from runlane_sqs.core.machine import Skip, SkipReason, Transition, require_lease, transition
+from runlane_sqs.core.machine import (
+    RepublishPolicy,
+    Skip,
+    SkipReason,
+    Transition,
+    require_lease,
+    transition,
+)
 from runlane_sqs.core.model import JSON, LEASED_STATUSES, EventType, Run, RunStatus
 from runlane_sqs.core.replay import DIVERGED
 

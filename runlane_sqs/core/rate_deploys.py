@@ -19,8 +19,7 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from runlane_sqs.core.clock import truncate_ms
-from runlane_sqs.core.indexes import RepublishPolicy, eager_wake_at
-from runlane_sqs.core.machine import Transition, transition
+from runlane_sqs.core.machine import RepublishPolicy, Transition, eager_wake_at, transition
 from runlane_sqs.core.model import EventType, Run
 from runlane_sqs.core.rates import RATE_SCOPE, queue_rate_scope
 

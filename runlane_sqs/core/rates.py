@@ -36,8 +36,7 @@ from datetime import datetime, timedelta
 
 from runlane_sqs.core.clock import EPOCH, ONE_MS, Duration, to_timedelta, truncate_ms
 from runlane_sqs.core.errors import ConfigurationError, StorageUnavailable
-from runlane_sqs.core.indexes import RepublishPolicy, eager_wake_at
-from runlane_sqs.core.machine import Transition, transition
+from runlane_sqs.core.machine import RepublishPolicy, Transition, eager_wake_at, transition
 from runlane_sqs.core.model import EventType, Run
 
 RATE_SCOPE = "rate"

@@ -12,8 +12,7 @@ from datetime import datetime
 
 from runlane_sqs.core import machine
 from runlane_sqs.core.clock import truncate_ms
-from runlane_sqs.core.indexes import RepublishPolicy
-from runlane_sqs.core.machine import Skip, SkipReason, Transition, fail_attempt
+from runlane_sqs.core.machine import RepublishPolicy, Skip, SkipReason, Transition, fail_attempt
 from runlane_sqs.core.model import EventType, Failure, Run, RunStatus
 from runlane_sqs.core.retry import RetryPolicy
 

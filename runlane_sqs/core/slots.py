@@ -28,8 +28,7 @@ from datetime import datetime
 from runlane_sqs.core import machine
 from runlane_sqs.core.clock import truncate_ms
 from runlane_sqs.core.errors import ConfigurationError
-from runlane_sqs.core.indexes import RepublishPolicy
-from runlane_sqs.core.machine import Transition
+from runlane_sqs.core.machine import RepublishPolicy, Transition
 from runlane_sqs.core.model import JSON, EventType, Run, Slot
 from runlane_sqs.core.names import check_key
 

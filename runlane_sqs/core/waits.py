@@ -12,12 +12,14 @@ from datetime import datetime
 
 from runlane_sqs.core.clock import truncate_ms
 from runlane_sqs.core.errors import IllegalTransition
-from runlane_sqs.core.indexes import RepublishPolicy, eager_review_at, eager_wake_at
 from runlane_sqs.core.machine import (
+    RepublishPolicy,
     Skip,
     SkipReason,
     Transition,
     cancelled_after_attempt,
+    eager_review_at,
+    eager_wake_at,
     require_lease,
     transition,
 )

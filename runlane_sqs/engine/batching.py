@@ -17,7 +17,7 @@ from datetime import datetime
 from runlane_sqs.core.batches import Append, Batch, due_of, fill
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.errors import ConflictError, PayloadTooLarge
-from runlane_sqs.core.indexes import RepublishPolicy
+from runlane_sqs.core.machine import RepublishPolicy
 from runlane_sqs.core.model import KeyKind, Run, RunEvent
 from runlane_sqs.engine.gathering import check_inline, create_with_key, gather
 from runlane_sqs.engine.publishing import Publisher

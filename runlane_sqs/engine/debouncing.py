@@ -22,9 +22,8 @@ from datetime import datetime, timedelta
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.debounce import Debounce, cap_of, collapse
 from runlane_sqs.core.errors import ConflictError, RunlaneError
-from runlane_sqs.core.indexes import RepublishPolicy
 from runlane_sqs.core.limits import MAX_DELAY_SECONDS
-from runlane_sqs.core.machine import SkipReason
+from runlane_sqs.core.machine import RepublishPolicy, SkipReason
 from runlane_sqs.core.model import JSON, KeyKind, Run, RunEvent
 from runlane_sqs.engine.driver import MAX_HOLD, Disposition, Handling, Hold, Publish, WorkerIdentity
 from runlane_sqs.engine.gathering import check_inline, create_with_key, gather

@@ -45,7 +45,7 @@ from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.errors import ConfigurationError, ConflictError, RunlaneError
 from runlane_sqs.core.groups import Group
-from runlane_sqs.core.indexes import AGENDA_SHARDS, SCANNED_KINDS, AgendaKind, agenda_partitions
+from runlane_sqs.core.indexes import AGENDA_SHARDS, SCANNED_KINDS, AgendaKind
 from runlane_sqs.core.machine import Skip, Transition
 from runlane_sqs.core.model import LEASED_STATUSES, Run, RunStatus, WaitKind
 from runlane_sqs.core.ordering import is_order_scope
@@ -230,7 +230,7 @@ class Maintenance:
                 if out_of_time():
                     break
                 self._scheduler.sync()
-            partitions = agenda_partitions(self._config.environment, kind.value)
+            partitions = self._store.agenda_partitions(kind)
             try:
                 scan.scan(kind, partitions, self.bounds.limit_per_job // len(partitions))
             finally:  # what this pass wrote is published even if a later page fails

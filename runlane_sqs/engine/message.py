@@ -407,15 +407,14 @@ class MessagePath:
                 "attempt %d finished after its lease was lost; outcome discarded", run.attempt
             )
             return None
-        stored = yield from self._write_outcome(latest, decide, ctx)
+        stored = yield from self._write_outcome(latest, token, decide, ctx)
         if stored is not None:
             yield from self._follow_up(stored, ctx)
             if latest.slots and stored.lease is None:
                 yield from wake_waiters(latest, ctx)
         return stored
 
-    def _write_outcome(self, run: Run, decide: Decide, ctx: TaskContext) -> PathPart:
-        token = machine.lease_token(run)
+    def _write_outcome(self, run: Run, token: str, decide: Decide, ctx: TaskContext) -> PathPart:
         current = run
         for _ in range(machine.MAX_REDECISIONS):
             try:

@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 
 from runlane_sqs.core.clock import truncate_ms
 from runlane_sqs.core.errors import RunlaneError
-from runlane_sqs.core.indexes import RepublishPolicy
+from runlane_sqs.core.machine import RepublishPolicy
 from runlane_sqs.core.recovery import QueueLine
 from runlane_sqs.ports.store import ProgressStore
 from runlane_sqs.ports.transport import BacklogProbe

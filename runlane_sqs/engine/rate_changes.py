@@ -19,7 +19,7 @@ from datetime import datetime
 
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.errors import ConflictError
-from runlane_sqs.core.indexes import AgendaKind, agenda_partitions
+from runlane_sqs.core.indexes import AgendaKind
 from runlane_sqs.core.model import Run
 from runlane_sqs.core.rate_deploys import (
     KEY_PATTERN,
@@ -86,7 +86,7 @@ class RateChanges:
     ) -> list[Run]:
         """Every run listed up to ``until`` that sleeps under one of ``patterns``, woken."""
         woken: list[Run] = []
-        for partition in agenda_partitions(self._config.environment, AgendaKind.RUN.value):
+        for partition in self._store.agenda_partitions(AgendaKind.RUN):
             cursor: str | None = None
             while True:
                 runs, cursor = self._store.agenda_page(partition, until, SLEEPERS_PAGE, cursor)

@@ -14,7 +14,7 @@ from runlane_sqs.core import telemetry as t
 from runlane_sqs.core.clock import Clock, Duration, to_timedelta
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.errors import InvalidKeyError, OrderMoved, RunlaneError, StorageUnavailable
-from runlane_sqs.core.indexes import RepublishPolicy
+from runlane_sqs.core.machine import RepublishPolicy
 from runlane_sqs.core.model import JSON, KeyKind, LinkKind, Run, RunEvent, RunStatus, new_run_id
 from runlane_sqs.core.names import check_key, check_queue
 from runlane_sqs.core.telemetry import trace_id_of

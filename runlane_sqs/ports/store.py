@@ -13,6 +13,7 @@ from typing import Protocol
 
 from runlane_sqs.core.batches import Append, Fill
 from runlane_sqs.core.debounce import Collapse
+from runlane_sqs.core.indexes import AgendaKind
 from runlane_sqs.core.machine import HintedClaim, Transition
 from runlane_sqs.core.model import Lease, Run, RunEvent, RunStatus, WaitKind
 from runlane_sqs.core.ordering import Place
@@ -210,6 +211,11 @@ class RunStore(Protocol):
     def renew_lease(self, run: Run, lease: Lease) -> Run:
         """Extend a lease; raises :class:`~runlane_sqs.core.errors.LeaseLost` if it is not
         current."""
+        ...
+
+    def agenda_partitions(self, kind: AgendaKind) -> list[str]:
+        """Every agenda partition of the environment that holds entries of ``kind`` (what
+        maintenance scans, one page at a time each: :meth:`agenda_page`)."""
         ...
 
     def agenda_page(

@@ -14,7 +14,8 @@ import pytest
 from runlane_sqs import EventType, Runlane, RunStatus
 from runlane_sqs.core.clock import ManualClock
 from runlane_sqs.core.errors import ConfigurationError
-from runlane_sqs.core.indexes import AGENDA_SHARDS, listed_at
+from runlane_sqs.core.indexes import AGENDA_SHARDS
+from runlane_sqs.core.machine import listed_at
 from runlane_sqs.core.model import Lease
 from runlane_sqs.engine.maintenance import MaintenanceConfig
 from runlane_sqs.engine.reports import JOB_DUE, JOB_EXPIRED

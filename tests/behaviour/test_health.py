@@ -12,10 +12,11 @@ from datetime import timedelta
 import pytest
 
 from runlane_sqs import ManualClock, RunlaneError, RunStatus
+from runlane_sqs.adapters.dynamodb.keys import agenda_partitions, status_partitions
 from runlane_sqs.api import health as health_api
 from runlane_sqs.api.app import Runlane
 from runlane_sqs.core.health import MINUTE, OUTCOMES, Count
-from runlane_sqs.core.indexes import ACTIVE, agenda_partitions, status_partitions
+from runlane_sqs.core.indexes import ACTIVE
 from runlane_sqs.engine.reports import pass_counts
 from runlane_sqs.ports.health import PassRecord
 from tests.backends import ONLY_AWS, Backend

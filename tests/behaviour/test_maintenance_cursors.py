@@ -22,13 +22,8 @@ from botocore.exceptions import ClientError
 
 from runlane_sqs import Runlane, StorageError, StorageUnavailable
 from runlane_sqs.adapters.dynamodb import keys
-from runlane_sqs.core.indexes import (
-    AGENDA_SHARDS,
-    SCANNED_KINDS,
-    AgendaKind,
-    agenda_partitions,
-    shard_count,
-)
+from runlane_sqs.adapters.dynamodb.keys import agenda_partitions, shard_count
+from runlane_sqs.core.indexes import AGENDA_SHARDS, SCANNED_KINDS, AgendaKind
 from runlane_sqs.engine.maintenance import MaintenanceConfig
 from tests.apps.recovery_tasks import register_recovery
 from tests.backends import Backend

@@ -23,16 +23,11 @@ from typing import Any
 import pytest
 
 from runlane_sqs import EventType, Runlane, RunStatus
+from runlane_sqs.adapters.dynamodb.keys import agenda_partitions, agenda_pk, status_partitions
 from runlane_sqs.adapters.dynamodb.runs import run_to_wire
 from runlane_sqs.core import machine
 from runlane_sqs.core.clock import ManualClock
-from runlane_sqs.core.indexes import (
-    AGENDA_SHARDS,
-    SCANNED_KINDS,
-    agenda_partitions,
-    agenda_pk,
-    status_partitions,
-)
+from runlane_sqs.core.indexes import AGENDA_SHARDS, SCANNED_KINDS
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Run
 from runlane_sqs.engine.maintenance import MaintenanceConfig

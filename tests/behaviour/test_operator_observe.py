@@ -13,12 +13,13 @@ from typing import Any
 import pytest
 
 from runlane_sqs import ManualClock, RunlaneError, RunNotFound, RunStatus
+from runlane_sqs.adapters.dynamodb.keys import status_partitions
 from runlane_sqs.adapters.dynamodb.store import DynamoRunStore
 from runlane_sqs.adapters.memory.dynamodb import InMemoryDynamoDB
 from runlane_sqs.adapters.memory.transport import InMemoryTransport
 from runlane_sqs.api.app import Runlane
 from runlane_sqs.api.runs import MAX_LIST_LIMIT, RunPage
-from runlane_sqs.core.indexes import FINISHED_SHARDS, SHARDS, status_partitions
+from runlane_sqs.core.indexes import FINISHED_SHARDS, SHARDS
 from runlane_sqs.core.model import Run
 from tests.backends import ONLY_AWS, Backend
 from tests.behaviour.operator_support import (

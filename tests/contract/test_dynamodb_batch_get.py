@@ -19,7 +19,7 @@ from runlane_sqs.adapters.dynamodb.store import (
     DynamoRunStore,
 )
 from runlane_sqs.core import machine
-from runlane_sqs.core.indexes import RepublishPolicy
+from runlane_sqs.core.machine import RepublishPolicy
 from runlane_sqs.testing import ManualClock
 
 TABLE = "runlane"

@@ -11,10 +11,11 @@ from datetime import timedelta
 import pytest
 
 from runlane_sqs import LeaseLost
+from runlane_sqs.adapters.dynamodb.keys import agenda_partitions
 from runlane_sqs.core import machine
 from runlane_sqs.core.errors import InvalidCursor
 from runlane_sqs.core.groups import Group, GroupStatus, Item, child_run_id, chunk, redrive
-from runlane_sqs.core.indexes import AgendaKind, agenda_partitions
+from runlane_sqs.core.indexes import AgendaKind
 from runlane_sqs.core.model import RunStatus, new_lease_token, new_run_id
 from tests.contract.store_backends import LEASE, QUEUE, Backend
 

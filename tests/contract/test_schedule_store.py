@@ -9,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from runlane_sqs import Schedule
-from runlane_sqs.core.indexes import AgendaKind, agenda_partitions, schedule_agenda_pk
+from runlane_sqs.adapters.dynamodb.keys import agenda_partitions, schedule_agenda_pk
+from runlane_sqs.core.indexes import AgendaKind
 from runlane_sqs.core.schedule_state import ScheduleState, ScheduleStatus, new_state, paused
 from runlane_sqs.errors import InvalidCursor
 from runlane_sqs.ports.schedules import ScheduleConflict, ScheduleStore

@@ -20,17 +20,12 @@ from datetime import timedelta
 import pytest
 
 from runlane_sqs import ConflictError, EventType, Lease, LeaseLost, Run, RunStatus
+from runlane_sqs.adapters.dynamodb.keys import agenda_partitions, agenda_pk
 from runlane_sqs.core import machine
 from runlane_sqs.core.clock import truncate_ms
-from runlane_sqs.core.indexes import (
-    AgendaKind,
-    RepublishPolicy,
-    agenda_partitions,
-    agenda_pk,
-    listed_at,
-)
+from runlane_sqs.core.indexes import AgendaKind
 from runlane_sqs.core.limits import MAX_PAYLOAD_LIMIT_BYTES
-from runlane_sqs.core.machine import Transition
+from runlane_sqs.core.machine import RepublishPolicy, Transition, listed_at
 from runlane_sqs.core.model import JSON, KeyKind, RunEvent, new_lease_token, new_run_id
 from runlane_sqs.core.recovery import QueueLine, plan_publish
 from runlane_sqs.core.values import encode_json

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from runlane_sqs import ManualClock, Runlane, RunStatus
+from runlane_sqs.adapters.dynamodb.keys import agenda_partitions
 from runlane_sqs.core import machine
-from runlane_sqs.core.indexes import AGENDA_SHARDS, agenda_partitions
+from runlane_sqs.core.indexes import AGENDA_SHARDS
 from runlane_sqs.core.model import Run, WaitKind
 from runlane_sqs.errors import InvalidCursor
 from runlane_sqs.ports.store import RunQuery, RunStore

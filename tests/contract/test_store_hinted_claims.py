@@ -13,8 +13,7 @@ import pytest
 
 from runlane_sqs import ConflictError, EventType, RunStatus
 from runlane_sqs.core import machine, waits
-from runlane_sqs.core.indexes import RepublishPolicy
-from runlane_sqs.core.machine import HintedClaim
+from runlane_sqs.core.machine import HintedClaim, RepublishPolicy
 from runlane_sqs.core.model import Run, Wait, WaitKind, new_lease_token, new_run_id
 from runlane_sqs.core.wakeup import ClaimHint
 from tests.contract.store_backends import LEASE, QUEUE, Backend

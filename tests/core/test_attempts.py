@@ -7,8 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from runlane_sqs.core import machine, recovery, waits
 from runlane_sqs.core.attempts import Attempt, attempts_from
-from runlane_sqs.core.indexes import RepublishPolicy
-from runlane_sqs.core.machine import Transition
+from runlane_sqs.core.machine import RepublishPolicy, Transition
 from runlane_sqs.core.model import EventType, Failure, Run, RunEvent, RunStatus, Wait, WaitKind
 from runlane_sqs.core.retry import RetryDecision, RetryPolicy
 

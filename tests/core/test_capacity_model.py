@@ -11,17 +11,11 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from runlane_sqs.adapters.dynamodb.keys import agenda_pk, shard_count, status_pk
 from runlane_sqs.adapters.dynamodb.runs import CLAIM_WRITES, run_state_attributes
 from runlane_sqs.core import machine
 from runlane_sqs.core.config import RunlaneConfig
-from runlane_sqs.core.indexes import (
-    FINISHED_SHARDS,
-    SHARDS,
-    AgendaKind,
-    agenda_pk,
-    shard_count,
-    status_pk,
-)
+from runlane_sqs.core.indexes import FINISHED_SHARDS, SHARDS, AgendaKind
 from runlane_sqs.core.machine import HintedClaim, Transition
 from runlane_sqs.core.model import Run, RunStatus
 from runlane_sqs.core.wakeup import ClaimHint

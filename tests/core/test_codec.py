@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from runlane_sqs.adapters.dynamodb import expressions, keys, runs
+from runlane_sqs.adapters.dynamodb.keys import agenda_pk
 from runlane_sqs.core import machine
 from runlane_sqs.core.clock import to_epoch_ms
-from runlane_sqs.core.indexes import agenda_pk
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import EventType, Failure, Lease, Run, RunEvent, RunStatus
 from runlane_sqs.core.retry import RetryDecision

@@ -15,14 +15,14 @@ import pytest
 from runlane_sqs.adapters.dynamodb import runs
 from runlane_sqs.core import machine
 from runlane_sqs.core.clock import to_epoch_ms
-from runlane_sqs.core.indexes import (
-    AgendaKind,
+from runlane_sqs.core.indexes import AgendaKind
+from runlane_sqs.core.machine import (
+    HintedClaim,
     RepublishPolicy,
     agenda_entry,
     eager_review_at,
     listed_at,
 )
-from runlane_sqs.core.machine import HintedClaim
 from runlane_sqs.core.model import Run, RunStatus
 from runlane_sqs.core.recovery import plan_publish, relist
 from runlane_sqs.core.retry import RetryDecision

@@ -9,17 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runlane_sqs.adapters.dynamodb import keys
-from runlane_sqs.core.errors import ConfigurationError, InvalidKeyError
-from runlane_sqs.core.indexes import (
-    AGENDA_SHARDS,
-    FEW_SHARDS,
-    SHARDS,
-    AgendaKind,
+from runlane_sqs.adapters.dynamodb.keys import (
     agenda_partitions,
     agenda_pk,
     status_partitions,
     status_pk,
 )
+from runlane_sqs.core.errors import ConfigurationError, InvalidKeyError
+from runlane_sqs.core.indexes import AGENDA_SHARDS, FEW_SHARDS, SHARDS, AgendaKind
 from runlane_sqs.core.model import RunStatus, is_run_id, new_lease_token, new_run_id
 from runlane_sqs.core.names import (
     MAX_KEY_CHARS,

@@ -8,8 +8,7 @@ import pytest
 
 from runlane_sqs.core import machine, recovery
 from runlane_sqs.core.errors import IllegalTransition, LeaseLost
-from runlane_sqs.core.indexes import RepublishPolicy
-from runlane_sqs.core.machine import Skip, SkipReason, Transition
+from runlane_sqs.core.machine import RepublishPolicy, Skip, SkipReason, Transition
 from runlane_sqs.core.model import EventType, Failure, Lease, Run, RunEvent, RunStatus
 from runlane_sqs.core.retry import RetryDecision
 

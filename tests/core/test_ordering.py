@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from runlane_sqs.adapters.dynamodb.runs import run_from_wire, run_to_wire
 from runlane_sqs.core import machine
-from runlane_sqs.core.indexes import RepublishPolicy, agenda_entry
+from runlane_sqs.core.machine import RepublishPolicy, agenda_entry
 from runlane_sqs.core.model import EventType, Run, RunStatus
 from runlane_sqs.core.ordering import OrderHead, place, turn_passed, turn_reached
 

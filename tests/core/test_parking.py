@@ -11,8 +11,7 @@ import pytest
 from runlane_sqs.core import machine
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.errors import ConfigurationError, IllegalTransition
-from runlane_sqs.core.indexes import RepublishPolicy, agenda_entry
-from runlane_sqs.core.machine import Skip, SkipReason, Transition
+from runlane_sqs.core.machine import RepublishPolicy, Skip, SkipReason, Transition, agenda_entry
 from runlane_sqs.core.model import EventType, Lease, Run, RunStatus, Wait, WaitKind
 from runlane_sqs.core.parking import park_unknown_task, parked_long_enough, unpark
 

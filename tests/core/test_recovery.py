@@ -14,9 +14,16 @@ import pytest
 
 from runlane_sqs.core import machine
 from runlane_sqs.core.errors import IllegalTransition
-from runlane_sqs.core.indexes import AgendaKind, RepublishPolicy, agenda_entry, eager_wake_at
+from runlane_sqs.core.indexes import AgendaKind
 from runlane_sqs.core.limits import MAX_DELAY_SECONDS
-from runlane_sqs.core.machine import Skip, SkipReason, Transition
+from runlane_sqs.core.machine import (
+    RepublishPolicy,
+    Skip,
+    SkipReason,
+    Transition,
+    agenda_entry,
+    eager_wake_at,
+)
 from runlane_sqs.core.model import EventType, Failure, Lease, Run, RunStatus
 from runlane_sqs.core.recovery import (
     ATTEMPT_TIMEOUT,

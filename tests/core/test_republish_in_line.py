@@ -6,8 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from runlane_sqs.core import machine
-from runlane_sqs.core.indexes import RepublishPolicy
-from runlane_sqs.core.machine import Transition
+from runlane_sqs.core.machine import RepublishPolicy, Transition
 from runlane_sqs.core.model import Run
 from runlane_sqs.core.recovery import QueueLine, is_held, line_position, plan_publish
 

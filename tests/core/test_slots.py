@@ -10,8 +10,15 @@ import pytest
 from runlane_sqs.adapters.dynamodb.runs import run_from_wire, run_state_attributes, run_to_wire
 from runlane_sqs.core import machine
 from runlane_sqs.core.errors import ConfigurationError, InvalidKeyError
-from runlane_sqs.core.indexes import RepublishPolicy, agenda_entry
-from runlane_sqs.core.machine import HintedClaim, Skip, SkipReason, Transition, withdraw_claim
+from runlane_sqs.core.machine import (
+    HintedClaim,
+    RepublishPolicy,
+    Skip,
+    SkipReason,
+    Transition,
+    agenda_entry,
+    withdraw_claim,
+)
 from runlane_sqs.core.model import EventType, Run, RunStatus, Slot
 from runlane_sqs.core.recovery import RecoverySettings, recover_lease
 from runlane_sqs.core.slots import (

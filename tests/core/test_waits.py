@@ -16,8 +16,8 @@ import pytest
 from runlane_sqs.core import machine, waits
 from runlane_sqs.core import tokens as core_tokens
 from runlane_sqs.core.errors import IllegalTransition, LeaseLost
-from runlane_sqs.core.indexes import AgendaKind, RepublishPolicy, agenda_entry
-from runlane_sqs.core.machine import Skip, SkipReason, Transition
+from runlane_sqs.core.indexes import AgendaKind
+from runlane_sqs.core.machine import RepublishPolicy, Skip, SkipReason, Transition, agenda_entry
 from runlane_sqs.core.model import (
     JSON,
     EventType,

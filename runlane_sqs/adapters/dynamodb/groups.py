@@ -24,12 +24,13 @@ from runlane_sqs.adapters.dynamodb.errors import (
 )
 from runlane_sqs.adapters.dynamodb.expressions import Expressions
 from runlane_sqs.adapters.dynamodb.items import AttributeMap, GroupChunkItem, GroupItem, RunItem
+from runlane_sqs.adapters.dynamodb.keys import agenda_pk
 from runlane_sqs.adapters.dynamodb.requests import query_agenda
 from runlane_sqs.adapters.dynamodb.runs import compact_json
 from runlane_sqs.core.clock import from_epoch_ms, to_epoch_ms
 from runlane_sqs.core.errors import LeaseLost
 from runlane_sqs.core.groups import COUNTED, Group, Item, Then
-from runlane_sqs.core.indexes import AgendaKind, agenda_pk
+from runlane_sqs.core.indexes import AgendaKind
 from runlane_sqs.core.model import Run, RunStatus
 from runlane_sqs.core.values import ENVELOPE_MARK
 from runlane_sqs.ports.groups import Counted

@@ -17,10 +17,11 @@ from runlane_sqs.adapters.dynamodb.cursors import QueryAll
 from runlane_sqs.adapters.dynamodb.errors import Send
 from runlane_sqs.adapters.dynamodb.expressions import Expressions
 from runlane_sqs.adapters.dynamodb.items import STATUS_INDEX
+from runlane_sqs.adapters.dynamodb.keys import agenda_partitions, shard_count
 from runlane_sqs.adapters.dynamodb.requests import Request, query_agenda
 from runlane_sqs.core.clock import from_epoch_ms, to_epoch_ms
 from runlane_sqs.core.health import Count, GroupTally
-from runlane_sqs.core.indexes import AgendaKind, agenda_partitions, shard_count
+from runlane_sqs.core.indexes import AgendaKind
 from runlane_sqs.ports.health import PassRecord
 
 

@@ -1,4 +1,6 @@
-"""Every DynamoDB key format, in one place.
+"""Every DynamoDB key format, in one place: each item's key, and the partitions of the
+agenda and status indexes (how many partitions each kind spreads over is
+:mod:`runlane_sqs.core.indexes`'s; where a run is listed, :func:`run_listing`).
 
 Environment names, task names and run ids cannot contain ``#`` (see
 :mod:`runlane_sqs.core.names`), so each key below splits unambiguously even though
@@ -7,7 +9,14 @@ idempotency and singleton keys may contain any printable character.
 
 from __future__ import annotations
 
-from runlane_sqs.core.model import KeyKind
+import hashlib
+from collections.abc import Iterable
+from datetime import datetime
+from typing import NamedTuple
+
+from runlane_sqs.core.indexes import ACTIVE, FEW_SHARDS, FINISHED_SHARDS, SHARDS, AgendaKind
+from runlane_sqs.core.machine import agenda_listing
+from runlane_sqs.core.model import KeyKind, Run, RunStatus
 
 RUN_PREFIX = "RUN#"
 RUN_SK = "RUN"
@@ -183,3 +192,104 @@ RATES_SK = "RATE_LIMITS"
 """The rate limits maintenance last saw (docs/rate-limits.md, "Deploying a new limit")."""
 PASS_SK = "PASS"
 """Beside the cursors: the report of the latest maintenance pass that finished."""
+
+
+_COUNTS = {
+    "succeeded": FINISHED_SHARDS,
+    "failed": FINISHED_SHARDS,
+    "cancelled": FINISHED_SHARDS,
+    "token": FEW_SHARDS,
+    "parked": FEW_SHARDS,
+    "schedule": FEW_SHARDS,
+    "slot": FEW_SHARDS,
+    "group": FEW_SHARDS,
+    "object": FEW_SHARDS,
+    "rate": FEW_SHARDS,
+}
+
+
+def shard_count(kind: str) -> int:
+    """Partitions of an agenda kind or a status group, per environment."""
+    return _COUNTS.get(kind, SHARDS)
+
+
+def shard_of(item_id: str, kind: str) -> int:
+    """Run and token ids are random hex, so their first digits spread the shards."""
+    return int(item_id[:4], 16) % shard_count(kind)
+
+
+def status_group(status: RunStatus) -> str:
+    """Where a run of ``status`` is listed on the status index.
+
+    Terminal and parked runs are listed by their status; every other unfinished run is
+    listed as ``active``, so a claim, a retry or a release keeps the run's entry where
+    it is (no index write) and only finishing (or parking) moves it."""
+    if status.is_terminal or status is RunStatus.PARKED:
+        return status.value
+    return ACTIVE
+
+
+def status_groups(statuses: Iterable[RunStatus]) -> list[str]:
+    """The groups that hold runs of ``statuses``, each once, in the order first met."""
+    return list(dict.fromkeys(status_group(status) for status in statuses))
+
+
+def agenda_pk(environment: str, kind: str, item_id: str) -> str:
+    """Run and token ids are random hex, so their first digits spread the shards."""
+    return f"{environment}#{kind}#{shard_of(item_id, kind)}"
+
+
+def named_agenda_pk(environment: str, kind: AgendaKind, name: str) -> str:
+    """Schedule ids and slot scopes are names, not random hex: their digest spreads the
+    shards."""
+    digest = hashlib.blake2b(name.encode(), digest_size=4).hexdigest()
+    return agenda_pk(environment, kind.value, digest)
+
+
+def schedule_agenda_pk(environment: str, schedule_id: str) -> str:
+    return named_agenda_pk(environment, AgendaKind.SCHEDULE, schedule_id)
+
+
+def slot_agenda_pk(environment: str, scope: str) -> str:
+    return named_agenda_pk(environment, AgendaKind.SLOT, scope)
+
+
+def agenda_partitions(environment: str, kind: str) -> list[str]:
+    """Every agenda partition of one environment and kind (what maintenance scans)."""
+    return [f"{environment}#{kind}#{shard}" for shard in range(shard_count(kind))]
+
+
+def status_pk(environment: str, status: RunStatus, run_id: str) -> str:
+    """The status-index partition of one run: its status group and its shard."""
+    group = status_group(status)
+    return f"{environment}#{group}#{shard_of(run_id, group)}"
+
+
+def status_partitions(environment: str, statuses: Iterable[RunStatus]) -> list[str]:
+    """Every status-index partition that may hold runs of ``statuses``."""
+    return [
+        f"{environment}#{group}#{shard}"
+        for group in status_groups(statuses)
+        for shard in range(shard_count(group))
+    ]
+
+
+class RunListing(NamedTuple):
+    """Where a run is listed on the table's indexes, and when: what every write of the
+    run sets, so the indexes always agree with the state it writes."""
+
+    status_pk: str
+    """Its status-index partition (:func:`status_pk`)."""
+    agenda_pk: str | None
+    """Its agenda partition; ``None``: not on the agenda."""
+    agenda_at: datetime | None
+    """When it is listed on the agenda (:func:`listed_at`)."""
+
+
+def run_listing(run: Run) -> RunListing:
+    listing = agenda_listing(run)
+    status = status_pk(run.environment, run.status, run.id)
+    if listing is None:
+        return RunListing(status, None, None)
+    kind, at = listing
+    return RunListing(status, agenda_pk(run.environment, kind, run.id), at)

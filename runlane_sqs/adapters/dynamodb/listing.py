@@ -24,8 +24,8 @@ from runlane_sqs.adapters.dynamodb.cursors import (
     encode_cursor,
     invalid_cursor,
 )
+from runlane_sqs.adapters.dynamodb.keys import status_partitions
 from runlane_sqs.core.clock import from_epoch_ms, to_epoch_ms
-from runlane_sqs.core.indexes import status_partitions
 from runlane_sqs.ports.store import RunQuery
 
 POSITION = re.compile(r"\d{13}#[0-9a-f]{32}")

@@ -22,10 +22,11 @@ from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.cursors import Query, agenda_key
 from runlane_sqs.adapters.dynamodb.errors import ActionRefused, Refused, Send
 from runlane_sqs.adapters.dynamodb.expressions import Expressions
+from runlane_sqs.adapters.dynamodb.keys import agenda_pk
 from runlane_sqs.adapters.dynamodb.requests import Request, query_agenda
 from runlane_sqs.core.clock import from_epoch_ms, to_epoch_ms
 from runlane_sqs.core.errors import StorageUnavailable
-from runlane_sqs.core.indexes import AgendaKind, agenda_pk
+from runlane_sqs.core.indexes import AgendaKind
 from runlane_sqs.core.values import (
     PIN_DURATION,
     RELEASE_GRACE,

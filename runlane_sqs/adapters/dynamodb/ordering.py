@@ -28,9 +28,9 @@ from runlane_sqs.adapters.dynamodb.errors import (
     conflicted,
 )
 from runlane_sqs.adapters.dynamodb.expressions import Expressions
+from runlane_sqs.adapters.dynamodb.keys import slot_agenda_pk
 from runlane_sqs.adapters.dynamodb.requests import Request
 from runlane_sqs.core.clock import to_epoch_ms
-from runlane_sqs.core.indexes import slot_agenda_pk
 from runlane_sqs.core.model import Run
 from runlane_sqs.core.ordering import PLACE_DIGITS, TURN_CHECK_AFTER, OrderHead, Place, order_scope
 

@@ -10,9 +10,10 @@ from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.cursors import Query, agenda_key, every_page
 from runlane_sqs.adapters.dynamodb.errors import Refused, Send
 from runlane_sqs.adapters.dynamodb.expressions import Expressions
+from runlane_sqs.adapters.dynamodb.keys import agenda_partitions, named_agenda_pk
 from runlane_sqs.adapters.dynamodb.requests import Request, query_agenda
 from runlane_sqs.core.errors import StorageUnavailable
-from runlane_sqs.core.indexes import NEVER_MS, AgendaKind, agenda_partitions, named_agenda_pk
+from runlane_sqs.core.indexes import NEVER_MS, AgendaKind
 from runlane_sqs.core.rates import Rate, RateRecord, start_after
 
 

@@ -49,12 +49,12 @@ from runlane_sqs.adapters.dynamodb.items import (
     EventMap,
     RunItem,
 )
+from runlane_sqs.adapters.dynamodb.keys import run_listing
 from runlane_sqs.adapters.dynamodb.requests import Request
 from runlane_sqs.core.batches import Append, Fill
 from runlane_sqs.core.clock import EPOCH, ONE_MS, to_epoch_ms
 from runlane_sqs.core.debounce import Collapse
-from runlane_sqs.core.indexes import agenda_entry, run_listing
-from runlane_sqs.core.machine import HintedClaim, Transition
+from runlane_sqs.core.machine import HintedClaim, Transition, agenda_entry
 from runlane_sqs.core.model import (
     LEASED_STATUSES,
     RUNNABLE_STATUSES,

@@ -14,9 +14,9 @@ from runlane_sqs.adapters.dynamodb.cursors import STRING, KeyShape, Query, agend
 from runlane_sqs.adapters.dynamodb.errors import Refused, Send
 from runlane_sqs.adapters.dynamodb.expressions import Expressions
 from runlane_sqs.adapters.dynamodb.items import ScheduleItem
+from runlane_sqs.adapters.dynamodb.keys import schedule_agenda_pk
 from runlane_sqs.adapters.dynamodb.requests import query_agenda
 from runlane_sqs.core.clock import from_epoch_ms, to_epoch_ms
-from runlane_sqs.core.indexes import schedule_agenda_pk
 from runlane_sqs.core.schedule_state import ScheduleState, ScheduleStatus
 from runlane_sqs.core.schedules import Schedule
 from runlane_sqs.ports.schedules import ScheduleConflict

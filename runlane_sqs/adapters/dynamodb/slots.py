@@ -34,6 +34,7 @@ from runlane_sqs.adapters.dynamodb.errors import (
 )
 from runlane_sqs.adapters.dynamodb.expressions import Expressions
 from runlane_sqs.adapters.dynamodb.items import SlotItem
+from runlane_sqs.adapters.dynamodb.keys import slot_agenda_pk
 from runlane_sqs.adapters.dynamodb.objects import hold_items, refused_holds
 from runlane_sqs.adapters.dynamodb.ordering import finish_items
 from runlane_sqs.adapters.dynamodb.replays import landed_transition
@@ -41,7 +42,6 @@ from runlane_sqs.adapters.dynamodb.requests import Request, query_agenda
 from runlane_sqs.adapters.dynamodb.runs import query_waiters, run_from_wire, transition_write
 from runlane_sqs.core.clock import from_epoch_ms, to_epoch_ms
 from runlane_sqs.core.errors import ConflictError, NoFreeSlot, StorageUnavailable
-from runlane_sqs.core.indexes import slot_agenda_pk
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Run, Slot
 from runlane_sqs.core.ordering import turn_passed

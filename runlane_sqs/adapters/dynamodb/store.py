@@ -74,6 +74,7 @@ from runlane_sqs.core.errors import (
     StorageError,
     StorageUnavailable,
 )
+from runlane_sqs.core.indexes import AgendaKind
 from runlane_sqs.core.machine import HintedClaim, Transition
 from runlane_sqs.core.model import KeyKind, Lease, Run, RunEvent, WaitKind
 from runlane_sqs.core.ordering import Place
@@ -315,6 +316,9 @@ class DynamoRunStore:
         if isinstance(sent, Refused):
             raise LeaseLost(run.id)
         return run_from_wire(sent["Attributes"])
+
+    def agenda_partitions(self, kind: AgendaKind) -> list[str]:
+        return keys.agenda_partitions(self.environment, kind.value)
 
     def agenda_page(
         self, partition: str, until: datetime, limit: int, cursor: str | None

@@ -20,10 +20,11 @@ from typing import Any
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.expressions import Expressions
 from runlane_sqs.adapters.dynamodb.items import AttributeMap, TokenItem
+from runlane_sqs.adapters.dynamodb.keys import agenda_pk
 from runlane_sqs.adapters.dynamodb.requests import Request
 from runlane_sqs.adapters.dynamodb.runs import from_ms, to_ms, to_ms_or_none
 from runlane_sqs.core.clock import EPOCH, ONE_MS, to_epoch_ms
-from runlane_sqs.core.indexes import AgendaKind, agenda_pk
+from runlane_sqs.core.indexes import AgendaKind
 from runlane_sqs.core.tokens import Token, TokenDecision, TokenStatus, token_agenda_entry
 from runlane_sqs.core.values import decode_json, stored_text
 
