@@ -13,7 +13,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from runlane_sqs import ConflictError, StorageUnavailable
-from runlane_sqs.adapters.dynamodb.runs import run_to_wire
+from runlane_sqs.adapters.dynamodb.runs import beside_the_run, run_to_wire
 from runlane_sqs.adapters.dynamodb.slots import TRANSACTION_ATTEMPTS, transaction
 from runlane_sqs.adapters.dynamodb.store import DynamoRunStore
 from runlane_sqs.core import machine
@@ -112,8 +112,9 @@ def spelled(request: dict[str, Any], field: str) -> str:
 
 def test_a_claim_writes_the_run_and_adds_its_holder_under_the_limit() -> None:
     decision = claim(queued(), slots=(SLOT, KEY))
-    request = transaction(TABLE, decision)
-    assert request is not None
+    beside = beside_the_run(decision)
+    assert beside is not None and beside.taken == (SLOT, KEY)
+    request = transaction(TABLE, decision, beside)
     run, *takes = (item["Update"] for item in request["TransactItems"])
     assert "ReturnValues" not in run  # a transaction returns nothing
     assert spelled(run, "ConditionExpression").endswith("AND attribute_not_exists(watched)")
@@ -131,8 +132,10 @@ def test_a_claim_writes_the_run_and_adds_its_holder_under_the_limit() -> None:
 
 def test_an_outcome_deletes_its_holder_fenced_by_the_runs_own_condition() -> None:
     claimed = claim(queued()).after
-    request = transaction(TABLE, success(claimed))
-    assert request is not None
+    outcome = success(claimed)
+    beside = beside_the_run(outcome)
+    assert beside is not None and beside.freed == claimed.slots
+    request = transaction(TABLE, outcome, beside)
     run, free = (item["Update"] for item in request["TransactItems"])
     assert "lease_token" in run["ExpressionAttributeNames"].values()
     assert f"DELETE holders {[slot_holder('tok-1', claimed.id)]}" in spelled(
@@ -143,8 +146,8 @@ def test_an_outcome_deletes_its_holder_fenced_by_the_runs_own_condition() -> Non
 
 def test_writes_of_runs_without_slots_stay_single_updates() -> None:
     plain = claim(queued(), slots=())
-    assert transaction(TABLE, plain) is None
-    assert transaction(TABLE, success(plain.after)) is None
+    assert beside_the_run(plain) is None
+    assert beside_the_run(success(plain.after)) is None
 
 
 def test_a_full_scope_is_no_free_slot_and_nothing_is_written() -> None:

@@ -15,7 +15,7 @@ from runlane_sqs.adapters.dynamodb.replays import (
     refused_transition,
 )
 from runlane_sqs.adapters.dynamodb.requests import Request
-from runlane_sqs.adapters.dynamodb.runs import applied, run_from_wire, run_in
+from runlane_sqs.adapters.dynamodb.runs import Beside, applied, run_from_wire, run_in
 from runlane_sqs.core.errors import LeaseLost, StorageUnavailable
 from runlane_sqs.core.machine import HintedClaim, Transition
 from runlane_sqs.core.model import Lease, Run
@@ -57,17 +57,18 @@ class AsyncDynamoRunStore:
         return run_in(await self._send("get_item", request))
 
     async def apply(self, transition: Transition) -> Run:
-        slotted = slots.transaction(self.table, transition)
-        if slotted is not None:
-            return await self._apply_slotted(transition, slotted)
+        beside = runs.beside_the_run(transition)
+        if beside is not None:
+            return await self._apply_slotted(transition, beside)
         request = runs.apply_transition(self.table, transition)
         sent = await self._send.conditional("update_item", request)
         if isinstance(sent, Refused):
             return refused_transition(transition, sent.item)
         return applied(transition, sent)
 
-    async def _apply_slotted(self, transition: Transition, request: Request) -> Run:
+    async def _apply_slotted(self, transition: Transition, beside: Beside) -> Run:
         """:func:`~runlane_sqs.adapters.dynamodb.slots.apply_slotted` on aiobotocore."""
+        request = slots.transaction(self.table, transition, beside)
         for attempt in range(slots.TRANSACTION_ATTEMPTS):
             if attempt:
                 await asyncio.sleep(slots.backoff(attempt))
@@ -75,7 +76,7 @@ class AsyncDynamoRunStore:
                 await self._send("transact_write_items", request)
             except ClientError as exc:
                 try:
-                    return slots.refused(transition, exc)  # type: ignore[no-any-return]
+                    return slots.refused(transition, beside, exc)  # type: ignore[no-any-return]
                 except slots.Contended:
                     continue
             return transition.after

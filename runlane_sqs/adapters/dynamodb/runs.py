@@ -36,6 +36,8 @@ run in one ``TransactWriteItems`` (:mod:`runlane_sqs.adapters.dynamodb.transacti
 from __future__ import annotations
 
 import json
+from collections import Counter
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote, unquote
@@ -69,7 +71,9 @@ from runlane_sqs.core.model import (
     Wait,
     WaitKind,
 )
-from runlane_sqs.core.values import Sealed, decode_json, stored_text
+from runlane_sqs.core.ordering import turn_passed
+from runlane_sqs.core.slots import slots_freed, slots_taken
+from runlane_sqs.core.values import Reference, Sealed, added_references, decode_json, stored_text
 
 
 def compact_json(value: Any) -> str:
@@ -719,3 +723,33 @@ def delete_run(table: str, run: Run) -> Request:
         x.compare("seq", "=", run.seq), x.is_in("status", [s.value for s in TERMINAL_STATUSES])
     )
     return x.request({"TableName": table, "Key": keys.run_key(run.environment, run.id)})
+
+
+@dataclass(frozen=True, slots=True)
+class Beside:
+    """The items beside the run's own that a transition writes, in one transaction with
+    the run's update (:func:`~.slots.transaction`)."""
+
+    taken: tuple[Slot, ...]
+    """Concurrency slots a claim takes."""
+    freed: tuple[Slot, ...]
+    """Concurrency slots the attempt whose lease ends frees."""
+    ordering_key: str | None
+    """The ordering key whose line a finished ordered run leaves."""
+    holds: Counter[Reference]
+    """References to objects of the payload bucket that the write adds."""
+
+
+def beside_the_run(transition: Transition) -> Beside | None:
+    """What ``transition`` writes beside the run's own item; ``None``: nothing (a plain
+    run's every write), so the write is one ``UpdateItem``. Only a run that holds or takes
+    slots can take or free one, and only an ordered run can leave a line: the other
+    tests are not made for it."""
+    before, after = transition.before, transition.after
+    taken = slots_taken(transition) if after.slots else ()
+    freed = slots_freed(transition) if before.slots else ()
+    ordering_key = turn_passed(transition) if after.ordering_key is not None else None
+    holds = added_references(before, after)
+    if not taken and not freed and ordering_key is None and not holds:
+        return None
+    return Beside(taken, freed, ordering_key, holds)

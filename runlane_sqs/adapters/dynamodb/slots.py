@@ -39,14 +39,18 @@ from runlane_sqs.adapters.dynamodb.objects import hold_items, refused_holds
 from runlane_sqs.adapters.dynamodb.ordering import finish_items
 from runlane_sqs.adapters.dynamodb.replays import landed_transition
 from runlane_sqs.adapters.dynamodb.requests import Request, query_agenda
-from runlane_sqs.adapters.dynamodb.runs import query_waiters, run_from_wire, transition_write
+from runlane_sqs.adapters.dynamodb.runs import (
+    Beside,
+    query_waiters,
+    run_from_wire,
+    transition_write,
+)
 from runlane_sqs.core.clock import from_epoch_ms, to_epoch_ms
 from runlane_sqs.core.errors import ConflictError, NoFreeSlot, StorageUnavailable
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import Run, Slot
-from runlane_sqs.core.ordering import turn_passed
-from runlane_sqs.core.slots import SlotState, slot_holder, slots_freed, slots_taken
-from runlane_sqs.core.values import added_references, moved_record
+from runlane_sqs.core.slots import SlotState, slot_holder
+from runlane_sqs.core.values import moved_record
 
 TRANSACTION_ATTEMPTS = 8
 """Sends of one transaction that DynamoDB cancels for a conflicting transaction on the
@@ -91,16 +95,12 @@ def _free(table: str, environment: str, slot: Slot, holder: str, now_ms: int) ->
     return x.request({"TableName": table, "Key": keys.slot_key(environment, slot.scope)})
 
 
-def transaction(table: str, transition: Transition) -> Request | None:
-    """The ``TransactWriteItems`` of a transition that takes or frees slots, ends an
-    ordered run or stores references to objects of the payload bucket (``None`` for every
-    other transition: it stays one ``UpdateItem``). The run's update comes first, then
-    the slots taken, freed, the line left and the references counted."""
-    taken, freed = slots_taken(transition), slots_freed(transition)
-    ordering_key = turn_passed(transition)
-    holds = added_references(transition.before, transition.after)
-    if not taken and not freed and ordering_key is None and not holds:
-        return None
+def transaction(table: str, transition: Transition, beside: Beside) -> Request:
+    """The ``TransactWriteItems`` of a transition that writes items ``beside`` the run's
+    own (:func:`~.runs.beside_the_run`): slots it takes or frees, the line of an ordered
+    run it ends, the records of objects its values reference. The run's update comes
+    first, then the slots taken, freed, the line left and the references counted."""
+    taken, freed, holds = beside.taken, beside.freed, beside.holds
     after, before = transition.after, transition.before
     write = transition_write(transition)  # a transaction returns nothing: no ALL_NEW
     if not before.watched:  # what ALL_NEW would have said: nobody waits
@@ -125,14 +125,14 @@ def transaction(table: str, transition: Transition) -> Request | None:
         assert before.lease is not None
         holder = slot_holder(before.lease.token, before.id)
         items += [{"Update": _free(table, env, s, holder, now_ms)} for s in freed]
-    if ordering_key is not None:
-        items += finish_items(table, after, ordering_key)
+    if beside.ordering_key is not None:
+        items += finish_items(table, after, beside.ordering_key)
     if holds:
         items += hold_items(table, env, holds)
     return {"TransactItems": items}
 
 
-def refused(transition: Transition, exc: ClientError) -> Any:
+def refused(transition: Transition, beside: Beside, exc: ClientError) -> Any:
     """After a cancelled transaction: the stored run if the run's write had landed
     already (a resend); else raise :class:`ConflictError` (the run changed),
     :class:`NoFreeSlot` (a scope is full), :class:`Contended` (send it again),
@@ -150,11 +150,11 @@ def refused(transition: Transition, exc: ClientError) -> Any:
             return landed
         current = run_from_wire(wire) if wire else None
         raise ConflictError(transition.run_id, current) from None
-    for slot, reason in zip(slots_taken(transition), reasons[1:], strict=False):
+    for slot, reason in zip(beside.taken, reasons[1:], strict=False):
         if reason.condition_failed:
             held = (reason.item or {}).get("holders", {}).get("SS", [])
             raise NoFreeSlot(transition.run_id, slot.scope, len(held), slot.limit) from None
-    holds = added_references(transition.before, transition.after)
+    holds = beside.holds
     if refused_holds(reasons, len({r.sha256 for r in holds})):
         raise StorageUnavailable(moved_record(next(iter(holds)))) from None
     raise exc
@@ -248,10 +248,16 @@ def backoff(attempt: int) -> float:
 
 
 def apply_slotted(
-    send: Send, sleep: Callable[[float], None], transition: Transition, request: Request
+    send: Send,
+    sleep: Callable[[float], None],
+    table: str,
+    transition: Transition,
+    beside: Beside,
 ) -> Run:
-    """Send a slot transaction, again while another transaction on the same slot record
-    cancels it; returns the stored run."""
+    """Send the :func:`transaction` of a transition that writes items ``beside`` the
+    run's own, again while another transaction on the same slot record cancels it;
+    returns the stored run."""
+    request = transaction(table, transition, beside)
     for attempt in range(TRANSACTION_ATTEMPTS):
         if attempt:
             sleep(backoff(attempt))
@@ -259,7 +265,7 @@ def apply_slotted(
             send("transact_write_items", request)
         except ClientError as exc:
             try:
-                return refused(transition, exc)  # type: ignore[no-any-return]
+                return refused(transition, beside, exc)  # type: ignore[no-any-return]
             except Contended:
                 continue
         return transition.after

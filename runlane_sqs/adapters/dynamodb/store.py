@@ -61,7 +61,7 @@ from runlane_sqs.adapters.dynamodb.runs import (
     run_to_wire,
 )
 from runlane_sqs.adapters.dynamodb.schedules import DynamoScheduleStore
-from runlane_sqs.adapters.dynamodb.slots import DynamoSlotStore, apply_slotted, transaction
+from runlane_sqs.adapters.dynamodb.slots import DynamoSlotStore, apply_slotted
 from runlane_sqs.adapters.dynamodb.tokens import token_from_wire, token_to_wire
 from runlane_sqs.adapters.dynamodb.transactions import DynamoTransactions, creation_actions
 from runlane_sqs.core.batches import Append, Fill
@@ -83,7 +83,6 @@ from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenDecision, T
 from runlane_sqs.core.values import (
     ENVELOPE_MARK,
     Reference,
-    added_references,
     decode_json,
     moved_record,
     references_in,
@@ -99,16 +98,6 @@ BATCH_GET_ATTEMPTS = 6
 """BatchGetItem requests for one page of runs before unprocessed keys are an error."""
 BATCH_GET_FIRST_WAIT_SECONDS = 0.05
 """Wait before asking again for unprocessed keys, doubled each time (AWS's advice)."""
-
-
-def _beside_the_run(transition: Transition) -> bool:
-    """Whether ``transition`` may change items beside the run's own (slots taken or
-    freed, an ordered run's line, the records of objects its values reference): only
-    such a write can be a transaction (:func:`~.slots.transaction` decides)."""
-    before, after = transition.before, transition.after
-    if before.slots or after.slots or after.ordering_key is not None:
-        return True
-    return bool(added_references(before, after))
 
 
 class Sender:
@@ -274,9 +263,9 @@ class DynamoRunStore:
         return (run_from_wire(wire), events_from_item(item_from_wire(wire))) if wire else None
 
     def apply(self, transition: Transition) -> Run:
-        slotted = transaction(self.table, transition) if _beside_the_run(transition) else None
-        if slotted is not None:
-            return apply_slotted(self._send, self.sleep, transition, slotted)
+        beside = runs.beside_the_run(transition)
+        if beside is not None:
+            return apply_slotted(self._send, self.sleep, self.table, transition, beside)
         request = runs.apply_transition(self.table, transition)
         sent = self._send.conditional("update_item", request)
         if isinstance(sent, Refused):
