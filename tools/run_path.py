@@ -34,7 +34,7 @@ from runlane_sqs.testing import in_memory_app
 PACKAGE = Path(runlane_sqs.__file__).parent
 MAX_MODULES = 22
 """Package modules a plain run may pass through, on every thread it uses."""
-MAX_SWITCHES = 181
+MAX_SWITCHES = 176
 """Switches between modules a plain run may make, on every thread it uses."""
 
 

@@ -224,13 +224,16 @@ def next_call(
 
 
 def drive(handling: Handling, perform: Perform) -> Disposition:
-    """Run ``handling`` to the end, performing each call with ``perform`` (sync I/O)."""
-    call = next_call(handling, None, None)
-    while not isinstance(call, Disposition):
+    """Run ``handling`` to the end, performing each call with ``perform`` (sync I/O):
+    the path gets each call's result, or its error, and yields its next call."""
+    reply: Any = None
+    error: BaseException | None = None
+    while True:
         try:
-            reply = perform(call)
+            call = handling.send(reply) if error is None else handling.throw(error)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        try:
+            reply, error = perform(call), None
         except BaseException as exc:  # the path decides what a failed call means
-            call = next_call(handling, None, exc)
-        else:
-            call = next_call(handling, reply, None)
-    return call
+            reply, error = None, exc
