@@ -5,10 +5,12 @@ stops the next attempt before the new call does anything and parks the run
 ``history_diverged``, with the calls it reached, the one it asked for and the recorded
 ones it did not reach. Code that matches, or only adds calls after the recorded ones,
 is unaffected. No worker or maintenance pass unparks such a run; an operator unparks it
-once matching code is deployed, or cancels and reruns it."""
+once matching code is deployed, or cancels and reruns it. A run whose cancel was
+requested while the attempt ran is cancelled instead of parked."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -224,6 +226,45 @@ def test_a_change_that_no_longer_matches_the_history_parks_the_run_before_any_ne
     (last,) = changed.runs.attempts(run_id)[-1:]
     assert (last.number, last.outcome) == (2, "parked")
     assert parked.failures == 0 and parked.lease is None
+
+
+def test_a_divergence_met_after_a_cancel_request_cancels_the_run_and_says_why(
+    backend: Backend, worker_kind: WorkerKind, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The operator asked the run to stop while the changed code ran: the attempt stops at
+    the new call as before, but the run ends ``cancelled``, not ``parked`` waiting for an
+    unpark nobody wants, and its ``cancelled`` event holds the divergence."""
+    effects = Effects()
+    app, run_id, tokens = started_on_the_original(backend, worker_kind, effects)
+
+    def cancelled_meanwhile(changed: Runlane) -> None:
+        def order(ctx: TaskContext, payload: Any) -> Any:
+            ctx.step("charge", effects("charge"))
+            changed.runs.cancel(ctx.run_id, actor="ops", reason="not needed any more")
+            ctx.step("audit", effects("audit"))  # new, before the recorded wait
+            return ctx.wait_for_token(payload["first"]).value
+
+        changed.task(order, name=ORDER)
+
+    changed = second_app(backend, app, cancelled_meanwhile)
+    worker_kind.drain_all(changed)
+
+    cancelled = changed.runs.get(run_id)
+    assert cancelled.status is RunStatus.CANCELLED
+    assert (cancelled.parked_reason, cancelled.parked_from) == (None, None)
+    assert effects.done == ["charge"]  # the new step did not run
+    events = changed.runs.events(run_id)
+    assert [e.type for e in events[-2:]] == [EventType.CANCEL_REQUESTED, EventType.CANCELLED]
+    assert events[-1].data == {
+        "after": "history_diverged",
+        "reached": ["step charge"],
+        "asked": "step audit",
+        "unreached": [f"wait token:{tokens['first']}#1"],
+    }
+    (last,) = changed.runs.attempts(run_id)[-1:]
+    assert (last.number, last.outcome) == (2, "cancelled")
+    assert cancelled.failures == 0 and cancelled.lease is None
+    assert [r.message for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
 def test_code_that_only_adds_calls_after_the_recorded_ones_carries_on(
