@@ -485,12 +485,15 @@ def claimed_too_late(claimed: Run, now: datetime, lease_duration: timedelta) -> 
     return lease is not None and now >= lease.expires_at - lease_duration / 2
 
 
-def cancelled_after_attempt(run: Run, now: datetime, token: str, outcome: str) -> Transition:
-    """A cancel request was pending when the attempt ended: the run is cancelled."""
+def cancelled_after_attempt(
+    run: Run, now: datetime, token: str, outcome: str, details: dict[str, JSON] | None = None
+) -> Transition:
+    """A cancel request was pending when the attempt ended: the run is cancelled. The
+    event says how the attempt ended (``after``), with ``details`` of that end."""
     return transition(
         run,
         now,
-        [(EventType.CANCELLED, {"after": outcome})],
+        [(EventType.CANCELLED, {"after": outcome, **(details or {})})],
         fence=token,
         status=RunStatus.CANCELLED,
         due_at=None,

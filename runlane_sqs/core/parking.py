@@ -12,7 +12,8 @@ A parked run is unparked by a worker that registers its task and consumes its qu
 ``republish_after``), or by an operator (``runs unpark``); or it is cancelled.
 
 A run is also parked, ``history_diverged``, when an attempt meets code that no longer
-matches its history (:func:`park_diverged`); only an operator unparks that one.
+matches its history (:func:`park_diverged`); only an operator unparks that one. An
+attempt that meets it under a cancel request cancels the run instead.
 Nothing in this module performs I/O or reads a clock.
 """
 
@@ -27,6 +28,7 @@ from runlane_sqs.core.machine import (
     Skip,
     SkipReason,
     Transition,
+    cancelled_after_attempt,
     require_lease,
     transition,
 )
@@ -78,10 +80,16 @@ def park_diverged(run: Run, *, token: str, now: datetime, details: dict[str, JSO
     (:mod:`runlane_sqs.core.replay`): it ends, without a failure and before the call the
     history did not allow did anything, and the run is parked until an operator unparks it
     (once code that matches is deployed) or reruns it. No worker or maintenance pass
-    unparks it by itself: the code they run is the code that diverged."""
+    unparks it by itself: the code they run is the code that diverged.
+
+    A pending cancel request turns it into cancelled, as any other outcome of the
+    attempt: the operator asked the run to stop, so it is not kept for an unpark; the
+    ``cancelled`` event holds the divergence (``after: history_diverged``)."""
     require_lease(run, token)
     assert run.lease is not None
     now = truncate_ms(now)
+    if run.status is RunStatus.CANCEL_REQUESTED:
+        return cancelled_after_attempt(run, now, token, DIVERGED, details)
     data: dict[str, JSON] = {"reason": DIVERGED, "worker": run.lease.owner, **details}
     return transition(
         run,

@@ -12,8 +12,9 @@ A new call made while a recorded one is still unreached means the code no longer
 matches the history: a step renamed or inserted before a recorded call, a wait whose
 kind, target or number changed, waits reordered, a recorded step removed before new
 work. The attempt stops there, before the new call does anything, and the run is parked
-``history_diverged``. Code that matches (the same calls, new calls only after every
-recorded one, recorded calls no longer made at the end) is unaffected.
+``history_diverged`` (or cancelled, when a cancel was requested while it ran). Code
+that matches (the same calls, new calls only after every recorded one, recorded calls no
+longer made at the end) is unaffected.
 
 ``ctx.release`` waits are not calls here: a release is never answered from the history
 (the handler decides by itself whether to release again), so it records nothing to

@@ -187,7 +187,13 @@ class AttemptServices(Protocol):
 
     def get_token(self, token_id: str) -> Token | None: ...
 
-    def watch_run(self, run_id: str) -> Run | None: ...
+    def get_run(self, run_id: str) -> Run | None:
+        """Read another run (no write)."""
+        ...
+
+    def watch_run(self, run_id: str) -> Run | None:
+        """Mark another run as awaited (so that its end resumes its waiters) and read it."""
+        ...
 
     def open_group(
         self, wait_name: str, children: Iterable[Child], options: GroupOptions
@@ -393,21 +399,44 @@ class TaskContext:
         name, recorded = self._begin_run_wait(run_id)
         if recorded is not None:
             return recorded
-        return self._answered(_run_outcome(name, run_id, self._services().watch_run(run_id)))
+        services = self._services()
+        if self._replaying().unreached():
+            finished = self._finished_before(name, run_id, services.get_run(run_id))
+            if finished is not None:
+                return finished
+        return self._answered(_run_outcome(name, run_id, services.watch_run(run_id)))
 
     async def wait_for_run_async(self, run_id: str) -> RunOutcome:
-        """:meth:`wait_for_run` for ``async def`` handlers (its write runs on a thread)."""
+        """:meth:`wait_for_run` for ``async def`` handlers (its read and write run on a
+        thread)."""
         name, recorded = self._begin_run_wait(run_id)
         if recorded is not None:
             return recorded
-        other = await _on_thread(self._services().watch_run, run_id)
-        return self._answered(_run_outcome(name, run_id, other))
+        services = self._services()
+        if self._replaying().unreached():
+            other = await _on_thread(services.get_run, run_id)
+            finished = self._finished_before(name, run_id, other)
+            if finished is not None:
+                return finished
+        watched = await _on_thread(services.watch_run, run_id)
+        return self._answered(_run_outcome(name, run_id, watched))
 
     def _begin_run_wait(self, run_id: str) -> tuple[str, RunOutcome | None]:
         if run_id == self.run_id:
             raise ConfigurationError("a run cannot wait for itself")
         name, result = self._next_wait(WaitKind.RUN, run_id)
         return name, RunOutcome.from_json(result) if isinstance(result, dict) else None
+
+    def _finished_before(self, name: str, run_id: str, other: Run | None) -> RunOutcome | None:
+        """A new run wait while calls the history recorded are still ahead, checked before
+        the watch writes anything: how ``other`` (read, not watched) finished if it had (a
+        wait answered at once is no call); otherwise this wait is a new call, and the
+        history refuses it (:class:`HistoryDiverged`) before the run is marked watched."""
+        answer = _run_outcome(name, run_id, other)
+        if isinstance(answer, Wait):
+            self._replayed(wait_call(name))
+            return None
+        return answer
 
     # groups ----------------------------------------------------------------------
 

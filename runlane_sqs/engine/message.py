@@ -671,7 +671,8 @@ def decide_returned(result: JSON, token: str) -> Decide:
 
 def decide_raised(config: RunlaneConfig, task: Task, exc: BaseException, token: str) -> Decide:
     """The handler raised: a wait (release), code that no longer matches the run's history
-    (the run is parked), or a failure the retry policy decides on."""
+    (the run is parked), or a failure the retry policy decides on. Under a cancel request
+    each of them cancels the run instead."""
     diverged = _diverged_in(exc)
     if diverged is not None:
         details = diverged.details()

@@ -245,6 +245,10 @@ class AttemptRuntime:
         token = self._store.tokens.get_token(token_id)
         return self.values.open_token(token) if token is not None else None
 
+    def get_run(self, run_id: str) -> Run | None:
+        run = self._store.get_run(run_id)
+        return self.values.open_run(run, payload=False) if run is not None else None
+
     def watch_run(self, run_id: str) -> Run | None:
         run = self._store.watch_run(run_id)
         return self.values.open_run(run, payload=False) if run is not None else None

@@ -5,11 +5,15 @@ stops the next attempt before the new call does anything and parks the run
 ``history_diverged``, with the calls it reached, the one it asked for and the recorded
 ones it did not reach. Code that matches, or only adds calls after the recorded ones,
 is unaffected. No worker or maintenance pass unparks such a run; an operator unparks it
-once matching code is deployed, or cancels and reruns it."""
+once matching code is deployed, or cancels and reruns it. A run whose cancel was
+requested while the attempt ran is cancelled instead of parked. A new wait for a run
+that diverges writes nothing for that run."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -120,6 +124,23 @@ def answered_at_once(effects: Effects) -> Handler:
     return order
 
 
+def answered_run_wait(finished: str) -> Callable[[Effects], Handler]:
+    """A first wait for a run that had finished before it was asked: answered from that
+    run, it records nothing, so it is no call to replay."""
+
+    def code(effects: Effects) -> Handler:
+        def order(ctx: TaskContext, payload: Any) -> Any:
+            ctx.step("charge", effects("charge"))
+            status = ctx.wait_for_run(finished).status.value
+            first = ctx.wait_for_token(payload["first"]).value
+            ctx.step("ship", effects("ship"))
+            return [status, first]
+
+        return order
+
+    return code
+
+
 def patched(effects: Effects) -> Handler:
     """The inserted step behind a patch: runs already past that point keep to the old
     code; runs that reach it first take the new branch."""
@@ -224,6 +245,125 @@ def test_a_change_that_no_longer_matches_the_history_parks_the_run_before_any_ne
     (last,) = changed.runs.attempts(run_id)[-1:]
     assert (last.number, last.outcome) == (2, "parked")
     assert parked.failures == 0 and parked.lease is None
+
+
+def test_a_divergence_met_after_a_cancel_request_cancels_the_run_and_says_why(
+    backend: Backend, worker_kind: WorkerKind, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The operator asked the run to stop while the changed code ran: the attempt stops at
+    the new call as before, but the run ends ``cancelled``, not ``parked`` waiting for an
+    unpark nobody wants, and its ``cancelled`` event holds the divergence."""
+    effects = Effects()
+    app, run_id, tokens = started_on_the_original(backend, worker_kind, effects)
+
+    def cancelled_meanwhile(changed: Runlane) -> None:
+        def order(ctx: TaskContext, payload: Any) -> Any:
+            ctx.step("charge", effects("charge"))
+            changed.runs.cancel(ctx.run_id, actor="ops", reason="not needed any more")
+            ctx.step("audit", effects("audit"))  # new, before the recorded wait
+            return ctx.wait_for_token(payload["first"]).value
+
+        changed.task(order, name=ORDER)
+
+    changed = second_app(backend, app, cancelled_meanwhile)
+    worker_kind.drain_all(changed)
+
+    cancelled = changed.runs.get(run_id)
+    assert cancelled.status is RunStatus.CANCELLED
+    assert (cancelled.parked_reason, cancelled.parked_from) == (None, None)
+    assert effects.done == ["charge"]  # the new step did not run
+    events = changed.runs.events(run_id)
+    assert [e.type for e in events[-2:]] == [EventType.CANCEL_REQUESTED, EventType.CANCELLED]
+    assert events[-1].data == {
+        "after": "history_diverged",
+        "reached": ["step charge"],
+        "asked": "step audit",
+        "unreached": [f"wait token:{tokens['first']}#1"],
+    }
+    (last,) = changed.runs.attempts(run_id)[-1:]
+    assert (last.number, last.outcome) == (2, "cancelled")
+    assert cancelled.failures == 0 and cancelled.lease is None
+    assert [r.message for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+def inserted_run_wait(other: str) -> Callable[[Effects], Handler]:
+    """A wait for run ``other`` inserted before the recorded token wait."""
+
+    def code(effects: Effects) -> Handler:
+        def order(ctx: TaskContext, payload: Any) -> Any:
+            ctx.step("charge", effects("charge"))
+            ctx.wait_for_run(other)  # new, before the recorded wait
+            return ctx.wait_for_token(payload["first"]).value
+
+        return order
+
+    return code
+
+
+def inserted_run_wait_async(other: str) -> Callable[[Effects], Handler]:
+    """:func:`inserted_run_wait` in an ``async def`` handler (named ``order`` too: a
+    step's call site is the function that calls it)."""
+
+    def code(effects: Effects) -> Handler:
+        async def order(ctx: TaskContext, payload: Any) -> Any:
+            await ctx.step_async("charge", effects("charge"))
+            await ctx.wait_for_run_async(other)  # new, before the recorded wait
+            return (await ctx.wait_for_token_async(payload["first"])).value
+
+        return order  # type: ignore[return-value]
+
+    return code
+
+
+@pytest.mark.parametrize(
+    "code", [inserted_run_wait, inserted_run_wait_async], ids=["sync", "async"]
+)
+def test_a_run_wait_that_diverges_writes_nothing_for_the_run_it_would_wait_for(
+    backend: Backend,
+    worker_kind: WorkerKind,
+    code: Callable[[str], Callable[[Effects], Handler]],
+) -> None:
+    """The attempt stops before the new wait does anything: the run it names is not
+    marked as watched (its end would otherwise be reported to a run that never waits)."""
+    effects = Effects()
+    app, run_id, tokens = started_on_the_original(backend, worker_kind, effects)
+    later = {"first": app.tokens.create().id, "second": app.tokens.create().id}
+    other = app.trigger(ORDER, later, delay=timedelta(hours=1))  # not finished
+    changed = second_app(backend, app, deploy(code(other.id), effects))
+    worker_kind.drain_all(changed)
+
+    parked = changed.runs.get(run_id)
+    assert parked.status is RunStatus.PARKED
+    event = changed.runs.events(run_id)[-1]
+    assert (event.data["asked"], event.data["unreached"]) == (
+        f"wait run:{other.id}#1",
+        [f"wait token:{tokens['first']}#1"],
+    )
+    assert changed.runs.get(other.id).watched is False  # nothing written for the wait
+    assert parked.waiting is None and effects.done == ["charge"]
+
+
+def test_a_run_wait_answered_at_once_is_still_no_call_to_replay(
+    backend: Backend, worker_kind: WorkerKind
+) -> None:
+    """A wait for a run that had already finished is answered from that run and records
+    nothing: the next attempt meets it again while its recorded token wait is still
+    ahead, and carries on (as with a token decided before it was asked)."""
+    effects = Effects()
+    app = backend.app(register=deploy(original, effects))
+    tokens = {"first": app.tokens.create().id, "second": app.tokens.create().id}
+    finished = app.trigger(ORDER, tokens)
+    app.runs.cancel(finished.id, actor="ops", reason="finished before anyone waits for it")
+    waiter = second_app(backend, app, deploy(answered_run_wait(finished.id), effects))
+    first = waiter.tokens.create()
+    run = waiter.trigger(ORDER, {"first": first.id})
+    worker_kind.drain_all(waiter)
+    assert waiter.runs.get(run.id).status is RunStatus.RELEASED
+    waiter.tokens.complete(first.id, "paid")
+    worker_kind.drain_all(waiter)
+
+    assert waiter.runs.get(run.id).result == ["cancelled", "paid"]
+    assert effects.done == ["charge", "ship"]
 
 
 def test_code_that_only_adds_calls_after_the_recorded_ones_carries_on(

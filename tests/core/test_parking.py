@@ -12,8 +12,13 @@ from runlane_sqs.core import machine
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.errors import ConfigurationError, IllegalTransition
 from runlane_sqs.core.machine import RepublishPolicy, Skip, SkipReason, Transition, agenda_entry
-from runlane_sqs.core.model import EventType, Lease, Run, RunStatus, Wait, WaitKind
-from runlane_sqs.core.parking import park_unknown_task, parked_long_enough, unpark
+from runlane_sqs.core.model import JSON, EventType, Lease, Run, RunStatus, Wait, WaitKind
+from runlane_sqs.core.parking import (
+    park_diverged,
+    park_unknown_task,
+    parked_long_enough,
+    unpark,
+)
 
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 POLICY = RepublishPolicy()
@@ -126,6 +131,50 @@ def test_maintenance_unparks_a_run_at_most_once_per_interval() -> None:
     assert not parked_long_enough(run, now=NOW + timedelta(minutes=4), interval=interval)
     assert parked_long_enough(run, now=NOW + interval, interval=interval)
     assert not parked_long_enough(queued(), now=NOW + interval, interval=interval)
+
+
+DIVERGENCE: dict[str, JSON] = {"reached": ["step a"], "asked": "step b", "unreached": ["wait x"]}
+
+
+def leased(status: RunStatus = RunStatus.RUNNING) -> Run:
+    claim = machine.claim_lease(
+        queued(), now=NOW, owner="w1", token="tok-1", duration=timedelta(minutes=1)
+    )
+    assert isinstance(claim, Transition)
+    return claim.after.with_changes(status=status)
+
+
+def test_an_attempt_that_diverges_parks_the_run_until_an_operator_unparks_it() -> None:
+    decision = park_diverged(leased(), token="tok-1", now=NOW, details=DIVERGENCE)
+    after = decision.after
+    assert (after.status, after.parked_reason, after.parked_from) == (
+        RunStatus.PARKED,
+        "history_diverged",
+        RunStatus.RELEASED,
+    )
+    assert [(e.type, e.data) for e in decision.events] == [
+        (EventType.PARKED, {"reason": "history_diverged", "worker": "w1", **DIVERGENCE})
+    ]
+    assert (decision.fence, after.lease) == ("tok-1", None)
+
+
+def test_an_attempt_that_diverges_under_a_cancel_request_cancels_the_run() -> None:
+    """The operator asked the run to stop: it ends, as every other outcome of such an
+    attempt does, and the ``cancelled`` event records the divergence it met."""
+    run = leased(RunStatus.CANCEL_REQUESTED)
+    decision = park_diverged(run, token="tok-1", now=NOW, details=DIVERGENCE)
+    after = decision.after
+    assert (after.status, after.parked_reason, after.parked_from) == (
+        RunStatus.CANCELLED,
+        None,
+        None,
+    )
+    assert (after.lease, after.due_at, after.wake_at, after.failures) == (None, None, None, 0)
+    assert agenda_entry(after) is None
+    assert [(e.type, e.data) for e in decision.events] == [
+        (EventType.CANCELLED, {"after": "history_diverged", **DIVERGENCE})
+    ]
+    assert decision.fence == "tok-1"
 
 
 @pytest.mark.parametrize("value", [0, -1, 2.5, "3"])
