@@ -23,7 +23,7 @@ from runlane_sqs.core.errors import (
     RunlaneError,
     RunNotFound,
 )
-from runlane_sqs.core.groups import Group, group_id_for, group_root
+from runlane_sqs.core.groups import Group, group_id_for, group_root, redriven_parent_ids
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import (
     JSON,
@@ -357,8 +357,9 @@ class RunsApi:
         cursor: str | None = None,
     ) -> PruneReport:
         """Delete finished runs created before ``older_than`` (a time, or an age), with
-        their history and steps, and free their idempotency keys. Bounded by ``limit``;
-        resume with the returned cursor."""
+        their history and steps and the groups they opened, and free their idempotency
+        keys. A parent whose group a ``retry-failed`` rerun still uses is left for a later
+        prune. Bounded by ``limit``; resume with the returned cursor."""
         chosen = _statuses(statuses) if statuses else tuple(TERMINAL_STATUSES)
         if any(not s.is_terminal for s in chosen):
             raise IllegalTransition("prune removes finished runs only")
@@ -368,15 +369,44 @@ class RunsApi:
             cutoff = self._engine.clock.now() - to_timedelta(older_than, "older_than")
         page = self.list(status=list(chosen), created_before=cutoff, limit=limit, cursor=cursor)
         deleted, now = 0, self._engine.clock.now()
+        store = self._engine.store
         for run in page.runs:
-            if run.created_at <= cutoff and self._engine.store.delete_run(run, now):
-                deleted += 1
-                if run.idempotency_key is not None:
-                    self._engine.store.keys.release_key(
-                        KeyKind.IDEMPOTENCY, run.task, run.idempotency_key, run.id
-                    )
+            groups = self._groups_pruned_with(run) if run.created_at <= cutoff else None
+            if groups is None or not store.delete_run(run, now):
+                continue
+            deleted += 1
+            for group in groups:  # after their parent: never before it
+                store.groups.delete_group(group.id)
+            if run.idempotency_key is not None:
+                store.keys.release_key(KeyKind.IDEMPOTENCY, run.task, run.idempotency_key, run.id)
         log.info("pruned %d of %d run(s)", deleted, len(page.runs))
         return PruneReport(examined=len(page.runs), deleted=deleted, cursor=page.cursor)
+
+    def _groups_pruned_with(self, run: Run) -> Sequence[Group] | None:
+        """The groups ``run`` opened, which prune deletes with it; ``None`` while one of
+        them is still in use: a ``retry-failed`` rerun of it has not joined, or the parent
+        it ran again (whose ``ctx.map`` calls find this run's groups) is stored."""
+        if not run.opened_groups:
+            return ()
+        opened = [group for group in self.groups_of(run) if group.parent_run_id == run.id]
+        for group in opened:
+            if self._rerun_uses(group):
+                log.info(
+                    "run %s: not pruned yet: its group %s has not joined, or is used by "
+                    "the run a retry-failed rerun ran again",
+                    run.id,
+                    group.id,
+                    extra={"run_id": run.id, "group_id": group.id},
+                )
+                return None
+        return opened
+
+    def _rerun_uses(self, group: Group) -> bool:
+        """Whether a ``retry-failed`` rerun of the group has not joined yet, or the parent
+        one of its joins ran again is stored."""
+        if group.joined_at is None:
+            return True
+        return any(self._engine.store.get_run(i) for i in redriven_parent_ids(group))
 
     # helpers ------------------------------------------------------------------------
 

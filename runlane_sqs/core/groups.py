@@ -85,6 +85,12 @@ def redriven_parent_id(group_id: str, generation: int) -> str:
     return _digest(group_id, "parent", str(generation))
 
 
+def redriven_parent_ids(group: Group) -> list[str]:
+    """The run ids of the parents each of a group's redrives runs again (one per
+    generation; a redrive whose join still failed runs none)."""
+    return [redriven_parent_id(group.id, n) for n in range(1, group.generation + 1)]
+
+
 def group_root(run: Run) -> str:
     """The run whose id names a run's groups: itself, or for a redriven parent the run it
     redrives (so its ``ctx.map`` calls find that run's groups)."""

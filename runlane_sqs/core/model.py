@@ -340,6 +340,9 @@ class Run:
     """Recorded durable step results by step name."""
     watched: bool = False
     """Another run waits for this one; finishing it resumes the waiters."""
+    opened_groups: bool = False
+    """The run opened a group (``ctx.map``): it carries no TTL expiry, and ``runs prune``
+    deletes its groups with it (:mod:`runlane_sqs.core.groups`)."""
     source_run_id: str | None = None
     """The finished run this one retries or reruns (the audit link)."""
     source_kind: str | None = None

@@ -87,6 +87,11 @@ class GroupStore(Protocol):
         """List an unjoined group on the agenda at ``at`` (maintenance looks again then)."""
         ...
 
+    def delete_group(self, group_id: str) -> None:
+        """Delete a group's record and every item chunk stored beside it (nothing if
+        there is none). ``runs prune`` calls it once it deleted the group's parent."""
+        ...
+
     def group_agenda_page(
         self, partition: str, until: datetime, limit: int, cursor: str | None
     ) -> tuple[list[Group], str | None]:

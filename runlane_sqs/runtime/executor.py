@@ -265,7 +265,11 @@ class AttemptRuntime:
         group, chunks = self._groups.new_group(
             items, group_id=group_id, parent=self._run, options=options
         )
-        return self._groups.open(group, chunks, (self._run.id, self._token))
+        opened = self._groups.open(group, chunks, (self._run.id, self._token))
+        if opened.parent_run_id == self._run.id:  # the opening marked the stored run too
+            self._run = self.run().with_changes(opened_groups=True)
+            self._leases.update(self._run)
+        return opened
 
     def get_group(self, group_id: str) -> Group | None:
         return self._store.groups.get_group(group_id)

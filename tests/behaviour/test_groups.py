@@ -1,10 +1,14 @@
 """Groups on every backend: ``ctx.map`` fans out and joins once, ``app.group`` triggers
 its callback once, children start as a sliding window, failures past ``tolerate`` fail
-the group, and bad input is refused before anything is written.
+the group, and bad input is refused before anything is written. A group's records go
+when its parent goes, never before: ``runs prune`` deletes them with the parent, and a
+parent that opened a group never expires by DynamoDB's TTL.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -42,6 +46,7 @@ from runlane_sqs.core.model import WaitKind
 from tests.backends import ONLY_AWS, Backend
 from tests.behaviour.waits_support import drain_all, qualified
 from tests.behaviour.worker_support import drain
+from tests.emulators import scan_items
 from tests.workers import WorkerKind
 
 
@@ -597,3 +602,112 @@ def test_a_group_past_the_item_limit_is_refused_before_anything_is_written(
     with pytest.raises(PayloadTooLarge):
         app.group([("square", {"n": n, "pad": "x" * 50}) for n in range(100)])
     assert app.runs.list().runs == []
+
+
+# pruning and retention ------------------------------------------------------------------
+
+
+def group_items(app: Runlane) -> Counter[str]:
+    """How many items (its record and its item chunks) each group has in the table, by
+    group id, as a scan of the whole table finds them."""
+    prefix = keys.group_pk(app.config.environment, "")
+    return Counter(
+        item["pk"]["S"][len(prefix) :]
+        for item in scan_items(app.store.client, app.config.table)
+        if item["pk"]["S"].startswith(prefix)
+    )
+
+
+def expire_by_ttl(app: Runlane) -> set[str]:
+    """Delete what DynamoDB's TTL may delete by now (items whose ``expires_at`` has
+    passed); returns the ids of the runs deleted."""
+    client, now = app.store.client, app.clock.now().timestamp()
+    prefix = keys.run_pk(app.config.environment, "")
+    deleted: set[str] = set()
+    for item in scan_items(client, app.config.table):
+        if "expires_at" in item and int(item["expires_at"]["N"]) <= now:
+            key = {"pk": item["pk"], "sk": item["sk"]}
+            client.delete_item(TableName=app.config.table, Key=key)
+            if item["pk"]["S"].startswith(prefix):
+                deleted.add(item["pk"]["S"][len(prefix) :])
+    return deleted
+
+
+def prune_everything_finished(app: Runlane) -> int:
+    """Prune every finished run until a prune deletes nothing more."""
+    deleted = 0
+    while pruned := app.runs.prune(older_than=timedelta(0)).deleted:
+        deleted += pruned
+    return deleted
+
+
+def test_prune_deletes_the_groups_of_the_parents_it_deletes_and_no_other(
+    app: Runlane, backend: Backend
+) -> None:
+    app.task(lambda ctx, key: ctx.wait_for_signal(key).payload, name="hold")
+    app.task(lambda ctx, key: list(ctx.map("hold", [key, key]).results()), name="holding")
+    done = app.trigger("month", {"count": 3})
+    empty = app.trigger("month", {"count": 0})  # its group joined at once, never waited for
+    waiting = app.trigger("holding", "go")  # its children wait for a signal
+    drain_all(app)
+    statuses = [app.runs.get(run.id).status for run in (done, empty, waiting)]
+    assert statuses == [RunStatus.SUCCEEDED, RunStatus.SUCCEEDED, RunStatus.RELEASED]
+    backend.clock.advance(timedelta(days=2))
+    recent = app.trigger("month", {"count": 2})
+    drain_all(app)
+    group = {run.id: group_id_for(run.id, "group:#1") for run in (done, empty, waiting, recent)}
+    before = group_items(app)
+    assert set(before) == set(group.values())
+
+    report = app.runs.prune(older_than=timedelta(days=1))
+
+    assert report.deleted == 5  # the two old parents that finished, and three children
+    assert app.store.get_run(done.id) is None and app.store.get_run(empty.id) is None
+    # the groups of the unfinished parent and of the recent one are untouched
+    kept = (group[waiting.id], group[recent.id])
+    assert group_items(app) == {group_id: before[group_id] for group_id in kept}
+    assert app.signals.send("go", 7) == 2
+    drain_all(app)
+    assert app.runs.get(waiting.id).result == [7, 7]
+
+
+def test_no_group_outlives_its_parent_under_the_ttl_and_prune_deletes_both(
+    app: Runlane, backend: Backend
+) -> None:
+    parent = app.trigger("month", {"count": 2})
+    plain = app.trigger("square-of", 3)
+    drain_all(app)
+    [group] = app.runs.groups(parent.id)
+    children = {group.child_id(0), group.child_id(1)}
+    assert app.config.retention is not None
+    backend.clock.advance(app.config.retention + timedelta(days=1))
+
+    expired = expire_by_ttl(app)
+
+    assert expired == {plain.id} | children  # children are runs of their own
+    assert app.store.get_run(parent.id) is not None  # kept until pruned, with its group
+    assert app.runs.groups(parent.id) == [group]
+    assert prune_everything_finished(app) == 1
+    assert group_items(app) == {}
+
+
+def test_prune_leaves_a_parent_whose_group_a_retry_failed_rerun_still_uses(
+    app: Runlane, flaky: Flaky
+) -> None:
+    flaky.broken = {1}
+    parent = app.trigger("mapper", {"count": 3})
+    drain_all(app)
+    flaky.broken = set()
+    group = app.runs.retry_failed(parent.id)
+    app.runs.prune(older_than=timedelta(0), statuses=["failed"])
+    assert app.store.get_run(parent.id) is not None  # its rerun children are running
+    drain_all(app)
+    again = app.runs.get(redriven_parent_id(group.id, 1))  # finds the group of its source
+    assert again.result == [0, 10, 20]
+    app.runs.prune(older_than=timedelta(0), statuses=["failed"])
+    assert app.store.get_run(parent.id) is not None  # the parent run again is stored
+
+    prune_everything_finished(app)
+
+    assert app.store.get_run(parent.id) is None and app.store.get_run(again.id) is None
+    assert group_items(app) == {}

@@ -1,8 +1,10 @@
 """The group store's contract, on the in-memory store and on DynamoDB over HTTP: a
-group opens once (fenced on its parent's lease), lanes are filled only from the
-``started`` read and only while the group runs, a child is counted once (however often
-its count is sent) and its lane starts the next position, each lane its own, the join
-and the stop are recorded once, and the agenda lists unjoined groups with cursors."""
+group opens once (fenced on its parent's lease, and marking the parent, which then never
+takes a TTL expiry), lanes are filled only from the ``started`` read and only while the
+group runs, a child is counted once (however often its count is sent) and its lane
+starts the next position, each lane its own, the join and the stop are recorded once,
+the agenda lists unjoined groups with cursors, and a group is deleted with every item
+chunk beside it."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import pytest
 from runlane_sqs import LeaseLost
 from runlane_sqs.adapters.dynamodb.keys import agenda_partitions
 from runlane_sqs.core import machine
-from runlane_sqs.core.errors import InvalidCursor
+from runlane_sqs.core.errors import ConflictError, InvalidCursor
 from runlane_sqs.core.groups import Group, GroupStatus, Item, child_run_id, chunk, redrive
 from runlane_sqs.core.indexes import AgendaKind
 from runlane_sqs.core.model import RunStatus, new_lease_token, new_run_id
@@ -48,6 +50,7 @@ def _running(backend: Backend, total: int = 3, **changes: object) -> Group:
 
 
 def _leased_parent(backend: Backend) -> tuple[str, str]:
+    """A parent run, kept a day once finished, whose attempt holds a lease."""
     run, event = machine.new_run(
         run_id=new_run_id(),
         environment=backend.environment,
@@ -56,6 +59,7 @@ def _leased_parent(backend: Backend) -> tuple[str, str]:
         payload=None,
         now=backend.clock.now(),
     )
+    run = run.with_changes(retention=timedelta(days=1))
     backend.store.create_run(run, event, "null")
     token = new_lease_token()
     claim = machine.claim_lease(
@@ -95,6 +99,50 @@ def test_opening_is_fenced_on_the_parent_s_lease(backend: Backend) -> None:
         backend.store.groups.open_group(group, chunks, (parent, "not-the-token"))
     assert backend.store.groups.get_group(group.id) is None
     assert backend.store.groups.open_group(group, chunks, (parent, token))[0].id == group.id
+
+
+def test_opening_marks_the_parent_and_a_write_read_before_cannot_give_it_an_expiry(
+    backend: Backend,
+) -> None:
+    parent, token = _leased_parent(backend)
+    read_before = backend.store.get_run(parent)
+    assert read_before is not None and not read_before.opened_groups
+    group, chunks = _group(backend, parent_run_id=parent)
+    backend.store.groups.open_group(group, chunks, (parent, token))
+    marked = backend.store.get_run(parent)
+    assert marked is not None and marked.opened_groups
+    assert marked.seq == read_before.seq  # no event
+
+    # finishing from the run read before would write the expiry of a run without groups
+    success = machine.record_success(read_before, token=token, result=1, now=backend.clock.now())
+    with pytest.raises(ConflictError) as refused:
+        backend.store.apply(success)
+    current = refused.value.current
+    assert current is not None and current.opened_groups
+    again = machine.record_success(current, token=token, result=1, now=backend.clock.now())
+    done = backend.store.apply(again)
+    assert done.status is RunStatus.SUCCEEDED
+    stored = backend.store.get_run(parent)
+    assert stored is not None and stored.opened_groups and stored.result == 1
+
+
+def test_deleting_a_group_deletes_its_record_and_every_chunk_and_nothing_else(
+    backend: Backend,
+) -> None:
+    groups = backend.store.groups
+    group, chunks = _group(backend)
+    groups.open_group(group, chunks, None)
+    lost = group.with_changes(items_key=new_run_id())  # a second opening, refused
+    assert not groups.open_group(lost, chunks, None)[1]  # its chunks were written first
+    assert len(groups.get_items(lost, 0)) == 3
+    other = _running(backend)
+
+    groups.delete_group(group.id)
+
+    assert groups.get_group(group.id) is None
+    assert groups.get_items(group, 0) == [] and groups.get_items(lost, 0) == []
+    assert groups.get_group(other.id) == other and len(groups.get_items(other, 0)) == 3
+    groups.delete_group(group.id)  # nothing left to delete: nothing happens
 
 
 def test_lanes_are_filled_only_from_the_value_read_and_while_the_group_runs(

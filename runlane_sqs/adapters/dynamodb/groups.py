@@ -16,7 +16,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from runlane_sqs.adapters.dynamodb import keys
-from runlane_sqs.adapters.dynamodb.cursors import Query, agenda_key
+from runlane_sqs.adapters.dynamodb.cursors import STRING, KeyShape, Query, agenda_key, every_page
 from runlane_sqs.adapters.dynamodb.errors import (
     Refused,
     Send,
@@ -161,7 +161,8 @@ class DynamoGroupStore:
         """The chunks first, one ``PutItem`` each under this opening's key (no group
         record names them yet: an opening that dies here leaves them unread), then the
         record, conditional on none being stored and, with a fence, in a transaction
-        with the parent's lease check."""
+        with the parent's update: on its lease, it marks the parent ``opened_groups``
+        (no event, no sequence change; so it carries no TTL expiry)."""
         for n, items in enumerate(chunks):
             self._send(
                 "put_item", {"TableName": self.table, "Item": chunk_to_wire(group, n, items)}
@@ -175,12 +176,13 @@ class DynamoGroupStore:
             return group, True
         run_id, token = fence
         x = Expressions(RunItem)
+        x.set("opened_groups", 1)
         x.require(x.compare("lease_token", "=", token))
-        check = x.request({"TableName": self.table, "Key": keys.run_key(self.environment, run_id)})
+        parent = x.request({"TableName": self.table, "Key": keys.run_key(self.environment, run_id)})
         try:
             self._send(
                 "transact_write_items",
-                {"TransactItems": [{"ConditionCheck": check}, {"Put": record}]},
+                {"TransactItems": [{"Update": parent}, {"Put": record}]},
             )
         except ClientError as exc:
             reasons = cancellation_reasons(exc)
@@ -334,6 +336,24 @@ class DynamoGroupStore:
             "ReturnValues": returns,
         }
         return self._send.conditional("update_item", x.request(request))
+
+    def delete_group(self, group_id: str) -> None:
+        """Read the keys of the group's partition a page at a time, then delete every
+        item chunk (those of openings that lost or died too) and the record last, one
+        ``DeleteItem`` each."""
+        pk = keys.group_pk(self.environment, group_id)
+        x = Expressions()
+        x.key(x.compare("pk", "=", pk))
+        x.project("pk", "sk")
+        request = x.request({"TableName": self.table, "ConsistentRead": True})
+        shape = KeyShape({"pk": STRING, "sk": STRING}, ("pk", pk))
+        found = [
+            {"pk": item["pk"], "sk": item["sk"]}
+            for page in every_page(self._query, request, shape)
+            for item in page.items
+        ]
+        for key in sorted(found, key=lambda k: k["sk"]["S"] == keys.GROUP_SK):
+            self._send("delete_item", {"TableName": self.table, "Key": key})
 
     def group_agenda_page(
         self, partition: str, until: datetime, limit: int, cursor: str | None

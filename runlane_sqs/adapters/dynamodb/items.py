@@ -134,6 +134,8 @@ class RunItem(Model):
     """Step name -> JSON of ``{"value", "site"}``; entries are only ever added."""
     watched = NumberAttribute(null=True)
     """1 once another run waits for this one."""
+    opened_groups = NumberAttribute(null=True)
+    """1 once the run opened a group: set by the group's opening, in its transaction."""
     source_run_id = UnicodeAttribute(null=True)
     source_kind = UnicodeAttribute(null=True)
     schedule_id = UnicodeAttribute(null=True)

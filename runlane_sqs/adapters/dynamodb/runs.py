@@ -351,6 +351,7 @@ def run_from_wire(wire: AttributeMap) -> Run:
         wait_results=item.json_map("wait_results"),
         steps=item.json_map("steps"),
         watched=bool(item.number("watched")),
+        opened_groups=bool(item.number("opened_groups")),
         source_run_id=item.text("source_run_id"),
         source_kind=item.text("source_kind"),
         schedule_id=item.text("schedule_id"),
@@ -408,10 +409,10 @@ def _seconds(number: int | None) -> timedelta | None:
 
 def expiry_of(run: Run) -> int | None:
     """When DynamoDB's TTL may delete ``run`` (epoch seconds): its retention after it
-    finished. ``None`` while it is unfinished, when it is kept until pruned, or when it
-    references objects of the payload bucket (``runs prune`` takes their references
-    off; a TTL deletion could not)."""
-    if run.retention is None or run.status.value not in TERMINAL_VALUES:
+    finished. ``None`` while it is unfinished, when it is kept until pruned, when it
+    opened a group or references objects of the payload bucket (``runs prune`` deletes
+    its groups and takes the references off; a TTL deletion could do neither)."""
+    if run.retention is None or run.opened_groups or run.status.value not in TERMINAL_VALUES:
         return None
     values = (run.payload, run.result, *run.steps.values(), *run.wait_results.values())
     if any(isinstance(v, Sealed) and v.reference is not None for v in values):
@@ -484,6 +485,9 @@ def transition_write(transition: Transition) -> Expressions:
     if transition.events:
         x.append(HISTORY_ATTRIBUTE, [event_to_wire(e) for e in transition.events])
     x.require(x.compare("seq", "=", before.seq))
+    if new["expires_at"] is not None and new["expires_at"] != old["expires_at"]:
+        # a run that opened a group since it was read carries no expiry: decided again
+        x.require(x.absent("opened_groups"))
     if transition.fence is not None:
         x.require(x.compare("lease_token", "=", transition.fence))
     for name in transition.guard:
