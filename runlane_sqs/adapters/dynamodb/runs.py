@@ -578,10 +578,16 @@ def collapse_run(table: str, environment: str, collapse: Collapse) -> Request:
     x.remove("line_at", "publishes")
     x.add("collapsed", 1)
     x.set("wake_at", to_epoch_ms(wake) if wake is not None else None)
+    return _update_returning_run(x, table, environment, collapse.run_id)
+
+
+def _update_returning_run(x: Expressions, table: str, environment: str, run_id: str) -> Request:
+    """The ``UpdateItem`` of a run that returns the stored run, or the run that refused
+    it."""
     return x.request(
         {
             "TableName": table,
-            "Key": keys.run_key(environment, collapse.run_id),
+            "Key": keys.run_key(environment, run_id),
             "ReturnValues": "ALL_NEW",
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }
@@ -613,14 +619,7 @@ def append_item(table: str, environment: str, append: Append) -> Request:
     x.add("batch_bytes", append.item_bytes)
     x.add("collapsed", 1)
     x.set("updated_at", to_epoch_ms(append.now))
-    return x.request(
-        {
-            "TableName": table,
-            "Key": keys.run_key(environment, append.run_id),
-            "ReturnValues": "ALL_NEW",
-            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-        }
-    )
+    return _update_returning_run(x, table, environment, append.run_id)
 
 
 def fill_batch(table: str, environment: str, fill: Fill) -> Request:
@@ -636,14 +635,7 @@ def fill_batch(table: str, environment: str, fill: Fill) -> Request:
     x.set("agenda_at", to_epoch_ms(wake) if wake is not None else now_ms)
     x.remove("line_at", "publishes")
     x.set("wake_at", to_epoch_ms(wake) if wake else None)
-    return x.request(
-        {
-            "TableName": table,
-            "Key": keys.run_key(environment, fill.run_id),
-            "ReturnValues": "ALL_NEW",
-            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-        }
-    )
+    return _update_returning_run(x, table, environment, fill.run_id)
 
 
 def watch_run(table: str, environment: str, run_id: str) -> Request:
