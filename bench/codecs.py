@@ -18,8 +18,13 @@ from typing import Any
 
 from bench.backends import Backend
 from runlane_sqs.codecs import Codec, Gzip, KmsEncryption, Zstd
+from runlane_sqs.core.values import Holder, ValueField, ValuePlace
+from runlane_sqs.engine.values import encoded_limit
+from runlane_sqs.ports.codecs import Binding
 
 MB = 1_000_000
+BINDING = Binding("bench", ValuePlace(Holder.RUN, "0" * 32, ValueField.PAYLOAD))
+"""The place every measured value is sealed for (a run's payload)."""
 
 
 def document(size: int) -> bytes:
@@ -67,8 +72,10 @@ def _cpu_ms(fn: Any, data: bytes, rounds: int) -> tuple[float, bytes]:
 
 def measure_codec(name: str, codec: Codec, data: bytes, rounds: int) -> CodecResult:
     megabytes = len(data) / MB
-    encode_ms, encoded = _cpu_ms(codec.encode, data, rounds)
-    decode_ms, decoded = _cpu_ms(codec.decode, encoded, rounds)
+    encode_ms, encoded = _cpu_ms(lambda plain: codec.encode(plain, BINDING), data, rounds)
+    decode_ms, decoded = _cpu_ms(
+        lambda sealed: codec.decode(sealed, BINDING, len(data)), encoded, rounds
+    )
     if decoded != data:
         raise RuntimeError(f"codec {name} did not give the document back")
     return CodecResult(name, encode_ms / megabytes, decode_ms / megabytes, len(encoded) / len(data))
@@ -101,12 +108,12 @@ class _Chain:
     def __init__(self, codecs: list[Codec]) -> None:
         self.codecs = codecs
 
-    def encode(self, data: bytes) -> bytes:
+    def encode(self, data: bytes, binding: Binding) -> bytes:
         for codec in self.codecs:
-            data = codec.encode(data)
+            data = codec.encode(data, binding)
         return data
 
-    def decode(self, data: bytes) -> bytes:
+    def decode(self, data: bytes, binding: Binding, limit: int) -> bytes:
         for codec in reversed(self.codecs):
-            data = codec.decode(data)
+            data = codec.decode(data, binding, encoded_limit(limit))
         return data

@@ -19,7 +19,7 @@ import pytest
 
 from runlane_sqs import ManualClock, Runlane
 from runlane_sqs.adapters.memory.transport import InMemoryTransport
-from runlane_sqs.testing import in_memory_app
+from runlane_sqs.testing import InMemoryRunStore, in_memory_app
 from tests.emulators import queue_counts, queue_url
 
 MEMORY = "memory"
@@ -71,6 +71,26 @@ class Backend:
         if self.real:
             app.provision(queues)
         return app
+
+    def table(self, app: Runlane) -> Any:
+        """What answers DynamoDB's requests for ``app``'s table: the emulator's client,
+        or the in-memory DynamoDB. A test plays someone who writes items behind the
+        library's back with it."""
+        if self.real:
+            return self.request.getfixturevalue("dynamodb")
+        assert isinstance(app.store, InMemoryRunStore)
+        return app.store.dynamodb
+
+    def write_attribute(self, app: Runlane, key: dict[str, Any], name: str, text: str) -> None:
+        """Set the string attribute ``name`` of the item at ``key`` (DynamoDB's form) of
+        ``app``'s table to ``text``, behind the library's back."""
+        self.table(app).update_item(
+            TableName=app.config.table,
+            Key=key,
+            UpdateExpression="SET #a = :v",
+            ExpressionAttributeNames={"#a": name},
+            ExpressionAttributeValues={":v": {"S": text}},
+        )
 
     def depth(self, app: Runlane, queue: str = "default") -> int:
         """Messages on ``queue``, received or not, delayed or not."""

@@ -34,7 +34,16 @@ from runlane_sqs.core.indexes import AGENDA_SHARDS
 from runlane_sqs.core.model import new_lease_token
 from runlane_sqs.core.ordering import TURN_CHECK_AFTER
 from runlane_sqs.core.slots import key_scope, queue_scope
-from runlane_sqs.core.values import PIN_DURATION, RELEASE_GRACE, Sealed, run_references
+from runlane_sqs.core.values import (
+    PIN_DURATION,
+    RELEASE_GRACE,
+    Holder,
+    Reference,
+    Sealed,
+    ValueField,
+    ValuePlace,
+    run_references,
+)
 from runlane_sqs.core.wakeup import Wakeup
 from runlane_sqs.engine.maintenance import MaintenanceConfig
 from runlane_sqs.engine.reports import JOB_EXPIRED, JOB_OBJECTS, JOB_RATES, JOB_SLOTS, JOB_WAITS
@@ -291,7 +300,9 @@ class Components:
         success = machine.record_success(
             run if free_slots else run.with_changes(slots=()),
             token=run.lease.token,
-            result=self.setup.engine.values.seal(result, what="result").value,
+            result=self.setup.engine.values.seal(
+                result, what="result", place=ValuePlace(Holder.RUN, run.id, ValueField.RESULT)
+            ).value,
             now=self.clock.now(),
         )
         self.setup.store.apply(success)
@@ -343,14 +354,14 @@ class Components:
         state = self.setup.store.slots.get_slot(scope)
         return len(state.holders) if state is not None else 0
 
-    def stored_objects(self, run_id: str) -> set[str]:
-        """The keys of the payload bucket's objects a run references, as stored."""
-        return {r.key for r in run_references(self.setup.runs.get_stored(run_id))}
+    def stored_objects(self, run_id: str) -> set[Reference]:
+        """The payload bucket's objects a run references, as stored."""
+        return set(run_references(self.setup.runs.get_stored(run_id)))
 
-    def object_exists(self, key: str) -> bool:
+    def object_exists(self, reference: Reference) -> bool:
         objects = self.setup.objects
         assert objects is not None
-        return objects.get(key) is not None
+        return objects.get(reference.key, reference.size) is not None
 
     def waiting_on(self, run_id: str) -> str:
         waiting = self.setup.runs.get(run_id).waiting
@@ -696,18 +707,18 @@ def keep_large_values(c: Components) -> set[str]:
     assert c.drain() == 1
     assert c.status(parent.id) is RunStatus.SUCCEEDED
     runs = (big, child, parent, by_async, consumed, by_hand, rerun)
-    keys = {key for run in runs for key in c.stored_objects(run.id)}
-    assert all(c.object_exists(key) for key in keys)
-    return keys
+    held = {reference for run in runs for reference in c.stored_objects(run.id)}
+    assert all(c.object_exists(reference) for reference in held)
+    return held
 
 
-def delete_released_objects(c: Components, keys: set[str]) -> None:
+def delete_released_objects(c: Components, held: set[Reference]) -> None:
     """After the operator pruned the runs, and the grace, maintenance deletes the objects
     no record references any more."""
     c.clock.advance(RELEASE_GRACE + timedelta(seconds=1))
     report = c.maintenance.maintenance.run_pass()
-    assert report.jobs[JOB_OBJECTS].acted >= len(keys), report
-    assert not any(c.object_exists(key) for key in keys)
+    assert report.jobs[JOB_OBJECTS].acted >= len(held), report
+    assert not any(c.object_exists(reference) for reference in held)
 
 
 @dataclass(frozen=True)

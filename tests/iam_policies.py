@@ -303,9 +303,9 @@ def as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
-CONDITIONS = {"ForAllValues:StringLike", "StringEquals"}
+CONDITIONS = {"ForAllValues:StringLike", "StringEquals", "StringEqualsIfExists"}
 """The condition operators the policies use: ``dynamodb:LeadingKeys`` patterns, and
-exact values of the other keys."""
+exact values of the other keys (required, or required only when the request has them)."""
 
 
 def key_patterns(statement: dict[str, Any]) -> list[Any] | None:
@@ -320,11 +320,17 @@ def key_patterns(statement: dict[str, Any]) -> list[Any] | None:
 
 
 def _context_matches(statement: dict[str, Any], access: Access) -> bool:
-    """Whether the request carries each ``StringEquals`` key with one of its values."""
-    carried = dict(access.context)
-    return all(
+    """Whether the request carries each ``StringEquals`` key with one of its values, and
+    each ``StringEqualsIfExists`` key it carries has one of its values."""
+    carried, condition = dict(access.context), statement.get("Condition", {})
+    required = all(
         carried.get(key) in as_list(expected)
-        for key, expected in statement.get("Condition", {}).get("StringEquals", {}).items()
+        for key, expected in condition.get("StringEquals", {}).items()
+    )
+    return required and all(
+        carried[key] in as_list(expected)
+        for key, expected in condition.get("StringEqualsIfExists", {}).items()
+        if key in carried
     )
 
 

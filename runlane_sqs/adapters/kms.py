@@ -2,13 +2,25 @@
 from the ``cryptography`` package (the ``kms`` extra), its data key made and opened by
 KMS (``GenerateDataKey``, ``Decrypt``).
 
-An encoded value is ``RLK1``, the encrypted data key's length (2 bytes) and the key, a
+An encoded value is ``RLK2``, the encrypted data key's length (2 bytes) and the key, a
 12-byte nonce, then the ciphertext with its 16-byte tag. A data key encrypts values for
 ``data_key_max_age`` or ``data_key_max_uses`` values, whichever comes first, so KMS is
 called once per data key rather than once per value; opened data keys are kept in a
-small cache by their encrypted form for the same age. Every decryption names the
-configured key (``KeyId``): a value encrypted under another key is refused by KMS
-rather than opened, and a changed byte fails the tag.
+small cache by their encrypted form and environment for the same age. Every decryption
+names the configured key (``KeyId``): a value encrypted under another key is refused by
+KMS rather than opened, and a changed byte fails the tag.
+
+A value is bound to where it belongs twice over: each data key's encryption context
+names the value's environment (``{"purpose": "runlane-sqs value", "environment": ...}``,
+so KMS opens another environment's data key for no one but that environment), and the
+AES-GCM associated data is ``RLK2`` followed by the value's binding (environment,
+record, field: :attr:`~runlane_sqs.ports.codecs.Binding.associated_data`), so the tag
+fails for a value copied to another run, another field or another environment. The
+record is not in the encryption context because a data key seals many values.
+
+Values of the format before (``RLK1``: the context ``{"purpose": ...}`` alone, the
+associated data ``RLK1``) open only for a binding that allows legacy values
+(``Runlane(open_legacy_values=True)``).
 """
 
 from __future__ import annotations
@@ -25,16 +37,29 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from runlane_sqs.core.clock import Duration, to_timedelta
 from runlane_sqs.core.errors import ConfigurationError, StorageUnavailable
+from runlane_sqs.ports.codecs import Binding
 
-MAGIC = b"RLK1"
+MAGIC = b"RLK2"
+"""The start of a value sealed for its binding."""
+LEGACY_MAGIC = b"RLK1"
+"""The start of a value sealed before values were bound (readable only as legacy)."""
 NONCE_BYTES = 12
-ENCRYPTION_CONTEXT = {"purpose": "runlane-sqs value"}
-"""Bound to every data key: KMS opens one only for this purpose."""
+PURPOSE = "runlane-sqs value"
+LEGACY_CONTEXT = (("purpose", PURPOSE),)
+"""The encryption context of a legacy value's data key."""
 OPENED_KEYS = 256
 """Opened data keys kept for decryption, newest first."""
 KMS_UNAVAILABLE = frozenset(
     {"ThrottlingException", "KMSInternalException", "DependencyTimeoutException"}
 )
+
+Context = tuple[tuple[str, str], ...]
+"""An encryption context, as a key of the caches."""
+
+
+def context_of(environment: str) -> Context:
+    """The encryption context of a data key sealing values of ``environment``."""
+    return (("purpose", PURPOSE), ("environment", environment))
 
 
 class KmsEncryption:
@@ -69,9 +94,10 @@ class KmsEncryption:
         self._max_age = to_timedelta(data_key_max_age, "data_key_max_age").total_seconds()
         self._max_uses = data_key_max_uses
         self._lock = threading.Lock()
-        self._current: tuple[bytes, bytes, float, int] | None = None
-        """Plaintext key, encrypted key, when made (monotonic), uses left."""
-        self._opened: OrderedDict[bytes, tuple[bytes, float]] = OrderedDict()
+        self._current: dict[Context, tuple[bytes, bytes, float, int]] = {}
+        """By encryption context: plaintext key, encrypted key, when made (monotonic),
+        uses left."""
+        self._opened: OrderedDict[tuple[Context, bytes], tuple[bytes, float]] = OrderedDict()
 
     @property
     def client(self) -> Any:
@@ -81,67 +107,72 @@ class KmsEncryption:
             self._client = boto3.session.Session().client("kms")
         return self._client
 
-    def encode(self, data: bytes) -> bytes:
-        key, wrapped = self._data_key()
+    def encode(self, data: bytes, binding: Binding) -> bytes:
+        """``data`` sealed for ``binding``: under a data key of its environment's
+        context, its associated data the binding's."""
+        key, wrapped = self._data_key(context_of(binding.environment))
         nonce = os.urandom(NONCE_BYTES)
-        sealed: bytes = self._aead(key).encrypt(nonce, data, MAGIC)
+        sealed: bytes = self._aead(key).encrypt(nonce, data, MAGIC + binding.associated_data)
         return MAGIC + struct.pack(">H", len(wrapped)) + wrapped + nonce + sealed
 
-    def decode(self, data: bytes) -> bytes:
-        if not data.startswith(MAGIC) or len(data) < len(MAGIC) + 2:
-            raise ValueError("not a value KmsEncryption encrypted")
-        (length,) = struct.unpack(">H", data[len(MAGIC) : len(MAGIC) + 2])
-        start = len(MAGIC) + 2
-        wrapped = data[start : start + length]
-        nonce = data[start + length : start + length + NONCE_BYTES]
-        sealed = data[start + length + NONCE_BYTES :]
-        key = self._open(wrapped)
+    def decode(self, data: bytes, binding: Binding, limit: int) -> bytes:
+        """The plaintext of ``data`` if it was sealed for ``binding`` (never longer than
+        ``data``: ``limit`` holds)."""
+        context, associated = _sealed_how(data, binding)
+        wrapped, nonce, sealed = _parts(data)
+        key = self._open(wrapped, context)
         try:
-            opened: bytes = self._aead(key).decrypt(nonce, sealed, MAGIC)
+            opened: bytes = self._aead(key).decrypt(nonce, sealed, associated)
         except Exception as exc:  # cryptography's InvalidTag
-            raise ValueError("its ciphertext does not match its tag (changed bytes)") from exc
+            raise ValueError(
+                "its tag does not match: changed bytes, or a value sealed for another "
+                f"place than {binding.place.what} of {binding.place.owner} (it does not "
+                "open here)"
+            ) from exc
         return opened
 
-    def _data_key(self) -> tuple[bytes, bytes]:
+    def _data_key(self, context: Context) -> tuple[bytes, bytes]:
         now = time.monotonic()
         with self._lock:
-            current = self._current
+            current = self._current.get(context)
             if current is not None and now - current[2] < self._max_age and current[3] > 0:
-                self._current = (current[0], current[1], current[2], current[3] - 1)
+                self._current[context] = (current[0], current[1], current[2], current[3] - 1)
                 return current[0], current[1]
         made = self._call(
             "GenerateDataKey",
             KeyId=self.key_id,
             KeySpec="AES_256",
-            EncryptionContext=ENCRYPTION_CONTEXT,
+            EncryptionContext=dict(context),
         )
         key, wrapped = bytes(made["Plaintext"]), bytes(made["CiphertextBlob"])
         with self._lock:
-            self._current = (key, wrapped, now, self._max_uses - 1)
-            self._remember(wrapped, key, now)
+            self._current[context] = (key, wrapped, now, self._max_uses - 1)
+            self._remember((context, wrapped), key, now)
         return key, wrapped
 
-    def _open(self, wrapped: bytes) -> bytes:
-        now = time.monotonic()
+    def _open(self, wrapped: bytes, context: Context) -> bytes:
+        """The data key ``wrapped`` is, opened by KMS under ``context`` (or cached from an
+        opening under the same context: another context asks KMS, which refuses)."""
+        now, cached = time.monotonic(), (context, wrapped)
         with self._lock:
-            found = self._opened.get(wrapped)
+            found = self._opened.get(cached)
             if found is not None and now - found[1] < self._max_age:
-                self._opened.move_to_end(wrapped)
+                self._opened.move_to_end(cached)
                 return found[0]
         opened = self._call(
             "Decrypt",
             CiphertextBlob=wrapped,
             KeyId=self.key_id,
-            EncryptionContext=ENCRYPTION_CONTEXT,
+            EncryptionContext=dict(context),
         )
         key = bytes(opened["Plaintext"])
         with self._lock:
-            self._remember(wrapped, key, now)
+            self._remember(cached, key, now)
         return key
 
-    def _remember(self, wrapped: bytes, key: bytes, now: float) -> None:
-        self._opened[wrapped] = (key, now)
-        self._opened.move_to_end(wrapped)
+    def _remember(self, cached: tuple[Context, bytes], key: bytes, now: float) -> None:
+        self._opened[cached] = (key, now)
+        self._opened.move_to_end(cached)
         while len(self._opened) > OPENED_KEYS:
             self._opened.popitem(last=False)
 
@@ -155,8 +186,40 @@ class KmsEncryption:
             code = str(exc.response.get("Error", {}).get("Code", ""))
             if code in KMS_UNAVAILABLE:
                 raise StorageUnavailable(f"KMS {operation} failed: {code}") from exc
+            if code == "InvalidCiphertextException":
+                raise ValueError(
+                    f"KMS would not open its data key ({code}): it was made for another "
+                    f"environment, or under another key than {self.key_id!r}"
+                ) from exc
             raise ValueError(
                 f"KMS {operation} with key {self.key_id!r} was refused: {code}"
             ) from exc
         except BotoCoreError as exc:
             raise StorageUnavailable(f"cannot reach KMS for {operation}: {exc}") from exc
+
+
+def _sealed_how(data: bytes, binding: Binding) -> tuple[Context, bytes]:
+    """The encryption context of ``data``'s data key and its associated data, by its
+    format: bound to ``binding``, or (when the binding allows it) the legacy format."""
+    magic = data[: len(MAGIC)]
+    if magic == MAGIC:
+        return context_of(binding.environment), MAGIC + binding.associated_data
+    if magic == LEGACY_MAGIC and binding.legacy:
+        return LEGACY_CONTEXT, LEGACY_MAGIC
+    if magic == LEGACY_MAGIC:
+        raise ValueError(
+            "it was encrypted before values were bound to their place (RLK1); "
+            "open_legacy_values=True reads such values while they are migrated"
+        )
+    raise ValueError("not a value KmsEncryption encrypted")
+
+
+def _parts(data: bytes) -> tuple[bytes, bytes, bytes]:
+    """An encoded value's encrypted data key, nonce and ciphertext (with its tag)."""
+    start = len(MAGIC) + 2
+    if len(data) < start:
+        raise ValueError("not a value KmsEncryption encrypted")
+    (length,) = struct.unpack(">H", data[len(MAGIC) : start])
+    wrapped = data[start : start + length]
+    nonce = data[start + length : start + length + NONCE_BYTES]
+    return wrapped, nonce, data[start + length + NONCE_BYTES :]

@@ -17,6 +17,7 @@ from runlane_sqs.core.errors import (
     StorageError,
     StorageUnavailable,
 )
+from runlane_sqs.core.values import other_size
 
 UNAVAILABLE_CODES = frozenset(
     {"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "503", "500"}
@@ -43,13 +44,25 @@ class S3Objects:
     def put(self, key: str, data: bytes) -> None:
         self._call("PutObject", key, Bucket=self._bucket, Key=key, Body=data)
 
-    def get(self, key: str) -> bytes | None:
+    def get(self, key: str, size: int) -> bytes | None:
+        """The object at ``key`` if it holds ``size`` bytes: its length (the response's
+        ``Content-Length``) is compared before its body is read, and at most ``size``
+        bytes are read."""
         try:
             response = self._call("GetObject", key, Bucket=self._bucket, Key=key)
         except KeyError:
             return None
-        body: bytes = response["Body"].read()
-        return body
+        body, length = response["Body"], response.get("ContentLength")
+        try:
+            if length != size:  # an unread body is dropped with its connection
+                raise ObjectUnreadable(other_size(length, size))
+            data: bytes = body.read(size)
+        except BotoCoreError as exc:
+            where = f"s3://{self._bucket}/{key}"
+            raise StorageUnavailable(f"S3 GetObject of {where} broke off: {exc}") from exc
+        finally:
+            body.close()
+        return data
 
     def delete(self, key: str) -> None:
         self._call("DeleteObject", key, Bucket=self._bucket, Key=key)

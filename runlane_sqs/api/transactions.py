@@ -54,6 +54,8 @@ log = logging.getLogger("runlane_sqs")
 
 TABLE_NAME = re.compile(r"^(arn:[\w-]+:dynamodb:[\w-]+:\d{12}:table/)?[A-Za-z0-9_.-]{3,255}$")
 """A table's name (or ARN), as DynamoDB allows it."""
+TABLE_ARN = re.compile(r"^arn:[^:]*:dynamodb:[^:]*:[^:]*:table/([^/]*)")
+"""A table's ARN (or an ARN below it, an index's): the table's name is its group."""
 _serializer = TypeSerializer()
 
 
@@ -80,6 +82,12 @@ def _table(table: object) -> str:
             f"a table name is 3 to 255 letters, digits, '_', '-' or '.' (or its ARN), not {table!r}"
         )
     return table
+
+
+def table_name(table: str) -> str:
+    """The name of the table ``table`` names, by name or by ARN."""
+    found = TABLE_ARN.match(table)
+    return found.group(1) if found else table
 
 
 def _expression(
@@ -181,11 +189,28 @@ class Transaction:
 
     def add(self, action: Action) -> None:
         """Add an action in DynamoDB's low-level form, as ``TransactItems`` holds it
-        (``{"Put": {"TableName": "orders", "Item": {"id": {"S": "42"}}}}``)."""
+        (``{"Put": {"TableName": "orders", "Item": {"id": {"S": "42"}}}}``). An action
+        on the run table is refused: runs are made by :meth:`trigger` and changed by the
+        library alone."""
         self._open()
         if not isinstance(action, dict):
             raise InvalidTransaction(f"an action is a dict, not {type(action).__name__}")
+        self._refuse_run_table(action)
         self._actions.append(action)
+
+    def _refuse_run_table(self, action: Action) -> None:
+        """Raise :class:`InvalidTransaction` if ``action`` names the run table (by name
+        or ARN): a caller's write there could forge, rewrite or delete any
+        environment's runs and keys, which no API of the library may be the way to."""
+        run_table = table_name(self._engine.config.table)
+        for kind, body in action.items():
+            table = body.get("TableName") if isinstance(body, dict) else None
+            if isinstance(table, str) and table_name(table) == run_table:
+                raise InvalidTransaction(
+                    f"a {kind} on the run table {table!r} is refused: a transaction holds "
+                    "the caller's writes to their own tables; runs are made by tx.trigger "
+                    "and changed by the library alone (docs/transactions.md)"
+                )
 
     # runs ----------------------------------------------------------------------------
 

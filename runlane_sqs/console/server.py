@@ -45,6 +45,7 @@ from runlane_sqs.core.errors import (
 from runlane_sqs.core.health import Activity
 from runlane_sqs.core.model import Run, RunStatus
 from runlane_sqs.core.replay import Divergence
+from runlane_sqs.core.values import Holder, ValueField, ValuePlace
 
 CHILDREN_PER_PAGE = 50
 """Children a parent's run page lists at once (the next page has a link)."""
@@ -278,9 +279,8 @@ class Pages:
         if hide:
             return views.HIDDEN
         try:
-            value = self.app.engine.values.open(
-                getattr(run, what), what=what, owner=f"run {run.id}"
-            )
+            place = ValuePlace(Holder.RUN, run.id, ValueField(what))
+            value = self.app.engine.values.open(getattr(run, what), place)
         except ValueUnreadable as exc:
             return f"(cannot be shown: {exc})"
         return views.pretty(value, hide=False)

@@ -43,6 +43,9 @@ ENV_PARK_AFTER_RECEIVES = "RUNLANE_PARK_AFTER_RECEIVES"
 ENV_MAINTENANCE_PERIOD_SECONDS = "RUNLANE_MAINTENANCE_PERIOD_SECONDS"
 ENV_RETENTION_SECONDS = "RUNLANE_RETENTION_SECONDS"
 ENV_APP_VERSION = "RUNLANE_APP_VERSION"
+ENV_OPEN_LEGACY_VALUES = "RUNLANE_OPEN_LEGACY_VALUES"
+"""``true`` or ``false`` (also ``1``/``0``, ``yes``/``no``)."""
+FLAGS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 SECONDS_VARIABLES = {
     ENV_RETENTION_SECONDS: "retention",
     ENV_MAINTENANCE_PERIOD_SECONDS: "maintenance_period",
@@ -78,6 +81,7 @@ class RunlaneSettings(TypedDict, total=False):
     maintenance_period: Duration
     park_after_receives: int
     app_version: str | None
+    open_legacy_values: bool
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,13 @@ class RunlaneConfig:
     recorded on each attempt it runs and on each run it starts (docs/versions.md).
     ``None``: the version of the installed distribution the app's handlers come from,
     if there is one."""
+    open_legacy_values: bool = False
+    """Also open stored values an app with codecs would not write today (docs/payloads.md,
+    "Migrating values"): plain JSON, an envelope of part of the app's chain (in its
+    order), and values a ``KmsEncryption`` of an earlier version sealed without binding
+    them to their place. Off by default: such a value is refused (``ValueUnreadable``),
+    because whoever can write the table could put it there. Turn it on only while
+    values written before a change of codecs are still being read."""
 
     @property
     def sqs_queue_prefix(self) -> str:
@@ -182,6 +193,8 @@ class RunlaneConfig:
                 f"retention must be at least {SHORTEST_RETENTION} (or None: kept until "
                 f"pruned), not {self.retention}"
             )
+        if not isinstance(self.open_legacy_values, bool):
+            raise ConfigurationError("open_legacy_values must be True or False")
         if self.maintenance_period < timedelta(seconds=1):
             raise ConfigurationError("maintenance_period must be at least 1 second")
         if not timedelta(seconds=1) <= self.republish_after <= self.republish_max:
@@ -246,17 +259,16 @@ class RunlaneConfig:
         if urls := env.get(ENV_QUEUE_URLS):
             values["queue_urls"] = parse_queue_urls(urls)
         read: dict[str, str] = {}  # setting -> "VARIABLE=value", to name it in an error
-        kinds: list[tuple[str, str, type[str] | type[float] | type[int]]] = [
+        kinds: list[tuple[str, str, type[str] | type[float] | type[int] | type[bool]]] = [
             *((v, k, str) for v, k in TEXT_VARIABLES.items()),
             *((v, k, float) for v, k in SECONDS_VARIABLES.items()),
             (ENV_PARK_AFTER_RECEIVES, "park_after_receives", int),
+            (ENV_OPEN_LEGACY_VALUES, "open_legacy_values", bool),
         ]
         for variable, setting, kind in kinds:
             text = env.get(variable, "").strip()
             if text and setting not in overrides:
-                values[setting] = (
-                    text if issubclass(kind, str) else parse_number(variable, text, kind)
-                )
+                values[setting] = parse_variable(variable, text, kind)
                 read[setting] = f"{variable}={text}"
         values.update(overrides)
         try:
@@ -284,6 +296,19 @@ def _values(settings: Mapping[str, Any]) -> dict[str, Any]:
     if "queue_urls" in values:
         values["queue_urls"] = dict(values["queue_urls"])
     return values
+
+
+def parse_variable(
+    variable: str, text: str, kind: type[str] | type[float] | type[int] | type[bool]
+) -> str | float | bool:
+    """The setting ``variable``'s value ``text`` holds: text, a number or a flag."""
+    if kind is bool:
+        if text.lower() not in FLAGS:
+            raise ConfigurationError(f"{variable} must be true or false, not {text!r}")
+        return FLAGS[text.lower()]
+    if issubclass(kind, str):
+        return text
+    return parse_number(variable, text, kind)
 
 
 def parse_number(variable: str, text: str, kind: type[float] | type[int]) -> float:

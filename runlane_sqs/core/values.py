@@ -28,6 +28,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Any, NoReturn
 
 from runlane_sqs.core.errors import InvalidPayloadError, PayloadTooLarge
@@ -37,6 +38,8 @@ MAX_JSON_DEPTH = 64
 """Most levels of arrays and objects nested in a payload or result (``[[1]]`` has 2)."""
 _SURROGATE = re.compile("[\ud800-\udfff]")
 """A surrogate code point: in a Python string it is always unpaired (a lone surrogate)."""
+_HEX_64 = re.compile("[0-9a-f]{64}")
+"""A SHA-256 as a reference names it: 64 lowercase hexadecimal digits."""
 _SHOWN_SEGMENTS = 8
 """Segments of a location shown before the rest is cut (a too-deep value's path is long)."""
 
@@ -114,6 +117,95 @@ class Sealed:
         return f"{kept}, encoded by {', '.join(self.codecs)}" if self.codecs else kept
 
 
+# Places ------------------------------------------------------------------------------
+#
+# A sealed value is bound to where it belongs: an encrypting codec authenticates its
+# environment, record and field with it (AES-GCM's associated data), so a value copied
+# into another run, another field or another environment's record does not open there.
+
+
+class Holder(StrEnum):
+    """The kinds of record that keep values."""
+
+    RUN = "run"
+    TOKEN = "token"
+    SCHEDULE = "schedule"
+    GROUP = "group"
+    """A group's item records: its children's payloads and its callback's."""
+
+
+class ValueField(StrEnum):
+    """Which of its record's values a value is."""
+
+    PAYLOAD = "payload"
+    """A run's or a schedule's payload."""
+    RESULT = "result"
+    """A run's handler's result."""
+    STEP = "step"
+    """A durable step's result and call site, by the step's name."""
+    WAIT = "wait"
+    """A wait's result, by the wait's name."""
+    ITEM = "item"
+    """A batch run's item (any of them), or a group's child's payload (by its index)."""
+    CALLBACK = "callback"
+    """A group's callback's payload."""
+    VALUE = "value"
+    """A token's decision."""
+    METADATA = "metadata"
+    """A token's metadata."""
+
+
+BINDING_TAG = "runlane-sqs value"
+"""The first element of every place's associated data."""
+
+
+@dataclass(frozen=True, slots=True)
+class ValuePlace:
+    """Where a stored value belongs: ``field`` of the record ``holder``/``id`` (with
+    ``name``, for a field a record has several of). Sealing binds a value to its place
+    within its environment (:meth:`associated_data`); opening names it in errors
+    (:attr:`what` of :attr:`owner`)."""
+
+    holder: Holder
+    id: str
+    field: ValueField
+    name: str = ""
+
+    @classmethod
+    def in_token(cls, token_id: str, field: ValueField) -> ValuePlace:
+        """A token's ``value`` or ``metadata``."""
+        return cls(Holder.TOKEN, token_id, field)
+
+    @classmethod
+    def in_schedule(cls, schedule_id: str) -> ValuePlace:
+        """A schedule's payload."""
+        return cls(Holder.SCHEDULE, schedule_id, ValueField.PAYLOAD)
+
+    @classmethod
+    def in_group(cls, group_id: str, field: ValueField, name: str = "") -> ValuePlace:
+        """A group's child's payload (``item``, by its index) or its callback's."""
+        return cls(Holder.GROUP, group_id, field, name)
+
+    @property
+    def what(self) -> str:
+        """The value in words: ``payload``, ``step 'charge'``, ``item 3``."""
+        return f"{self.field.value} {self.name!r}" if self.name else self.field.value
+
+    @property
+    def owner(self) -> str:
+        """Whose value it is in words (a token's id is a bearer secret: its start only)."""
+        if self.holder is Holder.TOKEN:
+            return f"token {self.id[:8]}..."
+        return f"{self.holder.value} {self.id}"
+
+    def associated_data(self, environment: str) -> bytes:
+        """What a sealed value of this place in ``environment`` is bound to: the compact
+        JSON array ``["runlane-sqs value", environment, holder, id, field, name]`` in
+        UTF-8 (each part a string, so no two places give the same bytes)."""
+        parts = [BINDING_TAG, environment, self.holder.value, self.id, self.field.value, self.name]
+        return json.dumps(parts, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
 def stored_text(value: Any) -> str:
     """The text a value is kept as: a sealed value's envelope, else compact JSON."""
     if isinstance(value, Sealed):
@@ -135,6 +227,34 @@ def new_generation() -> str:
 def generation_of(reference: Reference) -> str:
     """The generation a reference's object was written in (the key's last part)."""
     return reference.key.rsplit("/", 1)[-1]
+
+
+def other_size(length: object, size: int) -> str:
+    """Why an object of ``length`` bytes is not read for a reference of ``size``."""
+    return f"its object holds {length} bytes, not the {size} its reference says (not read)"
+
+
+_GENERATION = re.compile("[0-9a-f]+")
+"""A generation as :func:`new_generation` makes them: hexadecimal digits."""
+
+
+def misplaced(reference: Reference, environment: str) -> str | None:
+    """Why ``reference`` cannot name a value of ``environment``, or ``None`` when it can:
+    its key must be the one :func:`object_key` gives for its own SHA-256 in that
+    environment (``{environment}/values/{sha256}/{generation}``). A record is only ever
+    written with such a reference, so any other key (another environment's object, an
+    object of the bucket that is no value) was put there by someone else."""
+    prefix = f"{environment}/values/{reference.sha256}/"
+    if not reference.key.startswith(prefix) or not _HEX_64.fullmatch(reference.sha256):
+        return (
+            f"its key is not an object of environment {environment!r} holding a value "
+            f"whose SHA-256 is the reference's ({prefix}...)"
+        )
+    if not _GENERATION.fullmatch(reference.key[len(prefix) :]):
+        return f"its key is not an object of environment {environment!r} ({prefix}<generation>)"
+    if reference.size < 0:
+        return "its size is negative"
+    return None
 
 
 # Object records -------------------------------------------------------------------

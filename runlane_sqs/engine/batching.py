@@ -19,6 +19,7 @@ from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.errors import ConflictError, PayloadTooLarge
 from runlane_sqs.core.machine import RepublishPolicy
 from runlane_sqs.core.model import KeyKind, Run, RunEvent
+from runlane_sqs.core.values import Holder, ValueField, ValuePlace
 from runlane_sqs.engine.gathering import check_inline, create_with_key, gather
 from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.values import Prepared, Values
@@ -43,6 +44,9 @@ class BatchedTrigger:
     item_text: str
     run: Run
     event: RunEvent
+    prepared: Prepared
+    """The item checked and encoded for ``run``: sealed again for the run it is
+    appended to (an item opens only in the run it was sealed for)."""
 
 
 class Batching:
@@ -94,12 +98,23 @@ class Batching:
     def _append(
         self, trigger: BatchedTrigger, rule: Batch, holder: KeyHolder, now: datetime
     ) -> Run:
-        item = Append(holder.run_id, trigger.key, trigger.item_text, rule.size, rule.max_bytes, now)
+        text = self._item_for(trigger, holder.run_id)
+        item = Append(holder.run_id, trigger.key, text, rule.size, rule.max_bytes, now)
         run = self._store.append_item(item)
         assert isinstance(run.payload, list)
         if len(run.payload) >= rule.size:
             self._fill(run, trigger.key)
         return self._added(run, len(run.payload) - 1)
+
+    def _item_for(self, trigger: BatchedTrigger, run_id: str) -> str:
+        """The trigger's item as the batch run ``run_id`` keeps it: sealed for it."""
+        if not trigger.prepared.codecs:
+            return trigger.item_text  # plain JSON, bound to no run
+        place = ValuePlace(Holder.RUN, run_id, ValueField.ITEM)
+        prepared = self._values.prepare_text(
+            trigger.prepared.value, trigger.prepared.text, what="a batched item", place=place
+        )
+        return self._values.keep_inline(prepared).text
 
     def _full(self, current: Run | None, key: str) -> bool:
         """After a refused append: a batch that has not started is full or has no room

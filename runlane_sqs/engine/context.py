@@ -33,7 +33,7 @@ from runlane_sqs.core.replay import (
     wait_call,
 )
 from runlane_sqs.core.tokens import Token, TokenNotFound, TokenResult, TokenStatus
-from runlane_sqs.core.values import stored_text
+from runlane_sqs.core.values import Holder, ValueField, ValuePlace, stored_text
 from runlane_sqs.core.waits import wait_name
 from runlane_sqs.engine.values import Prepared, Values
 
@@ -334,8 +334,8 @@ class TaskContext:
         run = services.run()
         if name in run.wait_results:
             self._replayed(wait_call(name))
-        owner = f"run {run.id}"
-        return name, services.values.open(run.wait_results.get(name), what=name, owner=owner)
+        place = ValuePlace(Holder.RUN, run.id, ValueField.WAIT, name)
+        return name, services.values.open(run.wait_results.get(name), place)
 
     # waits -----------------------------------------------------------------------
 
@@ -611,9 +611,8 @@ class TaskContext:
         self._replayed(step_call(name))
         services = self._services()
         run = services.run()
-        recorded = services.values.open(
-            run.steps.get(name), what=f"step {name!r}", owner=f"run {run.id}"
-        )
+        place = ValuePlace(Holder.RUN, run.id, ValueField.STEP, name)
+        recorded = services.values.open(run.steps.get(name), place)
         if not isinstance(recorded, dict):
             return False, None
         if recorded.get("site") != site:
@@ -626,11 +625,15 @@ class TaskContext:
     def _storable(self, name: str, produced: object, site: str) -> tuple[Prepared, JSON]:
         """The step's value (its result and call site) checked and encoded, not yet kept,
         and ``produced`` as later attempts will get it back from storage (checked JSON)."""
-        values, what = self._services().values, f"result of step {name!r}"
-        prepared = values.prepare(produced, what=what)
-        value: JSON = json.loads(prepared.text)
-        step_text = f'{{"value":{prepared.text},"site":{json.dumps(site)}}}'
-        prepared_step = values.prepare_text({"value": value, "site": site}, step_text, what=what)
+        services = self._services()
+        values, what = services.values, f"result of step {name!r}"
+        text = values.check(produced, what=what)
+        value: JSON = json.loads(text)
+        step_text = f'{{"value":{text},"site":{json.dumps(site)}}}'
+        place = ValuePlace(Holder.RUN, services.run().id, ValueField.STEP, name)
+        prepared_step = values.prepare_text(
+            {"value": value, "site": site}, step_text, what=what, place=place
+        )
         stored_bytes = REFERENCE_BYTES if prepared_step.offloaded else len(prepared_step.data)
         check_item_budget(self._services().run(), stored_bytes, f"step {name!r}")
         return prepared_step, value

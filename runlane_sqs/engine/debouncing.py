@@ -25,6 +25,7 @@ from runlane_sqs.core.errors import ConflictError, RunlaneError
 from runlane_sqs.core.limits import MAX_DELAY_SECONDS
 from runlane_sqs.core.machine import RepublishPolicy, SkipReason
 from runlane_sqs.core.model import JSON, KeyKind, Run, RunEvent
+from runlane_sqs.core.values import Holder, ValueField, ValuePlace
 from runlane_sqs.engine.driver import MAX_HOLD, Disposition, Handling, Hold, Publish, WorkerIdentity
 from runlane_sqs.engine.gathering import check_inline, create_with_key, gather
 from runlane_sqs.engine.rates import EARLY_WAKEUP
@@ -54,6 +55,8 @@ class DebouncedTrigger:
     run: Run
     event: RunEvent
     payload_text: str
+    json_text: str
+    """The payload's compact JSON: sealed again for the run it collapses into."""
 
 
 class Debouncing:
@@ -101,17 +104,22 @@ class Debouncing:
     def _collapse(
         self, trigger: DebouncedTrigger, rule: Debounce, holder: KeyHolder, now: datetime
     ) -> Run:
-        kept, seen = trigger.payload_text, None  # as the new run would have kept it
-        if rule.merge is not None:
+        place = ValuePlace(Holder.RUN, holder.run_id, ValueField.PAYLOAD)  # sealed for it
+        seen = None
+        if rule.merge is None:
+            prepared = self._values.prepare_text(
+                trigger.payload, trigger.json_text, what="payload", place=place
+            )
+        else:
             current = self._store.get_run(holder.run_id)
             if current is None or not pending(current, trigger.key):
                 raise ConflictError(holder.run_id, current)
             opened = self._values.open_run(current).payload
             merged: JSON = rule.merge(opened, trigger.payload)
-            prepared = self._values.prepare(merged, what="merged payload")
+            prepared = self._values.prepare(merged, what="merged payload", place=place)
             check_inline(prepared, "a debounced trigger's merged payload", self._inline_limit)
-            kept = self._values.keep(prepared).text
             seen = current.collapsed
+        kept = self._values.keep(prepared).text
         run = self._store.collapse(
             collapse(
                 holder.run_id,

@@ -35,7 +35,7 @@ from runlane_sqs.core.errors import (
 from runlane_sqs.core.groups import Group, GroupStatus, Item, Then
 from runlane_sqs.core.limits import MAX_PAYLOAD_LIMIT_BYTES
 from runlane_sqs.core.model import LinkKind, Run, RunStatus, new_run_id
-from runlane_sqs.core.values import decode_json, encode_json
+from runlane_sqs.core.values import Holder, ValueField, ValuePlace, decode_json, encode_json
 from runlane_sqs.engine.context import DEFAULT_MAX_IN_FLIGHT, Child, GroupOptions, NamedTask
 from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.resuming import Resumer, group_resumption
@@ -83,9 +83,10 @@ class Groups:
 
     # opening -----------------------------------------------------------------------
 
-    def items(self, children: Iterable[Child]) -> list[Item]:
+    def items(self, children: Iterable[Child], group_id: str) -> list[Item]:
         """Validate children before anything is written, as a trigger does: registered
-        tasks, their queues, payloads within the limit, concurrency keys."""
+        tasks, their queues, payloads within the limit, concurrency keys. Each payload is
+        sealed for its place among the items of group ``group_id``."""
         items: list[Item] = []
         for number, child in enumerate(children):
             if not isinstance(child, tuple) or len(child) != 2:
@@ -94,15 +95,17 @@ class Groups:
                     f"{type(child).__name__} (groups do not nest: start the inner one in a "
                     "child's handler with ctx.map)"
                 )
-            trigger = self._triggers.validate(_task_name(child[0]), child[1])
+            place = ValuePlace.in_group(group_id, ValueField.ITEM, str(number))
+            trigger = self._triggers.validate(_task_name(child[0]), child[1], place=place)
             kept = self._values.keep_inline(trigger.prepared)
             items.append(Item(trigger.task, _item_text(kept.text, f"child {number}")))
         return items
 
-    def then(self, callback: Child | None) -> Then | None:
+    def then(self, callback: Child | None, group_id: str) -> Then | None:
         if callback is None:
             return None
-        trigger = self._triggers.validate(_task_name(callback[0]), callback[1])
+        place = ValuePlace.in_group(group_id, ValueField.CALLBACK)
+        trigger = self._triggers.validate(_task_name(callback[0]), callback[1], place=place)
         kept = self._values.keep_inline(trigger.prepared)
         return Then(trigger.task, _item_text(kept.text, "the callback"))
 
@@ -147,17 +150,23 @@ class Groups:
 
     def start(self, children: Iterable[Child], then: Child | None, options: GroupOptions) -> Group:
         """A group started from outside a run (``app.group``), with its callback."""
-        items = self.items(children)
-        group, chunks = self.new_group(items, then=self.then(then), options=options)
+        group_id = new_run_id()
+        items = self.items(children, group_id)
+        group, chunks = self.new_group(
+            items, group_id=group_id, then=self.then(then, group_id), options=options
+        )
         return self.open(group, chunks, None)
 
     def chain(self, first: Child, tasks: Iterable[NamedTask | str]) -> Group:
         """A chain started from outside a run (``app.chain``): ``first`` runs, then each
         of ``tasks`` with the result of the one before; it stops at a run that does not
         succeed. Each task runs as a group of one child, so each hand-on is a join."""
-        items = self.items([first])
+        group_id = new_run_id()
+        items = self.items([first], group_id)
         names = tuple(self._tasks.resolve(_task_name(task)).name for task in tasks)
-        group, chunks = self.new_group(items, next_tasks=names, options=ONE_AT_A_TIME)
+        group, chunks = self.new_group(
+            items, group_id=group_id, next_tasks=names, options=ONE_AT_A_TIME
+        )
         return self.open(group, chunks, None)
 
     def open(self, group: Group, chunks: list[list[Item]], fence: tuple[str, str] | None) -> Group:
@@ -267,7 +276,7 @@ class Groups:
         return self._create(
             run_id,
             task,
-            item.payload_text,
+            (item.payload_text, ValuePlace.in_group(group.id, ValueField.ITEM, str(index))),
             source=source,
             group_id=group.id,
             group_index=index,
@@ -307,17 +316,17 @@ class Groups:
         self,
         run_id: str,
         task: Task,
-        payload_text: str,
+        stored: tuple[str, ValuePlace],
         *,
         source: tuple[str, LinkKind, str, str] | None = None,
         **changes: object,
     ) -> Run | None:
         """Write a run the group makes under its fixed id, with the concurrency key a
-        trigger would give it; ``None`` if that id exists already (made by another
-        finisher, join or maintenance)."""
-        payload = self._values.open(
-            decode_json(payload_text), what="payload", owner=f"run {run_id}"
-        )
+        trigger would give it, its payload the group's ``stored`` one (its text, and its
+        place in the group's records) sealed again for the run; ``None`` if that id
+        exists already (made by another finisher, join or maintenance)."""
+        payload_text, place = stored
+        payload = self._values.open(decode_json(payload_text), place)
         run, event = machine.new_run(
             run_id=run_id,
             environment=self._config.environment,
@@ -331,7 +340,10 @@ class Groups:
         key = concurrency_key_of(task, payload, None)
         retention = retention_for(task, self._config)
         run = run.with_changes(concurrency_key=key, retention=retention, **changes)
-        kept = self._values.keep_text(payload, payload_text)  # a large one goes to the bucket
+        # sealed for the run; a large one goes to the bucket
+        kept = self._values.reseal(
+            payload, payload_text, place=ValuePlace(Holder.RUN, run_id, ValueField.PAYLOAD)
+        )
         try:
             self._store.create_run(run, event, kept.text)
         except ConflictError:
@@ -380,11 +392,14 @@ class Groups:
         [child] = self._store.groups.children(group, 0, 1)
         assert child is not None  # the group succeeded: its one child did
         try:
-            result = self._values.open(child.result, what="result", owner=f"run {child.id}")
+            result = self._values.open(
+                child.result, ValuePlace(Holder.RUN, child.id, ValueField.RESULT)
+            )
             what = f"result of chain run {child.id}"
             encoded = encode_json(result, what=what, limit_bytes=ITEM_BYTES)
-            kept = self._values.keep_inline(self._values.prepare_text(result, encoded, what=what))
-            text = _item_text(kept.text, f"the {what}")
+            place = ValuePlace.in_group(core.next_group_id(group.id), ValueField.ITEM, "0")
+            prepared = self._values.prepare_text(result, encoded, what=what, place=place)
+            text = _item_text(self._values.keep_inline(prepared).text, f"the {what}")
         except RunlaneError as exc:  # the chain stops here, and says why
             log.error(
                 "chain stops after run %s: its result cannot be the next task's payload: %s",
@@ -469,7 +484,7 @@ class Groups:
         run = self._create(
             core.callback_run_id(group.id, group.generation),
             task,
-            then.payload_text,
+            (then.payload_text, ValuePlace.in_group(group.id, ValueField.CALLBACK)),
             joined_group=group.id,
         )
         if run is not None:  # None: triggered already, by another join

@@ -21,10 +21,11 @@ from runlane_sqs.core.machine import Skip
 from runlane_sqs.core.model import JSON, EventType, Run, Wait, WaitKind
 from runlane_sqs.core.redaction import digest
 from runlane_sqs.core.tokens import Token
+from runlane_sqs.core.values import Holder, ValueField, ValuePlace
 from runlane_sqs.engine.context import RunOutcome
 from runlane_sqs.engine.driver import EngineCall
 from runlane_sqs.engine.publishing import Publisher
-from runlane_sqs.engine.values import Values
+from runlane_sqs.engine.values import Kept, Values
 from runlane_sqs.ports.store import RunStore
 
 log = logging.getLogger("runlane_sqs.resume")
@@ -50,13 +51,16 @@ class Resumption:
     kind: WaitKind
     target: str
     result: JSON
-    """The wait's result as kept: a dict, or its :class:`~runlane_sqs.core.values.Sealed`
-    reference when it is large."""
+    """The wait's result, opened: each waiter keeps it sealed for its own wait."""
     event: EventType
     data: dict[str, JSON]
     trace: str | None = None
     """The context of the span that decided the target (a token's decision, a signal's
     send): the waiters' wakeups carry it, so each next attempt links to it."""
+    kept: Kept | None = None
+    """``result`` as every waiter keeps it, when one sealing serves them all (an app
+    without codecs binds no value to its place; a large result is then one object);
+    ``None``: sealed for each waiter's wait."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +97,7 @@ class Resumer:
         decision = waits.resume(
             run,
             wait=waiting,
-            result=resumption.result,
+            result=self._kept(resumption, run, waiting),
             event=resumption.event,
             data=resumption.data,
             now=self._clock.now(),
@@ -105,6 +109,13 @@ class Resumer:
             return self._store.apply(decision)
         except ConflictError:
             return None
+
+    def _kept(self, resumption: Resumption, run: Run, waiting: Wait) -> JSON:
+        """The target's result as ``run``'s wait keeps it: sealed for that wait."""
+        if resumption.kept is not None:
+            return resumption.kept.value
+        place = ValuePlace(Holder.RUN, run.id, ValueField.WAIT, waiting.name)
+        return self._values.seal(resumption.result, what=place.what, place=place).value
 
     def resume_waiters(self, resumption: Resumption, limit: int | None) -> ResumeReport:
         """Resume up to ``limit`` waiters (all of them with ``None``) and publish their
@@ -154,22 +165,23 @@ class Resumer:
     def run_finished(self, run: Run) -> Resumption:
         """What a finished run writes into the runs waiting for it (its result opened,
         and the outcome sealed again: a large result is kept once more, as the wait's)."""
-        opened = self._values.open(run.result, what="result", owner=f"run {run.id}")
+        opened = self._values.open(run.result, ValuePlace(Holder.RUN, run.id, ValueField.RESULT))
         outcome = RunOutcome.of(run.with_changes(result=opened)).to_json()
         return Resumption(
             kind=WaitKind.RUN,
             target=run.id,
-            result=self._values.seal(outcome, what=f"outcome of run {run.id}").value,
+            result=outcome,
             event=EventType.RESUMED,
             data={"run": run.id, "status": run.status.value},
+            kept=self._values.seal_unbound(outcome, what=f"outcome of run {run.id}"),
         )
 
     def token_resumption(self, token: Token) -> Resumption:
         """What a decided token writes into the runs waiting for it (its value opened,
         and the wait's result sealed again)."""
         result, event, data = core_tokens.wait_result(self._values.open_token(token))
-        kept = self._values.seal(result, what="token result").value
-        return Resumption(WaitKind.TOKEN, token.id, kept, event, data, token.decision_trace)
+        kept = self._values.seal_unbound(result, what="token result")
+        return Resumption(WaitKind.TOKEN, token.id, result, event, data, token.decision_trace, kept)
 
     def recheck(self, run: Run) -> None:
         """A token decided (or a run finished) just before this run's release was written

@@ -39,6 +39,7 @@ from runlane_sqs.core.schedule_state import (
     removed,
 )
 from runlane_sqs.core.schedules import Schedule, occurrence_run_id
+from runlane_sqs.core.values import Holder, ValueField, ValuePlace
 from runlane_sqs.engine.observing import Observer
 from runlane_sqs.engine.tasks import TaskRegistry, concurrency_key_of, retention_for
 from runlane_sqs.engine.values import Values
@@ -291,7 +292,8 @@ class Scheduler:
         key = concurrency_key_of(task, run.payload, None) if task is not None else None
         retention = retention_for(task, self._config)
         run = run.with_changes(concurrency_key=key, trace=trace, retention=retention)
-        payload_text = self._values.seal(schedule.payload, what="payload").text
+        place = ValuePlace(Holder.RUN, run.id, ValueField.PAYLOAD)
+        payload_text = self._values.seal(schedule.payload, what="payload", place=place).text
         self._runs.create_run(run, event, payload_text)
         log.info(
             "schedule %s created run %s of %s",

@@ -23,18 +23,19 @@ class SignalsApi:
         """Wake every run waiting on ``key``; returns how many were woken. Each woken
         run's next attempt gets ``payload`` at the same ``ctx.wait_for_signal``."""
         key = check_key("signal", key)
-        self._values.prepare(payload, what="signal payload")  # refused before any write
+        self._values.check(payload, what="signal payload")  # refused before any write
+        result: JSON = {"status": "received", "payload": payload}
+        kept = self._values.seal_unbound(result, what="signal payload")
         attributes = {t.SIGNAL: digest(key)}  # keys may name customers: a digest only
         with self._observer.spanning(t.SEND_SIGNAL, t.SpanKind.PRODUCER, attributes) as span:
             resumption = Resumption(
                 kind=WaitKind.SIGNAL,
                 target=key,
-                result=self._values.seal(
-                    {"status": "received", "payload": payload}, what="signal payload"
-                ).value,
+                result=result,
                 event=EventType.SIGNAL_RECEIVED,
                 data={"key": key},
                 trace=span.trace,
+                kept=kept,
             )
             resumed = self._resumer.resume_waiters(resumption, limit=None).resumed
             span.set({t.RESUMED: resumed})

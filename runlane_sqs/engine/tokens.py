@@ -12,6 +12,7 @@ from runlane_sqs.core.clock import Clock, Duration, to_timedelta
 from runlane_sqs.core.model import JSON, is_run_id
 from runlane_sqs.core.redaction import digest
 from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenNotFound, TokenStatus
+from runlane_sqs.core.values import ValueField, ValuePlace
 from runlane_sqs.engine.observing import Observer
 from runlane_sqs.engine.reports import JobReport
 from runlane_sqs.engine.resuming import RESUME_BATCH, Resumer, ResumeReport
@@ -41,11 +42,13 @@ class TokensApi:
     def create(self, *, timeout: Duration | None = None, metadata: JSON = None) -> Token:
         """A new pending token with an unguessable id; maintenance times it out after
         ``timeout`` (if given)."""
-        prepared = self._values.prepare(metadata, what="token metadata")
+        token_id = secrets.token_hex(16)
+        place = ValuePlace.in_token(token_id, ValueField.METADATA)
+        prepared = self._values.prepare(metadata, what="token metadata", place=place)
         now = self._clock.now()
         timeout_at = now + to_timedelta(timeout, "timeout") if timeout is not None else None
         kept = self._values.keep(prepared).value
-        token = core.new_token(secrets.token_hex(16), self._environment, now, timeout_at, kept)
+        token = core.new_token(token_id, self._environment, now, timeout_at, kept)
         self._tokens.create_token(token)
         return replace(token, metadata=metadata)
 
@@ -60,7 +63,8 @@ class TokensApi:
     def complete(self, token_id: str, value: JSON = None) -> Token:
         """Record the decision and resume a first batch of waiting runs at once; raises
         :class:`~runlane_sqs.core.tokens.TokenAlreadyDecided` if it was decided before."""
-        kept = self._values.seal(value, what="token value").value
+        place = ValuePlace.in_token(token_id, ValueField.VALUE)
+        kept = self._values.seal(value, what="token value", place=place).value
         return replace(self._decide(token_id, TokenStatus.COMPLETED, kept), value=value)
 
     def time_out(self, token_id: str) -> Token:

@@ -18,7 +18,7 @@ from runlane_sqs.core.machine import RepublishPolicy
 from runlane_sqs.core.model import JSON, KeyKind, LinkKind, Run, RunEvent, RunStatus, new_run_id
 from runlane_sqs.core.names import check_key, check_queue
 from runlane_sqs.core.telemetry import trace_id_of
-from runlane_sqs.core.values import Sealed
+from runlane_sqs.core.values import Holder, Sealed, ValueField, ValuePlace
 from runlane_sqs.engine.batching import BatchedTrigger, Batching
 from runlane_sqs.engine.debouncing import DebouncedTrigger, Debouncing
 from runlane_sqs.engine.gathering import check_inline
@@ -32,7 +32,7 @@ from runlane_sqs.engine.tasks import (
     debounce_key_of,
     retention_for,
 )
-from runlane_sqs.engine.values import Prepared, Values, is_sealed
+from runlane_sqs.engine.values import Prepared, Values
 from runlane_sqs.ports.keys import KeyClaim, KeyConflict
 from runlane_sqs.ports.store import RunStore
 from runlane_sqs.ports.telemetry import Span
@@ -87,8 +87,10 @@ class ValidTrigger:
     queue: str
     payload: JSON
     prepared: Prepared
-    """The payload checked and encoded (kept, in S3 if it is large, when the run is
-    written)."""
+    """The payload checked and encoded for its place (kept, in S3 if it is large, when
+    the run is written)."""
+    run_id: str
+    """The id of the run the trigger creates (its payload is sealed for that run)."""
     due_at: datetime | None
     idempotency_key: str | None
     singleton_key: str | None
@@ -145,7 +147,7 @@ def new_run_of(
     """The run ``trigger`` creates, its payload kept (a large one's object written: a run
     is never written before the object it references)."""
     run, event = machine.new_run(
-        run_id=new_run_id(),
+        run_id=trigger.run_id,
         environment=environment,
         task=trigger.task,
         queue=trigger.queue,
@@ -353,9 +355,16 @@ class Triggers:
         return self._observer.trigger(trigger.task, trigger.queue)
 
     def validate(
-        self, task: Task | str, payload: JSON, **options: Unpack[TriggerOptions]
+        self,
+        task: Task | str,
+        payload: JSON,
+        *,
+        place: ValuePlace | None = None,
+        **options: Unpack[TriggerOptions],
     ) -> ValidTrigger:
-        """Validate a trigger before anything is written."""
+        """Validate a trigger before anything is written, its payload sealed for
+        ``place``: by default the payload (or, batched, an item) of the run it creates;
+        a group's item gives the group's place."""
         resolved = self._tasks.resolve(task)
         key = concurrency_key_of(resolved, payload, options.get("concurrency_key"))
         idem, single = validate_keys(options.get("idempotency_key"), options.get("singleton_key"))
@@ -369,7 +378,10 @@ class Triggers:
         debounce = debounce_key_of(resolved, payload, options) if debounced else None
         batched = resolved.batch is not None or options.get("batch_key") is not None
         batch = batch_key_of(resolved, payload, options) if batched else None
-        prepared = self._values.prepare(payload, what="payload")
+        run_id = new_run_id()
+        field = ValueField.ITEM if batch is not None else ValueField.PAYLOAD
+        place = place or ValuePlace(Holder.RUN, run_id, field)
+        prepared = self._values.prepare(payload, what="payload", place=place)
         wait = to_timedelta(delay, "delay") if delay is not None else None
         if debounce is not None:
             check_inline(prepared, "a debounced trigger's payload", self._config.inline_limit)
@@ -386,6 +398,7 @@ class Triggers:
             queue=queue,
             payload=payload,
             prepared=prepared,
+            run_id=run_id,
             due_at=self._clock.now() + wait if wait else None,
             idempotency_key=idem,
             singleton_key=single,
@@ -428,7 +441,9 @@ class Triggers:
         rule, key = self._tasks.resolve(trigger.task).debounce, trigger.debounce_key
         assert rule is not None and key is not None
         new = self._gathered(trigger, "debounce_key", key)
-        debounced = DebouncedTrigger(key, trigger.payload, new.run, new.event, new.payload_text)
+        debounced = DebouncedTrigger(
+            key, trigger.payload, new.run, new.event, new.payload_text, trigger.payload_json
+        )
         return self._logged(self._debouncing.trigger(debounced, rule), "debounce", key)
 
     def _batched(self, trigger: ValidTrigger) -> Run:
@@ -437,7 +452,7 @@ class Triggers:
         assert rule is not None and key is not None
         new = self._gathered(trigger, "batch_key", key)
         self._batching.check_item(trigger.prepared, new.payload_text, rule)  # as kept
-        batched = BatchedTrigger(key, new.payload_text, new.run, new.event)
+        batched = BatchedTrigger(key, new.payload_text, new.run, new.event, trigger.prepared)
         return self._logged(self._batching.trigger(batched, rule), "batch", key)
 
     def _gathered(self, trigger: ValidTrigger, attribute: str, key: str) -> NewRun:
@@ -468,15 +483,7 @@ class Triggers:
         app's code)."""
         task = self._tasks.get(source.task)
         queue = task.queue if task is not None else source.queue
-        payload = source.payload
-        if isinstance(payload, list) and is_sealed(payload):  # a batch's encoded items
-            payload = self._values.open(payload, what="payload", owner=f"run {source.id}")
-        # a sealed payload names the same object; an opened one is sealed again
-        payload_text = (
-            payload.text
-            if isinstance(payload, Sealed)
-            else self._values.seal(payload, what="payload").text
-        )
+        payload, payload_text = self._payload_for(source, run_id)
         with self._observer.trigger(source.task, queue, source=source) as span:
             run, event = machine.new_run(
                 run_id=run_id,
@@ -498,3 +505,14 @@ class Triggers:
             self._publisher.publish_new([run])
         self._observer.triggered([run])
         return run
+
+    def _payload_for(self, source: Run, run_id: str) -> tuple[JSON, str]:
+        """``source``'s payload for the run ``run_id`` that relaunches it, and its text
+        as that run keeps it: the same reference when it is plain JSON in the bucket
+        (one object for both), else opened and sealed again for the new run."""
+        payload = source.payload
+        if isinstance(payload, Sealed) and not payload.codecs:
+            return payload, payload.text
+        place = ValuePlace(Holder.RUN, run_id, ValueField.PAYLOAD)
+        opened = self._values.open(payload, ValuePlace(Holder.RUN, source.id, ValueField.PAYLOAD))
+        return opened, self._values.seal(opened, what="payload", place=place).text

@@ -30,10 +30,12 @@ class ObjectStore(Protocol):
         reached and :class:`~runlane_sqs.errors.StorageError` when it refused."""
         ...
 
-    def get(self, key: str) -> bytes | None:
+    def get(self, key: str, size: int) -> bytes | None:
         """The object at ``key``, ``None`` when there is none; raises
         :class:`~runlane_sqs.core.errors.ObjectUnreadable` when the store will not say
-        (S3's ``AccessDenied``)."""
+        (S3's ``AccessDenied``), and when the object does not hold ``size`` bytes (the
+        size its reference names), before reading them: a reader never downloads more
+        than the reference says."""
         ...
 
     def delete(self, key: str) -> None:

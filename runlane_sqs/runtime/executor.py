@@ -22,6 +22,7 @@ from runlane_sqs.core.errors import ConflictError, LeaseLost, RunlaneError, Stor
 from runlane_sqs.core.groups import Group, group_id_for, group_root
 from runlane_sqs.core.model import JSON, Lease, Run, RunStatus
 from runlane_sqs.core.tokens import Token
+from runlane_sqs.core.values import Holder, ValueField, ValuePlace
 from runlane_sqs.engine import driver
 from runlane_sqs.engine.context import Child, GroupOptions, TaskContext
 from runlane_sqs.engine.driver import Disposition
@@ -261,7 +262,7 @@ class AttemptRuntime:
         stored = self._store.groups.get_group(group_id)
         if stored is not None:
             return self._groups.opened(stored)
-        items = self._groups.items(children)
+        items = self._groups.items(children, group_id)
         group, chunks = self._groups.new_group(
             items, group_id=group_id, parent=self._run, options=options
         )
@@ -352,14 +353,16 @@ class Executor:
         ``async def`` handler runs to completion on a fresh event loop."""
         values = self.engine.values
         with call.span.active():
-            payload = values.open(call.payload, what="payload", owner=f"run {call.ctx.run_id}")
+            run_id = call.ctx.run_id
+            payload = values.open(call.payload, ValuePlace(Holder.RUN, run_id, ValueField.PAYLOAD))
             if call.task.is_async:
                 import asyncio  # noqa: PLC0415 (only for async handlers: a sync app never loads it)
 
                 result = asyncio.run(call.task.fn(call.ctx, payload))
             else:
                 result = call.task.fn(call.ctx, payload)
-            return values.seal(result, what="handler result").value
+            place = ValuePlace(Holder.RUN, run_id, ValueField.RESULT)
+            return values.seal(result, what="handler result", place=place).value
 
     def end(self, call: driver.End) -> tuple[Run, bool] | None:
         return self.leases.untrack(call.run_id)

@@ -11,29 +11,42 @@ A codec that fails to encode is a ``CodecError`` before anything is written.
 from __future__ import annotations
 
 import base64
+import gzip
 import hashlib
 import json
+import os
+import struct
+import tracemalloc
+import zlib
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import boto3
 import pytest
+import zstandard
 from botocore.config import Config
+from botocore.exceptions import ClientError
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from runlane_sqs import (
+    Batch,
     CodecError,
     ConfigurationError,
+    Debounce,
     Runlane,
     RunStatus,
     Schedule,
     TaskContext,
     ValueUnreadable,
 )
+from runlane_sqs.adapters.dynamodb.keys import run_key
+from runlane_sqs.adapters.memory.transport import InMemoryTransport
 from runlane_sqs.codecs import Gzip, KmsEncryption, Zstd
-from runlane_sqs.core.values import Sealed
-from runlane_sqs.testing import in_memory_app
-from tests.backends import ONLY_AWS, Backend
+from runlane_sqs.core.values import Holder, Sealed, ValueField, ValuePlace
+from runlane_sqs.ports.codecs import Binding
+from runlane_sqs.testing import InMemoryRunStore, in_memory_app
+from tests.backends import ONLY_AWS, ONLY_MEMORY, Backend
 from tests.behaviour.worker_support import second_app
 from tests.workers import WorkerKind
 
@@ -144,10 +157,10 @@ class Refuses:
 
     name = "refuses"
 
-    def encode(self, data: bytes) -> bytes:
+    def encode(self, data: bytes, binding: Binding) -> bytes:
         raise RuntimeError("the key service said no")
 
-    def decode(self, data: bytes) -> bytes:
+    def decode(self, data: bytes, binding: Binding, limit: int) -> bytes:
         return data
 
 
@@ -355,3 +368,425 @@ def test_a_deploy_stores_schedules_again_only_when_their_payload_or_codecs_chang
     dropped.maintenance.run_pass()  # without codecs: both plain again
     assert versions(dropped) == {"codec.daily": 4, "codec.hourly": 3}
     assert [s.schedule.payload for s in dropped.schedules.list()] == [{"n": 2}, payload()]
+
+
+# values that decode past the limit -------------------------------------------------------
+
+MIB = 1024 * 1024
+BOMB_BYTES = 64 * MIB
+"""What each bomb below decodes to: a thousand times the default payload_limit."""
+
+
+def gzip_of_zeros(size: int) -> bytes:
+    """``size`` zero bytes in a gzip frame, made a mebibyte at a time."""
+    deflate = zlib.compressobj(9, zlib.DEFLATED, 31)
+    made = [deflate.compress(bytes(MIB)) for _ in range(size // MIB)]
+    return b"".join([*made, deflate.flush()])
+
+
+def zstd_of_zeros(size: int, window_log: int) -> bytes:
+    """``size`` zero bytes in one zstd frame whose window is ``2**window_log`` bytes."""
+    params = zstandard.ZstdCompressionParameters.from_level(19, window_log=window_log)
+    return bytes(zstandard.ZstdCompressor(compression_params=params).compress(bytes(size)))
+
+
+BOMBS: dict[str, tuple[Any, tuple[str, ...], Any, str]] = {
+    "gzip twice over": (
+        Gzip,
+        ("gzip", "gzip"),
+        lambda: gzip.compress(gzip_of_zeros(BOMB_BYTES)),
+        "its codecs (gzip, gzip) are not this app's chain (gzip)",
+    ),
+    "gzip": (Gzip, ("gzip",), lambda: gzip_of_zeros(BOMB_BYTES), "decodes to more than"),
+    "zstd": (Zstd, ("zstd",), lambda: zstd_of_zeros(BOMB_BYTES, 16), "decodes to more than"),
+    "zstd with a large window": (
+        Zstd,
+        ("zstd",),
+        lambda: zstd_of_zeros(BOMB_BYTES, 23),
+        "its frame asks for a window of 8388608 bytes",
+    ),
+}
+"""The app's codec, the codecs a forged envelope names, its bytes, and why it is refused."""
+
+
+@pytest.mark.parametrize("bomb", list(BOMBS))
+def test_a_value_that_decodes_past_the_limit_fails_its_run_without_the_memory(
+    backend: Backend, bomb: str
+) -> None:
+    """A run item's value forged to decode to 64 MiB (an 831-byte envelope naming gzip
+    twice, a 65 KB gzip or a 2 KB zstd frame) is decoded no further than the app's
+    payload_limit (64 KiB here) plus one byte: the run page and the worker refuse it,
+    and the run fails without retry, saying why. Measured: this process's peak
+    allocation while both read it stays within the limit and a small constant."""
+    codec, codecs, made, reason = BOMBS[bomb]
+    app = backend.app(register=register, codec=codec())
+    worker = app.worker(concurrency=1)
+    warm = app.trigger("codec.echo", payload())  # the path once, its imports and caches
+    assert worker.drain() == 1 and app.runs.get(warm.id).status is RunStatus.SUCCEEDED
+    run = app.trigger("codec.echo", payload())
+    forged = Sealed(codecs=codecs, data=made()).text
+    backend.write_attribute(app, run_key(app.config.environment, run.id), "payload", forged)
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueUnreadable) as raised:
+            app.runs.get(run.id)
+        assert worker.drain() == 1
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+
+    limit = app.config.value_limit
+    assert peak < limit + BOMB_SLACK_BYTES, f"{peak} bytes at the peak, the limit {limit}"
+    failed = app.runs.get_stored(run.id)
+    assert failed.status is RunStatus.FAILED
+    assert failed.failure is not None and failed.failure.retryable is False
+    assert failed.failure.type == "runlane_sqs.errors.ValueUnreadable"
+    assert reason in str(raised.value)
+    assert reason in failed.failure.message
+
+
+BOMB_SLACK_BYTES = 1 * MIB
+BINDING = Binding("test", ValuePlace(Holder.RUN, "0" * 32, ValueField.PAYLOAD))
+"""A binding for a codec called by hand (compression ignores it)."""
+"""What reading and failing a run allocates beside the value: requests, events, logs."""
+
+
+@pytest.mark.parametrize("bomb", ["gzip", "zstd"])
+def test_a_codec_decodes_no_further_than_its_limit(bomb: str) -> None:
+    """Measured around one decode: the peak allocation is the limit and a constant (the
+    chunk being decoded, the decompressor's state), whatever the value decodes to."""
+    codec, _, made, _ = BOMBS[bomb]
+    data, limit = made(), 64 * 1024
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=f"decodes to more than {limit} bytes"):
+            codec().decode(data, BINDING, limit)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < limit + 128 * 1024, f"{peak} bytes at the peak"
+    assert codec().decode(codec().encode(b"x" * limit, BINDING), BINDING, limit) == b"x" * limit
+
+
+# encrypted values open only where they were sealed ---------------------------------------
+
+
+class FakeKms:
+    """KMS as ``KmsEncryption`` calls it, in memory: a data key opens only under the key
+    and the encryption context it was made with (``InvalidCiphertextException``)."""
+
+    def __init__(self) -> None:
+        self.keys: dict[bytes, tuple[bytes, str, dict[str, str]]] = {}
+
+    def generate_data_key(self, **request: Any) -> dict[str, bytes]:
+        plaintext, blob = os.urandom(32), os.urandom(48)
+        self.keys[blob] = (plaintext, request["KeyId"], dict(request["EncryptionContext"]))
+        return {"Plaintext": plaintext, "CiphertextBlob": blob}
+
+    def decrypt(self, **request: Any) -> dict[str, bytes]:
+        found = self.keys.get(bytes(request["CiphertextBlob"]))
+        if found is None or found[1:] != (request["KeyId"], request["EncryptionContext"]):
+            error: Any = {"Error": {"Code": "InvalidCiphertextException", "Message": ""}}
+            raise ClientError(error, "Decrypt")
+        return {"Plaintext": found[0]}
+
+
+@pytest.fixture
+def any_kms(backend: Backend) -> Iterator[Any]:
+    """A KMS client: the emulator's, or in memory :class:`FakeKms`."""
+    if not backend.real:
+        yield FakeKms()
+        return
+    backend.request.getfixturevalue("backend_env")
+    client = boto3.client("kms")
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def any_key(any_kms: Any) -> str:
+    """A KMS key the test's apps share."""
+    return "alias/runlane-test" if isinstance(any_kms, FakeKms) else key_of(any_kms)
+
+
+def stored_text(backend: Backend, app: Runlane, run_id: str, name: str) -> str:
+    """The text the run item's attribute ``name`` holds (a value's envelope)."""
+    key = run_key(app.config.environment, run_id)
+    item = backend.table(app).get_item(TableName=app.config.table, Key=key)["Item"]
+    return str(item[name]["S"])
+
+
+def paste(backend: Backend, app: Runlane, run_id: str, name: str, text: str) -> None:
+    """Write ``text`` into the run item's attribute ``name``, behind the library's back."""
+    backend.write_attribute(app, run_key(app.config.environment, run_id), name, text)
+
+
+def encrypted(kms: Any, key: str, **options: Any) -> dict[str, Any]:
+    """An app's options: ``options``, and values compressed then encrypted under ``key``."""
+    return {"codec": [Zstd(), KmsEncryption(key, client=kms)], **options}
+
+
+def test_an_encrypted_value_opens_only_in_the_run_and_field_it_was_sealed_for(
+    backend: Backend, any_kms: Any, any_key: str, worker_kind: WorkerKind
+) -> None:
+    """Run X's ciphertext pasted into run Y, or into another field of X, fails the tag:
+    the associated data names the environment, the record and the field."""
+    app = backend.app(register=register, **encrypted(any_kms, any_key))
+    x = app.trigger("codec.echo", {"note": "x's payload"})
+    y = app.trigger("codec.echo", {"note": "y's payload"})
+    assert worker_kind.drain(app, max_runs=1) == 1  # x: its result and step are sealed
+    done = app.runs.get(x.id)
+    assert done.status is RunStatus.SUCCEEDED
+
+    paste(backend, app, y.id, "payload", stored_text(backend, app, x.id, "payload"))
+    with pytest.raises(ValueUnreadable, match=r"payload of run \w+ cannot be read: codec 'kms'"):
+        app.runs.get(y.id)
+    paste(backend, app, x.id, "result", stored_text(backend, app, x.id, "payload"))
+    with pytest.raises(ValueUnreadable, match=r"result of run \w+ cannot be read: codec 'kms'"):
+        app.runs.get(x.id)
+
+    assert worker_kind.drain(app) == 1
+    failed = app.runs.get_stored(y.id)
+    assert failed.status is RunStatus.FAILED and failed.result is None
+    assert failed.failure is not None and failed.failure.retryable is False
+    assert "does not open here" in failed.failure.message
+
+
+def test_another_environments_encrypted_value_does_not_open_here(
+    backend: Backend, any_kms: Any, any_key: str, worker_kind: WorkerKind
+) -> None:
+    """Environments sharing a KMS key: environment b's ciphertext pasted into an
+    environment-a run is refused by KMS itself (the data key's encryption context names
+    b), so a's worker neither runs it nor stores it as a's result."""
+    app = backend.app(register=register, **encrypted(any_kms, any_key))
+    theirs = beside_in(backend, app, "other", **encrypted(any_kms, any_key))
+    their_run = theirs.trigger("codec.echo", {"note": "b's secret"})
+    mine = app.trigger("codec.echo", {"note": "a's payload"})
+
+    paste(backend, app, mine.id, "payload", stored_text(backend, theirs, their_run.id, "payload"))
+    with pytest.raises(ValueUnreadable, match="codec 'kms' could not decode it"):
+        app.runs.get(mine.id)
+    assert worker_kind.drain(app) == 1
+    failed = app.runs.get_stored(mine.id)
+    assert failed.status is RunStatus.FAILED and failed.result is None
+    assert theirs.runs.get(their_run.id).payload == {"note": "b's secret"}
+
+
+def beside_in(backend: Backend, app: Runlane, environment: str, **options: Any) -> Runlane:
+    """An app of ``environment`` on ``app``'s table, registering the codec tasks."""
+    if backend.real:
+        return backend.app(environment=environment, queue_prefix=None, register=register, **options)
+    assert isinstance(app.store, InMemoryRunStore)
+    other = Runlane(
+        environment=environment,
+        clock=backend.clock,
+        store=InMemoryRunStore(environment, table=app.config.table, dynamodb=app.store.dynamodb),
+        transport=InMemoryTransport(backend.clock),
+        **options,
+    )
+    register(other)
+    return other
+
+
+def test_a_value_not_sealed_by_the_apps_whole_chain_is_refused(
+    backend: Backend, any_kms: Any, any_key: str, worker_kind: WorkerKind
+) -> None:
+    """Whoever can write the table cannot replace an encrypted value by plain JSON or by
+    an envelope of fewer codecs: an app with [Zstd, KmsEncryption] opens only values its
+    whole chain sealed."""
+    app = backend.app(register=register, **encrypted(any_kms, any_key))
+    plain = app.trigger("codec.echo", {"note": "replaced by plain JSON"})
+    paste(backend, app, plain.id, "payload", '{"note":"forged"}')
+    fewer = app.trigger("codec.echo", {"note": "replaced by a zstd-only envelope"})
+    zstd_only = Sealed(codecs=("zstd",), data=Zstd().encode(b'{"note":"forged"}', BINDING))
+    paste(backend, app, fewer.id, "payload", zstd_only.text)
+
+    with pytest.raises(ValueUnreadable, match=r"plain JSON, not sealed by this app's codecs"):
+        app.runs.get(plain.id)
+    with pytest.raises(ValueUnreadable, match=r"its codecs \(zstd\) are not this app's chain"):
+        app.runs.get(fewer.id)
+    worker_kind.drain_all(app)
+    for run in (plain, fewer):
+        failed = app.runs.get_stored(run.id)
+        assert failed.status is RunStatus.FAILED and failed.result is None
+        assert failed.failure is not None and failed.failure.retryable is False
+
+
+def sealed_as_before(kms: Any, key: str, value: Any) -> str:
+    """``value`` as an earlier version's ``[Zstd(), KmsEncryption(key)]`` sealed it: a data
+    key of the context ``{"purpose": "runlane-sqs value"}`` alone, the associated data
+    ``RLK1``, bound to no place."""
+    made = kms.generate_data_key(
+        KeyId=key, KeySpec="AES_256", EncryptionContext={"purpose": "runlane-sqs value"}
+    )
+    compressed = Zstd().encode(json.dumps(value).encode(), BINDING)
+    nonce, wrapped = os.urandom(12), bytes(made["CiphertextBlob"])
+    sealed = AESGCM(bytes(made["Plaintext"])).encrypt(nonce, compressed, b"RLK1")
+    data = b"RLK1" + struct.pack(">H", len(wrapped)) + wrapped + nonce + sealed
+    return Sealed(codecs=("zstd", "kms"), data=data).text
+
+
+def test_values_written_before_open_only_with_open_legacy_values(
+    backend: Backend, any_kms: Any, any_key: str, worker_kind: WorkerKind
+) -> None:
+    """Plain JSON, an envelope of part of the chain and a value the previous format
+    sealed (unbound) are refused by default; ``open_legacy_values=True`` opens them for
+    as long as they are migrated, and what the app writes meanwhile is sealed the new
+    way (a rerun seals its payload again, for itself)."""
+    strict = backend.app(register=register, **encrypted(any_kms, any_key))
+    legacy = {
+        "plain JSON": '{"note":"written without codecs"}',
+        "zstd alone": Sealed(
+            codecs=("zstd",), data=Zstd().encode(b'{"note":"written with zstd"}', BINDING)
+        ).text,
+        "the unbound format": sealed_as_before(any_kms, any_key, {"note": "sealed before"}),
+    }
+    runs = {}
+    for what, text in legacy.items():
+        runs[what] = strict.trigger("codec.echo", {"note": "replaced"})
+        paste(backend, strict, runs[what].id, "payload", text)
+    with pytest.raises(ValueUnreadable, match="open_legacy_values=True reads such values"):
+        strict.runs.get(runs["the unbound format"].id)
+
+    migrating = beside(backend, strict, **encrypted(any_kms, any_key, open_legacy_values=True))
+    assert [migrating.runs.get(r.id).payload["note"] for r in runs.values()] == [
+        "written without codecs",
+        "written with zstd",
+        "sealed before",
+    ]
+    assert worker_kind.drain(migrating) == 3
+    for run in runs.values():
+        assert migrating.runs.get(run.id).status is RunStatus.SUCCEEDED
+        assert sealed(migrating.runs.get_stored(run.id).result).codecs == ("zstd", "kms")
+        result = strict.engine.values.open_run(strict.runs.get_stored(run.id), payload=False)
+        assert result.result["echo"] == migrating.runs.get(run.id).payload  # the new way
+    rerun = migrating.runs.rerun(runs["plain JSON"].id)
+    assert strict.runs.get(rerun.id).payload == {"note": "written without codecs"}
+
+
+def register_journeys(app: Runlane) -> None:
+    """Tasks that store every kind of value: steps, patches, waits of each kind (one of
+    them timing out), groups with a callback and a chain, batches, debounces."""
+
+    @app.task(name="bound.journey")
+    def journey(ctx: TaskContext, payload: Any) -> Any:
+        remembered = ctx.step("remember", lambda: {"n": payload["n"]})
+        patched = ctx.patched("new-branch")
+        signal = ctx.wait_for_signal(f"go-{payload['n']}")
+        quiet = ctx.wait_for_signal(f"never-{payload['n']}", timeout=timedelta(minutes=1))
+        decided = ctx.wait_for_token(payload["token"])
+        other = ctx.wait_for_run(payload["other"])
+        squares = ctx.map("bound.square", [{"n": n} for n in range(3)])
+        return {
+            "step": remembered,
+            "patched": patched,
+            "signal": signal.payload,
+            "quiet": quiet.status,
+            "token": decided.value,
+            "other": other.result,
+            "squares": list(squares.results()),
+        }
+
+    @app.task(name="bound.square")
+    def square(ctx: TaskContext, payload: Any) -> Any:
+        return payload["n"] ** 2
+
+    @app.task(name="bound.double")
+    def double(ctx: TaskContext, payload: Any) -> Any:
+        return payload * 2
+
+    @app.task(name="bound.batch", batch=Batch(size=3, max_age=60))
+    def batch(ctx: TaskContext, items: Any) -> Any:
+        return [item["n"] for item in items]
+
+    @app.task(name="bound.debounced", debounce=Debounce(quiet=5, key=lambda p: "k"))
+    def debounced(ctx: TaskContext, payload: Any) -> Any:
+        return payload
+
+    @app.task(
+        name="bound.merged",
+        debounce=Debounce(quiet=5, key=lambda p: "k", merge=lambda old, new: old + new),
+    )
+    def merged(ctx: TaskContext, payload: Any) -> Any:
+        return payload
+
+
+def settle(app: Runlane, backend: Backend) -> None:
+    """Run everything there is to run, maintenance included, moving time on."""
+    for _ in range(12):
+        app.worker(concurrency=1).drain()
+        app.maintenance.run_pass()
+        backend.clock.advance(timedelta(seconds=61))
+
+
+def stored_values(app: Runlane) -> list[Any]:
+    """Every value of every run of ``app`` as stored."""
+    found: list[Any] = []
+    assert isinstance(app.store, InMemoryRunStore)
+    for stored in app.store.all_runs():
+        payload = stored.payload if isinstance(stored.payload, list) else [stored.payload]
+        found += [*payload, stored.result, *stored.steps.values(), *stored.wait_results.values()]
+    return found
+
+
+@ONLY_MEMORY
+def test_every_kind_of_value_is_sealed_for_its_place_and_opens_there(
+    backend: Backend, any_kms: Any, any_key: str
+) -> None:
+    """With an authenticating codec, each value a run, token, schedule or group keeps is
+    sealed for its own place, and opened at that place: payloads (a trigger's, a
+    group's child's and callback's, a chain's next, a batch's items appended to the run
+    a trigger found, a debounce's collapsed and merged payloads, a schedule's, a rerun's,
+    a transaction's), results, steps, patches and the results of every kind of wait."""
+    hourly = Schedule.every("bound.hourly", timedelta(hours=1), payload={"note": "hourly"})
+    app = backend.app(register=with_schedules(hourly), **encrypted(any_kms, any_key))
+    register_journeys(app)
+    token = app.tokens.create(metadata={"for": "journey"})
+    other = app.trigger("codec.echo", {"note": "the other"})
+    journey = app.trigger("bound.journey", {"n": 7, "token": token.id, "other": other.id})
+    app.worker(concurrency=1).drain()
+    app.signals.send("go-7", {"said": "go"})
+    settle(app, backend)
+    app.tokens.complete(token.id, {"decided": "yes"})
+    settle(app, backend)
+    group = app.group(
+        [("bound.square", {"n": n}) for n in range(2)], then=("codec.echo", payload())
+    )
+    chain = app.chain(("bound.square", {"n": 3}), "bound.double")
+    batch = [app.trigger("bound.batch", {"n": n}) for n in range(3)]
+    debounced = [app.trigger("bound.debounced", {"v": n}) for n in range(2)]
+    merged = [app.trigger("bound.merged", [n]) for n in range(2)]
+    with app.transaction() as tx:
+        in_tx = tx.trigger("codec.echo", payload())
+    settle(app, backend)
+    rerun = app.runs.rerun(journey.id)
+    app.worker(concurrency=1).drain()
+    app.signals.send("go-7", {"said": "again"})
+    settle(app, backend)
+
+    done = app.runs.get(journey.id)
+    assert done.status is RunStatus.SUCCEEDED, done.failure
+    assert done.result == {
+        "step": {"n": 7},
+        "patched": True,
+        "signal": {"said": "go"},
+        "quiet": "timed_out",
+        "token": {"decided": "yes"},
+        "other": {"echo": {"note": "the other"}, "step": {"note": "the other"}},
+        "squares": [0, 1, 4],
+    }
+    assert app.runs.get(rerun.id).status is RunStatus.SUCCEEDED
+    assert app.tokens.get(token.id).metadata == {"for": "journey"}
+    assert app.runs.get(batch[0].id).result == [0, 1, 2]
+    assert app.runs.get(debounced[0].id).result == {"v": 1}
+    assert app.runs.get(merged[0].id).result == [0, 1]
+    assert app.runs.get(in_tx.id).status is RunStatus.SUCCEEDED
+    assert app.store.groups.get_group(group.id).status.value == "succeeded"
+    assert app.runs.list(schedule=hourly.id).runs
+    assert isinstance(app.store, InMemoryRunStore)
+    assert all(run.status is RunStatus.SUCCEEDED for run in app.store.all_runs())
+    plain = [v for v in stored_values(app) if v is not None and not isinstance(v, Sealed)]
+    assert plain == [{"status": "timed_out"}] * 2  # the library's own mark, no value
+    last = app.runs.list(task="bound.double").runs
+    assert [run.status for run in last] == [RunStatus.SUCCEEDED] and chain is not None

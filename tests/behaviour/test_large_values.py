@@ -13,11 +13,15 @@ without its values.
 from __future__ import annotations
 
 import hashlib
+import io
+import tracemalloc
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 import boto3
 import pytest
+from botocore.response import StreamingBody
 from botocore.stub import Stubber
 
 from runlane_sqs import (
@@ -31,8 +35,10 @@ from runlane_sqs import (
     TaskContext,
     ValueUnreadable,
 )
+from runlane_sqs.adapters.dynamodb.keys import run_key
 from runlane_sqs.adapters.dynamodb.objects import DynamoObjectRecords
 from runlane_sqs.adapters.memory.objects import InMemoryObjects
+from runlane_sqs.adapters.memory.transport import InMemoryTransport
 from runlane_sqs.adapters.s3 import S3Objects
 from runlane_sqs.core import machine
 from runlane_sqs.core.errors import ObjectUnreadable
@@ -40,14 +46,17 @@ from runlane_sqs.core.model import new_run_id
 from runlane_sqs.core.values import (
     PIN_DURATION,
     RELEASE_GRACE,
+    Holder,
     Reference,
     Sealed,
+    ValueField,
+    ValuePlace,
     generation_of,
     object_key,
     run_references,
 )
-from runlane_sqs.testing import in_memory_app
-from tests.backends import ONLY_MEMORY, Backend
+from runlane_sqs.testing import InMemoryRunStore, in_memory_app
+from tests.backends import ONLY_AWS, ONLY_MEMORY, Backend
 from tests.workers import WorkerKind
 
 BUCKET = "runlane-test-values"
@@ -181,20 +190,17 @@ def test_the_same_payload_triggered_twice_is_stored_once(app: Runlane) -> None:
     one = reference_of(app.runs.get_stored(first.id).payload)
     other = reference_of(app.runs.get_stored(second.id).payload)
     assert one == other
+    assert object_exists(app, one)
+
+
+def objects_of(app: Runlane, *runs: Run) -> set[Reference]:
+    """The objects ``runs`` reference (read as stored)."""
+    return {reference for run in runs for reference in run_references(app.runs.get_stored(run.id))}
+
+
+def object_exists(app: Runlane, reference: Reference) -> bool:
     assert app.objects is not None
-    assert app.objects.get(one.key) is not None
-
-
-def objects_of(app: Runlane, *runs: Run) -> set[str]:
-    """The keys of the objects ``runs`` reference (read as stored)."""
-    return {
-        reference.key for run in runs for reference in run_references(app.runs.get_stored(run.id))
-    }
-
-
-def object_exists(app: Runlane, key: str) -> bool:
-    assert app.objects is not None
-    return app.objects.get(key) is not None
+    return app.objects.get(reference.key, reference.size) is not None
 
 
 def test_prune_deletes_a_runs_objects_once_no_record_references_them(
@@ -203,17 +209,17 @@ def test_prune_deletes_a_runs_objects_once_no_record_references_them(
     shared, own = blob(100 * KIB, "shared"), blob(100 * KIB, "own")
     runs = [app.trigger("large.echo", p) for p in (shared, shared, own)]
     worker_kind.drain_all(app)
-    keys = objects_of(app, *runs)
-    assert len(keys) == 4  # two payloads and two results: the shared ones stored once
+    held = objects_of(app, *runs)
+    assert len(held) == 4  # two payloads and two results: the shared ones stored once
 
     clock.advance(timedelta(days=2))
     assert app.runs.prune(older_than=timedelta(days=1)).deleted == 3
     assert app.maintenance.run_pass().jobs["objects"].acted == 0  # within the grace
-    assert all(object_exists(app, key) for key in keys)
+    assert all(object_exists(app, reference) for reference in held)
 
     clock.advance(RELEASE_GRACE + timedelta(seconds=1))
     assert app.maintenance.run_pass().jobs["objects"].acted == 4
-    assert not any(object_exists(app, key) for key in keys)
+    assert not any(object_exists(app, reference) for reference in held)
 
 
 def test_a_value_written_again_within_the_grace_keeps_its_object(
@@ -222,7 +228,7 @@ def test_a_value_written_again_within_the_grace_keeps_its_object(
     payload = blob(100 * KIB, "again")
     old = app.trigger("large.echo", payload)
     worker_kind.drain_all(app)
-    key = reference_of(app.runs.get_stored(old.id).payload).key
+    reference = reference_of(app.runs.get_stored(old.id).payload)
     clock.advance(timedelta(days=2))
     assert app.runs.prune(older_than=timedelta(days=1)).deleted == 1
 
@@ -230,8 +236,8 @@ def test_a_value_written_again_within_the_grace_keeps_its_object(
     clock.advance(RELEASE_GRACE + timedelta(seconds=1))
     app.maintenance.run_pass()
 
-    assert reference_of(app.runs.get_stored(new.id).payload).key == key
-    assert object_exists(app, key)
+    assert reference_of(app.runs.get_stored(new.id).payload) == reference
+    assert object_exists(app, reference)
     worker_kind.drain_all(app)
     assert app.runs.get(new.id).status is RunStatus.SUCCEEDED
 
@@ -239,13 +245,14 @@ def test_a_value_written_again_within_the_grace_keeps_its_object(
 def test_an_object_no_write_came_to_reference_is_deleted_after_its_pin(
     app: Runlane, clock: ManualClock
 ) -> None:
-    kept = app.engine.values.seal(blob(100 * KIB, "orphan"), what="payload")  # a writer
-    key = reference_of(kept.value).key  # that stopped before its record's write
-    assert object_exists(app, key)
+    place = ValuePlace(Holder.RUN, new_run_id(), ValueField.PAYLOAD)
+    kept = app.engine.values.seal(blob(100 * KIB, "orphan"), what="payload", place=place)
+    reference = reference_of(kept.value)  # a writer that stopped before its record's write
+    assert object_exists(app, reference)
 
     clock.advance(PIN_DURATION + timedelta(seconds=1))
     assert app.maintenance.run_pass().jobs["objects"].acted == 1
-    assert not object_exists(app, key)
+    assert not object_exists(app, reference)
 
 
 def test_an_object_two_runs_share_stays_while_one_still_references_it(
@@ -257,14 +264,14 @@ def test_an_object_two_runs_share_stays_while_one_still_references_it(
     clock.advance(timedelta(days=2))
     young = app.trigger("large.echo", shared)  # the same object
     worker_kind.drain_all(app)
-    payload_key = reference_of(app.runs.get_stored(young.id).payload).key
-    assert payload_key in objects_of(app, old)
+    payload = reference_of(app.runs.get_stored(young.id).payload)
+    assert payload in objects_of(app, old)
 
     assert app.runs.prune(older_than=timedelta(days=1)).deleted == 1  # the old run only
     clock.advance(RELEASE_GRACE + timedelta(seconds=1))
     app.maintenance.run_pass()
 
-    assert object_exists(app, payload_key)
+    assert object_exists(app, payload)
     assert app.runs.get(young.id).payload == shared
 
 
@@ -310,21 +317,29 @@ def test_a_run_waiting_for_another_gets_its_large_result(
     assert app.runs.get(waiter.id).result == {"other_size": 200 * KIB}
 
 
-@pytest.mark.parametrize(
-    ("damage", "reason"),
-    [(None, "its object is missing"), (b"{}", "its object does not match the reference")],
-    ids=["deleted", "replaced"],
-)
+DAMAGES = {
+    "deleted": (None, "its object is missing"),
+    "replaced": (lambda size: b"{}", "its object holds 2 bytes, not the {size} its reference"),
+    "same-size": (
+        lambda size: b"{" + b" " * (size - 2) + b"}",
+        "its object does not match the reference",
+    ),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGES))
 def test_an_object_damaged_behind_the_runs_back_fails_the_attempt_clearly(
-    app: Runlane, worker_kind: WorkerKind, damage: bytes | None, reason: str
+    app: Runlane, worker_kind: WorkerKind, damage: str
 ) -> None:
     run = app.trigger("large.echo", blob(100 * KIB))
     reference = reference_of(app.runs.get_stored(run.id).payload)
     assert app.objects is not None
-    if damage is None:
+    damaged, reason = DAMAGES[damage]
+    reason = reason.format(size=reference.size)
+    if damaged is None:
         app.objects.delete(reference.key)
     else:
-        app.objects.put(reference.key, damage)
+        app.objects.put(reference.key, damaged(reference.size))
 
     assert worker_kind.drain(app) == 1
     worker_kind.drain_all(app)
@@ -389,11 +404,13 @@ def test_a_write_whose_object_record_was_removed_after_its_pin_is_refused(
 ) -> None:
     """A writer more than the pin late: the record (and object) went meanwhile, so the
     write that would reference them is refused, and nothing is stored."""
-    kept = app.engine.values.seal(blob(100 * KIB, "late"), what="payload")
+    run_id = new_run_id()
+    place = ValuePlace(Holder.RUN, run_id, ValueField.PAYLOAD)
+    kept = app.engine.values.seal(blob(100 * KIB, "late"), what="payload", place=place)
     clock.advance(PIN_DURATION + timedelta(seconds=1))
     assert app.maintenance.run_pass().jobs["objects"].acted == 1
     run, event = machine.new_run(
-        run_id=new_run_id(),
+        run_id=run_id,
         environment=app.config.environment,
         task="large.echo",
         queue="default",
@@ -470,11 +487,11 @@ def test_an_object_s3_refuses_to_read_is_a_clear_unreadable_value() -> None:
     stubber = Stubber(client)
     stubber.add_client_error("get_object", service_error_code="AccessDenied", http_status_code=403)
     with stubber, pytest.raises(ObjectUnreadable, match=r"the object is missing .*s3:ListBucket"):
-        S3Objects(client, BUCKET).get("test/values/abc/0")
+        S3Objects(client, BUCKET).get("test/values/abc/0", 10)
 
 
 class RefusesReads(InMemoryObjects):
-    def get(self, key: str) -> bytes | None:
+    def get(self, key: str, size: int) -> bytes | None:
         raise ObjectUnreadable(f"S3 refused GetObject of {key} (AccessDenied)")
 
 
@@ -491,3 +508,137 @@ def test_a_value_whose_object_the_store_refuses_fails_its_reader_clearly(
 
     with pytest.raises(ValueUnreadable, match=r"payload of run \w+ cannot be read: S3 refused"):
         app.runs.get(run.id)
+
+
+# references that point elsewhere --------------------------------------------------------
+
+
+def environment_beside(backend: Backend, app: Runlane, name: str, tasks: Tasks) -> Runlane:
+    """An app of environment ``name`` on ``app``'s table and payload bucket."""
+    if backend.real:
+        return backend.app(
+            environment=name, queue_prefix=None, payload_bucket=BUCKET, register=tasks.register
+        )
+    assert isinstance(app.store, InMemoryRunStore)
+    other = Runlane(
+        environment=name,
+        clock=backend.clock,
+        store=InMemoryRunStore(name, table=app.config.table, dynamodb=app.store.dynamodb),
+        transport=InMemoryTransport(backend.clock),
+        objects=app.objects,
+        payload_bucket=BUCKET,
+    )
+    tasks.register(other)
+    return other
+
+
+def point_payload_at(backend: Backend, app: Runlane, run_id: str, reference: Reference) -> None:
+    """Make run ``run_id``'s stored payload a reference to ``reference``, as someone who
+    can write the run table would."""
+    text = Sealed(reference).text
+    backend.write_attribute(app, run_key(app.config.environment, run_id), "payload", text)
+
+
+def test_a_reference_outside_its_environments_values_is_refused(
+    backend: Backend, app: Runlane, tasks: Tasks, worker_kind: WorkerKind
+) -> None:
+    """A reference is read only at a key of the reader's environment's values whose hash
+    part is the reference's own: another environment's object, or any other object of
+    the bucket (given its hash and size), is never read for a run."""
+    mine, other = app.config.environment, environment_beside(backend, app, "other", tasks)
+    theirs = other.trigger("large.echo", blob(100 * KIB, "theirs"))
+    their_reference = reference_of(other.runs.get_stored(theirs.id).payload)
+    assert app.objects is not None
+    secret = b'{"database_password":"hunter2"}'
+    app.objects.put("config/app-secrets.json", secret)
+    secret_reference = Reference(
+        BUCKET, "config/app-secrets.json", len(secret), hashlib.sha256(secret).hexdigest()
+    )
+    elsewhere = {
+        "another environment's object": their_reference,
+        "another object of the bucket": secret_reference,
+    }
+    runs = {}
+    for what, reference in elsewhere.items():
+        run = app.trigger("large.echo", blob(100 * KIB, what))
+        point_payload_at(backend, app, run.id, reference)
+        runs[what] = run
+        with pytest.raises(ValueUnreadable, match=f"not an object of environment '{mine}'"):
+            app.runs.get(run.id)
+
+    worker_kind.drain_all(app)
+    assert tasks.calls == []  # no handler saw another environment's value, or a secret
+    for run in runs.values():
+        failed = app.runs.get_stored(run.id)
+        assert failed.status is RunStatus.FAILED
+        assert failed.failure is not None and failed.failure.retryable is False
+        assert f"not an object of environment '{mine}'" in failed.failure.message
+    assert other.runs.get(theirs.id).payload == blob(100 * KIB, "theirs")  # still theirs
+
+
+class CountingBody(io.BytesIO):
+    """An object's body that counts the bytes read from it."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(data)
+        self.taken = 0
+
+    def read(self, size: int | None = -1) -> bytes:
+        data = super().read(size)
+        self.taken += len(data)
+        return data
+
+
+def test_s3_reads_no_byte_of_an_object_whose_length_is_not_the_references() -> None:
+    client = boto3.client(
+        "s3", region_name="us-east-1", aws_access_key_id="k", aws_secret_access_key="s"
+    )
+    stubber = Stubber(client)
+    body = CountingBody(b"x" * (8 * MIB))
+    stubber.add_response(
+        "get_object",
+        {"Body": StreamingBody(body, 8 * MIB), "ContentLength": 8 * MIB},
+        {"Bucket": BUCKET, "Key": "test/values/abc/0"},
+    )
+    with stubber, pytest.raises(ObjectUnreadable, match=f"holds {8 * MIB} bytes, not the 10 "):
+        S3Objects(client, BUCKET).get("test/values/abc/0", 10)
+    assert body.taken == 0
+
+
+@ONLY_AWS
+def test_an_object_of_another_size_is_refused_before_it_is_downloaded(
+    backend: Backend, app: Runlane, worker_kind: WorkerKind
+) -> None:
+    """An object overwritten by someone with S3 write access alone, or a reference that
+    understates its object's size, is refused from the object's length, before its
+    bytes are read: reading it costs the reader no more memory than the reference says
+    (measured: this process's peak allocation while the operator API reads both; it was
+    8.5 MiB when the reader downloaded them)."""
+    assert app.objects is not None
+    overwritten = app.trigger("large.echo", blob(100 * KIB, "overwritten"))
+    reference = reference_of(app.runs.get_stored(overwritten.id).payload)
+    app.objects.put(reference.key, b"x" * (8 * MIB))
+    understated = app.trigger("large.echo", blob(100 * KIB, "understated"))
+    real = reference_of(app.runs.get_stored(understated.id).payload)
+    app.objects.put(real.key, b"y" * (8 * MIB))
+    point_payload_at(backend, app, understated.id, replace(real, size=10))
+
+    refusals: list[str] = []
+    tracemalloc.start()
+    try:
+        for run in (overwritten, understated):
+            with pytest.raises(ValueUnreadable) as raised:
+                app.runs.get(run.id)
+            refusals.append(str(raised.value))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    worker_kind.drain_all(app)  # the worker reads them the same way (engine.values)
+
+    assert peak < MIB, f"the reader allocated {peak} bytes at its peak"
+    assert f"holds {8 * MIB} bytes, not the {reference.size} its" in refusals[0]
+    assert f"holds {8 * MIB} bytes, not the 10 its" in refusals[1]
+    for run in (overwritten, understated):
+        failed = app.runs.get_stored(run.id)
+        assert failed.status is RunStatus.FAILED
+        assert failed.failure is not None and f"holds {8 * MIB} bytes" in failed.failure.message

@@ -24,6 +24,9 @@ from runlane_sqs import (
     TransactionCancelled,
     UnknownTaskError,
 )
+from runlane_sqs.adapters.dynamodb import keys
+from runlane_sqs.adapters.memory.transport import InMemoryTransport
+from runlane_sqs.core.model import KeyKind, new_run_id
 from runlane_sqs.testing import InMemoryRunStore, in_memory_app
 from tests.backends import ONLY_AWS, Backend
 from tests.workers import WorkerKind
@@ -292,3 +295,85 @@ def test_an_in_memory_app_commits_runs_and_the_writes_of_its_own_tables() -> Non
         tx.trigger(SHIP, {"order": "m"})
     assert app.store.dynamodb.items("orders") == [{"id": {"S": "m"}}]
     assert len(app.runs.list().runs) == 3
+
+
+# the run table is not the caller's ------------------------------------------------------
+
+
+def other_environment(backend: Backend, app: Runlane, name: str) -> Runlane:
+    """An app of environment ``name`` on ``app``'s table (in memory: its DynamoDB)."""
+    if backend.real:
+        return backend.app(environment=name, queue_prefix=None, register=register)
+    assert isinstance(app.store, InMemoryRunStore)
+    other = Runlane(
+        environment=name,
+        clock=backend.clock,
+        store=InMemoryRunStore(name, table=app.config.table, dynamodb=app.store.dynamodb),
+        transport=InMemoryTransport(backend.clock),
+    )
+    register(other)
+    return other
+
+
+def forged(backend: Backend, app: Runlane, run_id: str, payload: str) -> dict[str, Any]:
+    """A run item of ``app``'s environment copied from ``run_id``'s under a new id, with
+    ``payload``: what someone who can write the table would put there."""
+    found = backend.table(app).get_item(
+        TableName=app.config.table, Key=keys.run_key(app.config.environment, run_id)
+    )
+    item: dict[str, Any] = dict(found["Item"])
+    new_id = new_run_id()
+    item["pk"] = {"S": keys.run_pk(app.config.environment, new_id)}
+    item["run_id"] = {"S": new_id}
+    item["payload"] = {"S": payload}
+    return item
+
+
+def test_no_action_of_the_callers_may_touch_the_run_table(
+    backend: Backend, app: Runlane, worker_kind: WorkerKind
+) -> None:
+    """The caller's own credentials may write the run table; ``app.transaction()`` is
+    never the way to: a ``Put``, ``Update``, ``Delete`` or ``ConditionCheck`` naming the
+    run table (by name or ARN) is refused before anything is sent, so no run is forged
+    (in this environment or another sharing the table), rewritten or unkeyed."""
+    other = other_environment(backend, app, "other")
+    mine = app.trigger(SHIP, {"order": "a-1"})
+    theirs = other.trigger(SHIP, {"order": "b-1"}, idempotency_key="b-key")
+    table = app.config.table
+    arn = f"arn:aws:dynamodb:us-east-1:123456789012:table/{table}"
+    theirs_key = keys.run_key("other", theirs.id)
+    idempotency = keys.key_item_key(keys.key_pk("other", KeyKind.IDEMPOTENCY, SHIP, "b-key"))
+    attacks: dict[str, Any] = {
+        "a forged run here": lambda tx: tx.add(
+            {"Put": {"TableName": table, "Item": forged(backend, app, mine.id, '{"order":"x"}')}}
+        ),
+        "a forged run there": lambda tx: tx.add(
+            {"Put": {"TableName": arn, "Item": forged(backend, other, theirs.id, '{"order":"y"}')}}
+        ),
+        "their run rewritten": lambda tx: tx.update(
+            table,
+            {"pk": theirs_key["pk"]["S"], "sk": "RUN"},
+            "SET #s = :s, #r = :r",
+            names={"#s": "status", "#r": "result"},
+            values={":s": "succeeded", ":r": '{"shipped":"forged"}'},
+        ),
+        "their key deleted": lambda tx: tx.delete(
+            table, {"pk": idempotency["pk"]["S"], "sk": "KEY"}
+        ),
+        "their run checked": lambda tx: tx.condition_check(
+            arn, {"pk": theirs_key["pk"]["S"], "sk": "RUN"}, "attribute_exists(pk)"
+        ),
+    }
+    for attack in attacks.values():
+        tx = app.transaction()
+        with pytest.raises(InvalidTransaction, match=r"the run table .* refused"):
+            attack(tx)
+            tx.trigger(SHIP, {"order": "with-it"})
+            tx.commit()
+
+    assert [run.id for run in app.runs.list().runs] == [mine.id]
+    assert [run.id for run in other.runs.list().runs] == [theirs.id]
+    assert other.runs.get(theirs.id).status is RunStatus.QUEUED
+    assert other.trigger(SHIP, {"order": "b-1"}, idempotency_key="b-key").id == theirs.id
+    assert worker_kind.drain(app) == 1 and worker_kind.drain(other) == 1
+    assert other.runs.get(theirs.id).result == {"shipped": "b-1"}

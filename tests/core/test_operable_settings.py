@@ -1,5 +1,6 @@
 """Settings an operator sets without changing code: the lease, maintenance's republish
-throttle and parking from ``RUNLANE_*`` variables (``RunlaneConfig.from_env``), and a
+throttle, parking and legacy values from ``RUNLANE_*`` variables
+(``RunlaneConfig.from_env``), and a
 worker's id, which names the host and process unless ``worker_id=`` or
 ``RUNLANE_WORKER_ID`` gives one."""
 
@@ -95,6 +96,19 @@ def test_a_bad_value_is_a_configuration_error_naming_the_variable(
         RunlaneConfig.from_env(variables)
 
     assert message in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "opened"), [("true", True), ("1", True), ("YES", True), ("false", False), ("0", False)]
+)
+def test_legacy_values_open_only_when_the_variable_says_so(text: str, opened: bool) -> None:
+    assert RunlaneConfig.from_env({}).open_legacy_values is False
+    config = RunlaneConfig.from_env({"RUNLANE_OPEN_LEGACY_VALUES": text})
+    assert config.open_legacy_values is opened
+    with pytest.raises(ConfigurationError, match="must be true or false, not 'sometimes'"):
+        RunlaneConfig.from_env({"RUNLANE_OPEN_LEGACY_VALUES": "sometimes"})
+    with pytest.raises(ConfigurationError, match="open_legacy_values must be True or False"):
+        RunlaneConfig(open_legacy_values="yes")  # type: ignore[arg-type]
 
 
 def test_an_error_of_another_setting_does_not_blame_the_variables() -> None:

@@ -218,19 +218,28 @@ def test_a_payload_key_is_used_through_s3_for_the_payload_bucket_only(
 @pytest.mark.parametrize("role", list(ROLES))
 def test_a_value_key_is_used_for_runlane_values_only(recorded: Recorded, role: str) -> None:
     """With ``ValueKeyArn``, the codec's uses of its key are allowed with the codec's
-    encryption context only, and on no other key."""
+    encryption context of the stack's environment only, and on no other key; a data key
+    of the earlier format (no environment in its context) may still be opened, while
+    such values are migrated."""
     policy = recorded.policy(*ROLES[role].policies, codec="kms")
     key = recorded.plays["kms"].value_key
     uses = {a for a in recorded.of(ROLES[role], codec="kms") if a.resource == key}
     assert uses
+    purpose = ("kms:EncryptionContext:purpose", "runlane-sqs value")
     for use in uses:
-        assert dict(use.context) == {"kms:EncryptionContext:purpose": "runlane-sqs value"}
+        environment = dict(use.context)["kms:EncryptionContext:environment"]
+        assert dict(use.context) == {
+            purpose[0]: purpose[1],
+            "kms:EncryptionContext:environment": environment,
+        }
         for elsewhere in (
             replace(use, context=()),
             replace(use, context=(("kms:EncryptionContext:purpose", "another use"),)),
+            replace(use, context=(purpose, ("kms:EncryptionContext:environment", "another-env"))),
             replace(use, resource=PAYLOAD_KEY_ARN),
         ):
             assert not allowed(policy, elsewhere), elsewhere
+        assert allowed(policy, replace(use, context=(purpose,)))  # the earlier format
 
 
 def test_without_the_bucket_no_policy_grants_objects_or_keys(recorded: Recorded) -> None:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
+from runlane_sqs.core.errors import ObjectUnreadable
+from runlane_sqs.core.values import other_size
+
 
 class InMemoryObjects:
     """A bucket in a dict; ``requests`` counts each operation (``put``, ``get``,
@@ -25,10 +28,13 @@ class InMemoryObjects:
             self.requests["put"] += 1
             self._objects[key] = bytes(data)
 
-    def get(self, key: str) -> bytes | None:
+    def get(self, key: str, size: int) -> bytes | None:
         with self._lock:
             self.requests["get"] += 1
-            return self._objects.get(key)
+            data = self._objects.get(key)
+        if data is not None and len(data) != size:
+            raise ObjectUnreadable(other_size(len(data), size))
+        return data
 
     def delete(self, key: str) -> None:
         with self._lock:

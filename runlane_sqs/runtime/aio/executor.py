@@ -16,12 +16,12 @@ from typing import Any, TypeVar
 from runlane_sqs.core.clock import ManualClock
 from runlane_sqs.core.errors import StorageUnavailable
 from runlane_sqs.core.model import Run
+from runlane_sqs.core.values import Holder, ValueField, ValuePlace
 from runlane_sqs.engine import driver
 from runlane_sqs.engine.context import TaskContext
 from runlane_sqs.engine.driver import Disposition
 from runlane_sqs.engine.engine import Engine
 from runlane_sqs.engine.message import MessagePath
-from runlane_sqs.engine.values import is_sealed
 from runlane_sqs.ports.aio import AsyncRunStore, AsyncWakeupTransport
 from runlane_sqs.ports.transport import ReceivedWakeup
 from runlane_sqs.runtime.aio.leases import AsyncLeaseKeeper
@@ -129,19 +129,18 @@ class AsyncExecutor:
         try:
             with call.span.active():  # the thread runs in a copy of this context
                 payload = call.payload
-                if is_sealed(payload):
-                    opening = functools.partial(
-                        values.open, payload, what="payload", owner=f"run {ctx.run_id}"
-                    )
-                    payload = await asyncio.to_thread(opening)
+                if values.sealed(payload):
+                    place = ValuePlace(Holder.RUN, ctx.run_id, ValueField.PAYLOAD)
+                    payload = await asyncio.to_thread(values.open, payload, place)
                 if task.is_async:
                     result = await task.fn(ctx, payload)
                 else:
                     result = await self.threads.run(functools.partial(task.fn, ctx, payload))
+                place = ValuePlace(Holder.RUN, ctx.run_id, ValueField.RESULT)
                 if values.codecs:
-                    kept = await asyncio.to_thread(values.seal, result, what="handler result")
-                    return kept.value
-                prepared = values.prepare(result, what="handler result")
+                    sealing = functools.partial(values.seal, what="handler result", place=place)
+                    return (await asyncio.to_thread(sealing, result)).value
+                prepared = values.prepare(result, what="handler result", place=place)
                 if prepared.offloaded:
                     return (await asyncio.to_thread(values.keep, prepared)).value
                 return values.keep(prepared).value
