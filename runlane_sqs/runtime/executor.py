@@ -317,13 +317,14 @@ class Executor:
         engine: Engine,
         leases: LeaseBook,
         path: MessagePath,
-        hold: Callable[[ReceivedWakeup, datetime], None] | None = None,
+        hold: Callable[[ReceivedWakeup, datetime], bool] | None = None,
     ) -> None:
         self.engine = engine
         self.leases = leases
         self.path = path
         self._hold = hold
-        """Where a message waits for its run's reserved start (the worker's intake), if anywhere."""
+        """Where a message waits for its run's reserved start (the worker's intake), if
+        anywhere; False once that intake is closed."""
         self._perform = driver.performer_table(self)
 
     def handle(self, received: ReceivedWakeup) -> Disposition:
@@ -371,9 +372,12 @@ class Executor:
         self.engine.pause(call.delay.total_seconds())
 
     def hold(self, call: driver.Hold) -> bool:
+        """Keep the message for its run's reserved start; a stopping worker keeps none
+        and makes it visible again at once, for a worker that stays."""
         if self._hold is None:
             return False
-        self._hold(call.message, call.until)
+        if not self._hold(call.message, call.until):
+            self.engine.transport.release([call.message])
         return True
 
     def publish(self, call: driver.Publish) -> None:

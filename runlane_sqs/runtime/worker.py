@@ -1,22 +1,23 @@
 """The workers: what the sync and the async worker share, and the sync worker itself.
 
 ``run()`` works until :meth:`Worker.stop` or SIGTERM/SIGINT; ``drain()`` processes the
-work available now and returns. Shutdown is cooperative: stop receiving, set every
-in-flight attempt's cancellation event, wait up to the grace period, leave anything
-unfinished to lease expiry.
+work available now and returns. Shutdown is cooperative: stop receiving, make every
+message received and not started visible again, set every in-flight attempt's
+cancellation event, wait up to the grace period, leave anything unfinished to lease
+expiry.
 
 Both workers pace receives, dispatches and deletes by the same pure decisions
 (:class:`WorkerConfig`, :func:`next_action`, :class:`Intake`) and differ only in how they
 wait and send. The sync worker's threads are here too: its handler pool and the receiver
-(a daemon thread, so a stopping worker need not wait out a long poll); its heartbeat
+(a daemon thread, so a receive that never returns cannot keep the process); its heartbeat
 thread is the executor's (:class:`~runlane_sqs.runtime.executor.LeaseKeeper`, which the
 Lambda consumer uses as well). An idle
-worker spends its time in SQS long polls (10 s by default); the main thread waits for a
-receive's result *or* for :meth:`Worker.stop`, whichever comes first. A poll still open
-when the worker stops is left to finish on its daemon thread: any messages it brings
-back are made visible again at once, and if the process exits first SQS makes them
-visible when their visibility timeout ends. Nothing is lost either way; a wakeup is
-only a hint (docs/concepts.md).
+worker spends its time in SQS long polls (10 s by default). SQS keeps a poll open until
+it returns, even once the process that sent it has exited, and gives it what arrives
+meanwhile: so a stopping worker waits for the poll it is in (at most its wait, plus
+:data:`OPEN_POLL_MARGIN_SECONDS`) and makes what it brings visible again at once, as it
+does with every message it received and did not start (buffered, or held for its run's
+reserved start).
 """
 
 from __future__ import annotations
@@ -103,9 +104,9 @@ class WorkerConfig:
     queues: tuple[str, ...]
     concurrency: int = 1
     wait_seconds: int = 10
+    """Long-poll wait; also about the longest a stop waits for a receive in progress."""
     weights: tuple[int, ...] = ()
     """Each queue's weight, in ``queues``' order (:meth:`Intake.receive_order`)."""
-    """Long-poll wait; also the longest a stop waits for a receive in progress."""
     drain_wait_seconds: int = 1
     grace_period: timedelta = timedelta(seconds=25)
     """How long a stopping worker lets in-flight attempts finish (keep under ECS stopTimeout)."""
@@ -220,6 +221,13 @@ timeout (60 s unless the queue was created with another); released at the end of
 session only while younger than this."""
 
 
+OPEN_POLL_MARGIN_SECONDS = 5.0
+"""How long past its wait a stopping worker waits for the receive it is in to return, so
+that it can make what the receive brings visible again. A receive that takes longer is
+left (both workers), and whatever it brings comes back at the end of its visibility
+timeout unless the sync worker's process is still there to hand it back."""
+
+
 HOLD_LEAD = timedelta(milliseconds=200)
 """How long before its run's reserved start a held wakeup is handed to a thread: the run
 is read first, and the thread waits what is left (docs/rate-limits.md, "How exact")."""
@@ -253,6 +261,8 @@ class Intake:
         self._oldest_ack = 0.0
         self._credit = [0] * len(config.queues)
         self._monotonic = monotonic
+        self.closed = False
+        """Set by :meth:`close`: the session ends and keeps no message from then on."""
 
     def add(self, messages: Sequence[ReceivedWakeup]) -> None:
         """Buffer received messages. One whose hint names a reserved start a moment ahead
@@ -270,10 +280,14 @@ class Intake:
         now = self._clock.now()
         return now < until - HOLD_LEAD and until <= now + MAX_EARLY
 
-    def hold(self, message: ReceivedWakeup, until: datetime) -> None:
+    def hold(self, message: ReceivedWakeup, until: datetime) -> bool:
         """Keep ``message`` (in flight, its attempt ending as ``HELD``) and hand it to a
-        thread again just before ``until``."""
+        thread again just before ``until``. False once the intake is closed: no loop
+        will hand it out, so the caller hands it back to its queue at once."""
+        if self.closed:
+            return False
         heappush(self._timed, (until - HOLD_LEAD, id(message), message))
+        return True
 
     @property
     def pending(self) -> int:
@@ -372,8 +386,11 @@ class Intake:
             releases, self._held = [*releases, *(m for _, m in self._held)], []
         return releases
 
-    def take_buffer(self) -> list[ReceivedWakeup]:
-        """Received messages never started, held ones too (to make visible again)."""
+    def close(self) -> list[ReceivedWakeup]:
+        """End the session's keeping: the messages received and never started, buffered
+        or held for their run's reserved start, to make visible again at once. A hold
+        asked for later is refused (:meth:`hold`)."""
+        self.closed = True
         unstarted = [*self.buffer, *(message for _, _, message in self._timed)]
         self.buffer.clear()
         self._timed.clear()
@@ -618,6 +635,8 @@ class Worker(WorkerBase):
         intake = self._intake
         wait = self.config.receive_wait(drain=drain, busy=intake.pending)
         for name in intake.receive_order():
+            if self._stopping.is_set():
+                return False
             try:
                 messages = self._receive(name, wait)
             except MissingResourceError:
@@ -628,24 +647,36 @@ class Worker(WorkerBase):
                 log.warning("receive from %r failed: %s", name, exc, extra=self._extra)
                 self._stopping.wait(1.0)
                 continue
-            if messages is None:  # stopped during a long poll: it was not waited out
+            if messages is None:  # the stop outlasted the open receive's wait: left
                 return False
-            if self._stopping.is_set():
+            if self._stopping.is_set():  # what the open receive brought after the stop
                 self.engine.transport.release(messages)
                 return False
             if messages:
-                intake.add(messages)
+                with self._done:  # attempts hold messages in the intake too
+                    intake.add(messages)
                 return True
         return False
 
     def _receive(self, name: str, wait: int) -> list[ReceivedWakeup] | None:
-        """Receive on the receiver's thread until messages come or the worker stops
-        (``None``: the open poll is abandoned and what it brings is released)."""
+        """Receive on the receiver's thread. A stop waits for the receive to return (SQS
+        would give what arrives to the open poll even after this process exits), at most
+        ``wait`` and :data:`OPEN_POLL_MARGIN_SECONDS` more; ``None`` if it has not
+        returned by then: the receive is left, and what it brings is released if the
+        process is still there."""
         receipt = self._receiver.receive(name, self.config.prefetch, wait)
         receipt.add_done_callback(self._notify)
         with self._done:
             self._done.wait_for(lambda: receipt.done() or self._stopping.is_set())
+            self._done.wait_for(receipt.done, timeout=wait + OPEN_POLL_MARGIN_SECONDS)
         if not receipt.done():
+            log.warning(
+                "the receive from %r did not return within %.0f s of the stop; what it "
+                "brings may stay invisible until the queue's visibility timeout",
+                name,
+                wait + OPEN_POLL_MARGIN_SECONDS,
+                extra=self._extra,
+            )
             self._receiver.abandon(receipt)
             return None
         return receipt.result()
@@ -665,9 +696,9 @@ class Worker(WorkerBase):
         if intake.pending:  # only messages held for their reserved start
             self.engine.pause(intake.wait_timeout())
 
-    def _hold(self, message: ReceivedWakeup, until: datetime) -> None:
+    def _hold(self, message: ReceivedWakeup, until: datetime) -> bool:
         with self._done:
-            self._intake.hold(message, until)
+            return self._intake.hold(message, until)
 
     def _handle(self, pool: _Pool, message: ReceivedWakeup) -> None:
         disposition = Disposition.DEFERRED
@@ -705,8 +736,12 @@ class Worker(WorkerBase):
             self.engine.transport.release(releases)
 
     def _shutdown(self) -> None:
+        """Hand back at once every message received and not started; an attempt that
+        holds its message from now on hands it back itself (:meth:`Intake.close`). Then
+        let the attempts in flight finish within the grace period."""
         intake = self._intake
-        unstarted = intake.take_buffer()
+        with self._done:
+            unstarted = intake.close()
         if unstarted:
             self.engine.transport.release(unstarted)
         if intake.busy:
@@ -721,9 +756,6 @@ class Worker(WorkerBase):
                     intake.busy,
                     extra=self._extra,
                 )
-        held = intake.take_buffer()  # messages the last attempts held for their start
-        if held:
-            self.engine.transport.release(held)
         self._flush_acks(force=True)
         self._log_returned(intake.returned)
         self._receiver.close()
@@ -781,7 +813,8 @@ class Receiver:
         return receipt
 
     def abandon(self, receipt: Receipt) -> None:
-        """The worker stopped while ``receipt`` was open: release what it brings."""
+        """``receipt`` was still open past the stop's wait for it: release what it brings
+        if the process is still there when it returns."""
         receipt.add_done_callback(self._release)
 
     def close(self) -> None:

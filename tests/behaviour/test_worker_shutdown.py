@@ -10,8 +10,8 @@ in-flight attempts, lets them finish within the grace period, and leaves those t
 ignore it to lease expiry. Handlers are a ``def`` and an ``async def`` one each time.
 
 At the end, real async worker processes (on the emulators only) stop on SIGTERM and
-SIGINT with exit code 0, without waiting out an idle long poll; a second signal
-exits at once with 128 + the signal, naming the runs left to lease expiry.
+SIGINT with exit code 0, an idle one once the long poll it is in returns; a second
+signal exits at once with 128 + the signal, naming the runs left to lease expiry.
 
 The clock moves by hand; where heartbeats must fire the lease is the shortest allowed
 (3 s: a heartbeat every second of real time).
@@ -345,7 +345,8 @@ ASYNC_WORKER_MODULE = "tests.apps.async_worker"
 GRACE_SECONDS = 10
 STARTUP_TIMEOUT_SECONDS = 30
 IDLE_STOP_SECONDS = 5
-"""Half the worker's 10 s long poll: a stop must not wait the poll out."""
+"""The worker's 1 s long poll (``tests.apps.async_worker``) and a margin: a stop waits
+for the poll it is in; a second signal does not even do that."""
 EMPTY = {"visible": 0, "in_flight": 0, "delayed": 0}
 
 
@@ -475,13 +476,13 @@ def test_sigint_stops_an_idle_async_worker_process_with_exit_code_0(
     assert worker.process.wait(timeout=GRACE_SECONDS + 15) == 0, worker.log()
 
 
-def test_sigterm_stops_an_idle_async_worker_process_without_waiting_out_its_long_poll(
+def test_sigterm_stops_an_idle_async_worker_process_once_its_long_poll_returns(
     start_async_worker: Callable[[float], AsyncWorkerProcess], process_app: Runlane
 ) -> None:
     worker = start_async_worker(GRACE_SECONDS)
     wait_until(lambda: "consuming" in worker.log(), STARTUP_TIMEOUT_SECONDS, "the worker to start")
 
-    worker.process.send_signal(signal.SIGTERM)  # the worker is in its first 10 s long poll
+    worker.process.send_signal(signal.SIGTERM)  # the worker is in its first 1 s long poll
 
     assert worker.process.wait(timeout=IDLE_STOP_SECONDS) == 0, worker.log()
 

@@ -116,8 +116,8 @@ def test_unstarted_messages_are_handed_back_once() -> None:
     intake = Intake(config())
     intake.buffer.extend(message(n) for n in range(2))
 
-    assert [m.message_id for m in intake.take_buffer()] == ["m0", "m1"]
-    assert intake.take_buffer() == []
+    assert [m.message_id for m in intake.close()] == ["m0", "m1"]
+    assert intake.close() == []
     assert intake.next_action(max_runs=None) is LoopAction.RECEIVE
 
 
@@ -149,7 +149,22 @@ def test_held_messages_are_given_back_at_the_end_of_the_session() -> None:
     running = message(2)
     intake.hold(running, AT + timedelta(seconds=15))  # the path held its own message
 
-    assert set(intake.take_buffer()) == {held, running}
+    assert set(intake.close()) == {held, running}
+    assert intake.pending == 0
+
+
+def test_a_closed_intake_gives_back_all_it_kept_and_keeps_nothing_more() -> None:
+    """At the end of a session the worker takes every message received and not started
+    (buffered or held) to hand back; a hold asked for after that is refused, so that
+    message is handed back at once instead of waiting in an intake no loop reads."""
+    clock = ManualClock(AT)
+    intake = Intake(config(), clock=clock)
+    intake.add([message(1), hinted(2, AT + timedelta(seconds=1))])
+    assert intake.hold(message(3), AT + timedelta(seconds=15))
+
+    assert {m.message_id for m in intake.close()} == {"m1", "m2", "m3"}
+    assert not intake.hold(message(4), AT + timedelta(seconds=15))
+    assert intake.close() == []
     assert intake.pending == 0
 
 

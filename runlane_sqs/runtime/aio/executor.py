@@ -87,11 +87,12 @@ class AsyncExecutor:
         store: AsyncRunStore,
         transport: AsyncWakeupTransport,
         threads: DaemonThreads,
-        hold: Callable[[ReceivedWakeup, datetime], None] | None = None,
+        hold: Callable[[ReceivedWakeup, datetime], bool] | None = None,
     ) -> None:
         self.engine = engine
         self._hold = hold
-        """Where a message waits for its run's reserved start (the session's intake)."""
+        """Where a message waits for its run's reserved start (the session's intake);
+        False once that intake is closed."""
         self.leases = leases
         self.path = path
         self.store = store
@@ -166,9 +167,12 @@ class AsyncExecutor:
         await pause_on_loop(self.engine, call.delay.total_seconds())
 
     async def hold(self, call: driver.Hold) -> bool:
+        """Keep the message for its run's reserved start; a stopping worker keeps none
+        and makes it visible again at once, for a worker that stays."""
         if self._hold is None:
             return False
-        self._hold(call.message, call.until)
+        if not self._hold(call.message, call.until):
+            await self.transport.release([call.message])
         return True
 
     async def serve(self, call: driver.EngineCall) -> Any:

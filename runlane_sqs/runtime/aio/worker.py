@@ -5,8 +5,10 @@ an event loop, with aiobotocore for DynamoDB and SQS.
 handlers run on a pool of ``concurrency`` daemon threads. ``await worker.run()`` works
 until :meth:`AsyncWorker.stop` or SIGTERM/SIGINT; ``await worker.drain()`` processes the
 work available now and returns. Shutdown is cooperative, as in the sync worker: stop
-receiving, set every in-flight attempt's cancellation, wait up to the grace period; then
-cancel what is left (``asyncio`` cancellation) and leave those runs to lease expiry.
+receiving (waiting for the receive in progress, whose messages are made visible again),
+hand back every message received and not started, set every in-flight attempt's
+cancellation, wait up to the grace period; then cancel what is left (``asyncio``
+cancellation) and leave those runs to lease expiry.
 """
 
 from __future__ import annotations
@@ -33,7 +35,13 @@ from runlane_sqs.runtime.aio.executor import AsyncExecutor, pause_on_loop
 from runlane_sqs.runtime.aio.leases import AsyncLeaseKeeper
 from runlane_sqs.runtime.aio.threads import DaemonThreads
 from runlane_sqs.runtime.protection import ENV_AGENT, protection_from_env
-from runlane_sqs.runtime.worker import Intake, LoopAction, WorkerBase, WorkerOptions
+from runlane_sqs.runtime.worker import (
+    OPEN_POLL_MARGIN_SECONDS,
+    Intake,
+    LoopAction,
+    WorkerBase,
+    WorkerOptions,
+)
 
 
 class AsyncHost(HasEngine, Protocol):
@@ -89,7 +97,8 @@ class AsyncWorker(WorkerBase):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._changed: asyncio.Event | None = None
         self._stopped: asyncio.Event | None = None
-        """Set by :meth:`stop`: ends an open long poll."""
+        """Set by :meth:`stop`: from then on an open long poll is waited for at most its
+        wait and :data:`OPEN_POLL_MARGIN_SECONDS`."""
         self._stopping = False
         self._executed = 0
         self._returned = 0
@@ -205,6 +214,8 @@ class AsyncWorker(WorkerBase):
         intake = session.intake
         wait = self.config.receive_wait(drain=drain, busy=intake.pending)
         for name in intake.receive_order():
+            if self._stopping:
+                return False
             try:
                 messages = await self._receive(session, name, wait)
             except MissingResourceError:
@@ -215,9 +226,9 @@ class AsyncWorker(WorkerBase):
                 log.warning("receive from %r failed: %s", name, exc, extra=self._extra)
                 await self._wait_for_change(session, timeout=1.0, idle=True)
                 continue
-            if messages is None:  # stopped during a long poll: it was cancelled
+            if messages is None:  # the stop outlasted the open receive's wait: cancelled
                 return False
-            if self._stopping:
+            if self._stopping:  # what the open receive brought after the stop
                 await session.transport.release(messages)
                 return False
             if messages:
@@ -228,9 +239,11 @@ class AsyncWorker(WorkerBase):
     async def _receive(
         self, session: _Session, name: str, wait: int
     ) -> list[ReceivedWakeup] | None:
-        """Receive until messages come or the worker stops (``None``: the open long poll
-        is cancelled; SQS makes anything it had taken visible again at the end of its
-        visibility timeout)."""
+        """Receive. A stop waits for the receive to return: cancelling it would close
+        the connection, but SQS keeps the poll open and gives it what arrives, invisible
+        to every worker until its visibility timeout. At most ``wait`` and
+        :data:`OPEN_POLL_MARGIN_SECONDS` after the stop; ``None`` if it has not returned
+        by then (it is cancelled)."""
         stopped = self._stopped
         assert stopped is not None
         receiving = asyncio.ensure_future(
@@ -239,9 +252,17 @@ class AsyncWorker(WorkerBase):
         stopping = asyncio.ensure_future(stopped.wait())
         try:
             await asyncio.wait({receiving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({receiving}, timeout=wait + OPEN_POLL_MARGIN_SECONDS)
         finally:
             stopping.cancel()
         if not receiving.done():
+            log.warning(
+                "the receive from %r did not return within %.0f s of the stop; what it "
+                "brings may stay invisible until the queue's visibility timeout",
+                name,
+                wait + OPEN_POLL_MARGIN_SECONDS,
+                extra=self._extra,
+            )
             receiving.cancel()
             await asyncio.wait({receiving})
             return None
@@ -309,7 +330,10 @@ class AsyncWorker(WorkerBase):
             await session.transport.release(releases)
 
     async def _shutdown(self, session: _Session) -> None:
-        unstarted = session.intake.take_buffer()
+        """Hand back at once every message received and not started; an attempt that
+        holds its message from now on hands it back itself (:meth:`Intake.close`). Then
+        let the attempts in flight finish within the grace period."""
+        unstarted = session.intake.close()
         if unstarted:
             await session.transport.release(unstarted)
         if session.attempts:
@@ -333,9 +357,6 @@ class AsyncWorker(WorkerBase):
                         len(stubborn),
                         extra=self._extra,
                     )
-        held = session.intake.take_buffer()  # messages the last attempts held for their start
-        if held:
-            await session.transport.release(held)
         await self._flush_acks(session, force=True)
         self._log_returned(session.intake.returned)
         await session.leases.stop()
