@@ -58,8 +58,8 @@ run-path: $(STAMP)
 	$(BIN)/python tools/run_path.py --list
 
 lint: $(STAMP)
-	$(BIN)/ruff check runlane_sqs maintenance tests bench chaos tools
-	$(BIN)/ruff format --check runlane_sqs maintenance tests bench chaos tools
+	$(BIN)/ruff check runlane_sqs maintenance tests bench chaos simulation tools
+	$(BIN)/ruff format --check runlane_sqs maintenance tests bench chaos simulation tools
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/cfn-lint infra/*.yaml
@@ -67,8 +67,8 @@ lint: $(STAMP)
 	$(BIN)/python tools/check_names.py runlane_sqs
 
 format: $(STAMP)
-	$(BIN)/ruff check --fix runlane_sqs maintenance tests bench chaos tools
-	$(BIN)/ruff format runlane_sqs maintenance tests bench chaos tools
+	$(BIN)/ruff check --fix runlane_sqs maintenance tests bench chaos simulation tools
+	$(BIN)/ruff format runlane_sqs maintenance tests bench chaos simulation tools
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
@@ -102,6 +102,14 @@ bench: $(BENCH_STAMP)
 bench-smoke: $(BENCH_STAMP)
 	@case " $(ARGS) " in *aws-local*) bash localstack/install-emulators.sh ;; esac
 	$(BIN)/python -m bench --smoke $(ARGS)
+
+# The whole system's seeded simulation (simulation/; docs/reliability.md, "The
+# simulation"): `make simulate` runs CI's seeds (a fixed set, then fresh ones it prints);
+# SEED=17 replays one seed exactly; SEEDS=10000 runs seeds 1..10000; ARGS passes the rest
+# (`--mutant lease-fence`, `--shrink`, `--runs 200`, ...). Exits 1 on a broken invariant.
+.PHONY: simulate
+simulate: $(STAMP)
+	$(BIN)/python -m simulation $(if $(SEED),--seed $(SEED)) $(if $(SEEDS),--seeds $(SEEDS)) $(ARGS)
 
 # The chaos suite (not part of `make test`): real sync and async worker processes and
 # maintenance on DynamoDB Local (file-backed) + LocalStack SQS, 1,000 runs, while workers

@@ -5,7 +5,9 @@
 - ``contract``: each port's adapters held to one contract (memory and the emulators);
 - ``behaviour``: user-visible scenarios, each written once and run on every backend (and
   with both workers where it matters);
-- ``processes``: real processes: worker signals, Lambda handlers, the CLI, the stack.
+- ``processes``: real processes: worker signals, Lambda handlers, the CLI, the stack;
+- ``simulation``: the seeded simulation of the whole system (simulation/) held to what it
+  promises: replayable seeds, invariants that report, mutants that are caught.
 
 Orthogonal to the groups, ``integration`` marks every test that talks HTTP to an emulator
 (the moto server, or DynamoDB Local + LocalStack with ``RUNLANE_TEST_BACKEND=aws-local``):
@@ -22,7 +24,7 @@ import pytest
 
 pytest_plugins = ["tests.emulators", "pytester"]
 
-GROUPS = ("core", "engine", "contract", "behaviour", "processes")
+GROUPS = ("core", "engine", "contract", "behaviour", "processes", "simulation")
 EMULATOR_FIXTURES = frozenset({"session_backend", "moto_server"})
 TESTS = Path(__file__).parent
 

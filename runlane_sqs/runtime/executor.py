@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from time import monotonic
 from typing import Any, TypeVar
 
@@ -230,8 +231,10 @@ class AttemptRuntime:
             transition = waits.record_step(
                 current, token=self._token, name=name, value=value, now=self.now()
             )
-            try:
-                stored = self._store.apply(transition)
+            try:  # within the lease's budget, as the path's own fenced writes
+                stored = retried(
+                    self._store.apply, transition, partial(write_budget, transition, self.now())
+                )
             except ConflictError as conflict:
                 if conflict.current is None:
                     break
@@ -243,11 +246,11 @@ class AttemptRuntime:
         raise LeaseLost(self._run.id)
 
     def get_token(self, token_id: str) -> Token | None:
-        token = self._store.tokens.get_token(token_id)
+        token = retried(self._store.tokens.get_token, token_id)
         return self.values.open_token(token) if token is not None else None
 
     def get_run(self, run_id: str) -> Run | None:
-        run = self._store.get_run(run_id)
+        run = retried(self._store.get_run, run_id)
         return self.values.open_run(run, payload=False) if run is not None else None
 
     def watch_run(self, run_id: str) -> Run | None:
@@ -273,7 +276,7 @@ class AttemptRuntime:
         return opened
 
     def get_group(self, group_id: str) -> Group | None:
-        return self._store.groups.get_group(group_id)
+        return retried(self._store.groups.get_group, group_id)
 
     def group_children(self, group_id: str, start: int, limit: int) -> list[Run | None]:
         """A page of a joined group's children; the group record (which names them) is

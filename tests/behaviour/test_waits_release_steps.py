@@ -18,6 +18,8 @@ from functools import partial
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
+from tenacity import wait_none
 
 from runlane_sqs import (
     EventType,
@@ -33,6 +35,7 @@ from runlane_sqs import (
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.core.model import WaitKind
 from runlane_sqs.engine.reports import JOB_DUE, PassReport
+from runlane_sqs.runtime import budget
 from tests.backends import ONLY_MEMORY, Backend
 from tests.behaviour.waits_support import drain_all, published, qualified
 from tests.behaviour.worker_support import drain, event_types, status
@@ -436,3 +439,37 @@ def test_a_step_is_stored_as_json_on_the_run_item_and_a_time_wait_is_not_indexed
     assert item["status"]["S"] == RunStatus.RELEASED.value
     assert json.loads(item["steps"]["M"]["charge"]["S"])["value"] == CHARGE
     assert "wait_pk" not in item  # time waits are found by due time, not on the waits index
+
+
+# storage that fails a moment ------------------------------------------------------------
+
+
+@ONLY_MEMORY
+def test_a_step_whose_write_meets_throttling_is_recorded_on_the_next_try(
+    app: Runlane, handlers: Handlers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step's write fenced on the attempt's lease is sent again while its budget lasts,
+    like the path's own writes: DynamoDB throttling one write (after botocore's own
+    retries) neither fails the attempt nor runs the step twice. Found by the simulation
+    (simulation/, docs/reliability.md)."""
+    monkeypatch.setattr(budget, "BACKOFF", wait_none())
+    client = app.store.dynamodb  # type: ignore[attr-defined]
+    send = client.update_item
+    refused: list[str] = []
+
+    def throttled_once(**request: Any) -> Any:
+        if not refused and "steps" in json.dumps(request.get("ExpressionAttributeNames", {})):
+            refused.append(request["Key"]["pk"]["S"])
+            raise ClientError(
+                {"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow"}},
+                "UpdateItem",
+            )
+        return send(**request)
+
+    monkeypatch.setattr(client, "update_item", throttled_once)
+    run = app.trigger("retrying")
+    assert drain_all(app) == 2
+    assert refused, "the step's write was never throttled: the test proves nothing"
+    done = app.runs.get(run.id)
+    assert (done.status, done.result, done.failures) == (RunStatus.SUCCEEDED, 1, 1)
+    assert handlers.step_calls == [1]

@@ -1,0 +1,79 @@
+"""Everything our code reads that is not its input, taken from the world while a
+simulation runs: time (``time.sleep``, ``time.monotonic``) and entropy (``uuid.uuid4``,
+``secrets.token_hex``, ``random.random``).
+
+A sleep on a process's greenlet waits in virtual time; every id, lease token and jitter
+comes from the world's PRNG. String hashing must not vary either (set order): the
+simulator's entry point runs under ``PYTHONHASHSEED=0``. Each patched name is listed in
+:data:`PATCHED` and checked to exist, so a module that stops importing one (or starts
+importing another by name) fails loudly rather than reading the real clock.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from importlib import import_module
+from typing import Any
+
+from simulation.world import World
+
+PATCHED = (
+    ("time", "sleep"),
+    ("time", "monotonic"),
+    ("uuid", "uuid4"),
+    ("secrets", "token_hex"),
+    ("random", "random"),
+    # bound by name at import (``from time import monotonic``)
+    ("runlane_sqs.runtime.budget", "monotonic"),
+    ("runlane_sqs.runtime.executor", "monotonic"),
+)
+
+
+def replacements(world: World) -> dict[tuple[str, str], Callable[..., Any]]:
+    real_sleep = time.sleep
+
+    def sleep(seconds: float) -> None:
+        if world.current is None:  # the scheduler itself, or a listing's query thread
+            real_sleep(0)
+            return
+        world.wait(int(seconds * 1_000_000))
+
+    def monotonic() -> float:
+        return world.seconds
+
+    def uuid4() -> uuid.UUID:
+        return uuid.UUID(int=world.rng.getrandbits(128), version=4)
+
+    def token_hex(nbytes: int | None = None) -> str:
+        return world.rng.getrandbits(8 * (nbytes or 32)).to_bytes(nbytes or 32, "big").hex()
+
+    return {
+        ("time", "sleep"): sleep,
+        ("time", "monotonic"): monotonic,
+        ("uuid", "uuid4"): uuid4,
+        ("secrets", "token_hex"): token_hex,
+        ("random", "random"): world.rng.random,
+        ("runlane_sqs.runtime.budget", "monotonic"): monotonic,
+        ("runlane_sqs.runtime.executor", "monotonic"): monotonic,
+    }
+
+
+@contextmanager
+def governed_by(world: World) -> Iterator[None]:
+    """Run the block with time and entropy taken from ``world``; restored after."""
+    saved: list[tuple[Any, str, Any]] = []
+    swaps = replacements(world)
+    try:
+        for module_name, name in PATCHED:
+            module = import_module(module_name)
+            if not hasattr(module, name):
+                raise RuntimeError(f"{module_name}.{name} is gone: update simulation/determinism")
+            saved.append((module, name, getattr(module, name)))
+            setattr(module, name, swaps[(module_name, name)])
+        yield
+    finally:
+        for module, name, original in reversed(saved):
+            setattr(module, name, original)

@@ -1,0 +1,181 @@
+"""The simulation (simulation/, docs/reliability.md "The simulation") is itself held to
+what it promises: one seed gives one history; a crashed process never runs again; each
+invariant reports what breaks it; and each mutant that breaks a guard of the product is
+caught within the seeds stated here.
+
+Histories here are short (tens of runs): ``make simulate`` runs the long ones. Within one
+interpreter a seed replays exactly; across interpreters it needs the same
+``PYTHONHASHSEED``, which ``python -m simulation`` fixes.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pytest
+
+from runlane_sqs.core.model import EventType, Run, RunEvent, RunStatus
+from simulation.invariants import (
+    Observed,
+    Stored,
+    fenced_writes,
+    idempotent_triggers,
+    rate_held_at_entry,
+)
+from simulation.mutants import MUTANTS
+from simulation.simulator import Outcome, Scenario, Simulation
+from simulation.workload import EPOCH_US, PLAIN, RATE, RATED, Entry, Ledger
+from simulation.world import EPOCH, Process, World
+
+SHORT = Scenario(runs=40, spread_seconds=30)
+
+
+def history(seed: int, scenario: Scenario = SHORT, mutant: str | None = None) -> Outcome:
+    if mutant is None:
+        return Simulation(seed, scenario).run()
+    with MUTANTS[mutant].applied():
+        return Simulation(seed, scenario).run()
+
+
+def test_one_seed_gives_one_history_and_another_seed_another() -> None:
+    first, again, other = history(3), history(3), history(4)
+    assert first.digest == again.digest
+    assert (first.runs, first.steps, first.violations) == (
+        again.runs,
+        again.steps,
+        again.violations,
+    )
+    assert first.digest != other.digest
+    assert first.runs >= SHORT.runs  # every trigger, and a duplicate now and then
+
+
+def test_a_simulation_leaves_time_and_entropy_as_it_found_them() -> None:
+    sleep, monotonic = time.sleep, time.monotonic
+    history(5)
+    assert (time.sleep, time.monotonic) == (sleep, monotonic)
+    assert time.monotonic() > 0 and 1 < time.time() / 1e9 < 3  # the real clocks again
+
+
+def test_a_crashed_process_never_runs_again_and_a_frozen_one_waits() -> None:
+    world = World(1)
+    crashed, frozen = Process("crashed"), Process("frozen")
+    ticks: dict[str, list[int]] = {"crashed": [], "frozen": []}
+
+    def ticking(name: str) -> None:
+        while True:
+            ticks[name].append(world.now_us)
+            world.wait(1_000_000)
+
+    world.spawn(crashed, lambda: ticking("crashed"))
+    world.spawn(frozen, lambda: ticking("frozen"))
+    world.call(None, 2_500_000, lambda: world.crash(crashed))
+    world.call(None, 2_500_000, lambda: world.freeze(frozen, 3_000_000))
+    world.run_until(8_000_000)
+    world.close()
+    assert ticks["crashed"] == [0, 1_000_000, 2_000_000]
+    assert ticks["frozen"] == [0, 1_000_000, 2_000_000, 5_500_000, 6_500_000, 7_500_000]
+
+
+# each invariant reports what breaks it -------------------------------------------------
+
+
+def event(seq: int, kind: EventType, attempt: int, at_ms: int = 0) -> RunEvent:
+    return RunEvent(seq, kind, EPOCH + timedelta(milliseconds=at_ms), attempt)
+
+
+def observed(runs: dict[str, Stored] | None = None, ledger: Ledger | None = None) -> Observed:
+    return Observed(runs or {}, ledger or Ledger(), {}, {}, set(), [])
+
+
+def stored(run_id: str, *events: RunEvent, status: RunStatus = RunStatus.SUCCEEDED) -> Stored:
+    run = Run(
+        id=run_id,
+        environment="sim",
+        task=PLAIN,
+        queue="default",
+        status=status,
+        payload=None,
+        created_at=EPOCH,
+        updated_at=EPOCH,
+        seq=len(events),
+    )
+    return Stored(run, list(events))
+
+
+def test_a_write_of_an_attempt_whose_lease_expired_breaks_fencing() -> None:
+    stale = stored(
+        "r1",
+        event(1, EventType.TRIGGERED, 0),
+        event(2, EventType.STARTED, 1),
+        event(3, EventType.LEASE_EXPIRED, 1),
+        event(4, EventType.SUCCEEDED, 1),
+    )
+    assert fenced_writes(observed({"r1": stale})) == [
+        "run r1: attempt 1 wrote succeeded (event 4) after its lease was taken from it"
+    ]
+    gap = stored("r2", event(1, EventType.TRIGGERED, 0), event(3, EventType.STARTED, 1))
+    assert fenced_writes(observed({"r2": gap})) == ["run r2: event 3 where 2 belongs"]
+    fine = stored(
+        "r3",
+        event(1, EventType.TRIGGERED, 0),
+        event(2, EventType.STARTED, 1),
+        event(3, EventType.LEASE_EXPIRED, 1),
+        event(4, EventType.STARTED, 2),
+        event(5, EventType.SUCCEEDED, 2),
+    )
+    assert fenced_writes(observed({"r3": fine})) == []
+
+
+def test_an_idempotency_key_may_give_a_new_run_only_after_its_run_failed() -> None:
+    failed_at = 5_000
+    failed = stored(
+        "r1",
+        event(1, EventType.TRIGGERED, 0),
+        event(2, EventType.FAILED, 1, at_ms=failed_at),
+        status=RunStatus.FAILED,
+    )
+    seen = observed({"r1": failed})
+    before, after = EPOCH_US + failed_at * 1000 - 1, EPOCH_US + failed_at * 1000
+    seen.by_key = {"late": [(0, "r1"), (after, "r2")], "early": [(0, "r1"), (before, "r3")]}
+    assert idempotent_triggers(seen) == [
+        "idempotency key 'early' gave run r3 while its run r1 had not failed"
+    ]
+
+
+def test_more_entries_in_a_window_than_a_rate_allows_break_the_rate() -> None:
+    ledger = Ledger()
+    per_us = RATE.per_us
+    spaced = per_us // RATE.rate
+    for i in range(RATE.rate + 1):  # one more than allowed, the last one a moment early
+        at = EPOCH_US + i * spaced - (1 if i == RATE.rate else 0)
+        ledger.entries.append(Entry(f"r{i}", RATED, 1, "w", at, 0))
+    broken = rate_held_at_entry(observed(ledger=ledger))
+    assert len(broken) == 1 and "6 handlers of sim.rated entered within 1 s" in broken[0]
+    ledger.entries[-1].at_us += 1  # exactly one interval later: a new window
+    assert rate_held_at_entry(observed(ledger=ledger)) == []
+
+
+# each mutant is caught --------------------------------------------------------------
+
+
+FREEZING = Scenario(runs=60, spread_seconds=30, freezes_per_minute=12, long_freezes=1.0)
+"""Pauses past a lease, often: what a guard of the lease is for."""
+
+
+@pytest.mark.parametrize(
+    ("mutant", "scenario", "seeds"),
+    [
+        ("lease-fence", FREEZING, range(1, 6)),
+        ("rate-reservation", Scenario(runs=100, spread_seconds=30), range(1, 3)),
+    ],
+)
+def test_a_broken_guard_is_caught_within_its_seeds(
+    mutant: str, scenario: Scenario, seeds: range
+) -> None:
+    caught = [
+        outcome
+        for outcome in (history(seed, scenario, mutant) for seed in seeds)
+        if any(name == MUTANTS[mutant].caught_by for name, _ in outcome.violations)
+    ]
+    assert caught, f"{mutant} went unnoticed in seeds {seeds.start}..{seeds.stop - 1}"
