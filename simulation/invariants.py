@@ -10,15 +10,17 @@ violation, naming the run.
 from __future__ import annotations
 
 import itertools
+import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from runlane_sqs.adapters.dynamodb.keys import RUN_SK
 from runlane_sqs.adapters.dynamodb.runs import events_from_item, item_from_wire, run_from_wire
 from runlane_sqs.core.model import EventType, Run, RunEvent, RunStatus
 from runlane_sqs.core.rates import Rate
+from runlane_sqs.core.values import Sealed, run_references
 from simulation.workload import (
     EPOCH_US,
     FAILING,
@@ -77,13 +79,33 @@ class Observed:
     cancelled: set[str]
     """Runs an operator asked to cancel."""
     unexpected: list[str]
+    object_data: dict[str, bytes] = field(default_factory=dict)
+    """The payload bucket at the end: each object's bytes, by key."""
+    orders: set[str] = field(default_factory=set)
+    """The producer's own table's items at the end."""
+    rolled_back: dict[str, str] = field(default_factory=dict)
+    """Runs whose transaction was refused, with the order it would have written."""
+    committed: dict[str, str] = field(default_factory=dict)
+    """Runs whose transaction committed, with its order."""
+    unstored_publishes: list[str] = field(default_factory=list)
+    pruned: set[str] = field(default_factory=set)
+    """Finished runs an operator pruned at the end."""
+
+
+def opened(value: Any, objects: dict[str, bytes]) -> Any:
+    """A stored value as its handler returned it: a value kept in the payload bucket is
+    read from there (the simulation's apps have no codec: its bytes are its JSON)."""
+    if isinstance(value, Sealed) and value.reference is not None:
+        data = objects.get(value.reference.key)
+        return None if data is None else json.loads(data)
+    return value
 
 
 def no_lost_run(seen: Observed) -> list[str]:
     """12 (and 9): every run triggered is in storage and, once the faults stop and
     maintenance has run, finished."""
     lines = []
-    for run_id in seen.triggered:
+    for run_id in seen.triggered.keys() - seen.pruned:
         stored = seen.runs.get(run_id)
         if stored is None:
             lines.append(f"run {run_id} was triggered and is not in storage")
@@ -96,18 +118,20 @@ def exactly_one_success(seen: Observed) -> list[str]:
     """1 and 3: a run succeeds at most once, with the result its handler returns; a run
     nobody cancelled succeeds, or fails only if its task always fails."""
     lines = []
+    for run_id, stored in seen.runs.items():
+        successes = sum(1 for e in stored.events if e.type is EventType.SUCCEEDED)
+        if successes > 1:
+            lines.append(f"run {run_id} succeeded {successes} times")
     for run_id, planned in seen.triggered.items():
-        stored = seen.runs.get(run_id)
-        if stored is None:
+        found = seen.runs.get(run_id)
+        if found is None:
             continue
-        successes = [e for e in stored.events if e.type is EventType.SUCCEEDED]
-        if len(successes) > 1:
-            lines.append(f"run {run_id} succeeded {len(successes)} times")
-        run = stored.run
+        run = found.run
         if run.status is RunStatus.SUCCEEDED:
             want = expected_result(planned.task, planned.payload)
-            if run.result != want:
-                lines.append(f"run {run_id} succeeded with {run.result!r}, not {want!r}")
+            got = opened(run.result, seen.object_data)
+            if got != want:
+                lines.append(f"run {run_id} succeeded with {str(got)[:200]}, not {want!r}")
         cancelled = run_id in seen.cancelled
         if run.status is RunStatus.FAILED and planned.task != FAILING:
             lines.append(f"run {run_id} of {planned.task} failed: {run.failure}")
@@ -199,6 +223,52 @@ def rate_held_at_entry(seen: Observed) -> list[str]:
     return lines
 
 
+def groups_join_once(seen: Observed) -> list[str]:
+    """23: a group's parent is resumed by its join once; each child counts once (a
+    parent's result, checked by :func:`exactly_one_success`, holds its children's)."""
+    lines = []
+    for run_id, stored in seen.runs.items():
+        joins: dict[str, int] = defaultdict(int)
+        for event in stored.events:
+            if event.type is EventType.RESUMED and "group" in event.data:
+                joins[str(event.data["group"])] += 1
+        lines += [
+            f"run {run_id} was resumed {count} times by the join of group {group}"
+            for group, count in joins.items()
+            if count > 1
+        ]
+    return lines
+
+
+def claim_checks_kept(seen: Observed) -> list[str]:
+    """25: every value a stored run references in the payload bucket is there, however
+    many passes of maintenance reviewed its object record."""
+    lines = []
+    for run_id, stored in seen.runs.items():
+        for reference in run_references(stored.run):
+            if reference.key not in seen.object_data:
+                lines.append(f"run {run_id} references {reference.key}, which is gone")
+    return lines
+
+
+def transactions_all_or_nothing(seen: Observed) -> list[str]:
+    """24: a transaction's runs exist if and only if its own writes committed."""
+    lines = [
+        f"run {run_id} exists though its transaction was rolled back"
+        for run_id in seen.rolled_back
+        if run_id in seen.runs
+    ]
+    for run_id, order in seen.committed.items():
+        if (run_id not in seen.runs and run_id not in seen.pruned) or order not in seen.orders:
+            lines.append(f"the transaction of run {run_id} ({order}) committed only in part")
+    return lines
+
+
+def wakeups_after_writes(seen: Observed) -> list[str]:
+    """12 (and 24): a wakeup is sent only for a run already stored."""
+    return list(seen.unstored_publishes)
+
+
 def worker_never_crashes(seen: Observed) -> list[str]:
     """4: whatever a wakeup holds, handling it never raises out of the path."""
     return list(seen.unexpected)
@@ -212,6 +282,10 @@ CHECKS: tuple[Callable[[Observed], list[str]], ...] = (
     steps_recorded_once,
     concurrency_held,
     rate_held_at_entry,
+    groups_join_once,
+    claim_checks_kept,
+    transactions_all_or_nothing,
+    wakeups_after_writes,
     worker_never_crashes,
 )
 

@@ -15,8 +15,16 @@ from dataclasses import dataclass, replace
 from importlib import import_module
 from typing import Any
 
+from runlane_sqs.adapters.dynamodb import keys
+from runlane_sqs.adapters.dynamodb.errors import Refused
+from runlane_sqs.adapters.dynamodb.expressions import Expressions
+from runlane_sqs.adapters.dynamodb.groups import group_from_wire, require_running
+from runlane_sqs.adapters.dynamodb.items import GroupItem
+from runlane_sqs.core.groups import COUNTED
 from runlane_sqs.core.machine import Transition
+from runlane_sqs.core.model import RunStatus
 from runlane_sqs.core.rates import Reserve
+from runlane_sqs.ports.groups import Counted
 
 
 @dataclass(frozen=True)
@@ -33,15 +41,18 @@ class Mutant:
     def applied(self) -> Iterator[None]:
         saved = []
         try:
-            for module_name, name, make in self.patches:
-                module = import_module(module_name)
-                original = getattr(module, name)
-                saved.append((module, name, original))
-                setattr(module, name, make(original))
+            for module_name, dotted, make in self.patches:
+                owner: Any = import_module(module_name)
+                *path, name = dotted.split(".")
+                for part in path:  # a method: "Class.method"
+                    owner = getattr(owner, part)
+                original = getattr(owner, name)
+                saved.append((owner, name, original))
+                setattr(owner, name, make(original))
             yield
         finally:
-            for module, name, original in reversed(saved):
-                setattr(module, name, original)
+            for owner, name, original in reversed(saved):
+                setattr(owner, name, original)
 
 
 def _unfenced(original: Callable[[Transition], Any]) -> Callable[[Transition], Any]:
@@ -73,6 +84,56 @@ def _reservation_ignored(original: Callable[..., int | None]) -> Callable[..., i
     return reserve
 
 
+def _counted_again(original: Callable[..., Counted]) -> Callable[..., Counted]:
+    """``DynamoGroupStore.count`` without its once-check (the lane still at the child's
+    position): a child's outcome counted again whenever its finish is."""
+
+    def count(
+        self: Any, group_id: str, lane: int, position: int, status: RunStatus, *, start: bool
+    ) -> Counted:
+        x = Expressions(GroupItem)
+        path = ("lanes", str(lane))
+        x.add(COUNTED[status], 1)
+        unsuccessful = status is not RunStatus.SUCCEEDED
+        if unsuccessful:
+            x.add("allowance", -1)
+        if start:
+            x.set(path, x.name("started"))
+            x.set("started", x.plus("started", 1))
+            x.require(x.compare("started", "<", x.name("positions")))
+            require_running(x, unsuccessful)
+        key = keys.group_key(self.environment, group_id)
+        request = {"TableName": self.table, "Key": key, "ReturnValues": "ALL_NEW"}
+        request["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+        sent = self._send.conditional("update_item", x.request(request))
+        if isinstance(sent, Refused):
+            return Counted(False, group_from_wire(sent.item) if sent.item else None)
+        return Counted(True, group_from_wire(sent["Attributes"]))
+
+    return count
+
+
+def _published_first(original: Callable[..., None]) -> Callable[..., None]:
+    """``Transaction._send`` that publishes its runs' wakeups before it sends them."""
+
+    def send(self: Any) -> None:
+        self._engine.publisher.publish_new([new.run for new in self._new])
+        original(self)
+
+    return send
+
+
+def _removed_anyway(original: Callable[..., bool]) -> Callable[..., bool]:
+    """``DynamoObjectRecords.remove`` that deletes a listed record whatever still holds it."""
+
+    def remove(self: Any, record: Any, now: Any) -> bool:
+        key = keys.object_record_key(self.environment, record.sha256)
+        self._send("delete_item", {"TableName": self.table, "Key": key})
+        return True
+
+    return remove
+
+
 MUTANTS = {
     mutant.name: mutant
     for mutant in (
@@ -96,6 +157,30 @@ MUTANTS = {
             "a rate-limited claim takes the start it asks for without reserving it",
             "rate_held_at_entry",
             (("runlane_sqs.engine.engine", "reserve", _reservation_ignored),),
+        ),
+        Mutant(
+            "join-once",
+            "a group counts a child's outcome again whenever its finish runs again",
+            "exactly_one_success",
+            (("runlane_sqs.adapters.dynamodb.groups", "DynamoGroupStore.count", _counted_again),),
+        ),
+        Mutant(
+            "publish-first",
+            "a transaction publishes its runs' wakeups before it commits",
+            "wakeups_after_writes",
+            (("runlane_sqs.api.transactions", "Transaction._send", _published_first),),
+        ),
+        Mutant(
+            "object-removal",
+            "maintenance deletes a payload object whose record still counts holders",
+            "claim_checks_kept",
+            (
+                (
+                    "runlane_sqs.adapters.dynamodb.objects",
+                    "DynamoObjectRecords.remove",
+                    _removed_anyway,
+                ),
+            ),
         ),
     )
 }

@@ -14,6 +14,7 @@ process then starts again as a new worker.
 from __future__ import annotations
 
 import logging
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from runlane_sqs import Runlane
 from runlane_sqs.adapters.dynamodb.store import DynamoRunStore
+from runlane_sqs.adapters.s3 import S3Objects
 from runlane_sqs.adapters.sqs.transport import SqsTransport
 from runlane_sqs.api.telemetry import Telemetry
 from runlane_sqs.core.errors import MissingResourceError, RunlaneError
@@ -30,7 +32,7 @@ from runlane_sqs.engine.message import MessagePath
 from runlane_sqs.ports.transport import ReceivedWakeup
 from runlane_sqs.runtime.executor import Executor, LeaseBook, TrackedAttempt
 from runlane_sqs.runtime.worker import Intake, LoopAction, WorkerConfig
-from simulation.workload import Handlers, epoch_us, register
+from simulation.workload import BUCKET, INLINE_LIMIT, Handlers, epoch_us, register
 from simulation.world import Process, Signal, SimClock
 
 if TYPE_CHECKING:
@@ -56,12 +58,15 @@ def build_app(sim: Simulation, process: Process) -> Runlane:
         clock=clock,
         store=store,
         transport=SqsTransport(sim.sqs, queue_prefix=queue_prefix()),
+        objects=S3Objects(sim.s3, BUCKET),
         telemetry=Telemetry(tracing=False, metrics=()),
         environment=ENVIRONMENT,
         table=TABLE,
         lease_duration=LEASE_SECONDS,
         maintenance_period=MAINTENANCE_SECONDS,
         app_version=APP_VERSION,
+        payload_bucket=BUCKET,
+        inline_limit=INLINE_LIMIT,
     )
     register(app, Handlers(sim.world, sim.ledger, skew_margin_us=2 * sim.max_skew_us))
     return app
@@ -149,7 +154,8 @@ class Worker:
         except MissingResourceError:
             raise
         except Exception as exc:  # the real worker logs it and carries on: so do we, noted
-            self.sim.unexpected.append(f"{self.process.name}: {type(exc).__name__}: {exc}")
+            where = traceback.format_exc(limit=-8).replace("\n", " | ")
+            self.sim.unexpected.append(f"{self.process.name}: {type(exc).__name__}: {where}")
             self.sim.world.note(f"unexpected error handling {message.message_id}: {exc!r}")
         finally:
             state.intake.finished(message, disposition)
@@ -214,13 +220,14 @@ class Maintenance:
     process: Process
     passes: int = 0
 
-    def start(self) -> None:
+    def start(self, passes: int | None = None) -> None:
+        """Pass every period from now on (or only ``passes`` times)."""
         app = build_app(self.sim, self.process)
-        self.sim.world.spawn(self.process, lambda: self._loop(app))
+        self.sim.world.spawn(self.process, lambda: self._loop(app, passes))
 
-    def _loop(self, app: Runlane) -> None:
+    def _loop(self, app: Runlane, passes: int | None) -> None:
         rng = self.sim.world.rng
-        while True:
+        while passes is None or self.passes < passes:
             try:
                 app.maintenance.run_pass()
             except RunlaneError as exc:  # the next pass carries on where this one stopped

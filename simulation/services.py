@@ -17,6 +17,7 @@ visibility timeouts, long polls and redrive to a dead-letter queue after
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -101,6 +102,9 @@ class SimDynamoDB:
         self.latency = Latency(world, faults)
         self.inner = InMemoryDynamoDB()
         self.requests = 0
+        self.recorded: list[tuple[str, dict[str, Any], Any]] | None = None
+        """Set to a list to keep every request that reached the table, in order, with its
+        answer (a response, or the ``ClientError`` it was refused with)."""
         self.before_write: Callable[[dict[str, Any]], Callable[[], None] | None] | None = None
         """Asked before each write applies; what it returns is called if the write
         applied (the invariants' view of what lands, and as what)."""
@@ -123,16 +127,7 @@ class SimDynamoDB:
             raise client_error(
                 operation, "ProvisionedThroughputExceededException", "throttled (simulated)"
             )
-        landed = None
-        if operation in WRITES and self.before_write is not None:
-            landed = self.before_write(request)
-        try:
-            response = getattr(self.inner, operation)(**request)
-        except ClientError as refused:
-            self.world.note(f"dynamodb {operation} {_what(request)}: refused {_code(refused)}")
-            raise
-        if landed is not None:
-            landed()
+        response = self._apply(operation, request)
         lost = operation in WRITES and rng.random() < self.faults.lost_write
         self.world.note(
             f"dynamodb {operation} {_what(request)}: {'applied, response lost' if lost else 'ok'}"
@@ -141,6 +136,24 @@ class SimDynamoDB:
             self.world.wait(self.latency.leg_us())
         if lost:
             raise ReadTimeoutError(endpoint_url=ENDPOINT)
+        return response
+
+    def _apply(self, operation: str, request: dict[str, Any]) -> Any:
+        """The table's answer to ``request``, shown to the checks and recorded."""
+        landed = None
+        if operation in WRITES and self.before_write is not None:
+            landed = self.before_write(request)
+        try:
+            response = getattr(self.inner, operation)(**request)
+        except ClientError as refused:
+            self.world.note(f"dynamodb {operation} {_what(request)}: refused {_code(refused)}")
+            if self.recorded is not None:
+                self.recorded.append((operation, copy.deepcopy(request), refused))
+            raise
+        if self.recorded is not None:
+            self.recorded.append((operation, copy.deepcopy(request), copy.deepcopy(response)))
+        if landed is not None:
+            landed()
         return response
 
     def expire(self, table: str, now_seconds: float) -> list[dict[str, Any]]:
@@ -202,6 +215,8 @@ class SimSqs:
         self.queues: dict[str, Queue] = {}
         self._ids = count(1)
         self.visibility_us = DEFAULT_VISIBILITY_TIMEOUT_SECONDS * 1_000_000
+        self.before_send: Callable[[str], None] | None = None
+        """Shown each message body as it is sent (the invariants' view of publishes)."""
 
     def create(self, name: str) -> Queue:
         """A queue and its dead-letter queue."""
@@ -244,6 +259,9 @@ class SimSqs:
             raise client_error("SendMessage", "RequestThrottled", "throttled (simulated)")
         queue = self.queues[url]
         now = self.world.now_us
+        if self.before_send is not None:
+            for entry in entries:
+                self.before_send(entry["MessageBody"])
         sent = [
             self._enqueue(queue, entry["MessageBody"], now + entry.get("DelaySeconds", 0) * 10**6)
             for entry in entries
@@ -382,3 +400,68 @@ class SimSqs:
     def depth(self) -> int:
         """Messages on every queue but the dead-letter queues."""
         return sum(len(q.messages) for q in self.queues.values() if q.dead_letters is not None)
+
+
+class _Body:
+    """A response's streamed body, as botocore's ``StreamingBody`` reads."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+
+    def read(self, size: int | None = None) -> bytes:
+        return self._data if size is None else self._data[:size]
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class SimS3:
+    """The payload bucket as the S3 adapter's boto3 client sees it."""
+
+    def __init__(self, world: World, faults: Faults) -> None:
+        self.world = world
+        self.faults = faults
+        self.latency = Latency(world, faults)
+        self.objects: dict[str, bytes] = {}
+
+    def _leg(self) -> None:
+        if self.world.closed:
+            raise greenlet.GreenletExit
+        if _on_a_greenlet() and self.world.current is not None:
+            self.world.wait(self.latency.leg_us())
+
+    def _send(self, operation: str, key: str, apply: Callable[[], Any]) -> Any:
+        self._leg()
+        if self.world.rng.random() < self.faults.throttle:
+            self.world.note(f"s3 {operation} {key}: slow down")
+            raise client_error(operation, "SlowDown", "slow down (simulated)", 503)
+        response = apply()
+        lost = operation != "GetObject" and self.world.rng.random() < self.faults.lost_write
+        self.world.note(f"s3 {operation} {key}: {'applied, response lost' if lost else 'ok'}")
+        self._leg()
+        if lost:
+            raise ReadTimeoutError(endpoint_url=ENDPOINT)
+        return response
+
+    def put_object(self, *, Bucket: str, Key: str, Body: bytes, **_: Any) -> Any:  # noqa: N803
+        def put() -> Any:
+            self.objects[Key] = bytes(Body)
+            return {}
+
+        return self._send("PutObject", Key, put)
+
+    def get_object(self, *, Bucket: str, Key: str, **_: Any) -> Any:  # noqa: N803
+        def get() -> Any:
+            data = self.objects.get(Key)
+            if data is None:
+                raise client_error("GetObject", "NoSuchKey", "no such key")
+            return {"Body": _Body(data), "ContentLength": len(data)}
+
+        return self._send("GetObject", Key, get)
+
+    def delete_object(self, *, Bucket: str, Key: str, **_: Any) -> Any:  # noqa: N803
+        def delete() -> Any:
+            self.objects.pop(Key, None)
+            return {}
+
+        return self._send("DeleteObject", Key, delete)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from functools import partial
 from typing import Any
 
@@ -20,7 +21,15 @@ import greenlet
 from runlane_sqs import Runlane
 from runlane_sqs.adapters.dynamodb.items import table_definition
 from runlane_sqs.adapters.dynamodb.keys import RUN_SK, run_key
-from runlane_sqs.core.errors import IllegalTransition, RunlaneError
+from runlane_sqs.core.errors import (
+    IllegalTransition,
+    RunlaneError,
+    StorageUnavailable,
+    TransactionCancelled,
+)
+from runlane_sqs.core.model import Run
+from runlane_sqs.core.values import PIN_DURATION, RELEASE_GRACE
+from runlane_sqs.core.wakeup import MalformedWakeup, parse_wakeup
 from simulation.determinism import governed_by
 from simulation.invariants import TERMINAL, Observed, stored_runs, violations
 from simulation.processes import (
@@ -32,11 +41,15 @@ from simulation.processes import (
     Worker,
     queue_prefix,
 )
-from simulation.services import Faults, SimDynamoDB, SimSqs
-from simulation.workload import QUEUES, Ledger, Planned, epoch_us, plan
-from simulation.world import Process, World
+from simulation.services import Faults, SimDynamoDB, SimS3, SimSqs
+from simulation.workload import ORDERS, QUEUES, Ledger, Planned, epoch_us, plan
+from simulation.world import EPOCH, Process, World
 
 SECOND = 1_000_000
+SETTLE = max(PIN_DURATION, RELEASE_GRACE) + timedelta(minutes=2)
+"""How long after the prune the last maintenance pass comes: past every writer's pin of an
+object and every released object's grace, so it reviews each object record a guard could
+let go wrongly."""
 TRIGGER_TRIES = 3
 
 
@@ -79,6 +92,7 @@ class Outcome:
 
     seed: int
     runs: int
+    """Every run the history made (the producers' and their children), pruned or not."""
     violations: list[tuple[str, str]]
     digest: str
     trace: list[str]
@@ -100,15 +114,30 @@ class Simulation:
         self.max_skew_us = self.scenario.max_skew_ms * 1000
         self.dynamodb = SimDynamoDB(self.world, self.scenario.faults)
         self.dynamodb.inner.create_table(**table_definition(TABLE))
+        self.dynamodb.inner.create_table(
+            TableName=ORDERS,
+            KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
         self.sqs = SimSqs(self.world, self.scenario.faults)
         for queue in QUEUES:
             self.sqs.create(f"{queue_prefix()}{queue}")
+        self.sqs.before_send = self._published
+        self.s3 = SimS3(self.world, self.scenario.faults)
         self.ledger = Ledger()
         self.unexpected: list[str] = []
         self.triggered: dict[str, Planned] = {}
         self.by_key: dict[str, list[tuple[int, str]]] = {}
         self.cancelled: set[str] = set()
         self.expired_unfinished: list[str] = []
+        self.unstored_publishes: list[str] = []
+        self.rolled_back: dict[str, str] = {}
+        """Runs of transactions refused (their order was written before), by run id."""
+        self.pruned: set[str] = set()
+        """Runs an operator pruned once everything finished."""
+        self.committed: dict[str, str] = {}
+        """Runs of transactions that committed, with their order."""
         self.dynamodb.before_write = self._fenced
 
         def skew() -> int:
@@ -146,6 +175,12 @@ class Simulation:
             by_key=self.by_key,
             cancelled=self.cancelled,
             unexpected=self.unexpected + self.expired_unfinished,
+            object_data=dict(self.s3.objects),
+            orders=self._orders(),
+            rolled_back=self.rolled_back,
+            committed=self.committed,
+            unstored_publishes=self.unstored_publishes,
+            pruned=self.pruned,
         )
         for run_id in (
             runs.keys() - self.triggered.keys()
@@ -154,7 +189,7 @@ class Simulation:
                 seen.unexpected.append(f"run {run_id} (its trigger's answer lost) never finished")
         return Outcome(
             seed=self.world.seed,
-            runs=len(runs),
+            runs=len(runs) + len(self.pruned),
             violations=violations(seen),
             digest=self.world.digest,
             trace=list(self.world.trace),
@@ -180,15 +215,15 @@ class Simulation:
         deadline = world.now_us + scenario.quiet_seconds * SECOND
         while world.now_us < deadline and not self._all_finished():
             world.run_until(world.now_us + 10 * SECOND)
+        self._settle()
 
     def _trigger(self, app: Runlane, planned: Planned) -> None:
         asked_us = epoch_us(app.clock.now())
         for _ in range(TRIGGER_TRIES):
             try:
-                options = (
-                    {"idempotency_key": planned.idempotency_key} if planned.idempotency_key else {}
-                )
-                run = app.trigger(planned.task, planned.payload, **options)  # type: ignore[arg-type]
+                run = self._triggered(app, planned)
+            except TransactionCancelled:
+                return  # rolled back: noted by _triggered
             except RunlaneError as exc:
                 self.world.note(f"trigger {planned.task} failed: {exc}")
                 self.world.wait(SECOND)
@@ -197,11 +232,48 @@ class Simulation:
             if planned.idempotency_key:
                 given = self.by_key.setdefault(planned.idempotency_key, [])
                 given.append((asked_us, run.id))
-            self.world.note(f"triggered {run.id} {planned.task} {planned.payload}")
+            self.world.note(f"triggered {run.id} {planned.task}")
             if self.world.rng.random() < self.scenario.cancels:
                 after = self.world.rng.randrange(0, 20 * SECOND)
                 self.operator.at(self.world.now_us + after, partial(self._cancel, run_id=run.id))
             return
+
+    def _triggered(self, app: Runlane, planned: Planned) -> Run:
+        """``app.trigger``, or a transaction writing the planned order with the run."""
+        if planned.order is None:
+            options = (
+                {"idempotency_key": planned.idempotency_key} if planned.idempotency_key else {}
+            )
+            return app.trigger(planned.task, planned.payload, **options)  # type: ignore[arg-type]
+        tx = app.transaction()
+        tx.put(ORDERS, {"id": planned.order}, condition="attribute_not_exists(id)")
+        run = tx.trigger(planned.task, planned.payload)
+        for _ in range(TRIGGER_TRIES):  # the same token: a commit that landed is a no-op
+            try:
+                tx.commit()
+            except TransactionCancelled:
+                self.rolled_back[run.id] = planned.order
+                self.world.note(f"transaction of {run.id} rolled back: {planned.order} exists")
+                raise
+            except StorageUnavailable:
+                self.world.wait(SECOND)
+                continue
+            self.committed[run.id] = planned.order
+            return run
+        raise StorageUnavailable(f"the transaction of {run.id} did not commit")
+
+    def _published(self, body: str) -> None:
+        """A wakeup is sent: the run it names must be stored already (12)."""
+        try:
+            wakeup = parse_wakeup(body)
+        except MalformedWakeup:
+            return
+        key = run_key(ENVIRONMENT, wakeup.run_id)
+        if "Item" not in self.dynamodb.inner.get_item(TableName=TABLE, Key=key):
+            self.unstored_publishes.append(f"a wakeup of run {wakeup.run_id} was sent first")
+
+    def _orders(self) -> set[str]:
+        return {item["id"]["S"] for item in self.dynamodb.inner.items(ORDERS)}
 
     def _cancel(self, app: Runlane, run_id: str) -> None:
         try:
@@ -242,13 +314,45 @@ class Simulation:
     def _quiet(self) -> None:
         """The faults stop and every worker is up: what was triggered must now finish."""
         quiet = replace(Faults.none())
-        for service in (self.dynamodb, self.sqs):
+        for service in (self.dynamodb, self.sqs, self.s3):
             service.faults = quiet
             service.latency.faults = quiet
         for worker in self.workers:
             if not worker.process.alive:
                 worker.restart()
         self.world.note("faults stop")
+
+    def _settle(self) -> None:
+        """Every run finished: the fleet stops, and once every writer's pin of an object is
+        over, one more maintenance pass reviews the object records (a guard that let one
+        go while a run still references it shows then)."""
+        for worker in self.workers:
+            worker.crash()
+        for job in self.maintenance:
+            self.world.crash(job.process)
+        finished = set(stored_runs(self.dynamodb.inner.items(TABLE)))
+        self.operator.at(self.world.now_us, self._prune)
+        self.world.run_until(self.world.now_us + 60 * SECOND)
+        self.pruned = finished - set(stored_runs(self.dynamodb.inner.items(TABLE)))
+        self.world.run_until(self.world.now_us + int(SETTLE.total_seconds()) * SECOND)
+        last = Maintenance(self, Process("maint-last"))
+        last.start(passes=1)
+        self.world.run_until(self.world.now_us + 60 * SECOND)
+
+    def _prune(self, app: Runlane) -> None:
+        """An operator prunes the runs triggered in the first half of the spell (objects
+        their payloads share with later runs lose a holder, and are reviewed later)."""
+        cutoff = EPOCH + timedelta(seconds=self.scenario.spread_seconds / 2)
+        cursor = None
+        for _ in range(1000):
+            try:
+                report = app.runs.prune(older_than=cutoff, cursor=cursor)
+            except RunlaneError as exc:
+                self.world.note(f"prune failed: {exc}")
+                return
+            cursor = report.cursor
+            if cursor is None:
+                return
 
     def _sweep_ttl(self) -> None:
         for item in self.dynamodb.expire(TABLE, self.world.now.timestamp()):

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,6 +21,7 @@ from typing import Any
 import greenlet
 
 from runlane_sqs import RateLimit, RetryPolicy, Runlane
+from runlane_sqs.core.groups import GroupFailed
 from runlane_sqs.engine.context import TaskContext
 from simulation.world import EPOCH, World
 
@@ -29,12 +32,21 @@ STEPS = "sim.steps"
 LIMITED = "sim.limited"
 RATED = "sim.rated"
 RELEASED = "sim.released"
+FANOUT = "sim.fanout"
+CHILD = "sim.child"
+LARGE = "sim.large"
+TRANSACTED = "sim.transacted"
+ORDERS = "sim-orders"
+"""The producer's own table, written in one transaction with the runs it triggers."""
+BUCKET = "sim-payloads"
+INLINE_LIMIT = 1024
+"""Values over this many bytes go to the payload bucket: every run of ``sim.large``."""
 LIMITED_QUEUE = "limited"
 CONCURRENCY_LIMIT = 2
 RATE = RateLimit(5, per=1)
 FLAKY_ATTEMPTS = 4
 FAILING_ATTEMPTS = 2
-TASKS = (PLAIN, FLAKY, FAILING, STEPS, LIMITED, RATED, RELEASED)
+TASKS = (PLAIN, FLAKY, FAILING, STEPS, LIMITED, RATED, RELEASED, FANOUT, CHILD, LARGE, TRANSACTED)
 QUEUES = ("default", LIMITED_QUEUE)
 
 
@@ -124,12 +136,18 @@ class Handlers:
         self.skew_margin_us = skew_margin_us
         """Leases are compared across processes' clocks: give or take their skews."""
 
-    def enter(self, ctx: TaskContext, task: str) -> Entry:
-        """Note the handler's entry, with its attempt's lease as the claim left it."""
+    @contextmanager
+    def attempt(self, ctx: TaskContext, task: str) -> Iterator[Entry]:
+        """Note the handler's entry, with its attempt's lease as the claim left it, and
+        its end, however it ends (a return, a failure, a wait)."""
         lease = ctx.services.run().lease if ctx.services is not None else None
         expires = epoch_us(lease.expires_at) if lease is not None else 0
         token = lease.token if lease is not None else ""
-        return self.ledger.entered(self.world, ctx, task, expires, token)
+        entry = self.ledger.entered(self.world, ctx, task, expires, token)
+        try:
+            yield entry
+        finally:
+            self.ledger.left(ctx)
 
     @staticmethod
     def work(payload: dict[str, Any]) -> None:
@@ -138,68 +156,102 @@ class Handlers:
             time.sleep(seconds)  # virtual time: other processes run meanwhile
 
     def plain(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
-        self.enter(ctx, PLAIN)
-        self.work(payload)
-        self.ledger.left(ctx)
-        return {"n": payload["n"], "double": 2 * payload["n"]}
+        with self.attempt(ctx, PLAIN):
+            self.work(payload)
+            return {"n": payload["n"], "double": 2 * payload["n"]}
 
     def flaky(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
-        self.enter(ctx, FLAKY)
-        self.work(payload)
-        self.ledger.left(ctx)
-        if ctx.attempt <= payload["fails"]:
-            raise RuntimeError(f"attempt {ctx.attempt} fails by design")
-        return {"n": payload["n"], "attempt": ctx.attempt}
+        with self.attempt(ctx, FLAKY):
+            self.work(payload)
+            if ctx.attempt <= payload["fails"]:
+                raise RuntimeError(f"attempt {ctx.attempt} fails by design")
+            return {"n": payload["n"], "attempt": ctx.attempt}
 
     def failing(self, ctx: TaskContext, payload: dict[str, Any]) -> None:
-        self.enter(ctx, FAILING)
-        self.ledger.left(ctx)
-        raise ValueError("fails every time, by design")
+        with self.attempt(ctx, FAILING):
+            raise ValueError("fails every time, by design")
 
     def steps(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
-        self.enter(ctx, STEPS)
-        n = payload["n"]
-        first = ctx.step("first", lambda: self.stepped(ctx, "first", n + 1))
-        self.work(payload)
-        second = ctx.step("second", lambda: self.stepped(ctx, "second", n + 2))
-        self.ledger.left(ctx)
-        return {"first": first, "second": second}
+        with self.attempt(ctx, STEPS):
+            n = payload["n"]
+            first = ctx.step("first", lambda: self.stepped(ctx, "first", n + 1))
+            self.work(payload)
+            second = ctx.step("second", lambda: self.stepped(ctx, "second", n + 2))
+            return {"first": first, "second": second}
 
     def stepped(self, ctx: TaskContext, name: str, value: int) -> int:
         self.ledger.step_calls[(ctx.run_id, name)] += 1
         return value
 
     def limited(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
-        entry = self.enter(ctx, LIMITED)
-        live = [
-            e
-            for e in self.ledger.entries
-            if e.task == LIMITED
-            and not e.finished
-            and e is not entry
-            and e.lease_expires_us > entry.at_us + self.skew_margin_us
-        ]
-        if len(live) >= CONCURRENCY_LIMIT:
-            holders = ", ".join(f"{e.run_id}#{e.attempt}@{e.process}" for e in live)
-            self.ledger.over_limit.append(
-                f"{ctx.run_id}#{ctx.attempt} entered on {entry.process} while {holders} "
-                f"held live leases (limit {CONCURRENCY_LIMIT})"
-            )
-        self.work(payload)
-        self.ledger.left(ctx)
-        return {"n": payload["n"]}
+        with self.attempt(ctx, LIMITED) as entry:
+            live = [
+                e
+                for e in self.ledger.entries
+                if e.task == LIMITED
+                and not e.finished
+                and e is not entry
+                and e.lease_expires_us > entry.at_us + self.skew_margin_us
+            ]
+            if len(live) >= CONCURRENCY_LIMIT:
+                holders = ", ".join(f"{e.run_id}#{e.attempt}@{e.process}" for e in live)
+                self.ledger.over_limit.append(
+                    f"{ctx.run_id}#{ctx.attempt} entered on {entry.process} while {holders} "
+                    f"held live leases (limit {CONCURRENCY_LIMIT})"
+                )
+            self.work(payload)
+            return {"n": payload["n"]}
 
     def rated(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
-        self.enter(ctx, RATED)
-        self.ledger.left(ctx)
-        return {"n": payload["n"]}
+        with self.attempt(ctx, RATED):
+            return {"n": payload["n"]}
 
     def released(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
-        self.enter(ctx, RELEASED)
-        self.ledger.left(ctx)
-        if ctx.attempt == 1:
-            ctx.release(delay=float(payload.get("pause", 2)))
-        return {"n": payload["n"], "attempt": ctx.attempt}
+        with self.attempt(ctx, RELEASED):
+            if ctx.attempt == 1:
+                ctx.release(delay=float(payload.get("pause", 2)))
+            return {"n": payload["n"], "attempt": ctx.attempt}
+
+    def fanout(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
+        """A map over ``items`` children, every ``fail_every``-th failing for good."""
+        with self.attempt(ctx, FANOUT):
+            try:
+                joined = ctx.map(
+                    CHILD,
+                    children(payload),
+                    tolerate=payload["tolerate"],
+                    max_in_flight=payload["in_flight"],
+                )
+            except GroupFailed:  # how many failed by then depends on the timing
+                return {"n": payload["n"], "group": "failed"}
+            total = sum(r for r in joined.results() if isinstance(r, int))
+            return {"n": payload["n"], "group": "ok", "sum": total, "failed": joined.failed}
+
+    def child(self, ctx: TaskContext, payload: dict[str, Any]) -> int:
+        with self.attempt(ctx, CHILD):
+            self.work(payload)
+            if payload["fail"]:
+                raise ValueError(f"child {payload['i']} fails by design")
+            return int(payload["i"]) ** 2
+
+    def large(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
+        """A payload and a result over the inline limit: both kept in the payload bucket."""
+        with self.attempt(ctx, LARGE):
+            self.work(payload)
+            return {"n": payload["n"], "echo": payload["blob"]}
+
+    def transacted(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
+        with self.attempt(ctx, TRANSACTED):
+            return {"n": payload["n"], "order": payload["order"]}
+
+
+def children(payload: dict[str, Any]) -> list[dict[str, Any]]:
+    """A fan-out's items: child ``i`` fails for good if ``fail_every`` divides it."""
+    every = payload["fail_every"]
+    return [
+        {"i": i, "fail": bool(every) and i % every == 0, "work": payload.get("child_work", 0)}
+        for i in range(payload["items"])
+    ]
 
 
 def register(app: Runlane, handlers: Handlers) -> None:
@@ -221,6 +273,10 @@ def register(app: Runlane, handlers: Handlers) -> None:
     app.task(handlers.limited, name=LIMITED, queue=limited)
     app.task(handlers.rated, name=RATED, rate_limits=[RATE])
     app.task(handlers.released, name=RELEASED)
+    app.task(handlers.fanout, name=FANOUT)
+    app.task(handlers.child, name=CHILD)
+    app.task(handlers.large, name=LARGE)
+    app.task(handlers.transacted, name=TRANSACTED)
 
 
 @dataclass(frozen=True)
@@ -231,30 +287,59 @@ class Planned:
     task: str
     payload: dict[str, Any]
     idempotency_key: str | None = None
+    order: str | None = None
+    """With a transactional trigger: the order written with it (``attribute_not_exists``:
+    an order written before rolls the transaction back)."""
+
+
+def fanout_result(payload: dict[str, Any]) -> dict[str, Any]:
+    """What a fan-out returns: its group failed past its tolerance, or the children's sum."""
+    items = children(payload)
+    failed = sum(1 for item in items if item["fail"])
+    if failed > payload["tolerate"]:
+        return {"n": payload["n"], "group": "failed"}
+    total = sum(item["i"] ** 2 for item in items if not item["fail"])
+    return {"n": payload["n"], "group": "ok", "sum": total, "failed": failed}
+
+
+EXPECTED: dict[str, Callable[[dict[str, Any]], Any]] = {
+    PLAIN: lambda p: {"n": p["n"], "double": 2 * p["n"]},
+    FLAKY: lambda p: {"n": p["n"], "attempt": p["fails"] + 1},
+    FAILING: lambda p: None,
+    STEPS: lambda p: {"first": p["n"] + 1, "second": p["n"] + 2},
+    LIMITED: lambda p: {"n": p["n"]},
+    RATED: lambda p: {"n": p["n"]},
+    RELEASED: lambda p: {"n": p["n"], "attempt": 2},
+    FANOUT: fanout_result,
+    CHILD: lambda p: None if p["fail"] else p["i"] ** 2,
+    LARGE: lambda p: {"n": p["n"], "echo": p["blob"]},
+    TRANSACTED: lambda p: {"n": p["n"], "order": p["order"]},
+}
+"""What a run of each task returns when it succeeds, from its payload."""
 
 
 def expected_result(task: str, payload: dict[str, Any]) -> Any:
-    """What a run of ``task`` with ``payload`` returns when it succeeds."""
-    n = payload["n"]
-    if task == PLAIN:
-        return {"n": n, "double": 2 * n}
-    if task == FLAKY:
-        return {"n": n, "attempt": payload["fails"] + 1}
-    if task == STEPS:
-        return {"first": n + 1, "second": n + 2}
-    if task == RELEASED:
-        return {"n": n, "attempt": 2}
-    if task in (LIMITED, RATED):
-        return {"n": n}
-    return None
+    return EXPECTED[task](payload)
 
 
 def plan(world: World, runs: int, spread_us: int) -> list[Planned]:
     """``runs`` triggers spread over ``spread_us``, of every task: rate-limited ones in
     bursts (a limit is only tried when more runs come at once than it allows), some
-    repeating an earlier trigger's idempotency key."""
+    repeating an earlier trigger's idempotency key, some transactional (a few rolled back
+    by an order written before)."""
     rng = world.rng
-    weights = {PLAIN: 5, FLAKY: 2, FAILING: 1, STEPS: 2, LIMITED: 2, RATED: 2, RELEASED: 1}
+    weights = {
+        PLAIN: 5,
+        FLAKY: 2,
+        FAILING: 1,
+        STEPS: 2,
+        LIMITED: 2,
+        RATED: 2,
+        RELEASED: 1,
+        FANOUT: 1,
+        LARGE: 1,
+        TRANSACTED: 1,
+    }
     names = list(weights)
     planned: list[Planned] = []
     n = 0
@@ -263,15 +348,35 @@ def plan(world: World, runs: int, spread_us: int) -> list[Planned]:
         at = rng.randrange(spread_us)
         burst = min(runs - n, rng.randrange(3, 3 * RATE.rate)) if task == RATED else 1
         for _ in range(burst):
-            payload: dict[str, Any] = {"n": n}
-            if task in (PLAIN, STEPS, LIMITED) and rng.random() < 0.5:
-                payload["work"] = rng.choice((0.01, 0.2, 1.0, 5.0))
-            if task == FLAKY:
-                payload["fails"] = rng.randrange(FLAKY_ATTEMPTS)
-            key = f"key-{n}" if rng.random() < 0.1 else None
-            planned.append(Planned(at, task, payload, key))
+            payload = planned_payload(world, task, n)
+            key = f"key-{n}" if task != TRANSACTED and rng.random() < 0.1 else None
+            order = None
+            if task == TRANSACTED:  # one in five names an order written before
+                order = f"order-{rng.randrange(n)}" if n and rng.random() < 0.2 else f"order-{n}"
+                payload["order"] = order
+            planned.append(Planned(at, task, payload, key, order))
             if key is not None and rng.random() < 0.5:  # the same trigger again, later
                 planned.append(Planned(rng.randrange(spread_us), task, payload, key))
             n += 1
     planned.sort(key=lambda p: p.at_us)
     return planned
+
+
+def planned_payload(world: World, task: str, n: int) -> dict[str, Any]:
+    rng = world.rng
+    payload: dict[str, Any] = {"n": n}
+    if task in (PLAIN, STEPS, LIMITED, LARGE) and rng.random() < 0.5:
+        payload["work"] = rng.choice((0.01, 0.2, 1.0, 5.0))
+    if task == FLAKY:
+        payload["fails"] = rng.randrange(FLAKY_ATTEMPTS)
+    if task == FANOUT:
+        payload.update(
+            items=rng.randrange(0, 12),
+            fail_every=rng.choice((0, 0, 2, 3, 5)),
+            tolerate=rng.randrange(0, 3),
+            in_flight=rng.randrange(1, 5),
+            child_work=rng.choice((0, 0.05, 1.0)),
+        )
+    if task == LARGE:  # one of five contents: runs share their payload's object
+        payload["blob"] = f"{n % 5:08d}" * (INLINE_LIMIT // 8 + 8)
+    return payload

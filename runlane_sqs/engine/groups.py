@@ -228,6 +228,7 @@ class Groups:
         counted = self._store.groups.count(group.id, lane, position, status, start=start)
         refused = counted.group if start and not counted.landed else None
         if refused is not None and refused.lanes.get(lane) == position:  # nothing to start
+            start = False  # (the group this finisher read was before another lane's start)
             counted = self._store.groups.count(group.id, lane, position, status, start=False)
         after = counted.group or group
         if counted.landed and start:

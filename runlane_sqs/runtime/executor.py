@@ -269,7 +269,8 @@ class AttemptRuntime:
         group, chunks = self._groups.new_group(
             items, group_id=group_id, parent=self._run, options=options
         )
-        opened = self._groups.open(group, chunks, (self._run.id, self._token))
+        fence = (self._run.id, self._token)
+        opened = retried(lambda _: self._groups.open(group, chunks, fence), None)  # once
         if opened.parent_run_id == self._run.id:  # the opening marked the stored run too
             self._run = self.run().with_changes(opened_groups=True)
             self._leases.update(self._run)
@@ -366,7 +367,8 @@ class Executor:
             else:
                 result = call.task.fn(call.ctx, payload)
             place = ValuePlace(Holder.RUN, run_id, ValueField.RESULT)
-            return values.seal(result, what="handler result", place=place).value
+            sealing = partial(values.seal, what="handler result", place=place)
+            return retried(sealing, result).value  # kept again if the bucket's write failed
 
     def end(self, call: driver.End) -> tuple[Run, bool] | None:
         return self.leases.untrack(call.run_id)

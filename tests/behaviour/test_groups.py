@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from tenacity import wait_none
 
 from bench.fanout import item_bytes
 from runlane_sqs import (
@@ -43,6 +44,7 @@ from runlane_sqs.core.groups import (
     redriven_parent_id,
 )
 from runlane_sqs.core.model import WaitKind
+from runlane_sqs.runtime import budget
 from tests.backends import ONLY_AWS, Backend
 from tests.behaviour.waits_support import drain_all, qualified
 from tests.behaviour.worker_support import drain
@@ -214,6 +216,57 @@ def test_a_child_counted_twice_is_impossible_even_when_its_finish_is_replayed(
     stored = app.store.groups.get_group(group.id)
     assert (stored.succeeded, stored.failed, stored.cancelled) == (3, 0, 0)
     assert stored.joined_at is not None
+
+
+def test_a_finisher_that_read_the_group_before_its_last_position_started_counts_its_child(
+    app: Runlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two children of a window of two finish at once: the first one's count starts the
+    last position; the second one's finisher read the group before that, so it asks to
+    start a position too. Its count is refused, sent again without a start, and must not
+    then look for the position it did not start: that raised ``KeyError``, and the message
+    was left for redelivery a visibility timeout later. Found by the simulation
+    (simulation/, docs/simulation.md)."""
+    group = app.group([("square", {"n": n}) for n in range(3)], max_in_flight=2)
+    before = app.store.groups.get_group(group.id)
+    groups = app.engine.groups
+    monkeypatch.setattr(groups, "after_child", lambda run: None)  # their finishers died
+    assert drain(app, max_runs=2) == 2
+    monkeypatch.undo()
+    groups.after_child(app.runs.get(child_run_id(group.id, 0)))  # starts the last position
+    monkeypatch.setattr(app.store.groups, "get_group", lambda group_id: before)
+    groups.after_child(app.runs.get(child_run_id(group.id, 1)))  # read the group before that
+    monkeypatch.undo()
+    stored = app.store.groups.get_group(group.id)
+    assert (stored.succeeded, stored.started) == (2, 3)
+    drain_all(app)
+    assert app.store.groups.get_group(group.id).joined_at is not None
+
+
+def test_a_map_whose_opening_meets_throttling_opens_on_the_next_try(
+    app: Runlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The group's opening (one transaction, fenced on the parent's lease) is sent again
+    within its budget, as a step's write is: a moment of throttling does not fail the
+    parent. Sending it again is safe: a second opening returns the first. Found by the
+    simulation (simulation/, docs/simulation.md)."""
+    monkeypatch.setattr(budget, "BACKOFF", wait_none())
+    send = app.store.groups.open_group
+    refused: list[str] = []
+
+    def throttled_once(*args: Any) -> Any:
+        if not refused:
+            refused.append("open")
+            raise StorageUnavailable("DynamoDB is unavailable: ThrottlingException")
+        return send(*args)
+
+    monkeypatch.setattr(app.store.groups, "open_group", throttled_once)
+    run = app.trigger("month", {"count": 3})
+    drain_all(app)
+    assert refused == ["open"]
+    done = app.runs.get(run.id)
+    assert (done.status, done.failures) == (RunStatus.SUCCEEDED, 0)
+    assert done.result["sum"] == 0 + 1 + 4
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,7 @@ import boto3
 import pytest
 from botocore.response import StreamingBody
 from botocore.stub import Stubber
+from tenacity import wait_none
 
 from runlane_sqs import (
     ConfigurationError,
@@ -55,6 +56,7 @@ from runlane_sqs.core.values import (
     object_key,
     run_references,
 )
+from runlane_sqs.runtime import budget
 from runlane_sqs.testing import InMemoryRunStore, in_memory_app
 from tests.backends import ONLY_AWS, ONLY_MEMORY, Backend
 from tests.workers import WorkerKind
@@ -465,6 +467,42 @@ def test_a_lost_s3_response_and_a_duplicate_wakeup_leave_one_object_and_one_exec
     record = records.get(reference_of(app.runs.get_stored(run.id).payload).sha256)
     assert record is not None and record.holders == 1  # one reference
     assert app.runs.get(run.id).result["got"] == len(payload["blob"])
+
+
+class FailsTheResultsWrite(InMemoryObjects):
+    """Stores the payload; the first write of a result fails as unavailable (after the
+    SDK's own retries), as a throttled or unreachable S3 does."""
+
+    def __init__(self, bucket: str) -> None:
+        super().__init__(bucket)
+        self.puts = 0
+
+    def put(self, key: str, data: bytes) -> None:
+        self.puts += 1
+        if self.puts == 2:
+            raise StorageUnavailable("S3 PutObject failed: SlowDown")
+        super().put(key, data)
+
+
+@ONLY_MEMORY
+def test_a_large_result_whose_write_fails_once_is_kept_on_the_next_try(
+    backend: Backend, tasks: Tasks, worker_kind: WorkerKind, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The handler returned: a moment of S3 (or of the object record's DynamoDB write)
+    being unavailable must not turn its result into a failed attempt. Keeping the result
+    is sent again within the budget of any request (runtime/budget.py). Found by the
+    simulation (simulation/, docs/simulation.md)."""
+    monkeypatch.setattr(budget, "BACKOFF", wait_none())
+    objects = FailsTheResultsWrite(BUCKET)
+    app = in_memory_app(payload_bucket=BUCKET, clock=backend.clock)
+    app.rewire(store=app.store, transport=app.transport, clock=app.clock, objects=objects)
+    tasks.register(app)
+    run = app.trigger("large.echo", blob(100 * KIB, "kept"))
+    worker_kind.drain_all(app)
+    assert objects.puts == 3, "the result's write never failed: the test proves nothing"
+    done = app.runs.get(run.id)
+    assert (done.status, done.failures, tasks.calls) == (RunStatus.SUCCEEDED, 0, ["echo"])
+    assert done.result["got"] == 100 * KIB
 
 
 def test_a_trigger_that_finds_its_key_held_returns_the_run_with_its_values(

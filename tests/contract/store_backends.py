@@ -1,5 +1,7 @@
 """The adapters every port contract test runs on (test_store_contract.py,
-test_store_hinted_claims.py): the in-memory store and transport, and the DynamoDB store
+test_store_hinted_claims.py): the in-memory store and transport; the DynamoDB store and
+SQS transport over the simulation's services (simulation/services.py, with no fault: the
+simulation's answers must be the ones the real services give); and the DynamoDB store
 and SQS transport over HTTP (the moto server, or DynamoDB Local and LocalStack in
 ``make test-aws-local``). tests/contract/conftest.py makes the fixtures available."""
 
@@ -12,10 +14,16 @@ from datetime import timedelta
 import pytest
 
 from runlane_sqs import ManualClock
+from runlane_sqs.adapters.dynamodb.items import table_definition
+from runlane_sqs.adapters.dynamodb.store import DynamoRunStore
 from runlane_sqs.adapters.provision import provision_queues
+from runlane_sqs.adapters.sqs.transport import SqsTransport
+from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.ports.store import RunStore
 from runlane_sqs.ports.transport import WakeupTransport
 from runlane_sqs.testing import in_memory_app
+from simulation.services import Faults, SimDynamoDB, SimSqs
+from simulation.world import EPOCH, World
 
 QUEUE = "contract"
 LEASE = timedelta(seconds=30)
@@ -39,16 +47,23 @@ class Backend:
     environment: str
     visibility_timeout: float
     real_time_transport: bool
+    world: World | None = None
+    """The simulated world whose time the simulated SQS keeps, if any."""
 
     def wait(self, seconds: float) -> None:
-        """Let ``seconds`` pass for the transport: the SQS server's clock is real."""
+        """Let ``seconds`` pass for the transport: the SQS server's clock is real, the
+        simulated one's virtual."""
         if self.real_time_transport:
             time.sleep(seconds)
-        else:
-            self.clock.advance(seconds)
+            return
+        self.clock.advance(seconds)
+        if self.world is not None:
+            self.world.run_until(self.world.now_us + int(seconds * 1_000_000))
 
 
-@pytest.fixture(params=["memory", pytest.param("dynamodb", marks=pytest.mark.integration)])
+@pytest.fixture(
+    params=["memory", "simulated", pytest.param("dynamodb", marks=pytest.mark.integration)]
+)
 def store_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -67,6 +82,8 @@ def backend(store_kind: str, request: pytest.FixtureRequest) -> Backend:
             MEMORY_VISIBILITY_SECONDS,
             real_time_transport=False,
         )
+    if store_kind == "simulated":
+        return simulated(clock)
     make_app = request.getfixturevalue("make_app")
     app = make_app(clock=clock)
     app.provision()
@@ -83,4 +100,27 @@ def backend(store_kind: str, request: pytest.FixtureRequest) -> Backend:
         app.config.environment,
         SQS_VISIBILITY_SECONDS,
         real_time_transport=True,
+    )
+
+
+def simulated(clock: ManualClock) -> Backend:
+    """The real adapters over the simulation's DynamoDB and SQS, faults off; virtual time
+    kept in step with ``clock``."""
+    world = World(0)
+    world.now_us = (clock.now() - EPOCH) // timedelta(microseconds=1)
+    dynamodb = SimDynamoDB(world, Faults.none())
+    dynamodb.inner.create_table(**table_definition(RunlaneConfig.table))
+    sqs = SimSqs(world, Faults.none())
+    prefix = "runlane-contract-"
+    sqs.create(f"{prefix}{QUEUE}")
+    sqs.visibility_us = int(MEMORY_VISIBILITY_SECONDS * 1_000_000)
+    return Backend(
+        "simulated",
+        DynamoRunStore(dynamodb, RunlaneConfig.table, "test"),
+        SqsTransport(sqs, queue_prefix=prefix),
+        clock,
+        "test",
+        MEMORY_VISIBILITY_SECONDS,
+        real_time_transport=False,
+        world=world,
     )

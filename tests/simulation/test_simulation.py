@@ -168,6 +168,9 @@ FREEZING = Scenario(runs=60, spread_seconds=30, freezes_per_minute=12, long_free
     [
         ("lease-fence", FREEZING, range(1, 6)),
         ("rate-reservation", Scenario(runs=100, spread_seconds=30), range(1, 3)),
+        ("join-once", Scenario(runs=200), range(1, 4)),
+        ("publish-first", Scenario(runs=100), range(1, 3)),
+        ("object-removal", Scenario(runs=200), range(1, 5)),
     ],
 )
 def test_a_broken_guard_is_caught_within_its_seeds(

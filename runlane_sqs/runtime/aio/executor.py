@@ -27,7 +27,7 @@ from runlane_sqs.ports.transport import ReceivedWakeup
 from runlane_sqs.runtime.aio.leases import AsyncLeaseKeeper
 from runlane_sqs.runtime.aio.threads import DaemonThreads
 from runlane_sqs.runtime.budget import call_again_async, default_budget, write_budget
-from runlane_sqs.runtime.executor import begin_attempt
+from runlane_sqs.runtime.executor import begin_attempt, retried
 
 A = TypeVar("A")
 R = TypeVar("R")
@@ -140,10 +140,10 @@ class AsyncExecutor:
                 place = ValuePlace(Holder.RUN, ctx.run_id, ValueField.RESULT)
                 if values.codecs:
                     sealing = functools.partial(values.seal, what="handler result", place=place)
-                    return (await asyncio.to_thread(sealing, result)).value
+                    return (await asyncio.to_thread(retried, sealing, result)).value
                 prepared = values.prepare(result, what="handler result", place=place)
-                if prepared.offloaded:
-                    return (await asyncio.to_thread(values.keep, prepared)).value
+                if prepared.offloaded:  # kept again if the bucket's write failed
+                    return (await asyncio.to_thread(retried, values.keep, prepared)).value
                 return values.keep(prepared).value
         except asyncio.CancelledError:
             if _cancelled_by_worker():
