@@ -36,11 +36,14 @@ def _run_all(
     app: Runlane, runs: Sequence[Run], start_worker: Callable[..., WorkerProcess]
 ) -> tuple[list[datetime], list[int], int]:
     """Start three workers of four threads, wait for every run, and return each run's
-    start, how often its claim was refused for the limits, and the claims given back."""
+    start, how often it was refused for the limits before a claim (a claim given back
+    also sleeps: not counted) and the claims given back."""
     histories = _succeed(app, runs, start_worker)
     starts = [[e.at for e in h if e.type is EventType.STARTED][-1] for h in histories]
-    refusals = [sum(e.type is EventType.WAITING_FOR_RATE for e in h) for h in histories]
-    return starts, refusals, sum(len(_given_back(h)) for h in histories)
+    given_back = [len(_given_back(h)) for h in histories]
+    waits = [sum(e.type is EventType.WAITING_FOR_RATE for e in h) for h in histories]
+    refusals = [w - g for w, g in zip(waits, given_back, strict=True)]
+    return starts, refusals, sum(given_back)
 
 
 def _succeed(
@@ -111,12 +114,14 @@ def test_three_workers_start_no_more_than_the_rate_in_any_second(
     )
     assert most_in_a_second(starts) <= RATE
     # never faster than the limit; about 21 s here (the limit less its grace, and a start
-    # lost to each run that came late for its reservation: 24-25 s on the moto server of
-    # a free machine, 30 s on a loaded one). How close to its rate a limit runs is the
-    # bench's figure (bench/rates.py); this bound only catches runs left asleep.
+    # lost to each run that came late for its reservation or whose claim was given back:
+    # 25.5 s on DynamoDB Local + LocalStack, 30 to 32 s on the moto server of a loaded
+    # machine). How close to its rate a limit runs is the bench's figure
+    # (bench/rates.py); this bound only catches runs left asleep.
     assert 190 / RATE <= took <= len(runs) / RATE * 2
     # once for nearly every run (all but the first wait for a reserved start); more only for
-    # a run its worker handed a thread too late (measured 1.06 to 1.18 on the moto server)
+    # a run its worker handed a thread too late (measured 1.06 to 1.18 on the moto server;
+    # a claim given back, 20 to 25% of them there, is counted apart)
     assert sum(refusals) / len(runs) <= 2
 
 
