@@ -88,8 +88,12 @@ class Observed:
     committed: dict[str, str] = field(default_factory=dict)
     """Runs whose transaction committed, with its order."""
     unstored_publishes: list[str] = field(default_factory=list)
-    pruned: set[str] = field(default_factory=set)
-    """Finished runs an operator pruned at the end."""
+    pruned: dict[str, Stored] = field(default_factory=dict)
+    """Finished runs an operator pruned at the end, as they were before."""
+
+    def history(self, run_id: str) -> Stored | None:
+        """The run as storage holds it, or held it until it was pruned."""
+        return self.runs.get(run_id) or self.pruned.get(run_id)
 
 
 def opened(value: Any, objects: dict[str, bytes]) -> Any:
@@ -171,7 +175,7 @@ def idempotent_triggers(seen: Observed) -> list[str]:
         for (_, earlier), (asked_us, later) in itertools.pairwise(given):
             if earlier == later:
                 continue
-            stored = seen.runs.get(earlier)
+            stored = seen.history(earlier)
             failed = stored is not None and any(
                 e.type is EventType.FAILED and epoch_us(e.at) <= asked_us for e in stored.events
             )

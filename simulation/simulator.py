@@ -31,7 +31,7 @@ from runlane_sqs.core.model import Run
 from runlane_sqs.core.values import PIN_DURATION, RELEASE_GRACE
 from runlane_sqs.core.wakeup import MalformedWakeup, parse_wakeup
 from simulation.determinism import governed_by
-from simulation.invariants import TERMINAL, Observed, stored_runs, violations
+from simulation.invariants import TERMINAL, Observed, Stored, stored_runs, violations
 from simulation.processes import (
     ENVIRONMENT,
     LEASE_SECONDS,
@@ -57,7 +57,8 @@ TRIGGER_TRIES = 3
 class Scenario:
     """The shape of one history: how many runs, processes and faults."""
 
-    runs: int = 60
+    runs: int = 200
+    """Triggers by the producer (a fan-out's children and a repeated key come on top)."""
     workers: int = 3
     concurrency: int = 4
     maintenance: int = 2
@@ -134,8 +135,8 @@ class Simulation:
         self.unstored_publishes: list[str] = []
         self.rolled_back: dict[str, str] = {}
         """Runs of transactions refused (their order was written before), by run id."""
-        self.pruned: set[str] = set()
-        """Runs an operator pruned once everything finished."""
+        self.pruned: dict[str, Stored] = {}
+        """Runs an operator pruned once everything finished, as they were before."""
         self.committed: dict[str, str] = {}
         """Runs of transactions that committed, with their order."""
         self.dynamodb.before_write = self._fenced
@@ -330,10 +331,11 @@ class Simulation:
             worker.crash()
         for job in self.maintenance:
             self.world.crash(job.process)
-        finished = set(stored_runs(self.dynamodb.inner.items(TABLE)))
+        finished = stored_runs(self.dynamodb.inner.items(TABLE))
         self.operator.at(self.world.now_us, self._prune)
         self.world.run_until(self.world.now_us + 60 * SECOND)
-        self.pruned = finished - set(stored_runs(self.dynamodb.inner.items(TABLE)))
+        kept = stored_runs(self.dynamodb.inner.items(TABLE))
+        self.pruned = {run_id: run for run_id, run in finished.items() if run_id not in kept}
         self.world.run_until(self.world.now_us + int(SETTLE.total_seconds()) * SECOND)
         last = Maintenance(self, Process("maint-last"))
         last.start(passes=1)

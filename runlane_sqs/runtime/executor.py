@@ -262,7 +262,7 @@ class AttemptRuntime:
         start its first children. The group an earlier attempt opened is taken as it is:
         ``children`` is not read again (a generator paging an API is read once)."""
         group_id = group_id_for(group_root(self._run), wait_name)
-        stored = self._store.groups.get_group(group_id)
+        stored = self.get_group(group_id)
         if stored is not None:
             return self._groups.opened(stored)
         items = self._groups.items(children, group_id)
@@ -284,13 +284,15 @@ class AttemptRuntime:
         read once per attempt, not once per page."""
         group = self._joined.get(group_id)
         if group is None:
-            group = self._store.groups.get_group(group_id)
+            group = self.get_group(group_id)
             if group is None:
                 return []
             self._joined[group_id] = group
+        joined = group
+        children = retried(lambda _: self._store.groups.children(joined, start, limit), None)
         return [
             self.values.open_run(child, payload=False) if child is not None else None
-            for child in self._store.groups.children(group, start, limit)
+            for child in children
         ]
 
 
@@ -359,7 +361,10 @@ class Executor:
         values = self.engine.values
         with call.span.active():
             run_id = call.ctx.run_id
-            payload = values.open(call.payload, ValuePlace(Holder.RUN, run_id, ValueField.PAYLOAD))
+            payload = call.payload
+            if values.sealed(payload):  # kept in the bucket, or encoded: read again if need be
+                place = ValuePlace(Holder.RUN, run_id, ValueField.PAYLOAD)
+                payload = retried(partial(values.open, place=place), payload)
             if call.task.is_async:
                 import asyncio  # noqa: PLC0415 (only for async handlers: a sync app never loads it)
 

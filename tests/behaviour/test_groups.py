@@ -243,27 +243,33 @@ def test_a_finisher_that_read_the_group_before_its_last_position_started_counts_
     assert app.store.groups.get_group(group.id).joined_at is not None
 
 
-def test_a_map_whose_opening_meets_throttling_opens_on_the_next_try(
+def test_a_map_whose_requests_meet_throttling_sends_them_again(
     app: Runlane, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The group's opening (one transaction, fenced on the parent's lease) is sent again
-    within its budget, as a step's write is: a moment of throttling does not fail the
-    parent. Sending it again is safe: a second opening returns the first. Found by the
+    """The map's requests (the read of its group, the opening: one transaction fenced on
+    the parent's lease, the join's read of its children) are sent again within their
+    budget, as a step's write is: a moment of throttling does not fail the parent. Sending
+    the opening again is safe: a second opening returns the first. Found by the
     simulation (simulation/, docs/simulation.md)."""
     monkeypatch.setattr(budget, "BACKOFF", wait_none())
-    send = app.store.groups.open_group
     refused: list[str] = []
 
-    def throttled_once(*args: Any) -> Any:
-        if not refused:
-            refused.append("open")
-            raise StorageUnavailable("DynamoDB is unavailable: ThrottlingException")
-        return send(*args)
+    def throttled_once(name: str) -> None:
+        send = getattr(app.store.groups, name)
 
-    monkeypatch.setattr(app.store.groups, "open_group", throttled_once)
+        def once(*args: Any) -> Any:
+            if name not in refused:
+                refused.append(name)
+                raise StorageUnavailable("DynamoDB is unavailable: ThrottlingException")
+            return send(*args)
+
+        monkeypatch.setattr(app.store.groups, name, once)
+
+    for name in ("get_group", "open_group", "children"):  # its read, its opening, its join
+        throttled_once(name)
     run = app.trigger("month", {"count": 3})
     drain_all(app)
-    assert refused == ["open"]
+    assert refused == ["get_group", "open_group", "children"]
     done = app.runs.get(run.id)
     assert (done.status, done.failures) == (RunStatus.SUCCEEDED, 0)
     assert done.result["sum"] == 0 + 1 + 4

@@ -505,6 +505,39 @@ def test_a_large_result_whose_write_fails_once_is_kept_on_the_next_try(
     assert done.result["got"] == 100 * KIB
 
 
+class FailsTheFirstRead(InMemoryObjects):
+    """The first read of an object fails as unavailable (S3's ``SlowDown``)."""
+
+    def __init__(self, bucket: str) -> None:
+        super().__init__(bucket)
+        self.reads = 0
+
+    def get(self, key: str, size: int) -> bytes | None:
+        self.reads += 1
+        if self.reads == 1:
+            raise StorageUnavailable("S3 GetObject failed: SlowDown")
+        return super().get(key, size)
+
+
+@ONLY_MEMORY
+def test_a_large_payload_whose_read_fails_once_is_read_on_the_next_try(
+    backend: Backend, tasks: Tasks, worker_kind: WorkerKind, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading the payload before the handler is entered is sent again within the budget
+    of any request: a moment of S3 being unavailable is no failed attempt. Found by the
+    simulation (simulation/, docs/simulation.md)."""
+    monkeypatch.setattr(budget, "BACKOFF", wait_none())
+    objects = FailsTheFirstRead(BUCKET)
+    app = in_memory_app(payload_bucket=BUCKET, clock=backend.clock)
+    app.rewire(store=app.store, transport=app.transport, clock=app.clock, objects=objects)
+    tasks.register(app)
+    run = app.trigger("large.echo", blob(100 * KIB, "read"))
+    worker_kind.drain_all(app)
+    assert objects.reads >= 2, "the payload's read never failed: the test proves nothing"
+    done = app.runs.get(run.id)
+    assert (done.status, done.failures, tasks.calls) == (RunStatus.SUCCEEDED, 0, ["echo"])
+
+
 def test_a_trigger_that_finds_its_key_held_returns_the_run_with_its_values(
     app: Runlane, worker_kind: WorkerKind
 ) -> None:

@@ -78,7 +78,7 @@ def test_a_simulated_history_gets_the_same_answers_from_the_emulator(dynamodb: A
     recorded: list[tuple[str, dict[str, Any], Any]] = []
     simulation.dynamodb.recorded = recorded
     outcome = simulation.run()
-    assert outcome.passed or all(name == "rate_held_at_entry" for name, _ in outcome.violations)
+    assert outcome.passed, outcome.violations[:3]
     assert len(recorded) > 500, "too short a history to prove anything"
 
     names = {TABLE: f"sim-{uuid.uuid4().hex[:8]}", ORDERS: f"orders-{uuid.uuid4().hex[:8]}"}

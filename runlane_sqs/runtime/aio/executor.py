@@ -132,7 +132,8 @@ class AsyncExecutor:
                 payload = call.payload
                 if values.sealed(payload):
                     place = ValuePlace(Holder.RUN, ctx.run_id, ValueField.PAYLOAD)
-                    payload = await asyncio.to_thread(values.open, payload, place)
+                    opening = functools.partial(values.open, place=place)
+                    payload = await asyncio.to_thread(retried, opening, payload)
                 if task.is_async:
                     result = await task.fn(ctx, payload)
                 else:
