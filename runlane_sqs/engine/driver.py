@@ -137,9 +137,8 @@ class Publish:
 
 @dataclass(frozen=True, slots=True)
 class Pause:
-    """Wait ``delay``, a moment (a run woken just before it is due, SQS's delays being
-    whole seconds; a claimed run before its reserved start under its rate limits, when
-    its handler is entered). Result: ``None``."""
+    """Wait ``delay``, a moment (a run woken just before its reserved start under its
+    rate limits, SQS's delays being whole seconds). Result: ``None``."""
 
     delay: timedelta
 

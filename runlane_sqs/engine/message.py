@@ -15,10 +15,6 @@ and of a wakeup without a hint, or whose hint no longer holds::
 
     ReadRun | ClaimHinted (refused) -> Write(claim) -> Begin -> ...
 
-and of a rate-limited run, whose handler is entered at its reserved start::
-
-    ReadRun -> Reservation -> Write(claim) -> Pause (until the start) -> Begin -> ...
-
 The path performs no I/O itself: it yields the calls of
 :mod:`runlane_sqs.engine.driver`, whose drivers perform them. What it decides at each
 step (the claim, what a handler's result or exception means, the follow-up) is decided
@@ -35,7 +31,7 @@ import logging
 import threading
 import traceback
 from collections.abc import Callable, Generator
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -69,7 +65,6 @@ from runlane_sqs.core.model import (
     new_lease_token,
 )
 from runlane_sqs.core.parking import park_unknown_task
-from runlane_sqs.core.rates import far_ahead, from_epoch_us, past_grace, to_epoch_us
 from runlane_sqs.core.redaction import Redact, apply_redaction, shortened
 from runlane_sqs.core.replay import HistoryDiverged
 from runlane_sqs.core.retry import RetryDecision, qualified_name
@@ -97,10 +92,11 @@ from runlane_sqs.engine.observing import Observer
 from runlane_sqs.engine.pinning import leave_to_version
 from runlane_sqs.engine.rates import (
     MAX_RESERVES,
-    enter_at_start,
+    RESERVE_LEAD,
+    late_for,
     pause_until_due,
     reserved_start,
-    sleep_until_start,
+    wait_until_start,
 )
 from runlane_sqs.engine.resuming import Recheck
 from runlane_sqs.engine.slots import wait_for_free_slot, wake_waiters
@@ -263,29 +259,40 @@ class MessagePath:
         return (yield from self._claim(wakeup, run, task, message))
 
     def _claim(self, wakeup: Wakeup, run: Run, task: Task, message: ReceivedWakeup) -> Handling:
-        """Claim ``run`` (with its slots; a moment before its rate limits' reserved start)
-        and run its attempt (at that start)."""
+        """Claim ``run`` (on time for its rate limits, with its slots) and run its
+        attempt."""
         slots = self.tasks.slots_for(run)
         rates = self.tasks.rates_for(run)
+        lead = timedelta(0)
         for _ in range(MAX_RESERVES):
-            start_us = (yield from reserved_start(run, task, self)) if rates else None
+            start_us = (yield from reserved_start(run, task, lead, self)) if rates else None
+            if start_us is not None:
+                slept = yield from wait_until_start(run, start_us, message, self)
+                if slept is not None:
+                    return slept
             now = self.clock.now()
-            if start_us is not None and far_ahead(start_us, to_epoch_us(now)):
-                return (yield from sleep_until_start(run, start_us, message, self))
             decision = decide_claim(
                 run,
                 task,
                 self.worker_id,
-                now=now if start_us is None else from_epoch_us(start_us),  # it starts then
+                now=now,
                 config=self.config,
                 slots=slots,
                 app_version=self.app_version,
             )
             if isinstance(decision, Skip):
                 return (yield from self._unclaimed(wakeup, decision.reason, run, message))
-            if start_us is not None and past_grace(rates, start_us, to_epoch_us(now)):
-                continue  # its reservation took too long: reserve again, ahead
-            return (yield from self._write_claim(wakeup, decision, task, start_us, message))
+            if start_us is not None and late_for(rates, start_us, now):
+                lead = RESERVE_LEAD  # reserve a moment ahead: the claim then follows a wait
+                continue
+            try:
+                claimed: Run = yield Write(decision)
+            except ConflictError as lost:
+                return (yield from self._claim_lost(wakeup, run, lost.current, message))
+            except NoFreeSlot as full:
+                slot = next(s for s in slots if s.scope == full.scope)
+                return (yield from wait_for_free_slot(run, slot, full.holders, self))
+            return (yield from self._claimed(claimed, task, wakeup, message.message_id))
         log.warning(
             "run %s: its claims kept coming later than its reserved starts; its wakeup is "
             "left for redelivery",
@@ -293,30 +300,6 @@ class MessagePath:
             extra={"run_id": run.id, "task": run.task, "worker_id": self.worker_id},
         )
         return Disposition.DEFERRED
-
-    def _write_claim(
-        self,
-        wakeup: Wakeup,
-        decision: Transition,
-        task: Task,
-        start_us: int | None,
-        message: ReceivedWakeup,
-    ) -> Handling:
-        """Write the claim ``decision`` and run its attempt, entering the handler at the
-        run's reserved start ``start_us`` under its rate limits, if it has one."""
-        run = decision.before
-        try:
-            claimed: Run = yield Write(decision)
-        except ConflictError as lost:
-            return (yield from self._claim_lost(wakeup, run, lost.current, message))
-        except NoFreeSlot as full:
-            slot = next(s for s in decision.after.slots if s.scope == full.scope)
-            return (yield from wait_for_free_slot(run, slot, full.holders, self))
-        if start_us is not None:
-            given_back = yield from enter_at_start(claimed, task, start_us, message, self)
-            if given_back is not None:
-                return given_back
-        return (yield from self._claimed(claimed, task, wakeup, message.message_id))
 
     def _claim_lost(
         self, wakeup: Wakeup, run: Run, current: Run | None, message: ReceivedWakeup
