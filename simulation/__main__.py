@@ -1,7 +1,7 @@
 """``python -m simulation``: run seeds of the whole system's simulation and check every
 invariant (docs/reliability.md, "The simulation").
 
-    python -m simulation                  # CI's set: the fixed seeds, then fresh ones
+    python -m simulation                  # the standard set: fixed seeds, then fresh ones
     python -m simulation --seed 17        # replay one seed (same history, byte for byte)
     python -m simulation --seeds 10000    # seeds 1..10000
     python -m simulation --mutant lease-fence --seeds 20   # prove a broken guard is caught
@@ -37,13 +37,13 @@ from simulation.simulator import Outcome, Scenario, Simulation
 
 TRACE_SHOWN = 40
 FIXED_SEEDS = range(1, 45)
-"""The seeds every CI run replays (among them, every seed that once broke something:
+"""The seeds every standard run replays (among them, every seed that once broke something:
 docs/simulation.md, "Defects it found")."""
 FRESH_SEEDS = 44
-"""Fresh random seeds CI adds to the fixed ones, printed so a failure can be replayed."""
-CI_RUNS = 1000
-"""Runs each of CI's seeds triggers: with their children and duplicates, about 1,150, so
-CI's set simulates about 100,000 runs."""
+"""Fresh random seeds added to the fixed ones, printed so a failure can be replayed."""
+STANDARD_RUNS = 1000
+"""Runs each seed of the standard set triggers: with children and duplicates, about 1,150, so
+the set simulates about 100,000 runs."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -59,8 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.add_argument(f"--{spec.name.replace('_', '-')}", type=float, default=None)
     args = parser.parse_args(argv)
 
-    ci = not args.seed and not args.seeds
-    scenario = Scenario(runs=CI_RUNS) if ci else Scenario()
+    standard = not args.seed and not args.seeds
+    scenario = Scenario(runs=STANDARD_RUNS) if standard else Scenario()
     for spec in fields(Scenario):
         value = getattr(args, spec.name, None)
         if value is not None:

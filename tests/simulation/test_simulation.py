@@ -24,6 +24,7 @@ from simulation.invariants import (
     rate_held_at_entry,
 )
 from simulation.mutants import MUTANTS
+from simulation.services import Faults
 from simulation.simulator import Outcome, Scenario, Simulation
 from simulation.workload import EPOCH_US, PLAIN, RATE, RATED, Entry, Ledger
 from simulation.world import EPOCH, Process, World
@@ -161,6 +162,14 @@ def test_more_entries_in_a_window_than_a_rate_allows_break_the_rate() -> None:
 
 FREEZING = Scenario(runs=60, spread_seconds=30, freezes_per_minute=12, long_freezes=1.0)
 """Pauses past a lease, often: what a guard of the lease is for."""
+REPLAYING = Scenario(
+    runs=200,
+    faults=Faults(
+        throttle=0.01, lost_write=0.05, sqs_error=0.01, lost_send=0.01, duplicate=0.1, slow=0.02
+    ),
+)
+"""Lost responses and duplicate deliveries, often: finishes run again, what a once-check
+is for."""
 
 
 @pytest.mark.parametrize(
@@ -168,7 +177,7 @@ FREEZING = Scenario(runs=60, spread_seconds=30, freezes_per_minute=12, long_free
     [
         ("lease-fence", FREEZING, range(1, 6)),
         ("rate-reservation", Scenario(runs=100, spread_seconds=30), range(1, 3)),
-        ("join-once", Scenario(runs=200), range(1, 4)),
+        ("join-once", REPLAYING, range(1, 4)),
         ("publish-first", Scenario(runs=100), range(1, 3)),
         ("object-removal", Scenario(runs=200), range(1, 5)),
     ],
