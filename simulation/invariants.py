@@ -26,7 +26,6 @@ from simulation.workload import (
     FAILING,
     RATE,
     RATED,
-    Entry,
     Ledger,
     Planned,
     epoch_us,
@@ -297,7 +296,3 @@ CHECKS: tuple[Callable[[Observed], list[str]], ...] = (
 def violations(seen: Observed) -> list[tuple[str, str]]:
     """Every violation: (the invariant's name, what happened)."""
     return [(check.__name__, line) for check in CHECKS for line in check(seen)]
-
-
-def entries_of(ledger: Ledger, run_id: str) -> list[Entry]:
-    return [e for e in ledger.entries if e.run_id == run_id]

@@ -34,11 +34,6 @@ TRACE_KEPT = 400
 """Trace lines kept for a failure's report (all of them count toward the digest)."""
 
 
-class Crashed(BaseException):
-    """Never raised: a crashed process's greenlets are simply never resumed. Named so a
-    trace can say why a greenlet stopped."""
-
-
 @dataclass(eq=False)
 class Process:
     """One simulated process: its name, its clock's skew, whether it is alive, and until
