@@ -19,7 +19,7 @@ from typing import Any
 from runlane_sqs.adapters.dynamodb.keys import RUN_SK
 from runlane_sqs.adapters.dynamodb.runs import events_from_item, item_from_wire, run_from_wire
 from runlane_sqs.core.model import EventType, Run, RunEvent, RunStatus
-from runlane_sqs.core.rates import Rate
+from runlane_sqs.core.rates import Rate, to_epoch_us
 from runlane_sqs.core.values import Sealed, run_references
 from simulation.workload import (
     EPOCH_US,
@@ -28,7 +28,6 @@ from simulation.workload import (
     RATED,
     Ledger,
     Planned,
-    epoch_us,
     expected_result,
 )
 
@@ -176,7 +175,7 @@ def idempotent_triggers(seen: Observed) -> list[str]:
                 continue
             stored = seen.history(earlier)
             failed = stored is not None and any(
-                e.type is EventType.FAILED and epoch_us(e.at) <= asked_us for e in stored.events
+                e.type is EventType.FAILED and to_epoch_us(e.at) <= asked_us for e in stored.events
             )
             if not failed:
                 lines.append(

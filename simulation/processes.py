@@ -27,12 +27,13 @@ from runlane_sqs.adapters.sqs.transport import SqsTransport
 from runlane_sqs.api.telemetry import Telemetry
 from runlane_sqs.core.errors import MissingResourceError, RunlaneError
 from runlane_sqs.core.model import Lease, Run
+from runlane_sqs.core.rates import to_epoch_us
 from runlane_sqs.engine.driver import Disposition
 from runlane_sqs.engine.message import MessagePath
 from runlane_sqs.ports.transport import ReceivedWakeup
 from runlane_sqs.runtime.executor import Executor, LeaseBook, TrackedAttempt
 from runlane_sqs.runtime.worker import Intake, LoopAction, WorkerConfig
-from simulation.workload import BUCKET, INLINE_LIMIT, Handlers, epoch_us, register
+from simulation.workload import BUCKET, INLINE_LIMIT, Handlers, register
 from simulation.world import Process, Signal, SimClock
 
 if TYPE_CHECKING:
@@ -191,7 +192,9 @@ class Worker:
             renewal = exc
         state.leases.settle(attempt, renewal)
         if isinstance(renewal, Run) and renewal.lease is not None:
-            self.sim.ledger.renewed(renewal.id, renewal.attempt, epoch_us(renewal.lease.expires_at))
+            self.sim.ledger.renewed(
+                renewal.id, renewal.attempt, to_epoch_us(renewal.lease.expires_at)
+            )
 
     def crash(self) -> None:
         self.sim.world.crash(self.process)

@@ -28,6 +28,7 @@ from runlane_sqs.core.errors import (
     TransactionCancelled,
 )
 from runlane_sqs.core.model import Run
+from runlane_sqs.core.rates import to_epoch_us
 from runlane_sqs.core.values import PIN_DURATION, RELEASE_GRACE
 from runlane_sqs.core.wakeup import MalformedWakeup, parse_wakeup
 from simulation.determinism import governed_by
@@ -42,7 +43,7 @@ from simulation.processes import (
     queue_prefix,
 )
 from simulation.services import Faults, SimDynamoDB, SimS3, SimSqs
-from simulation.workload import ORDERS, QUEUES, Ledger, Planned, epoch_us, plan
+from simulation.workload import ORDERS, QUEUES, Ledger, Planned, plan
 from simulation.world import EPOCH, Process, World
 
 SECOND = 1_000_000
@@ -219,7 +220,7 @@ class Simulation:
         self._settle()
 
     def _trigger(self, app: Runlane, planned: Planned) -> None:
-        asked_us = epoch_us(app.clock.now())
+        asked_us = to_epoch_us(app.clock.now())
         for _ in range(TRIGGER_TRIES):
             try:
                 run = self._triggered(app, planned)

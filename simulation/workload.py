@@ -15,13 +15,13 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import greenlet
 
 from runlane_sqs import RateLimit, RetryPolicy, Runlane
 from runlane_sqs.core.groups import GroupFailed
+from runlane_sqs.core.rates import to_epoch_us
 from runlane_sqs.engine.context import TaskContext
 from simulation.world import EPOCH, World
 
@@ -50,13 +50,7 @@ TASKS = (PLAIN, FLAKY, FAILING, STEPS, LIMITED, RATED, RELEASED, FANOUT, CHILD, 
 QUEUES = ("default", LIMITED_QUEUE)
 
 
-def epoch_us(at: datetime) -> int:
-    """A timezone-aware datetime in µs since the Unix epoch."""
-    return (at - UNIX_EPOCH) // timedelta(microseconds=1)
-
-
-UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-EPOCH_US = epoch_us(EPOCH)
+EPOCH_US = to_epoch_us(EPOCH)
 
 
 @dataclass
@@ -141,7 +135,7 @@ class Handlers:
         """Note the handler's entry, with its attempt's lease as the claim left it, and
         its end, however it ends (a return, a failure, a wait)."""
         lease = ctx.services.run().lease if ctx.services is not None else None
-        expires = epoch_us(lease.expires_at) if lease is not None else 0
+        expires = to_epoch_us(lease.expires_at) if lease is not None else 0
         token = lease.token if lease is not None else ""
         entry = self.ledger.entered(self.world, ctx, task, expires, token)
         try:

@@ -469,19 +469,28 @@ def test_a_lost_s3_response_and_a_duplicate_wakeup_leave_one_object_and_one_exec
     assert app.runs.get(run.id).result["got"] == len(payload["blob"])
 
 
-class FailsTheResultsWrite(InMemoryObjects):
-    """Stores the payload; the first write of a result fails as unavailable (after the
-    SDK's own retries), as a throttled or unreachable S3 does."""
+class UnavailableOnce(InMemoryObjects):
+    """The ``nth`` request of one kind (``"put"`` or ``"get"``) fails as unavailable
+    (after the SDK's own retries), as a throttled or unreachable S3 does; the rest work."""
 
-    def __init__(self, bucket: str) -> None:
+    def __init__(self, bucket: str, kind: str, nth: int) -> None:
         super().__init__(bucket)
-        self.puts = 0
+        self.kind, self.nth = kind, nth
+        self.sent = 0
+
+    def _count(self, kind: str) -> None:
+        if kind == self.kind:
+            self.sent += 1
+            if self.sent == self.nth:
+                raise StorageUnavailable(f"S3 {kind} failed: SlowDown")
 
     def put(self, key: str, data: bytes) -> None:
-        self.puts += 1
-        if self.puts == 2:
-            raise StorageUnavailable("S3 PutObject failed: SlowDown")
+        self._count("put")
         super().put(key, data)
+
+    def get(self, key: str, size: int) -> bytes | None:
+        self._count("get")
+        return super().get(key, size)
 
 
 @ONLY_MEMORY
@@ -493,30 +502,16 @@ def test_a_large_result_whose_write_fails_once_is_kept_on_the_next_try(
     is sent again within the budget of any request (runtime/budget.py). Found by the
     simulation (simulation/, docs/simulation.md)."""
     monkeypatch.setattr(budget, "BACKOFF", wait_none())
-    objects = FailsTheResultsWrite(BUCKET)
+    objects = UnavailableOnce(BUCKET, "put", 2)  # the payload's write, then the result's
     app = in_memory_app(payload_bucket=BUCKET, clock=backend.clock)
     app.rewire(store=app.store, transport=app.transport, clock=app.clock, objects=objects)
     tasks.register(app)
     run = app.trigger("large.echo", blob(100 * KIB, "kept"))
     worker_kind.drain_all(app)
-    assert objects.puts == 3, "the result's write never failed: the test proves nothing"
+    assert objects.sent == 3, "the result's write never failed: the test proves nothing"
     done = app.runs.get(run.id)
     assert (done.status, done.failures, tasks.calls) == (RunStatus.SUCCEEDED, 0, ["echo"])
     assert done.result["got"] == 100 * KIB
-
-
-class FailsTheFirstRead(InMemoryObjects):
-    """The first read of an object fails as unavailable (S3's ``SlowDown``)."""
-
-    def __init__(self, bucket: str) -> None:
-        super().__init__(bucket)
-        self.reads = 0
-
-    def get(self, key: str, size: int) -> bytes | None:
-        self.reads += 1
-        if self.reads == 1:
-            raise StorageUnavailable("S3 GetObject failed: SlowDown")
-        return super().get(key, size)
 
 
 @ONLY_MEMORY
@@ -527,13 +522,13 @@ def test_a_large_payload_whose_read_fails_once_is_read_on_the_next_try(
     of any request: a moment of S3 being unavailable is no failed attempt. Found by the
     simulation (simulation/, docs/simulation.md)."""
     monkeypatch.setattr(budget, "BACKOFF", wait_none())
-    objects = FailsTheFirstRead(BUCKET)
+    objects = UnavailableOnce(BUCKET, "get", 1)
     app = in_memory_app(payload_bucket=BUCKET, clock=backend.clock)
     app.rewire(store=app.store, transport=app.transport, clock=app.clock, objects=objects)
     tasks.register(app)
     run = app.trigger("large.echo", blob(100 * KIB, "read"))
     worker_kind.drain_all(app)
-    assert objects.reads >= 2, "the payload's read never failed: the test proves nothing"
+    assert objects.sent >= 2, "the payload's read never failed: the test proves nothing"
     done = app.runs.get(run.id)
     assert (done.status, done.failures, tasks.calls) == (RunStatus.SUCCEEDED, 0, ["echo"])
 
