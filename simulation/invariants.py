@@ -130,7 +130,7 @@ def exactly_one_success(seen: Observed) -> list[str]:
             continue
         run = found.run
         if run.status is RunStatus.SUCCEEDED:
-            want = expected_result(planned.task, planned.payload)
+            want = expected_result(planned.task, planned.payload, run.attempt)
             got = opened(run.result, seen.object_data)
             if got != want:
                 lines.append(f"run {run_id} succeeded with {str(got)[:200]}, not {want!r}")

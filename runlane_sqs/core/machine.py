@@ -145,6 +145,13 @@ def transition(
     return Transition(before=before, after=after, events=events, fence=fence)
 
 
+def followed_by(first: Transition, then: Transition) -> Transition:
+    """``first`` and then ``then`` (decided on ``first.after``) as one write, fenced as
+    ``first`` is."""
+    assert then.before == first.after and then.fence is None, "not a transition that follows"
+    return replace(first, after=then.after, events=first.events + then.events)
+
+
 @dataclass(frozen=True, slots=True)
 class RepublishPolicy:
     """How long a published wakeup is trusted before maintenance publishes another.

@@ -8,21 +8,27 @@ its *theoretical arrival time* (TAT) as the generic cell rate algorithm (GCRA) k
 runs are spaced ``interval = (per + grace) / rate`` apart, and a run may start up to
 ``tolerance = burst * interval`` ahead of that spacing.
 
-A run starts at its reserved start or up to ``grace`` after it (its worker's own delay:
-a write, a busy thread), never before; one that comes later reserves again. The ``grace`` in
-the spacing is what keeps every window of ``per`` within ``rate + burst`` starts even
-then: ``grace`` is ``per / 20``, at most 50 ms, so a saturated scope runs at about 95%
-of its limit for ``per`` of a second and at its limit for a minute
-(docs/rate-limits.md, "How exact").
+A run *starts* when its handler is entered: at its reserved start or up to ``grace``
+after it (its worker's own delay: a busy thread), never before; one that comes later
+reserves again. The ``grace`` in the spacing is what keeps every window of ``per`` within
+``rate + burst`` starts even then: ``grace`` is ``per / 20``, at most 50 ms, so a
+saturated scope runs at about 95% of its limit for ``per`` of a second and at its limit
+for a minute (docs/rate-limits.md, "How exact").
 
 A claim *reserves a start* in each scope of its run (:func:`next_start`): one atomic
-update that never conflicts with another claim. A run whose start is later sleeps until
-then, released without a lease, no attempt or retry counted, and claims again at that
-time without reserving again. So a run is refused once at most while its worker keeps
-up, and runs start in the order they reserved (first come, first served). A run under
-several limits reserves in the narrowest one, then in each other one at that very start
-(:func:`start_at`); a limit that cannot start it then says when it could, and the first
-reservation is made again from that time (:func:`reserve_starts`).
+update that never conflicts with another claim, its worker's *claim lead* ahead of now at
+the earliest (:class:`ClaimLead`: learnt from how long that worker's recent claims took,
+from :data:`CLAIM_LEAD` up to :data:`MAX_CLAIM_LEAD`). A run whose start is at most the
+lead and :data:`SHORT_WAIT` ahead is claimed at once and its handler waits for the start,
+so the claim's write is over when the handler enters; a claim that came back later than
+the grace after its start is given back, to sleep until a start reserved again. A run
+whose start is later sleeps until then, released without a lease, no attempt or retry
+counted, and is claimed again the lead before its start without reserving again. So a run
+is refused once at most while its worker keeps up, and runs start in the order they
+reserved (first come, first served). A run under several limits reserves in the narrowest
+one, then in each other one at that very start (:func:`start_at`); a limit that cannot
+start it then says when it could, and the first reservation is made again from that time
+(:func:`reserve_starts`).
 
 Times are whole microseconds since the Unix epoch. Nothing here performs I/O or reads
 a clock.
@@ -36,7 +42,14 @@ from datetime import datetime, timedelta
 
 from runlane_sqs.core.clock import EPOCH, ONE_MS, Duration, to_timedelta, truncate_ms
 from runlane_sqs.core.errors import ConfigurationError, StorageUnavailable
-from runlane_sqs.core.machine import RepublishPolicy, Transition, eager_wake_at, transition
+from runlane_sqs.core.machine import (
+    RepublishPolicy,
+    Transition,
+    eager_wake_at,
+    followed_by,
+    transition,
+    withdraw_claim,
+)
 from runlane_sqs.core.model import EventType, Run
 
 RATE_SCOPE = "rate"
@@ -52,6 +65,45 @@ MAX_GRACE = timedelta(milliseconds=50)
 """The longest a run may start after its place (see the module's docs)."""
 GRACE_SHARE = 20
 """A limit's grace is at most ``per / GRACE_SHARE``."""
+CLAIM_LEAD = timedelta(milliseconds=100)
+"""The least a claim reserves its run's start ahead of now, and a worker's lead before it
+has seen a claim: room for the reservation to return and the claim's write, before the
+handler is entered at that start. The price is the lead in latency for a limited run whose
+limits are idle (docs/rate-limits.md, "How exact")."""
+MAX_CLAIM_LEAD = timedelta(seconds=2)
+"""The most a claim reserves ahead, however slow its store has been."""
+LEAD_MARGIN = 2.0
+"""A worker's lead is this many times its slowest recent claim..."""
+LEAD_DECAY = 0.97
+"""...and shrinks by this factor with each faster one."""
+SHORT_WAIT = timedelta(milliseconds=200)
+"""How much earlier than its lead a claim may be made before its run's reserved start:
+the attempt's thread waits the rest after the claim's write, then enters the handler. A
+run whose start is further ahead sleeps until the lead before it (no thread tied up), then
+is claimed."""
+GIVEN_BACK_FOR_RATE = "rate"
+"""The ``reason`` of the ``lease_expired`` event of a claim given back because its write
+came back later than the grace after its reserved start (:func:`wait_for_rate`)."""
+
+
+@dataclass(slots=True)
+class ClaimLead:
+    """How far ahead of now one worker's claims reserve their runs' starts: :data:`LEAD_MARGIN`
+    times the longest a recent claim took from its first reservation to its write's answer,
+    shrinking by :data:`LEAD_DECAY` with each faster claim, from :data:`CLAIM_LEAD` to
+    :data:`MAX_CLAIM_LEAD`. So a worker on a slow store claims earlier instead of coming
+    back after its runs' starts (docs/rate-limits.md, "How exact")."""
+
+    lead_us: int = CLAIM_LEAD // ONE_US
+
+    @property
+    def lead(self) -> timedelta:
+        return timedelta(microseconds=self.lead_us)
+
+    def took(self, claim: timedelta) -> None:
+        """A claim took ``claim`` from its first reservation to its write's answer."""
+        wanted = max(int(claim / ONE_US * LEAD_MARGIN), int(self.lead_us * LEAD_DECAY))
+        self.lead_us = min(MAX_CLAIM_LEAD // ONE_US, max(CLAIM_LEAD // ONE_US, wanted))
 
 
 def queue_rate_scope(queue: str) -> str:
@@ -232,10 +284,17 @@ def reserve_starts(
     )
 
 
-def on_time(rates: Sequence[Rate], start_us: int, now_us: int) -> bool:
-    """Whether a run that reserved ``start_us`` may start at ``now_us``: not before
-    it, and not later than its limits' shortest grace after it."""
-    return start_us <= now_us <= start_us + min(r.grace_us for r in rates)
+def far_ahead(start_us: int, now_us: int, lead: timedelta) -> bool:
+    """Whether a run's reserved start ``start_us`` is too far after ``now_us`` to claim
+    the run now (more than ``lead`` and :data:`SHORT_WAIT`): it sleeps until then."""
+    return start_us - now_us > (lead + SHORT_WAIT) // ONE_US
+
+
+def past_grace(rates: Sequence[Rate], start_us: int, now_us: int) -> bool:
+    """Whether ``now_us`` is later than ``rates``' shortest grace after the reserved start
+    ``start_us``: a handler may not be entered then (a run is entered from its start to
+    that grace after it, never before)."""
+    return now_us > start_us + min(r.grace_us for r in rates)
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,9 +336,13 @@ def to_epoch_us(at: datetime) -> int:
     return (at - EPOCH) // ONE_US
 
 
+def from_epoch_us(us: int) -> datetime:
+    return EPOCH + timedelta(microseconds=us)
+
+
 def start_time(start_us: int) -> datetime:
     """A reserved start as a run keeps it: whole milliseconds, rounded up (never early)."""
-    at = EPOCH + timedelta(microseconds=start_us)
+    at = from_epoch_us(start_us)
     floor = truncate_ms(at)
     return floor if floor == at else floor + ONE_MS
 
@@ -290,21 +353,35 @@ def wait_for_rate(
     scopes: Sequence[str],
     *,
     now: datetime,
+    lead: timedelta,
     republish: RepublishPolicy,
 ) -> Transition:
-    """A claim found ``run`` early for its rate limits' reservations (in ``scopes``): it sleeps
-    until ``start_us``, without a lease or an attempt counted, and then claims without
-    reserving again. The caller publishes its wakeup (``wake_at`` covers a lost
-    publish; a start more than 15 minutes ahead is published by maintenance when due)."""
+    """``run`` sleeps until ``start_us``, reserved under its rate limits (in ``scopes``),
+    without a lease, an attempt or a retry counted: a claim found it early for its start.
+    It is due ``lead`` (its worker's claim lead) before that start, when its claim is made
+    again without reserving again. The caller publishes its wakeup (``wake_at`` covers a
+    lost publish; a start more than 15 minutes ahead is published by maintenance when due).
+
+    A claimed ``run`` (leased) is one whose claim's write came back later than the grace
+    after its start, so its handler was not entered: the claim is given back unrun in
+    the same write (:func:`~runlane_sqs.core.machine.withdraw_claim`, reason
+    :data:`GIVEN_BACK_FOR_RATE`; its attempt is counted, as for every claim given back)."""
+    if run.lease is not None:
+        given_back = withdraw_claim(run, token=run.lease.token, now=now, reason=GIVEN_BACK_FOR_RATE)
+        waiting = wait_for_rate(
+            given_back.after, start_us, scopes, now=now, lead=lead, republish=republish
+        )
+        return followed_by(given_back, waiting)
     start, now = start_time(start_us), truncate_ms(now)
     data = {"start": start.isoformat(), "scopes": list(scopes)}
+    due = truncate_ms(start - lead)
     return transition(
         run,
         now,
         [(EventType.WAITING_FOR_RATE, data)],
         None,
-        due_at=start,
-        wake_at=eager_wake_at(start, now, republish),
+        due_at=due,
+        wake_at=eager_wake_at(due, now, republish),
         publishes=0,
         rate_start=start,
     )

@@ -29,6 +29,7 @@ from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.machine import HintedClaim, SkipReason, Transition
 from runlane_sqs.core.model import JSON, Run
+from runlane_sqs.core.rates import ClaimLead
 from runlane_sqs.engine.context import TaskContext
 from runlane_sqs.engine.observing import NO_SPAN, Observer
 from runlane_sqs.engine.tasks import Task, TaskRegistry
@@ -137,8 +138,9 @@ class Publish:
 
 @dataclass(frozen=True, slots=True)
 class Pause:
-    """Wait ``delay``, a moment (a run woken just before its reserved start under its
-    rate limits, SQS's delays being whole seconds). Result: ``None``."""
+    """Wait ``delay``, a moment (a run woken just before it is due, SQS's delays being
+    whole seconds; a claimed run before its reserved start under its rate limits, when
+    its handler is entered). Result: ``None``."""
 
     delay: timedelta
 
@@ -210,6 +212,7 @@ class WorkerIdentity(Protocol):
     worker_id: str
     observer: Observer
     app_version: str | None
+    claim_lead: ClaimLead
 
 
 def next_call(

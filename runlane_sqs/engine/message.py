@@ -15,6 +15,10 @@ and of a wakeup without a hint, or whose hint no longer holds::
 
     ReadRun | ClaimHinted (refused) -> Write(claim) -> Begin -> ...
 
+and of a rate-limited run, whose handler is entered at its reserved start::
+
+    ReadRun -> Reservation -> Write(claim) -> Pause (until the start) -> Begin -> ...
+
 The path performs no I/O itself: it yields the calls of
 :mod:`runlane_sqs.engine.driver`, whose drivers perform them. What it decides at each
 step (the claim, what a handler's result or exception means, the follow-up) is decided
@@ -31,7 +35,7 @@ import logging
 import threading
 import traceback
 from collections.abc import Callable, Generator
-from datetime import datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -65,6 +69,7 @@ from runlane_sqs.core.model import (
     new_lease_token,
 )
 from runlane_sqs.core.parking import park_unknown_task
+from runlane_sqs.core.rates import ClaimLead, from_epoch_us, past_grace, to_epoch_us
 from runlane_sqs.core.redaction import Redact, apply_redaction, shortened
 from runlane_sqs.core.replay import HistoryDiverged
 from runlane_sqs.core.retry import RetryDecision, qualified_name
@@ -92,11 +97,11 @@ from runlane_sqs.engine.observing import Observer
 from runlane_sqs.engine.pinning import leave_to_version
 from runlane_sqs.engine.rates import (
     MAX_RESERVES,
-    RESERVE_LEAD,
-    late_for,
+    enter_at_start,
     pause_until_due,
     reserved_start,
-    wait_until_start,
+    sleep_until_start,
+    sleeps_first,
 )
 from runlane_sqs.engine.resuming import Recheck
 from runlane_sqs.engine.slots import wait_for_free_slot, wake_waiters
@@ -133,6 +138,7 @@ class MessagePath:
         may_start: Callable[[], bool] = always,
         foreign: ForeignEnvironments | None = None,
         app_version: str | None = None,
+        claim_lead: ClaimLead | None = None,
     ) -> None:
         self.tasks = tasks
         self.clock = clock
@@ -145,6 +151,9 @@ class MessagePath:
         self.foreign = foreign or ForeignEnvironments()
         """The other environments this path has warned about (an async worker keeps one
         across its sessions, a Lambda function between its invocations)."""
+        self.claim_lead = claim_lead or ClaimLead()
+        """How far ahead this path's claims reserve their runs' starts under rate limits,
+        kept as ``foreign`` is."""
 
     @classmethod
     def of(
@@ -154,6 +163,7 @@ class MessagePath:
         *,
         may_start: Callable[[], bool] = always,
         foreign: ForeignEnvironments | None = None,
+        claim_lead: ClaimLead | None = None,
     ) -> MessagePath:
         """The path of ``worker_id`` over ``engine``'s tasks, clock and configuration."""
         return cls(
@@ -165,6 +175,7 @@ class MessagePath:
             may_start=may_start,
             foreign=foreign,
             app_version=engine.app_version,
+            claim_lead=claim_lead,
         )
 
     def handle(self, message: ReceivedWakeup) -> Handling:
@@ -259,40 +270,35 @@ class MessagePath:
         return (yield from self._claim(wakeup, run, task, message))
 
     def _claim(self, wakeup: Wakeup, run: Run, task: Task, message: ReceivedWakeup) -> Handling:
-        """Claim ``run`` (on time for its rate limits, with its slots) and run its
-        attempt."""
+        """Claim ``run`` (with its slots; a moment before its rate limits' reserved start)
+        and run its attempt (at that start)."""
         slots = self.tasks.slots_for(run)
         rates = self.tasks.rates_for(run)
-        lead = timedelta(0)
         for _ in range(MAX_RESERVES):
-            start_us = (yield from reserved_start(run, task, lead, self)) if rates else None
+            asked_at = now = self.clock.now()
+            start_us = (yield from reserved_start(run, task, self)) if rates else None
             if start_us is not None:
-                slept = yield from wait_until_start(run, start_us, message, self)
-                if slept is not None:
-                    return slept
-            now = self.clock.now()
+                if sleeps_first(run, start_us, self):
+                    return (yield from sleep_until_start(run, start_us, message, self))
+                now = self.clock.now()
             decision = decide_claim(
                 run,
                 task,
                 self.worker_id,
-                now=now,
+                now=now if start_us is None else from_epoch_us(start_us),  # it starts then
                 config=self.config,
                 slots=slots,
                 app_version=self.app_version,
             )
             if isinstance(decision, Skip):
                 return (yield from self._unclaimed(wakeup, decision.reason, run, message))
-            if start_us is not None and late_for(rates, start_us, now):
-                lead = RESERVE_LEAD  # reserve a moment ahead: the claim then follows a wait
-                continue
-            try:
-                claimed: Run = yield Write(decision)
-            except ConflictError as lost:
-                return (yield from self._claim_lost(wakeup, run, lost.current, message))
-            except NoFreeSlot as full:
-                slot = next(s for s in slots if s.scope == full.scope)
-                return (yield from wait_for_free_slot(run, slot, full.holders, self))
-            return (yield from self._claimed(claimed, task, wakeup, message.message_id))
+            if start_us is None:
+                return (yield from self._write_claim(wakeup, decision, task, None, message))
+            if past_grace(rates, start_us, to_epoch_us(now)):
+                self.claim_lead.took(now - asked_at)
+                continue  # its reservation took too long: reserve again, further ahead
+            reserved = (start_us, asked_at)
+            return (yield from self._write_claim(wakeup, decision, task, reserved, message))
         log.warning(
             "run %s: its claims kept coming later than its reserved starts; its wakeup is "
             "left for redelivery",
@@ -300,6 +306,32 @@ class MessagePath:
             extra={"run_id": run.id, "task": run.task, "worker_id": self.worker_id},
         )
         return Disposition.DEFERRED
+
+    def _write_claim(
+        self,
+        wakeup: Wakeup,
+        decision: Transition,
+        task: Task,
+        reserved: tuple[int, datetime] | None,
+        message: ReceivedWakeup,
+    ) -> Handling:
+        """Write the claim ``decision`` and run its attempt, entering the handler at the
+        run's start under its rate limits, if ``reserved`` (the start, and when its first
+        reservation was asked)."""
+        run = decision.before
+        try:
+            claimed: Run = yield Write(decision)
+        except ConflictError as lost:
+            return (yield from self._claim_lost(wakeup, run, lost.current, message))
+        except NoFreeSlot as full:
+            slot = next(s for s in decision.after.slots if s.scope == full.scope)
+            return (yield from wait_for_free_slot(run, slot, full.holders, self))
+        if reserved is not None:
+            start_us, asked_at = reserved
+            given_back = yield from enter_at_start(claimed, task, start_us, asked_at, message, self)
+            if given_back is not None:
+                return given_back
+        return (yield from self._claimed(claimed, task, wakeup, message.message_id))
 
     def _claim_lost(
         self, wakeup: Wakeup, run: Run, current: Run | None, message: ReceivedWakeup

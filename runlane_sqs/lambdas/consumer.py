@@ -67,6 +67,7 @@ from typing import Any, TypedDict
 
 from runlane_sqs.api.app import Runlane
 from runlane_sqs.core.errors import MissingResourceError
+from runlane_sqs.core.rates import ClaimLead
 from runlane_sqs.engine.driver import Disposition
 from runlane_sqs.engine.message import ForeignEnvironments, MessagePath
 from runlane_sqs.lambdas.deadline import (
@@ -123,12 +124,14 @@ def sqs_handler(
     """
     deadline = Deadline.build(safety_margin_seconds, timeout_seconds)
     foreign = ForeignEnvironments()  # warned about once per function instance
+    claim_lead = ClaimLead()  # learnt across invocations, as a worker learns it
 
     def handler(event: Mapping[str, Any], context: LambdaContext) -> BatchResponse:
         records = records_of(event)
         deadline.check_first(context.get_remaining_time_in_millis() / 1000)
         try:
-            return _Invocation(app, context, deadline.margin_seconds, foreign).run(records)
+            invocation = _Invocation(app, context, deadline.margin_seconds, foreign, claim_lead)
+            return invocation.run(records)
         finally:  # the function may be frozen until its next invocation
             app.engine.observer.flush()
 
@@ -160,6 +163,7 @@ class _Invocation:
         context: LambdaContext,
         margin_seconds: float,
         foreign: ForeignEnvironments,
+        claim_lead: ClaimLead,
     ) -> None:
         self.app = app
         self.context = context
@@ -167,7 +171,13 @@ class _Invocation:
         self.worker_id = _worker_id(context)
         engine = app.engine
         self.leases = LeaseKeeper(engine.store, engine.clock, engine.config.lease_duration)
-        path = MessagePath.of(engine, self.worker_id, may_start=self._may_start, foreign=foreign)
+        path = MessagePath.of(
+            engine,
+            self.worker_id,
+            may_start=self._may_start,
+            foreign=foreign,
+            claim_lead=claim_lead,
+        )
         self.executor = Executor(engine, self.leases, path)
         self.deadline_reached = False
         """Set by the deadline timer before it cancels the attempts in flight."""

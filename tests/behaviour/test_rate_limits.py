@@ -1,7 +1,7 @@
 """Rate limits with time moved by hand (docs/rate-limits.md): a claim early for
 its limits keeps its place and sleeps until its start, with no attempt or retry used;
-runs start in the order their claims reserved, spaced by the limit; a per-key limit
-counts each key apart."""
+runs start in the order their claims reserved, spaced by the limit, the first a lead
+after it was claimed; a per-key limit counts each key apart."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from runlane_sqs import (
     TaskContext,
 )
 from runlane_sqs.core import machine
-from runlane_sqs.core.rates import key_rate_scope, queue_rate_scope, to_epoch_us
+from runlane_sqs.core.rates import CLAIM_LEAD, key_rate_scope, queue_rate_scope, to_epoch_us
 from runlane_sqs.core.slots import queue_scope
 from runlane_sqs.engine.reports import JOB_RATES
 from tests.backends import ONLY_MEMORY, Backend
@@ -65,7 +65,7 @@ def test_runs_beyond_the_rate_sleep_until_their_reserved_start_in_order(
     """In memory, where SQS's delays and the worker's short waits follow the test's
     clock: the drain starts one run, the others reserve their starts, and each starts at
     its reserved start (its wakeup comes at the whole second before it, the worker holds it until
-    then)."""
+    then). Every start is reserved a lead ahead, room for the claim's write."""
     app = backend.app(register=register)
     t0 = backend.clock.now()
     runs = [app.trigger(TASK, n) for n in range(4)]
@@ -77,7 +77,7 @@ def test_runs_beyond_the_rate_sleep_until_their_reserved_start_in_order(
     started = sorted(
         next(e.at for e in app.runs.events(r.id) if e.type is EventType.STARTED) for r in runs
     )
-    assert [at - t0 for at in started] == [timedelta(0), STEP, 2 * STEP, 3 * STEP]
+    assert [at - t0 - CLAIM_LEAD for at in started] == [timedelta(0), STEP, 2 * STEP, 3 * STEP]
     waited = [r for r in runs if EventType.WAITING_FOR_RATE in _types(app, r.id)]
     assert len(waited) == 3  # refused once each, none twice
 
@@ -86,16 +86,16 @@ def test_runs_beyond_the_rate_sleep_until_their_reserved_start_in_order(
 def test_a_start_a_moment_ahead_is_waited_for_without_sleeping(
     backend: Backend, worker_kind: WorkerKind
 ) -> None:
-    """10 a second: each run's reserved start is 105 ms after the one before, under
-    ``SHORT_WAIT``, so the worker waits on the attempt's thread instead of writing the run
-    to sleep and publishing a wakeup."""
+    """10 a second: each run's reserved start is 105 ms after the one before, within
+    ``SHORT_WAIT`` of its claim: the worker claims it at once and waits for the start on
+    the attempt's thread instead of writing the run to sleep and publishing a wakeup."""
     app = backend.app(register=register)
     t0 = backend.clock.now()
     runs = [app.trigger(FAST, n) for n in range(3)]
 
     assert worker_kind.drain(app) == 3
 
-    started = sorted(_started(app, r.id) - t0 for r in runs)
+    started = sorted(_started(app, r.id) - t0 - CLAIM_LEAD for r in runs)
     assert started == [timedelta(0), timedelta(milliseconds=105), timedelta(milliseconds=210)]
     assert not any(EventType.WAITING_FOR_RATE in _types(app, r.id) for r in runs)
 
@@ -107,7 +107,8 @@ def _types(app: Runlane, run_id: str) -> list[EventType]:
 @ONLY_MEMORY
 def test_a_per_key_limit_counts_each_key_apart(backend: Backend, worker_kind: WorkerKind) -> None:
     """One start a second per tenant: the second run of ``acme`` waits for its reserved start (the
-    drain holds its message until then), ``globex``'s starts at once."""
+    drain holds its message until then), ``globex``'s starts a lead after it is claimed (the
+    drain's one thread claims it once the first run of ``acme`` has started)."""
     app = backend.app(register=register)
     t0 = backend.clock.now()
     acme = [app.trigger(KEYED, {"tenant": "acme", "n": n}) for n in range(2)]
@@ -115,10 +116,11 @@ def test_a_per_key_limit_counts_each_key_apart(backend: Backend, worker_kind: Wo
 
     assert worker_kind.drain(app) == 3
 
-    started = {r.id: _started(app, r.id) - t0 for r in [*acme, globex]}
+    started = {r.id: _started(app, r.id) - t0 - CLAIM_LEAD for r in [*acme, globex]}
     assert sorted(started[r.id] for r in acme) == [timedelta(0), timedelta(milliseconds=1050)]
-    assert started[globex.id] == timedelta(0)
+    assert started[globex.id] == CLAIM_LEAD
     assert sum(EventType.WAITING_FOR_RATE in _types(app, r.id) for r in acme) == 1
+    assert EventType.WAITING_FOR_RATE not in _types(app, globex.id)
 
 
 def _started(app: Runlane, run_id: str) -> datetime:
@@ -226,20 +228,21 @@ def test_a_bad_key_asked_for_is_refused(backend: Backend) -> None:
 
 
 @ONLY_MEMORY
-def test_a_reservation_slower_than_the_grace_is_made_again_a_moment_ahead(
+def test_a_reservation_slower_than_the_lead_and_the_grace_is_made_again_ahead(
     backend: Backend, worker_kind: WorkerKind
 ) -> None:
-    """Every reservation takes 60 ms (a loaded store), more than the 50 ms grace, so a run
-    reserved for now cannot start on time, and at 1,000 a second each new reservation is
-    for about now again: its claim reserves 100 ms ahead instead, waits the rest on its
-    thread and starts then, on time."""
+    """The first reservation takes 200 ms (a loaded store): the start it reserved, a lead
+    of 100 ms ahead, is more than the 50 ms grace past when it returns, so the worker's
+    lead grows to twice that (400 ms) and its claim reserves again that lead ahead of
+    then (that reservation takes 10 ms): the run starts at that second start, on time."""
     app = backend.app(register=register)
     store = app.engine.store.rates
     reserve = store.reserve
+    took = [timedelta(milliseconds=200), timedelta(milliseconds=10)]
 
     def slow(*args: Any, **options: Any) -> int:
         start = reserve(*args, **options)
-        backend.clock.advance(timedelta(milliseconds=60))
+        backend.clock.advance(took.pop(0))
         return start
 
     store.reserve = slow  # type: ignore[method-assign]
@@ -249,7 +252,8 @@ def test_a_reservation_slower_than_the_grace_is_made_again_a_moment_ahead(
     assert worker_kind.drain(app) == 1
 
     assert app.runs.get(run.id).status is RunStatus.SUCCEEDED
-    assert _started(app, run.id) - t0 == timedelta(milliseconds=160)  # 60 + 100 ahead
+    assert _started(app, run.id) - t0 == timedelta(milliseconds=200 + 400)
+    assert not took
 
 
 SLOW = "partner.sync"

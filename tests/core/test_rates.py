@@ -1,30 +1,41 @@
 """Rate limits' arithmetic (runlane_sqs/core/rates.py): reservations never let more than
 ``rate + burst`` runs start in any window of ``per`` (even when each starts up to its
 grace late), runs start in the order they reserved their starts, an idle scope starts a run
-at once, and two limits hold together."""
+at once, and two limits hold together; a worker's claim lead follows its slowest recent
+claims; a run sleeping for its start is due that lead before it, and a claim back too late
+for its start is given back in the same write."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from runlane_sqs.core import machine
 from runlane_sqs.core.errors import ConfigurationError
+from runlane_sqs.core.model import EventType, RunStatus
 from runlane_sqs.core.rates import (
+    CLAIM_LEAD,
+    MAX_CLAIM_LEAD,
+    SHORT_WAIT,
+    ClaimLead,
     Rate,
     RateLimit,
     RateRecord,
     RateView,
     Reserve,
     check_cost,
+    far_ahead,
     key_rate_scope,
     next_start,
     reserve_starts,
     start_at,
     task_rate_scope,
+    to_epoch_us,
     view_of,
+    wait_for_rate,
 )
 
 SECOND_US = 1_000_000
@@ -198,3 +209,75 @@ def test_a_run_costs_its_units_in_every_limit() -> None:
 def test_bad_limits_are_refused(make: object, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         make()  # type: ignore[operator]
+
+
+def test_a_claim_back_too_late_for_its_start_is_given_back_asleep_until_the_next() -> None:
+    """A run early for its start sleeps until its worker's lead before it, when it is
+    claimed again; a claimed run (its write came back too late for its start) is given back in
+    the same write, fenced on its lease: ``lease_expired`` (``before_start``, reason
+    ``rate``), then ``waiting_for_rate``, no lease or slot left."""
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    run, _ = machine.new_run(
+        run_id="r1", environment="e", task="t", queue="q", payload=None, now=now
+    )
+    start = now + timedelta(milliseconds=700)
+    policy = machine.RepublishPolicy()
+    lead = timedelta(milliseconds=300)
+
+    asleep = wait_for_rate(run, to_epoch_us(start), ["s"], now=now, lead=lead, republish=policy)
+
+    assert (asleep.fence, asleep.after.rate_start) == (None, start)
+    assert asleep.after.due_at == start - lead
+    claim = machine.claim_lease(run, now=now, owner="w", token="k", duration=timedelta(minutes=1))
+    assert isinstance(claim, machine.Transition)
+    claimed = claim.after
+
+    given_back = wait_for_rate(
+        claimed, to_epoch_us(start), ["s"], now=now, lead=lead, republish=policy
+    )
+
+    assert (given_back.before, given_back.fence) == (claimed, "k")
+    assert [(e.seq, e.type) for e in given_back.events] == [
+        (claimed.seq + 1, EventType.LEASE_EXPIRED),
+        (claimed.seq + 2, EventType.WAITING_FOR_RATE),
+    ]
+    assert given_back.events[0].data == {"worker": "w", "before_start": True, "reason": "rate"}
+    after = given_back.after
+    assert (after.status, after.lease, after.slots, after.attempt) == (
+        RunStatus.QUEUED,
+        None,
+        (),
+        1,
+    )
+    assert (after.rate_start, after.due_at, after.seq) == (
+        start,
+        start - lead,
+        claimed.seq + 2,
+    )
+
+
+def test_a_claim_lead_grows_with_a_slow_claim_at_once_and_shrinks_slowly() -> None:
+    """A worker starts at ``CLAIM_LEAD``; one claim that took 400 ms makes its lead 800 ms at
+    once (twice the slowest claim), faster claims take 3% off each time, never below
+    ``CLAIM_LEAD``, and however slow the store, the lead stays within ``MAX_CLAIM_LEAD``."""
+    lead = ClaimLead()
+    assert lead.lead == CLAIM_LEAD
+
+    lead.took(timedelta(milliseconds=400))
+    assert lead.lead == timedelta(milliseconds=800)
+    lead.took(timedelta(milliseconds=10))
+    assert lead.lead == timedelta(milliseconds=776)
+    for _ in range(100):
+        lead.took(timedelta(milliseconds=10))
+    assert lead.lead == CLAIM_LEAD
+
+    lead.took(timedelta(minutes=1))
+    assert lead.lead == MAX_CLAIM_LEAD
+
+
+def test_a_start_beyond_the_lead_and_a_short_wait_is_far_ahead() -> None:
+    lead = timedelta(milliseconds=300)
+    edge = to_epoch_us(datetime(2030, 1, 1, tzinfo=UTC))
+    now = edge - (lead + SHORT_WAIT) // timedelta(microseconds=1)
+    assert not far_ahead(edge, now, lead)
+    assert far_ahead(edge + 1, now, lead)

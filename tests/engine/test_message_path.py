@@ -11,11 +11,12 @@ from typing import Any, TypeVar
 
 import pytest
 
-from runlane_sqs import RetryPolicy, Runlane, RunStatus, TaskContext
+from runlane_sqs import RateLimit, RetryPolicy, Runlane, RunStatus, TaskContext
 from runlane_sqs.core import machine
 from runlane_sqs.core.errors import ConflictError, NoFreeSlot, StorageError, StorageUnavailable
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import EventType, Run, Slot, Wait, WaitKind
+from runlane_sqs.core.rates import CLAIM_LEAD
 from runlane_sqs.core.recovery import expire_lease
 from runlane_sqs.core.slots import queue_scope
 from runlane_sqs.core.wakeup import ClaimHint, Wakeup
@@ -27,6 +28,8 @@ from runlane_sqs.engine.driver import (
     Disposition,
     DriverCall,
     End,
+    Hold,
+    Pause,
     Publish,
     ReadRun,
     Write,
@@ -34,6 +37,7 @@ from runlane_sqs.engine.driver import (
 )
 from runlane_sqs.engine.finishing import Finish
 from runlane_sqs.engine.message import MessagePath, always
+from runlane_sqs.engine.rates import Reservation
 from runlane_sqs.engine.resuming import Recheck
 from runlane_sqs.engine.slots import RecheckSlot, WakeWaiters
 from runlane_sqs.engine.tasks import TaskRegistry
@@ -72,6 +76,10 @@ def app(clock: ManualClock) -> Runlane:
     def nap(ctx: TaskContext, payload: Any) -> Any:
         return ctx.release(delay=30)
 
+    @app.task(name="rated", rate_limits=[RateLimit(10, per=1)])
+    def rated(ctx: TaskContext, payload: Any) -> Any:
+        return {"entered": clock.now().isoformat()}
+
     return app
 
 
@@ -100,10 +108,10 @@ class Path:
             worker_id="w1",
             may_start=may_start,
         )
-        message = ReceivedWakeup(
+        self.message = ReceivedWakeup(
             queue="default", body=text, receipt="r", message_id="m", receive_count=receives
         )
-        self.handling = path.handle(message)
+        self.handling = path.handle(self.message)
         self.calls: list[DriverCall] = []
         self.pending: DriverCall | None = None
         self.disposition: Disposition | None = None
@@ -134,6 +142,8 @@ class Path:
             Begin: lambda r: begin_attempt(r, self.app.engine, self.leases, "w1"),
             CallHandler: lambda r: r.task.fn(r.ctx, r.payload),
             End: lambda r: self.leases.untrack(r.run_id),
+            Pause: lambda r: self.app.engine.pause(r.delay.total_seconds()),
+            Reservation: self.app.engine.serve,
         }
         perform = performers.get(type(call))
         return perform(call) if perform else None
@@ -375,6 +385,78 @@ def test_claim_that_comes_back_with_more_than_half_its_lease_left_runs(
     assert isinstance(path.send(claimed), Begin)
     assert path.finish() is Disposition.EXECUTED
     assert stored(app, run.id).status is RunStatus.SUCCEEDED
+
+
+def test_a_rated_handler_is_not_entered_before_its_reserved_start(
+    app: Runlane, clock: ManualClock
+) -> None:
+    """A rate-limited run reserves its start a lead ahead of now and is claimed at once;
+    the claim's write comes back at once, and the attempt's thread waits for the start
+    (a pause that ends early by the clock is followed by another): the handler is entered
+    at it, the time its ``started`` event records."""
+    t0 = clock.now()
+    run = app.trigger("rated", None)
+    path = Path(app, body(run))
+    path.until(Write)
+    assert path.kinds() == ["ReadRun", "Reservation", "Write"]
+
+    assert path.answer() == Pause(CLAIM_LEAD)  # the claim is stored, the handler waits
+    clock.advance(CLAIM_LEAD - timedelta(milliseconds=10))  # the pause ends early
+    assert path.send(None) == Pause(timedelta(milliseconds=10))
+    clock.advance(timedelta(milliseconds=10))
+    assert isinstance(path.send(None), Begin)
+
+    assert path.finish() is Disposition.EXECUTED
+    assert stored(app, run.id).result == {"entered": (t0 + CLAIM_LEAD).isoformat()}
+    started = [e.at for e in app.store.get_events(run.id) if e.type is EventType.STARTED]
+    assert started == [t0 + CLAIM_LEAD]
+
+
+def test_a_rated_claim_back_past_the_grace_is_given_back_and_entered_at_a_new_start(
+    app: Runlane, clock: ManualClock
+) -> None:
+    """The claim's write takes 200 ms: the start it was made for (100 ms ahead) is more than
+    the 50 ms grace past, so the handler is not entered. The worker's lead grows to twice
+    that claim (400 ms); the run reserves again that lead ahead, and the claim is given
+    back in one write, the run asleep until that start and its message held until the lead
+    before it; handled again then, the run is claimed without reserving again and its
+    handler entered at that start."""
+    t0 = clock.now()
+    run = app.trigger("rated", None)
+    path = Path(app, body(run))
+    path.until(Write)
+    clock.advance(timedelta(milliseconds=200))  # the claim's write takes this long
+
+    assert isinstance(path.answer(), Reservation)  # no pause: reserve again
+    lead = timedelta(milliseconds=400)
+    assert path.path.claim_lead.lead == lead
+    give_back = path.answer()
+    assert isinstance(give_back, Write)
+    claimed = give_back.transition.before
+    assert claimed.lease is not None and give_back.transition.fence == claimed.lease.token
+    new_start = t0 + timedelta(milliseconds=200) + lead
+    assert path.answer() == Hold(path.message, new_start - lead)
+    assert path.send(True) is None and path.disposition is Disposition.HELD
+    assert "Begin" not in path.kinds() and "CallHandler" not in path.kinds()
+    asleep = stored(app, run.id)
+    assert (asleep.status, asleep.lease, asleep.attempt) == (RunStatus.QUEUED, None, 1)
+    assert (asleep.rate_start, asleep.due_at) == (new_start, new_start - lead)
+    history = app.store.get_events(run.id)[1:]
+    assert [(e.type, e.data.get("reason")) for e in history] == [
+        (EventType.STARTED, None),
+        (EventType.LEASE_EXPIRED, "rate"),  # with before_start: the handler never ran
+        (EventType.WAITING_FOR_RATE, None),
+    ]
+    assert history[1].data["before_start"] is True
+
+    clock.set(new_start - lead)
+    again = Path(app, body(run))  # the held message, handed out when the run is due
+    assert again.until(Pause) == Pause(lead)  # claimed, whatever its lead; waits for its start
+    assert again.finish() is Disposition.EXECUTED
+    assert again.kinds()[:3] == ["ReadRun", "Write", "Pause"]  # no second reservation
+    assert stored(app, run.id).result == {"entered": new_start.isoformat()}
+    started = [e.at for e in app.store.get_events(run.id) if e.type is EventType.STARTED]
+    assert started == [t0 + CLAIM_LEAD, new_start]
 
 
 def test_late_claim_that_maintenance_recovered_first_is_skipped_unrun(

@@ -25,6 +25,7 @@ from typing import Any, Protocol, Unpack
 
 from runlane_sqs.adapters.aws import AwsClients
 from runlane_sqs.core.errors import MissingResourceError, RunlaneError
+from runlane_sqs.core.rates import ClaimLead
 from runlane_sqs.engine.driver import Disposition
 from runlane_sqs.engine.engine import HasEngine
 from runlane_sqs.engine.message import ForeignEnvironments, MessagePath
@@ -103,6 +104,7 @@ class AsyncWorker(WorkerBase):
         self._executed = 0
         self._returned = 0
         self._foreign = ForeignEnvironments()
+        self._claim_lead = ClaimLead()
         self._protection = protection_from_env() if os.environ.get(ENV_AGENT) else None
         """On ECS: the task's scale-in protection while attempts are in flight."""
         """Other environments warned about: once per worker, not once per session."""
@@ -168,7 +170,9 @@ class AsyncWorker(WorkerBase):
             leases = AsyncLeaseKeeper(store, engine.clock, engine.config.lease_duration)
             if self._protection is not None:
                 leases.occupancy = self._protection.set
-            path = MessagePath.of(engine, self.worker_id, foreign=self._foreign)
+            path = MessagePath.of(
+                engine, self.worker_id, foreign=self._foreign, claim_lead=self._claim_lead
+            )
             intake = Intake(self.config, clock=engine.clock)
             executor = AsyncExecutor(
                 engine, leases, path, store, transport, threads, hold=intake.hold
