@@ -15,10 +15,11 @@ Words:
   released for its group) end outside the explained ones, plus one for its success;
   every other execution is *extra*;
 - a *double success* is a run with two unexplained executions that both ended ``ok``;
-- *lost*: triggered, but missing from storage, or terminal without succeeding, or
-  ``succeeded`` without any execution having ended ``ok``; *stuck*: not terminal
-  after the drain. The children of fan-outs (``chaos/fanout.py``) are counted like
-  triggered runs.
+- *lost*: triggered, but missing from storage, or terminal without succeeding (other
+  than in a status its design gives it: a broken child fails, a sibling in a failed
+  group may be cancelled, the parent of a failed group fails), or ``succeeded``
+  without any execution having ended ``ok``; *stuck*: not terminal after the drain.
+  The children of fan-outs (``chaos/fanout.py``) are counted like triggered runs.
 """
 
 from __future__ import annotations
@@ -227,10 +228,13 @@ def count(
     per_run: Mapping[str, list[Execution]],
     faults: Faults,
     children: Iterable[str] = (),
+    designed: Mapping[str, frozenset[str]] | None = None,
 ) -> Figures:
     """The figures for ``triggered`` runs (index -> run id) and the fan-outs'
     ``children`` (run ids) with their final ``statuses`` (``None``: missing from
-    storage)."""
+    storage); ``designed`` gives the terminal statuses other than ``succeeded`` a run
+    may end in by design."""
+    designed = designed or {}
     children = list(children)
     figures = Figures(runs=len(triggered), children=len(children))
     for run_id in [*triggered.values(), *children]:
@@ -238,7 +242,9 @@ def count(
         executions = per_run.get(run_id, [])
         figures.executions += len(executions)
         never_ran = not any(e.outcome == OK for e in executions)
-        if status is None or (status in TERMINAL and (status != SUCCEEDED or never_ran)):
+        expected = status in designed.get(run_id, ())
+        unsuccessful = status != SUCCEEDED or never_ran
+        if status is None or (status in TERMINAL and unsuccessful and not expected):
             figures.lost.append(run_id)
         elif status not in TERMINAL:
             figures.stuck.append(run_id)
