@@ -433,7 +433,7 @@ def redrive(group: Group, unsuccessful: Sequence[tuple[int, RunStatus]]) -> Grou
     new position after the others (so the reruns start through the window, as the items
     never started do), and the join is done again. Raises
     :class:`~runlane_sqs.core.errors.IllegalTransition` for a group that has not joined,
-    was stopped with its parent, or has nothing to rerun."""
+    was stopped with its parent, has children still running, or has nothing to rerun."""
     if group.joined_at is None:
         raise IllegalTransition(f"group {group.id} has not joined yet; nothing to rerun")
     if group.stopped_at is not None:
