@@ -52,6 +52,9 @@ CHUNKS_KEPT = 16
 """Item chunks a process keeps after reading them (up to 16 x 300 KB): a chunk never
 changes once its group is opened, and the finishers of one group start the items of one
 chunk after another, so each process reads a chunk about once, not once per child."""
+CANCEL_TRIES = 3
+"""Writes of a child's cancel request, each against the child as the last refused one
+found it (a worker claiming it, a heartbeat)."""
 ONE_AT_A_TIME = GroupOptions(max_in_flight=1, tolerate=0)
 """The group of each task of a chain: one child."""
 
@@ -538,13 +541,23 @@ class Groups:
         return self._cancel(child)
 
     def _cancel(self, child: Run) -> Run | None:
-        try:
-            decision = machine.request_cancel(
-                child, now=self._clock.now(), actor="group", reason="the group failed"
-            )
-            return self._store.apply(decision)
-        except (ConflictError, IllegalTransition):
-            return None  # it moved on meanwhile (it finished, or is asked already)
+        """Ask a child to cancel; one that moved on meanwhile (a worker claimed it) is
+        asked again as the refused write found it. ``None``: it was asked already."""
+        for _ in range(CANCEL_TRIES):
+            if child.is_terminal:
+                return child
+            try:
+                decision = machine.request_cancel(
+                    child, now=self._clock.now(), actor="group", reason="the group failed"
+                )
+                return self._store.apply(decision)
+            except IllegalTransition:
+                return None  # asked already
+            except ConflictError as exc:
+                if exc.current is None:
+                    return None
+                child = exc.current
+        return None
 
     # maintenance -------------------------------------------------------------------
 

@@ -880,3 +880,28 @@ def test_a_child_started_as_its_group_fails_is_created_cancelled_and_never_runs(
     joined = app.runs.group(group.id)
     assert (joined.succeeded, joined.failed, joined.cancelled) == (1, 1, 1)
     assert [c[1:] for c in handlers.callbacks] == [("failed", [None, 1, None])]
+
+
+def test_a_child_claimed_while_its_failed_group_cancels_it_is_asked_to_cancel(
+    app: Runlane, handlers: Handlers
+) -> None:
+    app.task(handlers.square, name="square-once", retry=RetryPolicy(max_attempts=1))
+    items = [("square-once", {"n": 0, "fail": True}), ("square", {"n": 1})]
+    group = app.group(items, then=("notify", None), max_in_flight=2)
+    second = child_run_id(group.id, 1)
+    apply = app.store.apply
+    claims = [second]
+
+    def claimed_first(transition: Any) -> Any:
+        if transition.after.id in claims:  # a worker claims it just before the
+            claims.clear()  # group's cancel lands
+            claim_elsewhere(app, second)
+        return apply(transition)
+
+    app.store.apply = claimed_first  # type: ignore[method-assign]
+    drain(app, max_runs=1)  # item 0 fails: the group fails and cancels item 1
+    assert not claims and app.runs.get(second).status is RunStatus.CANCEL_REQUESTED
+    assert app.runs.group(group.id).joined_at is None
+    assert _end_elsewhere(app, app.runs.get(second), 1).status is RunStatus.CANCELLED
+    drain_all(app)
+    assert [c[1:] for c in handlers.callbacks] == [("failed", [None, None])]
