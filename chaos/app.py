@@ -58,6 +58,13 @@ LOG_ENV = "RUNLANE_CHAOS_LOG"
 """The ground-truth log every execution appends to."""
 LEASE_SECONDS = 5.0
 REPUBLISH_AFTER_SECONDS = 8.0
+REPUBLISH_MAX_SECONDS = 30.0
+"""Bounds maintenance's doubling looks at a due run, and how long it holds back the
+republish of a wakeup it thinks waits in line (docs/concepts.md, "Lost wakeups"): a
+wakeup lost to the purge, in a queue the busy trigger phase never lets a pass see
+drained, was held with looks at 8, 16, 32, 64, 128 s... (the product's bound is
+``republish_max``, an hour by default), past the drain's bound; within 30 s of its
+wakeup's loss it is republished."""
 SLEEP_SECONDS = 8.0
 """Longer than the lease: only heartbeats keep such an attempt's lease."""
 WORK_SECONDS = 0.2
@@ -261,6 +268,7 @@ def build_app(**options: Any) -> Runlane:
         environment="chaos",
         lease_duration=LEASE_SECONDS,
         republish_after=REPUBLISH_AFTER_SECONDS,
+        republish_max=REPUBLISH_MAX_SECONDS,
         maintenance_period=MAINTENANCE_SECONDS,
         **options,
     )
