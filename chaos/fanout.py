@@ -39,10 +39,11 @@ the exact outcome the mode gives is checked (*wrong outcome* otherwise):
 - ``tolerates`` (one or two ``broken`` children, ``tolerate`` as many): the group
   succeeds with exactly those children failed; the values of the others.
 - ``retried`` (one ``broken`` child): the group fails as in ``fails``; the harness then
-  fixes the broken child and asks ``retry-failed`` (once the parent has failed or the
-  first callback has ended). The group joins again as generation 1, succeeded: each
-  child that failed or was cancelled was rerun once (and only those), every item's
-  current child succeeded, and the parent ran again
+  fixes the broken child and asks ``retry-failed`` as soon as the group has joined
+  (refused until the parent has failed or the first callback has ended). The group
+  joins again as generation 1, succeeded: each child that failed or was cancelled was
+  rerun once (and only those), every item's current child succeeded, and the parent
+  ran again
   (``redriven_parent_id(group, 1)``: the run the trigger is judged by) with every
   value, or the second callback (``callback_run_id(group, 1)``) has every value while
   the first has the failed view.

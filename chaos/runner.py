@@ -254,10 +254,10 @@ class Chaos:
     # --- retry-failed ---------------------------------------------------------------
 
     def _retry_failed(self, app: Runlane, producer: Runlane, drained: threading.Event) -> None:
-        """Rerun the failed children of each ``retried`` fan-out as an operator would,
-        once its group has joined failed and its parent has failed (or its first
-        callback has ended): fix the broken child, then ask ``retry-failed`` through
-        the fault proxy, again until it lands (a refusal is counted)."""
+        """Rerun the failed children of each ``retried`` fan-out as an impatient operator
+        would, as soon as its group has joined failed: fix the broken child, then ask
+        ``retry-failed`` through the fault proxy, again until it lands. Until its parent
+        has failed (or its first callback has ended) it is refused, and counted."""
         while not drained.is_set():
             for fan_out in list(self.fan_outs.values()):
                 if fan_out.mode == fanout.RETRIED and fan_out.index not in self.retried:
@@ -273,11 +273,8 @@ class Chaos:
             if group is not None and group.generation:
                 self.retried.add(fan_out.index)
             return
-        first = app.store.get_run(fan_out.first_run)
-        if group.status is not GroupStatus.FAILED or first is None:
+        if group.status is not GroupStatus.FAILED:
             return
-        if not first.status.is_terminal:
-            return  # the parent has not failed yet, or the first callback is running
         fixed = fixed_marker(str(self.log_path), fan_out.index)
         Path(fixed).touch()
         try:
@@ -285,7 +282,7 @@ class Chaos:
         except IllegalTransition as exc:
             self.retry_refusals += 1
             log.info("retry-failed of group %s refused: %s", fan_out.group_id, exc)
-            return  # landed before (read again next time), or not closed yet
+            return  # landed before (read again next time), or too early
         self.retried.add(fan_out.index)
 
     def _histories(

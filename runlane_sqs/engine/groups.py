@@ -440,21 +440,14 @@ class Groups:
         to the child it replaces; once they finish the group joins again, triggering its
         callback again, opening a chain's next task, or running a failed parent again
         (a new run linked to it, whose ``ctx.map`` finds this group). Raises
-        :class:`~runlane_sqs.core.errors.IllegalTransition` when there is nothing to rerun
-        or the parent did not fail."""
+        :class:`~runlane_sqs.core.errors.IllegalTransition` when there is nothing to rerun,
+        the parent did not fail, or the callback of the last join has not ended."""
         group = self._store.groups.get_group(group_id)
         if group is None:
             raise RunlaneError(f"no group {group_id!r} in this environment")
         if group.joined_at is not None and group.lanes:  # joined before its lanes emptied
             group, _ = self._repair_lanes(group)  # (by an earlier version): count the ended
-        if group.parent_run_id is not None:
-            parent = self._store.get_run(group.parent_run_id)
-            if parent is None or parent.status is not RunStatus.FAILED:
-                status = parent.status.value if parent else "gone"
-                raise IllegalTransition(
-                    f"the parent {group.parent_run_id} of group {group.id} is {status}; "
-                    "retry-failed reruns the group of a parent that failed"
-                )
+        self._check_joiners(group)
         unsuccessful = [
             (child.group_index, child.status)
             for start in range(0, group.started, CHILDREN_PAGE)
@@ -484,6 +477,27 @@ class Groups:
         )
         stored = self._store.groups.get_group(group.id)
         return self.fill_lanes(stored) if stored is not None else reopened
+
+    def _check_joiners(self, group: Group) -> None:
+        """Refuse a redrive while the runs the last join reached could still read the
+        group: its parent must have failed, and its callback must have ended (it reads
+        the group's record and children, which the redrive changes)."""
+        if group.parent_run_id is not None:
+            parent = self._store.get_run(group.parent_run_id)
+            if parent is None or parent.status is not RunStatus.FAILED:
+                status = parent.status.value if parent else "gone"
+                raise IllegalTransition(
+                    f"the parent {group.parent_run_id} of group {group.id} is {status}; "
+                    "retry-failed reruns the group of a parent that failed"
+                )
+        if group.then is not None and group.joined_at is not None:
+            callback = self._store.get_run(core.callback_run_id(group.id, group.generation))
+            if callback is not None and not callback.is_terminal:
+                raise IllegalTransition(
+                    f"the callback {callback.id} of group {group.id} is "
+                    f"{callback.status.value}; retry-failed reruns the group once it has "
+                    "ended (it reads the group)"
+                )
 
     def _redrive_parent(self, group: Group, parent_id: str) -> None:
         """After a redrive's join, run a parent that failed again (once per generation):

@@ -905,3 +905,21 @@ def test_a_child_claimed_while_its_failed_group_cancels_it_is_asked_to_cancel(
     assert _end_elsewhere(app, app.runs.get(second), 1).status is RunStatus.CANCELLED
     drain_all(app)
     assert [c[1:] for c in handlers.callbacks] == [("failed", [None, None])]
+
+
+def test_retry_failed_waits_for_the_callback_of_the_last_join_which_reads_the_group(
+    app: Runlane, handlers: Handlers
+) -> None:
+    group = app.group(
+        [("square", {"n": 1}), ("square", {"n": 2, "fail": True})], then=("notify", None)
+    )
+    callback = callback_run_id(group.id)
+    held = claim_elsewhere(app, child_run_id(group.id, 0))
+    drain_all(app)  # item 1 fails; item 0, held elsewhere, is asked to cancel
+    _end_elsewhere(app, app.runs.get(held.id), 1)  # it ends: the group joins
+    running = claim_elsewhere(app, callback)  # the callback runs: it reads the group
+    with pytest.raises(IllegalTransition, match="callback"):
+        app.runs.retry_failed(group.id)
+    assert app.runs.group(group.id).generation == 0
+    assert _end_elsewhere(app, running).status is RunStatus.SUCCEEDED
+    assert app.runs.retry_failed(group.id).generation == 1
