@@ -590,7 +590,7 @@ class Groups:
         after = self.fill_lanes(repaired)
         if after.joined_at is None:  # running, or closing: children asked to cancel
             self._store.groups.relist(group.id, now + self._config.republish.after)
-        return did or (after.started, after.finished, after.joined_at) != before or after.complete
+        return did or (after.started, after.finished, after.joined_at) != before
 
 
 ITEM_BYTES = MAX_PAYLOAD_LIMIT_BYTES
