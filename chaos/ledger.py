@@ -36,6 +36,7 @@ from chaos.fleet import Signalled
 OK = "ok"
 DESIGNED_ENDS = frozenset({"fail", "release", "wait"})
 SUCCEEDED = "succeeded"
+CANCELLED = "cancelled"
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 
 
@@ -209,12 +210,17 @@ def _run_figures(executions: list[Execution], faults: Faults, figures: Figures) 
 
 
 def _recovery(
-    per_run: Mapping[str, list[Execution]], kill: Signalled, lease_seconds: float
+    per_run: Mapping[str, list[Execution]],
+    kill: Signalled,
+    lease_seconds: float,
+    statuses: Mapping[str, str | None],
 ) -> float | None:
+    """The longest wait, in leases, until a run the kill cut short started again (a run
+    that ended cancelled, as a child of a failed group does, needs no new start)."""
     worst: float | None = None
-    for executions in per_run.values():
+    for run_id, executions in per_run.items():
         cut = [e for e in executions if e.pid == kill.pid and e.started < kill.at and not e.ended]
-        if not cut:
+        if not cut or statuses.get(run_id) == CANCELLED:
             continue
         later = [e.started for e in executions if e.started > kill.at]
         wait = (min(later) - kill.at) / lease_seconds if later else float("inf")
@@ -252,6 +258,8 @@ def count(
             figures.extra_unexplained += unexplained
             figures.unexplained_runs.append(run_id)
     figures.recovery_leases = [
-        _recovery(per_run, s, faults.lease_seconds) for s in faults.signals if s.action == "kill"
+        _recovery(per_run, s, faults.lease_seconds, statuses)
+        for s in faults.signals
+        if s.action == "kill"
     ]
     return figures
