@@ -116,9 +116,10 @@ simulate: $(STAMP)
 # are SIGKILLed and frozen, wakeups are duplicated, forged and purged, and a proxy
 # throttles, fails and drops DynamoDB responses; DynamoDB Local is restarted once.
 # 15 % of the triggers fan out: parents that ctx.map over 3-5 children two at a time, and
-# app.group(..., then=...) callbacks. Prints one figure line, writes chaos/results/,
+# app.group(..., then=...) callbacks, in turn succeeding, failing, tolerating failed
+# children and retried with retry-failed. Prints one figure line, writes chaos/results/,
 # exits 1 on any lost, stuck or doubly succeeded run, or a group not joined exactly once
-# (its children once each, its parent resumed once). `make chaos-smoke` is the same at
+# (its children once each, its parent resumed once) or not ending as its mode says. `make chaos-smoke` is the same at
 # 60 runs with fewer faults (CI).
 # See docs/reliability.md.
 .PHONY: chaos chaos-smoke

@@ -1,7 +1,9 @@
 """``python -m chaos [--runs N] [--seed S] [--backend aws-local|moto] [--smoke]``: one
 chaos run; prints one figure line, writes the figures as JSON to chaos/results/ and
 exits 1 on any lost, stuck or doubly succeeded run, unexplained extra execution, or
-group that did not join once with its children once and its parent resumed once."""
+group that did not join once with its children once and its parent resumed once, or
+whose outcome is not the one its mode gives (it fails, tolerates failed children, or
+is retried with ``retry-failed``: chaos/fanout.py)."""
 
 from __future__ import annotations
 
@@ -38,7 +40,10 @@ def group_part(groups: GroupFigures) -> str:
         f"not_resumed_once={len(groups.not_resumed_once)} "
         f"wrong_results={len(groups.wrong_results)} "
         f"callbacks_not_once={len(groups.callbacks_not_once)} "
-        f"group_resumes={groups.resumes} joined_before_wait={groups.joined_before_wait}"
+        f"wrong_outcomes={len(groups.wrong_outcomes)} "
+        f"group_resumes={groups.resumes} joined_before_wait={groups.joined_before_wait} "
+        f"modes=({' '.join(f'{k}={v}' for k, v in sorted(groups.modes.items()))}) "
+        f"retried={groups.retried} retry_refusals={groups.retry_refusals}"
     )
 
 

@@ -21,8 +21,13 @@ runs of that key) for a run triggered with an ordering key, and ``"tenant"`` for
 - ``then``: a group's callback (``app.group(..., then=...)``): returns the values of the
   group's children (``ctx.joined_group()``) in item order and their sum.
 
-A child of a ``map`` parent or of an ``app.group`` is one of the first four kinds with
-``"item"`` (its index) and ``"value"`` in its payload; it returns the value.
+A child of a ``map`` parent or of an ``app.group`` is one of the first four kinds, or
+``broken``, with ``"item"`` (its index) and ``"value"`` in its payload; it returns the
+value. A ``broken`` child raises :class:`Broken` (not retried: its run fails) until the
+harness has *fixed* its fan-out (:func:`fixed_marker`, a file beside the log, written
+just before the harness asks ``retry-failed`` to rerun the group's failed children).
+A fan-out's ``"tolerate"`` (a count of children) goes to ``ctx.map`` and ``app.group``.
+The parent's and the callback's result holds the group's status too.
 """
 
 from __future__ import annotations
@@ -53,6 +58,13 @@ LOG_ENV = "RUNLANE_CHAOS_LOG"
 """The ground-truth log every execution appends to."""
 LEASE_SECONDS = 5.0
 REPUBLISH_AFTER_SECONDS = 8.0
+REPUBLISH_MAX_SECONDS = 30.0
+"""Bounds maintenance's doubling looks at a due run, and how long it holds back the
+republish of a wakeup it thinks waits in line (docs/concepts.md, "Lost wakeups"): a
+wakeup lost to the purge, in a queue the busy trigger phase never lets a pass see
+drained, was held with looks at 8, 16, 32, 64, 128 s... (the product's bound is
+``republish_max``, an hour by default), past the drain's bound; within 30 s of its
+wakeup's loss it is republished."""
 SLEEP_SECONDS = 8.0
 """Longer than the lease: only heartbeats keep such an attempt's lease."""
 WORK_SECONDS = 0.2
@@ -88,17 +100,30 @@ FAIL_ONCE = "fail_once"
 RELEASE = "release"
 SLEEP = "sleep"
 KINDS = (PLAIN, FAIL_ONCE, RELEASE, SLEEP)
+BROKEN = "broken"
+"""A child that fails (not retried) until its fan-out is fixed."""
 MAP = "map"
 THEN = "then"
 WAIT = "wait"
 """The end of a parent's attempt that released to wait for its group."""
 
-RETRY = RetryPolicy(max_attempts=20, backoff="fixed", delay=0.5)
-"""Generous: a kill, a lost lease or a refused write each cost an attempt."""
-
 
 class InjectedFailure(Exception):
     """The failure a ``fail_once`` run raises on its first attempt."""
+
+
+class Broken(Exception):
+    """The failure of a ``broken`` child before its fan-out is fixed: not retried."""
+
+
+RETRY = RetryPolicy(max_attempts=20, backoff="fixed", delay=0.5, non_retryable=(Broken,))
+"""Generous: a kill, a lost lease or a refused write each cost an attempt."""
+
+
+def fixed_marker(log_path: str, trigger: int) -> str:
+    """The file whose existence says the ``broken`` children of fan-out ``trigger`` are
+    fixed (their reruns succeed)."""
+    return f"{log_path}.fixed-{trigger}"
 
 
 def _append(record: dict[str, Any]) -> None:
@@ -142,6 +167,10 @@ def _decide(execution: _Execution, ctx: TaskContext) -> str | None:
     if execution.attempt == 1 and execution.kind == RELEASE:
         execution.end("release")
         ctx.release(delay=RELEASE_SECONDS)
+    fixed = fixed_marker(os.environ[LOG_ENV], int(execution.fields["i"]))
+    if execution.kind == BROKEN and not os.path.exists(fixed):
+        execution.end("fail")
+        raise Broken(f"run {ctx.run_id}: a broken child fails until its fan-out is fixed")
     return None
 
 
@@ -173,14 +202,17 @@ def _values(results: GroupResults) -> list[Any]:
 
 
 def _joined(
-    execution: _Execution, payload: Any, group_id: str, values: list[Any]
+    execution: _Execution, payload: Any, results: GroupResults, values: list[Any]
 ) -> dict[str, Any]:
-    """A parent's or callback's result: its group and its children's values, in order."""
+    """A parent's or callback's result: its group, its status and its children's values,
+    in order."""
+    group_id, status = results.group_id, results.status.value
     execution.end("ok")
     return {
         "i": payload["i"],
         "pid": os.getpid(),
         "group": group_id,
+        "status": status,
         "values": values,
         "sum": sum(v for v in values if v is not None),
     }
@@ -196,12 +228,14 @@ def run_sync(ctx: TaskContext, payload: Any) -> dict[str, Any]:
     if execution.kind in (MAP, THEN):
         with _fanning_in(execution):
             if execution.kind == MAP:
-                window = payload["window"]
-                results = ctx.map(payload["task"], payload["items"], max_in_flight=window)
+                window, tolerate = payload["window"], payload.get("tolerate", 0)
+                results = ctx.map(
+                    payload["task"], payload["items"], max_in_flight=window, tolerate=tolerate
+                )
             else:
                 results = _callback_group(ctx)
             values = _values(results)
-        return _joined(execution, payload, results.group_id, values)
+        return _joined(execution, payload, results, values)
     _decide(execution, ctx)
     time.sleep(SLEEP_SECONDS if execution.kind == SLEEP else random.uniform(0, WORK_SECONDS))
     return _done(execution, payload)
@@ -212,14 +246,14 @@ async def run_async(ctx: TaskContext, payload: Any) -> dict[str, Any]:
     if execution.kind in (MAP, THEN):
         with _fanning_in(execution):
             if execution.kind == MAP:
-                window = payload["window"]
+                window, tolerate = payload["window"], payload.get("tolerate", 0)
                 results = await ctx.map_async(
-                    payload["task"], payload["items"], max_in_flight=window
+                    payload["task"], payload["items"], max_in_flight=window, tolerate=tolerate
                 )
             else:
                 results = await asyncio.to_thread(_callback_group, ctx)
             values = await asyncio.to_thread(_values, results)
-        return _joined(execution, payload, results.group_id, values)
+        return _joined(execution, payload, results, values)
     _decide(execution, ctx)
     await asyncio.sleep(
         SLEEP_SECONDS if execution.kind == SLEEP else random.uniform(0, WORK_SECONDS)
@@ -234,6 +268,7 @@ def build_app(**options: Any) -> Runlane:
         environment="chaos",
         lease_duration=LEASE_SECONDS,
         republish_after=REPUBLISH_AFTER_SECONDS,
+        republish_max=REPUBLISH_MAX_SECONDS,
         maintenance_period=MAINTENANCE_SECONDS,
         **options,
     )

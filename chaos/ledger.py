@@ -15,10 +15,11 @@ Words:
   released for its group) end outside the explained ones, plus one for its success;
   every other execution is *extra*;
 - a *double success* is a run with two unexplained executions that both ended ``ok``;
-- *lost*: triggered, but missing from storage, or terminal without succeeding, or
-  ``succeeded`` without any execution having ended ``ok``; *stuck*: not terminal
-  after the drain. The children of fan-outs (``chaos/fanout.py``) are counted like
-  triggered runs.
+- *lost*: triggered, but missing from storage, or terminal without succeeding (other
+  than in a status its design gives it: a broken child fails, a sibling in a failed
+  group may be cancelled, the parent of a failed group fails), or ``succeeded``
+  without any execution having ended ``ok``; *stuck*: not terminal after the drain.
+  The children of fan-outs (``chaos/fanout.py``) are counted like triggered runs.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from chaos.fleet import Signalled
 OK = "ok"
 DESIGNED_ENDS = frozenset({"fail", "release", "wait"})
 SUCCEEDED = "succeeded"
+CANCELLED = "cancelled"
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 
 
@@ -208,12 +210,17 @@ def _run_figures(executions: list[Execution], faults: Faults, figures: Figures) 
 
 
 def _recovery(
-    per_run: Mapping[str, list[Execution]], kill: Signalled, lease_seconds: float
+    per_run: Mapping[str, list[Execution]],
+    kill: Signalled,
+    lease_seconds: float,
+    statuses: Mapping[str, str | None],
 ) -> float | None:
+    """The longest wait, in leases, until a run the kill cut short started again (a run
+    that ended cancelled, as a child of a failed group does, needs no new start)."""
     worst: float | None = None
-    for executions in per_run.values():
+    for run_id, executions in per_run.items():
         cut = [e for e in executions if e.pid == kill.pid and e.started < kill.at and not e.ended]
-        if not cut:
+        if not cut or statuses.get(run_id) == CANCELLED:
             continue
         later = [e.started for e in executions if e.started > kill.at]
         wait = (min(later) - kill.at) / lease_seconds if later else float("inf")
@@ -227,10 +234,13 @@ def count(
     per_run: Mapping[str, list[Execution]],
     faults: Faults,
     children: Iterable[str] = (),
+    designed: Mapping[str, frozenset[str]] | None = None,
 ) -> Figures:
     """The figures for ``triggered`` runs (index -> run id) and the fan-outs'
     ``children`` (run ids) with their final ``statuses`` (``None``: missing from
-    storage)."""
+    storage); ``designed`` gives the terminal statuses other than ``succeeded`` a run
+    may end in by design."""
+    designed = designed or {}
     children = list(children)
     figures = Figures(runs=len(triggered), children=len(children))
     for run_id in [*triggered.values(), *children]:
@@ -238,7 +248,9 @@ def count(
         executions = per_run.get(run_id, [])
         figures.executions += len(executions)
         never_ran = not any(e.outcome == OK for e in executions)
-        if status is None or (status in TERMINAL and (status != SUCCEEDED or never_ran)):
+        expected = status in designed.get(run_id, ())
+        unsuccessful = status != SUCCEEDED or never_ran
+        if status is None or (status in TERMINAL and unsuccessful and not expected):
             figures.lost.append(run_id)
         elif status not in TERMINAL:
             figures.stuck.append(run_id)
@@ -246,6 +258,8 @@ def count(
             figures.extra_unexplained += unexplained
             figures.unexplained_runs.append(run_id)
     figures.recovery_leases = [
-        _recovery(per_run, s, faults.lease_seconds) for s in faults.signals if s.action == "kill"
+        _recovery(per_run, s, faults.lease_seconds, statuses)
+        for s in faults.signals
+        if s.action == "kill"
     ]
     return figures

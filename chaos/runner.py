@@ -22,6 +22,7 @@ from chaos import fanout, ledger
 from chaos.app import (
     ASYNC_QUEUE,
     ASYNC_TASK,
+    BROKEN,
     KEY_LIMIT,
     KEYED_TASK,
     LEASE_SECONDS,
@@ -35,6 +36,7 @@ from chaos.app import (
     THEN,
     TICK,
     build_app,
+    fixed_marker,
 )
 from chaos.backends import Backend
 from chaos.capabilities import CapabilityFigures, check, rate_figures, schedule_figures
@@ -44,8 +46,15 @@ from chaos.proxy import FaultPlan, fault_proxy
 from chaos.wakeups import WakeupSender
 from runlane_sqs import EventType, Runlane
 from runlane_sqs.adapters.sqs.transport import SqsTransport
-from runlane_sqs.core.errors import RunNotFound
-from runlane_sqs.core.groups import callback_run_id, child_run_id, group_id_for
+from runlane_sqs.core.errors import IllegalTransition, RunNotFound
+from runlane_sqs.core.groups import (
+    GroupStatus,
+    callback_run_id,
+    child_run_id,
+    group_id_for,
+    redrive_run_id,
+    redriven_parent_id,
+)
 from runlane_sqs.core.model import WaitKind
 from runlane_sqs.core.waits import wait_name
 
@@ -91,6 +100,9 @@ class Chaos:
     capabilities: CapabilityFigures = field(default_factory=CapabilityFigures)
     first_trigger: threading.Event = field(default_factory=threading.Event)
     """The timeline starts with the first run, not with the slow first request."""
+    retried: set[int] = field(default_factory=set)
+    """The ``retried`` fan-outs whose ``retry-failed`` landed."""
+    retry_refusals: int = 0
 
     def __post_init__(self) -> None:
         self.random = random.Random(self.plan.seed)
@@ -149,9 +161,14 @@ class Chaos:
                 fleet.start_maintenance()
                 schedule = threading.Thread(target=self._timeline, args=(fleet, sender))
                 schedule.start()
+                drained = threading.Event()
+                retrier = threading.Thread(target=self._retry_failed, args=(app, producer, drained))
+                retrier.start()
                 self._trigger(producer, sender)
                 schedule.join()
                 statuses = self._drain(app, fleet)
+                drained.set()
+                retrier.join()
                 time.sleep(LEASE_SECONDS)  # let a resumed zombie's handler end
             finally:
                 fleet.stop()
@@ -159,10 +176,13 @@ class Chaos:
         outages = self.backend.dynamodb.outages if self.backend.dynamodb else []
         faults = ledger.Faults(fleet.signals, outages, LEASE_SECONDS)
         found = [(f, self._found(app, f)) for f in self.fan_outs.values()]
-        children = [run_id for fan_out in self.fan_outs.values() for run_id in fan_out.children]
-        statuses.update(fanout.statuses(found))
-        figures = ledger.count(self.triggered, statuses, per_run, faults, children)
+        judged = fanout.judged(found)
+        statuses.update(judged.statuses)
+        figures = ledger.count(
+            self.triggered, statuses, per_run, faults, judged.children, judged.designed
+        )
         groups = fanout.judge(found, per_run)
+        groups.retried, groups.retry_refusals = len(self.retried), self.retry_refusals
         self.capabilities = check(per_run, faults, KEY_LIMIT)
         self._check_stored(app)
         violating = list(
@@ -214,15 +234,56 @@ class Chaos:
         children and the parent's history."""
         store = app.store
         beyond = child_run_id(fan_out.group_id, len(fan_out.values))
+        group = _retrying("group", store.groups.get_group, fan_out.group_id)
+        reruns = {
+            index: _retrying("get", store.get_run, redrive_run_id(group.id, index, generation))
+            for index, generation in (group.redriven if group is not None else ())
+        }
         return fanout.Found(
-            group=_retrying("group", store.groups.get_group, fan_out.group_id),
+            group=group,
             run=_retrying("get", store.get_run, fan_out.run_id),
             children=[_retrying("get", store.get_run, c) for c in fan_out.children],
             beyond=_retrying("get", store.get_run, beyond),
-            events=_retrying("events", store.get_events, fan_out.run_id)
+            events=_retrying("events", store.get_events, fan_out.first_run)
             if fan_out.shape == MAP
             else [],
+            first=_retrying("get", store.get_run, fan_out.first_run),
+            reruns=reruns,
         )
+
+    # --- retry-failed ---------------------------------------------------------------
+
+    def _retry_failed(self, app: Runlane, producer: Runlane, drained: threading.Event) -> None:
+        """Rerun the failed children of each ``retried`` fan-out as an impatient operator
+        would, as soon as its group has joined failed: fix the broken child, then ask
+        ``retry-failed`` through the fault proxy, again until it lands. Until its parent
+        has failed (or its first callback has ended) it is refused, and counted."""
+        while not drained.is_set():
+            for fan_out in list(self.fan_outs.values()):
+                if fan_out.mode == fanout.RETRIED and fan_out.index not in self.retried:
+                    try:
+                        self._retry_one(app, producer, fan_out)
+                    except Exception as exc:  # storage faults: try again later
+                        log.info("retry-failed of group %s: %s", fan_out.group_id, exc)
+            drained.wait(0.5)
+
+    def _retry_one(self, app: Runlane, producer: Runlane, fan_out: fanout.FanOut) -> None:
+        group = app.store.groups.get_group(fan_out.group_id)
+        if group is None or group.joined_at is None or group.generation:
+            if group is not None and group.generation:
+                self.retried.add(fan_out.index)
+            return
+        if group.status is not GroupStatus.FAILED:
+            return
+        fixed = fixed_marker(str(self.log_path), fan_out.index)
+        Path(fixed).touch()
+        try:
+            producer.runs.retry_failed(fan_out.group_id, reason="chaos: fixed", actor="chaos")
+        except IllegalTransition as exc:
+            self.retry_refusals += 1
+            log.info("retry-failed of group %s refused: %s", fan_out.group_id, exc)
+            return  # landed before (read again next time), or too early
+        self.retried.add(fan_out.index)
 
     def _histories(
         self, app: Runlane, run_ids: list[str], per_run: dict[str, list[ledger.Execution]]
@@ -289,12 +350,26 @@ class Chaos:
             return THEN
         return None
 
-    def _items(self, i: int) -> list[dict[str, Any]]:
-        """The children's payloads of a fan-out: kinds from the mix, a value each."""
-        return [
-            {"i": i, "kind": self._kind(), "item": n, "value": self.random.randint(1, 1000)}
-            for n in range(self.random.randint(*self.plan.fan_out_items))
+    def _items(self, i: int) -> tuple[str, frozenset[int], list[dict[str, Any]]]:
+        """The mode of the next fan-out (each in turn), its broken items and its
+        children's payloads: kinds from the mix, ``broken`` for the broken ones, a value
+        each."""
+        mode = fanout.MODES[len(self.fan_outs) % len(fanout.MODES)]
+        count = self.random.randint(*self.plan.fan_out_items)
+        broken: frozenset[int] = frozenset()
+        if mode != fanout.SUCCEEDS:
+            many = self.random.randint(1, 2) if mode == fanout.TOLERATES else 1
+            broken = frozenset(self.random.sample(range(count), many))
+        items = [
+            {
+                "i": i,
+                "kind": BROKEN if n in broken else self._kind(),
+                "item": n,
+                "value": self.random.randint(1, 1000),
+            }
+            for n in range(count)
         ]
+        return mode, broken, items
 
     def _trigger(self, app: Runlane, sender: WakeupSender) -> None:
         pending: list[tuple[float, str, str]] = []  # (when, run id, queue): duplicates
@@ -305,7 +380,7 @@ class Chaos:
                 self._send_due(pending, sender)
                 time.sleep(0.01)
             run_id, queue, also = self._trigger_one(app, i)
-            self.triggered[i] = run_id
+            self.triggered[i] = self.fan_outs[i].run_id if i in self.fan_outs else run_id
             self.first_trigger.set()
             if i % 50 == 0:
                 log.info("triggered %d runs", i + 1)
@@ -331,8 +406,16 @@ class Chaos:
         if shape == MAP:
             child_task, child_queue = self._task()
             window = self.plan.fan_out_window
-            items = self._items(i)
-            payload = {"i": i, "kind": MAP, "task": child_task, "window": window, "items": items}
+            mode, broken, items = self._items(i)
+            tolerate = len(broken) if mode == fanout.TOLERATES else 0
+            payload = {
+                "i": i,
+                "kind": MAP,
+                "task": child_task,
+                "window": window,
+                "tolerate": tolerate,
+                "items": items,
+            }
         else:
             payload = {"i": i, "kind": self._kind()}
             task, queue, options = self._capability(i, task, queue, payload)
@@ -342,7 +425,10 @@ class Chaos:
             return run.id, queue, []
         group_id = group_id_for(run.id, wait_name(WaitKind.GROUP, None, 1))
         values = tuple(item["value"] for item in items)
-        self.fan_outs[i] = fanout.FanOut(i, MAP, group_id, run.id, values)
+        judged = redriven_parent_id(group_id, 1) if mode == fanout.RETRIED else run.id
+        self.fan_outs[i] = fanout.FanOut(
+            i, MAP, group_id, judged, values, mode=mode, broken=broken, first_run=run.id
+        )
         return run.id, queue, [(child_run_id(group_id, 0), child_queue)]
 
     def _capability(
@@ -371,7 +457,8 @@ class Chaos:
     ) -> tuple[str, str, list[tuple[str, str]]]:
         """``app.group`` over a few children of either task, with ``task`` as its
         callback; judged by the callback run."""
-        items = self._items(i)
+        mode, broken, items = self._items(i)
+        tolerate = len(broken) if mode == fanout.TOLERATES else 0
         tasks = [self._task() for _ in items]
         children = [(child_task, item) for (child_task, _), item in zip(tasks, items, strict=True)]
         sent: list[None] = []
@@ -379,12 +466,16 @@ class Chaos:
         def start() -> Any:
             sent.append(None)
             then = (task, {"i": i, "kind": THEN})
-            return app.group(children, then=then, max_in_flight=self.plan.fan_out_window)
+            window = self.plan.fan_out_window
+            return app.group(children, then=then, max_in_flight=window, tolerate=tolerate)
 
         group = _retrying("group", start)
         callback = callback_run_id(group.id)
+        judged = callback_run_id(group.id, 1) if mode == fanout.RETRIED else callback
         values = tuple(item["value"] for item in items)
-        self.fan_outs[i] = fanout.FanOut(i, THEN, group.id, callback, values, len(sent) > 1)
+        self.fan_outs[i] = fanout.FanOut(
+            i, THEN, group.id, judged, values, len(sent) > 1, mode, broken, callback
+        )
         return callback, queue, [(child_run_id(group.id, 0), tasks[0][1])]
 
     def _send_due(self, pending: list[tuple[float, str, str]], sender: WakeupSender) -> None:

@@ -252,7 +252,9 @@ class RunsApi:
         group joins again: its callback runs again, or a parent that failed runs again
         as a new run linked to it whose ``ctx.map`` finds the group's new results.
         Raises :class:`~runlane_sqs.core.errors.IllegalTransition` when the group has not
-        joined, was stopped, has nothing to rerun, or its parent did not fail."""
+        joined (a failed group joins once the children it asked to cancel have ended),
+        was stopped, has nothing to rerun, its parent did not fail, its callback (of the
+        last join) has not ended, or another ``retry_failed`` reopened it meanwhile."""
         groups = self._groups_named(run_or_group_id)
         if groups is None:
             raise RunNotFound(run_or_group_id)

@@ -212,8 +212,17 @@ class Group:
 
     @property
     def complete(self) -> bool:
-        """Ready to join: every child finished, or too many failed."""
+        """Decided: every child finished, or too many failed, or the parent was
+        cancelled. No child starts after."""
         return self.status is not GroupStatus.RUNNING
+
+    @property
+    def closed(self) -> bool:
+        """Ready to join: complete, and no child left in its lanes. A group that failed
+        (or was stopped) asks the children still running to cancel and closes once they
+        are counted, so its join, its parent and its callback see every child's final
+        status, and ``runs retry-failed`` finds none still running."""
+        return self.complete and not self.lanes
 
     def room(self) -> dict[int, int]:
         """The free lanes to fill now, each with the position it starts (none once the
@@ -424,11 +433,16 @@ def redrive(group: Group, unsuccessful: Sequence[tuple[int, RunStatus]]) -> Grou
     new position after the others (so the reruns start through the window, as the items
     never started do), and the join is done again. Raises
     :class:`~runlane_sqs.core.errors.IllegalTransition` for a group that has not joined,
-    was stopped with its parent, or has nothing to rerun."""
+    was stopped with its parent, has children still running, or has nothing to rerun."""
     if group.joined_at is None:
         raise IllegalTransition(f"group {group.id} has not joined yet; nothing to rerun")
     if group.stopped_at is not None:
         raise IllegalTransition(f"group {group.id} was stopped with its parent; nothing to rerun")
+    if group.lanes:
+        raise IllegalTransition(
+            f"{len(group.lanes)} child(ren) of group {group.id} are still running (asked to "
+            "cancel); retry once they have ended"
+        )
     if not unsuccessful and group.started >= group.total:
         raise IllegalTransition(f"every child of group {group.id} succeeded; nothing to rerun")
     generation = group.generation + 1

@@ -495,7 +495,7 @@ class TaskContext:
         return name, self._joined(recorded) if isinstance(recorded, dict) else None
 
     def _group_outcome(self, name: str, group: Group) -> GroupResults:
-        if group.complete:  # no children, or all finished before the release was asked
+        if group.closed:  # no children, or all counted before the release was asked
             return self._joined(group.summary())
         self._release_to(Wait(WaitKind.GROUP, name, group.id))
 

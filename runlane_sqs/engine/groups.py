@@ -52,6 +52,9 @@ CHUNKS_KEPT = 16
 """Item chunks a process keeps after reading them (up to 16 x 300 KB): a chunk never
 changes once its group is opened, and the finishers of one group start the items of one
 chunk after another, so each process reads a chunk about once, not once per child."""
+CANCEL_TRIES = 3
+"""Writes of a child's cancel request, each against the child as the last refused one
+found it (a worker claiming it, a heartbeat)."""
 ONE_AT_A_TIME = GroupOptions(max_in_flight=1, tolerate=0)
 """The group of each task of a chain: one child."""
 
@@ -195,7 +198,7 @@ class Groups:
 
     def fill_lanes(self, group: Group) -> Group:
         """Fill the free lanes (a redrive, maintenance) with one write each time, then
-        create their children; join a complete group."""
+        create their children; close and join a complete group."""
         while room := group.room():
             started, stored = self._store.groups.mark_started(group.id, group.started, room)
             if stored is None:
@@ -203,9 +206,21 @@ class Groups:
             if started:
                 self._create_children(stored, sorted(room.values()))
             group = stored
-        if group.complete and group.joined_at is None:
-            self.join(group)
-        return group
+        return self._settle(group)
+
+    def _settle(self, group: Group) -> Group:
+        """A complete group that has not joined: ask the children left in its lanes to
+        cancel, and join it once none is left (:attr:`~runlane_sqs.core.groups.Group.closed`),
+        so its join sees every child's final status. Returns the group after (its
+        ``joined_at`` set once joined)."""
+        if not group.complete or group.joined_at is not None:
+            return group
+        if group.lanes:
+            group = self._cancel_unfinished(group)
+        if not group.closed:
+            return group  # the last of them to end joins it (or maintenance does)
+        self.join(group)
+        return group.with_changes(joined_at=self._clock.now())
 
     def after_child(self, run: Run) -> None:
         """A child finished: count it (starting the next position in its lane), then
@@ -218,8 +233,7 @@ class Groups:
         lane = None if position is None else group.lane_of(position)
         if position is not None and lane is not None:
             group = self._count(group, lane, position, run.status)
-        if group.complete and group.joined_at is None:
-            self.join(group)
+        self._settle(group)
 
     def _count(self, group: Group, lane: int, position: int, status: RunStatus) -> Group:
         """Count the terminal child at ``position`` (once, however often this runs) and
@@ -287,7 +301,8 @@ class Groups:
         """Read the children of the group's lanes: create those not created (a finisher
         died after starting them), count the terminal ones not counted (a writer died
         after ending them); returns the group as the counts left it, and whether there
-        was anything to repair."""
+        was anything to repair. In a complete group a child not created is left to
+        :meth:`_settle`, which creates it cancelled: it never runs."""
         missing: list[int] = []
         repaired = False
         for position, child in self._lane_children(group):
@@ -296,7 +311,8 @@ class Groups:
             elif child.is_terminal and (lane := group.lane_of(position)) is not None:
                 group = self._count(group, lane, position, child.status)
                 repaired = True
-        self._create_children(group, missing)
+        if not group.complete:
+            self._create_children(group, missing)
         return group, repaired or bool(missing)
 
     def _lane_children(self, group: Group) -> Iterator[tuple[int, Run | None]]:
@@ -352,8 +368,8 @@ class Groups:
         return run
 
     def join(self, group: Group) -> None:
-        """Resume the parent or trigger the callback (each lands once), ask the children
-        still running to cancel if the group failed, and record the join."""
+        """Resume the parent or trigger the callback (each lands once) and record the
+        join, for a closed group (every child it started has been counted)."""
         if group.parent_run_id is not None:
             parent = self._store.get_run(group.parent_run_id)
             if parent is not None:
@@ -366,8 +382,6 @@ class Groups:
             self._trigger_then(group, group.then)
         if group.next_tasks and group.status is GroupStatus.SUCCEEDED:
             self._next_task(group)
-        if group.status in (GroupStatus.FAILED, GroupStatus.STOPPED):
-            self._cancel_unfinished(group)
         if self._store.groups.mark_joined(group.id, self._clock.now()):
             log.info(
                 "group %s joined: %s (%d succeeded, %d failed, %d cancelled of %d)",
@@ -380,12 +394,14 @@ class Groups:
                 extra={"group_id": group.id, "run_id": group.parent_run_id},
             )
 
-    def stop(self, group_id: str) -> None:
+    def stop(self, group_id: str, seen_generation: int = 0) -> None:
         """Stop a group whose parent was cancelled: no child starts after, the running
-        ones are asked to cancel, and the group joins (resuming nothing)."""
-        group = self._store.groups.mark_stopped(group_id, self._clock.now())
+        ones are asked to cancel, and the group joins once they have ended (resuming
+        nothing). Only while the group is at ``seen_generation``: a group that
+        ``runs retry-failed`` reopened since it was read is left running."""
+        group = self._store.groups.mark_stopped(group_id, self._clock.now(), seen_generation)
         if group is not None:
-            self.join(group)
+            self._settle(group)
 
     def _next_task(self, group: Group) -> None:
         """Open the group of a chain's next task, with this group's result as its payload
@@ -424,19 +440,14 @@ class Groups:
         to the child it replaces; once they finish the group joins again, triggering its
         callback again, opening a chain's next task, or running a failed parent again
         (a new run linked to it, whose ``ctx.map`` finds this group). Raises
-        :class:`~runlane_sqs.core.errors.IllegalTransition` when there is nothing to rerun
-        or the parent did not fail."""
+        :class:`~runlane_sqs.core.errors.IllegalTransition` when there is nothing to rerun,
+        the parent did not fail, or the callback of the last join has not ended."""
         group = self._store.groups.get_group(group_id)
         if group is None:
             raise RunlaneError(f"no group {group_id!r} in this environment")
-        if group.parent_run_id is not None:
-            parent = self._store.get_run(group.parent_run_id)
-            if parent is None or parent.status is not RunStatus.FAILED:
-                status = parent.status.value if parent else "gone"
-                raise IllegalTransition(
-                    f"the parent {group.parent_run_id} of group {group.id} is {status}; "
-                    "retry-failed reruns the group of a parent that failed"
-                )
+        if group.joined_at is not None and group.lanes:  # joined before its lanes emptied
+            group, _ = self._repair_lanes(group)  # (by an earlier version): count the ended
+        self._check_joiners(group)
         unsuccessful = [
             (child.group_index, child.status)
             for start in range(0, group.started, CHILDREN_PAGE)
@@ -452,7 +463,10 @@ class Groups:
         taken_failed = group.failed - reopened.failed
         taken_cancelled = group.cancelled - reopened.cancelled
         if not self._store.groups.reopen(reopened, group.generation, taken_failed, taken_cancelled):
-            raise ConflictError(group.id, None)
+            raise IllegalTransition(
+                f"group {group.id} was reopened meanwhile (another retry-failed) or has "
+                "children still running; read it again"
+            )
         log.info(
             "group %s: rerunning %d child(ren) by %s (generation %d)",
             group.id,
@@ -463,6 +477,27 @@ class Groups:
         )
         stored = self._store.groups.get_group(group.id)
         return self.fill_lanes(stored) if stored is not None else reopened
+
+    def _check_joiners(self, group: Group) -> None:
+        """Refuse a redrive while the runs the last join reached could still read the
+        group: its parent must have failed, and its callback must have ended (it reads
+        the group's record and children, which the redrive changes)."""
+        if group.parent_run_id is not None:
+            parent = self._store.get_run(group.parent_run_id)
+            if parent is None or parent.status is not RunStatus.FAILED:
+                status = parent.status.value if parent else "gone"
+                raise IllegalTransition(
+                    f"the parent {group.parent_run_id} of group {group.id} is {status}; "
+                    "retry-failed reruns the group of a parent that failed"
+                )
+        if group.then is not None and group.joined_at is not None:
+            callback = self._store.get_run(core.callback_run_id(group.id, group.generation))
+            if callback is not None and not callback.is_terminal:
+                raise IllegalTransition(
+                    f"the callback {callback.id} of group {group.id} is "
+                    f"{callback.status.value}; retry-failed reruns the group once it has "
+                    "ended (it reads the group)"
+                )
 
     def _redrive_parent(self, group: Group, parent_id: str) -> None:
         """After a redrive's join, run a parent that failed again (once per generation):
@@ -491,25 +526,52 @@ class Groups:
         if run is not None:  # None: triggered already, by another join
             self._publisher.publish_new([run])
 
-    def _cancel_unfinished(self, group: Group) -> None:
-        """Ask the children still running in the group's lanes to cancel (cooperative);
-        one not started yet is cancelled at once, and counted."""
+    def _cancel_unfinished(self, group: Group) -> Group:
+        """Ask the children left in the lanes of a complete group to cancel (cooperative):
+        one not started yet is cancelled at once, one a finisher started but has not
+        created (it read the group before it failed) is created cancelled, its wakeup
+        never sent; those that are terminal are counted. Returns the group after."""
         for position, child in self._lane_children(group):
-            if child is None or child.is_terminal:
-                continue
-            cancelled = self._cancel(child)
+            stopped = self._stopped(group, position, child)
             lane = group.lane_of(position)
-            if cancelled is not None and cancelled.is_terminal and lane is not None:
-                group = self._count(group, lane, position, cancelled.status)
+            if stopped is not None and stopped.is_terminal and lane is not None:
+                group = self._count(group, lane, position, stopped.status)
+        return group
+
+    def _stopped(self, group: Group, position: int, child: Run | None) -> Run | None:
+        """A lane's child after it was asked to cancel (``None``: it moved on meanwhile)."""
+        if child is None:
+            return self._created_cancelled(group, position)
+        return child if child.is_terminal else self._cancel(child)
+
+    def _created_cancelled(self, group: Group, position: int) -> Run | None:
+        """Create a position's child and cancel it before anyone is told of it (or, if
+        its finisher created it meanwhile, ask that one to cancel)."""
+        child = self._create_child(group, position)
+        if child is None:
+            child = self._store.get_run(group.at(position)[1])
+        if child is None or child.is_terminal:
+            return child
+        return self._cancel(child)
 
     def _cancel(self, child: Run) -> Run | None:
-        try:
-            decision = machine.request_cancel(
-                child, now=self._clock.now(), actor="group", reason="the group failed"
-            )
-            return self._store.apply(decision)
-        except (ConflictError, IllegalTransition):
-            return None  # it moved on meanwhile (it finished, or is asked already)
+        """Ask a child to cancel; one that moved on meanwhile (a worker claimed it) is
+        asked again as the refused write found it. ``None``: it was asked already."""
+        for _ in range(CANCEL_TRIES):
+            if child.is_terminal:
+                return child
+            try:
+                decision = machine.request_cancel(
+                    child, now=self._clock.now(), actor="group", reason="the group failed"
+                )
+                return self._store.apply(decision)
+            except IllegalTransition:
+                return None  # asked already
+            except ConflictError as exc:
+                if exc.current is None:
+                    return None
+                child = exc.current
+        return None
 
     # maintenance -------------------------------------------------------------------
 
@@ -520,14 +582,15 @@ class Groups:
         before = (group.started, group.finished, group.joined_at)
         if group.parent_run_id is not None and not group.complete:
             parent = self._store.get_run(group.parent_run_id)
-            if parent is None or parent.is_terminal:  # cancelled while it opened the group
-                self.stop(group.id)
+            # cancelled while it opened the group (a reopened group's parent failed)
+            if parent is None or (parent.is_terminal and not group.generation):
+                self.stop(group.id, group.generation)
                 return True
         repaired, did = self._repair_lanes(group)
         after = self.fill_lanes(repaired)
-        if after.joined_at is None and not after.complete:
+        if after.joined_at is None:  # running, or closing: children asked to cancel
             self._store.groups.relist(group.id, now + self._config.republish.after)
-        return did or (after.started, after.finished, after.joined_at) != before or after.complete
+        return did or (after.started, after.finished, after.joined_at) != before
 
 
 ITEM_BYTES = MAX_PAYLOAD_LIMIT_BYTES

@@ -159,7 +159,7 @@ class Resumer:
             return self.run_finished(other) if other is not None and finished else None
         if waiting.kind is WaitKind.GROUP:
             group = self._store.groups.get_group(waiting.target)
-            return group_resumption(group) if group is not None and group.complete else None
+            return group_resumption(group) if group is not None and group.closed else None
         return None
 
     def run_finished(self, run: Run) -> Resumption:

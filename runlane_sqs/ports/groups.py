@@ -70,9 +70,10 @@ class GroupStore(Protocol):
         already."""
         ...
 
-    def mark_stopped(self, group_id: str, at: datetime) -> Group | None:
+    def mark_stopped(self, group_id: str, at: datetime, seen_generation: int) -> Group | None:
         """Stop a group that has not joined (its parent was cancelled) and return it as
-        stored; ``None`` if it had joined or does not exist."""
+        stored; ``None`` if it had joined, does not exist, or is no longer at
+        ``seen_generation`` (``runs retry-failed`` reopened it since it was read)."""
         ...
 
     def reopen(self, reopened: Group, seen_generation: int, failed: int, cancelled: int) -> bool:

@@ -26,6 +26,7 @@ from runlane_sqs import (
 )
 from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.core import groups as core_groups
+from runlane_sqs.core import machine
 from runlane_sqs.core.errors import (
     InvalidCursor,
     InvalidKeyError,
@@ -43,11 +44,11 @@ from runlane_sqs.core.groups import (
     next_group_id,
     redriven_parent_id,
 )
-from runlane_sqs.core.model import WaitKind
+from runlane_sqs.core.model import Run, WaitKind
 from runlane_sqs.runtime import budget
 from tests.backends import ONLY_AWS, Backend
 from tests.behaviour.waits_support import drain_all, qualified
-from tests.behaviour.worker_support import drain
+from tests.behaviour.worker_support import claim_elsewhere, drain
 from tests.emulators import scan_items
 from tests.workers import WorkerKind
 
@@ -770,3 +771,155 @@ def test_prune_leaves_a_parent_whose_group_a_retry_failed_rerun_still_uses(
 
     assert app.store.get_run(parent.id) is None and app.store.get_run(again.id) is None
     assert group_items(app) == {}
+
+
+def _end_elsewhere(app: Runlane, held: Run, result: Any = None) -> Run:
+    """The attempt another worker holds returns (its finish, then its count)."""
+    assert held.lease is not None
+    ended = app.store.apply(
+        machine.record_success(held, token=held.lease.token, result=result, now=app.clock.now())
+    )
+    app.engine.finisher.after_finished(ended)
+    return ended
+
+
+def test_a_failed_group_joins_once_the_children_it_asked_to_cancel_have_ended(
+    app: Runlane, flaky: Flaky
+) -> None:
+    flaky.broken = {0}
+    parent = app.trigger("mapper", {"count": 4})
+    assert drain(app, max_runs=1) == 1
+    [group] = app.runs.groups(parent.id)
+    held = claim_elsewhere(app, child_run_id(group.id, 1))  # another worker runs item 1
+    drain_all(app)  # item 0 fails: the group fails, item 2 is cancelled, item 1 asked to
+    closing = app.runs.group(group.id)
+    assert closing.status is GroupStatus.FAILED and dict(closing.lanes) == {1: 1}
+    assert app.runs.get(held.id).status is RunStatus.CANCEL_REQUESTED
+    assert closing.joined_at is None  # nobody sees the group before item 1 has ended
+    assert app.runs.get(parent.id).status is RunStatus.RELEASED
+    with pytest.raises(IllegalTransition, match="is released"):  # (waiting for its group)
+        app.runs.retry_failed(parent.id)  # it would rerun item 0 beside a running item 1
+    with pytest.raises(IllegalTransition, match="still running"):
+        core_groups.redrive(closing.with_changes(joined_at=app.clock.now()), [])
+
+    assert _end_elsewhere(app, app.runs.get(held.id)).status is RunStatus.CANCELLED
+    drain_all(app)
+    joined = app.runs.group(group.id)
+    assert (joined.failed, joined.cancelled, joined.joined_at is not None) == (1, 2, True)
+    failed = app.runs.get(parent.id)
+    assert failed.status is RunStatus.FAILED
+    assert failed.waiting is None and "1 failed and 2 cancelled" in str(failed.failure)
+
+    flaky.broken = set()
+    assert app.runs.retry_failed(parent.id).generation == 1  # items 0, 1, 2 and 3 again
+    drain_all(app)
+    assert app.runs.get(redriven_parent_id(group.id, 1)).result == [0, 10, 20, 30]
+    assert flaky.executions == {0: 2, 1: 1, 2: 1, 3: 1}
+
+
+def test_a_retry_failed_that_loses_to_another_is_refused_as_illegal(
+    app: Runlane, flaky: Flaky
+) -> None:
+    flaky.broken = {0}
+    parent = app.trigger("mapper", {"count": 2})
+    drain_all(app)
+    groups = app.store.groups
+    groups.reopen = lambda *args, **kwargs: False  # type: ignore[method-assign]
+    with pytest.raises(IllegalTransition, match="reopened meanwhile"):
+        app.runs.retry_failed(parent.id)
+
+
+def test_maintenance_leaves_a_group_that_retry_failed_reopened_running(
+    app: Runlane, backend: Backend, flaky: Flaky
+) -> None:
+    flaky.broken = {1}
+    parent = app.trigger("mapper", {"count": 3})
+    assert drain(app, max_runs=1) == 1
+    [group] = app.runs.groups(parent.id)
+    listed = app.runs.group(group.id)  # what a maintenance pass read from the agenda
+    drain_all(app)
+    assert app.runs.get(parent.id).status is RunStatus.FAILED
+    flaky.broken = set()
+    app.runs.retry_failed(parent.id)
+    # a pass that read the group before it joined, and one that reads it reopened (its
+    # parent failed: no cancel to follow), leave it running
+    app.engine.groups.review(listed, app.clock.now())
+    backend.clock.advance(app.config.republish.after * 2)
+    app.maintenance.run_pass()
+    assert app.runs.group(group.id).stopped_at is None
+    drain_all(app)
+    assert app.runs.get(redriven_parent_id(group.id, 1)).result == [0, 10, 20]
+
+
+def test_a_child_started_as_its_group_fails_is_created_cancelled_and_never_runs(
+    app: Runlane, backend: Backend, handlers: Handlers
+) -> None:
+    app.task(handlers.square, name="square-once", retry=RetryPolicy(max_attempts=1))
+    items = [("square-once", {"n": 0, "fail": True}), ("square", {"n": 1}), ("square", {"n": 2})]
+    group = app.group(items, then=("notify", None), max_in_flight=2)
+    groups = app.engine.groups
+    create = groups._create_child
+    dies = [True]
+
+    def dying(*args: Any, **kwargs: Any) -> Any:
+        if dies.pop() if dies else False:
+            raise StorageUnavailable("the finisher's process died here")
+        return create(*args, **kwargs)
+
+    groups._create_child = dying  # type: ignore[method-assign]
+    held = claim_elsewhere(app, child_run_id(group.id, 1))
+    _end_elsewhere(app, held, 1)  # item 1 is counted and item 2 started in its lane; its
+    # finisher dies before it creates item 2 (maintenance would create it)
+    assert app.store.get_run(child_run_id(group.id, 2)) is None
+    drain_all(app)  # item 0 fails: the group fails
+    backend.clock.advance(app.config.republish.after * 2)
+    app.maintenance.run_pass()
+    drain_all(app)
+    third = app.runs.get(child_run_id(group.id, 2))
+    assert third.status is RunStatus.CANCELLED and third.attempt == 0  # never ran
+    joined = app.runs.group(group.id)
+    assert (joined.succeeded, joined.failed, joined.cancelled) == (1, 1, 1)
+    assert [c[1:] for c in handlers.callbacks] == [("failed", [None, 1, None])]
+
+
+def test_a_child_claimed_while_its_failed_group_cancels_it_is_asked_to_cancel(
+    app: Runlane, handlers: Handlers
+) -> None:
+    app.task(handlers.square, name="square-once", retry=RetryPolicy(max_attempts=1))
+    items = [("square-once", {"n": 0, "fail": True}), ("square", {"n": 1})]
+    group = app.group(items, then=("notify", None), max_in_flight=2)
+    second = child_run_id(group.id, 1)
+    apply = app.store.apply
+    claims = [second]
+
+    def claimed_first(transition: Any) -> Any:
+        if transition.after.id in claims:  # a worker claims it just before the
+            claims.clear()  # group's cancel lands
+            claim_elsewhere(app, second)
+        return apply(transition)
+
+    app.store.apply = claimed_first  # type: ignore[method-assign]
+    drain(app, max_runs=1)  # item 0 fails: the group fails and cancels item 1
+    assert not claims and app.runs.get(second).status is RunStatus.CANCEL_REQUESTED
+    assert app.runs.group(group.id).joined_at is None
+    assert _end_elsewhere(app, app.runs.get(second), 1).status is RunStatus.CANCELLED
+    drain_all(app)
+    assert [c[1:] for c in handlers.callbacks] == [("failed", [None, None])]
+
+
+def test_retry_failed_waits_for_the_callback_of_the_last_join_which_reads_the_group(
+    app: Runlane, handlers: Handlers
+) -> None:
+    group = app.group(
+        [("square", {"n": 1}), ("square", {"n": 2, "fail": True})], then=("notify", None)
+    )
+    callback = callback_run_id(group.id)
+    held = claim_elsewhere(app, child_run_id(group.id, 0))
+    drain_all(app)  # item 1 fails; item 0, held elsewhere, is asked to cancel
+    _end_elsewhere(app, app.runs.get(held.id), 1)  # it ends: the group joins
+    running = claim_elsewhere(app, callback)  # the callback runs: it reads the group
+    with pytest.raises(IllegalTransition, match="callback"):
+        app.runs.retry_failed(group.id)
+    assert app.runs.group(group.id).generation == 0
+    assert _end_elsewhere(app, running).status is RunStatus.SUCCEEDED
+    assert app.runs.retry_failed(group.id).generation == 1

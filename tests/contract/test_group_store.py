@@ -156,7 +156,7 @@ def test_lanes_are_filled_only_from_the_value_read_and_while_the_group_runs(
     assert not moved and stored is not None and dict(stored.lanes) == {0: 0}
     moved, stored = backend.store.groups.mark_started(group.id, 1, {1: 1})
     assert moved and stored is not None and dict(stored.lanes) == {0: 0, 1: 1}
-    backend.store.groups.mark_stopped(group.id, backend.clock.now())
+    backend.store.groups.mark_stopped(group.id, backend.clock.now(), 0)
     moved, stored = backend.store.groups.mark_started(group.id, 2, {2: 2})
     assert not moved and stored is not None and stored.started == 2
 
@@ -234,11 +234,11 @@ def test_a_redrive_adds_positions_and_takes_the_failures_back(backend: Backend) 
 def test_the_join_and_the_stop_are_recorded_once(backend: Backend) -> None:
     group, chunks = _group(backend)
     backend.store.groups.open_group(group, chunks, None)
-    stopped = backend.store.groups.mark_stopped(group.id, backend.clock.now())
+    stopped = backend.store.groups.mark_stopped(group.id, backend.clock.now(), 0)
     assert stopped is not None and stopped.stopped_at is not None
     assert backend.store.groups.mark_joined(group.id, backend.clock.now())
     assert not backend.store.groups.mark_joined(group.id, backend.clock.now())
-    assert backend.store.groups.mark_stopped(group.id, backend.clock.now()) is None
+    assert backend.store.groups.mark_stopped(group.id, backend.clock.now(), 0) is None
     assert not backend.store.groups.mark_joined(new_run_id(), backend.clock.now())
 
 

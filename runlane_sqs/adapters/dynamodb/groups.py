@@ -287,9 +287,10 @@ class DynamoGroupStore:
         x.remove("agenda_pk", "agenda_at")
         return not isinstance(self._update_unjoined(group_id, x), Refused)
 
-    def mark_stopped(self, group_id: str, at: datetime) -> Group | None:
+    def mark_stopped(self, group_id: str, at: datetime, seen_generation: int) -> Group | None:
         x = Expressions(GroupItem)
         x.set("stopped_at", x.if_not_exists("stopped_at", to_epoch_ms(at)))
+        x.require(_at_generation(x, seen_generation))
         sent = self._update_unjoined(group_id, x, returns="ALL_NEW")
         if isinstance(sent, Refused):
             return None
@@ -309,10 +310,7 @@ class DynamoGroupStore:
         x.add("allowance", failed + cancelled)
         x.remove("joined_at")
         x.require(x.exists("joined_at"), x.absent("stopped_at"))
-        if seen_generation:
-            x.require(x.compare("generation", "=", seen_generation))
-        else:
-            x.require(x.absent("generation"))
+        x.require(_at_generation(x, seen_generation))
         key = keys.group_key(self.environment, reopened.id)
         sent = self._send.conditional(
             "update_item", x.request({"TableName": self.table, "Key": key})
@@ -380,3 +378,9 @@ class DynamoGroupStore:
             run.id: run for run in self._batch_get([keys.run_key(self.environment, i) for i in ids])
         }
         return [found.get(i) for i in ids]
+
+
+def _at_generation(x: Expressions, seen: int) -> str:
+    """The group is still at generation ``seen`` (``runs retry-failed`` has not reopened
+    it since it was read; a group never reopened stores no generation)."""
+    return x.compare("generation", "=", seen) if seen else x.absent("generation")
