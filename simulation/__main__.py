@@ -146,7 +146,11 @@ def report(outcome: Outcome, scenario: Scenario, mutant: str | None) -> None:
         print(f"  {invariant}: {line[:400]}")
     if len(outcome.violations) > 10:
         print(f"  ... and {len(outcome.violations) - 10} more")
-    print(f"  last {TRACE_SHOWN} events of its trace:")
+    for run_id, lines in outcome.about.items():
+        print(f"  the last {len(lines)} events of run {run_id} (requests on its record):")
+        for line in lines:
+            print(f"    {line[:200]}")
+    print(f"  the last {TRACE_SHOWN} events of its trace:")
     for line in outcome.trace[-TRACE_SHOWN:]:
         print(f"    {line[:200]}")
     print(f"  replay: {replay_command(outcome.seed, scenario, mutant)}", flush=True)

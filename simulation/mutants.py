@@ -161,7 +161,7 @@ MUTANTS = {
         Mutant(
             "join-once",
             "a group counts a child's outcome again whenever its finish runs again",
-            "exactly_one_success",
+            "no_lost_run",
             (("runlane_sqs.adapters.dynamodb.groups", "DynamoGroupStore.count", _counted_again),),
         ),
         Mutant(

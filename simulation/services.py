@@ -28,6 +28,7 @@ import greenlet
 from botocore.exceptions import ClientError, ReadTimeoutError
 
 from runlane_sqs.adapters.dynamodb.items import TTL_ATTRIBUTE
+from runlane_sqs.adapters.dynamodb.keys import RUN_PREFIX
 from runlane_sqs.adapters.memory.dynamodb import InMemoryDynamoDB
 from runlane_sqs.core.limits import DEFAULT_VISIBILITY_TIMEOUT_SECONDS
 from simulation.world import World
@@ -123,14 +124,15 @@ class SimDynamoDB:
         if waits:
             self.world.wait(self.latency.leg_us())
         if rng.random() < self.faults.throttle:
-            self.world.note(f"dynamodb {operation} {_what(request)}: throttled")
+            self.world.note(f"dynamodb {operation} {_what(request)}: throttled", _run(request))
             raise client_error(
                 operation, "ProvisionedThroughputExceededException", "throttled (simulated)"
             )
         response = self._apply(operation, request)
         lost = operation in WRITES and rng.random() < self.faults.lost_write
         self.world.note(
-            f"dynamodb {operation} {_what(request)}: {'applied, response lost' if lost else 'ok'}"
+            f"dynamodb {operation} {_what(request)}: {'applied, response lost' if lost else 'ok'}",
+            _run(request),
         )
         if waits:
             self.world.wait(self.latency.leg_us())
@@ -146,7 +148,9 @@ class SimDynamoDB:
         try:
             response = getattr(self.inner, operation)(**request)
         except ClientError as refused:
-            self.world.note(f"dynamodb {operation} {_what(request)}: refused {_code(refused)}")
+            self.world.note(
+                f"dynamodb {operation} {_what(request)}: refused {_code(refused)}", _run(request)
+            )
             if self.recorded is not None:
                 self.recorded.append((operation, copy.deepcopy(request), refused))
             raise
@@ -181,6 +185,19 @@ def _what(request: dict[str, Any]) -> str:
     if "IndexName" in request:
         return f"index {request['IndexName']}"
     return ""
+
+
+def _run(request: dict[str, Any]) -> tuple[str, ...]:
+    """The ids of the runs whose records ``request`` reads or writes (a transaction's
+    actions each name one)."""
+    actions = [next(iter(a.values())) for a in request.get("TransactItems", ())] or [request]
+    ids = []
+    for action in actions:
+        key = action.get("Key") or action.get("Item")
+        pk = key.get("pk", {}).get("S", "") if key is not None else ""
+        if pk.startswith(RUN_PREFIX):
+            ids.append(pk.rsplit("#", 1)[1])
+    return tuple(ids)
 
 
 def _code(error: ClientError) -> str:

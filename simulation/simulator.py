@@ -10,6 +10,7 @@ trace).
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -52,6 +53,8 @@ SETTLE = max(PIN_DURATION, RELEASE_GRACE) + timedelta(minutes=2)
 object and every released object's grace, so it reviews each object record a guard could
 let go wrongly."""
 TRIGGER_TRIES = 3
+RUN_ID = re.compile(r"\b[0-9a-f]{32}\b")
+"""A run's id, as the invariants name it."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,9 @@ class Outcome:
     violations: list[tuple[str, str]]
     digest: str
     trace: list[str]
+    """The history's last lines."""
+    about: dict[str, list[str]]
+    """The last lines about each run a broken invariant names."""
     virtual_seconds: float
     steps: int
 
@@ -189,12 +195,15 @@ class Simulation:
         ):  # made by a trigger whose answer was lost
             if runs[run_id].run.status not in TERMINAL:
                 seen.unexpected.append(f"run {run_id} (its trigger's answer lost) never finished")
+        broken = violations(seen)
+        named = {run_id for _, line in broken for run_id in RUN_ID.findall(line)}
         return Outcome(
             seed=self.world.seed,
             runs=len(runs) + len(self.pruned),
-            violations=violations(seen),
+            violations=broken,
             digest=self.world.digest,
             trace=list(self.world.trace),
+            about={run_id: list(self.world.about.get(run_id, ())) for run_id in sorted(named)},
             virtual_seconds=self.world.seconds,
             steps=self.world.steps,
         )

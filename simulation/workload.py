@@ -105,6 +105,7 @@ class Ledger:
             token,
         )
         self.entries.append(entry)
+        world.note(f"handler of {task} entered, attempt {ctx.attempt}", ctx.run_id)
         self.by_greenlet[greenlet.getcurrent()] = entry
         self.open[(ctx.run_id, ctx.attempt)] = entry
         return entry

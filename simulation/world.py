@@ -31,6 +31,7 @@ import greenlet
 EPOCH = datetime(2031, 1, 1, tzinfo=UTC)
 """Virtual time zero."""
 TRACE_KEPT = 400
+TRACE_KEPT_PER_RUN = 40
 """Trace lines kept for a failure's report (all of them count toward the digest)."""
 
 
@@ -77,6 +78,8 @@ class World:
         self.current: Process | None = None
         """The process whose greenlet runs now (``None``: the scheduler itself)."""
         self.trace: deque[str] = deque(maxlen=TRACE_KEPT)
+        self.about: dict[str, deque[str]] = {}
+        """The last lines of the trace about each run, by its id (requests on its record)."""
         self._digest = hashlib.sha256()
         self.steps = 0
         self.graveyard: list[greenlet.greenlet] = []
@@ -98,11 +101,17 @@ class World:
 
     # the trace ---------------------------------------------------------------------------
 
-    def note(self, text: str) -> None:
-        """One line of the history: when, who, what. Every line counts toward the digest."""
+    def note(self, text: str, about: str | tuple[str, ...] = ()) -> None:
+        """One line of the history: when, who, what. Every line counts toward the digest. A
+        line ``about`` runs (their ids) is also kept among each one's last lines."""
         who = self.current.name if self.current is not None else "world"
         line = f"{self.now_us / 1_000_000:12.6f} {who:<12} {text}"
         self.trace.append(line)
+        for run_id in (about,) if isinstance(about, str) else about:
+            kept = self.about.get(run_id)
+            if kept is None:
+                kept = self.about[run_id] = deque(maxlen=TRACE_KEPT_PER_RUN)
+            kept.append(line)
         self._digest.update(line.encode("utf-8", "backslashreplace"))
         self._digest.update(b"\n")
 

@@ -175,6 +175,15 @@ class Groups:
     def open(self, group: Group, chunks: list[list[Item]], fence: tuple[str, str] | None) -> Group:
         """Store the group (once: a second open returns the first) and create its first
         window of children; a group with no items joins at once."""
+        stored, written = self.store(group, chunks, fence)
+        return self.first_children(stored, written)
+
+    def store(
+        self, group: Group, chunks: list[list[Item]], fence: tuple[str, str] | None
+    ) -> tuple[Group, bool]:
+        """Store the group, once: ``(the group as stored, whether this call wrote it)``.
+        With a ``fence`` (the parent run's id and lease token), the parent is marked in
+        the same write."""
         stored, written = self._store.groups.open_group(group, chunks, fence)
         log.info(
             "group %s: %d item(s), at most %d running",
@@ -183,6 +192,11 @@ class Groups:
             stored.window,
             extra={"group_id": stored.id, "run_id": stored.parent_run_id},
         )
+        return stored, written
+
+    def first_children(self, stored: Group, written: bool) -> Group:
+        """Create the first window of children of a group this call just ``written``;
+        else take it as an earlier call left it (:meth:`opened`)."""
         if not written:
             return self.opened(stored)
         self._create_children(stored, sorted(stored.lanes.values()))

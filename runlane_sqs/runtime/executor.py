@@ -264,17 +264,20 @@ class AttemptRuntime:
         group_id = group_id_for(group_root(self._run), wait_name)
         stored = self.get_group(group_id)
         if stored is not None:
-            return self._groups.opened(stored)
+            return retried(self._groups.opened, stored)
         items = self._groups.items(children, group_id)
         group, chunks = self._groups.new_group(
             items, group_id=group_id, parent=self._run, options=options
         )
         fence = (self._run.id, self._token)
-        opened = retried(lambda _: self._groups.open(group, chunks, fence), None)  # once
-        if opened.parent_run_id == self._run.id:  # the opening marked the stored run too
+        stored, written = retried(lambda _: self._groups.store(group, chunks, fence), None)
+        if stored.parent_run_id == self._run.id:  # the opening marked the stored run too
             self._run = self.run().with_changes(opened_groups=True)
             self._leases.update(self._run)
-        return opened
+        # Storing and starting are retried apart, so a failure while the children start
+        # does not store the group again; a second try takes the children as they are.
+        fresh = iter((written,))
+        return retried(lambda g: self._groups.first_children(g, next(fresh, False)), stored)
 
     def get_group(self, group_id: str) -> Group | None:
         return retried(self._store.groups.get_group, group_id)

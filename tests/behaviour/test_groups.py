@@ -276,6 +276,43 @@ def test_a_map_whose_requests_meet_throttling_sends_them_again(
     assert done.result["sum"] == 0 + 1 + 4
 
 
+def test_a_map_whose_children_fail_to_start_after_a_lost_opening_still_starts_them(
+    app: Runlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The opening's write lands but its answer is lost, then creating the first child
+    fails three times in a row: storing the group and starting its children are retried
+    apart, each within its own budget, so the group is stored once and the parent does not
+    fail. Retried as one, the four tries of the whole ran out and failed the parent. Found
+    by the simulation (``make simulate SEED=3`` with lost answers and duplicates often:
+    ``tests/simulation/test_simulation.py``'s ``REPLAYING``)."""
+    monkeypatch.setattr(budget, "BACKOFF", wait_none())
+    groups, store = app.store.groups, app.store
+    open_group, create_run = groups.open_group, store.create_run
+    failures: list[str] = []
+
+    def opened_but_lost(*args: Any) -> Any:
+        if "opening" not in failures:
+            failures.append("opening")
+            open_group(*args)
+            raise StorageUnavailable("DynamoDB is unavailable: the answer was lost")
+        return open_group(*args)
+
+    def refused_thrice(*args: Any, **options: Any) -> Any:
+        if failures.count("child") < 3:
+            failures.append("child")
+            raise StorageUnavailable("DynamoDB is unavailable: ThrottlingException")
+        return create_run(*args, **options)
+
+    run = app.trigger("month", {"count": 3})
+    monkeypatch.setattr(groups, "open_group", opened_but_lost)
+    monkeypatch.setattr(store, "create_run", refused_thrice)
+    drain_all(app)
+    assert failures == ["opening", "child", "child", "child"]
+    done = app.runs.get(run.id)
+    assert (done.status, done.failures) == (RunStatus.SUCCEEDED, 0)
+    assert done.result["sum"] == 0 + 1 + 4
+
+
 @pytest.mark.parametrize(
     ("children", "options", "error"),
     [

@@ -25,7 +25,7 @@ from simulation.invariants import (
 )
 from simulation.mutants import MUTANTS
 from simulation.services import Faults
-from simulation.simulator import Outcome, Scenario, Simulation
+from simulation.simulator import RUN_ID, Outcome, Scenario, Simulation
 from simulation.workload import EPOCH_US, PLAIN, RATE, RATED, Entry, Ledger
 from simulation.world import EPOCH, Process, World
 
@@ -201,3 +201,14 @@ def test_the_seeds_that_found_defects_run_clean(seed: int) -> None:
     ``RateLimit(5, per=1)`` task entered within one second."""
     outcome = history(seed, Scenario(runs=200))
     assert outcome.violations == []
+
+
+def test_a_broken_invariant_comes_with_the_story_of_each_run_it_names() -> None:
+    """A failing seed's report shows, for each run a broken invariant names, the last
+    requests on its record and where its handler was entered, from every process."""
+    outcome = history(1, Scenario(runs=100, spread_seconds=30), "publish-first")
+    named = {run_id for _, line in outcome.violations for run_id in RUN_ID.findall(line)}
+    assert named and set(outcome.about) == named
+    for run_id, lines in outcome.about.items():
+        assert any(f"RUN#sim#{run_id}|RUN" in line for line in lines)
+        assert any("handler of sim.transacted entered, attempt 1" in line for line in lines)
