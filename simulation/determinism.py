@@ -1,6 +1,8 @@
 """Everything our code reads that is not its input, taken from the world while a
 simulation runs: time (``time.sleep``, ``time.monotonic``) and entropy (``uuid.uuid4``,
-``secrets.token_hex``, ``random.random``).
+``secrets.token_hex``, ``random.random``); and the one thread pool a process uses (a
+listing's queries of every shard at once), whose calls are made one after another on the
+process's greenlet instead, each waiting in virtual time.
 
 A sleep on a process's greenlet waits in virtual time; every id, lease token and jitter
 comes from the world's PRNG. String hashing must not vary either (set order): the
@@ -29,14 +31,31 @@ PATCHED = (
     # bound by name at import (``from time import monotonic``)
     ("runlane_sqs.runtime.budget", "monotonic"),
     ("runlane_sqs.runtime.executor", "monotonic"),
+    ("runlane_sqs.adapters.dynamodb.store", "ThreadPoolExecutor"),
 )
+
+
+class InLine:
+    """A stand-in for ``ThreadPoolExecutor``: ``map`` calls one after another, here."""
+
+    def __init__(self, max_workers: int | None = None) -> None:
+        del max_workers
+
+    def __enter__(self) -> InLine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def map(self, fn: Callable[..., Any], *iterables: Any) -> Iterator[Any]:
+        return iter([fn(*args) for args in zip(*iterables, strict=True)])
 
 
 def replacements(world: World) -> dict[tuple[str, str], Callable[..., Any]]:
     real_sleep = time.sleep
 
     def sleep(seconds: float) -> None:
-        if world.current is None:  # the scheduler itself, or a listing's query thread
+        if world.current is None:  # the scheduler itself
             real_sleep(0)
             return
         world.wait(int(seconds * 1_000_000))
@@ -58,6 +77,7 @@ def replacements(world: World) -> dict[tuple[str, str], Callable[..., Any]]:
         ("random", "random"): world.rng.random,
         ("runlane_sqs.runtime.budget", "monotonic"): monotonic,
         ("runlane_sqs.runtime.executor", "monotonic"): monotonic,
+        ("runlane_sqs.adapters.dynamodb.store", "ThreadPoolExecutor"): InLine,
     }
 
 
