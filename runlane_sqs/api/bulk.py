@@ -9,6 +9,12 @@ operation examines them again (each run's history says whether this operation ac
 it already), then goes on from the cursor. So the tally is exact and no run is acted on
 twice. One write of the record a page, one read of each selected run's history, and the
 action's own writes.
+
+A process acts on a few runs of a page at once (:func:`~runlane_sqs.core.bulk.parallel_runs`)
+and writes its progress mid-page too once half its lease passed, so it keeps the operation
+while it lives; maintenance calls :meth:`BulkApi.take_over` for one whose lease expired
+(:mod:`runlane_sqs.engine.maintenance`). A process whose write is refused stops: another
+took the operation over, or an operator stopped it.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import logging
 import os
 import socket
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -32,7 +39,11 @@ from runlane_sqs.core.bulk import (
     check_operation_id,
     checkpoint,
     done_before,
+    due_for_renewal,
+    handed_back,
+    midway,
     new_operation,
+    parallel_runs,
     stopped,
     taken,
 )
@@ -138,47 +149,71 @@ class BulkApi:
         owner = owner or f"{socket.gethostname()}:{os.getpid()}"
         now = self._engine.clock.now()
         operation = self._write(taken(self.get(operation_id), owner, now, force=force))
-        pace = _Pace(now, operation.rate)
-        while True:
-            tally, last_error = operation.tally, operation.last_error
-            for run_id in operation.pending:
-                outcome, note = self._act(operation, run_id)
-                tally = tally.add(outcome)
-                if outcome is Outcome.FAILED:
-                    last_error = f"run {run_id}: {note}"
-                wait = pace.after_one(self._engine.clock.now())
-                if wait > 0:
-                    self._engine.pause(wait)
-            page = None
-            if not operation.listed:
-                listed = self._page(operation)
-                chosen = tuple(r.id for r in listed.runs if operation.filter.selects(r))
-                tally = replace(tally, outside=tally.outside + len(listed.runs) - len(chosen))
-                page = (chosen, listed.cursor)
-            try:
-                operation = self._write(
-                    checkpoint(
-                        operation,
-                        tally=tally,
-                        last_error=last_error,
-                        now=self._engine.clock.now(),
-                        page=page,
+        return self._carry_out(operation, None, progress)
+
+    def take_over(self, operation: BulkOperation, *, owner: str, until: datetime) -> BulkOperation:
+        """Maintenance's part: carry on ``operation`` (as listed) whose lease expired, until
+        it is done or stopped or the time is ``until`` (by the engine's clock), then hand
+        it back, listed at once; returns it as stored then. Raises
+        :class:`~runlane_sqs.core.errors.IllegalTransition` if a process holds it, and
+        :class:`~runlane_sqs.ports.bulk.OperationConflict` if it changed since it was
+        read (another process took it first)."""
+        taken_over = self._write(taken(operation, owner, self._engine.clock.now()))
+        log.info(
+            "bulk operation %s taken over by %s (its lease had expired)",
+            operation.id,
+            owner,
+            extra={"operation": operation.id},
+        )
+        return self._carry_out(taken_over, until, None)
+
+    def _carry_out(
+        self,
+        operation: BulkOperation,
+        until: datetime | None,
+        progress: Callable[[BulkOperation], object] | None,
+    ) -> BulkOperation:
+        """Act on the pending runs, write the next page, and so on until done, stopped (a
+        write refused) or ``until``."""
+        acting = _Acting(self._engine, self._act, self._write, operation.rate, until)
+        with acting:
+            while True:
+                try:
+                    operation, examined = acting.page(operation)
+                    if not examined:  # handed back: out of time
+                        return operation
+                    operation = self._write(self._next_page(operation))
+                except OperationConflict as conflict:
+                    return self._given_up(operation, conflict)
+                if progress is not None:
+                    progress(operation)
+                if operation.status is OperationStatus.DONE:
+                    log.info(
+                        "bulk operation %s done: %d acted on, %d skipped, %d failed",
+                        operation.id,
+                        operation.tally.acted,
+                        operation.tally.skipped,
+                        operation.tally.failed,
+                        extra={"operation": operation.id},
                     )
-                )
-            except OperationConflict as conflict:
-                return self._given_up(operation, conflict)
-            if progress is not None:
-                progress(operation)
-            if operation.status is OperationStatus.DONE:
-                log.info(
-                    "bulk operation %s done: %d acted on, %d skipped, %d failed",
-                    operation.id,
-                    operation.tally.acted,
-                    operation.tally.skipped,
-                    operation.tally.failed,
-                    extra={"operation": operation.id},
-                )
-                return operation
+                    return operation
+
+    def _next_page(self, operation: BulkOperation) -> BulkOperation:
+        """``operation`` (its pending runs examined, not yet written) with the next page
+        of its listing to act on, or done at the listing's end."""
+        tally, page = operation.tally, None
+        if not operation.listed:
+            listed = self._page(operation)
+            chosen = tuple(r.id for r in listed.runs if operation.filter.selects(r))
+            tally = replace(tally, outside=tally.outside + len(listed.runs) - len(chosen))
+            page = (chosen, listed.cursor)
+        return checkpoint(
+            operation,
+            tally=tally,
+            last_error=operation.last_error,
+            now=self._engine.clock.now(),
+            page=page,
+        )
 
     def get(self, operation_id: str) -> BulkOperation:
         """The operation as stored now; raises
@@ -271,8 +306,10 @@ class BulkApi:
             return Outcome.SKIPPED, f"it is {run.status.value} now"
         try:
             self._apply(operation, run)
-        except IllegalTransition as refused:
-            return Outcome.SKIPPED, str(refused)
+        except IllegalTransition as refused:  # it changed: maybe by this operation's other process
+            found = self._engine.store.get_history(run_id)
+            prior = done_before(operation, found[1]) if found is not None else None
+            return prior or (Outcome.SKIPPED, str(refused))
         except RunlaneError as error:
             log.warning(
                 "bulk operation %s: %s of run %s failed: %s",
@@ -311,8 +348,74 @@ class _Pace:
     rate: float
     done: int = 0
 
-    def after_one(self, now: datetime) -> float:
-        """Count one run; how long to wait (seconds) before the next."""
-        self.done += 1
+    def after(self, runs: int, now: datetime) -> float:
+        """Count ``runs`` acted on; how long to wait (seconds) before the next."""
+        self.done += runs
         due = self.begun + timedelta(seconds=self.done / self.rate)
         return max(0.0, (due - now).total_seconds())
+
+
+class _Acting:
+    """One process acting on an operation's pending runs: a few at once (their actions
+    are independent), at the operation's rate, renewing its lease as it goes, and handing
+    the operation back once its time (``until``) is over."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        act: Callable[[BulkOperation, str], tuple[Outcome, str]],
+        write: Callable[[BulkOperation], BulkOperation],
+        rate: float,
+        until: datetime | None,
+    ) -> None:
+        self._engine = engine
+        self._act = act
+        self._write = write
+        self._until = until
+        self._parallel = parallel_runs(rate)
+        self._pace = _Pace(engine.clock.now(), rate)
+        self._pool: ThreadPoolExecutor | None = None
+
+    def __enter__(self) -> _Acting:
+        if self._parallel > 1:
+            self._pool = ThreadPoolExecutor(self._parallel, thread_name_prefix="runlane-bulk")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+
+    def page(self, operation: BulkOperation) -> tuple[BulkOperation, bool]:
+        """Examine ``operation``'s pending runs. Returns it with their tally, not yet
+        written, and ``True``; or, out of time, as handed back (written) and ``False``.
+        Raises :class:`OperationConflict` when a write of its lease is refused."""
+        tally, last_error = operation.tally, operation.last_error
+        pending = operation.pending
+        while pending:
+            now = self._engine.clock.now()
+            if self._until is not None and now >= self._until:
+                back = handed_back(
+                    operation, tally=tally, last_error=last_error, pending=pending, now=now
+                )
+                return self._write(back), False
+            if due_for_renewal(operation, now):
+                renewed = midway(
+                    operation, tally=tally, last_error=last_error, pending=pending, now=now
+                )
+                operation = self._write(renewed)
+            batch, pending = pending[: self._parallel], pending[self._parallel :]
+            for run_id, (outcome, note) in zip(batch, self._act_on(operation, batch), strict=True):
+                tally = tally.add(outcome)
+                if outcome is Outcome.FAILED:
+                    last_error = f"run {run_id}: {note}"
+            wait = self._pace.after(len(batch), self._engine.clock.now())
+            if wait > 0:
+                self._engine.pause(wait)
+        return replace(operation, pending=(), tally=tally, last_error=last_error), True
+
+    def _act_on(
+        self, operation: BulkOperation, batch: tuple[str, ...]
+    ) -> list[tuple[Outcome, str]]:
+        if self._pool is None or len(batch) == 1:
+            return [self._act(operation, run_id) for run_id in batch]
+        return list(self._pool.map(lambda run_id: self._act(operation, run_id), batch))

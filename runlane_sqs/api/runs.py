@@ -423,6 +423,25 @@ class RunsApi:
                 run = conflict.current
         raise RunlaneError(f"run {run.id} kept changing; try again")
 
+    def _link_once(self, source: Run, decide: Callable[[Run], Transition], operation: str) -> None:
+        """Write an operation's link on ``source`` unless another process of the same
+        operation (one it took over from, still running) linked it meanwhile: a refused
+        write reads the run's history before it decides again, so the link is written
+        once."""
+        run = source
+        for _ in range(machine.MAX_REDECISIONS):
+            try:
+                self._engine.store.apply(decide(run))
+                return
+            except ConflictError as conflict:
+                found = self._engine.store.get_history(source.id)
+                if conflict.current is None or found is None:
+                    raise RunNotFound(source.id) from None
+                if bulk.done_by(operation, found[1]):
+                    return
+                run = found[0]
+        raise RunlaneError(f"run {source.id} kept changing; try again")
+
     def link_stored(
         self,
         source: Run,
@@ -455,9 +474,9 @@ class RunsApi:
                 run = self.get_stored(made)
                 if run.status is RunStatus.QUEUED:
                     self._engine.publisher.publish_many([run])  # a second wakeup is harmless
-        self._transition_from(
-            source,
-            lambda current: machine.link_run(
+
+        def decide(current: Run) -> Transition:
+            return machine.link_run(
                 current,
                 kind=kind,
                 new_run_id=run.id,
@@ -465,8 +484,12 @@ class RunsApi:
                 reason=reason,
                 now=self._engine.clock.now(),
                 operation=operation,
-            ),
-        )
+            )
+
+        if operation is None:
+            self._transition_from(source, decide)
+        else:
+            self._link_once(source, decide, operation)
         log.info(
             "run %s: %s as %s by %s",
             source.id,
