@@ -48,11 +48,13 @@ from runlane_sqs.core.bulk import (
     taken,
 )
 from runlane_sqs.core.errors import IllegalTransition, OperationNotFound, RunlaneError
-from runlane_sqs.core.model import LinkKind, Run
+from runlane_sqs.core.model import LinkKind, Run, RunEvent
 from runlane_sqs.engine.engine import Engine
 from runlane_sqs.ports.bulk import OperationConflict
 
 log = logging.getLogger("runlane_sqs.bulk")
+History = tuple[Run, list[RunEvent]]
+"""A run and its events, as one read gives them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,10 +294,11 @@ class BulkApi:
                 return
             cursor = page.cursor
 
-    def _act(self, operation: BulkOperation, run_id: str) -> tuple[Outcome, str]:
-        """Examine one selected run again (its history: acted on by this operation
-        already?) and act on it."""
-        found = self._engine.store.get_history(run_id)
+    def _act(
+        self, operation: BulkOperation, run_id: str, found: History | None
+    ) -> tuple[Outcome, str]:
+        """Examine one selected run again (``found``: it and its history, read for its
+        batch; acted on by this operation already?) and act on it."""
         if found is None:
             return Outcome.SKIPPED, "it no longer exists"
         run, events = found
@@ -307,8 +310,8 @@ class BulkApi:
         try:
             self._apply(operation, run)
         except IllegalTransition as refused:  # it changed: maybe by this operation's other process
-            found = self._engine.store.get_history(run_id)
-            prior = done_before(operation, found[1]) if found is not None else None
+            again = self._engine.store.get_history(run_id)
+            prior = done_before(operation, again[1]) if again is not None else None
             return prior or (Outcome.SKIPPED, str(refused))
         except RunlaneError as error:
             log.warning(
@@ -363,7 +366,7 @@ class _Acting:
     def __init__(
         self,
         engine: Engine,
-        act: Callable[[BulkOperation, str], tuple[Outcome, str]],
+        act: Callable[[BulkOperation, str, History | None], tuple[Outcome, str]],
         write: Callable[[BulkOperation], BulkOperation],
         rate: float,
         until: datetime | None,
@@ -416,6 +419,12 @@ class _Acting:
     def _act_on(
         self, operation: BulkOperation, batch: tuple[str, ...]
     ) -> list[tuple[Outcome, str]]:
+        """Act on ``batch``: one read of its runs, then their actions at once."""
+        found = self._engine.store.get_histories(batch)
+
+        def act(run_id: str) -> tuple[Outcome, str]:
+            return self._act(operation, run_id, found.get(run_id))
+
         if self._pool is None or len(batch) == 1:
-            return [self._act(operation, run_id) for run_id in batch]
-        return list(self._pool.map(lambda run_id: self._act(operation, run_id), batch))
+            return [act(run_id) for run_id in batch]
+        return list(self._pool.map(act, batch))
