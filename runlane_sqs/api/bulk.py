@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 from runlane_sqs.api.runs import MAX_LIST_LIMIT, RunPage, RunsApi
 from runlane_sqs.core.bulk import (
@@ -48,13 +49,17 @@ from runlane_sqs.core.bulk import (
     taken,
 )
 from runlane_sqs.core.errors import IllegalTransition, OperationNotFound, RunlaneError
-from runlane_sqs.core.model import LinkKind, Run, RunEvent
+from runlane_sqs.core.model import LinkKind, Run, RunEvent, RunStatus
 from runlane_sqs.engine.engine import Engine
 from runlane_sqs.ports.bulk import OperationConflict
 
 log = logging.getLogger("runlane_sqs.bulk")
 History = tuple[Run, list[RunEvent]]
 """A run and its events, as one read gives them."""
+T = TypeVar("T")
+R = TypeVar("R")
+Examined = tuple[Outcome, str]
+"""What became of a run an operation examined, and a note saying why."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +182,8 @@ class BulkApi:
     ) -> BulkOperation:
         """Act on the pending runs, write the next page, and so on until done, stopped (a
         write refused) or ``until``."""
-        acting = _Acting(self._engine, self._act, self._write, operation.rate, until)
+        actions = _Actions(self._engine, self._runs, operation)
+        acting = _Acting(self._engine, actions, self._write, operation.rate, until)
         with acting:
             while True:
                 try:
@@ -294,45 +300,6 @@ class BulkApi:
                 return
             cursor = page.cursor
 
-    def _act(
-        self, operation: BulkOperation, run_id: str, found: History | None
-    ) -> tuple[Outcome, str]:
-        """Examine one selected run again (``found``: it and its history, read for its
-        batch; acted on by this operation already?) and act on it."""
-        if found is None:
-            return Outcome.SKIPPED, "it no longer exists"
-        run, events = found
-        prior = done_before(operation, events)
-        if prior is not None:
-            return prior
-        if not operation.filter.selects(run):
-            return Outcome.SKIPPED, f"it is {run.status.value} now"
-        try:
-            self._apply(operation, run)
-        except IllegalTransition as refused:  # it changed: maybe by this operation's other process
-            again = self._engine.store.get_history(run_id)
-            prior = done_before(operation, again[1]) if again is not None else None
-            return prior or (Outcome.SKIPPED, str(refused))
-        except RunlaneError as error:
-            log.warning(
-                "bulk operation %s: %s of run %s failed: %s",
-                operation.id,
-                operation.action.value,
-                run_id,
-                error,
-                extra={"operation": operation.id, "run_id": run_id},
-            )
-            return Outcome.FAILED, str(error)[:500]
-        return Outcome.ACTED, operation.action.value
-
-    def _apply(self, operation: BulkOperation, run: Run) -> None:
-        actor, reason = operation.actor, operation.reason
-        if operation.action is BulkAction.CANCEL:
-            self._runs.cancel_stored(run, actor, reason, operation.id)
-            return
-        kind = LinkKind.RETRY if operation.action is BulkAction.RETRY else LinkKind.RERUN
-        self._runs.link_stored(run, kind, actor, reason, operation.id)
-
 
 def _action(action: BulkAction | str) -> BulkAction:
     try:
@@ -366,13 +333,13 @@ class _Acting:
     def __init__(
         self,
         engine: Engine,
-        act: Callable[[BulkOperation, str, History | None], tuple[Outcome, str]],
+        actions: _Actions,
         write: Callable[[BulkOperation], BulkOperation],
         rate: float,
         until: datetime | None,
     ) -> None:
         self._engine = engine
-        self._act = act
+        self._actions = actions
         self._write = write
         self._until = until
         self._parallel = parallel_runs(rate)
@@ -407,7 +374,7 @@ class _Acting:
                 )
                 operation = self._write(renewed)
             batch, pending = pending[: self._parallel], pending[self._parallel :]
-            for run_id, (outcome, note) in zip(batch, self._act_on(operation, batch), strict=True):
+            for run_id, (outcome, note) in zip(batch, self._act_on(batch), strict=True):
                 tally = tally.add(outcome)
                 if outcome is Outcome.FAILED:
                     last_error = f"run {run_id}: {note}"
@@ -416,15 +383,113 @@ class _Acting:
                 self._engine.pause(wait)
         return replace(operation, pending=(), tally=tally, last_error=last_error), True
 
-    def _act_on(
-        self, operation: BulkOperation, batch: tuple[str, ...]
-    ) -> list[tuple[Outcome, str]]:
-        """Act on ``batch``: one read of its runs, then their actions at once."""
+    def _act_on(self, batch: tuple[str, ...]) -> list[Examined]:
+        """Act on ``batch`` together: one read of its runs; their actions at once (a
+        cancel, or a retry's or rerun's new run); one publish of the new runs' wakeups;
+        then their links at once."""
+        actions = self._actions
         found = self._engine.store.get_histories(batch)
+        examined: dict[str, Examined] = {}
+        chosen: list[Run] = []
+        for run_id in batch:
+            checked = actions.check(run_id, found.get(run_id))
+            if isinstance(checked, Run):
+                chosen.append(checked)
+            else:
+                examined[run_id] = checked
+        made: list[tuple[Run, Run]] = []
+        for source, started in zip(chosen, self._map(actions.start, chosen), strict=True):
+            if isinstance(started, Run):
+                made.append((source, started))
+            else:
+                examined[source.id] = started
+        self._engine.publisher.publish_new([m for _, m in made if m.status is RunStatus.QUEUED])
+        for (source, _), linked in zip(made, self._map(actions.finish, made), strict=True):
+            examined[source.id] = linked
+        return [examined[run_id] for run_id in batch]
 
-        def act(run_id: str) -> tuple[Outcome, str]:
-            return self._act(operation, run_id, found.get(run_id))
+    def _map(self, step: Callable[[T], R], items: list[T]) -> list[R]:
+        """``step`` of each item, several at once when this process acts so."""
+        if self._pool is None or len(items) <= 1:
+            return [step(item) for item in items]
+        return list(self._pool.map(step, items))
 
-        if self._pool is None or len(batch) == 1:
-            return [act(run_id) for run_id in batch]
-        return list(self._pool.map(act, batch))
+
+class _Actions:
+    """What an operation does to each run, in the steps a batch of runs takes together:
+    check a run against its history (acted on by this operation already? still
+    selected?), start (a cancel; a retry's or rerun's new run, its wakeup left to the
+    batch) and finish (the link on the source)."""
+
+    def __init__(self, engine: Engine, runs: RunsApi, operation: BulkOperation) -> None:
+        """``operation``: what to do and for whom (the same in every version of it)."""
+        self._engine = engine
+        self._runs = runs
+        self._operation = operation
+
+    def check(self, run_id: str, found: History | None) -> Run | Examined:
+        """The run to act on, or what became of it without an action."""
+        if found is None:
+            return Outcome.SKIPPED, "it no longer exists"
+        run, events = found
+        prior = done_before(self._operation, events)
+        if prior is not None:
+            return prior
+        if not self._operation.filter.selects(run):
+            return Outcome.SKIPPED, f"it is {run.status.value} now"
+        return run
+
+    def start(self, run: Run) -> Run | Examined:
+        """Cancel ``run``, or make its new run (returned, to publish and link)."""
+        operation = self._operation
+        actor, reason = operation.actor, operation.reason
+        if operation.action is BulkAction.CANCEL:
+
+            def cancel() -> Examined:
+                self._runs.cancel_stored(run, actor, reason, operation.id)
+                return Outcome.ACTED, operation.action.value
+
+            return self._guarded(run.id, cancel)
+        kind = LinkKind.RETRY if operation.action is BulkAction.RETRY else LinkKind.RERUN
+        return self._guarded(
+            run.id,
+            lambda: self._runs.relaunch_stored(
+                run, kind, actor, reason, operation.id, publish=False
+            ),
+        )
+
+    def finish(self, made: tuple[Run, Run]) -> Examined:
+        """Link the source to the new run made of it (its wakeup published)."""
+        source, run = made
+        operation = self._operation
+        kind = LinkKind.RETRY if operation.action is BulkAction.RETRY else LinkKind.RERUN
+
+        def link() -> Examined:
+            self._runs.record_link(
+                source, run, kind, operation.actor, operation.reason, operation.id
+            )
+            return Outcome.ACTED, operation.action.value
+
+        return self._guarded(source.id, link)
+
+    def _guarded(self, run_id: str, step: Callable[[], R]) -> R | Examined:
+        """``step``, or what its refusal or error makes of the run: a refusal (the run
+        changed) reads its history again, where this operation's other process may have
+        acted on it."""
+        operation = self._operation
+        try:
+            return step()
+        except IllegalTransition as refused:
+            again = self._engine.store.get_history(run_id)
+            prior = done_before(operation, again[1]) if again is not None else None
+            return prior or (Outcome.SKIPPED, str(refused))
+        except RunlaneError as error:
+            log.warning(
+                "bulk operation %s: %s of run %s failed: %s",
+                operation.id,
+                operation.action.value,
+                run_id,
+                error,
+                extra={"operation": operation.id, "run_id": run_id},
+            )
+            return Outcome.FAILED, str(error)[:500]

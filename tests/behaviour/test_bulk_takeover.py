@@ -85,7 +85,7 @@ def test_maintenance_takes_over_an_operation_whose_process_died_once_its_lease_e
 ) -> None:
     sources = failed_runs(app, clock, 40)
     started = app.bulk.start("retry", FAILED, rate=FAST)
-    monkeypatch.setattr(app.runs, "link_stored", dies_after(33, app.runs.link_stored))
+    monkeypatch.setattr(app.runs, "record_link", dies_after(33, app.runs.record_link))
     with pytest.raises(Killed):
         app.bulk.run(started.id, owner="process-1")
     monkeypatch.undo()
@@ -112,18 +112,18 @@ def test_a_paused_process_is_fenced_once_maintenance_took_its_operation_over(
 ) -> None:
     sources = failed_runs(app, clock, 40)
     started = app.bulk.start("retry", FAILED, rate=SLOW)
-    real = app.runs.link_stored
+    real = app.runs.record_link
     calls = {"n": 0}
     taken_over: list[JobReport] = []
 
-    def paused_at_the_fifth(*args: Any, **kwargs: Any) -> Run:
+    def paused_at_the_fifth(*args: Any, **kwargs: Any) -> None:
         calls["n"] += 1
         if calls["n"] == 5:  # paused past its lease; maintenance carries the operation on
             clock.advance(LEASE + timedelta(seconds=1))
             taken_over.append(bulk_job(app))
-        return real(*args, **kwargs)  # then it wakes and makes the link it was making
+        real(*args, **kwargs)  # then it wakes and makes the link it was making
 
-    monkeypatch.setattr(app.runs, "link_stored", paused_at_the_fifth)
+    monkeypatch.setattr(app.runs, "record_link", paused_at_the_fifth)
 
     returned = app.bulk.run(started.id, owner="paused")
 
@@ -164,7 +164,7 @@ def test_an_operation_completes_however_often_the_process_carrying_it_dies(
     sources = failed_runs(app, clock, 60)
     started = app.bulk.start("retry", FAILED, rate=FAST)
     owner, target = (
-        (app.runs, "link_stored") if where == "after_acting" else (app.engine.triggers, "relaunch")
+        (app.runs, "record_link") if where == "after_acting" else (app.engine.triggers, "relaunch")
     )
     real = getattr(owner, target)
     deaths = 0
@@ -194,17 +194,17 @@ def test_a_live_process_renews_its_lease_mid_page_so_no_pass_takes_its_operation
 ) -> None:
     sources = failed_runs(app, clock, 8)
     started = app.bulk.start("retry", FAILED, rate=SLOW)
-    real = app.runs.link_stored
+    real = app.runs.record_link
     seen: list[BulkOperation] = []
     passes: list[JobReport] = []
 
-    def slow(*args: Any, **kwargs: Any) -> Run:
+    def slow(*args: Any, **kwargs: Any) -> None:
         clock.advance(20)  # a slow store: the page takes longer than the lease
         seen.append(app.bulk.get(started.id))
         passes.append(bulk_job(app))
-        return real(*args, **kwargs)
+        real(*args, **kwargs)
 
-    monkeypatch.setattr(app.runs, "link_stored", slow)
+    monkeypatch.setattr(app.runs, "record_link", slow)
 
     done = app.bulk.run(started.id, owner="slow")
 
