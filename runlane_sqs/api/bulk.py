@@ -2,17 +2,19 @@
 selects, as one durable operation (docs/operations.md, "Bulk recovery";
 :mod:`runlane_sqs.core.bulk`).
 
-An operation acts a page of runs at a time. Before acting on a page it writes its record:
-the cursor after the page and the ids of the page's selected runs, with the tally of the
-pages before. A process that dies mid-page leaves those ids; the process that resumes the
-operation examines them again (each run's history says whether this operation acted on
-it already), then goes on from the cursor. So the tally is exact and no run is acted on
-twice. One write of the record a page, one read of each selected run's history, and the
-action's own writes.
+An operation acts a page of runs at a time (up to 100 from one read of its listing).
+Before acting on a page it writes its record: the cursor after the page and the ids of
+the page's selected runs, with the tally of the pages before; then again every 25 runs of
+the page, with the ids still to examine (and mid-way through those too once half its
+lease passed, so it keeps the operation while it lives). A process that dies mid-page
+leaves those ids; the process that resumes the operation examines them again (each run's
+history says whether this operation acted on it already), then goes on from the cursor.
+So the tally is exact and no run is acted on twice.
 
-A process acts on a few runs of a page at once (:func:`~runlane_sqs.core.bulk.parallel_runs`)
-and writes its progress mid-page too once half its lease passed, so it keeps the operation
-while it lives; maintenance calls :meth:`BulkApi.take_over` for one whose lease expired
+A process acts on a few runs at once (:func:`~runlane_sqs.core.bulk.parallel_runs`): it
+reads them (and the next few batches) with one ``BatchGetItem``, makes their actions
+together, publishes the new runs' wakeups in one send, then links them. Maintenance
+calls :meth:`BulkApi.take_over` for an operation whose lease expired
 (:mod:`runlane_sqs.engine.maintenance`). A process whose write is refused stops: another
 took the operation over, or an operator stopped it.
 """
@@ -56,6 +58,9 @@ from runlane_sqs.ports.bulk import OperationConflict
 log = logging.getLogger("runlane_sqs.bulk")
 History = tuple[Run, list[RunEvent]]
 """A run and its events, as one read gives them."""
+READ_AHEAD = 3
+"""Batches of runs read at once (one ``BatchGetItem``): a run is acted on moments after
+its read, and each refused write reads it again."""
 T = TypeVar("T")
 R = TypeVar("R")
 Examined = tuple[Outcome, str]
@@ -148,7 +153,8 @@ class BulkApi:
         progress: Callable[[BulkOperation], object] | None = None,
     ) -> BulkOperation:
         """Carry out an operation until it is done or stopped, at its rate, and return it
-        as stored then; ``progress`` is called with it after each page. Resumes a stopped
+        as stored then; ``progress`` is called with it after each write of its record (a
+        page, and every :data:`CHECKPOINT_RUNS` runs of it). Resumes a stopped
         operation, or one whose process died once its lease expired (at once with
         ``force``, when that process is known to be gone). Raises
         :class:`~runlane_sqs.core.errors.IllegalTransition` if it is done or another
@@ -183,7 +189,7 @@ class BulkApi:
         """Act on the pending runs, write the next page, and so on until done, stopped (a
         write refused) or ``until``."""
         actions = _Actions(self._engine, self._runs, operation)
-        acting = _Acting(self._engine, actions, self._write, operation.rate, until)
+        acting = _Acting(self._engine, actions, self._write, operation.rate, until, progress)
         with acting:
             while True:
                 try:
@@ -273,9 +279,10 @@ class BulkApi:
         return current
 
     def _page(self, operation: BulkOperation) -> RunPage:
-        """The next page of the operation's listing: few enough runs to act on in about
-        ten seconds at its rate, so its lease is renewed in time."""
-        size = max(1, min(CHECKPOINT_RUNS, int(operation.rate * 10)))
+        """The next page of the operation's listing: up to :data:`MAX_LIST_LIMIT` runs,
+        few enough to act on in about ten seconds at its rate (its record is written
+        every :data:`CHECKPOINT_RUNS` of them)."""
+        size = max(1, min(MAX_LIST_LIMIT, int(operation.rate * 10)))
         return next(self._pages(operation.filter, operation.cursor, size))
 
     def _pages(self, selection: BulkFilter, cursor: str | None, size: int) -> Iterator[RunPage]:
@@ -337,14 +344,18 @@ class _Acting:
         write: Callable[[BulkOperation], BulkOperation],
         rate: float,
         until: datetime | None,
+        progress: Callable[[BulkOperation], object] | None,
     ) -> None:
         self._engine = engine
+        self._progress = progress
         self._actions = actions
         self._write = write
         self._until = until
         self._parallel = parallel_runs(rate)
         self._pace = _Pace(engine.clock.now(), rate)
         self._pool: ThreadPoolExecutor | None = None
+        self._found: dict[str, History] = {}
+        """The runs read ahead, with their histories, not yet examined."""
 
     def __enter__(self) -> _Acting:
         if self._parallel > 1:
@@ -360,7 +371,7 @@ class _Acting:
         written, and ``True``; or, out of time, as handed back (written) and ``False``.
         Raises :class:`OperationConflict` when a write of its lease is refused."""
         tally, last_error = operation.tally, operation.last_error
-        pending = operation.pending
+        pending, unwritten = operation.pending, 0
         while pending:
             now = self._engine.clock.now()
             if self._until is not None and now >= self._until:
@@ -368,12 +379,20 @@ class _Acting:
                     operation, tally=tally, last_error=last_error, pending=pending, now=now
                 )
                 return self._write(back), False
-            if due_for_renewal(operation, now):
+            if unwritten >= CHECKPOINT_RUNS or due_for_renewal(operation, now):
                 renewed = midway(
                     operation, tally=tally, last_error=last_error, pending=pending, now=now
                 )
-                operation = self._write(renewed)
-            batch, pending = pending[: self._parallel], pending[self._parallel :]
+                operation, unwritten = self._write(renewed), 0
+                if self._progress is not None:
+                    self._progress(operation)
+            size = min(self._parallel, CHECKPOINT_RUNS - unwritten)
+            batch, pending = pending[:size], pending[size:]
+            unwritten += len(batch)
+            if any(run_id not in self._found for run_id in batch):  # a few batches at once
+                self._found = self._engine.store.get_histories(
+                    (batch + pending)[: self._parallel * READ_AHEAD]
+                )
             for run_id, (outcome, note) in zip(batch, self._act_on(batch), strict=True):
                 tally = tally.add(outcome)
                 if outcome is Outcome.FAILED:
@@ -384,15 +403,14 @@ class _Acting:
         return replace(operation, pending=(), tally=tally, last_error=last_error), True
 
     def _act_on(self, batch: tuple[str, ...]) -> list[Examined]:
-        """Act on ``batch`` together: one read of its runs; their actions at once (a
-        cancel, or a retry's or rerun's new run); one publish of the new runs' wakeups;
-        then their links at once."""
+        """Act on ``batch`` together (its runs read with the batches after it): their
+        actions at once (a cancel, or a retry's or rerun's new run), one publish of the
+        new runs' wakeups, then their links at once."""
         actions = self._actions
-        found = self._engine.store.get_histories(batch)
         examined: dict[str, Examined] = {}
         chosen: list[Run] = []
         for run_id in batch:
-            checked = actions.check(run_id, found.get(run_id))
+            checked = actions.check(run_id, self._found.pop(run_id, None))
             if isinstance(checked, Run):
                 chosen.append(checked)
             else:

@@ -53,8 +53,8 @@ DEFAULT_RATE = 20.0
 whatever the retried runs call."""
 MAX_BULK_RATE = 1000.0
 CHECKPOINT_RUNS = 25
-"""The most runs of a page: an operation's record is written once a page, so this is the
-most a process that dies leaves to be examined again when the operation is resumed."""
+"""An operation's record is written every this many runs (and once a page): the most a
+process that dies leaves to be examined again when the operation is resumed."""
 LEASE = timedelta(seconds=60)
 """How long a process holds an operation after its last write: another may resume it
 only once that passed (its holder died). A new operation is not held, but is listed for
