@@ -177,7 +177,7 @@ is for."""
     [
         ("lease-fence", FREEZING, range(1, 6)),
         ("rate-reservation", Scenario(runs=100, spread_seconds=30), range(1, 3)),
-        ("join-once", REPLAYING, range(1, 4)),
+        ("join-once", REPLAYING, range(1, 9)),
         ("publish-first", Scenario(runs=100), range(1, 3)),
         ("object-removal", Scenario(runs=200), range(1, 5)),
     ],
