@@ -389,10 +389,7 @@ class _Acting:
             size = min(self._parallel, CHECKPOINT_RUNS - unwritten)
             batch, pending = pending[:size], pending[size:]
             unwritten += len(batch)
-            if any(run_id not in self._found for run_id in batch):  # a few batches at once
-                self._found = self._engine.store.get_histories(
-                    (batch + pending)[: self._parallel * READ_AHEAD]
-                )
+            self._read(batch, pending)
             for run_id, (outcome, note) in zip(batch, self._act_on(batch), strict=True):
                 tally = tally.add(outcome)
                 if outcome is Outcome.FAILED:
@@ -401,6 +398,14 @@ class _Acting:
             if wait > 0:
                 self._engine.pause(wait)
         return replace(operation, pending=(), tally=tally, last_error=last_error), True
+
+    def _read(self, batch: tuple[str, ...], after: tuple[str, ...]) -> None:
+        """Read ``batch``'s runs with their histories, and those of the next batches
+        (:data:`READ_AHEAD` in all), with one ``BatchGetItem``, unless read already."""
+        if any(run_id not in self._found for run_id in batch):
+            self._found = self._engine.store.get_histories(
+                (batch + after)[: self._parallel * READ_AHEAD]
+            )
 
     def _act_on(self, batch: tuple[str, ...]) -> list[Examined]:
         """Act on ``batch`` together (its runs read with the batches after it): their
