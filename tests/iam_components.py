@@ -496,6 +496,7 @@ def operate(c: Components, runs: dict[str, Run]) -> None:
     bulk = operator.bulk.start("rerun", rerun_nothing, counted=counted)
     assert operator.bulk.run(bulk.id).status is OperationStatus.DONE
     assert [o.id for o in operator.bulk.list().operations] == [bulk.id]
+    operator.bulk.start("retry", BulkFilter(task=BROKEN))  # never carried out: maintenance does
     c.drain()
     assert operator.health.activity().counts  # the console's runs page
     checked = operator.health.check()  # its health page
@@ -516,6 +517,7 @@ def maintain(c: Components, runs: dict[str, Run]) -> None:
     token timeout, a parked run, a schedule's occurrences; then saved cursors."""
     maintenance = c.maintenance.maintenance
     c.clock.advance(timedelta(hours=5))
+    (orphaned,) = c.setup.bulk.list(limit=1).operations  # the operator's, left running
     report = maintenance.run_pass()
     assert report.jobs["due_wakeups"].published >= 2, report
     assert report.jobs["abandoned_cancellations"].acted == 1, report
@@ -523,6 +525,8 @@ def maintain(c: Components, runs: dict[str, Run]) -> None:
     assert report.jobs["tokens"].acted >= 1, report
     assert report.jobs["parked_runs"].acted >= 1, report
     assert report.jobs["schedules"].acted == 1, report  # the latest of five missed hours
+    assert report.jobs["bulk_operations"].acted == 1, report
+    assert c.setup.bulk.get(orphaned.id).status is OperationStatus.DONE
     c.drain()
     for name in ("later", "ordered later", "token timing out"):
         assert c.status(runs[name].id) is RunStatus.SUCCEEDED, name

@@ -174,6 +174,7 @@ class Runlane(OperatorApis):
             observer=self.observer,
         )
         self.forget_apis()  # built again, over this engine, on first use
+        self.engine.bulk_carrier = lambda: self.bulk  # maintenance carries on orphaned ones
 
     @property
     def publisher(self) -> Publisher:

@@ -425,6 +425,25 @@ class RunsApi:
                 run = conflict.current
         raise RunlaneError(f"run {run.id} kept changing; try again")
 
+    def _link_once(self, source: Run, decide: Callable[[Run], Transition], operation: str) -> None:
+        """Write an operation's link on ``source`` unless another process of the same
+        operation (one it took over from, still running) linked it meanwhile: a refused
+        write reads the run's history before it decides again, so the link is written
+        once."""
+        run = source
+        for _ in range(machine.MAX_REDECISIONS):
+            try:
+                self._engine.store.apply(decide(run))
+                return
+            except ConflictError as conflict:
+                found = self._engine.store.get_history(source.id)
+                if conflict.current is None or found is None:
+                    raise RunNotFound(source.id) from None
+                if bulk.done_by(operation, found[1]):
+                    return
+                run = found[0]
+        raise RunlaneError(f"run {source.id} kept changing; try again")
+
     def link_stored(
         self,
         source: Run,
@@ -435,9 +454,27 @@ class RunsApi:
     ) -> Run:
         """A retry or rerun of ``source`` as read (a large payload stays sealed: the same
         object), by a bulk ``operation`` if given. The new run is created first (its
-        first event names the source), then the link is recorded on the source, so a
-        refused create leaves no dangling link. An operation's new run has an id made of
-        the operation's and the source's, so doing it again (after a crash) finds it."""
+        first event names the source) and its wakeup published, then the link is
+        recorded on the source, so a refused create leaves no dangling link. An
+        operation's new run has an id made of the operation's and the source's, so doing
+        it again (after a crash) finds it."""
+        run = self.relaunch_stored(source, kind, actor, reason, operation)
+        self.record_link(source, run, kind, actor, reason, operation)
+        return run
+
+    def relaunch_stored(
+        self,
+        source: Run,
+        kind: LinkKind,
+        actor: str,
+        reason: str,
+        operation: str | None = None,
+        *,
+        publish: bool = True,
+    ) -> Run:
+        """The first half of :meth:`link_stored`: the new run (for an operation, the one
+        made before a crash if there is one) and, unless ``publish`` is false, its
+        wakeup (the caller then publishes it before :meth:`record_link`)."""
         machine.link_run(  # refuse early: retry needs failed, rerun needs finished
             source,
             kind=kind,
@@ -448,18 +485,30 @@ class RunsApi:
         )
         link = (source.id, kind, actor, reason)
         if operation is None:
-            run = self._engine.triggers.relaunch(source, new_run_id(), link)
-        else:
-            made = bulk.new_run_id_for(operation, source.id)
-            try:
-                run = self._engine.triggers.relaunch(source, made, link)
-            except ConflictError:  # made before a crash left it unlinked, maybe unpublished
-                run = self.get_stored(made)
-                if run.status is RunStatus.QUEUED:
-                    self._engine.publisher.publish_many([run])  # a second wakeup is harmless
-        self._transition_from(
-            source,
-            lambda current: machine.link_run(
+            return self._engine.triggers.relaunch(source, new_run_id(), link, publish=publish)
+        made = bulk.new_run_id_for(operation, source.id)
+        try:
+            return self._engine.triggers.relaunch(source, made, link, publish=publish)
+        except ConflictError:  # made before a crash left it unlinked, maybe unpublished
+            run = self.get_stored(made)
+            if publish and run.status is RunStatus.QUEUED:
+                self._engine.publisher.publish_many([run])  # a second wakeup is harmless
+            return run
+
+    def record_link(
+        self,
+        source: Run,
+        run: Run,
+        kind: LinkKind,
+        actor: str,
+        reason: str,
+        operation: str | None = None,
+    ) -> None:
+        """The second half of :meth:`link_stored`: the link to ``run`` on ``source``
+        (an operation's written once)."""
+
+        def decide(current: Run) -> Transition:
+            return machine.link_run(
                 current,
                 kind=kind,
                 new_run_id=run.id,
@@ -467,8 +516,12 @@ class RunsApi:
                 reason=reason,
                 now=self._engine.clock.now(),
                 operation=operation,
-            ),
-        )
+            )
+
+        if operation is None:
+            self._transition_from(source, decide)
+        else:
+            self._link_once(source, decide, operation)
         log.info(
             "run %s: %s as %s by %s",
             source.id,
@@ -477,7 +530,6 @@ class RunsApi:
             actor,
             extra={"run_id": source.id, "task": source.task},
         )
-        return run
 
 
 def _statuses(value: RunStatus | str | Sequence[RunStatus | str] | None) -> tuple[RunStatus, ...]:

@@ -14,6 +14,15 @@ done already are not done twice:
 - a cancel records the operation in the run's history, so a run cancelled before the
   crash is known as this operation's.
 
+One process carries an operation out at a time: the one holding its lease (``owner`` and
+``lease_until``, renewed as it goes, :func:`due_for_renewal`). Every write of the record
+is conditioned on the version the writer read, so once another process took it over (its
+lease had expired) or an operator stopped it, the first process's next write is refused
+and it stops: its record writes are fenced by the version, and it acts on no run once its
+own clock says its lease is over. A running operation is on the agenda at the end of its
+lease (:func:`agenda_at`), where maintenance takes it over if nobody renewed it; a pass
+that runs out of time hands it back (:func:`handed_back`), listed at once.
+
 Nothing here performs I/O or reads a clock.
 """
 
@@ -44,11 +53,19 @@ DEFAULT_RATE = 20.0
 whatever the retried runs call."""
 MAX_BULK_RATE = 1000.0
 CHECKPOINT_RUNS = 25
-"""The most runs of a page: an operation's record is written once a page, so this is the
-most a process that dies leaves to be examined again when the operation is resumed."""
+"""An operation's record is written every this many runs (and once a page): the most a
+process that dies leaves to be examined again when the operation is resumed."""
 LEASE = timedelta(seconds=60)
-"""How long a process holds an operation after its last checkpoint: another may resume it
-only once that passed (its holder died)."""
+"""How long a process holds an operation after its last write: another may resume it
+only once that passed (its holder died). A new operation is not held, but is listed for
+maintenance at its start plus this, so one its starter never carried out is carried out."""
+RENEW_AFTER = LEASE / 2
+"""A process renews its lease (writes its progress) once this much of it passed, even
+mid-page: a live process never comes near the end of its lease."""
+PARALLEL_RUNS = 8
+"""The most runs of a page one process acts on at once (fewer at low rates,
+:func:`parallel_runs`): an action is a few round trips to the store, so one at a time
+would set the pace below the rate."""
 MAX_BULK_REASON_CHARS = 500
 OPERATION_ID_PATTERN = re.compile(r"^[0-9]{8}T[0-9]{6}-[0-9a-f]{8}$")
 
@@ -320,6 +337,7 @@ def new_operation(
         created_at=now,
         updated_at=now,
         selected_at_start=selected,
+        lease_until=now + LEASE,
     )
 
 
@@ -339,8 +357,7 @@ def taken(
     holds it (unless ``force``: its process is known to be gone)."""
     if operation.status is OperationStatus.DONE:
         raise IllegalTransition(f"bulk operation {operation.id} is done")
-    held = operation.lease_until is not None and operation.lease_until > now
-    if held and operation.owner != owner and not force:
+    if is_taken(operation, now) and operation.owner != owner and not force:
         raise IllegalTransition(
             f"bulk operation {operation.id} is being carried out by {operation.owner} (its "
             f"lease lasts until {operation.lease_until:%Y-%m-%d %H:%M:%S} UTC)"
@@ -390,6 +407,74 @@ def checkpoint(
     )
 
 
+def midway(
+    operation: BulkOperation,
+    *,
+    tally: Tally,
+    last_error: str | None,
+    pending: tuple[str, ...],
+    now: datetime,
+) -> BulkOperation:
+    """``operation`` part-way through its page: the runs of it still to examine
+    (``pending``) and the tally of those examined, its lease renewed."""
+    return replace(
+        operation,
+        pending=pending,
+        tally=tally,
+        last_error=last_error,
+        updated_at=now,
+        lease_until=now + LEASE,
+    )
+
+
+def handed_back(
+    operation: BulkOperation,
+    *,
+    tally: Tally,
+    last_error: str | None,
+    pending: tuple[str, ...],
+    now: datetime,
+) -> BulkOperation:
+    """``operation`` given up by a process whose time is over (a maintenance pass), not
+    done: still running, held by nobody, listed at once for whoever carries it on."""
+    return replace(
+        midway(operation, tally=tally, last_error=last_error, pending=pending, now=now),
+        owner=None,
+        lease_until=now,
+    )
+
+
+def is_taken(operation: BulkOperation, now: datetime) -> bool:
+    """Whether a process holds ``operation`` now (its lease has not expired)."""
+    return (
+        operation.owner is not None
+        and operation.lease_until is not None
+        and operation.lease_until > now
+    )
+
+
+def due_for_renewal(operation: BulkOperation, now: datetime) -> bool:
+    """Whether the process holding ``operation`` must write before acting on more runs:
+    :data:`RENEW_AFTER` of its lease passed (or all of it: it must not act before its
+    write, which is refused if another process took the operation over)."""
+    until = operation.lease_until
+    return until is None or now >= until - LEASE + RENEW_AFTER
+
+
+def agenda_at(operation: BulkOperation) -> datetime | None:
+    """When maintenance looks at ``operation`` (``None``: never, it is stopped or done):
+    the end of its lease, where it takes over an operation whose process died."""
+    if operation.status is not OperationStatus.RUNNING:
+        return None
+    return operation.lease_until or operation.updated_at + LEASE
+
+
+def parallel_runs(rate: float) -> int:
+    """How many runs of a page a process acts on at once at ``rate``: one per 10 runs a
+    second, at least one and at most :data:`PARALLEL_RUNS`."""
+    return max(1, min(PARALLEL_RUNS, int(rate // 10)))
+
+
 def stopped(operation: BulkOperation, now: datetime) -> BulkOperation:
     """``operation`` stopped by an operator: its process stops at its next checkpoint
     (its write finds the record changed), and anyone may resume it."""
@@ -406,25 +491,29 @@ def new_run_id_for(operation_id: str, source_id: str) -> str:
     return hashlib.sha256(f"{operation_id}:{source_id}".encode()).hexdigest()[:32]
 
 
+def done_by(operation_id: str, events: list[RunEvent]) -> bool:
+    """Whether a run's history records an action of the operation ``operation_id`` (its
+    link to a new run, or its cancel)."""
+    return any(
+        event.type in (EventType.LINKED_RUN, EventType.CANCELLED, EventType.CANCEL_REQUESTED)
+        and event.data.get("operation") == operation_id
+        for event in events
+    )
+
+
 def done_before(operation: BulkOperation, events: list[RunEvent]) -> tuple[Outcome, str] | None:
     """What a run's history says of it for this operation, before acting: done by it
-    already (a checkpoint was lost), or retried already by something else; ``None``:
-    act."""
+    already (a checkpoint was lost, or another process of it acted meanwhile), or retried
+    already by something else; ``None``: act."""
+    if done_by(operation.id, events):
+        return Outcome.ACTED, f"{operation.action.value} done already by this operation"
     for event in events:
-        data = event.data
-        if event.type is EventType.LINKED_RUN and data.get("operation") == operation.id:
-            return Outcome.ACTED, f"linked to {data.get('run')} already"
-        if (
-            event.type in (EventType.CANCELLED, EventType.CANCEL_REQUESTED)
-            and data.get("operation") == operation.id
-        ):
-            return Outcome.ACTED, "cancelled already"
         if (
             operation.action is BulkAction.RETRY
             and event.type is EventType.LINKED_RUN
-            and data.get("kind") == LinkKind.RETRY.value
+            and event.data.get("kind") == LinkKind.RETRY.value
         ):
-            return Outcome.SKIPPED, f"retried already as {data.get('run')}"
+            return Outcome.SKIPPED, f"retried already as {event.data.get('run')}"
     return None
 
 

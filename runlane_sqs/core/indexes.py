@@ -17,7 +17,8 @@ the wakeup of a due run is the :class:`~runlane_sqs.core.machine.RepublishPolicy
 
 Terminal runs (and runs waiting without a due time) are not on the agenda, so it only
 ever holds work that maintenance may have to act on. Tokens, schedules, slot records,
-groups, object records and rate records have agenda kinds of their own.
+groups, object records, running bulk operations and rate records have agenda kinds of
+their own.
 
 **The status index** lists terminal and parked runs by their status and every other
 run as :data:`ACTIVE`.
@@ -70,6 +71,9 @@ class AgendaKind(StrEnum):
     """Object records of the payload bucket that lost a holder or were pinned, by when
     maintenance may delete the object if no record references it
     (:class:`~runlane_sqs.core.values.ObjectRecord`)."""
+    BULK = "bulk"
+    """Running bulk operations, by the end of their lease: maintenance carries on one
+    whose process died (:mod:`runlane_sqs.core.bulk`)."""
     RATE = "rate"
     """Rate limits' records, listed by their first reservation at :data:`NEVER` (no scan
     lists them): read when a deploy raises or removes a limit

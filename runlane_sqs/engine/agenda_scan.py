@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from runlane_sqs.core.bulk import BulkOperation
 from runlane_sqs.core.errors import InvalidCursor, StorageError, StorageUnavailable
 from runlane_sqs.core.groups import Group
 from runlane_sqs.core.indexes import AgendaKind
@@ -37,9 +38,10 @@ Page = (
     | list[SlotState]
     | list[Group]
     | list[ObjectRecord]
+    | list[BulkOperation]
 )
-"""One page of an agenda partition: runs, tokens, schedules, slot records, groups or
-object records, by the partition's kind."""
+"""One page of an agenda partition: runs, tokens, schedules, slot records, groups, object
+records or bulk operations, by the partition's kind."""
 
 
 @dataclass
@@ -94,18 +96,16 @@ class AgendaScan:
     def _page(
         self, kind: AgendaKind, partition: str, limit: int, cursor: str | None
     ) -> tuple[Page, str | None]:
-        if kind is AgendaKind.TOKEN:
-            return self.store.tokens.token_agenda_page(partition, self.now, limit, cursor)
-        if kind is AgendaKind.SCHEDULE:
-            return self.store.schedules.schedule_agenda_page(partition, self.now, limit, cursor)
-        if kind is AgendaKind.SLOT:
-            return self.store.slots.slot_agenda_page(partition, self.now, limit, cursor)
-        if kind is AgendaKind.GROUP:
-            return self.store.groups.group_agenda_page(partition, self.now, limit, cursor)
-        if kind is AgendaKind.OBJECT:
-            records = self.store.object_records
-            return records.object_agenda_page(partition, self.now, limit, cursor)
-        return self.store.agenda_page(partition, self.now, limit, cursor)
+        store = self.store
+        pages: dict[AgendaKind, Callable[..., tuple[Page, str | None]]] = {
+            AgendaKind.TOKEN: store.tokens.token_agenda_page,
+            AgendaKind.SCHEDULE: store.schedules.schedule_agenda_page,
+            AgendaKind.SLOT: store.slots.slot_agenda_page,
+            AgendaKind.GROUP: store.groups.group_agenda_page,
+            AgendaKind.OBJECT: store.object_records.object_agenda_page,
+            AgendaKind.BULK: store.operations.operation_agenda_page,
+        }
+        return pages.get(kind, store.agenda_page)(partition, self.now, limit, cursor)
 
     def _discard(self, partition: str, exc: Exception) -> None:
         log.warning(

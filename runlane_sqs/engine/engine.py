@@ -37,7 +37,7 @@ from runlane_sqs.ports.store import RunStore
 from runlane_sqs.ports.transport import BacklogProbe, WakeupTransport
 
 if TYPE_CHECKING:
-    from runlane_sqs.engine.maintenance import Maintenance
+    from runlane_sqs.engine.maintenance import BulkCarrier, Maintenance
     from runlane_sqs.engine.parking import Parking
     from runlane_sqs.engine.scheduling import Scheduler
 
@@ -93,6 +93,10 @@ class Engine:
             store.tokens, self.resumer, self.values, clock, config.environment, self.observer
         )
         self.signals = SignalsApi(self.resumer, self.values, self.observer)
+        self.bulk_carrier: Callable[[], BulkCarrier] | None = None
+        """What maintenance hands a bulk operation whose process died to (the app's
+        ``app.bulk``, set by the app before maintenance is built; ``None``: maintenance
+        leaves them)."""
 
     def serve(self, call: EngineCall) -> Any:
         """Perform a call of the per-message path to one of these services
@@ -167,6 +171,7 @@ class Engine:
             clock=self.clock,
             config=self.config,
             backlog=self.transport if isinstance(self.transport, BacklogProbe) else None,
+            bulk=self.bulk_carrier,
         )
 
 

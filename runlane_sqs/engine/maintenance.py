@@ -23,7 +23,10 @@ Then the app's rate limits are compared with those the last pass saw: a limit a 
 raised or removed drops the starts reserved under it and wakes its sleeping runs
 (``rate_limits``; :mod:`runlane_sqs.engine.rate_changes`). Then parked runs of tasks this
 app registers are unparked (``parked_runs``; from the status index, see
-:mod:`runlane_sqs.engine.parking`).
+:mod:`runlane_sqs.engine.parking`). Last, with the time left (at most ``bulk_seconds``),
+bulk operations whose process died (their lease expired: the agenda's ``bulk`` kind) are
+taken over and carried on from their last write, then handed back listed at once
+(``bulk_operations``; :mod:`runlane_sqs.core.bulk`).
 
 The ``run`` scan also checks runs waiting on a token or a run whose resume may have been
 missed (``wait_checks``).
@@ -36,14 +39,24 @@ skipped. Scans resume from opaque cursors kept in DynamoDB, so two passes can ov
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from runlane_sqs.core import telemetry as t
+from runlane_sqs.core.bulk import BulkOperation
 from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.config import RunlaneConfig
-from runlane_sqs.core.errors import ConfigurationError, ConflictError, RunlaneError
+from runlane_sqs.core.errors import (
+    ConfigurationError,
+    ConflictError,
+    IllegalTransition,
+    RunlaneError,
+)
 from runlane_sqs.core.groups import Group
 from runlane_sqs.core.indexes import AGENDA_SHARDS, SCANNED_KINDS, AgendaKind
 from runlane_sqs.core.machine import Skip, Transition
@@ -61,7 +74,7 @@ from runlane_sqs.core.slots import SlotState, slots_freed
 from runlane_sqs.core.tokens import Token
 from runlane_sqs.core.values import ObjectRecord
 from runlane_sqs.core.waits import poll_later
-from runlane_sqs.engine.agenda_scan import AgendaScan, Page
+from runlane_sqs.engine.agenda_scan import AGENDA_PAGE_SIZE, AgendaScan, Page
 from runlane_sqs.engine.finishing import Finisher
 from runlane_sqs.engine.groups import Groups
 from runlane_sqs.engine.observing import Observer
@@ -71,6 +84,7 @@ from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.queue_progress import QueueProgress
 from runlane_sqs.engine.rate_changes import RateChanges
 from runlane_sqs.engine.reports import (
+    JOB_BULK,
     JOB_DUE,
     JOB_EXPIRED,
     JOB_GROUPS,
@@ -96,6 +110,7 @@ from runlane_sqs.engine.slots import SlotWaker
 from runlane_sqs.engine.tasks import TaskRegistry
 from runlane_sqs.engine.tokens import TokensApi
 from runlane_sqs.engine.values import Values
+from runlane_sqs.ports.bulk import OperationConflict
 from runlane_sqs.ports.store import RunStore
 from runlane_sqs.ports.transport import BacklogProbe
 
@@ -116,6 +131,10 @@ class MaintenanceConfig:
     stranded_after: timedelta = timedelta(minutes=15)
     """How long past its due time a run of a task with ``pin_version`` may go unclaimed
     before a pass reports it stranded: no worker of its app version took it."""
+    bulk_seconds: float = 30.0
+    """The most time a pass spends carrying on bulk operations whose process died (less
+    when its time budget ends sooner); the next pass goes on from where it handed them
+    back."""
 
     def __post_init__(self) -> None:
         if self.limit_per_job < AGENDA_SHARDS:
@@ -127,6 +146,94 @@ class MaintenanceConfig:
             raise ConfigurationError(
                 f"max_lease_losses must be at least 1; got {self.max_lease_losses}"
             )
+
+
+class BulkCarrier(Protocol):
+    """What carries a bulk operation on (the app's ``app.bulk``,
+    :class:`~runlane_sqs.api.bulk.BulkApi`): maintenance takes over one whose process
+    died."""
+
+    def take_over(
+        self, operation: BulkOperation, *, owner: str, until: datetime
+    ) -> BulkOperation: ...
+
+
+_FIRST_KINDS = tuple(kind for kind in SCANNED_KINDS if kind is not AgendaKind.BULK)
+"""The kinds a pass scans first; bulk operations come last, with the time left."""
+
+
+@dataclass(frozen=True)
+class _Budget:
+    """A pass's time budget (``None``: unbounded), from ``started`` (monotonic)."""
+
+    started: float
+    seconds: float | None
+
+    def over(self) -> bool:
+        return self.seconds is not None and time.monotonic() - self.started > self.seconds
+
+    def left(self) -> float:
+        if self.seconds is None:
+            return float("inf")
+        return self.seconds - (time.monotonic() - self.started)
+
+
+@dataclass
+class _BulkTakeOver:
+    """One pass's take-over of the bulk operations whose lease expired: one after
+    another, each carried on until ``until`` at most."""
+
+    carrier: Callable[[], BulkCarrier]
+    clock: Clock
+    seconds: float
+    """How long it may carry operations on, from its start."""
+    job: JobReport
+    owner: str = field(default_factory=lambda: f"maintenance:{socket.gethostname()}:{os.getpid()}")
+    until: datetime = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.until = self.clock.now() + timedelta(seconds=max(0.0, self.seconds))
+
+    def scan(self, scan: AgendaScan) -> None:
+        """Read the agenda's ``bulk`` partitions with :meth:`handle`."""
+        partitions = scan.store.agenda_partitions(AgendaKind.BULK)
+        scan.scan(AgendaKind.BULK, partitions, AGENDA_PAGE_SIZE)
+
+    def handle(self, kind: AgendaKind, page: Page) -> None:
+        for operation in page:
+            assert isinstance(operation, BulkOperation)
+            self.job.examined += 1
+            if self.clock.now() >= self.until:
+                self.job.skipped += 1  # out of time: the next pass takes it over
+                continue
+            self._take_over(operation)
+
+    def _take_over(self, operation: BulkOperation) -> None:
+        try:
+            carried = self.carrier().take_over(operation, owner=self.owner, until=self.until)
+        except IllegalTransition:
+            self.job.skipped += 1  # its process renewed its lease, or it ended, since listed
+            return
+        except OperationConflict:
+            self.job.conflicts += 1  # another process took it first
+            return
+        except RunlaneError as exc:
+            log.warning(
+                "maintenance could not carry bulk operation %s on: %s",
+                operation.id,
+                exc,
+                extra={"operation": operation.id},
+            )
+            return
+        self.job.acted += 1
+        log.info(
+            "maintenance carried bulk operation %s on: %s, %d of %s runs examined",
+            operation.id,
+            carried.status.value,
+            carried.tally.selected,
+            carried.selected_at_start,
+            extra={"operation": operation.id},
+        )
 
 
 def _polls_target(run: Run) -> bool:
@@ -163,6 +270,7 @@ class Maintenance:
         observer: Observer,
         bounds: MaintenanceConfig | None = None,
         backlog: BacklogProbe | None = None,
+        bulk: Callable[[], BulkCarrier] | None = None,
     ) -> None:
         self._observer = observer
         self._store = store
@@ -183,6 +291,7 @@ class Maintenance:
         """This app's maintenance bounds and thresholds (set a new
         :class:`MaintenanceConfig` to change them)."""
         self._backlog = backlog
+        self._bulk = bulk
         self._rate_changes = RateChanges(store=store, tasks=tasks, config=config)
 
     @property
@@ -206,17 +315,13 @@ class Maintenance:
         return report
 
     def _pass(self, time_budget_seconds: float | None, wakeups: Republisher) -> PassReport:
-        started = time.monotonic()
+        budget = _Budget(time.monotonic(), time_budget_seconds)
+        out_of_time = budget.over
         now = self._clock.now()
         report = PassReport(started_at=now.isoformat())
         for name in JOBS:
             report.job(name)
         cursors = self._store.progress.load_cursors()
-
-        def out_of_time() -> bool:
-            if time_budget_seconds is None:
-                return False
-            return time.monotonic() - started > time_budget_seconds
 
         progress = QueueProgress(self._store.progress, self._backlog, self._config.republish, now)
         progress.sample(self._tasks.queues())
@@ -225,7 +330,7 @@ class Maintenance:
             wakeups.add(self._handle(page, now, report, progress))
 
         scan = AgendaScan(self._store, now, cursors, out_of_time, handle)
-        for kind in SCANNED_KINDS:
+        for kind in _FIRST_KINDS:
             if kind is AgendaKind.SCHEDULE:
                 if out_of_time():
                     break
@@ -241,9 +346,13 @@ class Maintenance:
             wakeups.send()
         if not out_of_time():
             self._unpark(report.job(JOB_PARKED))
+        if not out_of_time() and self._bulk is not None:
+            seconds = min(self.bounds.bulk_seconds, budget.left())
+            bulk = _BulkTakeOver(self._bulk, self._clock, seconds, report.job(JOB_BULK))
+            bulk.scan(AgendaScan(self._store, now, cursors, out_of_time, bulk.handle))
         report.cursors = {p: c for p, c in cursors.items() if c}
         report.out_of_time = out_of_time()
-        report.duration_ms = int((time.monotonic() - started) * 1000)
+        report.duration_ms = int((time.monotonic() - budget.started) * 1000)
         return report
 
     def _unpark(self, job: JobReport) -> None:
@@ -281,6 +390,7 @@ class Maintenance:
             if isinstance(item, ObjectRecord):
                 self._object(item, report.job(JOB_OBJECTS))
                 continue
+            assert isinstance(item, Run)  # bulk operations have a scan of their own
             wakeup = self._candidate(item, now, report, progress)
             if wakeup is not None:
                 wakeups.append(wakeup)

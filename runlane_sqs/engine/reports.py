@@ -104,6 +104,9 @@ JOB_SLOTS = "slots"
 JOB_GROUPS = "groups"
 JOB_OBJECTS = "objects"
 JOB_RATES = "rate_limits"
+JOB_BULK = "bulk_operations"
+"""Bulk operations whose lease expired: examined, carried on (acted), held again by a
+process (skipped) or taken first by another (conflicts)."""
 JOBS = (
     JOB_DUE,
     JOB_EXPIRED,
@@ -117,6 +120,7 @@ JOBS = (
     JOB_OBJECTS,
     JOB_RATES,
     JOB_PARKED,
+    JOB_BULK,
 )
 
 

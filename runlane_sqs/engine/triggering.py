@@ -475,8 +475,16 @@ class Triggers:
             )
         return run
 
-    def relaunch(self, source: Run, run_id: str, link: tuple[str, LinkKind, str, str]) -> Run:
-        """Create a run of ``source``'s task with its payload, linked to ``source``.
+    def relaunch(
+        self,
+        source: Run,
+        run_id: str,
+        link: tuple[str, LinkKind, str, str],
+        *,
+        publish: bool = True,
+    ) -> Run:
+        """Create a run of ``source``'s task with its payload, linked to ``source``, and
+        publish its wakeup (unless ``publish`` is false: the caller publishes a batch).
 
         The task's queue is the one this app registers it on, or the source's when this
         app does not register the task (an operator's app need not import the producing
@@ -502,7 +510,8 @@ class Triggers:
             )
             span.set({t.RUN_ID: run.id})
             run = write_run(self._store, run, event, payload_text, (), source.ordering_key)
-            self._publisher.publish_new([run])
+            if publish:
+                self._publisher.publish_new([run])
         self._observer.triggered([run])
         return run
 

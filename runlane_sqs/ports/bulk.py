@@ -8,6 +8,7 @@ as ``store.operations``.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Protocol
 
 from runlane_sqs.core.bulk import BulkOperation
@@ -35,6 +36,13 @@ class OperationStore(Protocol):
         self, limit: int, cursor: str | None
     ) -> tuple[list[BulkOperation], str | None]:
         """A page of operations, newest first, and the next cursor (``None`` at the end)."""
+        ...
+
+    def operation_agenda_page(
+        self, partition: str, until: datetime, limit: int, cursor: str | None
+    ) -> tuple[list[BulkOperation], str | None]:
+        """A page of the running operations listed on the agenda partition ``partition``
+        by ``until`` (their lease ended by then, unless renewed since: as stored now)."""
         ...
 
     def put_operation(self, operation: BulkOperation) -> BulkOperation:

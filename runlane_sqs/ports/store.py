@@ -168,6 +168,11 @@ class RunStore(Protocol):
         """The run and its events from one read (``None``: no such run)."""
         ...
 
+    def get_histories(self, run_ids: Sequence[str]) -> dict[str, tuple[Run, list[RunEvent]]]:
+        """Up to 100 runs and their events by id, from one consistent read (runs that do
+        not exist are left out)."""
+        ...
+
     def apply(self, transition: Transition) -> Run:
         """Write ``transition`` if the run is still as it was read.
 

@@ -203,8 +203,8 @@ def test_an_operation_whose_process_died_resumes_acting_on_no_run_twice(
     started = app.bulk.start("retry", FAILED, rate=100)
     calls = {"n": 0}
 
-    def dies_on_the_33rd(real: Callable[..., Run]) -> Callable[..., Run]:
-        def call(*args: Any, **kwargs: Any) -> Run:
+    def dies_on_the_33rd(real: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
             calls["n"] += 1
             made = real(*args, **kwargs)
             if calls["n"] == 33:
@@ -214,7 +214,7 @@ def test_an_operation_whose_process_died_resumes_acting_on_no_run_twice(
         return call
 
     if where == "after_acting":
-        monkeypatch.setattr(app.runs, "link_stored", dies_on_the_33rd(app.runs.link_stored))
+        monkeypatch.setattr(app.runs, "record_link", dies_on_the_33rd(app.runs.record_link))
     else:
         triggers = app.engine.triggers
         monkeypatch.setattr(triggers, "relaunch", dies_on_the_33rd(triggers.relaunch))

@@ -58,6 +58,8 @@ def b64(raw: bytes) -> str:
 
 def other_partition(partition: str) -> str:
     environment, kind, shard = partition.split("#")
+    if shard_count(kind) == 1:  # a kind of one partition: another kind's
+        return f"{environment}#{AgendaKind.RUN.value}#{shard}"
     return f"{environment}#{kind}#{(int(shard) + 1) % shard_count(kind)}"
 
 

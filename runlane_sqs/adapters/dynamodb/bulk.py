@@ -1,19 +1,25 @@
 """Bulk operations in DynamoDB: one item per operation in the environment's collection
 (``BULK#{env}``, sorted by id, which begins with the time it was started), its record as
-JSON. Every write is a ``PutItem`` conditioned on the version read.
+JSON. Every write is a ``PutItem`` conditioned on the version read. A running operation
+is on the agenda (kind ``bulk``, one partition) at the end of its lease
+(:func:`~runlane_sqs.core.bulk.agenda_at`); a stopped or done one is not.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from runlane_sqs.adapters.dynamodb import keys
-from runlane_sqs.adapters.dynamodb.cursors import STRING, KeyShape, Query
+from runlane_sqs.adapters.dynamodb.cursors import STRING, KeyShape, Query, agenda_key
 from runlane_sqs.adapters.dynamodb.errors import Refused, Send
 from runlane_sqs.adapters.dynamodb.expressions import Expressions
-from runlane_sqs.core.bulk import BulkOperation
+from runlane_sqs.adapters.dynamodb.requests import query_agenda
+from runlane_sqs.core.bulk import BulkOperation, agenda_at
+from runlane_sqs.core.clock import to_epoch_ms
+from runlane_sqs.core.indexes import AgendaKind
 from runlane_sqs.ports.bulk import OperationConflict
 
 
@@ -56,6 +62,14 @@ class DynamoOperationStore:
         page = self._query(request, cursor, KeyShape({"pk": STRING, "sk": STRING}, ("pk", pk)))
         return [_from_wire(item) for item in page.items], page.cursor
 
+    def operation_agenda_page(
+        self, partition: str, until: datetime, limit: int, cursor: str | None
+    ) -> tuple[list[BulkOperation], str | None]:
+        request = query_agenda(self.table, partition, to_epoch_ms(until), limit)
+        page = self._query(request, cursor, agenda_key(partition))
+        found = (self.get_operation(listed["sk"]["S"]) for listed in page.items)
+        return [o for o in found if o is not None and agenda_at(o) is not None], page.cursor
+
     def put_operation(self, operation: BulkOperation) -> BulkOperation:
         stored = replace(operation, version=operation.version + 1)
         item = {
@@ -63,6 +77,11 @@ class DynamoOperationStore:
             "version": {"N": str(stored.version)},
             "record": {"S": json.dumps(stored.to_json(), separators=(",", ":"))},
         }
+        listed = agenda_at(stored)
+        if listed is not None:
+            kind = AgendaKind.BULK.value
+            item["agenda_pk"] = {"S": keys.agenda_pk(self.environment, kind, operation.id[-8:])}
+            item["agenda_at"] = {"N": str(to_epoch_ms(listed))}
         x = Expressions()
         if operation.version == 0:
             x.require(x.absent("pk"))

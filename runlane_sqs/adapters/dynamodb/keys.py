@@ -205,6 +205,7 @@ _COUNTS = {
     "group": FEW_SHARDS,
     "object": FEW_SHARDS,
     "rate": FEW_SHARDS,
+    "bulk": 1,  # a few operations run at a time: one partition, one Query a pass
 }
 
 

@@ -353,32 +353,41 @@ class DynamoRunStore:
             if run.status in wanted and query.schedule in (None, run.schedule_id)
         ], next_cursor
 
+    def get_histories(self, run_ids: Sequence[str]) -> dict[str, tuple[Run, list[RunEvent]]]:
+        run_keys = [keys.run_key(self.environment, run_id) for run_id in run_ids]
+        return {
+            run_id: (run_from_wire(wire), events_from_item(item_from_wire(wire)))
+            for run_id, wire in self._batch_items(run_keys).items()
+        }
+
     def _batch_get(self, run_keys: list[dict[str, Any]]) -> list[Run]:
-        """Full runs for index keys, in the keys' order. Unprocessed keys (throttling) are
-        asked for again after a growing wait; any still left raise
+        """Full runs for index keys, in the keys' order."""
+        found = self._batch_items(run_keys)
+        prefix = keys.run_pk(self.environment, "")
+        ids = [key["pk"]["S"][len(prefix) :] for key in run_keys]
+        return [run_from_wire(found[i]) for i in ids if i in found]
+
+    def _batch_items(self, run_keys: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """Run items by id for ``run_keys`` (at most 100). Unprocessed keys (throttling)
+        are asked for again after a growing wait; any still left raise
         :class:`~runlane_sqs.errors.StorageUnavailable` rather than shorten the page."""
-        if not run_keys:
-            return []
-        found: dict[str, Run] = {}
+        found: dict[str, dict[str, Any]] = {}
         pending = list(run_keys)
         for attempt in range(BATCH_GET_ATTEMPTS):
+            if not pending:
+                return found
             if attempt:
                 self.sleep(BATCH_GET_FIRST_WAIT_SECONDS * 2 ** (attempt - 1))
             response = self._send("batch_get_item", runs.batch_get_runs(self.table, pending))
             for item in response.get("Responses", {}).get(self.table, []):
-                run = run_from_wire(item)
-                found[run.id] = run
+                found[item["run_id"]["S"]] = item
             pending = response.get("UnprocessedKeys", {}).get(self.table, {}).get("Keys", [])
-            if not pending:
-                break
-        else:
-            raise StorageUnavailable(
-                f"DynamoDB left {len(pending)} of {len(run_keys)} runs unread after "
-                f"{BATCH_GET_ATTEMPTS} BatchGetItem requests (throttled); try again"
-            )
-        prefix = keys.run_pk(self.environment, "")
-        ids = [key["pk"]["S"][len(prefix) :] for key in run_keys]
-        return [found[i] for i in ids if i in found]
+        if not pending:
+            return found
+        raise StorageUnavailable(
+            f"DynamoDB left {len(pending)} of {len(run_keys)} runs unread after "
+            f"{BATCH_GET_ATTEMPTS} BatchGetItem requests (throttled); try again"
+        )
 
     def delete_run(self, run: Run, now: datetime) -> bool:
         delete = runs.delete_run(self.table, run)
