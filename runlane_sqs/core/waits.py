@@ -23,7 +23,15 @@ from runlane_sqs.core.machine import (
     require_lease,
     transition,
 )
-from runlane_sqs.core.model import JSON, EventType, Run, RunStatus, Wait, WaitKind
+from runlane_sqs.core.model import (
+    JSON,
+    LEASED_STATUSES,
+    EventType,
+    Run,
+    RunStatus,
+    Wait,
+    WaitKind,
+)
 
 
 def wait_name(kind: WaitKind, target: str | None, occurrence: int) -> str:
@@ -122,6 +130,18 @@ def poll_later(run: Run, *, now: datetime, policy: RepublishPolicy) -> Transitio
         ),
         events=(),
         guard=("publishes",),
+    )
+
+
+def step_recorded_under(run: Run, *, token: str, name: str) -> bool:
+    """Whether ``run`` holds step ``name`` while the lease ``token`` is still its own: that
+    attempt's write of the step landed (an attempt records a name once), though its answer
+    may have been lost and the run moved on since (a lease renewed, a cancel requested)."""
+    return (
+        name in run.steps
+        and run.status in LEASED_STATUSES
+        and run.lease is not None
+        and run.lease.token == token
     )
 
 

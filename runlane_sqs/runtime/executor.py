@@ -225,7 +225,9 @@ class AttemptRuntime:
 
     def record_step(self, name: str, value: JSON) -> None:
         """Write the step under this attempt's lease; a concurrent change that keeps the
-        lease (a cancel request) is decided again, a lost lease raises :class:`LeaseLost`."""
+        lease (a cancel request) is decided again, a lost lease raises :class:`LeaseLost`. A
+        refusal that finds the step recorded under this lease is this write's own: it
+        landed, its answer was lost, and the run moved on before it was sent again."""
         current = self.run()
         for _ in range(machine.MAX_REDECISIONS):
             transition = waits.record_step(
@@ -239,7 +241,9 @@ class AttemptRuntime:
                 if conflict.current is None:
                     break
                 current = conflict.current
-                continue
+                if not waits.step_recorded_under(current, token=self._token, name=name):
+                    continue
+                stored = current  # this write landed, its answer was lost, the run moved on
             self._run = stored
             self._leases.update(stored)
             return

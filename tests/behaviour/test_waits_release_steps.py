@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from functools import partial
 from typing import Any
 
 import pytest
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, ReadTimeoutError
 from tenacity import wait_none
 
 from runlane_sqs import (
@@ -472,4 +473,42 @@ def test_a_step_whose_write_meets_throttling_is_recorded_on_the_next_try(
     assert refused, "the step's write was never throttled: the test proves nothing"
     done = app.runs.get(run.id)
     assert (done.status, done.result, done.failures) == (RunStatus.SUCCEEDED, 1, 1)
+    assert handlers.step_calls == [1]
+
+
+@ONLY_MEMORY
+def test_a_step_whose_write_landed_but_whose_answer_was_lost_is_taken_as_recorded(
+    app: Runlane, handlers: Handlers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step's write lands but its answer is lost: sent again, it is refused (the run
+    moved on by that very write), and the run as it now is holds the step under this
+    attempt's lease. That is the attempt's own write: the step counts as recorded, the
+    attempt goes on, and the step's function is not called again. Found by the simulation
+    (``make simulate SEED=27 ARGS="--runs 300"``, docs/simulation.md)."""
+    monkeypatch.setattr(budget, "BACKOFF", wait_none())
+    client = app.store.dynamodb  # type: ignore[attr-defined]
+    send = client.update_item
+    lost: list[str] = []
+
+    def answer_lost_once(**request: Any) -> Any:
+        response = send(**request)
+        if not lost and "steps" in json.dumps(request.get("ExpressionAttributeNames", {})):
+            lost.append(request["Key"]["pk"]["S"])
+            stepped = app.store.get_run(run.id)  # the heartbeat renews the lease meanwhile
+            assert stepped is not None and stepped.lease is not None
+            later = replace(stepped.lease, expires_at=stepped.lease.expires_at + LATER)
+            app.store.renew_lease(stepped, later)
+            raise ReadTimeoutError(endpoint_url="http://dynamodb")
+        return response
+
+    def stepped(ctx: TaskContext, payload: Any) -> Any:
+        return ctx.step("once", handlers.step_body(ctx.attempt)) + 1
+
+    app.task(stepped, name="stepped")
+    monkeypatch.setattr(client, "update_item", answer_lost_once)
+    run = app.trigger("stepped")
+    assert drain_all(app) == 1
+    assert lost, "no step's answer was lost: the test proves nothing"
+    done = app.runs.get(run.id)
+    assert (done.status, done.result, done.failures) == (RunStatus.SUCCEEDED, 2, 0)
     assert handlers.step_calls == [1]
