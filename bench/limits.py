@@ -292,8 +292,13 @@ def read_histories(app: Runlane, ids: list[str], result: LimitResult) -> None:
     for run_id in ids:
         run = app.runs.get(run_id)
         statuses[run.status.value] += 1
-        attempts += run.attempt
-        types = [event.type for event in app.runs.events(run_id)]
+        events = app.runs.events(run_id)
+        # a claim given back before its handler ran counts an attempt (docs/concepts.md)
+        unrun = sum(
+            1 for e in events if e.type is EventType.LEASE_EXPIRED and e.data.get("before_start")
+        )
+        attempts += run.attempt - unrun
+        types = [event.type for event in events]
         waited = types.count(EventType.WAITING_FOR_SLOT)
         result.waits += waited
         result.runs_waited += 1 if waited else 0
@@ -301,7 +306,7 @@ def read_histories(app: Runlane, ids: list[str], result: LimitResult) -> None:
     if len(ids) != result.runs or statuses != {RunStatus.SUCCEEDED.value: result.runs}:
         problems.append(f"{len(ids)} runs triggered, ended {dict(statuses)}")
     if attempts != len(ids):
-        problems.append(f"{attempts} attempts for {len(ids)} runs")
+        problems.append(f"{attempts} attempts that entered a handler for {len(ids)} runs")
     if result.limit is not None and result.most_at_once > result.limit:
         problems.append(f"{result.most_at_once} handlers ran at once, limit {result.limit}")
     for occupancy in app.queues.list():
