@@ -432,7 +432,7 @@ class MessagePath:
             decide = decide_raised(self.config, task, exc, token)
         else:
             decide = decide_returned(result, token)
-        tracked: tuple[Run, bool] | None = yield End(run.id)
+        tracked: tuple[Run, bool] | None = yield End(run.id, token)
         latest, lost = tracked if tracked else (run, False)
         if lost:
             ctx.log.warning(

@@ -141,7 +141,7 @@ class Path:
             Write: lambda r: store.apply(r.transition),
             Begin: lambda r: begin_attempt(r, self.app.engine, self.leases, "w1"),
             CallHandler: lambda r: r.task.fn(r.ctx, r.payload),
-            End: lambda r: self.leases.untrack(r.run_id),
+            End: lambda r: self.leases.untrack(r.run_id, r.token),
             Pause: lambda r: self.app.engine.pause(r.delay.total_seconds()),
             Reservation: self.app.engine.serve,
         }
@@ -236,8 +236,9 @@ def test_plain_timeline_claims_on_the_hint_runs_the_handler_and_records_success(
     call = handling.send(begin_attempt(begin, app.engine, leases, "w1"))
     assert isinstance(call, CallHandler)
     assert (call.task.name, call.payload, call.ctx.attempt) == ("echo", {"n": 1}, 1)
-    assert handling.send(call.task.fn(call.ctx, call.payload)) == End(run.id)
-    outcome = handling.send(leases.untrack(run.id))
+    end = End(run.id, claimed.lease.token)
+    assert handling.send(call.task.fn(call.ctx, call.payload)) == end
+    outcome = handling.send(leases.untrack(run.id, end.token))
     assert isinstance(outcome, Write)
     assert outcome.transition.fence == claimed.lease.token
     assert outcome.transition.after.status is RunStatus.SUCCEEDED
@@ -313,7 +314,7 @@ def test_sync_drive_with_a_table_of_lambdas_matches_stepping_by_hand(app: Runlan
         Write: lambda r: app.store.apply(r.transition),
         Begin: lambda r: begin_attempt(r, app.engine, leases, "w1"),
         CallHandler: lambda r: r.task.fn(r.ctx, r.payload),
-        End: lambda r: leases.untrack(r.run_id),
+        End: lambda r: leases.untrack(r.run_id, r.token),
     }
 
     def perform(call: DriverCall) -> Any:
@@ -484,7 +485,7 @@ def test_lease_lost_during_the_handler_writes_nothing(
     take_over(app, clock, run.id)  # the handler runs past its lease
 
     end = path.send({"late": True})
-    latest, _ = path.leases.untrack(end.run_id) or (run, False)
+    latest, _ = path.leases.untrack(end.run_id, end.token) or (run, False)
 
     assert path.send((latest, True)) is None
     assert (path.disposition, path.kinds()) == (Disposition.EXECUTED, TIMELINE[:-1])
