@@ -69,7 +69,8 @@ def build_app(sim: Simulation, process: Process) -> Runlane:
         payload_bucket=BUCKET,
         inline_limit=INLINE_LIMIT,
     )
-    register(app, Handlers(sim.world, sim.ledger, skew_margin_us=2 * sim.max_skew_us))
+    handlers = Handlers(sim.world, sim.ledger, skew_margin_us=2 * sim.max_skew_us)
+    register(app, handlers, sim.scenario.spread_seconds)
     return app
 
 
