@@ -72,6 +72,8 @@ def merged(current: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 
 DEBOUNCE = Debounce(quiet=1, max_wait=4, key=lambda p: p["key"], merge=merged)
 BATCH = Batch(size=4, max_age=2, key=lambda p: p["key"])
+SIGNAL_TIMEOUT_SECONDS = 600
+"""Long enough that a run the operator knows is signalled before it."""
 DEADLINE_SECONDS = 2
 DEADLINE_ATTEMPTS = 5
 SLOW_SECONDS = 120
@@ -323,9 +325,10 @@ class Handlers:
             return {"n": payload["n"], "order": payload["order"]}
 
     def signalled(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
-        """Waits for the signal an operator sends its key once it waits."""
+        """Waits for the signal an operator sends its key once it waits (with a timeout: a
+        run whose trigger's answer was lost is unknown to the operator, nobody signals it)."""
         with self.attempt(ctx, SIGNALLED):
-            signal = ctx.wait_for_signal(signal_key(payload))
+            signal = ctx.wait_for_signal(signal_key(payload), timeout=SIGNAL_TIMEOUT_SECONDS)
             return {"n": payload["n"], "value": signal.payload}
 
     def tokened(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
