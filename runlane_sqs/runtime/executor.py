@@ -283,7 +283,7 @@ class AttemptRuntime:
         return self.values.open_run(run, payload=False) if run is not None else None
 
     def watch_run(self, run_id: str) -> Run | None:
-        run = self._store.watch_run(run_id)
+        run = retried(self._store.watch_run, run_id)  # marks it watched: the same twice
         return self.values.open_run(run, payload=False) if run is not None else None
 
     def open_group(self, wait_name: str, children: Iterable[Child], options: GroupOptions) -> Group:
