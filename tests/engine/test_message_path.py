@@ -871,3 +871,28 @@ def test_an_attempt_begun_as_the_time_to_start_ran_out_is_cancelled_at_once(
     allowed[0] = False  # the deadline timer fires before the attempt is tracked
     call = path.answer()
     assert isinstance(call, CallHandler) and call.ctx.cancellation.is_set()
+
+
+def test_a_wakeup_a_moment_before_its_run_is_due_by_the_workers_clock_is_kept_until_then() -> None:
+    """The producer's clock runs 30 ms ahead of the worker's: the trigger's wakeup finds its
+    run not due yet. The worker keeps the message until the run is due, instead of
+    dropping the run's only wakeup and leaving it to maintenance's republish, minutes
+    later (simulation: `make simulate SEED=31 ARGS="--runs 300"`, a run first executed
+    20 minutes after its trigger)."""
+    clock = ManualClock()
+    app = in_memory_app(clock=clock)
+    app.task(lambda ctx, payload: payload, name="echo")
+    run = app.trigger("echo", 1)
+    [message] = app.transport.receive("default", 10, 0)
+    behind = ManualClock(clock.now() - timedelta(milliseconds=30))
+    path = MessagePath(tasks=app.tasks, clock=behind, config=app.config, worker_id="w1")
+    handling = path.handle(message)
+    claim = next(handling)
+    assert isinstance(claim, ClaimHinted)
+    with pytest.raises(ConflictError) as refused:  # not due, by the worker's clock
+        app.store.claim_hinted(claim.claim)
+
+    assert handling.throw(refused.value) == Hold(message, run.due_at)
+    with pytest.raises(StopIteration) as done:
+        handling.send(True)
+    assert done.value.value is Disposition.HELD
