@@ -106,6 +106,9 @@ class Observed:
     """Debounced or batched triggers sent again after an error."""
     rival_decisions: list[str] = field(default_factory=list)
     """Second completions of a token that were accepted."""
+    returned: dict[str, int] = field(default_factory=dict)
+    """When a trigger first returned each run (µs since the Unix epoch, by the producer's
+    clock): the run was stored by then."""
     spread_seconds: int = 60
     max_skew_us: int = 0
 
@@ -381,8 +384,8 @@ def keys_held_one_at_a_time(seen: Observed) -> list[str]:
     for run_id, stored in seen.of_task(SINGLE):
         end = first_at(stored, FINISHED)
         key = stored.run.singleton_key
-        if key is not None and end is not None:
-            lives[key].append((to_epoch_us(stored.run.created_at), end, run_id))
+        if key is not None and end is not None:  # unfinished from its trigger's answer on
+            lives[key].append((seen.returned[run_id], end, run_id))
     for key, spans in lives.items():
         spans.sort()
         for (_, end, earlier), (start, _, later) in itertools.pairwise(spans):

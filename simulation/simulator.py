@@ -175,6 +175,9 @@ class Simulation:
         self.resent: set[int] = set()
         """Debounced or batched triggers sent again after an error (their item may be in
         two runs: the producer could not know the first had landed)."""
+        self.returned: dict[str, int] = {}
+        """When a trigger first returned each run (µs since the Unix epoch, by the
+        producer's clock): the run was stored by then."""
         self.rival_decisions: list[str] = []
         """Second completions of a token that were accepted."""
         self.dynamodb.before_write = self._fenced
@@ -223,6 +226,7 @@ class Simulation:
             collected=self.collected,
             resent=self.resent,
             rival_decisions=self.rival_decisions,
+            returned=self.returned,
             spread_seconds=self.scenario.spread_seconds,
             max_skew_us=self.max_skew_us,
         )
@@ -281,6 +285,7 @@ class Simulation:
                 self.world.wait(SECOND)
                 continue
             self.triggered.setdefault(run.id, planned)
+            self.returned.setdefault(run.id, to_epoch_us(app.clock.now()))
             self._follow(planned, run, tries)
             if planned.idempotency_key:
                 given = self.by_key.setdefault(planned.idempotency_key, [])
