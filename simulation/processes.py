@@ -202,6 +202,10 @@ class Worker:
         self._state = None
 
     def restart(self) -> None:
+        """Start again after a crash; nothing if it runs already (the faults' end restarted
+        it before the restart its crash had planned)."""
+        if self.process.alive:
+            return
         self.sim.world.revive(self.process)
         self.start()
 
