@@ -274,6 +274,10 @@ class AttemptRuntime:
             return
         raise LeaseLost(self._run.id)
 
+    def open_value(self, value: JSON, place: ValuePlace) -> JSON:
+        """Opened again within its budget if the bucket's read fails a moment."""
+        return retried(partial(self.values.open, place=place), value)
+
     def get_token(self, token_id: str) -> Token | None:
         token = retried(self._store.tokens.get_token, token_id)
         return self.values.open_token(token) if token is not None else None
