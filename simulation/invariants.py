@@ -22,14 +22,25 @@ from runlane_sqs.core.model import EventType, Run, RunEvent, RunStatus
 from runlane_sqs.core.rates import Rate, to_epoch_us
 from runlane_sqs.core.values import Sealed, run_references
 from simulation.workload import (
+    BATCHED,
+    DEADLINED,
+    DEBOUNCED,
     EPOCH_US,
     FAILING,
     RATE,
     RATED,
+    SCHEDULE_ID,
+    SIGNALLED,
+    SINGLE,
+    TOKENED,
+    UNCHECKED,
+    WAITER,
     Ledger,
     Planned,
     expected_result,
+    schedule,
 )
+from simulation.world import EPOCH
 
 TERMINAL = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED})
 ATTEMPT_EVENTS = frozenset(
@@ -88,10 +99,33 @@ class Observed:
     unstored_publishes: list[str] = field(default_factory=list)
     pruned: dict[str, Stored] = field(default_factory=dict)
     """Finished runs an operator pruned at the end, as they were before."""
+    collected: dict[int, tuple[str, str, int | None]] = field(default_factory=dict)
+    """Each debounced or batched trigger that returned, by its number: its task, the run
+    it was told carries its item, and (a batch) the item's index."""
+    resent: set[int] = field(default_factory=set)
+    """Debounced or batched triggers sent again after an error."""
+    rival_decisions: list[str] = field(default_factory=list)
+    """Second completions of a token that were accepted."""
+    returned: dict[str, int] = field(default_factory=dict)
+    """When a trigger first returned each run (µs since the Unix epoch, by the producer's
+    clock): the run was stored by then."""
+    spread_seconds: int = 60
+    max_skew_us: int = 0
 
     def history(self, run_id: str) -> Stored | None:
         """The run as storage holds it, or held it until it was pruned."""
         return self.runs.get(run_id) or self.pruned.get(run_id)
+
+    def histories(self) -> Iterable[Stored]:
+        """Every run storage holds or held until it was pruned."""
+        return itertools.chain(self.runs.values(), self.pruned.values())
+
+    def of_task(self, task: str) -> Iterable[tuple[str, Stored]]:
+        """Each run a producer triggered of ``task``, with its history."""
+        for run_id, planned in self.triggered.items():
+            stored = self.history(run_id)
+            if planned.task == task and stored is not None:
+                yield run_id, stored
 
 
 def opened(value: Any, objects: dict[str, bytes]) -> Any:
@@ -129,7 +163,7 @@ def exactly_one_success(seen: Observed) -> list[str]:
         if found is None:
             continue
         run = found.run
-        if run.status is RunStatus.SUCCEEDED:
+        if run.status is RunStatus.SUCCEEDED and planned.task not in UNCHECKED:
             want = expected_result(planned.task, planned.payload, run.attempt)
             got = opened(run.result, seen.object_data)
             if got != want:
@@ -266,6 +300,178 @@ def transactions_all_or_nothing(seen: Observed) -> list[str]:
     return lines
 
 
+def count(stored: Stored, kind: EventType, data_key: str | None = None) -> int:
+    return sum(
+        1 for e in stored.events if e.type is kind and (data_key is None or data_key in e.data)
+    )
+
+
+def first_at(stored: Stored, kinds: frozenset[EventType]) -> int | None:
+    """When (µs since the Unix epoch) the run's first event of ``kinds`` was written."""
+    return next((to_epoch_us(e.at) for e in stored.events if e.type in kinds), None)
+
+
+FINISHED = frozenset({EventType.SUCCEEDED, EventType.FAILED, EventType.CANCELLED})
+STARTED = frozenset({EventType.STARTED})
+
+
+def signals_received_once(seen: Observed) -> list[str]:
+    """7: a run waiting for a signal is woken once at its wait, with the payload sent (its
+    result, checked by :func:`exactly_one_success`, holds it); a run that succeeded was
+    woken (a signal sent before it waited was not kept for it)."""
+    lines = []
+    for run_id, stored in seen.of_task(SIGNALLED):
+        woken = count(stored, EventType.SIGNAL_RECEIVED)
+        if woken > 1 or (woken == 0 and stored.run.status is RunStatus.SUCCEEDED):
+            lines.append(f"run {run_id} was woken by its signal {woken} times")
+    return lines
+
+
+def tokens_decided_once(seen: Observed) -> list[str]:
+    """8: a token's first decision wins (a second completion is refused), and each run
+    waiting on it is resumed by it at most once (with its value: its result holds it)."""
+    lines = list(seen.rival_decisions)
+    for run_id, stored in seen.of_task(TOKENED):
+        resumed = count(stored, EventType.TOKEN_COMPLETED)
+        if resumed > 1:
+            lines.append(f"run {run_id} was resumed {resumed} times by its token")
+    return lines
+
+
+def runs_awaited_once(seen: Observed) -> list[str]:
+    """6: a run waiting for another run is resumed once, when that run has finished, with
+    its outcome (its result, checked by :func:`exactly_one_success`, holds it)."""
+    lines = []
+    for run_id, stored in seen.of_task(WAITER):
+        resumed = count(stored, EventType.RESUMED, "run")
+        if resumed > 1:
+            lines.append(f"run {run_id} was resumed {resumed} times by the run it waits for")
+        target = seen.history(str(seen.triggered[run_id].payload.get("target")))
+        done = first_at(target, FINISHED) if target is not None else None
+        for event in stored.events:
+            if event.type is EventType.RESUMED and "run" in event.data:
+                early = done is None or to_epoch_us(event.at) + seen.max_skew_us * 2 < done
+                if early:
+                    lines.append(f"run {run_id} was resumed before the run it waits for ended")
+    return lines
+
+
+def schedule_occurrences_once(seen: Observed) -> list[str]:
+    """19: each occurrence of the schedule makes exactly one run, however many passes ran
+    at once, and one missed while an operator paused it is made when it resumes (catch-up
+    ``all``)."""
+    every = schedule(seen.spread_seconds)
+    assert every.end_at is not None
+    wanted = list(every.occurrences(EPOCH, every.end_at))
+    made: dict[Any, int] = defaultdict(int)
+    for stored in seen.histories():
+        run = stored.run
+        if run.schedule_id == SCHEDULE_ID and run.scheduled_for is not None:
+            made[run.scheduled_for] += 1
+    lines = [f"occurrence {at.isoformat()} made {made[at]} runs" for at in wanted if made[at] != 1]
+    lines += [
+        f"run of a time that is no occurrence: {at.isoformat()}" for at in made.keys() - set(wanted)
+    ]
+    return lines
+
+
+def keys_held_one_at_a_time(seen: Observed) -> list[str]:
+    """16 and 20: no handler is entered while another attempt with its key holds a live
+    lease (a key limit of 1, singleton and ordering keys; counted at handler entry); and
+    the runs of one singleton key never overlap (one unfinished run per key)."""
+    lines = list(seen.ledger.key_overlaps)
+    lives: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
+    for run_id, stored in seen.of_task(SINGLE):
+        end = first_at(stored, FINISHED)
+        key = stored.run.singleton_key
+        if key is not None and end is not None:  # unfinished from its trigger's answer on
+            lives[key].append((seen.returned[run_id], end, run_id))
+    for key, spans in lives.items():
+        spans.sort()
+        for (_, end, earlier), (start, _, later) in itertools.pairwise(spans):
+            if start + 2 * seen.max_skew_us < end:
+                lines.append(
+                    f"runs {earlier} and {later} of singleton key {key!r} were unfinished at once"
+                )
+    return lines
+
+
+def carried(stored: Stored) -> list[int]:
+    """The triggers (by number) whose items a debounced or batched run carries."""
+    payload = stored.run.payload
+    if stored.run.task == DEBOUNCED and isinstance(payload, dict):
+        return [int(n) for n in payload["items"]]
+    if isinstance(payload, list):
+        return [int(item["n"]) for item in payload]
+    return []
+
+
+def nothing_debounced_or_batched_lost(seen: Observed) -> list[str]:
+    """26 (docs/debounce.md, docs/batches.md, "Guarantees"): every trigger that returned
+    has its item in the run it was told (at the index it was told), that run's handler got
+    it, and no other run carries it (unless the producer sent it again after an error)."""
+    lines = []
+    where: dict[int, list[str]] = defaultdict(list)
+    for stored in seen.histories():
+        if stored.run.task in (DEBOUNCED, BATCHED):
+            items = carried(stored)
+            for n in items:
+                where[n].append(stored.run.id)
+            result = stored.run.result
+            succeeded = stored.run.status is RunStatus.SUCCEEDED
+            got = result.get("items") if isinstance(result, dict) else result
+            if succeeded and got != items:
+                lines.append(f"run {stored.run.id} ran with {got}, not its items {items}")
+    for n, (task, run_id, index) in seen.collected.items():
+        told = seen.history(run_id)
+        items = carried(told) if told is not None else []
+        if n not in items:
+            lines.append(f"trigger {n} of {task} was told run {run_id}, which lacks its item")
+        elif index is not None and (index >= len(items) or items[index] != n):
+            lines.append(f"trigger {n} of {task} was told index {index} of run {run_id}: {items}")
+        if len(where[n]) > 1 and n not in seen.resent:
+            lines.append(f"trigger {n} of {task} is carried by runs {', '.join(where[n])}")
+    return lines
+
+
+def ordering_held(seen: Observed) -> list[str]:
+    """22: the runs of one ordering key start in trigger order (their places), each once
+    the one before it finished (one at a time; give or take the clocks' skew)."""
+    lines = []
+    lines_of: dict[str, list[Stored]] = defaultdict(list)
+    for stored in seen.histories():
+        if stored.run.ordering_key is not None and stored.run.place is not None:
+            lines_of[stored.run.ordering_key].append(stored)
+    for key, runs in lines_of.items():
+        runs.sort(key=lambda s: s.run.place or 0)
+        for earlier, later in itertools.pairwise(runs):
+            done = first_at(earlier, FINISHED)
+            started = first_at(later, STARTED)
+            if started is None:
+                continue
+            if done is None or started + 2 * seen.max_skew_us < done:
+                lines.append(
+                    f"run {later.run.id} (place {later.run.place}) of ordering key {key!r} "
+                    f"started before run {earlier.run.id} (place {earlier.run.place}) finished"
+                )
+    return lines
+
+
+def attempt_deadlines_held(seen: Observed) -> list[str]:
+    """10 (docs/concepts.md, "Attempt timeouts"): an attempt past its deadline is told to
+    stop, or timed out by maintenance, and its run goes on by its retry policy: it never
+    works on unbounded, and never succeeds as that attempt."""
+    lines = list(seen.ledger.past_deadline)
+    for run_id, stored in seen.of_task(DEADLINED):
+        slow = int(seen.triggered[run_id].payload["slow"])
+        for event in stored.events:
+            if event.type is EventType.SUCCEEDED and event.attempt <= slow:
+                lines.append(
+                    f"run {run_id} succeeded on attempt {event.attempt}, past its deadline"
+                )
+    return lines
+
+
 def wakeups_after_writes(seen: Observed) -> list[str]:
     """12 (and 24): a wakeup is sent only for a run already stored."""
     return list(seen.unstored_publishes)
@@ -289,6 +495,14 @@ CHECKS: tuple[Callable[[Observed], list[str]], ...] = (
     transactions_all_or_nothing,
     wakeups_after_writes,
     worker_never_crashes,
+    signals_received_once,
+    tokens_decided_once,
+    runs_awaited_once,
+    schedule_occurrences_once,
+    keys_held_one_at_a_time,
+    nothing_debounced_or_batched_lost,
+    ordering_held,
+    attempt_deadlines_held,
 )
 
 

@@ -69,7 +69,8 @@ def build_app(sim: Simulation, process: Process) -> Runlane:
         payload_bucket=BUCKET,
         inline_limit=INLINE_LIMIT,
     )
-    register(app, Handlers(sim.world, sim.ledger, skew_margin_us=2 * sim.max_skew_us))
+    handlers = Handlers(sim.world, sim.ledger, skew_margin_us=2 * sim.max_skew_us)
+    register(app, handlers, sim.scenario.spread_seconds)
     return app
 
 
@@ -201,6 +202,10 @@ class Worker:
         self._state = None
 
     def restart(self) -> None:
+        """Start again after a crash; nothing if it runs already (the faults' end restarted
+        it before the restart its crash had planned)."""
+        if self.process.alive:
+            return
         self.sim.world.revive(self.process)
         self.start()
 

@@ -28,8 +28,9 @@ from runlane_sqs.core.errors import (
     StorageUnavailable,
     TransactionCancelled,
 )
-from runlane_sqs.core.model import Run
+from runlane_sqs.core.model import Run, RunStatus, WaitKind
 from runlane_sqs.core.rates import to_epoch_us
+from runlane_sqs.core.tokens import TokenAlreadyDecided
 from runlane_sqs.core.values import PIN_DURATION, RELEASE_GRACE
 from runlane_sqs.core.wakeup import MalformedWakeup, parse_wakeup
 from simulation.determinism import governed_by
@@ -44,7 +45,23 @@ from simulation.processes import (
     queue_prefix,
 )
 from simulation.services import Faults, SimDynamoDB, SimS3, SimSqs
-from simulation.workload import ORDERS, QUEUES, Ledger, Planned, plan
+from simulation.workload import (
+    BATCHED,
+    DEBOUNCED,
+    FAILING,
+    ORDERS,
+    PLAIN,
+    QUEUES,
+    SCHEDULE_ID,
+    SIGNALLED,
+    TOKENED,
+    WAITER,
+    Ledger,
+    Planned,
+    plan,
+    signal_key,
+    signal_value,
+)
 from simulation.world import EPOCH, Process, World
 
 SECOND = 1_000_000
@@ -55,6 +72,8 @@ let go wrongly."""
 TRIGGER_TRIES = 3
 RUN_ID = re.compile(r"\b[0-9a-f]{32}\b")
 """A run's id, as the invariants name it."""
+FOLLOW_TRIES = 600
+"""How often an operator looks at a run it signals (every 2 s: 20 minutes)."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +108,8 @@ class Scenario:
     """The share of pauses longer than a lease (the others last 0.5 or 5 seconds)."""
     cancels: float = 0.03
     """The share of runs an operator cancels at some point after their trigger."""
+    mix: frozenset[str] | None = None
+    """The tasks the producer triggers (default: every task of the workload)."""
 
 
 @dataclass
@@ -106,6 +127,8 @@ class Outcome:
     """The last lines about each run a broken invariant names."""
     virtual_seconds: float
     steps: int
+    collapsed: int = 0
+    """Triggers that went to a run another trigger made (debounced, batched)."""
 
     @property
     def passed(self) -> bool:
@@ -146,6 +169,17 @@ class Simulation:
         """Runs an operator pruned once everything finished, as they were before."""
         self.committed: dict[str, str] = {}
         """Runs of transactions that committed, with their order."""
+        self.collected: dict[int, tuple[str, str, int | None]] = {}
+        """Each debounced or batched trigger that returned: its task, the run it was told
+        carries its item, and (a batch) the item's index, by the trigger's number."""
+        self.resent: set[int] = set()
+        """Debounced or batched triggers sent again after an error (their item may be in
+        two runs: the producer could not know the first had landed)."""
+        self.returned: dict[str, int] = {}
+        """When a trigger first returned each run (µs since the Unix epoch, by the
+        producer's clock): the run was stored by then."""
+        self.rival_decisions: list[str] = []
+        """Second completions of a token that were accepted."""
         self.dynamodb.before_write = self._fenced
 
         def skew() -> int:
@@ -189,6 +223,12 @@ class Simulation:
             committed=self.committed,
             unstored_publishes=self.unstored_publishes,
             pruned=self.pruned,
+            collected=self.collected,
+            resent=self.resent,
+            rival_decisions=self.rival_decisions,
+            returned=self.returned,
+            spread_seconds=self.scenario.spread_seconds,
+            max_skew_us=self.max_skew_us,
         )
         for run_id in (
             runs.keys() - self.triggered.keys()
@@ -206,6 +246,7 @@ class Simulation:
             about={run_id: list(self.world.about.get(run_id, ())) for run_id in sorted(named)},
             virtual_seconds=self.world.seconds,
             steps=self.world.steps,
+            collapsed=sum(s.run.collapsed for s in [*runs.values(), *self.pruned.values()]),
         )
 
     def _run(self) -> None:
@@ -217,9 +258,11 @@ class Simulation:
         self.producer.start()
         self.operator.start()
         spread_us = scenario.spread_seconds * SECOND
-        for planned in plan(world, scenario.runs, spread_us):
+        for planned in plan(world, scenario.runs, spread_us, scenario.mix):
             self.producer.at(planned.at_us, partial(self._trigger, planned=planned))
         self._plan_faults(spread_us)
+        self.operator.at(spread_us // 3, partial(self._pause_schedule, resume=False))
+        self.operator.at(spread_us // 2, partial(self._pause_schedule, resume=True))
         world.call(None, 10 * 60 * SECOND, self._sweep_ttl)
         world.run_until(spread_us)
         self._quiet()
@@ -230,7 +273,9 @@ class Simulation:
 
     def _trigger(self, app: Runlane, planned: Planned) -> None:
         asked_us = to_epoch_us(app.clock.now())
-        for _ in range(TRIGGER_TRIES):
+        if not self._prepared(app, planned):
+            return
+        for tries in range(TRIGGER_TRIES):
             try:
                 run = self._triggered(app, planned)
             except TransactionCancelled:
@@ -240,6 +285,8 @@ class Simulation:
                 self.world.wait(SECOND)
                 continue
             self.triggered.setdefault(run.id, planned)
+            self.returned.setdefault(run.id, to_epoch_us(app.clock.now()))
+            self._follow(planned, run, tries)
             if planned.idempotency_key:
                 given = self.by_key.setdefault(planned.idempotency_key, [])
                 given.append((asked_us, run.id))
@@ -249,13 +296,105 @@ class Simulation:
                 self.operator.at(self.world.now_us + after, partial(self._cancel, run_id=run.id))
             return
 
+    def _prepared(self, app: Runlane, planned: Planned) -> bool:
+        """What a trigger needs first: a tokened run's token, a waiter's run to wait for."""
+        if planned.task not in (TOKENED, WAITER) or "target" in planned.payload:
+            return True
+        for _ in range(TRIGGER_TRIES):
+            try:
+                planned.payload["target"] = self._target(app, planned)
+            except RunlaneError as exc:
+                self.world.note(f"preparing {planned.task} failed: {exc}")
+                self.world.wait(SECOND)
+                continue
+            return True
+        return False
+
+    def _target(self, app: Runlane, planned: Planned) -> str:
+        if planned.task == TOKENED:
+            token = app.tokens.create()
+            planned.payload["token"] = token.id
+            complete_at = self.world.now_us + self.world.rng.randrange(0, 15 * SECOND)
+            self.operator.at(complete_at, partial(self._complete, planned=planned))
+            return token.id
+        task = PLAIN if planned.payload["target_ok"] else FAILING
+        target = Planned(planned.at_us, task, {"n": planned.payload["target_n"]})
+        run = app.trigger(task, target.payload)
+        self.triggered.setdefault(run.id, target)
+        self.world.note(f"triggered {run.id} {task}, for a waiter")
+        return run.id
+
+    def _follow(self, planned: Planned, run: Run, tries: int) -> None:
+        """Note where a collapsed trigger went; signal a run that will wait for one."""
+        n = planned.payload["n"]
+        if planned.task in (DEBOUNCED, BATCHED):
+            self.collected[n] = (planned.task, run.id, run.item)
+            if tries:
+                self.resent.add(n)
+        if planned.task == SIGNALLED:
+            self.operator.at(
+                self.world.now_us + self.world.rng.randrange(0, 10 * SECOND),
+                partial(self._signal, run_id=run.id, planned=planned, tries=0),
+            )
+
+    def _signal(self, app: Runlane, run_id: str, planned: Planned, tries: int) -> None:
+        """An operator sends the run's signal once the run waits for it, and looks again
+        until the run has finished (a signal sent before it waits is not kept: 7)."""
+        try:
+            run = app.runs.get(run_id)
+            waits = run.waiting is not None and run.waiting.kind is WaitKind.SIGNAL
+            if run.is_terminal:
+                return
+            if run.status is RunStatus.RELEASED and waits:
+                woke = app.signals.send(signal_key(planned.payload), signal_value(planned.payload))
+                self.world.note(f"signal {signal_key(planned.payload)} woke {woke} run(s)")
+        except RunlaneError as exc:
+            self.world.note(f"signal of {run_id} failed: {exc}")
+        if tries < FOLLOW_TRIES:
+            again = partial(self._signal, run_id=run_id, planned=planned, tries=tries + 1)
+            self.operator.at(self.world.now_us + 2 * SECOND, again)
+
+    def _complete(self, app: Runlane, planned: Planned) -> None:
+        """An operator completes a tokened run's token (whether the run waits yet or not),
+        then a second operator tries to decide it otherwise (8: the first decision wins)."""
+        token_id = planned.payload["token"]
+        for _ in range(FOLLOW_TRIES):
+            try:
+                app.tokens.complete(token_id, signal_value(planned.payload))
+            except TokenAlreadyDecided:
+                pass  # this very completion, its answer lost the first time
+            except RunlaneError as exc:
+                self.world.note(f"completing token {token_id} failed: {exc}")
+                self.world.wait(2 * SECOND)
+                continue
+            break
+        try:
+            app.tokens.complete(token_id, {"v": -1})
+        except TokenAlreadyDecided:
+            return
+        except RunlaneError as exc:
+            self.world.note(f"second completion of token {token_id} failed: {exc}")
+            return
+        self.rival_decisions.append(f"token {token_id} was completed a second time")
+
+    def _pause_schedule(self, app: Runlane, resume: bool) -> None:
+        """An operator pauses the schedule for a while, then resumes it (its catch-up
+        ``all`` makes the occurrences missed meanwhile)."""
+        for _ in range(TRIGGER_TRIES * 3):
+            try:
+                change = app.schedules.resume if resume else app.schedules.pause
+                change(SCHEDULE_ID)
+            except RunlaneError as exc:
+                self.world.note(f"schedule {'resume' if resume else 'pause'} failed: {exc}")
+                self.world.wait(SECOND)
+                continue
+            self.world.note(f"schedule {SCHEDULE_ID} {'resumed' if resume else 'paused'}")
+            return
+
     def _triggered(self, app: Runlane, planned: Planned) -> Run:
         """``app.trigger``, or a transaction writing the planned order with the run."""
         if planned.order is None:
-            options = (
-                {"idempotency_key": planned.idempotency_key} if planned.idempotency_key else {}
-            )
-            return app.trigger(planned.task, planned.payload, **options)  # type: ignore[arg-type]
+            return app.trigger(planned.task, planned.payload, **planned.options)  # type: ignore[arg-type]
         tx = app.transaction()
         tx.put(ORDERS, {"id": planned.order}, condition="attribute_not_exists(id)")
         run = tx.trigger(planned.task, planned.payload)

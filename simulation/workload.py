@@ -15,11 +15,12 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import greenlet
 
-from runlane_sqs import RateLimit, RetryPolicy, Runlane
+from runlane_sqs import Batch, Debounce, RateLimit, RetryPolicy, Runlane, Schedule
 from runlane_sqs.core.groups import GroupFailed
 from runlane_sqs.core.rates import to_epoch_us
 from runlane_sqs.engine.context import TaskContext
@@ -36,6 +37,16 @@ FANOUT = "sim.fanout"
 CHILD = "sim.child"
 LARGE = "sim.large"
 TRANSACTED = "sim.transacted"
+SIGNALLED = "sim.signalled"
+TOKENED = "sim.tokened"
+WAITER = "sim.waiter"
+SCHEDULED = "sim.scheduled"
+KEYED = "sim.keyed"
+SINGLE = "sim.single"
+DEBOUNCED = "sim.debounced"
+BATCHED = "sim.batched"
+ORDERED = "sim.ordered"
+DEADLINED = "sim.deadlined"
 ORDERS = "sim-orders"
 """The producer's own table, written in one transaction with the runs it triggers."""
 BUCKET = "sim-payloads"
@@ -46,7 +57,53 @@ CONCURRENCY_LIMIT = 2
 RATE = RateLimit(5, per=1)
 FLAKY_ATTEMPTS = 4
 FAILING_ATTEMPTS = 2
-TASKS = (PLAIN, FLAKY, FAILING, STEPS, LIMITED, RATED, RELEASED, FANOUT, CHILD, LARGE, TRANSACTED)
+KEY_LIMIT = 1
+"""Runs of ``sim.keyed`` with one concurrency key that may hold a lease at once."""
+KEYS = ("k0", "k1", "k2")
+"""The keys of keyed, singleton, debounced, batched and ordered runs."""
+SCHEDULE_ID = "sim.every"
+SCHEDULE_SECONDS = 10
+
+
+def merged(current: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """A debounced run's payload: every collapsed trigger's items, once each."""
+    return {"key": new["key"], "items": sorted(set(current["items"]) | set(new["items"]))}
+
+
+DEBOUNCE = Debounce(quiet=1, max_wait=4, key=lambda p: p["key"], merge=merged)
+BATCH = Batch(size=4, max_age=2, key=lambda p: p["key"])
+SIGNAL_TIMEOUT_SECONDS = 600
+"""Long enough that a run the operator knows is signalled before it."""
+DEADLINE_SECONDS = 2
+DEADLINE_ATTEMPTS = 5
+SLOW_SECONDS = 120
+"""How long a slow attempt of ``sim.deadlined`` would work if nobody stopped it."""
+UNCHECKED = frozenset({SINGLE, DEBOUNCED, BATCHED})
+"""Tasks whose runs carry other triggers' payloads: their results are checked by their
+own invariants, not against the trigger a producer was given the run by."""
+TASKS = (
+    PLAIN,
+    FLAKY,
+    FAILING,
+    STEPS,
+    LIMITED,
+    RATED,
+    RELEASED,
+    FANOUT,
+    CHILD,
+    LARGE,
+    TRANSACTED,
+    SIGNALLED,
+    TOKENED,
+    WAITER,
+    SCHEDULED,
+    KEYED,
+    SINGLE,
+    DEBOUNCED,
+    BATCHED,
+    ORDERED,
+    DEADLINED,
+)
 QUEUES = ("default", LIMITED_QUEUE)
 
 
@@ -68,6 +125,8 @@ class Entry:
     """When the attempt's lease expires, as last renewed (by the claimer's clock)."""
     token: str = ""
     """The attempt's lease token."""
+    key: str | None = None
+    """The key the attempt's run holds (a concurrency, singleton or ordering key)."""
     finished: bool = False
     """The handler returned (or raised)."""
     outcome_written: bool = False
@@ -86,6 +145,11 @@ class Ledger:
     """Handler entries that found more leases of their limited queue live than its limit."""
     unfenced: list[str] = field(default_factory=list)
     """Writes an attempt made to its run that landed while another lease (or none) held it."""
+    key_overlaps: list[str] = field(default_factory=list)
+    """Handler entries that found another attempt with their key live (keys held one at a
+    time: a key limit of 1, singleton and ordering keys)."""
+    past_deadline: list[str] = field(default_factory=list)
+    """Attempts that worked far past their deadline without being told to stop."""
     by_greenlet: dict[greenlet.greenlet, Entry] = field(default_factory=dict)
     """The attempt whose handler each greenlet entered last (its writes are that
     attempt's from then on)."""
@@ -197,6 +261,27 @@ class Handlers:
             self.work(payload)
             return {"n": payload["n"]}
 
+    @contextmanager
+    def keyed_entry(self, ctx: TaskContext, task: str, key: str) -> Iterator[Entry]:
+        """Note the entry of an attempt whose run holds ``key`` (one at a time): another
+        attempt of the key with a live lease is an overlap."""
+        with self.attempt(ctx, task) as entry:
+            entry.key = f"{task}:{key}" if task != ORDERED else f"ordering:{key}"
+            live = [
+                e
+                for e in self.ledger.open.values()
+                if e.key == entry.key
+                and e is not entry
+                and e.lease_expires_us > entry.at_us + self.skew_margin_us
+            ]
+            if live:
+                holders = ", ".join(f"{e.run_id}#{e.attempt}@{e.process}" for e in live)
+                self.ledger.key_overlaps.append(
+                    f"{ctx.run_id}#{ctx.attempt} of key {entry.key} entered on "
+                    f"{entry.process} while {holders} held live leases"
+                )
+            yield entry
+
     def rated(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
         with self.attempt(ctx, RATED):
             return {"n": payload["n"]}
@@ -239,6 +324,83 @@ class Handlers:
         with self.attempt(ctx, TRANSACTED):
             return {"n": payload["n"], "order": payload["order"]}
 
+    def signalled(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
+        """Waits for the signal an operator sends its key once it waits (with a timeout: a
+        run whose trigger's answer was lost is unknown to the operator, nobody signals it)."""
+        with self.attempt(ctx, SIGNALLED):
+            signal = ctx.wait_for_signal(signal_key(payload), timeout=SIGNAL_TIMEOUT_SECONDS)
+            return {"n": payload["n"], "value": signal.payload}
+
+    def tokened(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
+        """Waits for the token its producer created; an operator completes it."""
+        with self.attempt(ctx, TOKENED):
+            decision = ctx.wait_for_token(payload["token"])
+            return {"n": payload["n"], "value": decision.value}
+
+    def waiter(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
+        """Waits for the run its producer triggered just before it."""
+        with self.attempt(ctx, WAITER):
+            outcome = ctx.wait_for_run(payload["target"])
+            return {"n": payload["n"], "status": outcome.status.value, "result": outcome.result}
+
+    def scheduled(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
+        with self.attempt(ctx, SCHEDULED):
+            at = ctx.scheduled_for.isoformat() if ctx.scheduled_for else None
+            return {"schedule": ctx.schedule_id, "at": at}
+
+    def keyed(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
+        with self.keyed_entry(ctx, KEYED, payload["key"]):
+            self.work(payload)
+            return {"n": payload["n"]}
+
+    def single(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
+        """Triggered with its key as singleton key: one unfinished run per key."""
+        with self.keyed_entry(ctx, SINGLE, payload["key"]):
+            self.work(payload)
+            return {"key": payload["key"]}
+
+    def debounced(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
+        with self.attempt(ctx, DEBOUNCED):
+            return {"items": payload["items"]}
+
+    def batched(self, ctx: TaskContext, items: list[dict[str, Any]]) -> list[int]:
+        with self.attempt(ctx, BATCHED):
+            return [item["n"] for item in items]
+
+    def ordered(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
+        """Triggered with its key as ordering key; fails its first attempt in some."""
+        with self.keyed_entry(ctx, ORDERED, payload["key"]):
+            self.work(payload)
+            if ctx.attempt <= payload["fails"]:
+                raise RuntimeError(f"attempt {ctx.attempt} fails by design")
+            return {"n": payload["n"]}
+
+    def deadlined(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
+        """Its first ``slow`` attempts work past the task's deadline, until they are told
+        to stop (the worker sets the cancellation at its heartbeat after the deadline)."""
+        with self.attempt(ctx, DEADLINED) as entry:
+            if ctx.attempt > payload["slow"]:
+                return {"n": payload["n"], "slow": payload["slow"]}
+            step_us = 500_000
+            for _ in range(SLOW_SECONDS * 1_000_000 // step_us):
+                if ctx.cancelled:
+                    raise TimeoutError(f"attempt {ctx.attempt} stopped past its deadline")
+                time.sleep(step_us / 1e6)
+            self.ledger.past_deadline.append(
+                f"{ctx.run_id}#{ctx.attempt} on {entry.process} worked {SLOW_SECONDS} s past "
+                f"its {DEADLINE_SECONDS} s deadline, never told to stop"
+            )
+            return {"n": payload["n"], "slow": payload["slow"]}
+
+
+def signal_key(payload: dict[str, Any]) -> str:
+    return f"signal-{payload['n']}"
+
+
+def signal_value(payload: dict[str, Any]) -> dict[str, Any]:
+    """What the operator sends a signalled run (and completes a tokened run's token with)."""
+    return {"v": 7 * payload["n"]}
+
 
 def children(payload: dict[str, Any]) -> list[dict[str, Any]]:
     """A fan-out's items: child ``i`` fails for good if ``fail_every`` divides it."""
@@ -249,7 +411,22 @@ def children(payload: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def register(app: Runlane, handlers: Handlers) -> None:
+def schedule(spread_seconds: int) -> Schedule:
+    """Every 10 s while the producers trigger: each occurrence is one run (catch-up
+    ``all``, so one missed while an operator paused it is made when it resumes)."""
+    start = EPOCH + timedelta(seconds=SCHEDULE_SECONDS)
+    end = EPOCH + timedelta(seconds=max(spread_seconds, 2 * SCHEDULE_SECONDS))
+    return Schedule.every(
+        SCHEDULE_ID,
+        SCHEDULE_SECONDS,
+        start_at=start,
+        end_at=end,
+        catch_up="all",
+        payload={"schedule": SCHEDULE_ID},
+    )
+
+
+def register(app: Runlane, handlers: Handlers, spread_seconds: int) -> None:
     """Register the workload's tasks on ``app`` (each process registers them, as each
     process of a deployment imports the same app module)."""
     limited = app.queue(LIMITED_QUEUE, concurrency_limit=CONCURRENCY_LIMIT)
@@ -272,6 +449,25 @@ def register(app: Runlane, handlers: Handlers) -> None:
     app.task(handlers.child, name=CHILD)
     app.task(handlers.large, name=LARGE)
     app.task(handlers.transacted, name=TRANSACTED)
+    app.task(handlers.signalled, name=SIGNALLED)
+    app.task(handlers.tokened, name=TOKENED)
+    app.task(handlers.waiter, name=WAITER)
+    app.task(handlers.scheduled, name=SCHEDULED, schedules=[schedule(spread_seconds)])
+    app.task(handlers.keyed, name=KEYED, key_limit=KEY_LIMIT, concurrency_key=lambda p: p["key"])
+    app.task(handlers.single, name=SINGLE)
+    app.task(handlers.debounced, name=DEBOUNCED, debounce=DEBOUNCE)
+    app.task(handlers.batched, name=BATCHED, batch=BATCH)
+    app.task(
+        handlers.ordered,
+        name=ORDERED,
+        retry=RetryPolicy(max_attempts=FLAKY_ATTEMPTS, delay=0.5, jitter=0),
+    )
+    app.task(
+        handlers.deadlined,
+        name=DEADLINED,
+        timeout=DEADLINE_SECONDS,
+        retry=RetryPolicy(max_attempts=DEADLINE_ATTEMPTS, delay=0.5, jitter=0),
+    )
 
 
 @dataclass(frozen=True)
@@ -285,6 +481,16 @@ class Planned:
     order: str | None = None
     """With a transactional trigger: the order written with it (``attribute_not_exists``:
     an order written before rolls the transaction back)."""
+
+    @property
+    def options(self) -> dict[str, str]:
+        """The trigger's keys: idempotency, singleton and ordering."""
+        options = {"idempotency_key": self.idempotency_key} if self.idempotency_key else {}
+        if self.task == SINGLE:
+            options["singleton_key"] = self.payload["key"]
+        if self.task == ORDERED:
+            options["ordering_key"] = self.payload["key"]
+        return options
 
 
 def fanout_result(payload: dict[str, Any]) -> dict[str, Any]:
@@ -307,6 +513,16 @@ EXPECTED: dict[str, Callable[[dict[str, Any]], Any]] = {
     CHILD: lambda p: None if p["fail"] else p["i"] ** 2,
     LARGE: lambda p: {"n": p["n"], "echo": p["blob"]},
     TRANSACTED: lambda p: {"n": p["n"], "order": p["order"]},
+    SIGNALLED: lambda p: {"n": p["n"], "value": signal_value(p)},
+    TOKENED: lambda p: {"n": p["n"], "value": signal_value(p)},
+    WAITER: lambda p: {
+        "n": p["n"],
+        "status": "succeeded" if p["target_ok"] else "failed",
+        "result": EXPECTED[PLAIN]({"n": p["target_n"]}) if p["target_ok"] else None,
+    },
+    KEYED: lambda p: {"n": p["n"]},
+    ORDERED: lambda p: {"n": p["n"]},
+    DEADLINED: lambda p: {"n": p["n"], "slow": p["slow"]},
 }
 """What a run of each task returns when it succeeds, from its payload."""
 FIRST_SUCCESS: dict[str, Callable[[dict[str, Any]], int]] = {
@@ -326,34 +542,56 @@ def expected_result(task: str, payload: dict[str, Any], attempt: int) -> Any:
     return EXPECTED[task](payload)
 
 
-def plan(world: World, runs: int, spread_us: int) -> list[Planned]:
+BURSTS = frozenset({RATED, KEYED, SINGLE, DEBOUNCED, BATCHED, ORDERED})
+"""Tasks triggered in bursts: a limit, a key or a collapse is only tried by several at once."""
+IDEMPOTENT = frozenset({PLAIN, FLAKY, FAILING, STEPS, LIMITED, RATED, RELEASED, FANOUT, LARGE})
+"""Tasks some triggers of which carry an idempotency key."""
+
+
+def plan(
+    world: World, runs: int, spread_us: int, mix: frozenset[str] | None = None
+) -> list[Planned]:
     """``runs`` triggers spread over ``spread_us``, of every task: rate-limited ones in
     bursts (a limit is only tried when more runs come at once than it allows), some
     repeating an earlier trigger's idempotency key, some transactional (a few rolled back
-    by an order written before)."""
+    by an order written before). ``mix``: only these tasks (default: every one)."""
     rng = world.rng
-    weights = {
-        PLAIN: 5,
-        FLAKY: 2,
-        FAILING: 1,
-        STEPS: 2,
-        LIMITED: 2,
-        RATED: 2,
-        RELEASED: 1,
-        FANOUT: 1,
-        LARGE: 1,
-        TRANSACTED: 1,
+    weights = {  # the waits, keys and deadline: about a fifth of the runs
+        PLAIN: 10,
+        FLAKY: 4,
+        FAILING: 2,
+        STEPS: 4,
+        LIMITED: 4,
+        RATED: 4,
+        RELEASED: 2,
+        FANOUT: 2,
+        LARGE: 2,
+        TRANSACTED: 2,
+        SIGNALLED: 1,
+        TOKENED: 1,
+        WAITER: 1,
+        KEYED: 1,
+        SINGLE: 1,
+        DEBOUNCED: 1,
+        BATCHED: 1,
+        ORDERED: 1,
+        DEADLINED: 1,
     }
-    names = list(weights)
+    names = [task for task in weights if mix is None or task in mix]
     planned: list[Planned] = []
     n = 0
     while n < runs:
         task = rng.choices(names, [weights[t] for t in names])[0]
         at = rng.randrange(spread_us)
-        burst = min(runs - n, rng.randrange(3, 3 * RATE.rate)) if task == RATED else 1
+        burst = 1
+        if task == RATED:
+            burst = min(runs - n, rng.randrange(3, 3 * RATE.rate))
+        elif task in BURSTS:
+            burst = min(runs - n, rng.randrange(2, 6))
         for _ in range(burst):
             payload = planned_payload(world, task, n)
-            key = f"key-{n}" if task != TRANSACTED and rng.random() < 0.1 else None
+            keyed = task in IDEMPOTENT and rng.random() < 0.1
+            key = f"key-{n}" if keyed else None
             order = None
             if task == TRANSACTED:  # one in five names an order written before
                 order = f"order-{rng.randrange(n)}" if n and rng.random() < 0.2 else f"order-{n}"
@@ -362,8 +600,29 @@ def plan(world: World, runs: int, spread_us: int) -> list[Planned]:
             if key is not None and rng.random() < 0.5:  # the same trigger again, later
                 planned.append(Planned(rng.randrange(spread_us), task, payload, key))
             n += 1
+            if task in BURSTS and task != RATED:  # a burst of triggers a moment apart
+                at += rng.randrange(100_000, 1_500_000)
     planned.sort(key=lambda p: p.at_us)
     return planned
+
+
+def waiting_payload(world: World, task: str, n: int) -> dict[str, Any]:
+    """What a run that waits, holds a key or has a deadline needs in its payload."""
+    rng = world.rng
+    payload: dict[str, Any] = {}
+    if task in (KEYED, SINGLE, DEBOUNCED, BATCHED, ORDERED):
+        payload["key"] = rng.choice(KEYS)
+    if task in (KEYED, SINGLE, ORDERED):
+        payload["work"] = rng.choice((0.01, 0.5, 2.0))
+    if task == ORDERED:
+        payload["fails"] = int(rng.random() < 0.2)
+    if task == DEBOUNCED:
+        payload["items"] = [n]
+    if task == WAITER:  # the run it waits for: a plain one, or one that fails
+        payload.update(target_n=n, target_ok=rng.random() < 0.7)
+    if task == DEADLINED:
+        payload["slow"] = rng.choice((0, 0, 1, 2))
+    return payload
 
 
 def planned_payload(world: World, task: str, n: int) -> dict[str, Any]:
@@ -381,6 +640,8 @@ def planned_payload(world: World, task: str, n: int) -> dict[str, Any]:
             in_flight=rng.randrange(1, 5),
             child_work=rng.choice((0, 0.05, 1.0)),
         )
-    if task == LARGE:  # one of five contents: runs share their payload's object
+    payload.update(waiting_payload(world, task, n))
+    if task == LARGE:  # one of five payloads: runs share their payload's object
+        payload["n"] = n % 5
         payload["blob"] = f"{n % 5:08d}" * (INLINE_LIMIT // 8 + 8)
     return payload

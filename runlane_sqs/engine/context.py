@@ -187,6 +187,11 @@ class AttemptServices(Protocol):
 
     def get_token(self, token_id: str) -> Token | None: ...
 
+    def open_value(self, value: JSON, place: ValuePlace) -> JSON:
+        """A value the run holds (a step's result, a wait's), opened: read from the payload
+        bucket if it is kept there."""
+        ...
+
     def get_run(self, run_id: str) -> Run | None:
         """Read another run (no write)."""
         ...
@@ -335,7 +340,7 @@ class TaskContext:
         if name in run.wait_results:
             self._replayed(wait_call(name))
         place = ValuePlace(Holder.RUN, run.id, ValueField.WAIT, name)
-        return name, services.values.open(run.wait_results.get(name), place)
+        return name, services.open_value(run.wait_results.get(name), place)
 
     # waits -----------------------------------------------------------------------
 
@@ -612,7 +617,7 @@ class TaskContext:
         services = self._services()
         run = services.run()
         place = ValuePlace(Holder.RUN, run.id, ValueField.STEP, name)
-        recorded = services.values.open(run.steps.get(name), place)
+        recorded = services.open_value(run.steps.get(name), place)
         if not isinstance(recorded, dict):
             return False, None
         if recorded.get("site") != site:

@@ -125,6 +125,9 @@ class End:
     ``None`` if the attempt was not tracked."""
 
     run_id: str
+    token: str | None = None
+    """The attempt's lease token: a newer attempt of the same run may be in flight on the
+    same worker (this one's lease expired and the run was claimed again)."""
 
 
 @dataclass(frozen=True, slots=True)

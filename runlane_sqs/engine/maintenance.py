@@ -419,7 +419,9 @@ class Maintenance:
         """Drop holders that no longer hold their lease; wake waiters for free slots."""
         job.examined += 1
         if is_order_scope(state.scope):  # an ordering key's record: hand its turn on
-            assert state.listed_at is not None
+            if state.listed_at is None:  # taken off the agenda since the page was read
+                job.skipped += 1
+                return []
             woken = self._turns.check(state.scope, state.listed_at)
             job.acted += woken is not None
             return [(woken, job, None)] if woken is not None else []

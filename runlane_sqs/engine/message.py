@@ -35,7 +35,7 @@ import logging
 import threading
 import traceback
 from collections.abc import Callable, Generator
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -86,6 +86,7 @@ from runlane_sqs.engine.driver import (
     End,
     EngineCall,
     Handling,
+    Hold,
     Publish,
     ReadRun,
     Write,
@@ -346,9 +347,15 @@ class MessagePath:
         self, wakeup: Wakeup, reason: SkipReason, run: Run, message: ReceivedWakeup
     ) -> Handling:
         """The run cannot be claimed: the wakeup is skipped, unless the run is debounced
-        and its due time moved on since the wakeup was sent."""
+        and its due time moved on since the wakeup was sent, or it is due in a moment (the
+        clock that sent its wakeup runs ahead of this worker's): the worker keeps the
+        message until then, since no other wakeup is coming."""
         if reason is SkipReason.NOT_DUE and run.debounce_key is not None:
             return (yield from wait_for_quiet(run, message, self))
+        if reason is SkipReason.NOT_DUE and due_in_a_moment(run, self.clock.now()):
+            assert run.due_at is not None
+            if (yield Hold(message, run.due_at)):
+                return Disposition.HELD
         return self._skip(wakeup, reason, run)
 
     def _claimed(
@@ -432,7 +439,7 @@ class MessagePath:
             decide = decide_raised(self.config, task, exc, token)
         else:
             decide = decide_returned(result, token)
-        tracked: tuple[Run, bool] | None = yield End(run.id)
+        tracked: tuple[Run, bool] | None = yield End(run.id, token)
         latest, lost = tracked if tracked else (run, False)
         if lost:
             ctx.log.warning(
@@ -502,6 +509,18 @@ class MessagePath:
                 run.attempt,
                 exc,
             )
+
+
+DUE_SOON = timedelta(seconds=2)
+"""How early by a worker's clock a run's wakeup may come and still be kept until the run
+is due: the clocks of the process that published it and of the worker differ a little
+(without it, the run would wait for maintenance's republish, minutes later)."""
+
+
+def due_in_a_moment(run: Run, now: datetime) -> bool:
+    """Whether a run found not due is due within :data:`DUE_SOON` (its wakeup came that
+    much early by this worker's clock)."""
+    return run.due_at is not None and run.due_at - now <= DUE_SOON
 
 
 def follow_up_call(run: Run, clock: Clock) -> DriverCall | EngineCall | None:

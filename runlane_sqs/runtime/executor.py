@@ -61,6 +61,10 @@ class TrackedAttempt:
     ctx: TaskContext
     lost: bool = False
 
+    @property
+    def token(self) -> str | None:
+        return self.run.lease.token if self.run.lease is not None else None
+
 
 class LeaseBook:
     """The in-flight attempts of one worker and what a renewal means for each (no I/O).
@@ -69,13 +73,19 @@ class LeaseBook:
     cancellation; a renewal that shows ``cancel_requested``, or an attempt past its
     deadline, sets it too. What a renewal returns for an attempt that finished after
     :meth:`renewals` listed it is ignored: its own outcome write ended the lease, so a
-    refusal then is expected, not a lost lease. The sync :class:`LeaseKeeper` and the
-    async worker's keeper differ only in how they send the renewals this book decides."""
+    refusal then is expected, not a lost lease. A newer attempt of a run whose older
+    attempt is still in flight here (its lease expired, or maintenance timed it out, and
+    this worker claimed the run again) displaces it: the older one's lease is gone, so it
+    is lost and told to stop at once, and its end leaves the newer one tracked. The sync
+    :class:`LeaseKeeper` and the async worker's keeper differ only in how they send the
+    renewals this book decides."""
 
     def __init__(self, clock: Clock, duration: timedelta) -> None:
         self._clock = clock
         self._duration = duration
         self._attempts: dict[str, TrackedAttempt] = {}
+        self._displaced: dict[str, TrackedAttempt] = {}
+        """Older attempts still in flight whose run a newer attempt holds, by lease token."""
         self._lock = threading.Lock()
         self.occupancy: Callable[[bool], None] | None = None
         """Told ``True`` when an attempt starts with none in flight and ``False`` when the
@@ -88,30 +98,49 @@ class LeaseBook:
     def track(self, run: Run, ctx: TaskContext) -> None:
         with self._lock:
             first = not self._attempts
+            older = self._attempts.get(run.id)
             self._attempts[run.id] = TrackedAttempt(run, ctx)
+            if older is not None and older.token is not None:
+                older.lost = True
+                self._displaced[older.token] = older
+        if older is not None:
+            older.ctx.cancellation.set()
+            older.ctx.log.warning(
+                "attempt %d of this run started here; this one's lease is gone", run.attempt
+            )
         if first and self.occupancy is not None:
             self.occupancy(True)
 
-    def untrack(self, run_id: str) -> tuple[Run, bool] | None:
-        """Stop renewing; returns the latest known run and whether the lease was lost."""
+    def untrack(self, run_id: str, token: str | None = None) -> tuple[Run, bool] | None:
+        """Stop renewing the attempt that holds ``token`` (default: the run's latest);
+        returns the latest known run and whether the lease was lost."""
         with self._lock:
-            attempt = self._attempts.pop(run_id, None)
+            displaced = self._displaced.pop(token, None) if token is not None else None
+            if displaced is not None:
+                return displaced.run, True
+            attempt = self._attempts.get(run_id)
+            if attempt is not None and token is not None and attempt.token != token:
+                return None
+            self._attempts.pop(run_id, None)
             last = attempt is not None and not self._attempts
         if last and self.occupancy is not None:
             self.occupancy(False)
         return (attempt.run, attempt.lost) if attempt else None
 
-    def current(self, run_id: str) -> Run | None:
-        """The latest known state of a tracked attempt's run."""
+    def current(self, run_id: str, token: str | None = None) -> Run | None:
+        """The latest known state of a tracked attempt's run (of the attempt that holds
+        ``token``, if given)."""
         with self._lock:
             attempt = self._attempts.get(run_id)
+            if attempt is None or (token is not None and attempt.token != token):
+                attempt = self._displaced.get(token) if token is not None else None
             return attempt.run if attempt else None
 
     def update(self, run: Run) -> None:
         """Remember a state the attempt itself wrote (a recorded step)."""
         with self._lock:
             attempt = self._attempts.get(run.id)
-            if attempt is not None:
+            if attempt is not None and attempt.token == (run.lease.token if run.lease else None):
                 attempt.run = run
 
     def tracks(self, attempt: TrackedAttempt) -> bool:
@@ -221,7 +250,7 @@ class AttemptRuntime:
         return self._clock.now()
 
     def run(self) -> Run:
-        return self._leases.current(self._run.id) or self._run
+        return self._leases.current(self._run.id, self._token) or self._run
 
     def record_step(self, name: str, value: JSON) -> None:
         """Write the step under this attempt's lease; a concurrent change that keeps the
@@ -249,6 +278,10 @@ class AttemptRuntime:
             return
         raise LeaseLost(self._run.id)
 
+    def open_value(self, value: JSON, place: ValuePlace) -> JSON:
+        """Opened again within its budget if the bucket's read fails a moment."""
+        return retried(partial(self.values.open, place=place), value)
+
     def get_token(self, token_id: str) -> Token | None:
         token = retried(self._store.tokens.get_token, token_id)
         return self.values.open_token(token) if token is not None else None
@@ -258,7 +291,7 @@ class AttemptRuntime:
         return self.values.open_run(run, payload=False) if run is not None else None
 
     def watch_run(self, run_id: str) -> Run | None:
-        run = self._store.watch_run(run_id)
+        run = retried(self._store.watch_run, run_id)  # marks it watched: the same twice
         return self.values.open_run(run, payload=False) if run is not None else None
 
     def open_group(self, wait_name: str, children: Iterable[Child], options: GroupOptions) -> Group:
@@ -383,7 +416,7 @@ class Executor:
             return retried(sealing, result).value  # kept again if the bucket's write failed
 
     def end(self, call: driver.End) -> tuple[Run, bool] | None:
-        return self.leases.untrack(call.run_id)
+        return self.leases.untrack(call.run_id, call.token)
 
     def pause(self, call: driver.Pause) -> None:
         self.engine.pause(call.delay.total_seconds())

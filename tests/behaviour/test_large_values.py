@@ -533,6 +533,33 @@ def test_a_large_payload_whose_read_fails_once_is_read_on_the_next_try(
     assert (done.status, done.failures, tasks.calls) == (RunStatus.SUCCEEDED, 0, ["echo"])
 
 
+@ONLY_MEMORY
+def test_a_large_wait_result_whose_read_fails_once_is_read_on_the_next_try(
+    backend: Backend, tasks: Tasks, worker_kind: WorkerKind, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wait's result kept in the bucket (here a token's large value) is read again within
+    its budget when S3 fails a moment: no failed attempt. Found by the simulation (`make
+    simulate SEED=24 ARGS="--runs 300"`: a run waiting for another run)."""
+    monkeypatch.setattr(budget, "BACKOFF", wait_none())
+    objects = UnavailableOnce(BUCKET, "get", 0)
+    app = in_memory_app(payload_bucket=BUCKET, clock=backend.clock)
+    app.rewire(store=app.store, transport=app.transport, clock=app.clock, objects=objects)
+    tasks.register(app)
+    token = app.tokens.create()
+    run = app.trigger("large.token", {"token": token.id})
+    worker_kind.drain_all(app)  # waits for the token
+    app.tokens.complete(token.id, blob(100 * KIB, "decided"))
+    objects.nth = objects.sent + 1  # the next read (the handler's, of its wait's result) fails
+    worker_kind.drain_all(app)
+    assert objects.sent >= objects.nth, "the wait result was never read: the test proves nothing"
+    done = app.runs.get(run.id)
+    assert (done.status, done.failures, done.result) == (
+        RunStatus.SUCCEEDED,
+        0,
+        {"token_size": len(blob(100 * KIB, "decided")["blob"])},
+    )
+
+
 def test_a_trigger_that_finds_its_key_held_returns_the_run_with_its_values(
     app: Runlane, worker_kind: WorkerKind
 ) -> None:

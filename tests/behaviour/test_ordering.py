@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 
 from runlane_sqs import EventType, InvalidKeyError, RetryPolicy, Runlane, RunStatus
+from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.core import machine
 from runlane_sqs.core.model import Run
 from runlane_sqs.core.ordering import TURN_CHECK_AFTER, OrderHead, order_scope
 from runlane_sqs.engine.reports import JOB_EXPIRED, JOB_SLOTS
-from tests.backends import Backend
+from tests.backends import ONLY_MEMORY, Backend
 from tests.behaviour.worker_support import claim_elsewhere, drain, event_types
 from tests.workers import WorkerKind
 
@@ -186,6 +187,37 @@ def test_maintenance_hands_on_a_turn_whose_writer_died(backend: Backend) -> None
     assert drain(app) == 1
     assert app.runs.get(runs[1].id).status is RunStatus.SUCCEEDED
     assert app.maintenance.run_pass().jobs[JOB_SLOTS].examined == 0  # taken off the agenda
+
+
+@ONLY_MEMORY
+def test_an_order_record_taken_off_the_agenda_after_its_listing_was_read_is_passed_over(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another maintenance pass handed the turn on (and took the record off the agenda)
+    between this pass's read of the agenda and its read of the record: the pass moves on,
+    where it stopped on an assertion (the simulation, `make simulate SEED=24 ARGS="--runs
+    300"`: two maintenance processes at once)."""
+    ledger = Ledger()
+    app = backend.app(register=ledger.register)
+    trigger(app, "acct-1", 0)
+    assert drain(app) == 1  # its end lists the order record for maintenance's check
+    backend.clock.advance(TURN_CHECK_AFTER)
+    client = app.store.dynamodb  # type: ignore[attr-defined]
+    read = client.batch_get_item
+    record = keys.slot_key(app.config.environment, order_scope("acct-1"))
+
+    def read_after_another_pass(**request: Any) -> Any:
+        if record in next(iter(request["RequestItems"].values()))["Keys"]:
+            client.update_item(
+                TableName=app.config.table,
+                Key=record,
+                UpdateExpression="REMOVE agenda_at, agenda_pk",
+            )
+        return read(**request)
+
+    monkeypatch.setattr(client, "batch_get_item", read_after_another_pass)
+    report = app.maintenance.run_pass()
+    assert (report.jobs[JOB_SLOTS].examined, report.jobs[JOB_SLOTS].skipped) == (1, 1)
 
 
 def test_a_rerun_joins_the_end_of_its_keys_line(backend: Backend) -> None:

@@ -74,8 +74,8 @@ class Attempt:
     def finish(self) -> tuple[Run, bool] | None:
         """The handler returns, the lease is no longer tracked, the outcome is written."""
         end = self.handling.send(self.call.task.fn(self.ctx, self.call.payload))
-        assert end == End(self.run_id)
-        untracked = self.leases.untrack(self.run_id)
+        assert isinstance(end, End) and end.run_id == self.run_id
+        untracked = self.leases.untrack(end.run_id, end.token)
         outcome = self.handling.send(untracked)
         assert isinstance(outcome, Write)
         with pytest.raises(StopIteration):
@@ -167,6 +167,41 @@ def test_a_renewal_answered_after_the_attempt_finished_changes_nothing(
 
     assert not attempt.ctx.cancelled
     assert "cancellation requested" not in [r.getMessage() for r in caplog.records]
+
+
+def test_a_newer_attempt_of_the_run_on_the_same_worker_stops_the_older_one_and_keeps_its_lease(
+    app: Runlane, clock: ManualClock
+) -> None:
+    """The older attempt's lease expired (or maintenance timed it out) while its handler
+    still ran, and this very worker claimed the run again: the older one is told to stop
+    at once, its end is a lost lease, and the newer one's lease is still renewed (simulation
+    seed 6, 300 runs: the older attempt ran on unbounded, never told)."""
+    leases = LeaseBook(app.clock, app.config.lease_duration)
+    older = Attempt.start(app, leases)
+    clock.advance(app.config.lease_duration + timedelta(seconds=1))
+    expired = expire_lease(older.stored(), now=clock.now())  # maintenance
+    assert isinstance(expired, Transition)
+    taken = machine.claim_lease(
+        app.store.apply(expired),
+        now=clock.now(),
+        owner="w1",
+        token="t2",
+        duration=app.config.lease_duration,
+    )
+    assert isinstance(taken, Transition)
+    newer = begin_attempt(Begin(app.store.apply(taken), "t2"), app.engine, leases, "w1")
+
+    assert older.ctx.cancelled and not newer.cancelled
+    end = older.handling.send(older.call.task.fn(older.ctx, older.call.payload))
+    assert isinstance(end, End)
+    untracked = leases.untrack(end.run_id, end.token)
+    assert untracked is not None and untracked[1]  # its lease is lost
+    with pytest.raises(StopIteration):
+        older.handling.send(untracked)  # so its outcome is discarded
+    [(tracked, lease)] = leases.renewals()
+    assert tracked.ctx is newer
+    renewed = renew(app, tracked.run, lease)
+    assert isinstance(renewed, Run) and renewed.attempt == 2
 
 
 class FinishingStore:

@@ -141,7 +141,7 @@ class Path:
             Write: lambda r: store.apply(r.transition),
             Begin: lambda r: begin_attempt(r, self.app.engine, self.leases, "w1"),
             CallHandler: lambda r: r.task.fn(r.ctx, r.payload),
-            End: lambda r: self.leases.untrack(r.run_id),
+            End: lambda r: self.leases.untrack(r.run_id, r.token),
             Pause: lambda r: self.app.engine.pause(r.delay.total_seconds()),
             Reservation: self.app.engine.serve,
         }
@@ -236,8 +236,9 @@ def test_plain_timeline_claims_on_the_hint_runs_the_handler_and_records_success(
     call = handling.send(begin_attempt(begin, app.engine, leases, "w1"))
     assert isinstance(call, CallHandler)
     assert (call.task.name, call.payload, call.ctx.attempt) == ("echo", {"n": 1}, 1)
-    assert handling.send(call.task.fn(call.ctx, call.payload)) == End(run.id)
-    outcome = handling.send(leases.untrack(run.id))
+    end = End(run.id, claimed.lease.token)
+    assert handling.send(call.task.fn(call.ctx, call.payload)) == end
+    outcome = handling.send(leases.untrack(run.id, end.token))
     assert isinstance(outcome, Write)
     assert outcome.transition.fence == claimed.lease.token
     assert outcome.transition.after.status is RunStatus.SUCCEEDED
@@ -313,7 +314,7 @@ def test_sync_drive_with_a_table_of_lambdas_matches_stepping_by_hand(app: Runlan
         Write: lambda r: app.store.apply(r.transition),
         Begin: lambda r: begin_attempt(r, app.engine, leases, "w1"),
         CallHandler: lambda r: r.task.fn(r.ctx, r.payload),
-        End: lambda r: leases.untrack(r.run_id),
+        End: lambda r: leases.untrack(r.run_id, r.token),
     }
 
     def perform(call: DriverCall) -> Any:
@@ -484,7 +485,7 @@ def test_lease_lost_during_the_handler_writes_nothing(
     take_over(app, clock, run.id)  # the handler runs past its lease
 
     end = path.send({"late": True})
-    latest, _ = path.leases.untrack(end.run_id) or (run, False)
+    latest, _ = path.leases.untrack(end.run_id, end.token) or (run, False)
 
     assert path.send((latest, True)) is None
     assert (path.disposition, path.kinds()) == (Disposition.EXECUTED, TIMELINE[:-1])
@@ -870,3 +871,28 @@ def test_an_attempt_begun_as_the_time_to_start_ran_out_is_cancelled_at_once(
     allowed[0] = False  # the deadline timer fires before the attempt is tracked
     call = path.answer()
     assert isinstance(call, CallHandler) and call.ctx.cancellation.is_set()
+
+
+def test_a_wakeup_a_moment_before_its_run_is_due_by_the_workers_clock_is_kept_until_then() -> None:
+    """The producer's clock runs 30 ms ahead of the worker's: the trigger's wakeup finds its
+    run not due yet. The worker keeps the message until the run is due, instead of
+    dropping the run's only wakeup and leaving it to maintenance's republish, minutes
+    later (simulation: `make simulate SEED=31 ARGS="--runs 300"`, a run first executed
+    20 minutes after its trigger)."""
+    clock = ManualClock()
+    app = in_memory_app(clock=clock)
+    app.task(lambda ctx, payload: payload, name="echo")
+    run = app.trigger("echo", 1)
+    [message] = app.transport.receive("default", 10, 0)
+    behind = ManualClock(clock.now() - timedelta(milliseconds=30))
+    path = MessagePath(tasks=app.tasks, clock=behind, config=app.config, worker_id="w1")
+    handling = path.handle(message)
+    claim = next(handling)
+    assert isinstance(claim, ClaimHinted)
+    with pytest.raises(ConflictError) as refused:  # not due, by the worker's clock
+        app.store.claim_hinted(claim.claim)
+
+    assert handling.throw(refused.value) == Hold(message, run.due_at)
+    with pytest.raises(StopIteration) as done:
+        handling.send(True)
+    assert done.value.value is Disposition.HELD

@@ -155,7 +155,7 @@ class AsyncExecutor:
             raise
 
     async def end(self, call: driver.End) -> tuple[Run, bool] | None:
-        return self.leases.untrack(call.run_id)
+        return self.leases.untrack(call.run_id, call.token)
 
     async def publish(self, call: driver.Publish) -> None:
         publisher = self.engine.publisher
