@@ -396,14 +396,9 @@ def checkpoint(
         )
     chosen, cursor = page
     return replace(
-        operation,
+        midway(operation, tally=tally, last_error=last_error, pending=chosen, now=now),
         cursor=cursor,
         listed=cursor is None,
-        pending=chosen,
-        tally=tally,
-        last_error=last_error,
-        updated_at=now,
-        lease_until=now + LEASE,
     )
 
 

@@ -19,7 +19,7 @@ from functools import partial
 from typing import Any
 
 import pytest
-from botocore.exceptions import ClientError, ReadTimeoutError
+from botocore.exceptions import ReadTimeoutError
 from tenacity import wait_none
 
 from runlane_sqs import (
@@ -38,7 +38,7 @@ from runlane_sqs.core.model import WaitKind
 from runlane_sqs.engine.reports import JOB_DUE, PassReport
 from runlane_sqs.runtime import budget
 from tests.backends import ONLY_MEMORY, Backend
-from tests.behaviour.waits_support import drain_all, published, qualified
+from tests.behaviour.waits_support import drain_all, published, qualified, throttle_once
 from tests.behaviour.worker_support import drain, event_types, status
 
 LATER = timedelta(hours=1)
@@ -454,20 +454,7 @@ def test_a_step_whose_write_meets_throttling_is_recorded_on_the_next_try(
     retries) neither fails the attempt nor runs the step twice. Found by the simulation
     (simulation/, docs/reliability.md)."""
     monkeypatch.setattr(budget, "BACKOFF", wait_none())
-    client = app.store.dynamodb  # type: ignore[attr-defined]
-    send = client.update_item
-    refused: list[str] = []
-
-    def throttled_once(**request: Any) -> Any:
-        if not refused and "steps" in json.dumps(request.get("ExpressionAttributeNames", {})):
-            refused.append(request["Key"]["pk"]["S"])
-            raise ClientError(
-                {"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow"}},
-                "UpdateItem",
-            )
-        return send(**request)
-
-    monkeypatch.setattr(client, "update_item", throttled_once)
+    refused = throttle_once(app, monkeypatch, "steps")
     run = app.trigger("retrying")
     assert drain_all(app) == 2
     assert refused, "the step's write was never throttled: the test proves nothing"

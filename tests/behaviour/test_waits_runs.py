@@ -10,14 +10,12 @@ cancelling a waiting run cancels it at once.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
 from typing import Any
 
 import pytest
-from botocore.exceptions import ClientError
 from tenacity import wait_none
 
 from runlane_sqs import (
@@ -34,7 +32,7 @@ from runlane_sqs.core.model import Run, WaitKind
 from runlane_sqs.engine.context import RunOutcome
 from runlane_sqs.runtime import budget
 from tests.backends import ONLY_MEMORY, Backend
-from tests.behaviour.waits_support import drain_all, qualified
+from tests.behaviour.waits_support import drain_all, qualified, throttle_once
 from tests.behaviour.worker_support import drain, event_types, status
 
 
@@ -294,20 +292,7 @@ def test_a_wait_for_a_run_whose_watch_meets_throttling_sends_it_again(
     retries) does not fail the waiting run's attempt. Found by the simulation
     (`make simulate SEED=30 ARGS="--runs 300"`)."""
     monkeypatch.setattr(budget, "BACKOFF", wait_none())
-    client = app.store.dynamodb  # type: ignore[attr-defined]
-    send = client.update_item
-    refused: list[str] = []
-
-    def throttled_once(**request: Any) -> Any:
-        if not refused and "watched" in json.dumps(request.get("ExpressionAttributeNames", {})):
-            refused.append(request["Key"]["pk"]["S"])
-            raise ClientError(
-                {"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow"}},
-                "UpdateItem",
-            )
-        return send(**request)
-
-    monkeypatch.setattr(client, "update_item", throttled_once)
+    refused = throttle_once(app, monkeypatch, "watched")
     parent, child = parent_waiting_on_child(app, fail=False)
     assert refused, "the watch was never throttled: the test proves nothing"
     assert app.runs.get(parent.id).failures == 0
