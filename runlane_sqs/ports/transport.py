@@ -60,9 +60,11 @@ class QueueBacklog:
 
     @property
     def drained(self) -> bool:
-        """No message waits to be received: every one sent has been received at least
-        once (the in-flight ones are being handled)."""
-        return self.visible == 0 and self.delayed == 0
+        """No visible message waits to be received: every one that has become visible
+        was received at least once (the in-flight ones are being handled; a delayed one
+        is not in line yet, and its run counts its place in line from when it becomes
+        visible)."""
+        return self.visible == 0
 
 
 @runtime_checkable

@@ -70,6 +70,24 @@ def test_a_lost_wakeup_is_republished_once_the_queue_is_seen_drained(
     assert drain(app) == 1 and app.runs.get(lost.id).status is RunStatus.SUCCEEDED
 
 
+def test_a_wakeup_delayed_for_later_does_not_hold_a_lost_one_back(
+    app: Runlane, clock: ManualClock
+) -> None:
+    """The queue's only message is a wakeup delayed until a run's due time: nothing
+    visible waits in line, so the queue has been drained and a lost wakeup is
+    republished at the first look instead of waiting in line for up to
+    ``republish_max`` (the simulation's seed 1 held lost wakeups back for 20 minutes
+    behind scheduled runs)."""
+    lost = app.trigger(PLAIN_TASK, {"lost": True})
+    assert take_wakeups(app) == {lost.id: 1}  # deleted unhandled
+    later = app.trigger(PLAIN_TASK, {"later": True}, delay=timedelta(minutes=10))
+    clock.advance(app.config.republish_after)
+
+    assert due_wakeups(app.maintenance.run_pass()) == (1, 0)
+    assert take_wakeups(app) == {lost.id: 1}
+    assert app.runs.get(later.id).status is RunStatus.QUEUED
+
+
 def test_a_queue_never_seen_drained_gets_its_republish_after_republish_max(
     backend: Backend, app: Runlane, clock: ManualClock
 ) -> None:

@@ -10,8 +10,9 @@ from datetime import UTC, datetime, timedelta
 from runlane_sqs.adapters.dynamodb.replays import landed_creation, landed_transition
 from runlane_sqs.adapters.dynamodb.runs import run_to_wire
 from runlane_sqs.core import machine
-from runlane_sqs.core.machine import Transition
+from runlane_sqs.core.machine import RepublishPolicy, Transition
 from runlane_sqs.core.model import Run, RunEvent, RunStatus
+from runlane_sqs.core.rates import to_epoch_us, wait_for_rate
 from runlane_sqs.core.recovery import RecoverySettings, expire_lease, recover_lease
 from runlane_sqs.core.retry import RetryPolicy
 
@@ -157,3 +158,38 @@ def test_every_write_maintenance_fences_on_an_attempts_token_is_marked_a_recover
     for transition in (expired, lost, cancelled, timed_out):
         assert isinstance(transition, Transition)
         assert transition.fence == "tok-1" and transition.recovery
+
+
+def sleep_for_rate(run: Run, start: datetime) -> Transition:
+    return wait_for_rate(
+        run.with_changes(created=False),
+        to_epoch_us(start),
+        ["rate#task#work#1000000"],
+        now=NOW,
+        lead=timedelta(milliseconds=100),
+        republish=RepublishPolicy(),
+    )
+
+
+def test_a_run_put_to_sleep_for_the_start_its_worker_reserved_is_recognized_as_its_own() -> None:
+    """The start is the worker's own reservation: a resend of the write whose answer was
+    lost carries on (holding or publishing the wakeup) instead of dropping it."""
+    run, first = created()
+    ours = sleep_for_rate(run, NOW + timedelta(seconds=30))
+
+    landed = landed_transition(ours, stored_after(ours, first))
+
+    assert landed is not None
+    assert landed.rate_start == ours.after.rate_start and landed.seq == ours.after.seq
+
+
+def test_another_workers_reserved_start_at_the_same_sequence_is_a_conflict() -> None:
+    run, first = created()
+    theirs = sleep_for_rate(run, NOW + timedelta(seconds=31))
+
+    assert (
+        landed_transition(
+            sleep_for_rate(run, NOW + timedelta(seconds=30)), stored_after(theirs, first)
+        )
+        is None
+    )

@@ -39,12 +39,20 @@ def _same_events(stored: list[RunEvent], ours: tuple[RunEvent, ...]) -> bool:
 
 
 def _by_the_attempt(transition: Transition) -> bool:
-    """A claim (it writes a new, random lease token) or an attempt's own write (fenced
-    on its token): only this attempt can have written that state. Other writes (an
-    operator's, maintenance's recoveries) may be made identically by a second writer,
-    so their refusal stays a conflict."""
+    """A claim (it writes a new, random lease token), an attempt's own write (fenced on
+    its token) or a run put to sleep for the start its worker has just reserved under its
+    rate limits (the start is that worker's reservation): only that worker can have
+    written that state. Other writes (an operator's, maintenance's recoveries) may be
+    made identically by a second writer, so their refusal stays a conflict.
+
+    Two workers' reservations can share a start's millisecond: the second then takes the
+    first's write for its own, and the run gets one more wakeup, which its claim's
+    condition makes harmless."""
     before, after = transition.before.lease, transition.after.lease
     if after is not None and (before is None or before.token != after.token):
+        return True
+    reserved = transition.after.rate_start
+    if reserved is not None and reserved != transition.before.rate_start:
         return True
     return transition.fence is not None and not transition.recovery
 
