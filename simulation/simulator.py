@@ -126,6 +126,8 @@ class Outcome:
     about: dict[str, list[str]]
     """The last lines about each run a broken invariant names."""
     virtual_seconds: float
+    finished_seconds: float
+    """When every run had finished, in virtual seconds (the quiet spell's end)."""
     steps: int
     collapsed: int = 0
     """Triggers that went to a run another trigger made (debounced, batched)."""
@@ -167,6 +169,8 @@ class Simulation:
         """Runs of transactions refused (their order was written before), by run id."""
         self.pruned: dict[str, Stored] = {}
         """Runs an operator pruned once everything finished, as they were before."""
+        self.finished_seconds = 0.0
+        """When every run had finished (virtual seconds)."""
         self.committed: dict[str, str] = {}
         """Runs of transactions that committed, with their order."""
         self.collected: dict[int, tuple[str, str, int | None]] = {}
@@ -245,6 +249,7 @@ class Simulation:
             trace=list(self.world.trace),
             about={run_id: list(self.world.about.get(run_id, ())) for run_id in sorted(named)},
             virtual_seconds=self.world.seconds,
+            finished_seconds=self.finished_seconds,
             steps=self.world.steps,
             collapsed=sum(s.run.collapsed for s in [*runs.values(), *self.pruned.values()]),
         )
@@ -269,6 +274,7 @@ class Simulation:
         deadline = world.now_us + scenario.quiet_seconds * SECOND
         while world.now_us < deadline and not self._all_finished():
             world.run_until(world.now_us + 10 * SECOND)
+        self.finished_seconds = world.seconds
         self._settle()
 
     def _trigger(self, app: Runlane, planned: Planned) -> None:
