@@ -44,6 +44,10 @@ ENVIRONMENT = "sim"
 TABLE = "runlane-sim"
 LEASE_SECONDS = 30
 MAINTENANCE_SECONDS = 10
+REPUBLISH_AFTER_SECONDS = 60
+"""How long a published wakeup is trusted (the product's default is 5 minutes): lost
+wakeups come back sooner, so each history's tail is shorter and cheaper, and more
+republishes race the wakeups they duplicate."""
 WAIT_SECONDS = 5
 APP_VERSION = "sim-1"
 """Every process's version (named, so no process looks its package's version up)."""
@@ -65,6 +69,7 @@ def build_app(sim: Simulation, process: Process) -> Runlane:
         table=TABLE,
         lease_duration=LEASE_SECONDS,
         maintenance_period=MAINTENANCE_SECONDS,
+        republish_after=REPUBLISH_AFTER_SECONDS,
         app_version=APP_VERSION,
         payload_bucket=BUCKET,
         inline_limit=INLINE_LIMIT,
