@@ -57,10 +57,12 @@ test-acceptance: $(STAMP)
 run-path: $(STAMP)
 	$(BIN)/python tools/run_path.py --list
 
+# tests/typing holds what mypy must accept and refuse of typed tasks (docs/typed-tasks.md).
 lint: $(STAMP)
 	$(BIN)/ruff check runlane_sqs maintenance tests bench chaos simulation tools
 	$(BIN)/ruff format --check runlane_sqs maintenance tests bench chaos simulation tools
 	$(BIN)/mypy
+	$(BIN)/mypy tests/typing
 	$(BIN)/lint-imports
 	$(BIN)/cfn-lint infra/*.yaml
 	$(BIN)/hadolint Dockerfile

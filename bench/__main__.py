@@ -45,6 +45,7 @@ from bench.throughput import celery_cpu_ratio, celery_ratio, measure_throughput,
 from bench.tracing import MODES, ROUNDS, measure_tracing
 from bench.transactions import WAYS, measure_transactions
 from bench.transactions_tables import print_transactions
+from bench.typed import measure_typed, print_typed
 from bench.values import KB, MB, measure_values
 from bench.workers import ASYNC, SYNC
 
@@ -70,6 +71,7 @@ MEASUREMENTS = (
     "transactions",
     "rates",
     "bulk",
+    "typed",
 )
 MEMORY_CONCURRENCY = 32
 CONSOLE_WIDTH = 150
@@ -112,6 +114,8 @@ class Sizes:
     """Runs per way to trigger, plain to transactional (bench/transactions.py)."""
     transaction_warmup: int = 50
     """Runs per way triggered before, neither counted nor timed."""
+    typed_runs: int = 400
+    """Runs per kind, plain and pydantic, whose CPU is compared (bench/typed.py)."""
 
 
 SMOKE = Sizes(
@@ -138,6 +142,7 @@ SMOKE = Sizes(
     codec_rounds=2,
     transaction_runs=5,
     transaction_warmup=2,
+    typed_runs=8,
 )
 
 
@@ -340,6 +345,12 @@ class Runner:
         rows = measure_transactions(self.backend, runs, warmup, bar)
         self.results["transactions"] = [row.to_json() for row in rows]
 
+    def typed(self) -> None:
+        """CPU per run and per trigger with a 1 KB pydantic payload and result against
+        plain dicts; whether a plain app imports pydantic (bench/typed.py)."""
+        result = measure_typed(self.backend, self.sizes.typed_runs)
+        self.results["typed"] = result.to_json()
+
 
 def _versions() -> dict[str, str]:
     names = ("boto3", "botocore", "celery", "kombu", "moto", "rich")
@@ -398,6 +409,8 @@ def main(argv: list[str] | None = None) -> int:
     report.print_results(console, results, checked)
     print_transactions(console, results.get("transactions"), backend.name)
     print_rates(console, results.get("rates"), backend.name)
+    if "typed" in results:
+        print_typed(results["typed"])
     json_path = args.out / f"{stamp}-{backend.name}.json"
     report.write_json(json_path, results)
     chart.write_chart(json_path.with_suffix(".png"), results)

@@ -42,6 +42,9 @@ RATE_REFUSED_PER_RUN = 1.0
 SMALL_VALUE_S3_REQUESTS = 0
 """With a payload bucket, S3 requests per run whose values are all under ``inline_limit``
 (bench/values.py): none, a small value costs what it did without one."""
+TYPED_WORKER_RATIO = 1.05
+"""Worker CPU per run with a 1 KB pydantic payload and result over the same run with
+plain dicts, at most (bench/typed.py)."""
 CONSOLE_SAME_REQUESTS = ("/runs", "/runs?status=failed")
 """Console pages whose requests per load must not grow with the table
 (bench/console.py)."""
@@ -138,6 +141,23 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
     targets += fanout_targets(results.get("fanout") or {})
     targets.append(values_target(results.get("values") or []))
     targets += rate_targets(results.get("rates") or [])
+    typed = results.get("typed") or {}
+    targets.append(
+        at_most(
+            "worker CPU per run, 1 KB pydantic payload and result over plain dicts",
+            typed.get("worker_ratio"),
+            TYPED_WORKER_RATIO,
+            "x",
+        )
+    )
+    if "plain_app_imports_pydantic" in typed:
+        targets.append(
+            at_most(
+                "pydantic modules a plain app imports",
+                float(typed["plain_app_imports_pydantic"]),
+                0,
+            )
+        )
     for memory in results.get("memory") or []:
         rss = memory.get("worker_rss")
         targets.append(

@@ -400,7 +400,8 @@ class Simulation:
     def _triggered(self, app: Runlane, planned: Planned) -> Run:
         """``app.trigger``, or a transaction writing the planned order with the run."""
         if planned.order is None:
-            return app.trigger(planned.task, planned.payload, **planned.options)  # type: ignore[arg-type]
+            triggered: Run = app.trigger(planned.task, planned.payload, **planned.options)  # type: ignore[call-overload]
+            return triggered
         tx = app.transaction()
         tx.put(ORDERS, {"id": planned.order}, condition="attribute_not_exists(id)")
         run = tx.trigger(planned.task, planned.payload)

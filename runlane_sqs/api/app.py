@@ -5,7 +5,7 @@ the operator API."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack, cast, overload
 
 import boto3
@@ -25,12 +25,23 @@ from runlane_sqs.core.errors import StorageUnavailable
 from runlane_sqs.core.groups import Group
 from runlane_sqs.core.limits import MAX_PAYLOAD_LIMIT_BYTES
 from runlane_sqs.core.model import JSON, Run
+from runlane_sqs.core.options import option_names, refuse_unknown
 from runlane_sqs.core.rates import RateLimit
-from runlane_sqs.engine.context import Child, GroupOptions, NamedTask
+from runlane_sqs.engine.context import Child, GroupOptions, NamedTask, TaskContext
 from runlane_sqs.engine.engine import Engine
 from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.signals import SignalsApi
-from runlane_sqs.engine.tasks import Handler, Queue, ScheduleRules, Task, TaskOptions, TaskRegistry
+from runlane_sqs.engine.tasks import (
+    Handler,
+    P,
+    Queue,
+    R,
+    ScheduleRules,
+    Task,
+    TaskDecorator,
+    TaskOptions,
+    TaskRegistry,
+)
 from runlane_sqs.engine.tokens import TokensApi
 from runlane_sqs.engine.triggering import TriggerManyOptions, TriggerOptions
 from runlane_sqs.engine.values import codec_chain
@@ -78,6 +89,9 @@ class AppOptions(RunlaneSettings, AppParts, total=False):
 PART_NAMES = frozenset(AppParts.__annotations__)
 
 
+APP_OPTIONS = option_names(AppOptions)
+
+
 def split_options(options: AppOptions) -> tuple[RunlaneSettings, AppParts]:
     """The settings and the parts among ``options``."""
     settings: dict[str, Any] = {}
@@ -105,6 +119,8 @@ class Runlane(OperatorApis):
     def __init__(
         self, *, config: RunlaneConfig | None = None, **options: Unpack[AppOptions]
     ) -> None:
+        if options.keys() - APP_OPTIONS:
+            refuse_unknown(options, APP_OPTIONS, "Runlane")
         settings, parts = split_options(options)
         if config is None:
             config = RunlaneConfig.build(**settings)
@@ -227,19 +243,31 @@ class Runlane(OperatorApis):
     # tasks --------------------------------------------------------------------------
 
     @overload
-    def task(self, fn: Handler, /, **options: Unpack[TaskOptions]) -> Task: ...
+    def task(  # an async handler's R is what it awaits
+        self, fn: Callable[[TaskContext, P], Awaitable[R]], /, **options: Unpack[TaskOptions]
+    ) -> Task[P, R]: ...
 
     @overload
     def task(
-        self, fn: None = None, /, **options: Unpack[TaskOptions]
-    ) -> Callable[[Handler], Task]: ...
+        self, fn: Callable[[TaskContext, P], R], /, **options: Unpack[TaskOptions]
+    ) -> Task[P, R]: ...
+
+    @overload
+    def task(self, fn: None = None, /, **options: Unpack[TaskOptions]) -> TaskDecorator: ...
 
     def task(
         self, fn: Handler | None = None, /, **options: Unpack[TaskOptions]
     ) -> Task | Callable[[Handler], Task]:
         """Register ``def handler(ctx, payload)`` as a task; usable bare or with options
         (:class:`~runlane_sqs.TaskOptions`: ``name``, ``queue``, ``retry``, ``timeout``,
-        ``schedules``, ``concurrency_key``, ``key_limit``).
+        ``schedules``, ``concurrency_key``, ``key_limit``, ``payload_type``,
+        ``result_type``, ...).
+
+        The task is generic in the payload its handler takes and the result it returns,
+        read from the handler's annotations: a pydantic model, a dataclass or a
+        ``TypedDict`` is validated at every trigger and converted for the handler, and its
+        result stored as JSON (docs/typed-tasks.md); plain JSON annotations (or none) cost
+        nothing.
 
         ``name`` defaults to ``module.function``; ``timeout`` is a fixed attempt deadline;
         ``schedules`` (:class:`~runlane_sqs.Schedule` values) make maintenance create runs
@@ -270,6 +298,16 @@ class Runlane(OperatorApis):
 
     # triggering ---------------------------------------------------------------------
 
+    @overload
+    def trigger(
+        self, task: Task[P, R], payload: P = ..., **options: Unpack[TriggerOptions]
+    ) -> Run: ...
+
+    @overload
+    def trigger(
+        self, task: str, payload: JSON = None, **options: Unpack[TriggerOptions]
+    ) -> Run: ...
+
     def trigger(
         self, task: Task | str, payload: JSON = None, **options: Unpack[TriggerOptions]
     ) -> Run:
@@ -282,9 +320,23 @@ class Runlane(OperatorApis):
         cannot be published the run stays queued and maintenance publishes it later.
         ``concurrency_key`` overrides the task's key function (tasks with a ``key_limit``).
         Runs with the same ``ordering_key`` execute one at a time in trigger order, each
-        after the earlier ones finished (docs/ordering.md).
+        after the earlier ones finished (docs/ordering.md). A task with a payload type
+        takes a value of it (or one that validates into it: an invalid payload raises
+        :class:`~runlane_sqs.errors.InvalidPayloadError` naming each field, and nothing is
+        written); an option it does not know raises :class:`TypeError` naming the closest
+        one.
         """
         return self.engine.triggers.trigger(task, payload, **options)
+
+    @overload
+    def trigger_many(
+        self, task: Task[P, R], payloads: Iterable[P], **options: Unpack[TriggerManyOptions]
+    ) -> list[Run]: ...
+
+    @overload
+    def trigger_many(
+        self, task: str, payloads: Iterable[JSON], **options: Unpack[TriggerManyOptions]
+    ) -> list[Run]: ...
 
     def trigger_many(
         self, task: Task | str, payloads: Iterable[JSON], **options: Unpack[TriggerManyOptions]

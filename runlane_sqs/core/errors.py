@@ -6,7 +6,7 @@ Vendor errors (botocore) are translated into these at the adapter edge.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from runlane_sqs.core.model import Run
@@ -40,6 +40,31 @@ class PayloadTooLarge(InvalidPayloadError):
         super().__init__(f"{what} is {size} bytes as JSON; the limit is {limit} bytes")
         self.size = size
         self.limit = limit
+
+
+class InvalidResult(InvalidPayloadError):
+    """A handler returned a value its task's declared result type refuses (the attempt
+    fails; docs/typed-tasks.md)."""
+
+
+class PayloadMismatch(RunlaneError):
+    """A stored payload no longer validates against its task's payload type (the type
+    changed while the run waited): the attempt stops before the handler is called and the
+    run is parked ``payload_mismatch`` until code that reads it is deployed and an operator
+    unparks it, or it is cancelled (docs/typed-tasks.md, "When the type changes").
+    ``errors`` holds each validation error's field ``path``, ``message`` and ``kind``."""
+
+    def __init__(self, task: str, errors: list[dict[str, Any]], described: str) -> None:
+        super().__init__(
+            f"the stored payload of task {task!r} no longer validates against its payload "
+            f"type: {described}"
+        )
+        self.task = task
+        self.errors = errors
+
+    def details(self) -> dict[str, Any]:
+        """What the park event records: the task and each validation error."""
+        return {"task": self.task, "errors": list(self.errors)}
 
 
 class ValueUnreadable(RunlaneError):
@@ -95,6 +120,16 @@ class RunWaitTimedOut(RunlaneError):
     def __init__(self, run: Run) -> None:
         super().__init__(f"run {run.id!r} is still {run.status.value} after the timeout")
         self.run = run
+
+
+class RunNotSucceeded(RunlaneError):
+    """A run's result was asked for (``task.result_of(run)``) but the run did not succeed:
+    ``status`` is what it is instead."""
+
+    def __init__(self, run_id: str, status: str) -> None:
+        super().__init__(f"run {run_id!r} is {status}: it has no result")
+        self.run_id = run_id
+        self.status = status
 
 
 class StepError(RunlaneError):

@@ -12,8 +12,10 @@ A parked run is unparked by a worker that registers its task and consumes its qu
 ``republish_after``), or by an operator (``runs unpark``); or it is cancelled.
 
 A run is also parked, ``history_diverged``, when an attempt meets code that no longer
-matches its history (:func:`park_diverged`); only an operator unparks that one. An
-attempt that meets it under a cancel request cancels the run instead.
+matches its history (:func:`park_diverged`), and ``payload_mismatch`` when its stored
+payload no longer validates against its task's payload type (:func:`park_mismatched`);
+only an operator unparks those (:data:`OPERATOR_UNPARKS`). An attempt that meets either
+under a cancel request cancels the run instead.
 Nothing in this module performs I/O or reads a clock.
 """
 
@@ -35,6 +37,11 @@ from runlane_sqs.core.machine import (
 from runlane_sqs.core.model import JSON, LEASED_STATUSES, EventType, Run, RunStatus
 from runlane_sqs.core.replay import DIVERGED
 
+PAYLOAD_MISMATCH = "payload_mismatch"
+"""Why a run whose stored payload no longer validates is parked."""
+OPERATOR_UNPARKS = frozenset({DIVERGED, PAYLOAD_MISMATCH})
+"""Parked for these, a run waits for an operator: the code every worker and maintenance
+pass runs is the code that stopped it."""
 DEFAULT_PARK_AFTER_RECEIVES = 3
 """Receives of one wakeup by workers that do not register the task before the run is
 parked (below the dead-letter queue's ``maxReceiveCount`` of 5)."""
@@ -85,12 +92,28 @@ def park_diverged(run: Run, *, token: str, now: datetime, details: dict[str, JSO
     A pending cancel request turns it into cancelled, as any other outcome of the
     attempt: the operator asked the run to stop, so it is not kept for an unpark; the
     ``cancelled`` event holds the divergence (``after: history_diverged``)."""
+    return _park_attempt(run, token, now, DIVERGED, details)
+
+
+def park_mismatched(run: Run, *, token: str, now: datetime, details: dict[str, JSON]) -> Transition:
+    """The attempt holding ``token`` found the run's stored payload no longer valid for its
+    task's payload type (the type changed while the run waited): it ends before the
+    handler is called, without a failure, and the run is parked until an operator
+    unparks it (once code that reads the payload is deployed) or cancels it; under a
+    cancel request it is cancelled. ``details`` name each field that no longer
+    validates."""
+    return _park_attempt(run, token, now, PAYLOAD_MISMATCH, details)
+
+
+def _park_attempt(
+    run: Run, token: str, now: datetime, reason: str, details: dict[str, JSON]
+) -> Transition:
     require_lease(run, token)
     assert run.lease is not None
     now = truncate_ms(now)
     if run.status is RunStatus.CANCEL_REQUESTED:
-        return cancelled_after_attempt(run, now, token, DIVERGED, details)
-    data: dict[str, JSON] = {"reason": DIVERGED, "worker": run.lease.owner, **details}
+        return cancelled_after_attempt(run, now, token, reason, details)
+    data: dict[str, JSON] = {"reason": reason, "worker": run.lease.owner, **details}
     return transition(
         run,
         now,
@@ -98,7 +121,7 @@ def park_diverged(run: Run, *, token: str, now: datetime, details: dict[str, JSO
         token,
         status=RunStatus.PARKED,
         parked_from=RunStatus.RELEASED,
-        parked_reason=DIVERGED,
+        parked_reason=reason,
         lease=None,
         deadline_at=None,
         due_at=now,

@@ -35,6 +35,7 @@ from runlane_sqs.core.errors import (
 from runlane_sqs.core.groups import Group, GroupStatus, Item, Then
 from runlane_sqs.core.limits import MAX_PAYLOAD_LIMIT_BYTES
 from runlane_sqs.core.model import LinkKind, Run, RunStatus, new_run_id
+from runlane_sqs.core.options import option_names, refuse_unknown
 from runlane_sqs.core.values import Holder, ValueField, ValuePlace, decode_json, encode_json
 from runlane_sqs.engine.context import DEFAULT_MAX_IN_FLIGHT, Child, GroupOptions, NamedTask
 from runlane_sqs.engine.publishing import Publisher
@@ -55,6 +56,7 @@ chunk after another, so each process reads a chunk about once, not once per chil
 CANCEL_TRIES = 3
 """Writes of a child's cancel request, each against the child as the last refused one
 found it (a worker claiming it, a heartbeat)."""
+GROUP_OPTIONS = option_names(GroupOptions)
 ONE_AT_A_TIME = GroupOptions(max_in_flight=1, tolerate=0)
 """The group of each task of a chain: one child."""
 
@@ -124,10 +126,8 @@ class Groups:
     ) -> tuple[Group, list[list[Item]]]:
         """The record of a new group, its first window started, and its item chunks
         (nothing written)."""
-        unknown = sorted(set(options) - GroupOptions.__optional_keys__)
-        if unknown:
-            known = ", ".join(sorted(GroupOptions.__optional_keys__))
-            raise ConfigurationError(f"unknown group option(s) {unknown}; the options are {known}")
+        if options.keys() - GROUP_OPTIONS:
+            refuse_unknown(options, GROUP_OPTIONS, "group")
         window = core.check_window(options.get("max_in_flight", DEFAULT_MAX_IN_FLIGHT))
         tolerate = options.get("tolerate", 0)
         bounds, chunks = core.chunk(items)

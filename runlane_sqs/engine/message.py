@@ -49,6 +49,7 @@ from runlane_sqs.core.errors import (
     InvalidPayloadError,
     LeaseLost,
     NoFreeSlot,
+    PayloadMismatch,
     RunlaneError,
     StepError,
     StorageError,
@@ -728,12 +729,15 @@ def decide_raised(config: RunlaneConfig, task: Task, exc: BaseException, token: 
     if diverged is not None:
         details = diverged.details()
         return lambda run, now: parking.park_diverged(run, token=token, now=now, details=details)
+    if isinstance(exc, PayloadMismatch):
+        found = exc.details()
+        return lambda run, now: parking.park_mismatched(run, token=token, now=now, details=found)
     wait = exc.wait if isinstance(exc, WaitRequested) else _wait_in(exc)
     if wait is not None:
         return _decide_release(config, wait, token)
     retryable = task.retry.is_retryable(exc) and not isinstance(
         exc, StepError | InvalidPayloadError | GroupFailed | ValueUnreadable | CodecError
-    )
+    )  # an InvalidResult too: the same code returns the same value again
     failure = failure_from(exc, retryable=retryable, redact=config.redact)
 
     def decide(run: Run, now: datetime) -> Transition:

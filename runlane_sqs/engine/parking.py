@@ -18,8 +18,7 @@ from runlane_sqs.core.clock import Clock
 from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.core.errors import ConflictError
 from runlane_sqs.core.model import JSON, Run, RunStatus
-from runlane_sqs.core.parking import parked_long_enough, unpark
-from runlane_sqs.core.replay import DIVERGED
+from runlane_sqs.core.parking import OPERATOR_UNPARKS, parked_long_enough, unpark
 from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.tasks import TaskRegistry
 from runlane_sqs.ports.store import RunQuery, RunStore
@@ -82,8 +81,8 @@ class Parking:
             for run in page:
                 if run.task not in known or (queues is not None and run.queue not in queues):
                     continue
-                if run.parked_reason == DIVERGED:
-                    continue  # the code this app runs is the code that diverged
+                if run.parked_reason in OPERATOR_UNPARKS:
+                    continue  # the code this app runs is the code that stopped it
                 if parked_for is not None and not parked_long_enough(
                     run, now=now, interval=parked_for
                 ):

@@ -288,8 +288,13 @@ class Scheduler:
             schedule=ScheduleOrigin(schedule.id, occurrence, pass_id),
         )
         task = self._tasks.get(schedule.task)
-        # a registered task's payload gives its key (registration checked that it does)
-        key = concurrency_key_of(task, run.payload, None) if task is not None else None
+        # a registered task's payload gives its key (registration checked that it does),
+        # as its key function sees it: validated into the task's payload type
+        key = (
+            concurrency_key_of(task, task.types.trigger_payload(run.payload)[0], None)
+            if task is not None and task.concurrency_key is not None
+            else None
+        )
         retention = retention_for(task, self._config)
         run = run.with_changes(concurrency_key=key, trace=trace, retention=retention)
         place = ValuePlace(Holder.RUN, run.id, ValueField.PAYLOAD)

@@ -5,19 +5,26 @@ from __future__ import annotations
 
 import importlib.metadata
 import inspect
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import Any, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypedDict, TypeVar, Unpack, overload
 
 from runlane_sqs.core.batches import Batch, check_batch
 from runlane_sqs.core.clock import Duration, to_timedelta
 from runlane_sqs.core.config import SHORTEST_RETENTION, RunlaneConfig
 from runlane_sqs.core.debounce import TASK_WIDE_KEY, Debounce, check_debounce
-from runlane_sqs.core.errors import ConfigurationError, InvalidKeyError, UnknownTaskError
+from runlane_sqs.core.errors import (
+    ConfigurationError,
+    InvalidKeyError,
+    InvalidPayloadError,
+    RunNotSucceeded,
+    UnknownTaskError,
+)
 from runlane_sqs.core.limits import DEFAULT_PAYLOAD_LIMIT_BYTES
-from runlane_sqs.core.model import JSON, Run, Slot
+from runlane_sqs.core.model import JSON, Run, RunStatus, Slot
 from runlane_sqs.core.names import check_key, check_queue, check_task_name
+from runlane_sqs.core.options import option_names, refuse_unknown
 from runlane_sqs.core.rate_deploys import Spacing, key_pattern, matches
 from runlane_sqs.core.rates import (
     RATE_SCOPE,
@@ -40,6 +47,17 @@ from runlane_sqs.core.slots import (
 )
 from runlane_sqs.core.values import encode_json
 from runlane_sqs.engine.context import TaskContext
+from runlane_sqs.engine.value_types import PLAIN_TYPES, UNDECLARED, TaskTypes, declared_types
+
+# P is a task's payload type as its handler takes it, R its result type as it returns it.
+if TYPE_CHECKING:  # a bare ``Task`` is ``Task[Any, Any]`` (typing_extensions: Python 3.11)
+    from typing_extensions import TypeVar as DefaultingTypeVar
+
+    P = DefaultingTypeVar("P", default=Any)
+    R = DefaultingTypeVar("R", default=Any)
+else:  # the default matters to type checkers only: importing nothing more costs nothing
+    P = TypeVar("P")
+    R = TypeVar("R")
 
 Handler = Callable[[TaskContext, Any], Any]
 KeyFunction = Callable[[Any], str]
@@ -96,11 +114,20 @@ class TaskOptions(TypedDict, total=False):
     pin_version: bool
     """Its runs finish on the app version they started under: a worker of another version
     leaves their wakeups to a worker of that version (docs/versions.md, "Pinning")."""
+    payload_type: Any
+    """The payload's type, when the handler's annotation cannot say it (a pydantic model,
+    a dataclass, a ``TypedDict``; docs/typed-tasks.md)."""
+    result_type: Any
+    """The result's type, when the handler's return annotation cannot say it."""
+
+
+TASK_OPTIONS = option_names(TaskOptions)
 
 
 @dataclass(frozen=True)
-class Task:
-    """A registered handler. Calling the task calls the handler directly."""
+class Task(Generic[P, R]):
+    """A registered handler, generic in the payload it takes and the result it returns.
+    Calling the task calls the handler directly."""
 
     name: str
     fn: Handler
@@ -125,13 +152,40 @@ class Task:
     """How long its finished runs are kept (``None``: the app's ``retention``)."""
     pin_version: bool = False
     """Its runs finish on the app version their first attempt ran under."""
+    types: TaskTypes = PLAIN_TYPES
+    """Its payload and result types, validated and converted (plain JSON: none)."""
 
-    def __call__(self, ctx: TaskContext, payload: JSON) -> Any:
+    def __call__(self, ctx: TaskContext, payload: P) -> Any:
         return self.fn(ctx, payload)
+
+    def result_of(self, run: Run) -> R:
+        """The result of ``run`` (a finished run of this task, as ``app.runs.wait`` gives
+        it) as this task's result type: a model, a dataclass, or the stored JSON when the
+        task declares none. Raises :class:`RunNotSucceeded` for a run that did not
+        succeed and :class:`ValueError` for a run of another task."""
+        if run.task != self.name:
+            raise ValueError(f"run {run.id} is a run of {run.task!r}, not {self.name!r}")
+        if run.status is not RunStatus.SUCCEEDED:
+            raise RunNotSucceeded(run.id, run.status.value)
+        value: R = self.types.result_value(run.result)
+        return value
 
     @property
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.fn)
+
+
+class TaskDecorator(Protocol):
+    """``app.task(...)`` with options: registers the handler it is applied to, generic in
+    its payload and result as ``app.task`` bare is."""
+
+    @overload
+    def __call__(  # an async handler's R is what it awaits
+        self, fn: Callable[[TaskContext, P], Awaitable[R]], /
+    ) -> Task[P, R]: ...
+
+    @overload
+    def __call__(self, fn: Callable[[TaskContext, P], R], /) -> Task[P, R]: ...
 
 
 @dataclass(frozen=True)
@@ -188,7 +242,10 @@ class TaskRegistry:
 
     def register(self, fn: Handler, **options: Unpack[TaskOptions]) -> Task:
         """Register handler ``fn`` as a task with ``options``; raises
-        :class:`ConfigurationError` before anything is kept."""
+        :class:`ConfigurationError` before anything is kept (:class:`TypeError` for an
+        option it does not know)."""
+        if options.keys() - TASK_OPTIONS:
+            refuse_unknown(options, TASK_OPTIONS, "task")
         name = options.get("name") or f"{fn.__module__}.{fn.__qualname__}"
         task_name = check_task_name(name)
         if task_name in self._tasks:
@@ -199,7 +256,6 @@ class TaskRegistry:
         concurrency_key, key_limit = options.get("concurrency_key"), options.get("key_limit")
         rate_limits = _check_rate_limits(task_name, options.get("rate_limits", ()))
         _check_key_limit(task_name, concurrency_key, key_limit, any(r.per_key for r in rate_limits))
-        bound = self._check_schedules(task_name, queue, options.get("schedules", ()))
         timeout, debounce, batch = (
             options.get("timeout"),
             options.get("debounce"),
@@ -210,6 +266,14 @@ class TaskRegistry:
                 f"task {task_name!r}: a task is debounced or batched, not both (a batch's "
                 "run takes every item; a debounced run, the last payload)"
             )
+        types = declared_types(
+            fn,
+            task_name,
+            payload_type=options.get("payload_type", UNDECLARED),
+            result_type=options.get("result_type", UNDECLARED),
+            batched=batch is not None,
+        )
+        bound = self._check_schedules(task_name, queue, types, options.get("schedules", ()))
         task = Task(
             name=task_name,
             fn=fn,
@@ -225,9 +289,10 @@ class TaskRegistry:
             batch=check_batch(task_name, batch) if batch is not None else None,
             retention=_check_retention(task_name, options.get("retention")),
             pin_version=_check_pin(task_name, options.get("pin_version", False)),
+            types=types,
         )
         for schedule in bound:  # a schedule's payload must give a key now, not at a pass
-            concurrency_key_of(task, schedule.payload, None)
+            concurrency_key_of(task, types.trigger_payload(schedule.payload)[0], None)
         self._tasks[task_name] = task
         self._schedules.update((s.id, s) for s in bound)
         return task
@@ -239,9 +304,10 @@ class TaskRegistry:
         return check_queue(queue)
 
     def _check_schedules(
-        self, task: str, queue: str, schedules: Iterable[Schedule]
+        self, task: str, queue: str, types: TaskTypes, schedules: Iterable[Schedule]
     ) -> tuple[Schedule, ...]:
-        """Every schedule of a new task, bound to it; raises before anything is kept."""
+        """Every schedule of a new task, bound to it, its payload validated against the
+        task's payload type and kept as JSON; raises before anything is kept."""
         if isinstance(schedules, Schedule) or not isinstance(schedules, Iterable):
             raise ConfigurationError(f"task {task!r}: schedules must be a list of Schedule")
         bound: list[Schedule] = []
@@ -259,12 +325,16 @@ class TaskRegistry:
                     f"than the maintenance period {self._rules.maintenance_period} "
                     "(maintenance creates the runs)"
                 )
+            try:
+                payload = types.trigger_payload(schedule.payload)[1]
+            except InvalidPayloadError as exc:
+                raise ConfigurationError(f"schedule {schedule.id!r}: {exc}") from exc
             encode_json(
-                schedule.payload,
+                payload,
                 what=f"schedule {schedule.id!r} payload",
                 limit_bytes=self._rules.payload_limit,
             )
-            bound.append(schedule.for_task(task, queue))
+            bound.append(replace(schedule.for_task(task, queue), payload=payload))
         return tuple(bound)
 
     def schedules(self) -> list[Schedule]:

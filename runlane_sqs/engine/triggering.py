@@ -17,6 +17,7 @@ from runlane_sqs.core.errors import InvalidKeyError, OrderMoved, RunlaneError, S
 from runlane_sqs.core.machine import RepublishPolicy
 from runlane_sqs.core.model import JSON, KeyKind, LinkKind, Run, RunEvent, RunStatus, new_run_id
 from runlane_sqs.core.names import check_key, check_queue
+from runlane_sqs.core.options import option_names, refuse_unknown
 from runlane_sqs.core.telemetry import trace_id_of
 from runlane_sqs.core.values import Holder, Sealed, ValueField, ValuePlace
 from runlane_sqs.engine.batching import BatchedTrigger, Batching
@@ -32,6 +33,7 @@ from runlane_sqs.engine.tasks import (
     debounce_key_of,
     retention_for,
 )
+from runlane_sqs.engine.value_types import PLAIN_TYPES
 from runlane_sqs.engine.values import Prepared, Values
 from runlane_sqs.ports.keys import KeyClaim, KeyConflict
 from runlane_sqs.ports.store import RunStore
@@ -77,6 +79,10 @@ class TriggerOptions(TriggerManyOptions, total=False):
     batch_key: str | None
     """The key a batched task's triggers gather by (overrides its ``Batch``'s key
     function; docs/batches.md)."""
+
+
+TRIGGER_MANY_OPTIONS = option_names(TriggerManyOptions)
+TRIGGER_OPTIONS = option_names(TriggerOptions)
 
 
 @dataclass(frozen=True)
@@ -292,6 +298,8 @@ class Triggers:
     def trigger(self, task: Task | str, payload: JSON, **options: Unpack[TriggerOptions]) -> Run:
         """Create a run and publish its wakeup; a run holding a key is returned instead.
         A run waiting for its ordering key's turn is published when its turn comes."""
+        if options.keys() - TRIGGER_OPTIONS:
+            refuse_unknown(options, TRIGGER_OPTIONS, "trigger")
         trigger = self.validate(task, payload, **options)
         with self._span(trigger) as span:
             run = self._create(replace(trigger, trace=span.trace))
@@ -306,6 +314,8 @@ class Triggers:
     ) -> list[Run]:
         """Create one run per payload and publish their wakeups in batches of ten (one
         span for the batch: every run's trace starts at it)."""
+        if options.keys() - TRIGGER_MANY_OPTIONS:
+            refuse_unknown(options, TRIGGER_MANY_OPTIONS, "trigger_many")
         triggers = [self.validate(task, p, **options) for p in payloads]
         if not triggers:
             return []
@@ -324,6 +334,8 @@ class Triggers:
         lease later, so the next maintenance pass publishes it if the committing process
         stops before publishing. Not with an ordering key (its place is taken with a
         read at trigger time)."""
+        if options.keys() - TRIGGER_OPTIONS:
+            refuse_unknown(options, TRIGGER_OPTIONS, "trigger")
         if options.get("ordering_key") is not None:
             raise InvalidKeyError(
                 "a run with an ordering_key takes its place in the key's line at its "
@@ -364,9 +376,14 @@ class Triggers:
     ) -> ValidTrigger:
         """Validate a trigger before anything is written, its payload sealed for
         ``place``: by default the payload (or, batched, an item) of the run it creates;
-        a group's item gives the group's place."""
+        a group's item gives the group's place. A task with a payload type validates the
+        payload (a model, or a value it validates into one) and stores it as JSON; its key
+        functions see the validated value, as its handler will."""
         resolved = self._tasks.resolve(task)
-        key = concurrency_key_of(resolved, payload, options.get("concurrency_key"))
+        value = payload
+        if resolved.types is not PLAIN_TYPES:
+            value, payload = resolved.types.trigger_payload(payload)
+        key = concurrency_key_of(resolved, value, options.get("concurrency_key"))
         idem, single = validate_keys(options.get("idempotency_key"), options.get("singleton_key"))
         ordering_key, delay = options.get("ordering_key"), options.get("delay")
         order = ordering.check_ordering_key(ordering_key) if ordering_key is not None else None
@@ -375,9 +392,9 @@ class Triggers:
                 "a run with an ordering key starts at its turn: it cannot also have a delay"
             )
         debounced = resolved.debounce is not None or options.get("debounce_key") is not None
-        debounce = debounce_key_of(resolved, payload, options) if debounced else None
+        debounce = debounce_key_of(resolved, value, options) if debounced else None
         batched = resolved.batch is not None or options.get("batch_key") is not None
-        batch = batch_key_of(resolved, payload, options) if batched else None
+        batch = batch_key_of(resolved, value, options) if batched else None
         run_id = new_run_id()
         field = ValueField.ITEM if batch is not None else ValueField.PAYLOAD
         place = place or ValuePlace(Holder.RUN, run_id, field)

@@ -396,8 +396,9 @@ class Executor:
         return begin_attempt(call, self.engine, self.leases, self.path.worker_id)
 
     def call_handler(self, call: driver.CallHandler) -> object:
-        """The handler, called with the run's payload (opened); its result, sealed. An
-        ``async def`` handler runs to completion on a fresh event loop."""
+        """The handler, called with the run's payload (opened, and converted to its task's
+        payload type); its result (converted from its result type), sealed. An ``async
+        def`` handler runs to completion on a fresh event loop."""
         values = self.engine.values
         with call.span.active():
             run_id = call.ctx.run_id
@@ -405,12 +406,17 @@ class Executor:
             if values.sealed(payload):  # kept in the bucket, or encoded: read again if need be
                 place = ValuePlace(Holder.RUN, run_id, ValueField.PAYLOAD)
                 payload = retried(partial(values.open, place=place), payload)
+            types = call.task.types
+            if types.payload is not None:
+                payload = types.handler_payload(payload)
             if call.task.is_async:
                 import asyncio  # noqa: PLC0415 (only for async handlers: a sync app never loads it)
 
                 result = asyncio.run(call.task.fn(call.ctx, payload))
             else:
                 result = call.task.fn(call.ctx, payload)
+            if types.result is not None:
+                result = types.stored_result(result)
             place = ValuePlace(Holder.RUN, run_id, ValueField.RESULT)
             sealing = partial(values.seal, what="handler result", place=place)
             return retried(sealing, result).value  # kept again if the bucket's write failed

@@ -49,6 +49,7 @@ from runlane_sqs.core.limits import (
     MAX_SEND_BATCH,
     MAX_WAIT_TIME_SECONDS,
 )
+from runlane_sqs.core.options import option_names, refuse_unknown
 from runlane_sqs.core.wakeup import START_MARK, held_until
 from runlane_sqs.engine.driver import Disposition
 from runlane_sqs.engine.engine import Engine, HasEngine
@@ -416,6 +417,9 @@ class WorkerOptions(TypedDict, total=False):
     (docs/operations.md, "Queue weights")."""
 
 
+WORKER_OPTIONS = option_names(WorkerOptions)
+
+
 class WorkerBase:
     """What the sync and the async worker share: the engine, the configuration and the
     worker's identity in logs."""
@@ -426,6 +430,8 @@ class WorkerBase:
         queues: Sequence[str] | None,
         **options: Unpack[WorkerOptions],
     ) -> None:
+        if options.keys() - WORKER_OPTIONS:
+            refuse_unknown(options, WORKER_OPTIONS, "worker")
         engine = self.engine = app if isinstance(app, Engine) else app.engine
         self.config = WorkerConfig.build(queues or engine.tasks.queues() or ["default"], **options)
 

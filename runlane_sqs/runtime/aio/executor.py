@@ -123,7 +123,8 @@ class AsyncExecutor:
         return begin_attempt(call, self.engine, self.leases, self.path.worker_id)
 
     async def call_handler(self, call: driver.CallHandler) -> object:
-        """The handler, called with the run's payload (opened); its result, sealed. A
+        """The handler, called with the run's payload (opened, and converted to its task's
+        payload type); its result (converted from its result type), sealed. A
         value kept in the payload bucket, or encoded by codecs (which may call KMS), is
         read and written on a thread; a plain one on the loop."""
         task, ctx, values = call.task, call.ctx, self.engine.values
@@ -134,10 +135,15 @@ class AsyncExecutor:
                     place = ValuePlace(Holder.RUN, ctx.run_id, ValueField.PAYLOAD)
                     opening = functools.partial(values.open, place=place)
                     payload = await asyncio.to_thread(retried, opening, payload)
+                types = task.types
+                if types.payload is not None:
+                    payload = types.handler_payload(payload)
                 if task.is_async:
                     result = await task.fn(ctx, payload)
                 else:
                     result = await self.threads.run(functools.partial(task.fn, ctx, payload))
+                if types.result is not None:
+                    result = types.stored_result(result)
                 place = ValuePlace(Holder.RUN, ctx.run_id, ValueField.RESULT)
                 if values.codecs:
                     sealing = functools.partial(values.seal, what="handler result", place=place)

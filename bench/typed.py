@@ -1,0 +1,193 @@
+"""Typed tasks: what a pydantic payload and result cost next to plain dicts
+(docs/typed-tasks.md, "What it costs").
+
+Two tasks on one app of the bench's backend do the same work: one takes and returns a
+dict of about 1 KB, the other takes an ``Order`` model of the same fields (ten lines of
+an order, about 1 KB as JSON) and returns a ``Receipt`` model. For each, ``runs`` runs
+are triggered and then drained by the sync worker in this process, and this process's
+CPU (``time.process_time``) is read around the triggers and around the drain: the
+difference per run is what validation and conversion cost at the door and at the
+worker. A warm-up round of each comes first, uncounted; then the two tasks alternate in
+rounds, so a slower moment of the machine falls on both.
+
+It also checks, in a fresh interpreter, that an app whose tasks declare no type imports
+no pydantic, and prints how long ``import runlane_sqs`` takes there.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from bench.backends import Backend
+from bench.cost import drainer
+from runlane_sqs import Runlane, TaskContext
+
+PLAIN = "bench.typed.plain"
+TYPED = "bench.typed.model"
+ROUNDS = 4
+LINES = 10
+PLAIN_APP_IMPORTS = """
+import sys, time
+started = time.perf_counter()
+import runlane_sqs
+from runlane_sqs.testing import in_memory_app
+took = time.perf_counter() - started
+app = in_memory_app()
+app.task(lambda ctx, payload: payload, name="plain")
+app.trigger("plain", {"n": 1})
+print(f"{took * 1000:.1f} {'pydantic' in sys.modules}")
+"""
+
+
+class Line(BaseModel):
+    sku: str
+    quantity: int
+    unit_price_cents: int
+    description: str
+
+
+class Order(BaseModel):
+    id: int
+    customer: str
+    currency: str
+    placed_at: str
+    lines: list[Line]
+
+
+class Receipt(BaseModel):
+    order_id: int
+    total_cents: int
+    lines: list[Line]
+
+
+def order(n: int) -> dict[str, Any]:
+    """An order's fields, about 1 KB as compact JSON."""
+    return {
+        "id": n,
+        "customer": f"customer-{n % 997:04d}",
+        "currency": "EUR",
+        "placed_at": "2026-12-01T09:30:00Z",
+        "lines": [
+            {
+                "sku": f"sku-{n:06d}-{i}",
+                "quantity": 1 + i,
+                "unit_price_cents": 1999 + i,
+                "description": f"line {i} of order {n}: gift wrap, ship in one parcel",
+            }
+            for i in range(LINES)
+        ],
+    }
+
+
+def plain(ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
+    total = sum(line["quantity"] * line["unit_price_cents"] for line in payload["lines"])
+    return {"order_id": payload["id"], "total_cents": total, "lines": payload["lines"]}
+
+
+def typed(ctx: TaskContext, payload: Order) -> Receipt:
+    total = sum(line.quantity * line.unit_price_cents for line in payload.lines)
+    return Receipt(order_id=payload.id, total_cents=total, lines=payload.lines)
+
+
+@dataclass
+class TypedResult:
+    runs: int
+    trigger_ms: dict[str, float]
+    """CPU per trigger, by kind (plain, typed)."""
+    worker_ms: dict[str, float]
+    """CPU per run drained, by kind."""
+    import_ms: float
+    plain_app_imports_pydantic: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "runs": self.runs,
+            "trigger_cpu_ms_per_run": self.trigger_ms,
+            "worker_cpu_ms_per_run": self.worker_ms,
+            "trigger_ratio": self.trigger_ms["typed"] / self.trigger_ms["plain"],
+            "worker_ratio": self.worker_ms["typed"] / self.worker_ms["plain"],
+            "import_runlane_sqs_ms": self.import_ms,
+            "plain_app_imports_pydantic": self.plain_app_imports_pydantic,
+        }
+
+
+def measure_typed(backend: Backend, runs: int) -> TypedResult:
+    app = backend.app()
+    app.task(plain, name=PLAIN)
+    app.task(typed, name=TYPED)
+    app.provision()
+    drain = drainer()
+    trigger_cpu = {"plain": 0.0, "typed": 0.0}
+    worker_cpu = {"plain": 0.0, "typed": 0.0}
+    per_round = max(1, runs // ROUNDS)
+    kinds = (
+        ("plain", PLAIN, order),
+        ("typed", TYPED, lambda n: Order.model_validate(order(n))),
+    )
+    for _, task, make in kinds:  # a warm-up round of each, neither counted nor timed
+        for n in range(per_round):
+            app.trigger(task, make(n))
+        _drain_all(app, drain, per_round)
+    for round_no in range(ROUNDS):
+        for kind, task, make in kinds:
+            payloads = [make(round_no * per_round + n) for n in range(per_round)]
+            started = time.process_time()
+            for value in payloads:
+                app.trigger(task, value)
+            trigger_cpu[kind] += time.process_time() - started
+            started = time.process_time()
+            drained = _drain_all(app, drain, per_round)
+            worker_cpu[kind] += time.process_time() - started
+            if drained != per_round:
+                raise RuntimeError(f"{kind}: drained {drained} of {per_round} runs")
+    total = per_round * ROUNDS
+    import_ms, imports_pydantic = _plain_app_imports()
+    return TypedResult(
+        runs=total,
+        trigger_ms={k: v * 1000 / total for k, v in trigger_cpu.items()},
+        worker_ms={k: v * 1000 / total for k, v in worker_cpu.items()},
+        import_ms=import_ms,
+        plain_app_imports_pydantic=imports_pydantic,
+    )
+
+
+def _drain_all(app: Runlane, drain: Any, expected: int) -> int:
+    drained = 0
+    for _ in range(10):
+        drained += drain(app)
+        if drained >= expected:
+            break
+    return drained
+
+
+def _plain_app_imports() -> tuple[float, bool]:
+    """``import runlane_sqs`` in a fresh interpreter (ms), and whether an app with a plain
+    task imported pydantic there."""
+    done = subprocess.run(
+        [sys.executable, "-c", PLAIN_APP_IMPORTS],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    took, imported = done.stdout.split()
+    return float(took), imported == "True"
+
+
+def print_typed(data: dict[str, Any]) -> None:
+    """One line of figures from :meth:`TypedResult.to_json`."""
+    trigger, worker = data["trigger_cpu_ms_per_run"], data["worker_cpu_ms_per_run"]
+    print(
+        f"typed tasks ({data['runs']} runs each, 1 KB payload and result): trigger CPU "
+        f"{trigger['plain']:.3f} ms plain, {trigger['typed']:.3f} ms pydantic "
+        f"({data['trigger_ratio']:.2f}x); worker CPU {worker['plain']:.3f} ms plain, "
+        f"{worker['typed']:.3f} ms pydantic ({data['worker_ratio']:.2f}x; target at most "
+        f"1.05x); import runlane_sqs {data['import_runlane_sqs_ms']:.0f} ms, a plain app "
+        f"{'imports' if data['plain_app_imports_pydantic'] else 'does not import'} pydantic"
+    )
