@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from django.test import Client
 
 from runlane_sqs import RunStatus
 from runlane_sqs.django.backend import InvalidArguments, RunlaneBackend
+from runlane_sqs.django.results import RunError
 from runlane_sqs.django.worker import worker_app
 from tests.django_project.conftest import Memory
 from tests.django_project.shop.models import Order
@@ -114,6 +116,38 @@ def test_without_enqueue_on_commit_a_rolled_back_order_still_has_its_run(
     shown = client.get(f"/results/immediate/{placed['result_id']}/").json()
     assert shown["status"] == "FAILED"
     assert shown["errors"][0]["exception"] == "tests.django_project.shop.models.Order.DoesNotExist"
+    [error] = immediate_result(placed["result_id"]).errors
+    assert error.exception_class is Order.DoesNotExist  # a nested class's path
+
+
+def immediate_result(result_id: str) -> Any:
+    return send_receipt.using(backend="immediate").get_result(result_id)
+
+
+@pytest.mark.parametrize(
+    ("path", "error", "match"),
+    [
+        ("tests.django_project.shop.models.Order.Missing", ImportError, "has no 'Order.Missing'"),
+        ("tests.django_project.shop.models.Order", ValueError, "not reference a valid exception"),
+        ("nowhere.at_all.Error", ImportError, "not a module path"),
+        ("Error", ImportError, "not a module path"),
+    ],
+)
+def test_an_error_path_that_names_no_exception_is_refused_by_name(
+    path: str, error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match) as raised:
+        RunError(exception_class_path=path, traceback="").exception_class  # noqa: B018
+    assert path in str(raised.value)
+
+
+def test_a_module_that_fails_to_import_is_not_taken_for_a_missing_prefix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "broken_errors.py").write_text("import not_installed_anywhere\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ModuleNotFoundError, match="not_installed_anywhere"):
+        RunError(exception_class_path="broken_errors.Oops", traceback="").exception_class  # noqa: B018
 
 
 # enqueueing -------------------------------------------------------------------------
