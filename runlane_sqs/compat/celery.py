@@ -29,6 +29,7 @@ import contextlib
 import fnmatch
 import inspect
 import logging
+import math
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
@@ -46,7 +47,7 @@ from runlane_sqs.core.errors import (
 )
 from runlane_sqs.core.model import JSON, Failure, Run, RunStatus
 from runlane_sqs.core.rates import RateLimit
-from runlane_sqs.core.retry import RetryPolicy, qualified_name
+from runlane_sqs.core.retry import RetryDecision, RetryPolicy, qualified_name
 from runlane_sqs.core.schedules import Schedule
 from runlane_sqs.core.values import encode_json
 from runlane_sqs.engine.context import TaskContext
@@ -102,6 +103,17 @@ class Retry(RunlaneError):
         super().__init__(message or f"Retry{delay}: {exc!r}")
         self.exc = exc
         self.when = when
+        """``countdown`` seconds, or ``eta``: when the retry is due (``None``: after the
+        task's policy delay)."""
+
+    def due_at(self, now: datetime) -> datetime | None:
+        """When the retry is due, failed at ``now``: ``when`` seconds later, or at ``when``
+        (a naive time is UTC; a past one is now); ``None``: the policy decides."""
+        if isinstance(self.when, datetime):
+            return max(_aware(self.when), now)
+        if self.when is None:
+            return None
+        return now + timedelta(seconds=max(self.when, 0))
 
 
 class MaxRetriesExceededError(RunlaneError):
@@ -291,6 +303,21 @@ class CeleryRetryPolicy(RetryPolicy):
 
     def is_retryable(self, exc: BaseException) -> bool:
         return isinstance(exc, self.retry_for) and RetryPolicy.is_retryable(self, exc)
+
+    def decide(
+        self,
+        attempt: int,
+        now: datetime,
+        *,
+        retryable: bool = True,
+        rand: float | None = None,
+        exc: BaseException | None = None,
+    ) -> RetryDecision:
+        """The policy's decision, due when ``self.retry(countdown=)`` or ``eta=`` asked
+        (any length) if a retry is left."""
+        decision = RetryPolicy.decide(self, attempt, now, retryable=retryable, rand=rand)
+        due = exc.due_at(now) if isinstance(exc, Retry) and decision.will_retry else None
+        return decision if due is None else RetryDecision(retry_at=due)
 
 
 def retry_policy_of(name: str, options: CeleryTaskOptions) -> CeleryRetryPolicy:
@@ -500,14 +527,15 @@ class CeleryTask:
         max_retries: int | None = None,
     ) -> NoReturn:
         """End this attempt as failed and ask for another: raises :class:`Retry`, which
-        the task's retry policy retries after its own delay (``countdown`` and ``eta``
-        are not honoured: docs/from-celery.md). Once the retries are used up, raises
-        ``exc`` (or :class:`MaxRetriesExceededError`) and the run fails."""
+        the task's retry policy retries ``countdown`` seconds later, or at ``eta`` (a
+        naive time is UTC), or else after the policy's own delay. Once the retries are
+        used up, raises ``exc`` (or :class:`MaxRetriesExceededError`) and the run fails."""
         if args is not None or kwargs is not None or not throw:
             raise UnsupportedOption(
                 "self.retry(args=, kwargs=, throw=False): a retry runs the same payload, "
                 "and only a raised Retry asks for one"
             )
+        _check_retry_time(countdown, eta)
         request = self.request
         if request.called_directly:
             raise exc or Retry(when=countdown or eta)
@@ -529,6 +557,20 @@ class CeleryTask:
 
     signature = s
     si = s
+
+
+def _check_retry_time(countdown: object, eta: object) -> None:
+    """``self.retry``'s ``countdown`` (seconds, a number) or ``eta`` (a ``datetime``)."""
+    if countdown is not None and eta is not None:
+        raise InvalidOptionValue("self.retry: give countdown= or eta=, not both")
+    if countdown is not None and (
+        isinstance(countdown, bool)
+        or not isinstance(countdown, int | float)
+        or not math.isfinite(countdown)
+    ):
+        raise InvalidOptionValue(f"self.retry: countdown must be seconds, not {countdown!r}")
+    if eta is not None and not isinstance(eta, datetime):
+        raise InvalidOptionValue(f"self.retry: eta must be a datetime, not {eta!r}")
 
 
 def call_payload(
