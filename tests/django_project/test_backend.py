@@ -23,6 +23,7 @@ from tests.django_project.conftest import Memory
 from tests.django_project.shop.models import Order
 from tests.django_project.shop.tasks import (
     add,
+    count_orders,
     introspect,
     pair,
     refuse,
@@ -266,6 +267,32 @@ def test_a_failure_shows_its_exception_and_traceback(memory: Memory) -> None:
     assert "ValueError: out of stock" in error.traceback
     with pytest.raises(ValueError, match="failed"):
         read.return_value  # noqa: B018
+
+
+def test_database_connections_are_closed_around_each_attempt(memory: Memory) -> None:
+    """What Django's request cycle does (``close_old_connections``, ``CONN_MAX_AGE`` 0 here):
+    an attempt does not find the connection the attempt before it left on the thread."""
+    immediate = count_orders.using(backend="immediate")
+    results = [immediate.enqueue() for _ in range(3)]
+    assert drain(memory) == 3
+    read = [immediate.get_result(r.id).return_value for r in results]
+    assert [r["left_open"] for r in read] == [False, False, False]
+
+
+def test_a_hook_that_raises_is_logged_and_the_attempt_goes_on(
+    memory: Memory, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = memory.app  # the worker's (drain)
+
+    @app.hooks.before_attempt
+    def broken(ctx: Any) -> None:
+        raise RuntimeError("hook bug")
+
+    result = count_orders.using(backend="immediate").enqueue()
+    assert drain(memory) == 1
+    assert count_orders.using(backend="immediate").get_result(result.id).status == "SUCCESSFUL"
+    [logged] = [r for r in caplog.records if "hook" in r.getMessage()]
+    assert logged.run_id == result.id and "hook bug" in (logged.exc_text or "")
 
 
 def test_async_tasks_run(memory: Memory) -> None:

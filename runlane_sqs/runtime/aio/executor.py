@@ -98,6 +98,7 @@ class AsyncExecutor:
         self.store = store
         self.transport = transport
         self.threads = threads
+        self.hooks = engine.hooks
         self._perform = driver.performer_table(self)
 
     async def handle(self, received: ReceivedWakeup) -> Disposition:
@@ -123,9 +124,11 @@ class AsyncExecutor:
         return begin_attempt(call, self.engine, self.leases, self.path.worker_id)
 
     async def call_handler(self, call: driver.CallHandler) -> object:
-        """The handler, called with the run's payload (opened); its result, sealed. A
-        value kept in the payload bucket, or encoded by codecs (which may call KMS), is
-        read and written on a thread; a plain one on the loop."""
+        """The handler, called with the run's payload (opened), the app's hooks around it
+        (if it has any: on the handler's thread, or on the loop for an ``async def``
+        handler); its result, sealed. A value kept in the payload bucket, or encoded by
+        codecs (which may call KMS), is read and written on a thread; a plain one on the
+        loop."""
         task, ctx, values = call.task, call.ctx, self.engine.values
         try:
             with call.span.active():  # the thread runs in a copy of this context
@@ -134,8 +137,17 @@ class AsyncExecutor:
                     place = ValuePlace(Holder.RUN, ctx.run_id, ValueField.PAYLOAD)
                     opening = functools.partial(values.open, place=place)
                     payload = await asyncio.to_thread(retried, opening, payload)
+                hooks = self.hooks
                 if task.is_async:
-                    result = await task.fn(ctx, payload)
+                    if hooks.active:
+                        result = await hooks.call_async(
+                            ctx, functools.partial(task.fn, ctx, payload)
+                        )
+                    else:
+                        result = await task.fn(ctx, payload)
+                elif hooks.active:  # on the handler's thread, as the handler
+                    handler = functools.partial(task.fn, ctx, payload)
+                    result = await self.threads.run(functools.partial(hooks.call, ctx, handler))
                 else:
                     result = await self.threads.run(functools.partial(task.fn, ctx, payload))
                 place = ValuePlace(Holder.RUN, ctx.run_id, ValueField.RESULT)
