@@ -223,6 +223,12 @@ from .engine.context import (
 from .engine.context import (
     WaitRequested as WaitRequested,
 )
+from .engine.hooks import (
+    AttemptHooks as AttemptHooks,
+)
+from .engine.hooks import (
+    AttemptOutcome as AttemptOutcome,
+)
 from .engine.tasks import (
     Queue as Queue,
 )

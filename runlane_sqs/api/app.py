@@ -29,6 +29,7 @@ from runlane_sqs.core.options import option_names, refuse_unknown
 from runlane_sqs.core.rates import RateLimit
 from runlane_sqs.engine.context import Child, GroupOptions, NamedTask, TaskContext
 from runlane_sqs.engine.engine import Engine
+from runlane_sqs.engine.hooks import AttemptHooks
 from runlane_sqs.engine.publishing import Publisher
 from runlane_sqs.engine.signals import SignalsApi
 from runlane_sqs.engine.tasks import (
@@ -133,6 +134,10 @@ class Runlane(OperatorApis):
         self.observer = self.telemetry.observer(config)
         """Spans and metrics of every engine this app builds (docs/observability.md)."""
         self.clock: Clock = parts.get("clock") or SystemClock()
+        self.hooks = AttemptHooks()
+        """Code of yours every worker of this app runs around each attempt:
+        ``@app.hooks.before_attempt``, ``@app.hooks.after_attempt``,
+        ``@app.hooks.on_failure`` (docs/hooks.md)."""
         self.tasks = TaskRegistry(
             ScheduleRules(
                 maintenance_period=config.maintenance_period,
@@ -188,6 +193,7 @@ class Runlane(OperatorApis):
             objects=objects,
             codecs=self.codecs,
             observer=self.observer,
+            hooks=self.hooks,
         )
         self.forget_apis()  # built again, over this engine, on first use
         self.engine.bulk_carrier = lambda: self.bulk  # maintenance carries on orphaned ones

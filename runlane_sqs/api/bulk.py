@@ -80,10 +80,17 @@ class BulkCount:
 
 @dataclass(frozen=True, slots=True)
 class OperationPage:
-    """One page of ``app.bulk.list``; pass ``cursor`` back for the next."""
+    """One page of ``app.bulk.list``; pass ``cursor`` back for the next. Iterating a page
+    goes over its operations; ``len(page)`` counts them."""
 
     operations: list[BulkOperation]
     cursor: str | None
+
+    def __iter__(self) -> Iterator[BulkOperation]:
+        return iter(self.operations)
+
+    def __len__(self) -> int:
+        return len(self.operations)
 
 
 class BulkApi:

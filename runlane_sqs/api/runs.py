@@ -49,10 +49,18 @@ MAX_LIST_LIMIT = 100
 
 @dataclass(frozen=True, slots=True)
 class RunPage:
-    """One page of ``app.runs.list``; pass ``cursor`` back for the next (None: no more)."""
+    """One page of ``app.runs.list``; pass ``cursor`` back for the next (None: no more).
+    Iterating a page (``for run in app.runs.list()``) goes over its runs, this page's only;
+    ``len(page)`` counts them."""
 
     runs: list[Run]
     cursor: str | None
+
+    def __iter__(self) -> Iterator[Run]:
+        return iter(self.runs)
+
+    def __len__(self) -> int:
+        return len(self.runs)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,15 +26,18 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import difflib
 import fnmatch
+import importlib
 import inspect
 import logging
+import math
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, NoReturn, TypedDict, TypeGuard, Unpack, overload
+from typing import Any, NoReturn, TypedDict, TypeGuard, Unpack, cast, overload
 
 from runlane_sqs.api.app import Runlane
 from runlane_sqs.core.clock import to_timedelta
@@ -45,8 +48,9 @@ from runlane_sqs.core.errors import (
     RunWaitTimedOut,
 )
 from runlane_sqs.core.model import JSON, Failure, Run, RunStatus
+from runlane_sqs.core.names import check_queue
 from runlane_sqs.core.rates import RateLimit
-from runlane_sqs.core.retry import RetryPolicy, qualified_name
+from runlane_sqs.core.retry import RetryDecision, RetryPolicy, qualified_name
 from runlane_sqs.core.schedules import Schedule
 from runlane_sqs.core.values import encode_json
 from runlane_sqs.engine.context import TaskContext
@@ -102,6 +106,17 @@ class Retry(RunlaneError):
         super().__init__(message or f"Retry{delay}: {exc!r}")
         self.exc = exc
         self.when = when
+        """``countdown`` seconds, or ``eta``: when the retry is due (``None``: after the
+        task's policy delay)."""
+
+    def due_at(self, now: datetime) -> datetime | None:
+        """When the retry is due, failed at ``now``: ``when`` seconds later, or at ``when``
+        (a naive time is UTC; a past one is now); ``None``: the policy decides."""
+        if isinstance(self.when, datetime):
+            return max(_aware(self.when), now)
+        if self.when is None:
+            return None
+        return now + timedelta(seconds=max(self.when, 0))
 
 
 class MaxRetriesExceededError(RunlaneError):
@@ -274,6 +289,318 @@ def _exception_types(value: object, option: str, name: str) -> tuple[type[BaseEx
     return types
 
 
+# Settings (app.conf) ------------------------------------------------------------------
+
+SETTING_DEFAULTS: dict[str, Any] = {
+    "task_routes": {},
+    "task_default_queue": "default",
+    "task_annotations": {},
+    "task_default_rate_limit": None,
+    "task_time_limit": None,
+    "task_soft_time_limit": None,
+    "task_serializer": "json",
+    "result_serializer": "json",
+    "accept_content": ["json"],
+    "result_accept_content": None,
+    "enable_utc": True,
+    "timezone": None,
+    "task_acks_late": False,
+    "task_reject_on_worker_lost": None,
+    "task_acks_on_failure_or_timeout": True,
+    "task_ignore_result": False,
+    "task_track_started": False,
+    "task_publish_retry": True,
+    "task_publish_retry_policy": {},
+    "result_extended": False,
+}
+"""The Celery settings the layer takes (``app.conf``, ``config_from_object``), with
+Celery's defaults; docs/from-celery.md, "Settings", says what each becomes."""
+TASK_SETTINGS = frozenset(
+    {
+        "task_routes",
+        "task_default_queue",
+        "task_annotations",
+        "task_default_rate_limit",
+        "task_time_limit",
+        "task_soft_time_limit",
+    }
+)
+"""The settings that shape a task when it is registered (its queue and options)."""
+
+_BACKEND = (
+    "runlane-sqs keeps runs in DynamoDB and sends wakeups on SQS: the Runlane app given as "
+    "Celery(runlane=...) names the table and queues (RUNLANE_TABLE, RUNLANE_ENVIRONMENT, "
+    "AWS_*); remove it"
+)
+_WORKER = (
+    "worker settings are the runlane-sqs worker's options "
+    "(runlane-sqs worker --concurrency N --queue Q; docs/operations.md)"
+)
+REFUSED_SETTINGS = {
+    "broker_url": _BACKEND,
+    "broker": _BACKEND,
+    "broker_transport_options": _BACKEND,
+    "broker_connection_retry_on_startup": _BACKEND,
+    "result_backend": "results are stored with each run in DynamoDB; remove it",
+    "backend": "results are stored with each run in DynamoDB; remove it",
+    "result_expires": "runs are kept until pruned: app.runs.prune(older_than=...) "
+    "(docs/operations.md)",
+    "include": "import the task modules from the worker's module, or call "
+    "app.autodiscover_tasks([...])",
+    "imports": "import the task modules from the worker's module, or call "
+    "app.autodiscover_tasks([...])",
+    "task_always_eager": "test with the in-memory app and a manual clock: the runlane_app "
+    "fixture, or runlane_sqs.testing.use_in_memory (docs/testing.md)",
+    "task_eager_propagates": "test with the in-memory app (docs/testing.md)",
+    "task_store_eager_result": "test with the in-memory app (docs/testing.md)",
+    "beat_schedule": "give the task its schedules: @app.task(schedules=[Schedule.cron(...)]) "
+    "(docs/from-celery.md, Beat)",
+    "task_default_priority": PRIORITY,
+    "task_queue_max_priority": PRIORITY,
+    "task_inherit_parent_priority": PRIORITY,
+    "task_queues": "queues are named by tasks and routes (task_routes, task_default_queue); "
+    "runlane-sqs provision creates them",
+    "task_create_missing_queues": "queues are named by tasks and routes; runlane-sqs "
+    "provision creates them",
+    "task_default_exchange": "routing is by queue only: task_routes to {'queue': name}",
+    "task_default_routing_key": "routing is by queue only: task_routes to {'queue': name}",
+    "task_default_delivery_mode": "every run is stored in DynamoDB (always persistent)",
+    "task_compression": "give the Runlane app a codec: Runlane(codec=Zstd()) (docs/payloads.md)",
+    "worker_concurrency": _WORKER,
+    "worker_prefetch_multiplier": _WORKER,
+    "worker_max_tasks_per_child": _WORKER,
+    "worker_max_memory_per_child": _WORKER,
+    "worker_send_task_events": "attempts are spans and metrics (docs/observability.md)",
+    "task_send_sent_event": "attempts are spans and metrics (docs/observability.md)",
+}
+"""Celery settings the layer refuses, with what to use instead."""
+OLD_SETTING_PREFIXES = ("CELERY", "BROKER_", "CELERYD_", "CELERYBEAT_")
+
+
+def _check_setting(name: str, value: Any) -> Any:
+    """``value`` for setting ``name``, checked; refuses a setting by name."""
+    if name not in SETTING_DEFAULTS:
+        reason = REFUSED_SETTINGS.get(name)
+        if reason is None:
+            close = difflib.get_close_matches(name, SETTING_DEFAULTS, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            reason = f"not a setting runlane-sqs takes; {hint}known: {sorted(SETTING_DEFAULTS)}"
+        raise UnsupportedOption(f"Celery setting {name}: {reason} (docs/from-celery.md)")
+    check = _SETTING_CHECKS.get(name)
+    return value if check is None else check(name, value)
+
+
+def _check_default_queue(name: str, value: object) -> str:
+    try:
+        return check_queue(value)
+    except ConfigurationError as exc:
+        raise InvalidOptionValue(f"Celery setting {name}: {exc}") from None
+
+
+def _check_rate_limit(name: str, value: object) -> object:
+    rate_limits_of(name, value)
+    return value
+
+
+def _check_time_limit(name: str, value: object) -> object:
+    if value is not None:
+        _check_seconds(name, value)
+    return value
+
+
+def _check_serializer_setting(name: str, value: object) -> object:
+    _check_serializer(value, f"Celery setting {name}")
+    return value
+
+
+def _check_content(name: str, value: object) -> object:
+    if value is not None and (
+        isinstance(value, str)
+        or not isinstance(value, Sequence)
+        or not set(value) <= {"json", "application/json"}
+    ):
+        raise InvalidOptionValue(f"Celery setting {name}={value!r}: runs store JSON only")
+    return value
+
+
+def _check_utc(name: str, value: object) -> object:
+    if value is not True:
+        raise InvalidOptionValue(
+            f"Celery setting {name}={value!r}: a naive eta is UTC here; give aware datetimes"
+        )
+    return value
+
+
+def _check_timezone(name: str, value: object) -> object:
+    if value not in (None, "UTC", "Etc/UTC"):
+        raise InvalidOptionValue(
+            f"Celery setting {name}={value!r}: times are UTC here; give aware datetimes, "
+            "and a schedule its own zone (Schedule.cron(..., tz=...))"
+        )
+    return value
+
+
+def _check_seconds(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise InvalidOptionValue(f"Celery setting {name}: seconds above 0, not {value!r}")
+
+
+def _checked_annotations(value: object) -> dict[str, dict[str, Any]]:
+    if not isinstance(value, Mapping):
+        raise UnsupportedOption(
+            f"Celery setting task_annotations={value!r}: only a mapping of task names (or "
+            "'*') to task options is supported, not annotation classes or lists"
+        )
+    checked: dict[str, dict[str, Any]] = {}
+    for name, options in value.items():
+        if not isinstance(name, str) or not isinstance(options, Mapping):
+            raise UnsupportedOption(
+                f"task_annotations {name!r}: {options!r}; map a task name or '*' to options"
+            )
+        for option in options:
+            if isinstance(option, str) and option.startswith("@"):
+                raise UnsupportedOption(
+                    f"task_annotations {name!r}: {option!r}; method annotations are not "
+                    "supported: use worker hooks (docs/hooks.md)"
+                )
+        _check_option_names(dict(options), TASK_OPTION_NAMES, f"task_annotations {name!r}")
+        checked[name] = dict(options)
+    return checked
+
+
+_SETTING_CHECKS: dict[str, Callable[[str, Any], Any]] = {
+    "task_routes": lambda _, value: _checked_routes(value),
+    "task_default_queue": _check_default_queue,
+    "task_annotations": lambda _, value: _checked_annotations(value),
+    "task_default_rate_limit": _check_rate_limit,
+    "task_time_limit": _check_time_limit,
+    "task_soft_time_limit": _check_time_limit,
+    "task_serializer": _check_serializer_setting,
+    "result_serializer": _check_serializer_setting,
+    "accept_content": _check_content,
+    "result_accept_content": _check_content,
+    "enable_utc": _check_utc,
+    "timezone": _check_timezone,
+}
+"""How the value of each setting that needs it is checked (and normalised)."""
+
+
+class Settings:
+    """``app.conf``: Celery's settings this layer takes, read and set as attributes or
+    items (``app.conf.task_routes = {...}``, ``app.conf.update(...)``). A setting the
+    layer does not take is refused by name (:class:`UnsupportedOption`) with what to use
+    instead; one that shapes tasks (routes, annotations, defaults) is refused once it
+    would change a task registered already."""
+
+    def __init__(self, app: Celery) -> None:
+        object.__setattr__(self, "_app", app)
+        object.__setattr__(self, "_values", {})
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self[name]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self.update({name: value})
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in SETTING_DEFAULTS:
+            _check_setting(name, None)
+        values: dict[str, Any] = object.__getattribute__(self, "_values")
+        return values.get(name, SETTING_DEFAULTS[name])
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        self.update({name: value})
+
+    def __contains__(self, name: object) -> bool:
+        return name in SETTING_DEFAULTS
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self[name] if name in SETTING_DEFAULTS else default
+
+    def update(self, settings: Mapping[str, Any] = {}, /, **more: Any) -> None:
+        """Set several settings at once: every one is checked before any is set."""
+        given = {**settings, **more}
+        checked = {name: _check_setting(name, value) for name, value in given.items()}
+        values: dict[str, Any] = object.__getattribute__(self, "_values")
+        app: Celery = object.__getattribute__(self, "_app")
+        if TASK_SETTINGS & set(checked):
+            app.check_tasks_unchanged({**values, **checked}, sorted(TASK_SETTINGS & set(checked)))
+        values.update(checked)
+
+    def values(self) -> dict[str, Any]:
+        """Every setting, as set or by default."""
+        return {name: self[name] for name in SETTING_DEFAULTS}
+
+
+def shaped(
+    settings: Mapping[str, Any], name: str, options: CeleryTaskOptions
+) -> tuple[str, CeleryTaskOptions]:
+    """A task's queue and options under ``settings``: its annotations (``'*'``, then its
+    name) over its own options, the settings' defaults under them; its queue from the
+    first matching route, else its ``queue``, else ``task_default_queue``."""
+    annotations = settings.get("task_annotations", {})
+    merged: dict[str, Any] = dict(options)
+    for key in ("*", name):
+        merged.update(annotations.get(key, {}))
+    for setting, option in (
+        ("task_default_rate_limit", "rate_limit"),
+        ("task_time_limit", "time_limit"),
+        ("task_soft_time_limit", "soft_time_limit"),
+    ):
+        if settings.get(setting) is not None:
+            merged.setdefault(option, settings[setting])
+    queue = merged.get("queue") or settings.get("task_default_queue", "default")
+    for pattern, route in settings.get("task_routes", {}).items():
+        if fnmatch.fnmatchcase(name, pattern):
+            queue = route["queue"]
+            break
+    return queue, cast(CeleryTaskOptions, merged)
+
+
+def setting_names_of(source: object, namespace: str | None) -> dict[str, Any]:
+    """The settings an object or module holds: with ``namespace`` (``"CELERY"``), its
+    ``CELERY_*`` attributes, lowercased without the prefix (Django's settings); without,
+    its lowercase public attributes that are values (not modules, classes or functions).
+    Celery 3's uppercase names are refused by name."""
+    found: dict[str, Any] = {}
+    prefix = f"{namespace}_" if namespace else None
+    for attribute in dir(source):
+        if attribute.startswith("_"):
+            continue
+        if prefix is not None:
+            if attribute.startswith(prefix):
+                found[attribute[len(prefix) :].lower()] = getattr(source, attribute)
+            continue
+        if attribute.startswith(OLD_SETTING_PREFIXES):
+            raise UnsupportedOption(
+                f"Celery setting {attribute}: Celery 3's uppercase names are not read; use "
+                "the lowercase name (task_routes), or config_from_object(..., "
+                "namespace='CELERY') for CELERY_TASK_ROUTES (docs/from-celery.md)"
+            )
+        value = getattr(source, attribute)
+        if attribute.islower() and not (
+            inspect.ismodule(value) or inspect.isclass(value) or callable(value)
+        ):
+            found[attribute] = value
+    return found
+
+
+def _import_object(spec: str) -> object:
+    """``package.module`` or ``package.module:attribute``, imported."""
+    module_name, _, attribute = spec.partition(":")
+    module = importlib.import_module(module_name)
+    if not attribute:
+        return module
+    try:
+        return getattr(module, attribute)
+    except AttributeError:
+        raise ImportError(
+            f"config_from_object({spec!r}): module {module_name} has no {attribute}"
+        ) from None
+
+
 # Retries ------------------------------------------------------------------------------
 
 
@@ -291,6 +618,21 @@ class CeleryRetryPolicy(RetryPolicy):
 
     def is_retryable(self, exc: BaseException) -> bool:
         return isinstance(exc, self.retry_for) and RetryPolicy.is_retryable(self, exc)
+
+    def decide(
+        self,
+        attempt: int,
+        now: datetime,
+        *,
+        retryable: bool = True,
+        rand: float | None = None,
+        exc: BaseException | None = None,
+    ) -> RetryDecision:
+        """The policy's decision, due when ``self.retry(countdown=)`` or ``eta=`` asked
+        (any length) if a retry is left."""
+        decision = RetryPolicy.decide(self, attempt, now, retryable=retryable, rand=rand)
+        due = exc.due_at(now) if isinstance(exc, Retry) and decision.will_retry else None
+        return decision if due is None else RetryDecision(retry_at=due)
 
 
 def retry_policy_of(name: str, options: CeleryTaskOptions) -> CeleryRetryPolicy:
@@ -390,16 +732,21 @@ class CeleryTask:
         self.app = app
         self.run = fn
         self.name = options.get("name") or f"{fn.__module__}.{fn.__name__}"
+        self.given = options
+        """The decorator's options (before the app's settings)."""
+        self.queue, options = shaped(app.conf.values(), self.name, options)
         _check_values(self.name, options)
         self.bind = options.get("bind", False)
         self.typing = options.get("typing", True)
         self.max_retries = options.get("max_retries", DEFAULT_MAX_RETRIES)
         self.policy = retry_policy_of(self.name, options)
         self.throws = _exception_types(options.get("throws", ()), "throws", self.name)
-        self.runlane_task: Task = app.runlane.task(
+        self.options = options
+        """The options the task was registered with, the app's settings applied."""
+        self.runlane_task: Task = app.runlane_app.task(
             self._handle,
             name=self.name,
-            queue=app.queue_of(self.name, options.get("queue")),
+            queue=self.queue,
             retry=self.policy,
             timeout=options.get("time_limit") or options.get("soft_time_limit"),
             schedules=options.get("schedules", ()),
@@ -433,7 +780,7 @@ class CeleryTask:
     def _handle(self, ctx: TaskContext, payload: JSON) -> JSON:
         """The runlane handler: the run's payload back into the call's arguments."""
         args, kwargs, expires = arguments_of(payload, self.name)
-        if expires is not None and self.app.runlane.clock.now() >= expires:
+        if expires is not None and self.app.runlane_app.clock.now() >= expires:
             raise TaskRevokedError(f"task {self.name} expired at {expires.isoformat()}")
         context = CeleryTaskContext(
             ctx.run_id, ctx.attempt - 1, tuple(args), kwargs, self.name, ctx
@@ -467,9 +814,9 @@ class CeleryTask:
         call_args, call_kwargs = list(args or ()), dict(kwargs or {})
         if self.typing:
             self._check_signature(call_args, call_kwargs)
-        now = self.app.runlane.clock.now()
+        now = self.app.runlane_app.clock.now()
         payload = call_payload(self.name, call_args, call_kwargs, expires_at(expires, now))
-        run = self.app.runlane.trigger(
+        run = self.app.runlane_app.trigger(
             self.runlane_task,
             payload,
             delay=delay_of(countdown, eta, now),
@@ -500,14 +847,15 @@ class CeleryTask:
         max_retries: int | None = None,
     ) -> NoReturn:
         """End this attempt as failed and ask for another: raises :class:`Retry`, which
-        the task's retry policy retries after its own delay (``countdown`` and ``eta``
-        are not honoured: docs/from-celery.md). Once the retries are used up, raises
-        ``exc`` (or :class:`MaxRetriesExceededError`) and the run fails."""
+        the task's retry policy retries ``countdown`` seconds later, or at ``eta`` (a
+        naive time is UTC), or else after the policy's own delay. Once the retries are
+        used up, raises ``exc`` (or :class:`MaxRetriesExceededError`) and the run fails."""
         if args is not None or kwargs is not None or not throw:
             raise UnsupportedOption(
                 "self.retry(args=, kwargs=, throw=False): a retry runs the same payload, "
                 "and only a raised Retry asks for one"
             )
+        _check_retry_time(countdown, eta)
         request = self.request
         if request.called_directly:
             raise exc or Retry(when=countdown or eta)
@@ -529,6 +877,20 @@ class CeleryTask:
 
     signature = s
     si = s
+
+
+def _check_retry_time(countdown: object, eta: object) -> None:
+    """``self.retry``'s ``countdown`` (seconds, a number) or ``eta`` (a ``datetime``)."""
+    if countdown is not None and eta is not None:
+        raise InvalidOptionValue("self.retry: give countdown= or eta=, not both")
+    if countdown is not None and (
+        isinstance(countdown, bool)
+        or not isinstance(countdown, int | float)
+        or not math.isfinite(countdown)
+    ):
+        raise InvalidOptionValue(f"self.retry: countdown must be seconds, not {countdown!r}")
+    if eta is not None and not isinstance(eta, datetime):
+        raise InvalidOptionValue(f"self.retry: eta must be a datetime, not {eta!r}")
 
 
 def call_payload(
@@ -623,7 +985,7 @@ class AsyncResult:
         return self.id
 
     def _run(self) -> Run:
-        return self.app.runlane.runs.get(self.id)
+        return self.app.runlane_app.runs.get(self.id)
 
     @property
     def state(self) -> str:
@@ -676,7 +1038,7 @@ class AsyncResult:
                 "ctx.wait_for_run (docs/waits.md), which holds no worker"
             )
         try:
-            run = self.app.runlane.runs.wait(self.id, timeout=timeout)
+            run = self.app.runlane_app.runs.wait(self.id, timeout=timeout)
         except RunWaitTimedOut as exc:
             raise TimeoutError(exc.run) from None
         if run.status is RunStatus.SUCCEEDED:
@@ -691,7 +1053,7 @@ class AsyncResult:
     def revoke(self, terminate: bool = False) -> None:
         """Cancel the run (a running attempt is asked to stop, cooperatively)."""
         with contextlib.suppress(RunlaneError):  # Celery's revoke of a finished task is quiet
-            self.app.runlane.runs.cancel(self.id, reason="revoked", actor="celery-compat")
+            self.app.runlane_app.runs.cancel(self.id, reason="revoked", actor="celery-compat")
 
 
 _Result = AsyncResult
@@ -714,7 +1076,9 @@ def _revoked(failure: Failure) -> bool:
 
 class Celery:
     """Celery's app object over a :class:`Runlane` app: ``app.task``, ``send_task`` and
-    ``AsyncResult`` create and read runs of ``runlane``."""
+    ``AsyncResult`` create and read runs of ``runlane``; ``app.conf``,
+    ``config_from_object`` and ``autodiscover_tasks`` take Celery's settings and task
+    modules (docs/from-celery.md, "Settings")."""
 
     def __init__(
         self,
@@ -722,20 +1086,104 @@ class Celery:
         *,
         runlane: Runlane,
         task_routes: Mapping[str, Mapping[str, str]] | None = None,
+        **settings: Any,
     ) -> None:
         self.main = main
-        self.runlane = runlane
-        self.task_routes = _checked_routes(task_routes or {})
-        """Celery's ``task_routes``: a task name (or ``fnmatch`` pattern) to
-        ``{"queue": name}``; a task's route wins over its ``queue`` option."""
+        self.runlane_app = runlane
+        """The :class:`Runlane` app (:attr:`runlane` imports the discovered tasks first)."""
         self.tasks: dict[str, CeleryTask] = {}
+        self._discovery: list[Callable[[], list[str]]] = []
+        self.conf = Settings(self)
+        """Celery's settings this layer takes (:class:`Settings`)."""
+        self.conf.update(settings, **({"task_routes": task_routes} if task_routes else {}))
         for shared in list(_SHARED):
             shared.register(self)
         _APPS[:] = [ref for ref in _APPS if ref() is not None]
         _APPS.append(weakref.ref(self))
 
     def __repr__(self) -> str:
-        return f"<Celery {self.main} on runlane {self.runlane.config.environment}>"
+        return f"<Celery {self.main} on runlane {self.runlane_app.config.environment}>"
+
+    @property
+    def runlane(self) -> Runlane:
+        """The :class:`Runlane` app, once the task modules ``autodiscover_tasks`` named
+        are imported (the worker's module reads it: ``runlane = app.runlane``)."""
+        self.import_discovered_tasks()
+        return self.runlane_app
+
+    @property
+    def task_routes(self) -> dict[str, Mapping[str, str]]:
+        """Celery's ``task_routes``: a task name (or ``fnmatch`` pattern) to
+        ``{"queue": name}``; a task's route wins over its ``queue`` option."""
+        routes: dict[str, Mapping[str, str]] = self.conf.task_routes
+        return routes
+
+    # settings and task modules ------------------------------------------------------
+
+    def config_from_object(
+        self,
+        obj: object,
+        silent: bool = False,
+        force: bool = False,
+        namespace: str | None = None,
+    ) -> None:
+        """Take the settings ``obj`` holds (a module, an object, or its import path
+        ``"proj.celeryconfig"``, ``"django.conf:settings"``), at once; with
+        ``namespace="CELERY"`` its ``CELERY_*`` names (``CELERY_TASK_ROUTES`` is
+        ``task_routes``). ``silent`` ignores a path that cannot be imported; ``force``
+        changes nothing (settings are always taken at once)."""
+        if isinstance(obj, str):
+            try:
+                obj = _import_object(obj)
+            except ImportError:
+                if silent:
+                    return
+                raise
+        self.conf.update(setting_names_of(obj, namespace))
+
+    def autodiscover_tasks(
+        self,
+        packages: Sequence[str] | Callable[[], Sequence[str]] | None = None,
+        related_name: str = "tasks",
+        force: bool = False,
+    ) -> None:
+        """Import ``{package}.{related_name}`` of each package (those without one are
+        passed over), as Celery does: when :attr:`runlane` is first read (the worker's
+        module reads it), or at once with ``force=True``. Without ``packages``, the
+        Django project's installed apps (Django must be set up by then)."""
+        if not isinstance(related_name, str) or not related_name.isidentifier():
+            raise InvalidOptionValue(f"autodiscover_tasks: related_name={related_name!r}")
+        if not (packages is None or callable(packages)) and (
+            isinstance(packages, str) or not all(isinstance(p, str) for p in packages)
+        ):
+            raise InvalidOptionValue(
+                f"autodiscover_tasks: packages must be a list of package names, not {packages!r}"
+            )
+        source = packages if packages is not None else _django_apps
+        self._discovery.append(lambda: discover(source, related_name))
+        if force:
+            self.import_discovered_tasks()
+
+    def import_discovered_tasks(self) -> list[str]:
+        """Import the task modules ``autodiscover_tasks`` named and not imported yet;
+        returns their names."""
+        imported: list[str] = []
+        while self._discovery:
+            imported.extend(self._discovery.pop(0)())
+        return imported
+
+    def check_tasks_unchanged(self, settings: Mapping[str, Any], names: Sequence[str]) -> None:
+        """Refuse ``settings`` if they would give a task registered already another queue
+        or options: a runlane task is registered once."""
+        for task in self.tasks.values():
+            if shaped(settings, task.name, task.given) != (task.queue, task.options):
+                raise UnsupportedOption(
+                    f"Celery settings {', '.join(names)} would change task {task.name!r}, "
+                    "registered already: set them before the task modules are imported, or "
+                    "give them to Celery(...) (docs/from-celery.md, Settings)"
+                )
+
+    # tasks --------------------------------------------------------------------------
 
     @overload
     def task(self, fn: Callable[..., Any], /) -> CeleryTask: ...
@@ -760,11 +1208,10 @@ class Celery:
         return register(fn) if fn is not None else register
 
     def queue_of(self, name: str, queue: str | None) -> str:
-        """The queue of task ``name``: its route's (first match), else ``queue``."""
-        for pattern, route in self.task_routes.items():
-            if fnmatch.fnmatchcase(name, pattern):
-                return route["queue"]
-        return queue or "default"
+        """The queue of task ``name``: its route's (first match), else ``queue``, else
+        ``task_default_queue``."""
+        options: CeleryTaskOptions = {"queue": queue} if queue else {}
+        return shaped(self.conf.values(), name, options)[0]
 
     def send_task(
         self,
@@ -813,7 +1260,40 @@ class Celery:
         return {_qualified(k): k for k in kinds if _is_exception_type(k)}
 
 
-def _checked_routes(routes: Mapping[str, Mapping[str, str]]) -> dict[str, Mapping[str, str]]:
+def discover(packages: Sequence[str] | Callable[[], Sequence[str]], related_name: str) -> list[str]:
+    """Import ``{package}.{related_name}`` of each package that has one; a module that
+    fails while it imports raises."""
+    imported = []
+    for package in packages() if callable(packages) else packages:
+        name = f"{package}.{related_name}"
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue  # a package without a task module
+            raise
+        imported.append(name)
+    return imported
+
+
+def _django_apps() -> list[str]:
+    """The packages of the Django project's installed apps (Django set up)."""
+    try:
+        from django.apps import apps  # type: ignore[import-untyped]  # noqa: PLC0415 (Django projects only)
+    except ImportError:
+        raise InvalidOptionValue(
+            "autodiscover_tasks() without packages reads Django's installed apps: name the "
+            "packages, autodiscover_tasks(['proj.orders', ...])"
+        ) from None
+    return [config.name for config in apps.get_app_configs()]
+
+
+def _checked_routes(routes: object) -> dict[str, Mapping[str, str]]:
+    if not isinstance(routes, Mapping):
+        raise UnsupportedOption(
+            f"task_routes {routes!r}: only a mapping of task names or fnmatch patterns to "
+            "{'queue': name} is supported, not a list of routers"
+        )
     for pattern, route in routes.items():
         if (
             not isinstance(pattern, str)

@@ -102,8 +102,10 @@ class RetryPolicy:
         *,
         retryable: bool = True,
         rand: float | None = None,
+        exc: BaseException | None = None,
     ) -> RetryDecision:
-        """Decide what follows failed attempt ``attempt``."""
+        """Decide what follows failed attempt ``attempt``; ``exc`` is the exception it
+        failed with, if any, for a policy whose decision reads it (this one does not)."""
         if not retryable or attempt >= self.max_attempts:
             return RetryDecision(retry_at=None)
         jitter_draw = random.random() if rand is None else rand

@@ -32,6 +32,7 @@ from runlane_sqs.core.model import JSON, is_run_id
 from runlane_sqs.core.names import check_queue, check_task_name
 from runlane_sqs.django.results import ready_result, run_result
 from runlane_sqs.engine.context import TaskContext as RunContext
+from runlane_sqs.engine.hooks import AttemptOutcome
 from runlane_sqs.engine.tasks import Handler
 
 if TYPE_CHECKING:
@@ -142,7 +143,7 @@ class RunlaneBackend(BaseTaskBackend):
         shared = self._shared
         with shared.lock:
             if shared.app is None:
-                shared.app = self._build_app()
+                shared.app = close_connections_around_attempts(self._build_app())
             return shared.app
 
     def _build_app(self) -> Runlane:
@@ -296,19 +297,15 @@ class RunlaneBackend(BaseTaskBackend):
             return self._shared.tasks.get(name)
 
     def _handler(self, task: Task[Any, Any]) -> Handler:
-        """The runlane handler of ``task``: call it with the payload's arguments, database
-        connections closed around it as Django's request cycle does."""
+        """The runlane handler of ``task``: call it with the payload's arguments (the
+        app's hooks close database connections around it)."""
 
         def handler(ctx: RunContext, payload: JSON) -> JSON:
-            close_old_connections()
-            try:
-                args, kwargs = payload["args"], payload["kwargs"]
-                if task.takes_context:
-                    context = TaskContext(task_result=self.running_result(task, ctx.run_id))
-                    return normalize_json(task.call(context, *args, **kwargs))
-                return normalize_json(task.call(*args, **kwargs))
-            finally:
-                close_old_connections()
+            args, kwargs = payload["args"], payload["kwargs"]
+            if task.takes_context:
+                context = TaskContext(task_result=self.running_result(task, ctx.run_id))
+                return normalize_json(task.call(context, *args, **kwargs))
+            return normalize_json(task.call(*args, **kwargs))
 
         return handler
 
@@ -336,6 +333,26 @@ class RunlaneBackend(BaseTaskBackend):
                 f"{self.alias!r} (list its module in OPTIONS {OPTION_TASK_MODULES})"
             )
         return run_result(task, history.run, history.attempts, self.alias)
+
+
+def close_connections_before(ctx: RunContext) -> None:
+    """Before an attempt: close this thread's database connections that are unusable or
+    older than ``CONN_MAX_AGE``, as Django does when a request starts."""
+    close_old_connections()
+
+
+def close_connections_after(ctx: RunContext, outcome: AttemptOutcome) -> None:
+    """After an attempt, however it ended: the same, as Django does when a request ends."""
+    close_old_connections()
+
+
+def close_connections_around_attempts(app: Runlane) -> Runlane:
+    """``app`` with hooks that close stale database connections around each attempt, on
+    the thread that runs it (registered once, however many backends share the app)."""
+    if close_connections_before not in app.hooks.before:
+        app.hooks.before_attempt(close_connections_before)
+        app.hooks.after_attempt(close_connections_after)
+    return app
 
 
 def backend_named(alias: str) -> RunlaneBackend:

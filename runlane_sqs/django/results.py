@@ -3,12 +3,16 @@
 Statuses map as ``queued``, ``retrying`` and ``released`` to ``READY``; ``running`` and
 ``cancel_requested`` to ``RUNNING``; ``succeeded`` to ``SUCCESSFUL``; ``failed``,
 ``cancelled`` and ``parked`` (no worker registers the task) to ``FAILED``. Each failed
-attempt is one error, with its exception's path and traceback.
+attempt is one error, with its exception's path and traceback; its ``exception_class``
+finds a nested class too (``shop.models.Order.DoesNotExist``).
 """
 
 from __future__ import annotations
 
+import importlib
+import inspect
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +47,45 @@ STATUSES = {
 
 class RunCancelled(Exception):
     """The error a cancelled run's result shows: an operator cancelled the run."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunError(TaskError):
+    """A run's error as Django shows it; ``exception_class`` reads a path to a nested
+    class (``shop.models.Order.DoesNotExist``) as its module, then attributes."""
+
+    @property
+    def exception_class(self) -> type[BaseException]:
+        found = object_at(self.exception_class_path)
+        if not inspect.isclass(found) or not issubclass(found, BaseException):
+            raise ValueError(f"{self.exception_class_path!r} does not reference a valid exception.")
+        return found
+
+
+def object_at(path: str) -> object:
+    """What ``path`` names: the longest prefix that is a module, then the attributes
+    after it (``shop.models`` and ``Order.DoesNotExist``). A prefix that is not a module
+    is not an error; a module that fails while it imports is. Raises ``ImportError``
+    naming the path when nothing is found."""
+    parts = path.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        module_name = ".".join(parts[:cut])
+        try:
+            found: object = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and f"{module_name}.".startswith(f"{exc.name}."):
+                continue  # not a module: the name is an attribute of a shorter prefix
+            raise
+        attributes = parts[cut:]
+        for attribute in attributes:
+            try:
+                found = getattr(found, attribute)
+            except AttributeError:
+                raise ImportError(
+                    f"{path!r}: module {module_name!r} has no {'.'.join(attributes)!r}"
+                ) from None
+        return found
+    raise ImportError(f"{path!r} is not a module path followed by a class name")
 
 
 def ready_result(
@@ -98,7 +141,7 @@ def errors_of(run: Run, attempts: Sequence[Attempt]) -> list[TaskError]:
     (cancelled, parked, or failed by maintenance)."""
     errors = [error_of(a.failure) for a in attempts if a.failure is not None]
     if run.status is RunStatus.CANCELLED:
-        errors.append(TaskError(exception_class_path=get_module_path(RunCancelled), traceback=""))
+        errors.append(RunError(exception_class_path=get_module_path(RunCancelled), traceback=""))
     elif run.status is RunStatus.PARKED:
         errors.append(parked_error(run))
     elif run.status is RunStatus.FAILED and not errors and run.failure is not None:
@@ -109,7 +152,7 @@ def errors_of(run: Run, attempts: Sequence[Attempt]) -> list[TaskError]:
 def error_of(failure: Failure) -> TaskError:
     """A recorded failure as Django shows it: the exception's path and its traceback."""
     text = failure.traceback or f"{failure.type}: {failure.message}\n"
-    return TaskError(exception_class_path=failure.type, traceback=text)
+    return RunError(exception_class_path=failure.type, traceback=text)
 
 
 def parked_error(run: Run) -> TaskError:
@@ -120,4 +163,4 @@ def parked_error(run: Run) -> TaskError:
         f"TASK_MODULES; a worker that registers it unparks the run when it starts, or run "
         f"'runlane-sqs runs unpark {run.id}'.\n"
     )
-    return TaskError(exception_class_path=get_module_path(UnknownTaskError), traceback=text)
+    return RunError(exception_class_path=get_module_path(UnknownTaskError), traceback=text)

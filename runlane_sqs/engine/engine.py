@@ -20,6 +20,7 @@ from runlane_sqs.core.config import RunlaneConfig
 from runlane_sqs.engine.driver import EngineCall
 from runlane_sqs.engine.finishing import Finish, Finisher
 from runlane_sqs.engine.groups import Groups
+from runlane_sqs.engine.hooks import AttemptHooks
 from runlane_sqs.engine.observing import Observer
 from runlane_sqs.engine.ordering import Turns
 from runlane_sqs.engine.publishing import Publisher
@@ -57,8 +58,11 @@ class Engine:
         objects: ObjectStore | None = None,
         codecs: Sequence[Codec] = (),
         observer: Observer | None = None,
+        hooks: AttemptHooks | None = None,
     ) -> None:
         self.config = config
+        self.hooks = hooks or AttemptHooks()
+        """The app's code around each attempt (docs/hooks.md): its drivers call them."""
         self.observer = observer or Observer(redact=config.redact)
         """Where spans and metrics go (nothing is recorded by default)."""
         self.clock = clock

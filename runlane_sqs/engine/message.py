@@ -741,7 +741,7 @@ def decide_raised(config: RunlaneConfig, task: Task, exc: BaseException, token: 
     failure = failure_from(exc, retryable=retryable, redact=config.redact)
 
     def decide(run: Run, now: datetime) -> Transition:
-        decision = task.retry.decide(run.failures + 1, now, retryable=retryable)
+        decision = task.retry.decide(run.failures + 1, now, retryable=retryable, exc=exc)
         return machine.record_failure(
             run,
             token=token,

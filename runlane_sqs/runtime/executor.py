@@ -30,6 +30,7 @@ from runlane_sqs.engine.driver import Disposition
 from runlane_sqs.engine.engine import Engine
 from runlane_sqs.engine.groups import Groups
 from runlane_sqs.engine.message import MessagePath
+from runlane_sqs.engine.tasks import Task
 from runlane_sqs.engine.values import Values
 from runlane_sqs.ports.store import RunStore
 from runlane_sqs.ports.transport import ReceivedWakeup
@@ -355,6 +356,16 @@ def begin_attempt(
     return ctx
 
 
+def run_handler(task: Task, ctx: TaskContext, payload: JSON) -> object:
+    """Call ``task``'s handler here: an ``async def`` one to completion on a fresh event
+    loop."""
+    if task.is_async:
+        import asyncio  # noqa: PLC0415 (only for async handlers: a sync app never loads it)
+
+        return asyncio.run(task.fn(ctx, payload))
+    return task.fn(ctx, payload)
+
+
 class Executor:
     """Drives ``path`` (one worker identity's) with sync I/O."""
 
@@ -368,6 +379,7 @@ class Executor:
         self.engine = engine
         self.leases = leases
         self.path = path
+        self.hooks = engine.hooks
         self._hold = hold
         """Where a message waits for its run's reserved start (the worker's intake), if
         anywhere; False once that intake is closed."""
@@ -397,8 +409,9 @@ class Executor:
 
     def call_handler(self, call: driver.CallHandler) -> object:
         """The handler, called with the run's payload (opened, and converted to its task's
-        payload type); its result (converted from its result type), sealed. An ``async
-        def`` handler runs to completion on a fresh event loop."""
+        payload type), the app's hooks around it (if it has any); its result (converted
+        from its result type), sealed. An ``async def`` handler runs to completion on a
+        fresh event loop."""
         values = self.engine.values
         with call.span.active():
             run_id = call.ctx.run_id
@@ -409,10 +422,12 @@ class Executor:
             types = call.task.types
             if types.payload is not None:
                 payload = types.handler_payload(payload)
-            if call.task.is_async:
-                import asyncio  # noqa: PLC0415 (only for async handlers: a sync app never loads it)
-
-                result = asyncio.run(call.task.fn(call.ctx, payload))
+            if self.hooks.active:
+                result = self.hooks.call(
+                    call.ctx, partial(run_handler, call.task, call.ctx, payload)
+                )
+            elif call.task.is_async:
+                result = run_handler(call.task, call.ctx, payload)
             else:
                 result = call.task.fn(call.ctx, payload)
             if types.result is not None:

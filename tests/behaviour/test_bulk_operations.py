@@ -277,6 +277,7 @@ def test_operations_are_listed_newest_first_page_by_page(app: Runlane, clock: Ma
     assert [o.id for o in first.operations] == ids[::-1][:3] and first.cursor
     second = app.bulk.list(limit=3, cursor=first.cursor)
     assert [o.id for o in second.operations] == ids[::-1][3:] and second.cursor is None
+    assert [o.id for o in second] == ids[::-1][3:] and len(second) == 2  # a page iterates
 
 
 @pytest.mark.parametrize(

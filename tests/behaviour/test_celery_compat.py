@@ -90,14 +90,14 @@ def test_a_bound_task_reads_the_run_id_and_retries_from_the_context(
     @app.task(bind=True, max_retries=2, default_retry_delay=5)
     def flaky(self):
         if self.request.retries < 2:
-            raise self.retry(exc=ConnectionError("down"), countdown=60)
+            raise self.retry(exc=ConnectionError("down"))
         return {"id": self.request.id, "retries": self.request.retries}
 
     result = flaky.delay()
     drain(runlane)
     assert result.state == "RETRY"
     assert isinstance(result.result, Retry)
-    clock.advance(5)  # the policy's delay (default_retry_delay), not the countdown
+    clock.advance(5)  # the policy's delay: default_retry_delay
     drain(runlane)
     clock.advance(5)
     drain(runlane)
@@ -105,6 +105,77 @@ def test_a_bound_task_reads_the_run_id_and_retries_from_the_context(
     failures = [a.failure for a in runlane.runs.attempts(result.id) if a.failure]
     assert [f.type for f in failures] == ["runlane_sqs.compat.celery.Retry"] * 2
     assert "ConnectionError('down')" in failures[0].message
+
+
+def test_retry_countdown_and_eta_are_when_the_retry_is_due(
+    app: Celery, runlane: Runlane, clock: ManualClock
+) -> None:
+    at = clock.now() + timedelta(hours=2)
+
+    @app.task(bind=True, default_retry_delay=1)
+    def wait(self, how):
+        if self.request.retries == 0:
+            if how == "countdown":
+                raise self.retry(exc=ConnectionError("down"), countdown=30)
+            if how == "eta":
+                raise self.retry(eta=at)
+            raise self.retry(eta=at.replace(tzinfo=None) - timedelta(hours=3))  # past: now
+        return how
+
+    by_countdown, by_eta, past = wait.delay("countdown"), wait.delay("eta"), wait.delay("past")
+    failed_at = clock.now()
+    drain(runlane)
+    due = [runlane.runs.get(r.id).due_at for r in (by_countdown, by_eta)]
+    assert due == [failed_at + timedelta(seconds=30), at]
+    assert "Retry in 30s: ConnectionError('down')" in str(by_countdown.result)
+    assert past.get(timeout=1) == "past"  # an eta already past: retried at once
+    assert runlane.runs.get(past.id).attempt == 2
+    clock.advance(29)
+    assert drain(runlane) == 0
+    clock.advance(1)
+    assert drain(runlane) == 1
+    assert by_countdown.get(timeout=1) == "countdown"
+    clock.advance(timedelta(hours=2))
+    runlane.maintenance.run_pass()  # publishes the retry due in two hours
+    assert drain(runlane) == 1 and by_eta.get(timeout=1) == "eta"
+
+
+def test_retry_with_a_countdown_longer_than_the_policy_cap_waits_the_countdown(
+    app: Celery, runlane: Runlane, clock: ManualClock
+) -> None:
+    @app.task(bind=True, retry_backoff=True, retry_backoff_max=10, max_retries=1)
+    def slow(self):
+        if self.request.retries == 0:
+            raise self.retry(countdown=3 * 24 * 3600)  # three days: stored, not in SQS
+        return "later"
+
+    result = slow.delay()
+    drain(runlane)
+    assert runlane.runs.get(result.id).due_at == clock.now() + timedelta(days=3)
+
+
+@pytest.mark.parametrize(
+    ("retry_options", "match"),
+    [
+        ({"countdown": 5, "eta": datetime(2030, 1, 1, tzinfo=UTC)}, "not both"),
+        ({"countdown": "soon"}, "countdown must be seconds, not 'soon'"),
+        ({"countdown": float("nan")}, "countdown must be seconds"),
+        ({"countdown": True}, "countdown must be seconds"),
+        ({"eta": "2030-01-01"}, "eta must be a datetime"),
+    ],
+)
+def test_a_bad_retry_time_fails_the_run_naming_it(
+    app: Celery, runlane: Runlane, retry_options: dict[str, object], match: str
+) -> None:
+    @app.task(bind=True, name="bad.retry")
+    def bad(self):
+        raise self.retry(**retry_options)
+
+    result = bad.delay()
+    drain(runlane)
+    with pytest.raises(InvalidOptionValue, match=match):
+        result.get(timeout=1)
+    assert runlane.runs.get(result.id).attempt == 1  # not retried
 
 
 def test_retries_used_up_fail_with_the_exception_given_to_retry(

@@ -188,6 +188,18 @@ def test_list_of_an_empty_store_is_an_empty_last_page(app: Runlane) -> None:
     assert app.runs.list() == RunPage([], None)
 
 
+def test_a_page_iterates_over_its_runs_and_keeps_its_cursor(
+    app: Runlane, clock: ManualClock
+) -> None:
+    created = [trigger(app, clock, OK, i) for i in range(5)]
+    first = app.runs.list(limit=3)
+    assert [run.id for run in first] == [r.id for r in reversed(created)][:3]
+    assert len(first) == 3 and list(first) == first.runs
+    rest = app.runs.list(limit=3, cursor=first.cursor)
+    assert [run.payload for run in rest] == [1, 0] and rest.cursor is None
+    assert len(app.runs.list(task="ops.nothing")) == 0
+
+
 def test_list_filters_by_one_status(app: Runlane, clock: ManualClock) -> None:
     runs = one_of_each(app, clock)
     for status, run in runs.items():

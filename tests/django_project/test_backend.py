@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,11 +17,13 @@ from django.test import Client
 
 from runlane_sqs import RunStatus
 from runlane_sqs.django.backend import InvalidArguments, RunlaneBackend
+from runlane_sqs.django.results import RunError
 from runlane_sqs.django.worker import worker_app
 from tests.django_project.conftest import Memory
 from tests.django_project.shop.models import Order
 from tests.django_project.shop.tasks import (
     add,
+    count_orders,
     introspect,
     pair,
     refuse,
@@ -114,6 +117,38 @@ def test_without_enqueue_on_commit_a_rolled_back_order_still_has_its_run(
     shown = client.get(f"/results/immediate/{placed['result_id']}/").json()
     assert shown["status"] == "FAILED"
     assert shown["errors"][0]["exception"] == "tests.django_project.shop.models.Order.DoesNotExist"
+    [error] = immediate_result(placed["result_id"]).errors
+    assert error.exception_class is Order.DoesNotExist  # a nested class's path
+
+
+def immediate_result(result_id: str) -> Any:
+    return send_receipt.using(backend="immediate").get_result(result_id)
+
+
+@pytest.mark.parametrize(
+    ("path", "error", "match"),
+    [
+        ("tests.django_project.shop.models.Order.Missing", ImportError, "has no 'Order.Missing'"),
+        ("tests.django_project.shop.models.Order", ValueError, "not reference a valid exception"),
+        ("nowhere.at_all.Error", ImportError, "not a module path"),
+        ("Error", ImportError, "not a module path"),
+    ],
+)
+def test_an_error_path_that_names_no_exception_is_refused_by_name(
+    path: str, error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match) as raised:
+        RunError(exception_class_path=path, traceback="").exception_class  # noqa: B018
+    assert path in str(raised.value)
+
+
+def test_a_module_that_fails_to_import_is_not_taken_for_a_missing_prefix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "broken_errors.py").write_text("import not_installed_anywhere\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ModuleNotFoundError, match="not_installed_anywhere"):
+        RunError(exception_class_path="broken_errors.Oops", traceback="").exception_class  # noqa: B018
 
 
 # enqueueing -------------------------------------------------------------------------
@@ -232,6 +267,32 @@ def test_a_failure_shows_its_exception_and_traceback(memory: Memory) -> None:
     assert "ValueError: out of stock" in error.traceback
     with pytest.raises(ValueError, match="failed"):
         read.return_value  # noqa: B018
+
+
+def test_database_connections_are_closed_around_each_attempt(memory: Memory) -> None:
+    """What Django's request cycle does (``close_old_connections``, ``CONN_MAX_AGE`` 0 here):
+    an attempt does not find the connection the attempt before it left on the thread."""
+    immediate = count_orders.using(backend="immediate")
+    results = [immediate.enqueue() for _ in range(3)]
+    assert drain(memory) == 3
+    read = [immediate.get_result(r.id).return_value for r in results]
+    assert [r["left_open"] for r in read] == [False, False, False]
+
+
+def test_a_hook_that_raises_is_logged_and_the_attempt_goes_on(
+    memory: Memory, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = memory.app  # the worker's (drain)
+
+    @app.hooks.before_attempt
+    def broken(ctx: Any) -> None:
+        raise RuntimeError("hook bug")
+
+    result = count_orders.using(backend="immediate").enqueue()
+    assert drain(memory) == 1
+    assert count_orders.using(backend="immediate").get_result(result.id).status == "SUCCESSFUL"
+    [logged] = [r for r in caplog.records if "hook" in r.getMessage()]
+    assert logged.run_id == result.id and "hook bug" in (logged.exc_text or "")
 
 
 def test_async_tasks_run(memory: Memory) -> None:

@@ -216,6 +216,29 @@ def test_standard_batch_reports_exactly_the_record_that_hit_a_transient_error(
     assert calls == [{"n": 1}, {"n": 3}, {"n": 2}]
 
 
+def test_the_apps_hooks_run_around_each_attempt_of_a_batch(
+    app: Runlane, clock: ManualClock, transport: InMemoryTransport, calls: list[Any]
+) -> None:
+    """docs/hooks.md: the Lambda consumer calls them as the workers do."""
+    seen: list[tuple[str, str, int, object]] = []
+    app.hooks.before_attempt(lambda ctx: seen.append(("before", ctx.run_id, ctx.attempt, None)))
+    app.hooks.after_attempt(
+        lambda ctx, outcome: seen.append(("after", ctx.run_id, ctx.attempt, outcome.result))
+    )
+    runs, messages = trigger_and_receive(app, transport, [{"n": 1}, {"n": 2}])
+    handler = sqs_handler(app, safety_margin_seconds=MARGIN_SECONDS)
+
+    response = handler({"Records": [sqs_record(m) for m in messages]}, FakeContext(clock, 60, "r"))
+
+    assert reported(response) == []
+    assert seen == [
+        ("before", runs[0].id, 1, None),
+        ("after", runs[0].id, 1, {"done": 1}),
+        ("before", runs[1].id, 1, None),
+        ("after", runs[1].id, 1, {"done": 2}),
+    ]
+
+
 def test_stale_unknown_and_malformed_records_are_not_reported(
     app: Runlane, clock: ManualClock, transport: InMemoryTransport, calls: list[Any]
 ) -> None:

@@ -22,6 +22,7 @@ from runlane_sqs.engine.context import TaskContext
 from runlane_sqs.engine.driver import Disposition
 from runlane_sqs.engine.engine import Engine
 from runlane_sqs.engine.message import MessagePath
+from runlane_sqs.engine.tasks import Task
 from runlane_sqs.ports.aio import AsyncRunStore, AsyncWakeupTransport
 from runlane_sqs.ports.transport import ReceivedWakeup
 from runlane_sqs.runtime.aio.leases import AsyncLeaseKeeper
@@ -98,6 +99,7 @@ class AsyncExecutor:
         self.store = store
         self.transport = transport
         self.threads = threads
+        self.hooks = engine.hooks
         self._perform = driver.performer_table(self)
 
     async def handle(self, received: ReceivedWakeup) -> Disposition:
@@ -124,9 +126,10 @@ class AsyncExecutor:
 
     async def call_handler(self, call: driver.CallHandler) -> object:
         """The handler, called with the run's payload (opened, and converted to its task's
-        payload type); its result (converted from its result type), sealed. A
-        value kept in the payload bucket, or encoded by codecs (which may call KMS), is
-        read and written on a thread; a plain one on the loop."""
+        payload type), the app's hooks around it (if it has any: on the handler's thread,
+        or on the loop for an ``async def`` handler); its result (converted from its result
+        type), sealed. A value kept in the payload bucket, or encoded by codecs (which may
+        call KMS), is read and written on a thread; a plain one on the loop."""
         task, ctx, values = call.task, call.ctx, self.engine.values
         try:
             with call.span.active():  # the thread runs in a copy of this context
@@ -138,10 +141,7 @@ class AsyncExecutor:
                 types = task.types
                 if types.payload is not None:
                     payload = types.handler_payload(payload)
-                if task.is_async:
-                    result = await task.fn(ctx, payload)
-                else:
-                    result = await self.threads.run(functools.partial(task.fn, ctx, payload))
+                result = await self._handler(task, ctx, payload)
                 if types.result is not None:
                     result = types.stored_result(result)
                 place = ValuePlace(Holder.RUN, ctx.run_id, ValueField.RESULT)
@@ -159,6 +159,19 @@ class AsyncExecutor:
                 )
                 self.leases.untrack(ctx.run_id)
             raise
+
+    async def _handler(self, task: Task, ctx: TaskContext, payload: object) -> object:
+        """The handler's result: an ``async def`` one awaited on the loop, a sync one on a
+        thread of the pool; the app's hooks around it, where it runs."""
+        hooks = self.hooks
+        if task.is_async:
+            if hooks.active:
+                return await hooks.call_async(ctx, functools.partial(task.fn, ctx, payload))
+            return await task.fn(ctx, payload)
+        handler = functools.partial(task.fn, ctx, payload)
+        if hooks.active:  # on the handler's thread, as the handler
+            return await self.threads.run(functools.partial(hooks.call, ctx, handler))
+        return await self.threads.run(handler)
 
     async def end(self, call: driver.End) -> tuple[Run, bool] | None:
         return self.leases.untrack(call.run_id, call.token)

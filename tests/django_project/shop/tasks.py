@@ -57,3 +57,13 @@ def pair(left: Any, right: Any) -> tuple[Any, Any]:
 def relay(text: str) -> str:
     """Enqueues from the worker's thread (where Django builds backends of its own)."""
     return shout.enqueue(text).id
+
+
+@task
+def count_orders() -> dict[str, Any]:
+    """Says whether the thread's database connection was open when the attempt began
+    (one an earlier attempt left open), then uses it."""
+    from django.db import connection  # noqa: PLC0415
+
+    left_open = connection.connection is not None
+    return {"left_open": left_open, "orders": Order.objects.count()}
