@@ -21,6 +21,7 @@ from runlane_sqs.cli.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
 from runlane_sqs.cli.queues import queues
 from runlane_sqs.cli.runs import runs, trigger
 from runlane_sqs.cli.schedules import schedules
+from runlane_sqs.cli.tasks import tasks
 from runlane_sqs.cli.tokens import signals, tokens
 
 
@@ -51,6 +52,7 @@ for command in (
     trigger,
     runs,
     schedules,
+    tasks,
     queues,
     health,
     tokens,

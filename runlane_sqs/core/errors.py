@@ -238,6 +238,9 @@ for _error in (
     CodecError,
     InvalidTransaction,
     TransactionCancelled,
+    InvalidResult,
+    PayloadMismatch,
+    RunNotSucceeded,
 ):
     _error.__module__ = "runlane_sqs.errors"
 

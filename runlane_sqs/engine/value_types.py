@@ -62,6 +62,13 @@ def is_plain(annotation: Any) -> bool:
     return False
 
 
+def type_name(annotation: Any) -> str:
+    """A declared type's name: a class's own, or the annotation as written."""
+    if isinstance(annotation, type) and typing.get_origin(annotation) is None:
+        return annotation.__qualname__
+    return repr(annotation).replace("typing.", "")
+
+
 def describe(errors: list[dict[str, JSON]]) -> str:
     """Validation errors in words: ``field.path: message`` for each of the first few."""
     shown = [f"{e['path'] or '(the value)'}: {e['message']}" for e in errors[:SHOWN_ERRORS]]
@@ -91,7 +98,8 @@ class ValueType:
         except Exception as exc:  # pydantic's errors for a type it cannot validate
             raise ConfigurationError(
                 f"the {self.owner} is declared as {self.annotation!r}, which pydantic cannot "
-                f"validate: {exc}"
+                "validate: declare a type it validates, or give app.task payload_type= or "
+                f"result_type= (Any takes the value as plain JSON). pydantic said: {exc}"
             ) from exc
 
     def check(self, value: object) -> tuple[Any, list[dict[str, JSON]] | None]:
@@ -167,6 +175,23 @@ class TaskTypes:
         if errors is not None:
             raise InvalidResult(f"the {self.result.owner} is invalid: {describe(errors)}")
         return self.result.to_json(value)
+
+    def schemas(self) -> dict[str, JSON]:
+        """The JSON Schema of the payload (of one item, for a batched task) and of the
+        result; ``None`` for plain JSON (any value)."""
+        payload = self.item or self.payload
+        return {
+            "payload": payload.json_schema() if payload is not None else None,
+            "result": self.result.json_schema() if self.result is not None else None,
+        }
+
+    def names(self) -> dict[str, str]:
+        """The payload's and the result's type as code names them (``JSON`` for plain)."""
+        payload = self.item or self.payload
+        return {
+            "payload": type_name(payload.annotation) if payload is not None else "JSON",
+            "result": type_name(self.result.annotation) if self.result is not None else "JSON",
+        }
 
     def result_value(self, result: JSON) -> Any:
         """A stored result as the declared type."""

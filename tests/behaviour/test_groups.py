@@ -320,7 +320,7 @@ def test_a_map_whose_children_fail_to_start_after_a_lost_opening_still_starts_th
         ([("square", {"n": 1})], {"max_in_flight": 0}, ConfigurationError),
         ([("square", {"n": 1})], {"tolerate": 1.5}, ConfigurationError),
         ([("square", {"n": 1})], {"tolerate": -1}, ConfigurationError),
-        ([("square", {"n": 1})], {"max_inflight": 3}, ConfigurationError),
+        ([("square", {"n": 1})], {"max_inflight": 3}, TypeError),
         ([("square", {"n": 1})], {"tolerate": True}, ConfigurationError),
         ([("square", {"pad": "x" * 70_000})], {}, PayloadTooLarge),
         (["square"], {}, ConfigurationError),

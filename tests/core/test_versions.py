@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.metadata
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import click
 import pytest
@@ -99,7 +100,8 @@ def test_the_default_version_is_the_installed_distribution_the_handlers_come_fro
     registry.register(lambda ctx, payload: None, name="local.task")
     assert registry.installed_version() is None  # this test module is no distribution
 
-    registry.register(click.echo, name="installed.task")  # a function of an installed one
+    # a function of an installed one, its annotations no payload type
+    registry.register(click.echo, name="installed.task", payload_type=Any)
     assert registry.installed_version() == f"click=={importlib.metadata.version('click')}"
 
 

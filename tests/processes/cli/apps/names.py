@@ -30,3 +30,5 @@ deploy's code (``SHOP_CODE``): ``v1`` nothing, ``inserted`` an ``audit`` step,
 CODE_ENV = "SHOP_CODE"
 PINNED = "shop.pinned"
 """Waits for ``payload["token"]``; its runs finish on the app version they started under."""
+SHIP = "shop.ship"
+"""Typed: takes a ``Parcel`` (a pydantic model) and returns a ``Label`` (a dataclass)."""

@@ -9,8 +9,11 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel
 
 from runlane_sqs import Batch, Debounce, RetryPolicy, Runlane, TaskContext
 from tests.processes.cli.apps.names import (
@@ -31,6 +34,7 @@ from tests.processes.cli.apps.names import (
     PATIENT,
     PATIENT_ASYNC,
     PINNED,
+    SHIP,
 )
 
 app = Runlane.from_env(lease_duration=LEASE_SECONDS)
@@ -142,3 +146,19 @@ def _effect(ctx: TaskContext, step: str) -> str:
 @app.task(name=PINNED, pin_version=True)
 def pinned(ctx: TaskContext, payload: Any) -> Any:
     return ctx.wait_for_token(payload["token"]).value
+
+
+class Parcel(BaseModel):
+    order_id: int
+    weight_grams: int
+
+
+@dataclass
+class Label:
+    order_id: int
+    service: str
+
+
+@app.task(name=SHIP)
+def ship(ctx: TaskContext, parcel: Parcel) -> Label:
+    return Label(parcel.order_id, "express" if parcel.weight_grams < 1000 else "freight")
