@@ -181,6 +181,12 @@ class CeleryTaskOptions(TypedDict, total=False):
     ignore_result: bool
     track_started: bool
     typing: bool
+    pydantic: bool
+    """Arguments annotated with a pydantic model are validated into it at the worker, a
+    returned model is dumped to JSON (docs/from-celery.md, "pydantic=True")."""
+    pydantic_strict: bool
+    pydantic_context: dict[str, Any] | None
+    pydantic_dump_kwargs: dict[str, Any] | None
     serializer: str
     rate_limit: str | int | None
     """Fleet-wide here (Celery's is per worker process): ``"10/m"``, ``"5/s"``, ``"100/h"``."""
@@ -738,6 +744,9 @@ class CeleryTask:
         _check_values(self.name, options)
         self.bind = options.get("bind", False)
         self.typing = options.get("typing", True)
+        self.models = (
+            PydanticArguments.of(fn, self.name, options) if options.get("pydantic") else None
+        )
         self.max_retries = options.get("max_retries", DEFAULT_MAX_RETRIES)
         self.policy = retry_policy_of(self.name, options)
         self.throws = _exception_types(options.get("throws", ()), "throws", self.name)
@@ -778,7 +787,9 @@ class CeleryTask:
         return self.run(self, *args, **kwargs) if self.bind else self.run(*args, **kwargs)
 
     def _handle(self, ctx: TaskContext, payload: JSON) -> JSON:
-        """The runlane handler: the run's payload back into the call's arguments."""
+        """The runlane handler: the run's payload back into the call's arguments (with
+        ``pydantic=True``, validated into the models they are annotated with, and a
+        returned model dumped)."""
         args, kwargs, expires = arguments_of(payload, self.name)
         if expires is not None and self.app.runlane_app.clock.now() >= expires:
             raise TaskRevokedError(f"task {self.name} expired at {expires.isoformat()}")
@@ -786,7 +797,10 @@ class CeleryTask:
             ctx.run_id, ctx.attempt - 1, tuple(args), kwargs, self.name, ctx
         )
         with _in_task_context(context):
-            return self._call(args, kwargs)
+            if self.models is None:
+                return self._call(args, kwargs)
+            args, kwargs = self.models.validated(args, kwargs)
+            return self.models.dumped(self._call(args, kwargs))
 
     # calling ---------------------------------------------------------------------------
 
@@ -814,6 +828,9 @@ class CeleryTask:
         call_args, call_kwargs = list(args or ()), dict(kwargs or {})
         if self.typing:
             self._check_signature(call_args, call_kwargs)
+        if self.models is not None:  # a model given to the call travels as its JSON
+            call_args = [self.models.dumped(value) for value in call_args]
+            call_kwargs = {key: self.models.dumped(value) for key, value in call_kwargs.items()}
         now = self.app.runlane_app.clock.now()
         payload = call_payload(self.name, call_args, call_kwargs, expires_at(expires, now))
         run = self.app.runlane_app.trigger(
@@ -877,6 +894,81 @@ class CeleryTask:
 
     signature = s
     si = s
+
+
+@dataclass(frozen=True)
+class PydanticArguments:
+    """Celery's ``pydantic=True``: the task's parameters annotated with a pydantic model
+    (a ``BaseModel`` subclass), by name and position, validated at the worker with
+    ``pydantic_strict`` and ``pydantic_context``; a returned model is dumped with
+    ``pydantic_dump_kwargs`` (JSON mode unless they say otherwise)."""
+
+    task: str
+    models: dict[str, Any]
+    """The annotated parameters' models, by name."""
+    positions: tuple[str, ...]
+    """The parameters' names in order (a bound task's ``self`` left out)."""
+    strict: bool
+    context: dict[str, Any] | None
+    dump: dict[str, Any]
+
+    @classmethod
+    def of(cls, fn: Callable[..., Any], task: str, options: CeleryTaskOptions) -> PydanticArguments:
+        try:
+            from pydantic import BaseModel  # noqa: PLC0415 (only with pydantic=True)
+        except ImportError as exc:
+            raise UnsupportedOption(
+                f"{task}: pydantic=True needs pydantic (pip install 'runlane-sqs[pydantic]')"
+            ) from exc
+        parameters = list(inspect.signature(fn, eval_str=True).parameters.values())
+        if options.get("bind", False):
+            parameters = parameters[1:]
+        models = {
+            p.name: p.annotation
+            for p in parameters
+            if isinstance(p.annotation, type) and issubclass(p.annotation, BaseModel)
+        }
+        return cls(
+            task=task,
+            models=models,
+            positions=tuple(p.name for p in parameters),
+            strict=options.get("pydantic_strict", False),
+            context=options.get("pydantic_context"),
+            dump={"mode": "json", **(options.get("pydantic_dump_kwargs") or {})},
+        )
+
+    def validated(
+        self, args: list[Any], kwargs: dict[str, Any]
+    ) -> tuple[list[Any], dict[str, Any]]:
+        """The call's arguments, each annotated one validated into its model; a value that
+        does not validate raises :class:`InvalidPayloadError` naming the argument and its
+        fields (not retried)."""
+        named = zip(self.positions, args, strict=False)
+        given = [self._model(name, value) for name, value in named]
+        given += args[len(given) :]
+        return given, {key: self._model(key, value) for key, value in kwargs.items()}
+
+    def _model(self, name: str, value: Any) -> Any:
+        from pydantic import ValidationError  # noqa: PLC0415 (loaded with the models)
+
+        model = self.models.get(name)
+        if model is None:
+            return value
+        try:
+            return model.model_validate(value, strict=self.strict, context=self.context)
+        except ValidationError as exc:
+            fields = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or '(the value)'}: {e['msg']}"
+                for e in exc.errors(include_url=False, include_input=False)
+            )
+            raise InvalidPayloadError(
+                f"{self.task}: argument {name!r} is not a valid {model.__name__}: {fields}"
+            ) from None
+
+    def dumped(self, value: Any) -> Any:
+        """``value``, a model dumped (a returned one, or one given to the call)."""
+        dump = getattr(value, "model_dump", None)
+        return dump(**self.dump) if callable(dump) else value
 
 
 def _check_retry_time(countdown: object, eta: object) -> None:
