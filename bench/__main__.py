@@ -348,7 +348,7 @@ class Runner:
     def typed(self) -> None:
         """CPU per run and per trigger with a 1 KB pydantic payload and result against
         plain dicts; whether a plain app imports pydantic (bench/typed.py)."""
-        result = measure_typed(self.backend, self.sizes.typed_runs)
+        result = measure_typed(self.sizes.typed_runs)
         self.results["typed"] = result.to_json()
 
 

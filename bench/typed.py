@@ -1,14 +1,16 @@
 """Typed tasks: what a pydantic payload and result cost next to plain dicts
 (docs/typed-tasks.md, "What it costs").
 
-Two tasks on one app of the bench's backend do the same work: one takes and returns a
-dict of about 1 KB, the other takes an ``Order`` model of the same fields (ten lines of
-an order, about 1 KB as JSON) and returns a ``Receipt`` model. For each, ``runs`` runs
-are triggered and then drained by the sync worker in this process, and this process's
-CPU (``time.process_time``) is read around the triggers and around the drain: the
-difference per run is what validation and conversion cost at the door and at the
-worker. A warm-up round of each comes first, uncounted; then the two tasks alternate in
-rounds, so a slower moment of the machine falls on both.
+Two tasks on one app do the same work: one takes and returns a dict of about 1 KB, the
+other takes an ``Order`` model of the same fields (ten lines of an order, about 1 KB as
+JSON) and returns a ``Receipt`` model. For each, ``runs`` runs are triggered and then
+drained by the sync worker, and this process's CPU (``time.process_time``) is read around
+the triggers and around the drain: the difference per run is what validation and
+conversion cost at the door and at the worker. The app is the in-memory one whatever the
+backend: its plain run costs the least CPU, so the ratio is the strictest, and no
+emulator's work or network wait blurs it. A warm-up round of each comes first,
+uncounted; then the two tasks alternate in short rounds, so a slower moment of the
+machine falls on both. The conversions themselves are also timed alone, per run.
 
 It also checks, in a fresh interpreter, that an app whose tasks declare no type imports
 no pydantic, and prints how long ``import runlane_sqs`` takes there.
@@ -24,13 +26,14 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from bench.backends import Backend
 from bench.cost import drainer
 from runlane_sqs import Runlane, TaskContext
+from runlane_sqs.engine.value_types import TaskTypes
+from runlane_sqs.testing import in_memory_app
 
 PLAIN = "bench.typed.plain"
 TYPED = "bench.typed.model"
-ROUNDS = 4
+ROUNDS = 20
 LINES = 10
 PLAIN_APP_IMPORTS = """
 import sys, time
@@ -102,6 +105,8 @@ class TypedResult:
     """CPU per trigger, by kind (plain, typed)."""
     worker_ms: dict[str, float]
     """CPU per run drained, by kind."""
+    conversion_us: float
+    """The three conversions of a typed run alone (trigger, handler's payload, result)."""
     import_ms: float
     plain_app_imports_pydantic: bool
 
@@ -112,17 +117,17 @@ class TypedResult:
             "worker_cpu_ms_per_run": self.worker_ms,
             "trigger_ratio": self.trigger_ms["typed"] / self.trigger_ms["plain"],
             "worker_ratio": self.worker_ms["typed"] / self.worker_ms["plain"],
+            "conversions_us_per_run": self.conversion_us,
             "import_runlane_sqs_ms": self.import_ms,
             "plain_app_imports_pydantic": self.plain_app_imports_pydantic,
         }
 
 
-def measure_typed(backend: Backend, runs: int) -> TypedResult:
-    app = backend.app()
+def measure_typed(runs: int) -> TypedResult:
+    app = in_memory_app()
     app.task(plain, name=PLAIN)
-    app.task(typed, name=TYPED)
-    app.provision()
-    drain = drainer()
+    model = app.task(typed, name=TYPED)
+    drain = drainer(wait_seconds=0)
     trigger_cpu = {"plain": 0.0, "typed": 0.0}
     worker_cpu = {"plain": 0.0, "typed": 0.0}
     per_round = max(1, runs // ROUNDS)
@@ -150,11 +155,26 @@ def measure_typed(backend: Backend, runs: int) -> TypedResult:
     import_ms, imports_pydantic = _plain_app_imports()
     return TypedResult(
         runs=total,
+        conversion_us=_conversions_us(model.types),
         trigger_ms={k: v * 1000 / total for k, v in trigger_cpu.items()},
         worker_ms={k: v * 1000 / total for k, v in worker_cpu.items()},
         import_ms=import_ms,
         plain_app_imports_pydantic=imports_pydantic,
     )
+
+
+def _conversions_us(types: TaskTypes, rounds: int = 2000) -> float:
+    """The CPU of one typed run's conversions: its trigger's payload, the handler's
+    payload and its result, in µs."""
+    given = Order.model_validate(order(1))
+    stored = types.trigger_payload(given)[1]
+    returned = typed(None, given)  # type: ignore[arg-type]  # the handler reads no context
+    started = time.process_time()
+    for _ in range(rounds):
+        types.trigger_payload(given)
+        types.handler_payload(stored)
+        types.stored_result(returned)
+    return (time.process_time() - started) * 1e6 / rounds
 
 
 def _drain_all(app: Runlane, drain: Any, expected: int) -> int:
@@ -183,11 +203,13 @@ def _plain_app_imports() -> tuple[float, bool]:
 def print_typed(data: dict[str, Any]) -> None:
     """One line of figures from :meth:`TypedResult.to_json`."""
     trigger, worker = data["trigger_cpu_ms_per_run"], data["worker_cpu_ms_per_run"]
+    imported = "imports" if data["plain_app_imports_pydantic"] else "does not import"
     print(
-        f"typed tasks ({data['runs']} runs each, 1 KB payload and result): trigger CPU "
-        f"{trigger['plain']:.3f} ms plain, {trigger['typed']:.3f} ms pydantic "
+        f"typed tasks ({data['runs']} runs each, 1 KB payload and result, in memory): "
+        f"trigger CPU {trigger['plain']:.3f} ms plain, {trigger['typed']:.3f} ms pydantic "
         f"({data['trigger_ratio']:.2f}x); worker CPU {worker['plain']:.3f} ms plain, "
         f"{worker['typed']:.3f} ms pydantic ({data['worker_ratio']:.2f}x; target at most "
-        f"1.05x); import runlane_sqs {data['import_runlane_sqs_ms']:.0f} ms, a plain app "
-        f"{'imports' if data['plain_app_imports_pydantic'] else 'does not import'} pydantic"
+        f"1.05x); the conversions alone {data['conversions_us_per_run']:.0f} us a run; "
+        f"import runlane_sqs {data['import_runlane_sqs_ms']:.0f} ms, a plain app {imported} "
+        "pydantic"
     )
