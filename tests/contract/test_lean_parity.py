@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import functools
 import json
 import uuid
 from collections.abc import Iterator
@@ -104,12 +105,24 @@ def _config(attempts: int) -> Config:
     return default_botocore_config({}).merge(Config(retries=retries))
 
 
+@functools.cache
+def _session(token: str | None) -> boto3.session.Session:
+    """One session per token for the whole file: each client made from it starts from
+    the same state, and the service models are loaded once rather than per example."""
+    return boto3.session.Session(**CREDENTIALS, aws_session_token=token)
+
+
+@functools.cache
+def _async_session(token: str | None) -> aioboto3.Session:
+    return aioboto3.Session(**CREDENTIALS, aws_session_token=token)
+
+
 def _clients(
     service: str, token: str | None, canned: Canned, attempts: int = 5
 ) -> tuple[Any, LeanClient]:
     """A botocore client answered by ``canned``, and a lean client over another botocore
     client whose HTTP session is ``canned``: the same session, config and credentials."""
-    session = boto3.session.Session(**CREDENTIALS, aws_session_token=token)
+    session = _session(token)
     config = _config(attempts)
     botocore = session.client(service, endpoint_url=ENDPOINTS[service], config=config)
     botocore.meta.events.register("before-send", canned.response)
@@ -141,7 +154,7 @@ def _async_lean_call(
     service = _service(method)
 
     async def call() -> Any:
-        session = aioboto3.Session(**CREDENTIALS, aws_session_token=token)
+        session = _async_session(token)
         config = _config(attempts)
         async with session.client(  # type: ignore[call-overload]
             service, endpoint_url=ENDPOINTS[service], config=config
