@@ -25,9 +25,23 @@ GRACE = timedelta(seconds=3)
 """How late a run may start after its due time here: a whole-second SQS delay, a poll."""
 
 
-def _workers(start_worker: Callable[..., WorkerProcess]) -> None:
-    for _ in range(WORKERS):
+STARTUP_TIMEOUT_SECONDS = 60
+
+
+def _workers(start_worker: Callable[..., WorkerProcess]) -> list[WorkerProcess]:
+    return [
         start_worker("--app", "tests.apps.debounced_worker:app", "--concurrency", "4")
+        for _ in range(WORKERS)
+    ]
+
+
+def _consuming(workers: list[WorkerProcess]) -> None:
+    """Wait until every worker consumes: a cap is measured from a run's first trigger,
+    not from the start of a worker process (seconds on a busy machine)."""
+    for worker in workers:
+        wait_until(
+            lambda w=worker: "consuming" in w.log(), STARTUP_TIMEOUT_SECONDS, "a worker to start"
+        )
 
 
 def _started(app: Runlane, run_id: str) -> list[EventType]:
@@ -81,7 +95,7 @@ def test_the_maximum_wait_starts_runs_under_a_constant_stream(
     every 4 s (its cap), each with the payload of the last trigger that went to it."""
     app = register(make_app())
     app.provision()
-    _workers(start_worker)
+    _consuming(_workers(start_worker))
 
     last_of: dict[str, int] = {}
     first_at: dict[str, float] = {}
