@@ -14,7 +14,7 @@ from datetime import timedelta
 import pytest
 
 from runlane_sqs import EventType, Run, Runlane, RunStatus
-from tests.apps.debounced_worker import BUILD, CAP, QUIET, STREAM, register
+from tests.apps.debounced_worker import BUILD, BUILD_QUIET, CAP, STREAM, register
 from tests.emulators import WorkerProcess, wait_until
 
 pytestmark = pytest.mark.integration
@@ -80,7 +80,7 @@ def test_a_thousand_triggers_over_five_keys_make_five_runs(
         assert run.result == {"key": runs[0].payload["key"], "n": TRIGGERS // KEYS - 1}
         assert (run.attempt, run.collapsed) == (1, TRIGGERS // KEYS - 1)
         started = next(e.at for e in app.runs.events(run.id) if e.type is EventType.STARTED)
-        assert started.timestamp() >= last_at + QUIET - 0.01  # after the quiet period
+        assert started.timestamp() >= last_at + BUILD_QUIET - 0.01  # after the quiet period
     assert len(app.runs.list().runs) == KEYS
     print(
         f"\n{TRIGGERS} debounced triggers over {KEYS} keys in {took:.1f} s "
