@@ -139,7 +139,7 @@ class TaskPages:
         try:
             schemas = {part: schema_text(s) for part, s in task.types.schemas().items()}
         except Exception as exc:  # pydantic's error for a type that has no JSON Schema
-            schemas = {part: f"(no JSON Schema: {exc})" for part in names}
+            schemas = {part: visible(f"(no JSON Schema: {exc})") for part in names}
         return self.pages.render(
             request,
             "task.html",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any, Literal
 from urllib.parse import quote
@@ -119,6 +119,17 @@ def test_a_task_page_shows_its_types_their_schemas_and_links_to_its_runs(
     assert f'href="/runs?task={SHIP}&amp;status=failed"' in page.text
     plain = client.get(f"/tasks/{PLAIN}").text
     assert 'id="payload-schema">any JSON value<' in plain
+
+
+def test_a_type_without_a_json_schema_says_so_and_still_triggers(
+    app: Runlane, client: TestClient
+) -> None:
+    app.task(lambda ctx, payload: None, name="console.callable", payload_type=Callable[[], None])
+    page = client.get("/tasks/console.callable")
+
+    assert page.status_code == 200
+    assert 'id="payload-schema">(no JSON Schema: ' in page.text
+    assert "Traceback" not in page.text and 'id="trigger-button"' in page.text
 
 
 def test_hostile_text_in_a_type_or_a_task_name_stays_text(client: TestClient) -> None:
