@@ -33,6 +33,7 @@ from runlane_sqs.console import charts, views
 from runlane_sqs.console.bulk import BulkPages
 from runlane_sqs.console.overview import OverviewPages
 from runlane_sqs.console.security import COOKIE, CSRF_FIELD, Guard
+from runlane_sqs.console.tasks import TaskPages
 from runlane_sqs.console.tokens import TokenPages
 from runlane_sqs.console.views import Problem
 from runlane_sqs.core.errors import (
@@ -85,11 +86,15 @@ def console_app(app: Runlane, settings: ConsoleSettings) -> Starlette:
     token_pages = TokenPages(pages)
     overview = OverviewPages(pages)
     bulk = BulkPages(pages)
+    task_pages = TaskPages(pages)
     routes = [
         Route("/", lambda request: RedirectResponse("/runs", status_code=303)),
         Route("/runs", pages.runs),
         Route("/runs/{run_id}", pages.run),
         Route("/runs/{run_id}/{action}", pages.act, methods=["POST"]),
+        Route("/tasks", task_pages.tasks),
+        Route("/tasks/{name}", task_pages.task),
+        Route("/tasks/{name}", task_pages.trigger, methods=["POST"]),
         Route("/tokens", token_pages.tokens),
         Route("/tokens", token_pages.token, methods=["POST"]),
         Route("/signals", token_pages.signal, methods=["POST"]),
@@ -270,7 +275,7 @@ class Pages:
             children=children,
             member=member,
             actor=unquote(request.cookies.get(ACTOR_COOKIE, "")),
-            done=views.done_action(request.query_params.get("done")),
+            done=views.done_message(request.query_params.get("done")),
         )
 
     def shown(self, run: Run, what: str, hide: bool) -> str:

@@ -213,7 +213,20 @@ def checked_actor(form: Mapping[str, str]) -> tuple[str, str]:
     return actor, reason
 
 
-def done_action(done: str | None) -> str | None:
-    """The action a page's ``done`` parameter names after a redirect, if it is one (any
-    other text is not shown: a crafted link cannot put words on the page)."""
-    return done if done in ACTION_STATUSES else None
+TRIGGER_OUTCOMES = {
+    "triggered": "Run triggered.",
+    "joined": (
+        "The trigger went to this run, which was there before (its idempotency key, or a "
+        "debounce or batch it joined): no new run was created."
+    ),
+}
+"""What a run's page says after a trigger from a task's page (``done``)."""
+
+
+def done_message(done: str | None) -> str | None:
+    """What a page's ``done`` parameter says after a redirect, if it names an action or a
+    trigger's outcome (any other text is not shown: a crafted link cannot put words on
+    the page)."""
+    if done in ACTION_STATUSES:
+        return f"{done} recorded."
+    return TRIGGER_OUTCOMES.get(done or "")

@@ -30,7 +30,13 @@ class UnknownTaskError(RunlaneError):
 
 
 class InvalidPayloadError(RunlaneError):
-    """A payload or result that cannot be stored as JSON."""
+    """A payload or result that cannot be stored as JSON, or that its task's declared type
+    refuses; then ``errors`` holds each validation error's field ``path``, ``message`` and
+    ``kind`` (all of them: the message names the first few)."""
+
+    def __init__(self, message: str, errors: Sequence[dict[str, Any]] = ()) -> None:
+        super().__init__(message)
+        self.errors = list(errors)
 
 
 class PayloadTooLarge(InvalidPayloadError):

@@ -125,7 +125,7 @@ class ValueType:
         field that is wrong."""
         checked, errors = self.check(value)
         if errors is not None:
-            raise InvalidPayloadError(f"the {self.owner} is invalid: {describe(errors)}")
+            raise InvalidPayloadError(f"the {self.owner} is invalid: {describe(errors)}", errors)
         return checked
 
     def to_json(self, value: object) -> JSON:
@@ -173,7 +173,7 @@ class TaskTypes:
             return result
         value, errors = self.result.check(result)
         if errors is not None:
-            raise InvalidResult(f"the {self.result.owner} is invalid: {describe(errors)}")
+            raise InvalidResult(f"the {self.result.owner} is invalid: {describe(errors)}", errors)
         return self.result.to_json(value)
 
     def schemas(self) -> dict[str, JSON]:

@@ -145,6 +145,11 @@ def test_a_bad_payload_names_the_task_and_each_field_and_writes_nothing(
     assert "id: Input should be a valid integer" in message
     assert "customer: Input should be a valid string" in message
     assert "placed_at: Field required" in message
+    assert [(e["path"], e["kind"]) for e in raised.value.errors] == [
+        ("id", "int_parsing"),
+        ("customer", "string_type"),
+        ("placed_at", "missing"),
+    ]
     with pytest.raises(InvalidPayloadError):
         app.trigger_many(SHIP, [Order(id=1, customer="a", placed_at=PLACED), {"id": 2}])
     with pytest.raises(InvalidPayloadError), app.transaction() as tx:

@@ -3,7 +3,7 @@ console process: runs triggered (some fail), the console opened from its URL, fa
 runs filtered, one opened, its traceback read (naming the shop's paths, none of this
 checkout's), retried with a reason; the new linked run succeeds once a worker drains; a
 token is completed from the page; the timeline shows every attempt; markup in a payload
-stays text (docs/console.md)."""
+stays text; a typed task is triggered from its page (docs/console.md)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from tests.browser.example.app.tasks import (
     GATEWAY,
     INVOICES,
     NIGHTLY,
+    REFUND,
     register_console_tasks,
 )
 
@@ -226,3 +227,43 @@ def test_a_bulk_retry_is_counted_confirmed_and_followed_in_a_browser(
         assert (link.data["operation"], link.data["actor"]) == (operation_id, "console:dana")
     page.locator("a", has_text="All bulk operations").click()
     expect(page.locator("table.bulk tbody tr")).to_have_count(1)
+
+
+def test_a_typed_task_is_triggered_from_its_page_and_lands_on_its_run(
+    make_app: Callable[..., Runlane],
+    shop: Shop,
+    console: Console,
+    page: Page,
+    screenshots: Screenshots,
+    tmp_path: Path,
+) -> None:
+    app = register_console_tasks(make_app())
+    app.provision()
+
+    page.goto(f"{console.url}/runs?token={TOKEN}")
+    page.get_by_role("link", name="Tasks", exact=True).click()
+    expect(page.locator(f'[id="task-{REFUND}"] .payload-type')).to_have_text("Refund")
+    page.get_by_role("link", name=REFUND, exact=True).click()
+    expect(page.locator("#payload-schema")).to_contain_text('"amount_cents"')
+    page.on("dialog", accept)
+
+    page.get_by_label("Payload (JSON)").fill('{"order": "seven"}')
+    page.get_by_role("button", name="Trigger").click()
+    expect(page.locator("li.field-error code")).to_have_text(["order", "amount_cents"])
+    expect(page.get_by_label("Payload (JSON)")).to_have_value('{"order": "seven"}')
+    assert list(app.runs.list()) == []  # nothing written
+    screenshots.take(page, "task")
+
+    page.get_by_label("Payload (JSON)").fill('{"order": 7, "amount_cents": 1250}')
+    page.get_by_label("Idempotency key (optional)").fill("refund-7")
+    page.get_by_role("button", name="Trigger").click()
+    expect(page).to_have_url(re.compile(rf"{console.url}/runs/[0-9a-f]{{32}}\?done=triggered$"))
+    expect(page.locator(".done")).to_have_text("Run triggered.")
+    expect(page.locator("#run-status")).to_have_text("queued")
+    run_id = page.url.split("/runs/")[1].split("?")[0]
+    assert app.runs.get(run_id).idempotency_key == "refund-7"
+
+    shop.drain(tmp_path / "worker-1.log")
+    page.reload()
+    expect(page.locator("#run-status")).to_have_text("succeeded")
+    expect(page.locator("#result")).to_contain_text('"refunded": 1250')
