@@ -61,6 +61,13 @@ def show_task(app_spec: str | None, name: str, schema: bool, as_json: bool) -> N
     any JSON value)."""
     app = app_for_command(app_spec, NEEDS_TASKS)
     task = app.tasks.resolve(name)
+    if schema:
+        try:
+            task.types.schemas()
+        except Exception as exc:  # pydantic's error for a type that has no JSON Schema
+            raise click.ClickException(
+                f"task {task.name!r}: its types have no JSON Schema ({exc})"
+            ) from None
     if as_json or schema:
         emit_json(task_to_json(task, schemas=schema) if as_json else task.types.schemas())
         return
