@@ -78,7 +78,7 @@ def describe(errors: list[dict[str, JSON]]) -> str:
 
 @dataclass(frozen=True, eq=False)
 class ValueType:
-    """One declared type, its ``TypeAdapter`` made on first use."""
+    """One declared type and its ``TypeAdapter`` (made when the task is registered)."""
 
     annotation: Any
     owner: str
