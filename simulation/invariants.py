@@ -84,7 +84,7 @@ class Observed:
     """Each run id a producer was given, with the trigger that made it."""
     by_key: dict[str, list[tuple[int, str]]]
     """Each idempotency key: the run id each of its triggers was given, in order, with
-    when the trigger was sent (µs since the Unix epoch)."""
+    when the trigger's answer came, by the producer's clock (µs since the Unix epoch)."""
     cancelled: set[str]
     """Runs an operator asked to cancel."""
     unexpected: list[str]
@@ -201,15 +201,19 @@ def fenced_writes(seen: Observed) -> list[str]:
 
 def idempotent_triggers(seen: Observed) -> list[str]:
     """16: every trigger with one idempotency key gets the same run, until that run fails
-    (docs/concepts.md, "Idempotency key"): only then may a later trigger get a new one."""
+    (docs/concepts.md, "Idempotency key"): only then may a later trigger get a new one. The
+    run failed before the later trigger's answer came: its ``failed`` event is stamped by a
+    worker's clock and the answer by the producer's, which may be apart by twice the
+    skew."""
     lines = []
     for key, given in seen.by_key.items():
-        for (_, earlier), (asked_us, later) in itertools.pairwise(given):
+        for (_, earlier), (answered_us, later) in itertools.pairwise(given):
             if earlier == later:
                 continue
             stored = seen.history(earlier)
+            latest_us = answered_us + 2 * seen.max_skew_us
             failed = stored is not None and any(
-                e.type is EventType.FAILED and to_epoch_us(e.at) <= asked_us for e in stored.events
+                e.type is EventType.FAILED and to_epoch_us(e.at) <= latest_us for e in stored.events
             )
             if not failed:
                 lines.append(

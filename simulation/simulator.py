@@ -278,7 +278,6 @@ class Simulation:
         self._settle()
 
     def _trigger(self, app: Runlane, planned: Planned) -> None:
-        asked_us = to_epoch_us(app.clock.now())
         if not self._prepared(app, planned):
             return
         for tries in range(TRIGGER_TRIES):
@@ -290,12 +289,13 @@ class Simulation:
                 self.world.note(f"trigger {planned.task} failed: {exc}")
                 self.world.wait(SECOND)
                 continue
+            answered_us = to_epoch_us(app.clock.now())
             self.triggered.setdefault(run.id, planned)
-            self.returned.setdefault(run.id, to_epoch_us(app.clock.now()))
+            self.returned.setdefault(run.id, answered_us)
             self._follow(planned, run, tries)
             if planned.idempotency_key:
                 given = self.by_key.setdefault(planned.idempotency_key, [])
-                given.append((asked_us, run.id))
+                given.append((answered_us, run.id))
             self.world.note(f"triggered {run.id} {planned.task}")
             if self.world.rng.random() < self.scenario.cancels:
                 after = self.world.rng.randrange(0, 20 * SECOND)

@@ -145,6 +145,27 @@ def test_an_idempotency_key_may_give_a_new_run_only_after_its_run_failed() -> No
     ]
 
 
+def test_a_failure_stamped_by_a_clock_ahead_of_the_producer_s_counts_before_its_answer() -> None:
+    """Seed 318562580: the producer read the key's run failed and got a new run, but the
+    worker that failed it ran 30 ms ahead, so its ``failed`` event was stamped after the
+    answer by the producer's clock. Clocks apart by twice the skew are one moment."""
+    failed = stored(
+        "r1",
+        event(1, EventType.TRIGGERED, 0),
+        event(2, EventType.FAILED, 1, at_ms=5_030),
+        status=RunStatus.FAILED,
+    )
+    seen = observed({"r1": failed})
+    seen.max_skew_us = 50_000
+    answered = EPOCH_US + 5_000 * 1000
+    seen.by_key = {"skewed": [(0, "r1"), (answered, "r2")]}
+    assert idempotent_triggers(seen) == []
+    seen.by_key = {"early": [(0, "r1"), (answered - 80_000, "r3")]}
+    assert idempotent_triggers(seen) == [
+        "idempotency key 'early' gave run r3 while its run r1 had not failed"
+    ]
+
+
 def test_more_entries_in_a_window_than_a_rate_allows_break_the_rate() -> None:
     ledger = Ledger()
     per_us = RATE.per_us
