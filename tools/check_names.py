@@ -53,6 +53,8 @@ NAMESPACES = frozenset(
         "runlane_sqs/lambdas/consumer.py",
         # the codecs an app configures (docs/payloads.md, "Codecs")
         "runlane_sqs/codecs.py",
+        # the Celery layer's documented path (docs/from-celery.md), one module a concept below
+        "runlane_sqs/compat/celery/__init__.py",
     }
 )
 """The public namespaces: they gather names defined elsewhere (paths from the root)."""

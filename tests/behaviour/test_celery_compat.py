@@ -18,7 +18,6 @@ from runlane_sqs import (
     RunStatus,
     Schedule,
 )
-from runlane_sqs.compat import celery as celery_compat
 from runlane_sqs.compat.celery import (
     STATES,
     AsyncResult,
@@ -32,6 +31,7 @@ from runlane_sqs.compat.celery import (
     UnsupportedOption,
     shared_task,
 )
+from runlane_sqs.compat.celery import app as celery_compat
 from runlane_sqs.errors import InvalidPayloadError, RunWaitTimedOut
 from runlane_sqs.testing import in_memory_app
 
