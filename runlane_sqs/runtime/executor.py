@@ -30,8 +30,8 @@ from runlane_sqs.engine.driver import Disposition
 from runlane_sqs.engine.engine import Engine
 from runlane_sqs.engine.groups import Groups
 from runlane_sqs.engine.message import MessagePath
-from runlane_sqs.engine.tasks import Task
-from runlane_sqs.engine.value_types import PLAIN_TYPES
+from runlane_sqs.engine.tasks import Task, TaskRegistry
+from runlane_sqs.engine.value_types import PLAIN_TYPES, TaskTypes
 from runlane_sqs.engine.values import Values
 from runlane_sqs.ports.store import RunStore
 from runlane_sqs.ports.transport import ReceivedWakeup
@@ -233,6 +233,7 @@ class AttemptRuntime:
         self,
         store: RunStore,
         groups: Groups,
+        tasks: TaskRegistry,
         clock: Clock,
         values: Values,
         leases: LeaseBook,
@@ -241,6 +242,7 @@ class AttemptRuntime:
     ) -> None:
         self._store = store
         self._groups = groups
+        self._tasks = tasks
         self._joined: dict[str, Group] = {}
         self._clock = clock
         self._leases = leases
@@ -337,6 +339,9 @@ class AttemptRuntime:
             for child in children
         ]
 
+    def task_types(self, task: str) -> TaskTypes:
+        return self._tasks.resolve(task).types
+
 
 def begin_attempt(
     call: driver.Begin, engine: Engine, leases: LeaseBook, worker_id: str
@@ -346,6 +351,7 @@ def begin_attempt(
     services = AttemptRuntime(
         engine.store,
         engine.groups,
+        engine.tasks,
         engine.clock,
         engine.values,
         leases,

@@ -3,7 +3,8 @@ annotated with a pydantic model, a dataclass or a ``TypedDict`` gets its payload
 validated at the trigger (a bad one writes nothing and names each wrong field), converted
 for the handler, and its result stored as JSON and read back as its type; a stored payload
 that no longer validates parks its run until code that reads it is deployed; an option
-no entry point knows is refused by name."""
+no entry point knows is refused by name. A map over a typed task gives its children's
+results as the task's result type."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 from pydantic import BaseModel
 from typing_extensions import TypedDict  # pydantic reads typing.TypedDict from Python 3.12
 
-from runlane_sqs import Batch, Runlane, RunStatus, Schedule, TaskContext
+from runlane_sqs import Batch, GroupResults, Runlane, RunStatus, Schedule, TaskContext
 from runlane_sqs.core.parking import PAYLOAD_MISMATCH
 from runlane_sqs.errors import (
     ConfigurationError,
@@ -32,6 +33,10 @@ SHIP = "typed.ship"
 NOTE = "typed.note"
 WRONG = "typed.wrong"
 LIMITED = "typed.limited"
+MAPPER = "typed.mapper"
+"""Maps ``typed.ship`` over ``payload["ids"]`` (``ctx.map``, then ``ctx.group``)."""
+MAPPER_ASYNC = "typed.mapper_async"
+"""``typed.mapper`` as an ``async def`` handler (``ctx.map_async``, ``ctx.group_async``)."""
 
 
 class Order(BaseModel):
@@ -92,6 +97,30 @@ def register(app: Runlane, order: type[BaseModel] = Order) -> None:
     @app.task(name=LIMITED, key_limit=1, concurrency_key=lambda order: order.customer)
     def limited(ctx: TaskContext, order: Order) -> int:
         return order.id
+
+    def orders(payload: dict[str, Any]) -> list[Order]:
+        return [Order(id=n, customer="acme", placed_at=PLACED) for n in payload["ids"]]
+
+    @app.task(name=MAPPER)
+    def mapper(ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
+        mapped = ctx.map(app.tasks.resolve(SHIP), orders(payload))
+        grouped = ctx.group([(SHIP, order) for order in orders(payload)])
+        return seen_results(mapped, grouped)
+
+    @app.task(name=MAPPER_ASYNC)
+    async def mapper_async(ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
+        mapped = await ctx.map_async(SHIP, orders(payload))  # by name: converted as well
+        grouped = await ctx.group_async([(SHIP, order) for order in orders(payload)])
+        return seen_results(mapped, grouped)
+
+
+def seen_results(mapped: GroupResults[Any], grouped: GroupResults[Any]) -> dict[str, Any]:
+    """What a parent saw of its map's and its group's results: their types and values."""
+    return {
+        "mapped": [(type(r).__name__, r.order_id) for r in mapped.results()],
+        "outcomes": [type(o.result).__name__ for o in mapped.outcomes()],
+        "grouped": list(grouped.results()),
+    }
 
 
 @pytest.fixture
@@ -289,3 +318,21 @@ def test_plain_annotations_declare_nothing() -> None:
     for handler, name in ((plain, "typed.plain"), (untyped, "typed.untyped")):
         task = app.task(handler, name=name)
         assert task.types.payload is None and task.types.result is None
+
+
+@pytest.mark.parametrize("parent", [MAPPER, MAPPER_ASYNC])
+def test_a_map_over_a_typed_task_gives_its_results_as_the_result_type(
+    app: Runlane, worker_kind: WorkerKind, parent: str
+) -> None:
+    """Each stored result is converted to ``Receipt`` as ``task.result_of`` converts it;
+    a group of (task, payload) pairs, whose children may be of any task, keeps the JSON."""
+    run = app.trigger(parent, {"ids": [3, 1, 2]})
+    worker_kind.drain_all(app)
+
+    done = app.runs.wait(run.id)
+    assert done.status is RunStatus.SUCCEEDED
+    assert done.result == {
+        "mapped": [["Receipt", 3], ["Receipt", 1], ["Receipt", 2]],
+        "outcomes": ["Receipt"] * 3,
+        "grouped": [{"order_id": n, "customer": "acme"} for n in (3, 1, 2)],
+    }
