@@ -4,7 +4,8 @@ validated at the trigger (a bad one writes nothing and names each wrong field), 
 for the handler, and its result stored as JSON and read back as its type; a stored payload
 that no longer validates parks its run until code that reads it is deployed; an option
 no entry point knows is refused by name. A map over a typed task gives its children's
-results as the task's result type."""
+results as the task's result type; a group, a map or a chain with a bad payload writes
+nothing."""
 
 from __future__ import annotations
 
@@ -336,3 +337,44 @@ def test_a_map_over_a_typed_task_gives_its_results_as_the_result_type(
         "outcomes": ["Receipt"] * 3,
         "grouped": [{"order_id": n, "customer": "acme"} for n in (3, 1, 2)],
     }
+
+
+def test_a_map_with_a_bad_item_fails_its_parent_naming_the_field_and_starts_no_child(
+    backend: Backend, app: Runlane
+) -> None:
+    def bad_parent(ctx: TaskContext, payload: Any) -> Any:
+        good = Order(id=1, customer="acme", placed_at=PLACED)
+        return ctx.map(app.tasks.resolve(SHIP), [good, {"id": 2, "customer": "acme"}])
+
+    app.task(bad_parent, name="typed.bad_parent")
+    run = app.trigger("typed.bad_parent")
+    drain(app)
+
+    failed = app.runs.get(run.id)
+    assert failed.status is RunStatus.FAILED and failed.failure is not None
+    assert failed.failure.type.endswith("InvalidPayloadError")
+    assert f"payload of task {SHIP!r} is invalid" in failed.failure.message
+    assert "placed_at: Field required" in failed.failure.message
+    assert [r.id for r in app.runs.list().runs] == [run.id]
+    assert app.runs.groups(run.id) == []
+    assert SEEN == []
+    assert backend.depth(app) == 0
+
+
+def test_a_group_or_a_chain_with_a_bad_payload_writes_nothing(
+    backend: Backend, app: Runlane
+) -> None:
+    good = Order(id=1, customer="acme", placed_at=PLACED)
+    bad = {"id": "two", "customer": "acme", "placed_at": PLACED}
+
+    with pytest.raises(InvalidPayloadError, match=r"payload of task 'typed\.ship'.*id: Input"):
+        app.group([(SHIP, good), (SHIP, bad)])
+    with pytest.raises(InvalidPayloadError, match=r"placed_at: Field required"):
+        app.group([(SHIP, good)], then=(SHIP, {"id": 3, "customer": "acme"}))
+    with pytest.raises(InvalidPayloadError, match=r"payload of task 'typed\.ship'.*id: Input"):
+        app.chain((SHIP, bad), LIMITED)
+
+    assert app.runs.list().runs == []
+    assert backend.depth(app) == 0
+    drain(app)
+    assert SEEN == []
