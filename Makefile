@@ -76,14 +76,16 @@ clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
 
 # Every test that talks to an emulator, against Amazon DynamoDB Local + LocalStack SQS
-# instead of moto (no Docker): installs both into .tools/ once, starts them, runs, stops
-# them. The CLI tests keep their own moto server and are left out.
-# See docs/local-localstack.md.
+# instead of moto (no Docker): installs both into .tools/ once; each of TEST_WORKERS
+# processes starts a pair of its own, runs its share of the files, stops them
+# (TEST_WORKERS=0: one pair, started around the whole run). The CLI tests keep their own
+# moto server and are left out. See docs/local-localstack.md.
 .PHONY: test-aws-local
 test-aws-local: $(STAMP)
 	bash localstack/install-emulators.sh
-	$(BIN)/python -m tests.aws_local run -- $(BIN)/python -m pytest tests -m integration \
-		--ignore=tests/processes/cli --ignore=tests/browser $(PYTEST_ARGS)
+	$(if $(filter 0,$(TEST_WORKERS)),$(BIN)/python -m tests.aws_local run --,RUNLANE_TEST_BACKEND=aws-local) \
+		$(BIN)/python -m pytest tests -m integration --ignore=tests/processes/cli \
+		--ignore=tests/browser $(XDIST) $(PYTEST_ARGS)
 
 # Benchmarks (not part of `make test`): cost per run, throughput against Celery on the
 # same SQS endpoint, maintenance scaling, latency and worker memory; results go to

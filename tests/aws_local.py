@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import os
 import shutil
 import signal
@@ -59,6 +60,9 @@ class _Emulator:
     """One emulator in a child process, its output kept in a log file."""
 
     name = "emulator"
+    die_with_parent = False
+    """Ask Linux to SIGTERM the emulator when the thread that launched it ends, so a test
+    process that is killed (a timeout, a cancelled CI job) leaves no emulator behind."""
 
     def __init__(self, port: int | None, startup_timeout: float, work_dir: Path | None) -> None:
         self.port = port or free_port()
@@ -90,6 +94,11 @@ class _Emulator:
         raise NotImplementedError
 
     def start(self) -> _Emulator:
+        return self.launch().wait_ready()
+
+    def launch(self) -> _Emulator:
+        """Start the child process (in the calling thread: with ``die_with_parent``, the
+        child gets SIGTERM when that thread ends) without waiting for it to answer."""
         argv, env, cwd = self.command()
         self.work_dir.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("wb") as log:
@@ -102,7 +111,14 @@ class _Emulator:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                # Only a C call looked up beforehand runs in the child: no lock, no import.
+                preexec_fn=_terminated_with_parent if self.die_with_parent else None,  # noqa: PLW1509
             )
+        return self
+
+    def wait_ready(self) -> _Emulator:
+        """Wait until the launched emulator answers; stop it if it exits or times out."""
+        assert self._process is not None, "launch() first"
         deadline = time.monotonic() + self.startup_timeout
         while True:
             if not self.running:
@@ -154,6 +170,18 @@ class _Emulator:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+PR_SET_PDEATHSIG = 1
+_prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
+"""Looked up here, not in the forked child, where loading a library is not safe."""
+
+
+def _terminated_with_parent() -> None:
+    """In the emulator's process, before it runs: SIGTERM when the thread that launched
+    it ends (Linux's ``prctl(PR_SET_PDEATHSIG)``; elsewhere nothing)."""
+    if _prctl is not None:
+        _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class DynamoDBLocal(_Emulator):
@@ -390,22 +418,33 @@ class AwsLocalBackend:
 
 
 class AwsLocal(AwsLocalBackend):
-    """Starts DynamoDB Local and LocalStack (in parallel) and stops both."""
+    """Starts DynamoDB Local and LocalStack (in parallel) and stops both.
 
-    def __init__(self, *, work_dir: Path | None = None) -> None:
+    ``die_with_parent``: the two emulators end when the thread that started them does
+    (each pytest-xdist worker of ``make test-aws-local`` starts a pair of its own)."""
+
+    def __init__(self, *, work_dir: Path | None = None, die_with_parent: bool = False) -> None:
         self._own_work_dir = work_dir is None
         self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix="runlane-aws-local-"))
         self.dynamodb = DynamoDBLocal(work_dir=self.work_dir / "dynamodb-local")
         self.localstack = LocalStack(work_dir=self.work_dir / "localstack")
+        for emulator in (self.dynamodb, self.localstack):
+            emulator.die_with_parent = die_with_parent
         super().__init__(self.dynamodb.endpoint_url, self.localstack.endpoint_url)
 
     def start(self) -> AwsLocal:
-        # Start both processes first, then wait for each: the two start-ups overlap.
+        # Launch both processes here, then wait for each: the two start-ups overlap.
         errors: list[BaseException] = []
+        try:
+            for emulator in (self.dynamodb, self.localstack):
+                emulator.launch()
+        except BaseException:
+            self.stop()
+            raise
 
         def run(emulator: _Emulator) -> None:
             try:
-                emulator.start()
+                emulator.wait_ready()
             except BaseException as exc:
                 errors.append(exc)
 

@@ -55,7 +55,8 @@ def moto_server() -> Iterator[MotoServer]:
 @pytest.fixture(scope="session")
 def session_backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     """The session's backend: moto, or DynamoDB Local + LocalStack (started here unless
-    ``RUNLANE_TEST_DYNAMODB_ENDPOINT`` and ``RUNLANE_TEST_SQS_ENDPOINT`` name running ones)."""
+    ``RUNLANE_TEST_DYNAMODB_ENDPOINT`` and ``RUNLANE_TEST_SQS_ENDPOINT`` name running ones:
+    each pytest-xdist worker of ``make test-aws-local`` starts a pair of its own)."""
     if TEST_BACKEND == "moto":
         yield request.getfixturevalue("moto_server")
         return
@@ -63,7 +64,7 @@ def session_backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     if external is not None:
         yield external
         return
-    with AwsLocal() as emulators:
+    with AwsLocal(die_with_parent=True) as emulators:
         yield emulators
 
 
