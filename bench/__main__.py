@@ -114,7 +114,7 @@ class Sizes:
     """Runs per way to trigger, plain to transactional (bench/transactions.py)."""
     transaction_warmup: int = 50
     """Runs per way triggered before, neither counted nor timed."""
-    typed_runs: int = 400
+    typed_runs: int = 2000
     """Runs per kind, plain and pydantic, whose CPU is compared (bench/typed.py)."""
 
 

@@ -9,8 +9,9 @@ the triggers and around the drain: the difference per run is what validation and
 conversion cost at the door and at the worker. The app is the in-memory one whatever the
 backend: its plain run costs the least CPU, so the ratio is the strictest, and no
 emulator's work or network wait blurs it. A warm-up round of each comes first,
-uncounted; then the two tasks alternate in short rounds, so a slower moment of the
-machine falls on both. The conversions themselves are also timed alone, per run.
+uncounted; then the two tasks alternate in short rounds, and each kind's figure is the
+median of its rounds, so a slower moment of the machine (another process, a garbage
+collection) moves neither. The conversions themselves are also timed alone, per run.
 
 It also checks, in a fresh interpreter, that an app whose tasks declare no type imports
 no pydantic, and prints how long ``import runlane_sqs`` takes there.
@@ -18,6 +19,7 @@ no pydantic, and prints how long ``import runlane_sqs`` takes there.
 
 from __future__ import annotations
 
+import statistics
 import subprocess
 import sys
 import time
@@ -33,7 +35,7 @@ from runlane_sqs.testing import in_memory_app
 
 PLAIN = "bench.typed.plain"
 TYPED = "bench.typed.model"
-ROUNDS = 20
+ROUNDS = 10
 LINES = 10
 PLAIN_APP_IMPORTS = """
 import sys, time
@@ -128,8 +130,8 @@ def measure_typed(runs: int) -> TypedResult:
     app.task(plain, name=PLAIN)
     model = app.task(typed, name=TYPED)
     drain = drainer(wait_seconds=0)
-    trigger_cpu = {"plain": 0.0, "typed": 0.0}
-    worker_cpu = {"plain": 0.0, "typed": 0.0}
+    trigger_cpu: dict[str, list[float]] = {"plain": [], "typed": []}
+    worker_cpu: dict[str, list[float]] = {"plain": [], "typed": []}
     per_round = max(1, runs // ROUNDS)
     kinds = (
         ("plain", PLAIN, order),
@@ -145,10 +147,10 @@ def measure_typed(runs: int) -> TypedResult:
             started = time.process_time()
             for value in payloads:
                 app.trigger(task, value)
-            trigger_cpu[kind] += time.process_time() - started
+            trigger_cpu[kind].append(time.process_time() - started)
             started = time.process_time()
             drained = _drain_all(app, drain, per_round)
-            worker_cpu[kind] += time.process_time() - started
+            worker_cpu[kind].append(time.process_time() - started)
             if drained != per_round:
                 raise RuntimeError(f"{kind}: drained {drained} of {per_round} runs")
     total = per_round * ROUNDS
@@ -156,8 +158,8 @@ def measure_typed(runs: int) -> TypedResult:
     return TypedResult(
         runs=total,
         conversion_us=_conversions_us(model.types),
-        trigger_ms={k: v * 1000 / total for k, v in trigger_cpu.items()},
-        worker_ms={k: v * 1000 / total for k, v in worker_cpu.items()},
+        trigger_ms={k: statistics.median(v) * 1000 / per_round for k, v in trigger_cpu.items()},
+        worker_ms={k: statistics.median(v) * 1000 / per_round for k, v in worker_cpu.items()},
         import_ms=import_ms,
         plain_app_imports_pydantic=imports_pydantic,
     )
