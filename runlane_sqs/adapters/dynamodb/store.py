@@ -37,7 +37,7 @@ from runlane_sqs.adapters.dynamodb.errors import (
 )
 from runlane_sqs.adapters.dynamodb.groups import DynamoGroupStore
 from runlane_sqs.adapters.dynamodb.health import DynamoHealthStore
-from runlane_sqs.adapters.dynamodb.listing import list_run_keys
+from runlane_sqs.adapters.dynamodb.listing import list_run_keys, list_tagged_keys
 from runlane_sqs.adapters.dynamodb.objects import (
     DynamoObjectRecords,
     hold_items,
@@ -337,7 +337,8 @@ class DynamoRunStore:
     def list_runs(
         self, query: RunQuery, limit: int, cursor: str | None
     ) -> tuple[list[Run], str | None]:
-        run_keys, next_cursor = list_run_keys(
+        listing = list_tagged_keys if query.tags else list_run_keys
+        run_keys, next_cursor = listing(
             self._query_all,
             self.table,
             self.environment,
@@ -350,7 +351,9 @@ class DynamoRunStore:
         return [
             run
             for run in self._batch_get(run_keys)
-            if run.status in wanted and query.schedule in (None, run.schedule_id)
+            if run.status in wanted
+            and query.schedule in (None, run.schedule_id)
+            and all(run.tags.get(key) == value for key, value in query.tags)
         ], next_cursor
 
     def get_histories(self, run_ids: Sequence[str]) -> dict[str, tuple[Run, list[RunEvent]]]:

@@ -1,0 +1,247 @@
+"""Runs found by their tags (docs/tags.md): a listing by tag returns exactly the runs
+carrying it, newest first, across pages with cursors, read from the tag indexes with
+``Query`` only, on every backend."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from runlane_sqs import Run, Runlane
+from runlane_sqs.core.model import RunStatus
+from runlane_sqs.errors import ConfigurationError, InvalidCursor, InvalidKeyError
+from tests.backends import Backend
+from tests.behaviour.worker_support import drain
+from tests.emulators import count_requests
+from tests.otel import Recorded, recorded  # noqa: F401 (a fixture)
+
+
+def register(app: Runlane) -> None:
+    @app.task(name="export")
+    def export(ctx: object, payload: dict[str, Any]) -> str:
+        if payload.get("fail"):
+            raise RuntimeError("export failed")
+        return "done"
+
+
+def runs_over_customers(backend: Backend, app: Runlane, runs: int, customers: int) -> list[Run]:
+    """``runs`` runs spread round-robin over ``customers`` customers, ten at a time with
+    ``trigger_many``, the clock a millisecond later for each ten (several runs share a
+    millisecond: ties go by run id, as the index sorts them)."""
+    made: list[Run] = []
+    for batch in range(runs // 10):
+        customer = f"c{batch % customers}"
+        tags = {"customer": customer, "region": "eu" if batch % 2 else "us"}
+        made += app.trigger_many("export", [{"n": batch * 10 + i} for i in range(10)], tags=tags)
+        backend.clock.advance(timedelta(milliseconds=1))
+    return made
+
+
+def newest_first(runs: list[Run]) -> list[str]:
+    return [r.id for r in sorted(runs, key=lambda r: (r.created_at, r.id), reverse=True)]
+
+
+def pages(app: Runlane, limit: int, **filters: Any) -> Iterator[list[Run]]:
+    cursor = None
+    while True:
+        page = app.runs.list(limit=limit, cursor=cursor, **filters)
+        yield page.runs
+        cursor = page.cursor
+        if cursor is None:
+            return
+
+
+def test_a_listing_by_tag_returns_exactly_that_customers_runs_newest_first(
+    backend: Backend,
+) -> None:
+    app = backend.app(register=register)
+    total, customers = (10_000, 100) if not backend.real else (300, 6)
+    made = runs_over_customers(backend, app, total, customers)
+
+    listed = [
+        run
+        for page in pages(app, 40, tags={"customer": "c7" if not backend.real else "c4"})
+        for run in page
+    ]
+
+    customer = "c7" if not backend.real else "c4"
+    expected = [r for r in made if r.tags["customer"] == customer]
+    assert len(expected) == total // customers
+    assert [r.id for r in listed] == newest_first(expected)
+    assert all(r.tags == {"customer": customer, "region": r.tags["region"]} for r in listed)
+
+
+def test_several_tags_combine_as_and(backend: Backend) -> None:
+    app = backend.app(register=register)
+    made = runs_over_customers(backend, app, 200, 4)  # c1's batches are all "eu"
+
+    eu = [r for page in pages(app, 7, tags={"region": "eu", "customer": "c1"}) for r in page]
+    us = [r for page in pages(app, 7, tags={"customer": "c1", "region": "us"}) for r in page]
+
+    assert [r.id for r in eu] == newest_first(
+        [r for r in made if r.tags == {"customer": "c1", "region": "eu"}]
+    )
+    assert eu and us == []
+
+
+def test_a_listing_by_tag_sends_queries_only(backend: Backend, monkeypatch: Any) -> None:
+    app = backend.app(register=register)
+    runs_over_customers(backend, app, 100, 5)
+    requests = counted(backend, app, monkeypatch)
+
+    found = [r for page in pages(app, 8, tags={"customer": "c2"}) for r in page]
+
+    assert len(found) == 20
+    assert requests["Query"] > 0 and requests["Scan"] == 0
+    assert set(requests) <= {"Query", "BatchGetItem"}, requests
+
+
+def test_a_status_and_a_task_narrow_a_listing_by_tag(backend: Backend) -> None:
+    app = backend.app(register=register)
+    ok = app.trigger("export", {}, tags={"customer": "42"})
+    failing = app.trigger("export", {"fail": True}, tags={"customer": "42"})
+    other = app.trigger("export", {"fail": True}, tags={"customer": "43"})
+    drain(app)
+
+    failed = app.runs.list(tags={"customer": "42"}, status="failed").runs
+    every = app.runs.list(tags={"customer": "42"}, task="export").runs
+    none = app.runs.list(tags={"customer": "42"}, task="other").runs
+
+    assert [r.id for r in failed] == [failing.id]
+    assert {r.id for r in every} == {ok.id, failing.id}
+    assert none == []
+    assert app.runs.get(other.id).status is RunStatus.FAILED
+
+
+def test_a_rerun_keeps_its_sources_tags(backend: Backend) -> None:
+    app = backend.app(register=register)
+    source = app.trigger("export", {}, tags={"customer": "42", "order": "7"})
+    drain(app)
+
+    rerun = app.runs.rerun(source.id)
+
+    assert rerun.tags == {"customer": "42", "order": "7"}
+    assert {r.id for r in app.runs.list(tags={"order": "7"}).runs} == {source.id, rerun.id}
+
+
+def test_bad_cursors_are_refused(backend: Backend) -> None:
+    app = backend.app(register=register)
+    runs_over_customers(backend, app, 40, 2)
+    page = app.runs.list(tags={"customer": "c0"}, limit=3)
+    status_page = app.runs.list(limit=3)
+    assert page.cursor and status_page.cursor
+
+    with pytest.raises(InvalidCursor, match="another tag"):
+        app.runs.list(tags={"customer": "c1"}, cursor=page.cursor)
+    with pytest.raises(InvalidCursor, match="not a listing position"):
+        app.runs.list(tags={"customer": "c0"}, cursor=status_page.cursor)
+    with pytest.raises(InvalidCursor, match="not a listing position"):
+        app.runs.list(cursor=page.cursor)
+    with pytest.raises(InvalidCursor):
+        app.runs.list(tags={"customer": "c0"}, cursor=page.cursor[:-4] + "AAAA")
+
+
+def counted(backend: Backend, app: Runlane, monkeypatch: Any) -> Counter[str]:
+    """Every DynamoDB request ``app`` sends from now on, by operation."""
+    if backend.real:
+        return count_requests(app.client("dynamodb"))
+    requests: Counter[str] = Counter()
+    table = backend.table(app)
+    for name, operation in (
+        ("query", "Query"),
+        ("scan", "Scan"),
+        ("batch_get_item", "BatchGetItem"),
+        ("get_item", "GetItem"),
+    ):
+        sent = getattr(table, name)
+
+        def send(*args: Any, _sent: Any = sent, _operation: str = operation, **kw: Any) -> Any:
+            requests[_operation] += 1
+            return _sent(*args, **kw)
+
+        monkeypatch.setattr(table, name, send)
+    return requests
+
+
+def test_a_runs_tags_are_on_its_spans_and_log_records(
+    backend: Backend,
+    recorded: Recorded,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app = backend.app(register=register, telemetry=recorded.telemetry())
+    caplog.set_level(logging.INFO, logger="runlane_sqs")
+
+    run = app.trigger("export", {}, tags={"customer": "42", "order": "7"})
+    drain(app)
+
+    tagged = {"runlane.tag.customer": "42", "runlane.tag.order": "7"}
+    [trigger] = recorded.spans("trigger export")
+    [attempt] = recorded.spans("attempt export")
+    for span in (trigger, attempt):
+        attributes = dict(span.attributes or {})
+        assert attributes["runlane.run.id"] == run.id
+        assert {k: v for k, v in attributes.items() if k.startswith("runlane.tag.")} == tagged
+    lines = [r for r in caplog.records if getattr(r, "run_id", None) == run.id]
+    assert {r.name for r in lines} >= {"runlane_sqs", "runlane_sqs.task"}
+    assert all(getattr(r, "tags", None) == {"customer": "42", "order": "7"} for r in lines), [
+        (r.name, r.getMessage()) for r in lines if getattr(r, "tags", None) is None
+    ]
+
+
+def register_fan_out(app: Runlane) -> None:
+    register(app)
+
+    @app.task(name="fan_out")
+    def fan_out(ctx: Any, payload: dict[str, Any]) -> bool:
+        options = payload["options"]
+        return ctx.map("export", [{"n": 1}, {"n": 2}], **options).ok
+
+
+@pytest.mark.parametrize(
+    ("options", "children"),
+    [
+        pytest.param({}, {}, id="nothing-asked"),
+        pytest.param({"tags": {"step": "a"}}, {"step": "a"}, id="own-tags"),
+        pytest.param(
+            {"inherit_tags": True},
+            {"customer": "42", "order": "7"},
+            id="inherited",
+        ),
+        pytest.param(
+            {"inherit_tags": True, "tags": {"order": "8", "step": "a"}},
+            {"customer": "42", "order": "8", "step": "a"},
+            id="inherited-and-own",
+        ),
+    ],
+)
+def test_children_inherit_their_parents_tags_only_when_asked(
+    backend: Backend, options: dict[str, Any], children: dict[str, str]
+) -> None:
+    app = backend.app(register=register_fan_out)
+    parent = app.trigger("fan_out", {"options": options}, tags={"customer": "42", "order": "7"})
+    drain(app)
+
+    assert app.runs.get(parent.id).status is RunStatus.SUCCEEDED
+    kids = app.runs.children(parent.id).runs
+    assert len(kids) == 2
+    assert all(kid.tags == children for kid in kids)
+    if children:
+        key, value = next(iter(children.items()))
+        found = {r.id for r in app.runs.list(tags={key: value}).runs}
+        assert {kid.id for kid in kids} <= found
+
+
+def test_a_group_from_outside_a_run_cannot_inherit(backend: Backend) -> None:
+    app = backend.app(register=register)
+    with pytest.raises(ConfigurationError, match="inherit_tags takes the tags of the run"):
+        app.group([("export", {})], inherit_tags=True)
+    with pytest.raises(InvalidKeyError, match="tag 'step'"):
+        app.group([("export", {})], tags={"step": "\x00"})
+    group = app.group([("export", {}), ("export", {})], tags={"batch": "b1"})
+    drain(app)
+    assert {r.tags["batch"] for r in app.runs.children(group.id).runs} == {"b1"}
