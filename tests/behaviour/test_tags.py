@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from runlane_sqs import Run, Runlane
+from runlane_sqs import Run, Runlane, Schedule
 from runlane_sqs.core.model import RunStatus
 from runlane_sqs.errors import ConfigurationError, InvalidCursor, InvalidKeyError
 from tests.backends import Backend
@@ -245,3 +245,33 @@ def test_a_group_from_outside_a_run_cannot_inherit(backend: Backend) -> None:
     group = app.group([("export", {}), ("export", {})], tags={"batch": "b1"})
     drain(app)
     assert {r.tags["batch"] for r in app.runs.children(group.id).runs} == {"b1"}
+
+
+def test_a_schedules_runs_carry_its_tags(backend: Backend) -> None:
+    hourly = Schedule.every(
+        "exports.hourly", timedelta(hours=1), tags={"customer": "42", "kind": "hourly"}
+    )
+    app = backend.app(
+        register=lambda app: app.task(lambda ctx, p: None, name="exports.run", schedules=[hourly])
+    )
+    app.maintenance.run_pass()  # stores the schedule
+    backend.clock.advance(timedelta(hours=1, seconds=30))
+    app.maintenance.run_pass()  # its occurrence's run
+    app.schedules.trigger_now("exports.hourly")  # an operator's extra run
+
+    made = app.runs.list(tags={"kind": "hourly"}).runs
+    assert len(made) >= 2  # occurrences and the extra run
+    assert {r.id for r in made} == {r.id for r in app.runs.list(schedule="exports.hourly").runs}
+    assert all(r.tags == {"customer": "42", "kind": "hourly"} for r in made)
+    with pytest.raises(InvalidKeyError, match="tag 'kind'"):
+        Schedule.every("bad", timedelta(hours=1), tags={"kind": "<b>"})
+
+
+def test_a_transactions_runs_carry_their_tags(backend: Backend) -> None:
+    app = backend.app(register=register)
+    with app.transaction() as tx:
+        run = tx.trigger("export", {}, tags={"customer": "42"})
+    [listed] = app.runs.list(tags={"customer": "42"}).runs
+    assert listed.id == run.id and listed.tags == {"customer": "42"}
+    with pytest.raises(InvalidKeyError, match="tag 'customer'"), app.transaction() as tx:
+        tx.trigger("export", {}, tags={"customer": "a\u2028b"})
