@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from runlane_sqs import Run, Runlane, Schedule
+from runlane_sqs import EventType, Run, Runlane, Schedule
+from runlane_sqs.core.bulk import BulkFilter
 from runlane_sqs.core.model import RunStatus
 from runlane_sqs.errors import ConfigurationError, InvalidCursor, InvalidKeyError
 from tests.backends import Backend
@@ -275,3 +276,32 @@ def test_a_transactions_runs_carry_their_tags(backend: Backend) -> None:
     assert listed.id == run.id and listed.tags == {"customer": "42"}
     with pytest.raises(InvalidKeyError, match="tag 'customer'"), app.transaction() as tx:
         tx.trigger("export", {}, tags={"customer": "a\u2028b"})
+
+
+def test_a_bulk_operation_by_tag_acts_on_that_tags_runs_only(backend: Backend) -> None:
+    app = backend.app(register=register)
+    failing = [
+        app.trigger("export", {"fail": True}, tags={"customer": f"c{n % 3}"}) for n in range(12)
+    ]
+    waiting = [
+        app.trigger("export", {}, delay=3600, tags={"customer": f"c{n % 3}"}) for n in range(6)
+    ]
+    drain(app)
+    c1 = BulkFilter(tags=(("customer", "c1"),))
+
+    assert app.bulk.count("retry", c1).selected == 4
+    retried = app.bulk.start("retry", c1, actor="ops", reason="customer 1 replay")
+    done = app.bulk.run(retried.id)
+    cancelled = app.bulk.run(app.bulk.start("cancel", c1, actor="ops").id)
+
+    assert done.tally.acted == 4
+    assert cancelled.tally.acted == 2 + 4  # the waiting runs, and the retries: they keep tags
+    for run in failing:
+        links = [e for e in app.runs.events(run.id) if e.type is EventType.LINKED_RUN]
+        assert bool(links) == (run.tags["customer"] == "c1")
+    for run in waiting:
+        expected = RunStatus.CANCELLED if run.tags["customer"] == "c1" else RunStatus.QUEUED
+        assert app.runs.get(run.id).status is expected
+    with pytest.raises(InvalidKeyError, match="tag 'customer'"):
+        app.bulk.count("retry", BulkFilter(tags=(("customer", "\x00"),)))
+    assert BulkFilter.from_json(c1.to_json()) == c1
