@@ -70,6 +70,7 @@ from runlane_sqs.core.debounce import Collapse
 from runlane_sqs.core.errors import (
     ConflictError,
     LeaseLost,
+    MissingResourceError,
     OrderMoved,
     StorageError,
     StorageUnavailable,
@@ -338,14 +339,20 @@ class DynamoRunStore:
         self, query: RunQuery, limit: int, cursor: str | None
     ) -> tuple[list[Run], str | None]:
         listing = list_tagged_keys if query.tags else list_run_keys
-        run_keys, next_cursor = listing(
-            self._query_all,
-            self.table,
-            self.environment,
-            query,
-            limit,
-            cursor,
-        )
+        try:
+            run_keys, next_cursor = listing(
+                self._query_all, self.table, self.environment, query, limit, cursor
+            )
+        except (StorageError, MissingResourceError) as exc:
+            # DynamoDB refuses a missing index as malformed, moto as a missing resource
+            if query.tags and "index" in str(exc.__cause__).lower():
+                raise MissingResourceError(
+                    f"DynamoDB table {self.table!r} has no tag indexes (tag_0 to tag_3), "
+                    "which a listing by tag reads: add them with app.provision() or "
+                    "`runlane-sqs provision`, or deploy infra/runlane.yaml one index per "
+                    f"stack update (docs/tags.md, 'An existing table'); {exc}"
+                ) from exc
+            raise
         # a status group holds several statuses (``active``): keep the ones asked for
         wanted = set(query.statuses)
         return [
