@@ -24,7 +24,7 @@ from tests.templates import load_template
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
-INDEXES = ("agenda", "by_status", "waits")
+INDEXES = ("agenda", "by_status", "waits", "tag_0", "tag_1", "tag_2", "tag_3")
 
 
 @pytest.fixture(scope="module")
