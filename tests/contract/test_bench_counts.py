@@ -25,6 +25,8 @@ EXPECTED: dict[str, tuple[dict[str, int], dict[str, float]]] = {
     # trigger PutItem; claim (on the wakeup's hint, no read) and outcome UpdateItem
     "plain": ({"PutItem": 1, "UpdateItem": 2}, {"SendMessageBatch": 1 / RUNS}),
     "plain_single": ({"PutItem": 1, "UpdateItem": 2}, {"SendMessage": 1}),
+    # two tags: the same requests as plain (their index entries ride on the PutItem)
+    "tagged": ({"PutItem": 1, "UpdateItem": 2}, {"SendMessageBatch": 1 / RUNS}),
     # two attempts: a second wakeup (with its hint), claim and outcome
     "retry": ({"PutItem": 1, "UpdateItem": 4}, {"SendMessage": 2}),
     "release": ({"PutItem": 1, "UpdateItem": 4}, {"SendMessage": 2}),
