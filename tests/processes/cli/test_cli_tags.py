@@ -42,6 +42,10 @@ def test_runs_are_tagged_and_listed_by_tag_newest_first_with_cursors(cli: Cli) -
     shown = cli.ok("runs", "get", listed[0]["id"]).stdout
     assert "customer=c1" in shown and f"order={listed[0]['tags']['order']}" in shown
 
+    counted = cli.ok("runs", "bulk", "cancel", "--tag", "customer=c1", "--dry-run", "--json").json()
+    assert counted["selected"] == len(c1)  # queued: no worker ran
+    assert counted["filter"]["tags"] == {"customer": "c1"}
+
 
 def test_a_hostile_tag_is_a_usage_error_naming_it(cli: Cli) -> None:
     refused = cli("trigger", ECHO, "--tag", "customer=<script>")
