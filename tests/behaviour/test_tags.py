@@ -90,6 +90,19 @@ def test_several_tags_combine_as_and(backend: Backend) -> None:
     assert eu and us == []
 
 
+def test_keys_with_dots_and_colons_filter_as_any_other(backend: Backend) -> None:
+    """The other tags are filtered as map paths: a key's ``.`` or ``:`` is a name, not a
+    nesting (and a value may hold ``#`` and ``=``, as the partition key does)."""
+    app = backend.app(register=register)
+    one = app.trigger("export", {}, tags={"acme.customer": "42", "x:y": "a#b=c"})
+    app.trigger("export", {}, tags={"acme.customer": "42", "x:y": "c"})
+
+    found = app.runs.list(tags={"acme.customer": "42", "x:y": "a#b=c"}).runs
+    by_value = app.runs.list(tags={"x:y": "a#b=c"}).runs
+
+    assert [r.id for r in found] == [r.id for r in by_value] == [one.id]
+
+
 def test_a_listing_by_tag_sends_queries_only(backend: Backend, monkeypatch: Any) -> None:
     app = backend.app(register=register)
     runs_over_customers(backend, app, 100, 5)
