@@ -1,4 +1,5 @@
-"""Listing runs from the status index: one query per partition, merged newest first.
+"""Listing runs from the status index (or the tag indexes): one query per partition,
+merged newest first.
 
 The status index holds each run under its status group (``active``, ``parked`` or a
 terminal status) and its shard (docs/design/storage.md, "Indexes"), so a listing reads
@@ -9,6 +10,10 @@ partition below that position, so a page never repeats or skips a run. The curso
 names its environment and which partitions are read to their end (a bit each, in the
 order of :func:`~runlane_sqs.core.indexes.status_partitions`), which later
 pages do not query again.
+
+A listing by tag (:func:`list_tagged_keys`) is merged the same way from the tag
+indexes' partitions of its first tag (every index the tag may be on, every shard); its
+cursor names the tag too (``by``), so a cursor of another listing is refused.
 """
 
 from __future__ import annotations
