@@ -3,9 +3,12 @@ each hostile case is refused with an error naming the tag, and the run is not cr
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from runlane_sqs import InvalidKeyError
+from runlane_sqs.cli.logs import TextFormatter
 from runlane_sqs.core.tags import (
     MAX_TAG_VALUE_CHARS,
     MAX_TAGS,
@@ -126,3 +129,13 @@ def test_a_list_by_a_hostile_tag_is_refused() -> None:
     app = in_memory_app()
     with pytest.raises(InvalidKeyError, match="tag 'customer'"):
         app.runs.list(tags={"customer": "a\u202eb"})
+
+
+def test_a_text_log_line_shows_a_runs_tags() -> None:
+    record = logging.LogRecord(
+        "runlane_sqs.task", logging.INFO, "f", 1, "attempt 1 started", (), None
+    )
+    record.run_id = "r1"
+    record.tags = {"customer": "42", "order": "7"}
+    line = TextFormatter().format(record)
+    assert line.endswith("attempt 1 started run_id=r1 tags=customer=42,order=7")
