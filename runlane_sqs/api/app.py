@@ -5,7 +5,7 @@ the operator API."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack, cast, overload
 
 import boto3
@@ -379,12 +379,15 @@ class Runlane(OperatorApis):
         group instead."""
         return self.engine.groups.start(children, then, options)
 
-    def chain(self, first: Child, *tasks: NamedTask | str) -> Group:
+    def chain(
+        self, first: Child, *tasks: NamedTask | str, tags: Mapping[str, str] | None = None
+    ) -> Group:
         """Run ``first`` (a ``(task, payload)`` pair), then each of ``tasks`` with the
         result of the one before as its payload; the chain stops at a run that fails or
         is cancelled. Each task runs as a group of one child (``app.runs.children`` of the
-        returned group id lists the first run; each group opens the next task's)."""
-        return self.engine.groups.chain(first, tasks)
+        returned group id lists the first run; each group opens the next task's). Every
+        run of the chain carries ``tags`` (docs/tags.md)."""
+        return self.engine.groups.chain(first, tasks, tags)
 
     # workers and resources ----------------------------------------------------------
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 
 from runlane_sqs.core import groups as core
@@ -163,16 +163,20 @@ class Groups:
         )
         return self.open(group, chunks, None)
 
-    def chain(self, first: Child, tasks: Iterable[NamedTask | str]) -> Group:
+    def chain(
+        self,
+        first: Child,
+        tasks: Iterable[NamedTask | str],
+        tags: Mapping[str, str] | None = None,
+    ) -> Group:
         """A chain started from outside a run (``app.chain``): ``first`` runs, then each
         of ``tasks`` with the result of the one before; it stops at a run that does not
         succeed. Each task runs as a group of one child, so each hand-on is a join."""
         group_id = new_run_id()
         items = self.items([first], group_id)
         names = tuple(self._tasks.resolve(_task_name(task)).name for task in tasks)
-        group, chunks = self.new_group(
-            items, group_id=group_id, next_tasks=names, options=ONE_AT_A_TIME
-        )
+        options = GroupOptions(max_in_flight=1, tolerate=0, tags=tags) if tags else ONE_AT_A_TIME
+        group, chunks = self.new_group(items, group_id=group_id, next_tasks=names, options=options)
         return self.open(group, chunks, None)
 
     def open(self, group: Group, chunks: list[list[Item]], fence: tuple[str, str] | None) -> Group:

@@ -318,3 +318,18 @@ def test_a_bulk_operation_by_tag_acts_on_that_tags_runs_only(backend: Backend) -
     with pytest.raises(InvalidKeyError, match="tag 'customer'"):
         app.bulk.count("retry", BulkFilter(tags=(("customer", "\x00"),)))
     assert BulkFilter.from_json(c1.to_json()) == c1
+
+
+def test_every_run_of_a_chain_carries_its_tags(backend: Backend) -> None:
+    app = backend.app(register=register)
+    app.task(lambda ctx, payload: {"step": 2}, name="first")
+    chain = app.chain(("first", {}), "export", tags={"order": "7"})
+    drain(app)
+    drain(app)
+
+    runs = app.runs.list(tags={"order": "7"}).runs
+    assert sorted(r.task for r in runs) == ["export", "first"]
+    assert all(r.status is RunStatus.SUCCEEDED for r in runs)
+    assert [r.id for r in app.runs.children(chain.id).runs] == [
+        r.id for r in runs if r.task == "first"
+    ]
