@@ -47,7 +47,7 @@ from runlane_sqs.core.model import (
     RunStatus,
 )
 from runlane_sqs.core.names import check_key, check_queue, check_task_name
-from runlane_sqs.core.tags import tag_filter
+from runlane_sqs.core.tags import has_tags, tag_filter
 
 DEFAULT_RATE = 20.0
 """Runs a second an operation acts on unless told otherwise: gentle on the table and on
@@ -166,7 +166,7 @@ class BulkFilter:
             and self.task in (None, run.task)
             and self.queue in (None, run.queue)
             and self.schedule in (None, run.schedule_id)
-            and all(run.tags.get(key) == value for key, value in self.tags)
+            and has_tags(run.tags, self.tags)
             and (self.created_after is None or run.created_at >= self.created_after)
             and (self.created_before is None or run.created_at <= self.created_before)
             and (

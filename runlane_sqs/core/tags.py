@@ -118,6 +118,7 @@ def inherited(parent: Mapping[str, str], own: Mapping[str, str] | None) -> Tags:
     return check_tags({**parent, **(own or {})})
 
 
-def has_tags(run_tags: Mapping[str, str], wanted: Mapping[str, str]) -> bool:
-    """Whether a run's tags hold every tag of ``wanted`` (tags combine as AND)."""
-    return all(run_tags.get(key) == value for key, value in wanted.items())
+def has_tags(run_tags: Mapping[str, str], wanted: Iterable[tuple[str, str]]) -> bool:
+    """Whether a run's tags hold every ``(key, value)`` of ``wanted`` (tags combine as
+    AND)."""
+    return all(run_tags.get(key) == value for key, value in wanted)

@@ -80,6 +80,7 @@ from runlane_sqs.core.machine import HintedClaim, Transition
 from runlane_sqs.core.model import KeyKind, Lease, Run, RunEvent, WaitKind
 from runlane_sqs.core.ordering import Place
 from runlane_sqs.core.rate_deploys import Spacing
+from runlane_sqs.core.tags import has_tags
 from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenDecision, TokenNotFound
 from runlane_sqs.core.values import (
     ENVELOPE_MARK,
@@ -360,7 +361,7 @@ class DynamoRunStore:
             for run in self._batch_get(run_keys)
             if run.status in wanted
             and query.schedule in (None, run.schedule_id)
-            and all(run.tags.get(key) == value for key, value in query.tags)
+            and has_tags(run.tags, query.tags)
         ], next_cursor
 
     def get_histories(self, run_ids: Sequence[str]) -> dict[str, tuple[Run, list[RunEvent]]]:
