@@ -32,3 +32,6 @@ PINNED = "shop.pinned"
 """Waits for ``payload["token"]``; its runs finish on the app version they started under."""
 SHIP = "shop.ship"
 """Typed: takes a ``Parcel`` (a pydantic model) and returns a ``Label`` (a dataclass)."""
+CRATE = "shop.crate"
+"""Typed: takes a ``Crate``, a pydantic model with a field of a class of its own
+(``arbitrary_types_allowed``): validated by ``isinstance``, it has no JSON Schema."""
