@@ -331,6 +331,8 @@ class Triggers:
             return []
         with self._span(triggers[0]) as span:
             span.set({t.MESSAGING_BATCH_SIZE: len(triggers)})
+            if triggers[0].tags:  # every run of the batch has the same tags
+                span.set(t.tag_attributes(triggers[0].tags))
             runs = [self._create(replace(r, trace=span.trace)) for r in triggers]
             self._publisher.publish_new([run for run in runs if run.created])
         self._observer.triggered(runs)

@@ -200,6 +200,9 @@ def test_a_runs_tags_are_on_its_spans_and_log_records(
         attributes = dict(span.attributes or {})
         assert attributes["runlane.run.id"] == run.id
         assert {k: v for k, v in attributes.items() if k.startswith("runlane.tag.")} == tagged
+    app.trigger_many("export", [{}, {}], tags={"customer": "43"})
+    [batch] = [s for s in recorded.spans("trigger export") if s is not trigger]
+    assert dict(batch.attributes or {})["runlane.tag.customer"] == "43"
     lines = [r for r in caplog.records if getattr(r, "run_id", None) == run.id]
     assert {r.name for r in lines} >= {"runlane_sqs", "runlane_sqs.task"}
     assert all(getattr(r, "tags", None) == {"customer": "42", "order": "7"} for r in lines), [
