@@ -134,6 +134,20 @@ def _trigger_many(app: Runlane, runs: int, drain: Drain) -> list[str]:
     return ids
 
 
+def _trigger_many_tagged(app: Runlane, runs: int, drain: Drain) -> list[str]:
+    """As ``plain``, each ten runs with two tags (a customer and a region): what tags add
+    is ``tagged`` less ``plain`` (docs/tags.md, "Costs")."""
+    ids: list[str] = []
+    for start in range(0, runs, 10):
+        tags = {"customer": f"c{start // 10}", "region": "eu"}
+        made = app.trigger_many(
+            TASK, [{"n": n} for n in range(start, min(start + 10, runs))], tags=tags
+        )
+        ids += [run.id for run in made]
+    drain(app)
+    return ids
+
+
 def _trigger_each(app: Runlane, runs: int, drain: Drain) -> list[str]:
     ids = [app.trigger(TASK, {"n": n}).id for n in range(runs)]
     drain(app)
@@ -154,6 +168,12 @@ IMMEDIATE_RETRY = RetryPolicy(max_attempts=2, backoff="fixed", delay=0, max_dela
 SCENARIOS = (
     Scenario("plain", "trigger_many (batched sends), succeed at once", _noop, _trigger_many),
     Scenario("plain_single", "one trigger per run, succeed at once", _noop, _trigger_each),
+    Scenario(
+        "tagged",
+        "as plain, with two tags a run (two tag-index entries at the trigger)",
+        _noop,
+        _trigger_many_tagged,
+    ),
     Scenario(
         "retry",
         "fail once, retry with zero backoff, succeed",

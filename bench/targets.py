@@ -81,6 +81,26 @@ def at_least(
     return Target(name, f">= {limit:g}{unit}", value, unit, met, note)
 
 
+TAGS_PER_TAGGED_RUN = 2
+"""Tags a run of the ``tagged`` cost scenario carries: one tag-index entry each."""
+
+
+def tags_target(plain: dict[str, Any], tagged: dict[str, Any], backend: str) -> Target:
+    """Write units two tags add to a run: ``tagged`` less ``plain`` (docs/tags.md,
+    "Costs": one per tag, at the trigger). Only a backend that reports index units
+    (DynamoDB Local, AWS) measures it: on moto, which reports none, it is not measured."""
+    units = None
+    measured = plain.get("write_units") is not None and tagged.get("write_units") is not None
+    if measured and backend != "moto":
+        units = round(tagged["write_units"] - plain["write_units"], 2)
+    return at_most(
+        "write units added by 2 tags per run",
+        units,
+        TAGS_PER_TAGGED_RUN,
+        note="one tag-index entry per tag, at the trigger only",
+    )
+
+
 def evaluate(results: dict[str, Any]) -> list[Target]:
     """Every target, from the JSON shape of the results."""
     targets: list[Target] = []
@@ -104,6 +124,7 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
             note="1 SendMessage per run by itself; receives and deletes add the rest",
         )
     )
+    targets.append(tags_target(plain, cost.get("tagged", {}), results.get("backend", "")))
     ratio = CELERY_RATIO.get(results.get("backend", ""), max(CELERY_RATIO.values()))
     targets += throughput_targets(results.get("throughput", []), ratio)
     for row in results.get("maintenance", []):

@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -78,7 +79,8 @@ def _queue_error(exc: Exception, name: str, endpoint: str | None) -> NoReturn:
 def provision_table(client: Any, table: str) -> bool:
     """Create the table (and enable TTL) if it does not exist. True if created.
 
-    A table that exists is left as it is. A name DynamoDB refuses, or a request it
+    A table that exists is left as it is, but for the indexes an earlier version did not
+    make, which are added (:func:`add_missing_indexes`). A name DynamoDB refuses, or a request it
     refuses as invalid, is a :class:`ConfigurationError`; other failures are translated
     as the store's are (``StorageUnavailable`` only when trying again may succeed)."""
     if not TABLE_NAME_PATTERN.fullmatch(table):
@@ -91,6 +93,7 @@ def provision_table(client: Any, table: str) -> bool:
         client.create_table(**table_definition(table))
     except ClientError as exc:
         if error_code(exc) == "ResourceInUseException":
+            add_missing_indexes(client, table)
             return False
         _table_error(exc, table, endpoint)
     except BotoCoreError as exc:
@@ -105,6 +108,59 @@ def provision_table(client: Any, table: str) -> bool:
         _table_error(exc, table, endpoint)
     log.info("created table %s", table)
     return True
+
+
+INDEX_WAIT_SECONDS = 1.0
+"""How often an index being added is looked at until DynamoDB says it is active."""
+
+
+def add_missing_indexes(
+    client: Any, table: str, sleep: Callable[[float], None] = time.sleep
+) -> list[str]:
+    """Add the indexes a table made by an earlier version lacks (the tag indexes,
+    docs/tags.md), one at a time (DynamoDB creates one index per ``UpdateTable``), each
+    waited for until active; returns their names. Runs written before keep their tags'
+    attributes, so DynamoDB fills each new index with them as it builds it."""
+    endpoint = endpoint_of(client)
+    wanted = table_definition(table)
+    added: list[str] = []
+    try:
+        described = client.describe_table(TableName=table)["Table"]
+        present = {i["IndexName"] for i in described.get("GlobalSecondaryIndexes", [])}
+        for index in wanted["GlobalSecondaryIndexes"]:
+            if index["IndexName"] in present:
+                continue
+            names = {key["AttributeName"] for key in index["KeySchema"]}
+            log.warning(
+                "table %s has no index %s: adding it (DynamoDB builds it from the items)",
+                table,
+                index["IndexName"],
+            )
+            client.update_table(
+                TableName=table,
+                AttributeDefinitions=[
+                    d for d in wanted["AttributeDefinitions"] if d["AttributeName"] in names
+                ],
+                GlobalSecondaryIndexUpdates=[{"Create": index}],
+            )
+            _wait_for_index(client, table, index["IndexName"], sleep)
+            added.append(index["IndexName"])
+    except (ClientError, BotoCoreError) as exc:
+        _table_error(exc, table, endpoint)
+    return added
+
+
+def _wait_for_index(client: Any, table: str, name: str, sleep: Callable[[float], None]) -> None:
+    while True:
+        described = client.describe_table(TableName=table)["Table"]
+        status = {
+            i["IndexName"]: i.get("IndexStatus", "ACTIVE")
+            for i in described.get("GlobalSecondaryIndexes", [])
+        }
+        if status.get(name) == "ACTIVE" and described.get("TableStatus", "ACTIVE") == "ACTIVE":
+            log.info("table %s: index %s is active", table, name)
+            return
+        sleep(INDEX_WAIT_SECONDS)
 
 
 def provision_bucket(client: Any, bucket: str) -> bool:

@@ -306,6 +306,7 @@ class BulkApi:
                     created_after=selection.created_after,
                     created_before=selection.created_before,
                     schedule=selection.schedule,
+                    tags=dict(selection.tags) or None,
                     limit=size,
                     cursor=cursor,
                 )

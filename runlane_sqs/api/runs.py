@@ -8,7 +8,7 @@ trigger would lose it).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -38,6 +38,7 @@ from runlane_sqs.core.model import (
 )
 from runlane_sqs.core.names import check_key
 from runlane_sqs.core.schedules import check_schedule_id
+from runlane_sqs.core.tags import tag_filter
 from runlane_sqs.core.versions import UNFINISHED_STATUSES, VersionReport, count_versions
 from runlane_sqs.core.waits import wait_name
 from runlane_sqs.engine.engine import Engine
@@ -154,13 +155,16 @@ class RunsApi:
         created_after: datetime | None = None,
         created_before: datetime | None = None,
         schedule: str | None = None,
+        tags: Mapping[str, str] | None = None,
         limit: int = 50,
         cursor: str | None = None,
     ) -> RunPage:
         """Runs newest first, from the status index (never a table scan). With
         ``schedule``, only runs that schedule made: the other runs read are left out, so
-        a page may hold fewer than ``limit`` runs while ``cursor`` goes on. Runs are as
-        stored: a large payload or result is its
+        a page may hold fewer than ``limit`` runs while ``cursor`` goes on. With ``tags``,
+        only runs carrying every one of them, read from the tag indexes for the first tag
+        given and filtered on the others (put the rarest first; docs/tags.md). Runs are
+        as stored: a large payload or result is its
         :class:`~runlane_sqs.core.values.Sealed` reference (:meth:`get` opens it)."""
         if not 1 <= limit <= MAX_LIST_LIMIT:
             raise RunlaneError(f"limit must be between 1 and {MAX_LIST_LIMIT}")
@@ -171,6 +175,7 @@ class RunsApi:
             created_after=created_after,
             created_before=created_before,
             schedule=check_schedule_id(schedule) if schedule is not None else None,
+            tags=tag_filter(tags) if tags else (),
         )
         runs, next_cursor = self._engine.store.list_runs(query, limit, cursor)
         return RunPage(runs, next_cursor)

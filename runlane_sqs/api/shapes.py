@@ -54,8 +54,8 @@ def wait_to_json(wait: Wait | None) -> dict[str, JSON] | None:
 
 def run_to_json(run: Run) -> dict[str, JSON]:
     """One run as stored: identity, status, timing, lease, wait, outcome, audit link, the
-    schedule that made it, its concurrency key, the limit's scope it waits for and the
-    app version it started under."""
+    schedule that made it, its concurrency key, the limit's scope it waits for, the
+    app version it started under and its tags."""
     return {
         "id": run.id,
         "environment": run.environment,
@@ -93,6 +93,7 @@ def run_to_json(run: Run) -> dict[str, JSON]:
         "group_id": run.group_id,
         "group_index": run.group_index,
         "joined_group": run.joined_group,
+        "tags": dict(run.tags),
         "seq": run.seq,
     }
 

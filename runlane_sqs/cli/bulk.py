@@ -26,6 +26,7 @@ from runlane_sqs.cli.options import (
     json_option,
     optional_app_option,
     parse_iso_time,
+    parse_tag_options,
 )
 from runlane_sqs.cli.schedules import parse_schedule_id
 from runlane_sqs.core.bulk import DEFAULT_RATE, MAX_BULK_RATE, BulkAction, BulkFilter, BulkOperation
@@ -85,6 +86,13 @@ def _filter_options(fn: F) -> F:
             help="Only runs whose failure is of this type (qualified, or its last part).",
         ),
         click.option(
+            "--tag",
+            "tags",
+            multiple=True,
+            callback=parse_tag_options,
+            help="Only runs with this tag, key=value (repeatable: every one).",
+        ),
+        click.option(
             "--rate",
             type=click.FloatRange(0, MAX_BULK_RATE, min_open=True),
             default=DEFAULT_RATE,
@@ -118,6 +126,7 @@ def _action_command(action: BulkAction, summary: str) -> None:
         created_before: datetime | None,
         group: str | None,
         failure_type: str | None,
+        tags: dict[str, str],
         rate: float,
         dry_run: bool,
         yes: bool,
@@ -135,6 +144,7 @@ def _action_command(action: BulkAction, summary: str) -> None:
             schedule=schedule,
             group=group,
             failure_type=failure_type,
+            tags=tuple(tags.items()),
         )
         counted = app.bulk.count(action, selection)
         if dry_run:

@@ -35,8 +35,9 @@ CONTEXT_FIELDS = (
     "message_id",
     "trace_id",
     "pass_id",
+    "tags",
 )
-"""Extras appended to text lines, in this order."""
+"""Extras appended to text lines, in this order (a run's tags as ``tags=k=v,k=v``)."""
 TRACEBACK_FIELD = "traceback"
 """A failed attempt's recorded traceback (redacted): shown on the lines after a text line,
 as an exception's would be; a field of its own in JSON lines."""
@@ -55,7 +56,7 @@ class TextFormatter(logging.Formatter):
         shown.msg, shown.args = printable(record.getMessage()), None
         line = printable(super().format(shown), BLOCK_KEEPS)  # the traceback keeps its lines
         fields = [
-            f"{name}={printable(str(getattr(record, name)))}"
+            f"{name}={printable(_text(getattr(record, name)))}"
             for name in CONTEXT_FIELDS
             if hasattr(record, name)
         ]
@@ -64,6 +65,13 @@ class TextFormatter(logging.Formatter):
         if isinstance(recorded, str) and recorded:
             shown_line += "\n" + printable(recorded.rstrip("\n"), BLOCK_KEEPS)
         return shown_line
+
+
+def _text(value: object) -> str:
+    """An extra as a text line shows it: a mapping (a run's tags) as ``k=v,k=v``."""
+    if isinstance(value, dict):
+        return ",".join(f"{key}={item}" for key, item in value.items())
+    return str(value)
 
 
 class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]

@@ -16,8 +16,9 @@ import click
 from runlane_sqs.api import loading
 from runlane_sqs.api.app import Runlane
 from runlane_sqs.api.loading import ENV_APP, InvalidAppSpec
-from runlane_sqs.core.errors import InvalidPayloadError
+from runlane_sqs.core.errors import InvalidKeyError, InvalidPayloadError
 from runlane_sqs.core.model import JSON
+from runlane_sqs.core.tags import parse_tags
 from runlane_sqs.core.values import parse_json
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -126,6 +127,19 @@ def parse_json_option(ctx: click.Context, param: click.Parameter, value: str | N
         return parse_json(value, what=quoted_value(value))
     except InvalidPayloadError as exc:  # bad JSON, NaN, a lone surrogate, too deep
         raise click.BadParameter(str(exc), ctx, param) from None
+
+
+def parse_tag_options(
+    ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
+) -> dict[str, str]:
+    """Callback of the repeatable ``--tag key=value``: the tags, in the order given."""
+    try:
+        return parse_tags(value)
+    except InvalidKeyError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+TAG_HELP = "A tag, key=value (repeatable; docs/tags.md)."
 
 
 def parse_time(text: str) -> datetime:

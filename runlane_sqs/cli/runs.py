@@ -31,6 +31,7 @@ from runlane_sqs.cli.bulk import bulk
 from runlane_sqs.cli.escaping import echo
 from runlane_sqs.cli.exits import EXIT_RUN_UNSUCCESSFUL, EXIT_USAGE, EXIT_WAIT_TIMED_OUT, fail
 from runlane_sqs.cli.options import (
+    TAG_HELP,
     actor_options,
     actor_or_user,
     app_for_command,
@@ -42,6 +43,7 @@ from runlane_sqs.cli.options import (
     parse_age_or_time,
     parse_iso_time,
     parse_json_option,
+    parse_tag_options,
 )
 from runlane_sqs.cli.schedules import parse_schedule_id
 from runlane_sqs.core.errors import RunWaitTimedOut
@@ -79,6 +81,7 @@ def _emit_run(run: Run, as_json: bool, **extra: JSON) -> None:
 @click.option("--batch-key", help="A batched task's key: add the payload to its pending batch.")
 @click.option("--delay", type=click.FloatRange(min=0), help="Seconds before the run is due.")
 @click.option("--queue", help="The run's queue instead of its task's (an urgent one).")
+@click.option("--tag", "tags", multiple=True, callback=parse_tag_options, help=TAG_HELP)
 @json_option
 def trigger(
     app_spec: str | None,
@@ -91,6 +94,7 @@ def trigger(
     batch_key: str | None,
     delay: float | None,
     queue: str | None,
+    tags: dict[str, str],
     as_json: bool,
 ) -> None:
     """Create a run of TASK and publish its wakeup; prints the run id and whether it was
@@ -108,6 +112,7 @@ def trigger(
         batch_key=batch_key,
         delay=delay,
         queue=queue,
+        tags=tags or None,
     )
     if as_json:
         emit_json({**run_to_json(run), "created": run.created, "item": run.item})
@@ -135,6 +140,13 @@ runs.add_command(bulk)
 @click.option("--queue", help="Only runs on this queue.")
 @click.option("--schedule", callback=parse_schedule_id, help="Only runs this schedule made.")
 @click.option(
+    "--tag",
+    "tags",
+    multiple=True,
+    callback=parse_tag_options,
+    help="Only runs with this tag, key=value (repeatable: every one; docs/tags.md).",
+)
+@click.option(
     "--created-after",
     callback=parse_iso_time,
     metavar="ISO-TIME",
@@ -161,6 +173,7 @@ def list_runs(
     task: str | None,
     queue: str | None,
     schedule: str | None,
+    tags: dict[str, str],
     created_after: datetime | None,
     created_before: datetime | None,
     limit: int,
@@ -171,7 +184,7 @@ def list_runs(
     group's children in item order."""
     app = app_or_env_for_command(app_spec)
     if parent is not None:
-        if statuses or task or queue or schedule or created_after or created_before:
+        if statuses or task or queue or schedule or tags or created_after or created_before:
             fail("--parent lists a group's children; it takes no other filter", EXIT_USAGE)
         page = app.runs.children(parent, limit=limit, cursor=cursor)
     else:
@@ -182,6 +195,7 @@ def list_runs(
             created_after=created_after,
             created_before=created_before,
             schedule=schedule,
+            tags=tags or None,
             limit=limit,
             cursor=cursor,
         )

@@ -109,9 +109,11 @@ def print_run(run: Run) -> None:
     data = run_to_json(run)
     rows: list[tuple[str, str | Text]] = []
     for name, value in data.items():
-        if value is None or value == "":
+        if value is None or value in ("", {}):
             continue
-        if name == "status":
+        if name == "tags":
+            rows.append((name, " ".join(f"{key}={tag}" for key, tag in run.tags.items())))
+        elif name == "status":
             rows.append((name, status_text(str(value))))
         elif name == "failure" and run.failure is not None:
             rows.append((name, failure_line(run.failure)))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
@@ -61,13 +61,17 @@ class BulkForm:
             moment = getattr(selection, name)
             if moment is not None:
                 pairs.append((name, moment.isoformat()))
+        pairs += [("tag", f"{key}={value}") for key, value in selection.tags]
         return pairs
 
 
-def parse_bulk(params: Mapping[str, str], statuses: list[str]) -> BulkForm:
-    """The bulk form of a query string or a posted form (``status`` may repeat)."""
+def parse_bulk(
+    params: Mapping[str, str], statuses: list[str], tags: Sequence[str] = ()
+) -> BulkForm:
+    """The bulk form of a query string or a posted form (``status`` and ``tag`` may
+    repeat)."""
     wanted = BulkForm()
-    filters = views.parse_filters(params, statuses)
+    filters = views.parse_filters(params, statuses, tags)
     wanted.errors.extend(filters.errors)
     try:
         wanted.action = BulkAction(params.get("action", ""))
@@ -94,6 +98,7 @@ def parse_bulk(params: Mapping[str, str], statuses: list[str]) -> BulkForm:
         created_before=filters.created_before,
         group=extra["group"],
         failure_type=extra["failure_type"],
+        tags=tuple(filters.tags.items()),
     )
     if wanted.action is not None and not wanted.errors:
         try:
@@ -127,7 +132,7 @@ class BulkPages:
     def count(self, request: Request) -> Response:
         """A dry run of the form's operation: the count, then the button that acts."""
         params = request.query_params
-        wanted = parse_bulk(params, params.getlist("status"))
+        wanted = parse_bulk(params, params.getlist("status"), params.getlist("tag"))
         counted: BulkCount | None = None
         if not wanted.errors and wanted.action is not None:
             try:
@@ -148,7 +153,11 @@ class BulkPages:
         """Start the confirmed operation and carry it out on a thread of this process."""
         form = await self.pages.checked_form(request, action=True)
         posted = await request.form()
-        wanted = parse_bulk(form, [str(s) for s in posted.getlist("status")])
+        wanted = parse_bulk(
+            form,
+            [str(s) for s in posted.getlist("status")],
+            [str(t) for t in posted.getlist("tag")],
+        )
         if wanted.errors or wanted.action is None:
             raise Problem(400, "; ".join(wanted.errors) or "Choose an action.")
         actor, reason = checked_actor(form)

@@ -205,7 +205,8 @@ class Pages:
             raise Problem(403, "The console runs read-only (--read-only): no action is taken.")
 
     def runs(self, request: Request) -> Response:
-        filters = views.parse_filters(request.query_params, request.query_params.getlist("status"))
+        query = request.query_params
+        filters = views.parse_filters(query, query.getlist("status"), query.getlist("tag"))
         runs: list[Any] = []
         cursor: str | None = None
         if not filters.errors:

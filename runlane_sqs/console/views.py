@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from runlane_sqs.core.attempts import Attempt
+from runlane_sqs.core.errors import InvalidKeyError
 from runlane_sqs.core.model import JSON, EventType, Run, RunEvent, RunStatus
 from runlane_sqs.core.names import QUEUE_PATTERN, TASK_PATTERN
 from runlane_sqs.core.schedules import SCHEDULE_ID_PATTERN
+from runlane_sqs.core.tags import MAX_TAG_KEY_CHARS, MAX_TAG_VALUE_CHARS, parse_tags
 from runlane_sqs.core.telemetry import trace_id_of
 
 MAX_REASON_CHARS = 500
@@ -21,6 +23,7 @@ MAX_ACTOR_CHARS = 100
 HIDDEN = "(hidden: the console runs with --hide-payloads)"
 PAGE_SIZES = (25, 50, 100)
 MAX_FILTER_CHARS = 200
+MAX_TAG_FILTER_CHARS = MAX_TAG_KEY_CHARS + 1 + MAX_TAG_VALUE_CHARS
 NAME_PATTERNS = {"task": TASK_PATTERN, "queue": QUEUE_PATTERN, "schedule": SCHEDULE_ID_PATTERN}
 ACTION_STATUSES: Mapping[str, frozenset[RunStatus]] = {
     "cancel": frozenset(s for s in RunStatus if not s.is_terminal),
@@ -64,6 +67,8 @@ class RunFilters:
     schedule: str | None = None
     created_after: datetime | None = None
     created_before: datetime | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+    """Only runs with every one of these tags (``tag=key=value``, repeatable)."""
     limit: int = PAGE_SIZES[0]
     cursor: str | None = None
     errors: list[str] = field(default_factory=list)
@@ -77,14 +82,19 @@ class RunFilters:
             "schedule": self.schedule,
             "created_after": self.created_after,
             "created_before": self.created_before,
+            "tags": self.tags or None,
             "limit": self.limit,
             "cursor": self.cursor,
         }
 
 
-def parse_filters(params: Mapping[str, str], statuses: Sequence[str]) -> RunFilters:
-    """The filters of a query string (``status`` may repeat: ``statuses``)."""
+def parse_filters(
+    params: Mapping[str, str], statuses: Sequence[str], tags: Sequence[str] = ()
+) -> RunFilters:
+    """The filters of a query string (``status`` and ``tag`` may repeat: ``statuses``,
+    ``tags``)."""
     filters = RunFilters()
+    _parse_tags(filters, [text.strip() for text in tags if text.strip()])
     for value in filter(None, statuses):
         try:
             filters.statuses.append(RunStatus(value))
@@ -105,6 +115,16 @@ def parse_filters(params: Mapping[str, str], statuses: Sequence[str]) -> RunFilt
         filters.limit = int(size)
     filters.cursor = params.get("cursor") or None
     return filters
+
+
+def _parse_tags(filters: RunFilters, texts: list[str]) -> None:
+    if any(len(text) > MAX_TAG_FILTER_CHARS for text in texts):
+        filters.errors.append(f"a tag filter is at most {MAX_TAG_FILTER_CHARS} characters")
+        return
+    try:
+        filters.tags = parse_tags(texts)
+    except InvalidKeyError as exc:
+        filters.errors.append(str(exc))
 
 
 def _parse_time(filters: RunFilters, name: str, text: str) -> None:

@@ -47,6 +47,7 @@ from runlane_sqs.core.model import (
     RunStatus,
 )
 from runlane_sqs.core.names import check_key, check_queue, check_task_name
+from runlane_sqs.core.tags import has_tags, tag_filter
 
 DEFAULT_RATE = 20.0
 """Runs a second an operation acts on unless told otherwise: gentle on the table and on
@@ -127,6 +128,9 @@ class BulkFilter:
     failure_type: str | None = None
     """The recorded failure's type: its qualified name (``myapp.errors.Timeout``) or the
     last part of it (``Timeout``)."""
+    tags: tuple[tuple[str, str], ...] = ()
+    """Tags every selected run carries, ``(key, value)``: read from the tag indexes of
+    the first (docs/tags.md)."""
 
     def checked(self, action: BulkAction) -> BulkFilter:
         """The filter with its statuses filled in for ``action``; raises
@@ -148,10 +152,11 @@ class BulkFilter:
             check_key("failure type", self.failure_type, 256)
         if self.group is not None:
             check_key("group", self.group, 256)
+        tags = tag_filter(dict(self.tags)) if self.tags else ()
         after, before = self.created_after, self.created_before
         if after is not None and before is not None and after > before:
             raise ConfigurationError(f"created_after ({after}) is later than created_before")
-        return replace(self, statuses=tuple(dict.fromkeys(statuses)))
+        return replace(self, statuses=tuple(dict.fromkeys(statuses)), tags=tags)
 
     def selects(self, run: Run) -> bool:
         """Whether ``run`` (as listed) meets every condition."""
@@ -161,6 +166,7 @@ class BulkFilter:
             and self.task in (None, run.task)
             and self.queue in (None, run.queue)
             and self.schedule in (None, run.schedule_id)
+            and has_tags(run.tags, self.tags)
             and (self.created_after is None or run.created_at >= self.created_after)
             and (self.created_before is None or run.created_at <= self.created_before)
             and (
@@ -182,6 +188,7 @@ class BulkFilter:
             "schedule": self.schedule,
             "group": self.group,
             "failure_type": self.failure_type,
+            "tags": dict(self.tags),
         }
 
     @classmethod
@@ -195,6 +202,7 @@ class BulkFilter:
             schedule=_text(data.get("schedule")),
             group=_text(data.get("group")),
             failure_type=_text(data.get("failure_type")),
+            tags=tuple(cast(dict[str, str], data.get("tags") or {}).items()),
         )
 
 

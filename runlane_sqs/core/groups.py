@@ -165,6 +165,9 @@ class Group:
     next_tasks: tuple[str, ...] = ()
     """A chain's tasks after this group's one child: when it succeeds, the next task
     starts as a group of its own with the child's result as its payload."""
+    tags: Mapping[str, str] = field(default_factory=dict)
+    """The tags every child (and the callback, and a chain's next group) is created with
+    (``tags`` and ``inherit_tags`` of :class:`~runlane_sqs.GroupOptions`)."""
     started: int = 0
     """Positions started so far: ``0 .. started - 1``."""
     lanes: Mapping[int, int] = field(default_factory=dict)

@@ -42,6 +42,9 @@ count only ever grows: an entry is found in shard ``hash % count`` and readers s
 every shard below the count."""
 FINISHED_SHARDS = 16
 """Partitions of each terminal status on the status index (one entry per run, once)."""
+TAG_SHARDS = 16
+"""Partitions of each tag value on the tag indexes (one entry per run and tag, once):
+a value every run carries spreads as a terminal status does (docs/tags.md)."""
 FEW_SHARDS = 4
 """Partitions of the keys few items write: tokens, schedules and slot records on the
 agenda, parked runs on the status index."""

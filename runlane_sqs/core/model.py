@@ -400,6 +400,9 @@ class Run:
     app_version: str | None = None
     """The app version its first attempt ran under (``None``: none was known; docs/
     versions.md). Each attempt's ``started`` event names the version that ran it."""
+    tags: dict[str, str] = field(default_factory=dict)
+    """Key/value labels the run can be found by (:mod:`runlane_sqs.core.tags`), sorted
+    by key, fixed when it is created."""
     created: bool = False
     """True only on the ``Run`` returned by the trigger that created it."""
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -31,6 +31,7 @@ from runlane_sqs.core.cron import check_cron, next_cron_time, shortest_gap, zone
 from runlane_sqs.core.errors import ConfigurationError
 from runlane_sqs.core.model import JSON
 from runlane_sqs.core.names import check_queue
+from runlane_sqs.core.tags import check_tags
 from runlane_sqs.core.values import Sealed
 
 SCHEDULE_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
@@ -105,6 +106,8 @@ class Schedule:
     """No occurrence before this; an interval counts from it."""
     end_at: datetime | None = None
     """No occurrence after this."""
+    tags: dict[str, str] = field(default_factory=dict, hash=False)
+    """The tags of its runs (docs/tags.md)."""
     task: str | None = field(default=None, compare=True)
     """The task it triggers (set when the task is registered)."""
 
@@ -135,6 +138,8 @@ class Schedule:
             raise ConfigurationError(f"schedule {self.id!r}: end_at must be after start_at")
         if self.queue is not None:
             check_queue(self.queue)
+        if self.tags:
+            object.__setattr__(self, "tags", check_tags(self.tags))
 
     # builders -----------------------------------------------------------------------
 
@@ -149,6 +154,7 @@ class Schedule:
         queue: str | None = None,
         catch_up: CatchUp | str = CatchUp.LATEST,
         jitter: Duration = 0,
+        tags: Mapping[str, str] | None = None,
         start_at: datetime | None = None,
         end_at: datetime | None = None,
     ) -> Schedule:
@@ -162,6 +168,7 @@ class Schedule:
             queue=queue,
             catch_up=_catch_up(catch_up),
             jitter=to_timedelta(jitter, "jitter"),
+            tags=dict(tags or {}),
             start_at=start_at,
             end_at=end_at,
         )
@@ -176,6 +183,7 @@ class Schedule:
         queue: str | None = None,
         catch_up: CatchUp | str = CatchUp.LATEST,
         jitter: Duration = 0,
+        tags: Mapping[str, str] | None = None,
         start_at: datetime | None = None,
         end_at: datetime | None = None,
     ) -> Schedule:
@@ -189,6 +197,7 @@ class Schedule:
             queue=queue,
             catch_up=_catch_up(catch_up),
             jitter=to_timedelta(jitter, "jitter"),
+            tags=dict(tags or {}),
             start_at=start_at,
             end_at=end_at,
         )
@@ -203,6 +212,7 @@ class Schedule:
         queue: str | None = None,
         catch_up: CatchUp | str = CatchUp.LATEST,
         jitter: Duration = 0,
+        tags: Mapping[str, str] | None = None,
     ) -> Schedule:
         """One occurrence at ``at`` (a datetime with a time zone)."""
         return cls(
@@ -213,6 +223,7 @@ class Schedule:
             queue=queue,
             catch_up=_catch_up(catch_up),
             jitter=to_timedelta(jitter, "jitter"),
+            tags=dict(tags or {}),
         )
 
     def for_task(self, task: str, queue: str) -> Schedule:
@@ -317,6 +328,8 @@ class Schedule:
             data["sealed_payload"] = self.payload.text
         else:
             data["payload"] = self.payload
+        if self.tags:  # absent without tags: a schedule's fingerprint is as it was
+            data["tags"] = dict(self.tags)
         if self.expression is not None:
             data["expression"] = self.expression
         if self.interval is not None:
@@ -348,6 +361,7 @@ class Schedule:
             jitter=ONE_MS * int(data.get("jitter_ms", 0)),
             start_at=when("start_at"),
             end_at=when("end_at"),
+            tags=dict(data.get("tags") or {}),
             task=data.get("task"),
         )
 

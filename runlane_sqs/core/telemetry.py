@@ -12,6 +12,7 @@ exactly that shape is ignored, never an error: a wakeup is only a hint.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 
@@ -89,6 +90,13 @@ SIGNAL = "runlane.signal"
 SCHEDULE = "runlane.schedule"
 RESUMED = "runlane.resumed"
 """How many waiting runs a token decision or a signal resumed."""
+TAG_PREFIX = "runlane.tag."
+"""A run's tags on its spans: ``runlane.tag.customer = "42"`` (docs/tags.md)."""
+
+
+def tag_attributes(tags: Mapping[str, str]) -> dict[str, str]:
+    """A run's tags as span attributes."""
+    return {f"{TAG_PREFIX}{key}": value for key, value in tags.items()}
 
 
 class MetricKind(Enum):

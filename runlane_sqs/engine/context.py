@@ -7,7 +7,7 @@ import json
 import logging
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import (
@@ -132,6 +132,8 @@ def run_logger(name: str, run: Run, worker_id: str | None = None) -> RunLogger:
     extra: dict[str, Any] = {"run_id": run.id, "task": run.task, "attempt": run.attempt}
     if worker_id is not None:
         extra["worker_id"] = worker_id
+    if run.tags:
+        extra["tags"] = run.tags
     return RunLogger(logging.getLogger(name), extra)
 
 
@@ -252,6 +254,12 @@ class GroupOptions(TypedDict, total=False):
     tolerate: int | float
     """Children that may fail or be cancelled before the group fails: a count, or a
     fraction of the items below 1 (default 0)."""
+    tags: Mapping[str, str] | None
+    """Tags every child (and the callback) is created with (docs/tags.md)."""
+    inherit_tags: bool
+    """Children take the parent run's tags too, ``tags`` added to them (a key in both
+    takes its value from ``tags``); default False: a child carries only ``tags``. Only
+    from a run (``ctx.map``, ``ctx.group``)."""
 
 
 class NamedTask(Protocol[P_contra, R_co]):

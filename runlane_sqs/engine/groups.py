@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 
 from runlane_sqs.core import groups as core
@@ -36,6 +36,7 @@ from runlane_sqs.core.groups import Group, GroupStatus, Item, Then
 from runlane_sqs.core.limits import MAX_PAYLOAD_LIMIT_BYTES
 from runlane_sqs.core.model import LinkKind, Run, RunStatus, new_run_id
 from runlane_sqs.core.options import option_names, refuse_unknown
+from runlane_sqs.core.tags import Tags, check_tags, inherited
 from runlane_sqs.core.values import Holder, ValueField, ValuePlace, decode_json, encode_json
 from runlane_sqs.engine.context import DEFAULT_MAX_IN_FLIGHT, Child, GroupOptions, NamedTask
 from runlane_sqs.engine.publishing import Publisher
@@ -130,6 +131,7 @@ class Groups:
             refuse_unknown(options, GROUP_OPTIONS, "group")
         window = core.check_window(options.get("max_in_flight", DEFAULT_MAX_IN_FLIGHT))
         tolerate = options.get("tolerate", 0)
+        tags = child_tags(options, parent)
         bounds, chunks = core.chunk(items)
         now = self._clock.now()
         first = min(window, len(items))
@@ -145,6 +147,7 @@ class Groups:
             parent_run_id=parent.id if parent else None,
             then=then,
             next_tasks=next_tasks,
+            tags=tags,
             started=first,
             lanes={lane: lane for lane in range(first)},
             review_at=now + self._config.republish.after,
@@ -160,16 +163,20 @@ class Groups:
         )
         return self.open(group, chunks, None)
 
-    def chain(self, first: Child, tasks: Iterable[NamedTask | str]) -> Group:
+    def chain(
+        self,
+        first: Child,
+        tasks: Iterable[NamedTask | str],
+        tags: Mapping[str, str] | None = None,
+    ) -> Group:
         """A chain started from outside a run (``app.chain``): ``first`` runs, then each
         of ``tasks`` with the result of the one before; it stops at a run that does not
         succeed. Each task runs as a group of one child, so each hand-on is a join."""
         group_id = new_run_id()
         items = self.items([first], group_id)
         names = tuple(self._tasks.resolve(_task_name(task)).name for task in tasks)
-        group, chunks = self.new_group(
-            items, group_id=group_id, next_tasks=names, options=ONE_AT_A_TIME
-        )
+        options = GroupOptions(max_in_flight=1, tolerate=0, tags=tags) if tags else ONE_AT_A_TIME
+        group, chunks = self.new_group(items, group_id=group_id, next_tasks=names, options=options)
         return self.open(group, chunks, None)
 
     def open(self, group: Group, chunks: list[list[Item]], fence: tuple[str, str] | None) -> Group:
@@ -309,6 +316,7 @@ class Groups:
             source=source,
             group_id=group.id,
             group_index=index,
+            tags=dict(group.tags),
         )
 
     def _repair_lanes(self, group: Group) -> tuple[Group, bool]:
@@ -444,7 +452,7 @@ class Groups:
             [Item(task, text)],
             group_id=core.next_group_id(group.id),
             next_tasks=rest,
-            options=ONE_AT_A_TIME,
+            options=GroupOptions(max_in_flight=1, tolerate=0, tags=group.tags),
         )
         self.open(following, chunks, None)
 
@@ -536,6 +544,7 @@ class Groups:
             task,
             (then.payload_text, ValuePlace.in_group(group.id, ValueField.CALLBACK)),
             joined_group=group.id,
+            tags=dict(group.tags),
         )
         if run is not None:  # None: triggered already, by another join
             self._publisher.publish_new([run])
@@ -609,6 +618,20 @@ class Groups:
 
 ITEM_BYTES = MAX_PAYLOAD_LIMIT_BYTES
 """Largest payload of a group's child or callback: the group's records keep them."""
+
+
+def child_tags(options: GroupOptions, parent: Run | None) -> Tags:
+    """The tags of a group's children: its ``tags``, added to its parent's with
+    ``inherit_tags``."""
+    own = options.get("tags")
+    if not options.get("inherit_tags"):
+        return check_tags(own) if own is not None else {}
+    if parent is None:
+        raise ConfigurationError(
+            "inherit_tags takes the tags of the run that opens the group: use it in "
+            "ctx.map or ctx.group, or give app.group its tags"
+        )
+    return inherited(parent.tags, own)
 
 
 def _item_text(text: str, what: str) -> str:

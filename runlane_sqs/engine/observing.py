@@ -234,4 +234,10 @@ def _messaging(queue: str, operation_type: str, operation: str) -> dict[str, str
 
 
 def _run(run: Run) -> dict[str, str | int]:
-    return {t.RUN_ID: run.id, t.TASK: run.task, t.QUEUE: run.queue, t.ATTEMPT_NUMBER: run.attempt}
+    return {
+        t.RUN_ID: run.id,
+        t.TASK: run.task,
+        t.QUEUE: run.queue,
+        t.ATTEMPT_NUMBER: run.attempt,
+        **t.tag_attributes(run.tags),
+    }

@@ -296,7 +296,9 @@ class Scheduler:
             else None
         )
         retention = retention_for(task, self._config)
-        run = run.with_changes(concurrency_key=key, trace=trace, retention=retention)
+        run = run.with_changes(
+            concurrency_key=key, trace=trace, retention=retention, tags=dict(schedule.tags)
+        )
         place = ValuePlace(Holder.RUN, run.id, ValueField.PAYLOAD)
         payload_text = self._values.seal(schedule.payload, what="payload", place=place).text
         self._runs.create_run(run, event, payload_text)

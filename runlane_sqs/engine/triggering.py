@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -18,6 +18,7 @@ from runlane_sqs.core.machine import RepublishPolicy
 from runlane_sqs.core.model import JSON, KeyKind, LinkKind, Run, RunEvent, RunStatus, new_run_id
 from runlane_sqs.core.names import check_key, check_queue
 from runlane_sqs.core.options import option_names, refuse_unknown
+from runlane_sqs.core.tags import Tags, check_tags
 from runlane_sqs.core.telemetry import trace_id_of
 from runlane_sqs.core.values import Holder, Sealed, ValueField, ValuePlace
 from runlane_sqs.engine.batching import BatchedTrigger, Batching
@@ -57,6 +58,9 @@ class TriggerManyOptions(TypedDict, total=False):
     """This run's queue instead of its task's: an urgent one that workers poll with a
     higher weight (docs/operations.md, "Queue weights"). Its concurrency limit, if any,
     applies to the run."""
+    tags: Mapping[str, str] | None
+    """Key/value labels the run can be found by (``app.runs.list(tags=...)``; at most
+    four, docs/tags.md)."""
 
 
 class TriggerOptions(TriggerManyOptions, total=False):
@@ -110,6 +114,8 @@ class ValidTrigger:
     """Set for a trigger of a batched task: the key its item gathers by."""
     trace: str | None = None
     """The trace context of the trigger's span, stored on the run."""
+    tags: Tags | None = None
+    """The run's tags, checked (``None``: none)."""
 
     @property
     def payload_json(self) -> str:
@@ -167,6 +173,8 @@ def new_run_of(
     )
     if trigger.concurrency_key is not None or trigger.trace is not None:
         run = run.with_changes(concurrency_key=trigger.concurrency_key, trace=trigger.trace)
+    if trigger.tags:
+        run = run.with_changes(tags=trigger.tags)
     prepared = trigger.prepared
     # a small payload without codecs is kept as its JSON text, with no S3 request
     plain = not prepared.offloaded and not prepared.codecs
@@ -304,6 +312,8 @@ class Triggers:
         with self._span(trigger) as span:
             run = self._create(replace(trigger, trace=span.trace))
             span.set({t.RUN_ID: run.id})
+            if run.tags:
+                span.set(t.tag_attributes(run.tags))
             if run.created:
                 self._publisher.publish_new([run])
         self._observer.triggered([run])
@@ -321,6 +331,8 @@ class Triggers:
             return []
         with self._span(triggers[0]) as span:
             span.set({t.MESSAGING_BATCH_SIZE: len(triggers)})
+            if triggers[0].tags:  # every run of the batch has the same tags
+                span.set(t.tag_attributes(triggers[0].tags))
             runs = [self._create(replace(r, trace=span.trace)) for r in triggers]
             self._publisher.publish_new([run for run in runs if run.created])
         self._observer.triggered(runs)
@@ -385,6 +397,8 @@ class Triggers:
             value, payload = resolved.types.trigger_payload(payload)
         key = concurrency_key_of(resolved, value, options.get("concurrency_key"))
         idem, single = validate_keys(options.get("idempotency_key"), options.get("singleton_key"))
+        given_tags = options.get("tags")
+        tags = check_tags(given_tags) if given_tags is not None else None
         ordering_key, delay = options.get("ordering_key"), options.get("delay")
         order = ordering.check_ordering_key(ordering_key) if ordering_key is not None else None
         if order is not None and delay is not None:
@@ -423,6 +437,7 @@ class Triggers:
             ordering_key=order,
             debounce_key=debounce,
             batch_key=batch,
+            tags=tags,
             retention=retention_for(resolved, self._config, idempotency_key=idem)
             if idem is not None or resolved.retention is not None
             else self._config.retention,  # the plain case of retention_for, without a call
@@ -442,7 +457,9 @@ class Triggers:
             idempotency_retention=self._config.idempotency_retention,
             republish=self._config.republish,
         )
-        extra = {"run_id": run.id, "task": run.task}
+        extra: dict[str, object] = {"run_id": run.id, "task": run.task}
+        if run.tags:
+            extra["tags"] = run.tags
         if trigger.trace and (trace_id := trace_id_of(trigger.trace)):
             extra["trace_id"] = trace_id
         log.info(
@@ -524,6 +541,7 @@ class Triggers:
                 concurrency_key=source.concurrency_key,
                 trace=span.trace,
                 retention=retention_for(task, self._config),
+                tags=source.tags,
             )
             span.set({t.RUN_ID: run.id})
             run = write_run(self._store, run, event, payload_text, (), source.ordering_key)

@@ -42,6 +42,9 @@ class RunQuery:
     created_before: datetime | None = None
     schedule: str | None = None
     """Only runs made by this schedule (read, then kept: pages may be short)."""
+    tags: tuple[tuple[str, str], ...] = ()
+    """Only runs carrying every one of these tags (key, value), read from the tag index
+    of the first (docs/tags.md)."""
 
 
 class ProgressStore(Protocol):
@@ -244,7 +247,8 @@ class RunStore(Protocol):
     def list_runs(
         self, query: RunQuery, limit: int, cursor: str | None
     ) -> tuple[list[Run], str | None]:
-        """A page of runs matching ``query``, newest first, from the status index."""
+        """A page of runs matching ``query``, newest first, from the status index (or, by
+        tags, the tag indexes)."""
         ...
 
     def delete_run(self, run: Run, now: datetime) -> bool:

@@ -15,6 +15,7 @@ import pytest
 
 from bench.cost import SCENARIOS, CostResult, measure_scenario
 from bench.limits import measure_case
+from bench.targets import evaluate
 from runlane_sqs import Runlane
 from tests.contract.bench_support import REGION
 
@@ -25,6 +26,8 @@ EXPECTED: dict[str, tuple[dict[str, int], dict[str, float]]] = {
     # trigger PutItem; claim (on the wakeup's hint, no read) and outcome UpdateItem
     "plain": ({"PutItem": 1, "UpdateItem": 2}, {"SendMessageBatch": 1 / RUNS}),
     "plain_single": ({"PutItem": 1, "UpdateItem": 2}, {"SendMessage": 1}),
+    # two tags: the same requests as plain (their index entries ride on the PutItem)
+    "tagged": ({"PutItem": 1, "UpdateItem": 2}, {"SendMessageBatch": 1 / RUNS}),
     # two attempts: a second wakeup (with its hint), claim and outcome
     "retry": ({"PutItem": 1, "UpdateItem": 4}, {"SendMessage": 2}),
     "release": ({"PutItem": 1, "UpdateItem": 4}, {"SendMessage": 2}),
@@ -99,3 +102,14 @@ def test_requests_per_run_with_and_without_a_concurrency_limit(
     }
     sqs = result.counts.service("sqs")
     assert (sqs["SendMessageBatch"], sqs["SendMessage"]) == (1, 0)  # one batch of RUNS runs
+
+
+def test_what_tags_add_is_tagged_less_plain_where_index_units_are_reported() -> None:
+    cost = [
+        {"scenario": "plain", "per_run": {"write_units": 8.0}},
+        {"scenario": "tagged", "per_run": {"write_units": 10.0}},
+    ]
+    [local] = [t for t in evaluate({"backend": "aws-local", "cost": cost}) if "tags" in t.name]
+    [moto] = [t for t in evaluate({"backend": "moto", "cost": cost}) if "tags" in t.name]
+    assert (local.measured, local.met) == (2.0, True)
+    assert (moto.measured, moto.met) == (None, None)  # moto reports no index units

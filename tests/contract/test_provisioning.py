@@ -12,7 +12,9 @@ import pytest
 from botocore.config import Config
 
 from runlane_sqs import ConfigurationError, Runlane, StorageUnavailable
+from runlane_sqs.adapters.dynamodb.items import TAG_INDEXES, table_definition
 from runlane_sqs.adapters.provision import provision_queues
+from runlane_sqs.errors import MissingResourceError
 from runlane_sqs.local import free_port
 
 MakeApp = Callable[..., Runlane]
@@ -100,3 +102,53 @@ def test_an_unreachable_endpoint_is_still_unavailable(make_app: MakeApp) -> None
 
     with pytest.raises(StorageUnavailable, match="cannot reach DynamoDB"):
         app.provision(["default"])
+
+
+def test_provisioning_adds_the_tag_indexes_a_table_made_before_them_lacks(
+    make_app: MakeApp, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A table made by a version without tags (its definition less the tag indexes):
+    tagged runs are written, a listing by tag is a clear error naming the way out, and
+    ``provision()`` adds the indexes, which then hold the runs written before."""
+    caplog.set_level(logging.INFO, logger="runlane_sqs.provision")
+    app = make_app()
+    dynamodb = app.client("dynamodb")
+    older = table_definition(app.config.table)
+    older["GlobalSecondaryIndexes"] = [
+        i for i in older["GlobalSecondaryIndexes"] if not i["IndexName"].startswith("tag_")
+    ]
+    older["AttributeDefinitions"] = [
+        d for d in older["AttributeDefinitions"] if not d["AttributeName"].startswith("tag_pk_")
+    ]
+    dynamodb.create_table(**older)
+    app.provision(["default"])  # the queues; and the table's missing indexes
+    indexes = dynamodb.describe_table(TableName=app.config.table)["Table"]
+    assert {i["IndexName"] for i in indexes["GlobalSecondaryIndexes"]} >= set(TAG_INDEXES)
+    assert [w for w in warnings_of(caplog) if "adding it" in w] == [
+        f"table {app.config.table} has no index {name}: adding it (DynamoDB builds it from "
+        "the items)"
+        for name in TAG_INDEXES
+    ]
+
+
+def test_a_listing_by_tag_on_a_table_without_tag_indexes_says_how_to_add_them(
+    make_app: MakeApp,
+) -> None:
+    app = make_app()
+    older = table_definition(app.config.table)
+    older["GlobalSecondaryIndexes"] = [
+        i for i in older["GlobalSecondaryIndexes"] if not i["IndexName"].startswith("tag_")
+    ]
+    older["AttributeDefinitions"] = [
+        d for d in older["AttributeDefinitions"] if not d["AttributeName"].startswith("tag_pk_")
+    ]
+    app.client("dynamodb").create_table(**older)
+    app.task(lambda ctx, payload: None, name="export")
+    provision_queues(app.client("sqs"), [app.transport.queue_name("default")])  # type: ignore[attr-defined]
+    run = app.trigger("export", {}, tags={"customer": "42"})  # written: tags on the item
+
+    with pytest.raises(MissingResourceError, match=r"has no tag indexes .*runlane-sqs provision"):
+        app.runs.list(tags={"customer": "42"})
+
+    app.provision(["default"])
+    assert [r.id for r in app.runs.list(tags={"customer": "42"}).runs] == [run.id]

@@ -24,7 +24,7 @@ from tests.templates import load_template
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
-INDEXES = ("agenda", "by_status", "waits")
+INDEXES = ("agenda", "by_status", "waits", "tag_0", "tag_1", "tag_2", "tag_3")
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,19 @@ def test_the_table_equals_the_one_the_library_provisions(template: dict[str, Any
     assert props["KeySchema"] == expected["KeySchema"]
     ours = by_name(props["GlobalSecondaryIndexes"], "IndexName")
     theirs = by_name(expected["GlobalSecondaryIndexes"], "IndexName")
-    assert set(ours) == set(theirs) == {"agenda", "by_status", "waits"}
+    assert (
+        set(ours)
+        == set(theirs)
+        == {
+            "agenda",
+            "by_status",
+            "waits",
+            "tag_0",
+            "tag_1",
+            "tag_2",
+            "tag_3",
+        }
+    )
     for name, index in theirs.items():
         assert ours[name]["KeySchema"] == index["KeySchema"], name
         assert projection(ours[name]["Projection"]) == projection(index["Projection"]), name

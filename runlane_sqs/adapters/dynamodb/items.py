@@ -26,6 +26,14 @@ AttributeMap = dict[str, Any]
 AGENDA_INDEX = "agenda"
 STATUS_INDEX = "by_status"
 WAITS_INDEX = "waits"
+TAG_INDEXES = ("tag_0", "tag_1", "tag_2", "tag_3")
+"""One index per tag position of a run (its first tag by key in ``tag_0``, ...): a run
+with ``n`` tags has one entry in each of the first ``n`` (``MAX_TAGS`` in all)."""
+TAG_KEY_ATTRIBUTES = ("tag_pk_0", "tag_pk_1", "tag_pk_2", "tag_pk_3")
+_TAG_PROJECTION = ["tags", "task", "queue"]
+"""What the tag indexes carry besides their keys: a run's tags (a listing by several tags
+filters on the others), its task and queue; none of them ever changes, so no write but
+the run's creation (and deletion) writes to a tag index."""
 TTL_ATTRIBUTE = "expires_at"
 
 _AGENDA_PROJECTION = [
@@ -79,6 +87,51 @@ class WaitsIndex(GlobalSecondaryIndex[Any]):  # type: ignore[no-untyped-call]
 
     wait_pk = UnicodeAttribute(hash_key=True)
     wait_sk = UnicodeAttribute(range_key=True)
+
+
+class TagIndex0(GlobalSecondaryIndex[Any]):  # type: ignore[no-untyped-call]
+    """Runs by their first tag (by key), newest first: ``{env}#{key}={value}#{shard}``
+    (sparse: runs without tags are not on it)."""
+
+    class Meta:
+        index_name = TAG_INDEXES[0]
+        projection = IncludeProjection(_TAG_PROJECTION)
+
+    tag_pk_0 = UnicodeAttribute(hash_key=True)
+    created_sk = UnicodeAttribute(range_key=True)
+
+
+class TagIndex1(GlobalSecondaryIndex[Any]):  # type: ignore[no-untyped-call]
+    """Runs by their second tag (as :class:`TagIndex0`)."""
+
+    class Meta:
+        index_name = TAG_INDEXES[1]
+        projection = IncludeProjection(_TAG_PROJECTION)
+
+    tag_pk_1 = UnicodeAttribute(hash_key=True)
+    created_sk = UnicodeAttribute(range_key=True)
+
+
+class TagIndex2(GlobalSecondaryIndex[Any]):  # type: ignore[no-untyped-call]
+    """Runs by their third tag (as :class:`TagIndex0`)."""
+
+    class Meta:
+        index_name = TAG_INDEXES[2]
+        projection = IncludeProjection(_TAG_PROJECTION)
+
+    tag_pk_2 = UnicodeAttribute(hash_key=True)
+    created_sk = UnicodeAttribute(range_key=True)
+
+
+class TagIndex3(GlobalSecondaryIndex[Any]):  # type: ignore[no-untyped-call]
+    """Runs by their fourth tag (as :class:`TagIndex0`)."""
+
+    class Meta:
+        index_name = TAG_INDEXES[3]
+        projection = IncludeProjection(_TAG_PROJECTION)
+
+    tag_pk_3 = UnicodeAttribute(hash_key=True)
+    created_sk = UnicodeAttribute(range_key=True)
 
 
 class EventMap(MapAttribute[str, Any]):
@@ -181,6 +234,8 @@ class RunItem(Model):
     collapsed = NumberAttribute(null=True)
     """Triggers that went to the run after the first (a collapse, a batch's item)."""
     events = ListAttribute(of=EventMap, null=True)
+    tags = MapAttribute[str, Any](null=True)  # type: ignore[no-untyped-call]
+    """Tag key -> value (text); written once, when the run is created."""
     # index attributes, derived from the state above on every write
     status_pk = UnicodeAttribute(null=True)
     created_sk = UnicodeAttribute(null=True)
@@ -188,10 +243,18 @@ class RunItem(Model):
     agenda_at = NumberAttribute(null=True)
     wait_pk = UnicodeAttribute(null=True)
     wait_sk = UnicodeAttribute(null=True)
+    tag_pk_0 = UnicodeAttribute(null=True)
+    tag_pk_1 = UnicodeAttribute(null=True)
+    tag_pk_2 = UnicodeAttribute(null=True)
+    tag_pk_3 = UnicodeAttribute(null=True)
 
     agenda_index = AgendaIndex()
     status_index = StatusIndex()
     waits_index = WaitsIndex()
+    tag_index_0 = TagIndex0()
+    tag_index_1 = TagIndex1()
+    tag_index_2 = TagIndex2()
+    tag_index_3 = TagIndex3()
 
 
 class TokenItem(Model):
@@ -298,6 +361,8 @@ class GroupItem(Model):
     then_payload = UnicodeAttribute(null=True)
     next_tasks = UnicodeAttribute(null=True)
     """JSON list of a chain's tasks after this group's one child."""
+    child_tags = UnicodeAttribute(null=True)
+    """JSON object of the tags its children are created with."""
     started = NumberAttribute()
     lanes = MapAttribute[str, Any](null=True)  # type: ignore[no-untyped-call]
     """Lane number -> the position running in it (numbers); written on the wire by

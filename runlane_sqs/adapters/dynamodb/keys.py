@@ -14,9 +14,17 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import NamedTuple
 
-from runlane_sqs.core.indexes import ACTIVE, FEW_SHARDS, FINISHED_SHARDS, SHARDS, AgendaKind
+from runlane_sqs.core.indexes import (
+    ACTIVE,
+    FEW_SHARDS,
+    FINISHED_SHARDS,
+    SHARDS,
+    TAG_SHARDS,
+    AgendaKind,
+)
 from runlane_sqs.core.machine import agenda_listing
 from runlane_sqs.core.model import KeyKind, Run, RunStatus
+from runlane_sqs.core.tags import MAX_TAGS
 
 RUN_PREFIX = "RUN#"
 RUN_SK = "RUN"
@@ -206,6 +214,7 @@ _COUNTS = {
     "object": FEW_SHARDS,
     "rate": FEW_SHARDS,
     "bulk": 1,  # a few operations run at a time: one partition, one Query a pass
+    "tag": TAG_SHARDS,
 }
 
 
@@ -294,3 +303,36 @@ def run_listing(run: Run) -> RunListing:
         return RunListing(status, None, None)
     kind, at = listing
     return RunListing(status, agenda_pk(run.environment, kind, run.id), at)
+
+
+TAG_KIND = "tag"
+
+
+def tag_pk(environment: str, key: str, value: str, run_id: str) -> str:
+    """The tag-index partition of one run's tag: ``{env}#{key}={value}#{shard}``. A key
+    holds no ``=`` or ``#`` and the shard is after the last ``#``, so it splits
+    unambiguously whatever the value holds."""
+    return f"{environment}#{key}={value}#{shard_of(run_id, TAG_KIND)}"
+
+
+def run_tag_keys(run: Run) -> dict[str, str]:
+    """The tag-index key attributes of a run: its ``n``-th tag (by key) in the ``n``-th
+    index's key (``tag_pk_{n}``)."""
+    return {
+        f"tag_pk_{slot}": tag_pk(run.environment, key, value, run.id)
+        for slot, (key, value) in enumerate(sorted(run.tags.items()))
+    }
+
+
+def tag_partitions(environment: str, key: str, value: str) -> list[tuple[int, str]]:
+    """Every (tag index, partition) that may hold runs tagged ``key=value``: the tag may
+    be any run's first, second, ... tag, in any shard."""
+    return [
+        (slot, f"{environment}#{key}={value}#{shard}")
+        for slot in range(TAG_SLOTS)
+        for shard in range(shard_count(TAG_KIND))
+    ]
+
+
+TAG_SLOTS = MAX_TAGS
+"""Tag indexes of the table: a run's ``n``-th tag is on the ``n``-th."""

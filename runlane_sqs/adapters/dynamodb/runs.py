@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -46,6 +47,8 @@ from runlane_sqs.adapters.dynamodb import keys
 from runlane_sqs.adapters.dynamodb.expressions import Expressions
 from runlane_sqs.adapters.dynamodb.items import (
     STATUS_INDEX,
+    TAG_INDEXES,
+    TAG_KEY_ATTRIBUTES,
     WAITS_INDEX,
     AttributeMap,
     EventMap,
@@ -225,6 +228,7 @@ def map_additions(before: Run, after: Run) -> dict[str, dict[str, str]]:
 
 def run_to_item(run: Run, events: list[RunEvent], payload_text: str) -> RunItem:
     created_ms = to_ms(run.created_at)
+    tag_keys: dict[str, Any] = keys.run_tag_keys(run) if run.tags else {}
     pk, created_sk = keys.run_pk(run.environment, run.id), keys.created_sk(created_ms, run.id)
     item = RunItem(
         pk=pk,
@@ -257,6 +261,8 @@ def run_to_item(run: Run, events: list[RunEvent], payload_text: str) -> RunItem:
         steps={map_key(k): stored_text(v) for k, v in run.steps.items()},
         wait_results={map_key(k): stored_text(v) for k, v in run.wait_results.items()},
         created_sk=created_sk,
+        tags=dict(run.tags) if run.tags else None,
+        **tag_keys,
         **run_state_attributes(run),
     )
     return item
@@ -306,6 +312,12 @@ class _Attributes:
         if value is None:
             raise ValueError(f"run item without {name!r}")
         return value
+
+    def text_map(self, name: str) -> dict[str, str]:
+        value = self.wire.get(name)
+        if value is None or "M" not in value:
+            return {}
+        return {k: v["S"] for k, v in sorted(value["M"].items())}
 
     def json_map(self, name: str) -> dict[str, Any]:
         value = self.wire.get(name)
@@ -384,6 +396,7 @@ def run_from_wire(wire: AttributeMap) -> Run:
         failure=Failure.from_json(json.loads(failure)) if failure else None,
         idempotency_key=item.text("idempotency_key"),
         singleton_key=item.text("singleton_key"),
+        tags=item.text_map("tags"),
     )
     return _with_review(run, item.time("agenda_at"))
 
@@ -704,6 +717,45 @@ def query_status(
             x.filter(x.compare(name, "=", value))
     return x.request(
         {"TableName": table, "IndexName": STATUS_INDEX, "ScanIndexForward": False, "Limit": limit}
+    )
+
+
+def query_tagged(
+    table: str,
+    slot: int,
+    partition: str,
+    *,
+    after_sk: str | None,
+    below_sk: str | None,
+    task: str | None,
+    queue: str | None,
+    tags: Sequence[tuple[str, str]],
+    limit: int,
+) -> Request:
+    """Runs of one partition of the ``slot``-th tag index, newest first, in the creation
+    window :func:`query_status` takes, filtered by task, queue and further ``tags`` (every
+    one held: attributes the index carries)."""
+    x = Expressions()
+    x.key(x.compare(TAG_KEY_ATTRIBUTES[slot], "=", partition))
+    if after_sk is not None and below_sk is not None:
+        # BETWEEN includes its upper bound: the caller drops a run at exactly below_sk
+        x.key(x.between("created_sk", after_sk, below_sk))
+    elif after_sk is not None:
+        x.key(x.compare("created_sk", ">=", after_sk))
+    elif below_sk is not None:
+        x.key(x.compare("created_sk", "<", below_sk))
+    for name, value in (("task", task), ("queue", queue)):
+        if value is not None:
+            x.filter(x.compare(name, "=", value))
+    for key, value in tags:
+        x.filter(x.compare(("tags", key), "=", value))
+    return x.request(
+        {
+            "TableName": table,
+            "IndexName": TAG_INDEXES[slot],
+            "ScanIndexForward": False,
+            "Limit": limit,
+        }
     )
 
 

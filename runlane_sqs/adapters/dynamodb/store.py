@@ -37,7 +37,7 @@ from runlane_sqs.adapters.dynamodb.errors import (
 )
 from runlane_sqs.adapters.dynamodb.groups import DynamoGroupStore
 from runlane_sqs.adapters.dynamodb.health import DynamoHealthStore
-from runlane_sqs.adapters.dynamodb.listing import list_run_keys
+from runlane_sqs.adapters.dynamodb.listing import list_run_keys, list_tagged_keys
 from runlane_sqs.adapters.dynamodb.objects import (
     DynamoObjectRecords,
     hold_items,
@@ -70,6 +70,7 @@ from runlane_sqs.core.debounce import Collapse
 from runlane_sqs.core.errors import (
     ConflictError,
     LeaseLost,
+    MissingResourceError,
     OrderMoved,
     StorageError,
     StorageUnavailable,
@@ -79,6 +80,7 @@ from runlane_sqs.core.machine import HintedClaim, Transition
 from runlane_sqs.core.model import KeyKind, Lease, Run, RunEvent, WaitKind
 from runlane_sqs.core.ordering import Place
 from runlane_sqs.core.rate_deploys import Spacing
+from runlane_sqs.core.tags import has_tags
 from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenDecision, TokenNotFound
 from runlane_sqs.core.values import (
     ENVELOPE_MARK,
@@ -337,20 +339,29 @@ class DynamoRunStore:
     def list_runs(
         self, query: RunQuery, limit: int, cursor: str | None
     ) -> tuple[list[Run], str | None]:
-        run_keys, next_cursor = list_run_keys(
-            self._query_all,
-            self.table,
-            self.environment,
-            query,
-            limit,
-            cursor,
-        )
+        listing = list_tagged_keys if query.tags else list_run_keys
+        try:
+            run_keys, next_cursor = listing(
+                self._query_all, self.table, self.environment, query, limit, cursor
+            )
+        except (StorageError, MissingResourceError) as exc:
+            # DynamoDB refuses a missing index as malformed, moto as a missing resource
+            if query.tags and "index" in str(exc.__cause__).lower():
+                raise MissingResourceError(
+                    f"DynamoDB table {self.table!r} has no tag indexes (tag_0 to tag_3), "
+                    "which a listing by tag reads: add them with app.provision() or "
+                    "`runlane-sqs provision`, or deploy infra/runlane.yaml one index per "
+                    f"stack update (docs/tags.md, 'An existing table'); {exc}"
+                ) from exc
+            raise
         # a status group holds several statuses (``active``): keep the ones asked for
         wanted = set(query.statuses)
         return [
             run
             for run in self._batch_get(run_keys)
-            if run.status in wanted and query.schedule in (None, run.schedule_id)
+            if run.status in wanted
+            and query.schedule in (None, run.schedule_id)
+            and has_tags(run.tags, query.tags)
         ], next_cursor
 
     def get_histories(self, run_ids: Sequence[str]) -> dict[str, tuple[Run, list[RunEvent]]]:
