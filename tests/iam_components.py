@@ -401,7 +401,9 @@ def trigger(c: Components) -> dict[str, Run]:
         "ordered later": producer.trigger(ORDERED, "later", delay=timedelta(hours=2)),
         "flaky": producer.trigger(FLAKY),
         "broken": producer.trigger(BROKEN),
-        "keyed broken": producer.trigger(BROKEN, idempotency_key="broken-1"),
+        "keyed broken": producer.trigger(
+            BROKEN, idempotency_key="broken-1", tags={"team": "billing"}
+        ),
         "released": producer.trigger(LATER),
         "signal": producer.trigger(SIGNAL, {"key": "payment:7"}),
         "worker's token": producer.trigger(TOKEN, {}),
@@ -467,6 +469,8 @@ def operate(c: Components, runs: dict[str, Run]) -> None:
     operator = c.operator
     assert operator.runs.list(limit=100).runs
     assert operator.runs.list(status="failed", task=BROKEN).runs
+    tagged = operator.runs.list(tags={"team": "billing"}).runs  # docs/tags.md
+    assert [run.id for run in tagged] == [runs["keyed broken"].id]
     assert operator.runs.get(runs["keyed"].id).status is RunStatus.SUCCEEDED
     operator.runs.events(runs["keyed"].id)
     operator.runs.attempts(runs["flaky"].id)
@@ -496,7 +500,8 @@ def operate(c: Components, runs: dict[str, Run]) -> None:
     bulk = operator.bulk.start("rerun", rerun_nothing, counted=counted)
     assert operator.bulk.run(bulk.id).status is OperationStatus.DONE
     assert [o.id for o in operator.bulk.list().operations] == [bulk.id]
-    operator.bulk.start("retry", BulkFilter(task=BROKEN))  # never carried out: maintenance does
+    # never carried out: maintenance does, selecting its runs by tag
+    operator.bulk.start("retry", BulkFilter(task=BROKEN, tags={"team": "billing"}))
     c.drain()
     assert operator.health.activity().counts  # the console's runs page
     checked = operator.health.check()  # its health page

@@ -16,8 +16,8 @@ inline limit are kept there:
   parked run and saved cursors; a dead worker's limited run whose lease it recovers, and
   a leaked slot holder it drops; a run waiting for a large result it resumes, an object
   record a writer pinned that it takes off the agenda, and the objects pruned runs no
-  longer reference, which it deletes;
-- the **operator**: ``app.runs`` (list, get, events, attempts, wait, cancel, retry,
+  longer reference, which it deletes; a bulk retry by tag an operator left running;
+- the **operator**: ``app.runs`` (list, by tag too, get, events, attempts, wait, cancel, retry,
   rerun, unpark, prune; a cancelled run waiting for a slot), tokens, signals,
   ``app.idempotency.reset``, ``app.queues.list``, a trigger; a run's large values read,
   a trigger with a large payload, a rerun of one.
@@ -273,7 +273,7 @@ def test_no_policy_reaches_the_items_of_another_environment(
 
 
 def test_a_producer_can_neither_list_nor_delete_runs(recorded: Recorded) -> None:
-    """What the operator did beyond producing (listing runs, deleting runs and keys,
+    """What the operator did beyond producing (listing runs, by tag too, deleting runs and keys,
     reading keys, operating schedules, reading concurrency limits, counting queues,
     reading and deleting dead letters) is refused to the producer policy."""
     producer = recorded.policy("ProducerPolicy")
@@ -282,6 +282,7 @@ def test_a_producer_can_neither_list_nor_delete_runs(recorded: Recorded) -> None
     named = {(a.action, a.resource.rsplit("/", 1)[-1].rsplit(":", 1)[-1]) for a in refused}
     assert named == {
         ("dynamodb:Query", "by_status"),
+        *(("dynamodb:Query", f"tag_{n}") for n in range(4)),  # runs listed by tag
         ("dynamodb:Query", "waits"),  # of runs: cancelling resumes the runs waiting
         ("dynamodb:Query", "agenda"),  # the slot records app.queues lists
         ("dynamodb:BatchGetItem", recorded.values.parameters["TableName"]),
