@@ -159,6 +159,37 @@ class Failure:
 
 
 @dataclass(frozen=True, slots=True)
+class Progress:
+    """How far a run's attempt said it got (``ctx.progress``; docs/progress.md)."""
+
+    done: int | float
+    total: int | float | None = None
+    """``None``: the attempt did not say how much there is."""
+    message: str | None = None
+    """Any text the handler gave: stored as is, shown escaped."""
+    attempt: int = 0
+    """The attempt that reported it."""
+    at: datetime | None = None
+    """When it was reported (by the worker's clock)."""
+
+    @property
+    def fraction(self) -> float | None:
+        """``done / total`` within 0 and 1 (``None`` without a total)."""
+        if not self.total:
+            return None
+        return max(0.0, min(1.0, self.done / self.total))
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "done": self.done,
+            "total": self.total,
+            "message": self.message,
+            "attempt": self.attempt,
+            "at": self.at.isoformat() if self.at is not None else None,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class Lease:
     """Temporary ownership of a run by one worker for one attempt."""
 
@@ -400,6 +431,10 @@ class Run:
     app_version: str | None = None
     """The app version its first attempt ran under (``None``: none was known; docs/
     versions.md). Each attempt's ``started`` event names the version that ran it."""
+    progress: Progress | None = None
+    """What its latest reporting attempt said of how far it got (``ctx.progress``)."""
+    state: JSON = None
+    """The small JSON value its latest attempt set (``ctx.set_state``)."""
     created: bool = False
     """True only on the ``Run`` returned by the trigger that created it."""
 
