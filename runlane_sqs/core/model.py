@@ -179,6 +179,15 @@ class Progress:
             return None
         return max(0.0, min(1.0, self.done / self.total))
 
+    def summary(self) -> str:
+        """``3 of 10 (30%): message``; the message as stored (shown escaped)."""
+        line = _number_text(self.done)
+        if self.total is not None:
+            line += f" of {_number_text(self.total)}"
+            if self.fraction is not None:
+                line += f" ({self.fraction:.0%})"
+        return f"{line}: {self.message}" if self.message else line
+
     def to_json(self) -> dict[str, JSON]:
         return {
             "done": self.done,
@@ -187,6 +196,10 @@ class Progress:
             "attempt": self.attempt,
             "at": self.at.isoformat() if self.at is not None else None,
         }
+
+
+def _number_text(number: float) -> str:
+    return f"{number:g}" if isinstance(number, float) else str(number)
 
 
 @dataclass(frozen=True, slots=True)

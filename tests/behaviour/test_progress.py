@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -29,6 +30,7 @@ from runlane_sqs import (
     TaskContext,
 )
 from runlane_sqs.aio import AsyncWorker
+from runlane_sqs.api.waiting import wait_for
 from runlane_sqs.core import machine
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import new_lease_token
@@ -36,6 +38,7 @@ from runlane_sqs.core.progress import MAX_STATE_BYTES, AttemptReport, checked_pr
 from runlane_sqs.core.recovery import expire_lease
 from runlane_sqs.runtime.worker import Worker
 from runlane_sqs.testing import InMemoryRunStore, in_memory_app
+from tests.behaviour.console_support import client_for
 
 TASK = "progress.count"
 LEASE = timedelta(minutes=5)
@@ -333,3 +336,77 @@ def test_the_interval_is_configurable_and_checked(clock: ManualClock) -> None:
         in_memory_app(progress_interval=0.01)
     with pytest.raises(ConfigurationError, match="progress_interval"):
         in_memory_app(progress_interval=600)
+
+
+HOSTILE = '<script>alert("x")</script>\x1b[31m'
+
+
+def test_the_console_shows_a_run_s_progress_and_state_and_each_child_s_beside_its_group(
+    clock: ManualClock,
+) -> None:
+    app, _ = counting_app(clock)
+
+    @app.task(name="progress.child")
+    def child(ctx: TaskContext, payload: int) -> int:
+        ctx.progress(payload, 4, message=f"child {payload} {HOSTILE}")
+        ctx.set_state({"child": payload})
+        return payload
+
+    @app.task(name="progress.parent")
+    def parent_task(ctx: TaskContext, payload: Any) -> int:
+        ctx.progress(0, 3, message="mapping")
+        return sum(ctx.map("progress.child", [1, 2, 3]).results())
+
+    parent = app.trigger("progress.parent")
+    while app.worker().drain():
+        pass
+
+    with client_for(app) as client:
+        page = client.get(f"/runs/{parent.id}").text
+        rows = page.split('class="child-row"')[1:]
+        child_id = re.findall(r'<a href="/runs/([0-9a-f]{32})">', rows[0])[0]
+        child_page = client.get(f"/runs/{child_id}").text
+
+    assert "3 of 3 finished: 3 succeeded" in page  # the counts, as before
+    assert len(rows) == 3
+    for n, row in enumerate(rows, start=1):
+        assert f'<td class="child-progress"><progress max="1" value="{n / 4}">' in row
+        assert f"{n} of 4 ({n / 4:.0%}): child {n} &lt;script&gt;" in row
+    assert 'id="progress-summary">0 of 3 (0%): mapping</span>' in page
+    assert "<script>alert" not in child_page and "&lt;script&gt;alert" in child_page
+    assert 'id="state">{\n  &#34;child&#34;: 1\n}</pre>' in child_page
+
+
+def test_wait_calls_back_on_each_change_of_progress(clock: ManualClock) -> None:
+    app, _ = counting_app(clock)
+    reads: list[Run] = []
+    app.task(lambda ctx, payload: None, name=TASK)
+    run = app.trigger(TASK, {})
+    claimed = machine.claim_lease(
+        run, now=clock.now(), owner="w", token=new_lease_token(), duration=LEASE
+    )
+    assert isinstance(claimed, Transition)
+    view = app.store.apply(claimed)
+    assert view.lease is not None
+    token = view.lease.token
+    script = iter(range(1, 100))
+
+    def read_again(delay: float) -> None:
+        """Between polls the attempt reports, reports the same again, then finishes."""
+        step = next(script)
+        if step <= 3:
+            report = checked_progress(step, 3, None, attempt=1, now=clock.now())
+            app.store.report_progress(view, token, AttemptReport(progress=report))
+        elif step == 5:
+            app.store.apply(
+                machine.record_success(
+                    app.store.get_run(run.id), token=token, result=None, now=clock.now()
+                )
+            )
+
+    finished = wait_for(
+        lambda: app.runs.get_stored(run.id), None, sleep=read_again, on_progress=reads.append
+    )
+
+    assert finished.status is RunStatus.SUCCEEDED
+    assert [r.progress.done for r in reads if r.progress] == [1, 2, 3]
