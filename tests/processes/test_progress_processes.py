@@ -53,10 +53,12 @@ class Counting(Drops):
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("flags", [(), ("--async",)], ids=["sync", "async"])
 def test_a_worker_process_reports_1000_times_in_10_s_with_at_most_6_writes(
     make_app: Callable[..., Runlane],
     start_worker: Callable[..., WorkerProcess],
     backend_env: dict[str, str],
+    flags: tuple[str, ...],
 ) -> None:
     app = register(make_app())
     app.provision()
@@ -74,7 +76,9 @@ def test_a_worker_process_reports_1000_times_in_10_s_with_at_most_6_writes(
             done.wait(0.2)
 
     with fault_proxy(backend_env["AWS_ENDPOINT_URL"], counting) as proxy:
-        worker = start_worker("--app", APP, "--drain", extra_env={"AWS_ENDPOINT_URL": proxy})
+        worker = start_worker(
+            "--app", APP, "--drain", *flags, extra_env={"AWS_ENDPOINT_URL": proxy}
+        )
         reader = threading.Thread(target=read_meanwhile, daemon=True)
         reader.start()
         try:
@@ -94,4 +98,4 @@ def test_a_worker_process_reports_1000_times_in_10_s_with_at_most_6_writes(
     reports = counting.reports()
     assert 1 <= len(reports) <= 6, [r["ExpressionAttributeValues"] for r in reports]
     assert len(counting.outcomes_with_progress()) == 1  # the last report, at no extra request
-    print(f"progress writes: {len(reports)} for {REPORTS} reports in {SECONDS:g} s")
+    print(f"{flags}: {len(reports)} progress writes for {REPORTS} reports in {SECONDS:g} s")
