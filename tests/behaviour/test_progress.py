@@ -410,3 +410,33 @@ def test_wait_calls_back_on_each_change_of_progress(clock: ManualClock) -> None:
 
     assert finished.status is RunStatus.SUCCEEDED
     assert [r.progress.done for r in reads if r.progress] == [1, 2, 3]
+
+
+def test_a_run_page_follows_itself_while_the_run_is_unfinished_and_stops_after(
+    clock: ManualClock,
+) -> None:
+    """The page of a running run carries the marker console.js follows (it reads the page
+    again and swaps its status, facts, state and groups in place); the page of the
+    finished run does not, so the following stops."""
+    app, _ = counting_app(clock)
+    pages: list[str] = []
+
+    with client_for(app) as client:
+
+        @app.task(name=TASK)
+        def watched(ctx: TaskContext, payload: Any) -> None:
+            ctx.progress(1, 2, "half")
+            ctx.set_state({"half": True})
+            pages.append(client.get(f"/runs/{ctx.run_id}").text)
+
+        run = app.trigger(TASK, {})
+        app.worker().drain()
+        finished = client.get(f"/runs/{run.id}").text
+
+    running = pages[0]
+    assert 'data-live-progress="2"' in running
+    for part in ('id="run-status"', 'id="facts"', 'id="state-live"', 'id="groups-live"'):
+        assert part in running and part in finished
+    assert "data-live-progress" not in finished
+    assert "running" in running.split('id="run-status"')[1][:40]
+    assert 'id="progress-summary">1 of 2 (50%): half</span>' in finished  # rode the outcome
