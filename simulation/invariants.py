@@ -401,13 +401,18 @@ def schedule_occurrences_once(seen: Observed) -> list[str]:
 def keys_held_one_at_a_time(seen: Observed) -> list[str]:
     """16 and 20: no handler is entered while another attempt with its key holds a live
     lease (a key limit of 1, singleton and ordering keys; counted at handler entry); and
-    the runs of one singleton key never overlap (one unfinished run per key)."""
+    the runs of one singleton key never overlap (one unfinished run per key).
+
+    A run counts as unfinished from its trigger's answer to its first finishing event. A
+    run that finished before its trigger answered (a worker ran it while the producer's
+    answer was still on its way: seed 369) was unfinished at no moment the producer can
+    point to, and overlaps nothing."""
     lines = list(seen.ledger.key_overlaps)
     lives: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
     for run_id, stored in seen.of_task(SINGLE):
         end = first_at(stored, FINISHED)
         key = stored.run.singleton_key
-        if key is not None and end is not None:  # unfinished from its trigger's answer on
+        if key is not None and end is not None and seen.returned[run_id] < end:
             lives[key].append((seen.returned[run_id], end, run_id))
     for key, spans in lives.items():
         spans.sort()

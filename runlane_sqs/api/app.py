@@ -379,11 +379,20 @@ class Runlane(OperatorApis):
         group instead."""
         return self.engine.groups.start(children, then, options)
 
+    @overload
+    def chain(self, first: tuple[Task[P, R], P], *tasks: NamedTask | str) -> Group: ...
+
+    @overload
+    def chain(self, first: tuple[str, JSON], *tasks: NamedTask | str) -> Group: ...
+
     def chain(self, first: Child, *tasks: NamedTask | str) -> Group:
         """Run ``first`` (a ``(task, payload)`` pair), then each of ``tasks`` with the
         result of the one before as its payload; the chain stops at a run that fails or
         is cancelled. Each task runs as a group of one child (``app.runs.children`` of the
-        returned group id lists the first run; each group opens the next task's)."""
+        returned group id lists the first run; each group opens the next task's).
+        ``first``'s payload is validated against its task's payload type before anything
+        is written; each later task's payload is the stored result before it, validated
+        when its run starts."""
         return self.engine.groups.chain(first, tasks)
 
     # workers and resources ----------------------------------------------------------

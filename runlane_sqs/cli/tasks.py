@@ -9,7 +9,9 @@ from rich.table import Table
 
 from runlane_sqs.cli import tables
 from runlane_sqs.cli.escaping import echo
+from runlane_sqs.cli.exits import EXIT_USAGE, fail
 from runlane_sqs.cli.options import app_for_command, app_option, emit_json, json_option
+from runlane_sqs.core.errors import ConfigurationError
 from runlane_sqs.core.model import JSON
 from runlane_sqs.engine.tasks import Task
 
@@ -58,16 +60,14 @@ def list_tasks(app_spec: str | None, as_json: bool) -> None:
 @json_option
 def show_task(app_spec: str | None, name: str, schema: bool, as_json: bool) -> None:
     """One task: its queue, its types and, with --schema, their JSON Schema (``null``:
-    any JSON value)."""
+    any JSON value; a declared type that has none exits 2, saying which)."""
     app = app_for_command(app_spec, NEEDS_TASKS)
     task = app.tasks.resolve(name)
     if schema:
         try:
             task.types.schemas()
-        except Exception as exc:  # pydantic's error for a type that has no JSON Schema
-            raise click.ClickException(
-                f"task {task.name!r}: its types have no JSON Schema ({exc})"
-            ) from None
+        except ConfigurationError as exc:  # a declared type that has no JSON Schema
+            fail(str(exc), EXIT_USAGE, hint=f"`runlane-sqs tasks show {task.name}` names its types")
     if as_json or schema:
         emit_json(task_to_json(task, schemas=schema) if as_json else task.types.schemas())
         return

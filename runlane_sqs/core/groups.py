@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from runlane_sqs.core.errors import (
     ConfigurationError,
@@ -38,6 +38,14 @@ from runlane_sqs.core.model import (
     Run,
     RunStatus,
 )
+
+# R is the result type of a group's children: a map's task's, Any for other groups.
+if TYPE_CHECKING:  # a bare ``GroupResults`` is ``GroupResults[Any]`` (Python 3.11)
+    import typing_extensions
+
+    R = typing_extensions.TypeVar("R", default=Any)
+else:  # the default matters to type checkers only
+    R = TypeVar("R")
 
 CHUNK_BYTES = 300 * 1024
 """Most item bytes one chunk record holds (DynamoDB's item limit is 400 KB)."""
@@ -295,14 +303,16 @@ class Group:
 
 
 @dataclass(frozen=True, slots=True)
-class ChildOutcome:
+class ChildOutcome(Generic[R]):
     """How one child of a group finished (or that it has not)."""
 
     index: int
     run_id: str
     status: RunStatus | None
     """``None``: the child was never started (its group failed first)."""
-    result: JSON = None
+    result: R | None = None
+    """What a child that succeeded returned: as its task's result type for a map over a
+    task that declares one, else the stored JSON."""
     failure: Failure | None = None
 
 
@@ -311,10 +321,12 @@ ReadChildren = Callable[[int, int], "list[Run | None]"]
 
 
 @dataclass(frozen=True)
-class GroupResults:
+class GroupResults(Generic[R]):
     """What ``ctx.map`` returns and a group's callback reads (``ctx.joined_group()``):
     the group's counts; its children's results and failures are read from storage in
-    pages, by item index, when iterated (never copied into the parent)."""
+    pages, by item index, when iterated (never copied into the parent). Generic in the
+    children's result type: a map's task's (each stored result converted to it when
+    read, as ``task.result_of`` does), ``Any`` (the stored JSON) for other groups."""
 
     group_id: str
     status: GroupStatus
@@ -324,9 +336,16 @@ class GroupResults:
     cancelled: int
     read: ReadChildren = field(repr=False, compare=False)
     page_size: int = 100
+    convert: Callable[[JSON], R] | None = field(default=None, repr=False, compare=False)
+    """Gives a stored result as the children's result type (``None``: kept as JSON)."""
 
     @classmethod
-    def of(cls, summary: dict[str, JSON], read: ReadChildren) -> GroupResults:
+    def of(
+        cls,
+        summary: dict[str, JSON],
+        read: ReadChildren,
+        convert: Callable[[JSON], Any] | None = None,
+    ) -> GroupResults[Any]:
         return cls(
             group_id=str(summary["group"]),
             status=GroupStatus(summary["status"]),
@@ -335,32 +354,44 @@ class GroupResults:
             failed=int(summary["failed"]),
             cancelled=int(summary["cancelled"]),
             read=read,
+            convert=convert,
         )
 
     @property
     def ok(self) -> bool:
         return self.status is GroupStatus.SUCCEEDED
 
-    def outcomes(self, start: int = 0) -> Iterator[ChildOutcome]:
+    def outcomes(self, start: int = 0) -> Iterator[ChildOutcome[R]]:
         """Every child's outcome from item ``start`` on, in index order."""
+        for index, run in self._children(start):
+            yield self._outcome(index, run)
+
+    def _children(self, start: int) -> Iterator[tuple[int, Run | None]]:
         for first in range(start, self.total, self.page_size):
             for offset, run in enumerate(self.read(first, self.page_size)):
-                index = first + offset
-                if run is None:
-                    yield ChildOutcome(index, child_run_id(self.group_id, index), None)
-                else:
-                    yield ChildOutcome(index, run.id, run.status, run.result, run.failure)
+                yield first + offset, run
 
-    def results(self) -> Iterator[JSON]:
-        """Each child's result in index order (``None`` for a child that did not succeed)."""
+    def _outcome(self, index: int, run: Run | None) -> ChildOutcome[R]:
+        if run is None:
+            return ChildOutcome(index, child_run_id(self.group_id, index), None)
+        result = run.result
+        if self.convert is not None and run.status is RunStatus.SUCCEEDED:
+            result = self.convert(result)
+        return ChildOutcome(index, run.id, run.status, result, run.failure)
+
+    def results(self) -> Iterator[R | None]:
+        """Each child's result in index order (``None`` for a child that did not
+        succeed): as the children's result type, for a map over a task that declares one
+        (a stored result that no longer validates raises
+        :class:`~runlane_sqs.core.errors.InvalidPayloadError`)."""
         for outcome in self.outcomes():
             yield outcome.result if outcome.status is RunStatus.SUCCEEDED else None
 
-    def failures(self) -> Iterator[ChildOutcome]:
+    def failures(self) -> Iterator[ChildOutcome[R]]:
         """The children that failed, were cancelled or never started."""
-        for outcome in self.outcomes():
-            if outcome.status is not RunStatus.SUCCEEDED:
-                yield outcome
+        for index, run in self._children(0):
+            if run is None or run.status is not RunStatus.SUCCEEDED:
+                yield self._outcome(index, run)
 
 
 class GroupFailed(RunlaneError):

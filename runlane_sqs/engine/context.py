@@ -10,7 +10,17 @@ import threading
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypedDict, TypeVar, Unpack, cast
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    NoReturn,
+    Protocol,
+    TypedDict,
+    TypeVar,
+    Unpack,
+    cast,
+    overload,
+)
 
 from runlane_sqs.core.clock import Duration, to_timedelta
 from runlane_sqs.core.errors import (
@@ -36,14 +46,28 @@ from runlane_sqs.core.replay import (
 from runlane_sqs.core.tokens import Token, TokenNotFound, TokenResult, TokenStatus
 from runlane_sqs.core.values import Holder, ValueField, ValuePlace, stored_text
 from runlane_sqs.core.waits import wait_name
+from runlane_sqs.engine.value_types import TaskTypes
 from runlane_sqs.engine.values import Prepared, Values
 
 if TYPE_CHECKING:
     import asyncio
 
+    import typing_extensions
+
+    # a bare ``NamedTask`` is ``NamedTask[Any, Any]`` (typing_extensions: Python 3.11)
+    P_contra = typing_extensions.TypeVar("P_contra", contravariant=True, default=Any)
+    R_co = typing_extensions.TypeVar("R_co", covariant=True, default=Any)
+else:  # the defaults matter to type checkers only
+    P_contra = TypeVar("P_contra", contravariant=True)
+    R_co = TypeVar("R_co", covariant=True)
+
 T = TypeVar("T")
 A = TypeVar("A")
 """A wait's answer (a token's decision, another run's outcome)."""
+P = TypeVar("P")
+"""A mapped task's payload type."""
+R = TypeVar("R")
+"""A mapped task's result type."""
 
 
 class Cancellation(threading.Event):
@@ -214,6 +238,11 @@ class AttemptServices(Protocol):
 
     def group_children(self, group_id: str, start: int, limit: int) -> list[Run | None]: ...
 
+    def task_types(self, task: str) -> TaskTypes:
+        """The payload and result types registered task ``task`` declares (raises
+        :class:`~runlane_sqs.core.errors.UnknownTaskError`)."""
+        ...
+
 
 DEFAULT_MAX_IN_FLIGHT = 100
 """Children of one group running at once unless it says otherwise."""
@@ -231,15 +260,22 @@ class GroupOptions(TypedDict, total=False):
     fraction of the items below 1 (default 0)."""
 
 
-class NamedTask(Protocol):
-    """A registered task (:class:`~runlane_sqs.Task`), as groups name their children's."""
+class NamedTask(Protocol[P_contra, R_co]):
+    """A registered task (:class:`~runlane_sqs.Task`), as groups name their children's:
+    generic, as the task is, in the payload it takes and the result it returns."""
 
     @property
     def name(self) -> str: ...
 
+    def __call__(self, ctx: TaskContext, payload: P_contra, /) -> Any: ...
+
+    def result_of(self, run: Run) -> R_co: ...
+
 
 Child = tuple[NamedTask | str, JSON]
 """One child of a group: its task (or the task's name) and its payload."""
+Converter = Callable[[JSON], Any] | None
+"""Gives a child's stored result as its task's result type (``None``: kept as JSON)."""
 
 
 @dataclass
@@ -473,46 +509,91 @@ class TaskContext:
 
     # groups ----------------------------------------------------------------------
 
+    @overload
+    def map(
+        self, task: NamedTask[P, R], items: Iterable[P], **options: Unpack[GroupOptions]
+    ) -> GroupResults[R]: ...
+
+    @overload
+    def map(
+        self, task: str, items: Iterable[JSON], **options: Unpack[GroupOptions]
+    ) -> GroupResults[Any]: ...
+
     def map(
         self, task: NamedTask | str, items: Iterable[JSON], **options: Unpack[GroupOptions]
-    ) -> GroupResults:
+    ) -> GroupResults[Any]:
         """Run ``task`` once per item as child runs, at most ``max_in_flight`` at once, and
         wait (releasing the lease) until they have all finished: the next attempt gets
         the group's results here. Raises :class:`GroupFailed` when more than ``tolerate``
         children (a count, or a fraction below 1) failed or were cancelled.
 
+        Each item is validated against the task's payload type before anything is
+        written, and a task that declares a result type gives its children's results as
+        that type (docs/typed-tasks.md).
+
         ``items`` may be a generator that pages through a source: it is read once, when
         the group is first opened, and its items are kept with the group, never in this
         run's item; a later attempt finds the group and does not read it again."""
-        return self.group(((task, item) for item in items), **options)
+        children = ((task, item) for item in items)
+        return self._open_group(children, self._result_type(task), options)
+
+    @overload
+    async def map_async(
+        self, task: NamedTask[P, R], items: Iterable[P], **options: Unpack[GroupOptions]
+    ) -> GroupResults[R]: ...
+
+    @overload
+    async def map_async(
+        self, task: str, items: Iterable[JSON], **options: Unpack[GroupOptions]
+    ) -> GroupResults[Any]: ...
 
     async def map_async(
         self, task: NamedTask | str, items: Iterable[JSON], **options: Unpack[GroupOptions]
-    ) -> GroupResults:
+    ) -> GroupResults[Any]:
         """:meth:`map` for ``async def`` handlers (its writes run on a thread)."""
-        return await self.group_async(((task, item) for item in items), **options)
+        children = ((task, item) for item in items)
+        return await self._open_group_async(children, self._result_type(task), options)
 
-    def group(self, children: Iterable[Child], **options: Unpack[GroupOptions]) -> GroupResults:
-        """:meth:`map` over ``(task, payload)`` pairs, each child its own task."""
-        name, joined = self._begin_group()
+    def group(
+        self, children: Iterable[Child], **options: Unpack[GroupOptions]
+    ) -> GroupResults[Any]:
+        """:meth:`map` over ``(task, payload)`` pairs, each child its own task (their
+        results are the stored JSON)."""
+        return self._open_group(children, None, options)
+
+    async def group_async(
+        self, children: Iterable[Child], **options: Unpack[GroupOptions]
+    ) -> GroupResults[Any]:
+        """:meth:`group` for ``async def`` handlers (its writes run on a thread)."""
+        return await self._open_group_async(children, None, options)
+
+    def _open_group(
+        self, children: Iterable[Child], convert: Converter, options: GroupOptions
+    ) -> GroupResults[Any]:
+        name, joined = self._begin_group(convert)
         if joined is not None:
             return joined
         self._replayed(wait_call(name))  # opening a group starts its children
         group = self._services().open_group(name, children, options)
-        return self._group_outcome(name, group)
+        return self._group_outcome(name, group, convert)
 
-    async def group_async(
-        self, children: Iterable[Child], **options: Unpack[GroupOptions]
-    ) -> GroupResults:
-        """:meth:`group` for ``async def`` handlers (its writes run on a thread)."""
-        name, joined = self._begin_group()
+    async def _open_group_async(
+        self, children: Iterable[Child], convert: Converter, options: GroupOptions
+    ) -> GroupResults[Any]:
+        name, joined = self._begin_group(convert)
         if joined is not None:
             return joined
         self._replayed(wait_call(name))  # opening a group starts its children
         group = await _on_thread(self._services().open_group, name, children, options)
-        return self._group_outcome(name, group)
+        return self._group_outcome(name, group, convert)
 
-    def joined_group(self) -> GroupResults | None:
+    def _result_type(self, task: NamedTask | str) -> Converter:
+        """What gives a mapped task's stored result as its result type (``None``: the
+        task declares none, its results stay JSON)."""
+        types = self._services().task_types(task if isinstance(task, str) else task.name)
+        return types.result_value if types.result is not None else None
+
+    def joined_group(self) -> GroupResults[Any] | None:
         """In a group's callback: the group whose join triggered this run (``None`` in
         any other run). Its children's results are read from storage when iterated."""
         if self.joined_group_id is None:
@@ -522,18 +603,18 @@ class TaskContext:
             return None
         return GroupResults.of(group.summary(), self._reader(group.id))
 
-    def _begin_group(self) -> tuple[str, GroupResults | None]:
+    def _begin_group(self, convert: Converter) -> tuple[str, GroupResults[Any] | None]:
         """The name of this group wait, and its results if an earlier attempt joined it."""
         name, recorded = self._next_wait(WaitKind.GROUP, None)
-        return name, self._joined(recorded) if isinstance(recorded, dict) else None
+        return name, self._joined(recorded, convert) if isinstance(recorded, dict) else None
 
-    def _group_outcome(self, name: str, group: Group) -> GroupResults:
+    def _group_outcome(self, name: str, group: Group, convert: Converter) -> GroupResults[Any]:
         if group.closed:  # no children, or all counted before the release was asked
-            return self._joined(group.summary())
+            return self._joined(group.summary(), convert)
         self._release_to(Wait(WaitKind.GROUP, name, group.id))
 
-    def _joined(self, summary: dict[str, JSON]) -> GroupResults:
-        results = GroupResults.of(summary, self._reader(str(summary["group"])))
+    def _joined(self, summary: dict[str, JSON], convert: Converter) -> GroupResults[Any]:
+        results = GroupResults.of(summary, self._reader(str(summary["group"])), convert)
         if not results.ok:
             raise GroupFailed(results)
         return results

@@ -28,9 +28,12 @@ class AttemptOutcome:
     returned, or what it raised (a wait it asked for included)."""
 
     result: object = None
-    """What the handler returned (``None`` when it raised)."""
+    """What the handler returned, as stored (a declared result type's JSON; ``None``
+    when it raised)."""
     error: BaseException | None = None
-    """What the handler raised, if it did."""
+    """What the handler raised, if it did, or the conversion of its payload or result
+    (:class:`~runlane_sqs.core.errors.PayloadMismatch`,
+    :class:`~runlane_sqs.core.errors.InvalidResult`)."""
 
     @property
     def released(self) -> bool:

@@ -133,7 +133,18 @@ class ValueType:
         return self.adapter.dump_python(value, mode="json")
 
     def json_schema(self) -> dict[str, JSON]:
-        schema: dict[str, JSON] = self.adapter.json_schema()
+        """The type's JSON Schema; raises :class:`ConfigurationError` naming the type when
+        it has none (a field of a class pydantic validates with ``isinstance`` only, a
+        callable): its values are validated all the same."""
+        from pydantic.errors import PydanticInvalidForJsonSchema  # noqa: PLC0415 (as adapter)
+
+        try:
+            schema: dict[str, JSON] = self.adapter.json_schema()
+        except PydanticInvalidForJsonSchema as exc:
+            raise ConfigurationError(
+                f"the {self.owner} is declared as {type_name(self.annotation)}, which has no "
+                f"JSON Schema (pydantic: {exc.message}); its values are validated all the same"
+            ) from None
         return schema
 
 

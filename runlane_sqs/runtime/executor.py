@@ -41,7 +41,8 @@ from runlane_sqs.engine.driver import Disposition
 from runlane_sqs.engine.engine import Engine
 from runlane_sqs.engine.groups import Groups
 from runlane_sqs.engine.message import MessagePath
-from runlane_sqs.engine.tasks import Task
+from runlane_sqs.engine.tasks import Task, TaskRegistry
+from runlane_sqs.engine.value_types import PLAIN_TYPES, TaskTypes
 from runlane_sqs.engine.values import Values
 from runlane_sqs.ports.store import RunStore
 from runlane_sqs.ports.transport import ReceivedWakeup
@@ -316,6 +317,7 @@ class AttemptRuntime:
         self,
         store: RunStore,
         groups: Groups,
+        tasks: TaskRegistry,
         clock: Clock,
         values: Values,
         leases: LeaseBook,
@@ -324,6 +326,7 @@ class AttemptRuntime:
     ) -> None:
         self._store = store
         self._groups = groups
+        self._tasks = tasks
         self._joined: dict[str, Group] = {}
         self._clock = clock
         self._leases = leases
@@ -423,6 +426,9 @@ class AttemptRuntime:
             for child in children
         ]
 
+    def task_types(self, task: str) -> TaskTypes:
+        return self._tasks.resolve(task).types
+
 
 def begin_attempt(
     call: driver.Begin, engine: Engine, leases: LeaseBook, worker_id: str
@@ -432,6 +438,7 @@ def begin_attempt(
     services = AttemptRuntime(
         engine.store,
         engine.groups,
+        engine.tasks,
         engine.clock,
         engine.values,
         leases,
@@ -444,13 +451,21 @@ def begin_attempt(
 
 
 def run_handler(task: Task, ctx: TaskContext, payload: JSON) -> object:
-    """Call ``task``'s handler here: an ``async def`` one to completion on a fresh event
-    loop."""
+    """Call ``task``'s handler here with the stored ``payload`` converted to its payload
+    type (:class:`PayloadMismatch` when it no longer validates), and return its result
+    as stored (:class:`InvalidResult` when its result type refuses it): an ``async def``
+    one to completion on a fresh event loop. The hooks' call wraps all of it, so their
+    ``on_failure`` sees a conversion's failure as it sees the handler's."""
+    types = task.types
+    if types.payload is not None:
+        payload = types.handler_payload(payload)
     if task.is_async:
         import asyncio  # noqa: PLC0415 (only for async handlers: a sync app never loads it)
 
-        return asyncio.run(task.fn(ctx, payload))
-    return task.fn(ctx, payload)
+        result = asyncio.run(task.fn(ctx, payload))
+    else:
+        result = task.fn(ctx, payload)
+    return result if types.result is None else types.stored_result(result)
 
 
 class Executor:
@@ -496,9 +511,9 @@ class Executor:
 
     def call_handler(self, call: driver.CallHandler) -> object:
         """The handler, called with the run's payload (opened, and converted to its task's
-        payload type), the app's hooks around it (if it has any); its result (converted
-        from its result type), sealed. An ``async def`` handler runs to completion on a
-        fresh event loop."""
+        payload type), the app's hooks around it and the conversions (if it has any); its
+        result (converted from its result type), sealed. An ``async def`` handler runs to
+        completion on a fresh event loop."""
         values = self.engine.values
         with call.span.active():
             run_id = call.ctx.run_id
@@ -506,19 +521,13 @@ class Executor:
             if values.sealed(payload):  # kept in the bucket, or encoded: read again if need be
                 place = ValuePlace(Holder.RUN, run_id, ValueField.PAYLOAD)
                 payload = retried(partial(values.open, place=place), payload)
-            types = call.task.types
-            if types.payload is not None:
-                payload = types.handler_payload(payload)
+            task = call.task
             if self.hooks.active:
-                result = self.hooks.call(
-                    call.ctx, partial(run_handler, call.task, call.ctx, payload)
-                )
-            elif call.task.is_async:
-                result = run_handler(call.task, call.ctx, payload)
+                result = self.hooks.call(call.ctx, partial(run_handler, task, call.ctx, payload))
+            elif task.types is not PLAIN_TYPES or task.is_async:
+                result = run_handler(task, call.ctx, payload)
             else:
-                result = call.task.fn(call.ctx, payload)
-            if types.result is not None:
-                result = types.stored_result(result)
+                result = task.fn(call.ctx, payload)
             place = ValuePlace(Holder.RUN, run_id, ValueField.RESULT)
             sealing = partial(values.seal, what="handler result", place=place)
             return retried(sealing, result).value  # kept again if the bucket's write failed

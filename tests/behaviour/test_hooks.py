@@ -1,6 +1,8 @@
 """Worker hooks (``app.hooks``, docs/hooks.md): called before and after each attempt and on
 its failure, by both workers, on the thread that runs a sync handler; a hook that raises
-is logged with the run's id and the run goes on as if it had not."""
+is logged with the run's id and the run goes on as if it had not. A typed task's
+payload and result conversions are part of the hooked attempt: ``on_failure`` sees a
+stored payload that no longer validates and a result its type refuses."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import threading
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from runlane_sqs import (
     AttemptOutcome,
@@ -18,8 +21,11 @@ from runlane_sqs import (
     RunStatus,
     TaskContext,
 )
+from runlane_sqs.core.parking import PAYLOAD_MISMATCH
+from runlane_sqs.errors import InvalidResult, PayloadMismatch
 from runlane_sqs.testing import ManualClock
 from tests.backends import ONLY_MEMORY, Backend
+from tests.behaviour.worker_support import second_app
 from tests.workers import WorkerKind
 
 
@@ -174,3 +180,69 @@ def test_an_app_without_hooks_has_none_active(backend: Backend) -> None:
     assert not app.hooks.active
     app.hooks.after_attempt(lambda ctx, outcome: None)
     assert app.hooks.active
+
+
+class Order(BaseModel):
+    id: int
+
+
+class OrderWithCoupon(BaseModel):
+    """The order as a later deploy reads it: a new required field."""
+
+    id: int
+    coupon: str
+
+
+def register_typed(app: Runlane, order: type[BaseModel], calls: list[int], is_async: bool) -> None:
+    """``hooked.ship`` takes ``order`` and returns it; ``hooked.wrong`` returns what its
+    result type refuses. Sync or ``async def`` handlers."""
+
+    def ship(ctx: TaskContext, payload: Any) -> Order:
+        calls.append(payload.id)
+        return Order(id=payload.id)
+
+    def wrong(ctx: TaskContext, payload: Any) -> Order:
+        return {"id": "not a number"}  # type: ignore[return-value]
+
+    async def ship_async(ctx: TaskContext, payload: Any) -> Order:
+        return ship(ctx, payload)
+
+    async def wrong_async(ctx: TaskContext, payload: Any) -> Order:
+        return wrong(ctx, payload)
+
+    app.task(ship_async if is_async else ship, name="hooked.ship", payload_type=order)
+    app.task(wrong_async if is_async else wrong, name="hooked.wrong", payload_type=order)
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync-handler", "async-handler"])
+def test_on_failure_sees_a_payload_that_no_longer_validates_and_a_result_its_type_refuses(
+    backend: Backend, worker_kind: WorkerKind, is_async: bool
+) -> None:
+    """Runs triggered under ``Order`` meet a deploy whose ``Order`` needs a coupon: the
+    hooks of the new deploy see the mismatch (the handler is not called, the run parks)
+    and the refused result (the run fails), as they see a handler's own exception."""
+    calls: list[int] = []
+    old = backend.app(register=lambda a: register_typed(a, Order, calls, is_async))
+    parked = old.trigger("hooked.ship", Order(id=1))
+    app = second_app(backend, old, lambda a: register_typed(a, OrderWithCoupon, calls, is_async))
+    refused = app.trigger("hooked.wrong", OrderWithCoupon(id=2, coupon="spring"))
+    failures: dict[str, BaseException] = {}
+    outcomes: dict[str, tuple[bool, object]] = {}
+    app.hooks.on_failure(lambda ctx, exc: failures.setdefault(ctx.run_id, exc))
+    app.hooks.after_attempt(
+        lambda ctx, outcome: outcomes.setdefault(ctx.run_id, (outcome.failed, outcome.error))
+    )
+
+    assert worker_kind.drain(app) == 2
+
+    mismatch = failures[parked.id]
+    assert isinstance(mismatch, PayloadMismatch)
+    assert "coupon: Field required" in str(mismatch)
+    assert outcomes[parked.id] == (True, mismatch)
+    assert calls == []
+    assert app.runs.get(parked.id).parked_reason == PAYLOAD_MISMATCH
+    invalid = failures[refused.id]
+    assert isinstance(invalid, InvalidResult)
+    assert "id: Input should be a valid integer" in str(invalid)
+    assert outcomes[refused.id] == (True, invalid)
+    assert app.runs.get(refused.id).status is RunStatus.FAILED

@@ -3,7 +3,9 @@ annotated with a pydantic model, a dataclass or a ``TypedDict`` gets its payload
 validated at the trigger (a bad one writes nothing and names each wrong field), converted
 for the handler, and its result stored as JSON and read back as its type; a stored payload
 that no longer validates parks its run until code that reads it is deployed; an option
-no entry point knows is refused by name."""
+no entry point knows is refused by name. A map over a typed task gives its children's
+results as the task's result type; a group, a map or a chain with a bad payload writes
+nothing."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import pytest
 from pydantic import BaseModel
 from typing_extensions import TypedDict  # pydantic reads typing.TypedDict from Python 3.12
 
-from runlane_sqs import Batch, Runlane, RunStatus, Schedule, TaskContext
+from runlane_sqs import Batch, GroupResults, Runlane, RunStatus, Schedule, TaskContext
 from runlane_sqs.core.parking import PAYLOAD_MISMATCH
 from runlane_sqs.errors import (
     ConfigurationError,
@@ -32,6 +34,10 @@ SHIP = "typed.ship"
 NOTE = "typed.note"
 WRONG = "typed.wrong"
 LIMITED = "typed.limited"
+MAPPER = "typed.mapper"
+"""Maps ``typed.ship`` over ``payload["ids"]`` (``ctx.map``, then ``ctx.group``)."""
+MAPPER_ASYNC = "typed.mapper_async"
+"""``typed.mapper`` as an ``async def`` handler (``ctx.map_async``, ``ctx.group_async``)."""
 
 
 class Order(BaseModel):
@@ -92,6 +98,30 @@ def register(app: Runlane, order: type[BaseModel] = Order) -> None:
     @app.task(name=LIMITED, key_limit=1, concurrency_key=lambda order: order.customer)
     def limited(ctx: TaskContext, order: Order) -> int:
         return order.id
+
+    def orders(payload: dict[str, Any]) -> list[Order]:
+        return [Order(id=n, customer="acme", placed_at=PLACED) for n in payload["ids"]]
+
+    @app.task(name=MAPPER)
+    def mapper(ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
+        mapped = ctx.map(app.tasks.resolve(SHIP), orders(payload))
+        grouped = ctx.group([(SHIP, order) for order in orders(payload)])
+        return seen_results(mapped, grouped)
+
+    @app.task(name=MAPPER_ASYNC)
+    async def mapper_async(ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
+        mapped = await ctx.map_async(SHIP, orders(payload))  # by name: converted as well
+        grouped = await ctx.group_async([(SHIP, order) for order in orders(payload)])
+        return seen_results(mapped, grouped)
+
+
+def seen_results(mapped: GroupResults[Any], grouped: GroupResults[Any]) -> dict[str, Any]:
+    """What a parent saw of its map's and its group's results: their types and values."""
+    return {
+        "mapped": [(type(r).__name__, r.order_id) for r in mapped.results()],
+        "outcomes": [type(o.result).__name__ for o in mapped.outcomes()],
+        "grouped": list(grouped.results()),
+    }
 
 
 @pytest.fixture
@@ -289,3 +319,62 @@ def test_plain_annotations_declare_nothing() -> None:
     for handler, name in ((plain, "typed.plain"), (untyped, "typed.untyped")):
         task = app.task(handler, name=name)
         assert task.types.payload is None and task.types.result is None
+
+
+@pytest.mark.parametrize("parent", [MAPPER, MAPPER_ASYNC])
+def test_a_map_over_a_typed_task_gives_its_results_as_the_result_type(
+    app: Runlane, worker_kind: WorkerKind, parent: str
+) -> None:
+    """Each stored result is converted to ``Receipt`` as ``task.result_of`` converts it;
+    a group of (task, payload) pairs, whose children may be of any task, keeps the JSON."""
+    run = app.trigger(parent, {"ids": [3, 1, 2]})
+    worker_kind.drain_all(app)
+
+    done = app.runs.wait(run.id)
+    assert done.status is RunStatus.SUCCEEDED
+    assert done.result == {
+        "mapped": [["Receipt", 3], ["Receipt", 1], ["Receipt", 2]],
+        "outcomes": ["Receipt"] * 3,
+        "grouped": [{"order_id": n, "customer": "acme"} for n in (3, 1, 2)],
+    }
+
+
+def test_a_map_with_a_bad_item_fails_its_parent_naming_the_field_and_starts_no_child(
+    backend: Backend, app: Runlane
+) -> None:
+    def bad_parent(ctx: TaskContext, payload: Any) -> Any:
+        good = Order(id=1, customer="acme", placed_at=PLACED)
+        return ctx.map(app.tasks.resolve(SHIP), [good, {"id": 2, "customer": "acme"}])
+
+    app.task(bad_parent, name="typed.bad_parent")
+    run = app.trigger("typed.bad_parent")
+    drain(app)
+
+    failed = app.runs.get(run.id)
+    assert failed.status is RunStatus.FAILED and failed.failure is not None
+    assert failed.failure.type.endswith("InvalidPayloadError")
+    assert f"payload of task {SHIP!r} is invalid" in failed.failure.message
+    assert "placed_at: Field required" in failed.failure.message
+    assert [r.id for r in app.runs.list().runs] == [run.id]
+    assert app.runs.groups(run.id) == []
+    assert SEEN == []
+    assert backend.depth(app) == 0
+
+
+def test_a_group_or_a_chain_with_a_bad_payload_writes_nothing(
+    backend: Backend, app: Runlane
+) -> None:
+    good = Order(id=1, customer="acme", placed_at=PLACED)
+    bad = {"id": "two", "customer": "acme", "placed_at": PLACED}
+
+    with pytest.raises(InvalidPayloadError, match=r"payload of task 'typed\.ship'.*id: Input"):
+        app.group([(SHIP, good), (SHIP, bad)])
+    with pytest.raises(InvalidPayloadError, match=r"placed_at: Field required"):
+        app.group([(SHIP, good)], then=(SHIP, {"id": 3, "customer": "acme"}))
+    with pytest.raises(InvalidPayloadError, match=r"payload of task 'typed\.ship'.*id: Input"):
+        app.chain((SHIP, bad), LIMITED)
+
+    assert app.runs.list().runs == []
+    assert backend.depth(app) == 0
+    drain(app)
+    assert SEEN == []

@@ -11,6 +11,7 @@ interpreter a seed replays exactly; across interpreters it needs the same
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -21,12 +22,23 @@ from simulation.invariants import (
     Stored,
     fenced_writes,
     idempotent_triggers,
+    keys_held_one_at_a_time,
     rate_held_at_entry,
 )
 from simulation.mutants import MUTANTS
 from simulation.services import Faults
 from simulation.simulator import RUN_ID, Outcome, Scenario, Simulation
-from simulation.workload import EPOCH_US, FANOUT, PLAIN, RATE, RATED, Entry, Ledger
+from simulation.workload import (
+    EPOCH_US,
+    FANOUT,
+    PLAIN,
+    RATE,
+    RATED,
+    SINGLE,
+    Entry,
+    Ledger,
+    Planned,
+)
 from simulation.world import EPOCH, Process, World
 
 SHORT = Scenario(runs=40, spread_seconds=30)
@@ -163,6 +175,30 @@ def test_a_failure_stamped_by_a_clock_ahead_of_the_producer_s_counts_before_its_
     seen.by_key = {"early": [(0, "r1"), (answered - 80_000, "r3")]}
     assert idempotent_triggers(seen) == [
         "idempotency key 'early' gave run r3 while its run r1 had not failed"
+    ]
+
+
+def singleton(run_id: str, finished_ms: int) -> Stored:
+    run = stored(
+        run_id, event(1, EventType.TRIGGERED, 0), event(2, EventType.SUCCEEDED, 1, finished_ms)
+    )
+    return Stored(replace(run.run, task=SINGLE, singleton_key="k1"), run.events)
+
+
+def test_a_singleton_run_finished_before_its_trigger_answered_overlaps_no_later_run() -> None:
+    """Seed 369: a worker ran the key's first run to success while the producer's answer
+    for it was still on its way; a second trigger found the key's run finished and made a
+    new run, which the producer was told of first. The first run was unfinished at no
+    moment after its answer."""
+    seen = observed({"r1": singleton("r1", 1_000), "r2": singleton("r2", 2_000)})
+    seen.triggered = {r: Planned(0, SINGLE, {"key": "k1"}) for r in ("r1", "r2")}
+    seen.max_skew_us = 50_000
+    seen.returned = {"r1": EPOCH_US + 1_400_000, "r2": EPOCH_US + 1_200_000}
+    assert keys_held_one_at_a_time(seen) == []
+    seen.returned["r1"] = EPOCH_US + 800_000  # answered before it finished: r2 overlaps it
+    seen.runs["r1"] = singleton("r1", 1_500)
+    assert keys_held_one_at_a_time(seen) == [
+        "runs r1 and r2 of singleton key 'k1' were unfinished at once"
     ]
 
 

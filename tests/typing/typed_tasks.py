@@ -5,12 +5,13 @@ wrong payload that type-checks fails the lint). It is never run."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TypedDict, assert_type
 
 from pydantic import BaseModel
 
-from runlane_sqs import Run, Runlane, TaskContext
+from runlane_sqs import ChildOutcome, GroupResults, Run, Runlane, TaskContext
 from runlane_sqs.engine.tasks import Task
 
 app = Runlane()
@@ -67,3 +68,35 @@ app.trigger(ship, Order(id=7, customer="acme"), idempotncy_key="x")  # type: ign
 
 def any_task(task: Task) -> Any:
     return task.result_of(run)
+
+
+@app.task
+def ship_all(ctx: TaskContext, customers: list[str]) -> int:
+    """A map over a typed task gives its result type; other groups, the stored JSON."""
+    orders = [Order(id=n, customer=c) for n, c in enumerate(customers)]
+    shipped = ctx.map(ship, orders, max_in_flight=5)
+    assert_type(shipped, GroupResults[Receipt])
+    assert_type(shipped.results(), Iterator[Receipt | None])
+    assert_type(next(shipped.outcomes()), ChildOutcome[Receipt])
+    assert_type(next(shipped.outcomes()).result, Receipt | None)
+    assert_type(ctx.map(untyped, [{"anything": 1}]), GroupResults[Any])
+    assert_type(ctx.map("orders.ship", [{"id": 1}]), GroupResults[Any])
+    assert_type(ctx.group([(ship, orders[0]), ("orders.ship", {"id": 1})]), GroupResults[Any])
+
+    ctx.map(ship, [{"wrong": 1}])  # type: ignore[misc]
+    ctx.map(ship, [Receipt(1)])  # type: ignore[misc]
+    ctx.map(ship, orders, max_inflight=5)  # type: ignore[call-overload]
+    return sum(receipt.order_id for receipt in shipped.results() if receipt is not None)
+
+
+@app.task
+async def note_all(ctx: TaskContext, texts: list[str]) -> None:
+    noted = await ctx.map_async(note, [Note(text=t) for t in texts])
+    assert_type(noted, GroupResults[None])
+    await ctx.map_async(note, [1, 2])  # type: ignore[misc]
+
+
+app.chain((ship, Order(id=7, customer="acme")), ship_all, "orders.notify")
+app.chain(("orders.ship", {"anything": "goes"}), "orders.notify")
+app.chain((ship, {"wrong": 1}), "orders.notify")  # type: ignore[misc]
+app.chain((ship, Receipt(7)))  # type: ignore[misc]

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from runlane_sqs.core.clock import ManualClock
 from runlane_sqs.core.errors import StorageUnavailable
-from runlane_sqs.core.model import Run
+from runlane_sqs.core.model import JSON, Run
 from runlane_sqs.core.progress import AttemptReport
 from runlane_sqs.core.values import Holder, ValueField, ValuePlace
 from runlane_sqs.engine import driver
@@ -24,12 +24,13 @@ from runlane_sqs.engine.driver import Disposition
 from runlane_sqs.engine.engine import Engine
 from runlane_sqs.engine.message import MessagePath
 from runlane_sqs.engine.tasks import Task
+from runlane_sqs.engine.value_types import PLAIN_TYPES
 from runlane_sqs.ports.aio import AsyncRunStore, AsyncWakeupTransport
 from runlane_sqs.ports.transport import ReceivedWakeup
 from runlane_sqs.runtime.aio.leases import AsyncLeaseKeeper
 from runlane_sqs.runtime.aio.threads import DaemonThreads
 from runlane_sqs.runtime.budget import call_again_async, default_budget, write_budget
-from runlane_sqs.runtime.executor import begin_attempt, retried
+from runlane_sqs.runtime.executor import begin_attempt, retried, run_handler
 
 A = TypeVar("A")
 R = TypeVar("R")
@@ -127,10 +128,11 @@ class AsyncExecutor:
 
     async def call_handler(self, call: driver.CallHandler) -> object:
         """The handler, called with the run's payload (opened, and converted to its task's
-        payload type), the app's hooks around it (if it has any: on the handler's thread,
-        or on the loop for an ``async def`` handler); its result (converted from its result
-        type), sealed. A value kept in the payload bucket, or encoded by codecs (which may
-        call KMS), is read and written on a thread; a plain one on the loop."""
+        payload type), the app's hooks around it and the conversions (if it has any: on
+        the handler's thread, or on the loop for an ``async def`` handler); its result
+        (converted from its result type), sealed. A value kept in the payload bucket, or
+        encoded by codecs (which may call KMS), is read and written on a thread; a plain
+        one on the loop."""
         task, ctx, values = call.task, call.ctx, self.engine.values
         try:
             with call.span.active():  # the thread runs in a copy of this context
@@ -139,12 +141,7 @@ class AsyncExecutor:
                     place = ValuePlace(Holder.RUN, ctx.run_id, ValueField.PAYLOAD)
                     opening = functools.partial(values.open, place=place)
                     payload = await asyncio.to_thread(retried, opening, payload)
-                types = task.types
-                if types.payload is not None:
-                    payload = types.handler_payload(payload)
                 result = await self._handler(task, ctx, payload)
-                if types.result is not None:
-                    result = types.stored_result(result)
                 place = ValuePlace(Holder.RUN, ctx.run_id, ValueField.RESULT)
                 if values.codecs:
                     sealing = functools.partial(values.seal, what="handler result", place=place)
@@ -161,18 +158,25 @@ class AsyncExecutor:
                 self.leases.untrack(ctx.run_id)
             raise
 
-    async def _handler(self, task: Task, ctx: TaskContext, payload: object) -> object:
-        """The handler's result: an ``async def`` one awaited on the loop, a sync one on a
-        thread of the pool; the app's hooks around it, where it runs."""
-        hooks = self.hooks
+    async def _handler(self, task: Task, ctx: TaskContext, payload: JSON) -> object:
+        """The handler's result as stored: an ``async def`` one awaited on the loop, a sync
+        one on a thread of the pool; the conversions of its payload and result and the
+        app's hooks around it, where it runs (a task with no declared type in an app with
+        no hooks: the handler alone)."""
+        hooks, plain = self.hooks, task.types is PLAIN_TYPES
         if task.is_async:
             if hooks.active:
-                return await hooks.call_async(ctx, functools.partial(task.fn, ctx, payload))
-            return await task.fn(ctx, payload)
-        handler = functools.partial(task.fn, ctx, payload)
+                converted = functools.partial(await_handler, task, ctx, payload)
+                return await hooks.call_async(ctx, converted)
+            if plain:
+                return await task.fn(ctx, payload)
+            return await await_handler(task, ctx, payload)
         if hooks.active:  # on the handler's thread, as the handler
+            handler = functools.partial(run_handler, task, ctx, payload)
             return await self.threads.run(functools.partial(hooks.call, ctx, handler))
-        return await self.threads.run(handler)
+        if plain:
+            return await self.threads.run(functools.partial(task.fn, ctx, payload))
+        return await self.threads.run(functools.partial(run_handler, task, ctx, payload))
 
     async def end(self, call: driver.End) -> tuple[Run, bool, AttemptReport | None] | None:
         return self.leases.untrack(call.run_id, call.token)
@@ -199,6 +203,17 @@ class AsyncExecutor:
     async def serve(self, call: driver.EngineCall) -> Any:
         """An engine service's call, on a thread (the engine's services are sync)."""
         return await asyncio.to_thread(self.engine.serve, call)
+
+
+async def await_handler(task: Task, ctx: TaskContext, payload: JSON) -> object:
+    """:func:`~runlane_sqs.runtime.executor.run_handler` for an ``async def`` handler,
+    awaited on the running loop: the stored ``payload`` converted to its payload type,
+    the result converted to JSON as stored."""
+    types = task.types
+    if types.payload is not None:
+        payload = types.handler_payload(payload)
+    result = await task.fn(ctx, payload)
+    return result if types.result is None else types.stored_result(result)
 
 
 def _cancelled_by_worker() -> bool:

@@ -35,3 +35,6 @@ COUNT = "shop.count"
 then fails if ``payload["fail"]``."""
 SHIP = "shop.ship"
 """Typed: takes a ``Parcel`` (a pydantic model) and returns a ``Label`` (a dataclass)."""
+CRATE = "shop.crate"
+"""Typed: takes a ``Crate``, a pydantic model with a field of a class of its own
+(``arbitrary_types_allowed``): validated by ``isinstance``, it has no JSON Schema."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from runlane_sqs import Batch, Debounce, RetryPolicy, Runlane, TaskContext
 from tests.processes.cli.apps.names import (
@@ -23,6 +23,7 @@ from tests.processes.cli.apps.names import (
     CHARGE_ALL,
     CODE_ENV,
     COUNT,
+    CRATE,
     DIGEST,
     ECHO,
     FAIL_ENV,
@@ -174,3 +175,19 @@ class Label:
 @app.task(name=SHIP)
 def ship(ctx: TaskContext, parcel: Parcel) -> Label:
     return Label(parcel.order_id, "express" if parcel.weight_grams < 1000 else "freight")
+
+
+class Seal:
+    """A class of the app's own: pydantic checks it with ``isinstance`` and cannot describe
+    it in a JSON Schema."""
+
+
+class Crate(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    seal: Seal
+
+
+@app.task(name=CRATE)
+def crate(ctx: TaskContext, crate: Crate) -> Label:
+    return Label(0, "freight")
