@@ -29,6 +29,7 @@ from runlane_sqs import (
     RunStatus,
     TaskContext,
 )
+from runlane_sqs.adapters.memory.transport import InMemoryTransport
 from runlane_sqs.aio import AsyncWorker
 from runlane_sqs.api.waiting import wait_for
 from runlane_sqs.core import machine
@@ -36,9 +37,11 @@ from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import new_lease_token
 from runlane_sqs.core.progress import MAX_STATE_BYTES, AttemptReport, checked_progress
 from runlane_sqs.core.recovery import expire_lease
+from runlane_sqs.lambdas.consumer import sqs_handler
 from runlane_sqs.runtime.worker import Worker
 from runlane_sqs.testing import InMemoryRunStore, in_memory_app
 from tests.behaviour.console_support import client_for
+from tests.processes.test_lambda_consumer import FakeContext, sqs_record
 
 TASK = "progress.count"
 LEASE = timedelta(minutes=5)
@@ -440,3 +443,28 @@ def test_a_run_page_follows_itself_while_the_run_is_unfinished_and_stops_after(
     assert "data-live-progress" not in finished
     assert "running" in running.split('id="run-status"')[1][:40]
     assert 'id="progress-summary">1 of 2 (50%): half</span>' in finished  # rode the outcome
+
+
+def test_the_lambda_consumer_writes_the_last_report_with_the_outcome(clock: ManualClock) -> None:
+    app, writes = counting_app(clock)
+
+    @app.task(name=TASK)
+    def reporting(ctx: TaskContext, payload: Any) -> str:
+        for done in range(1, 101):
+            ctx.progress(done, 100)
+        ctx.set_state({"pages": 100})
+        return "ok"
+
+    run = app.trigger(TASK, {})
+    assert isinstance(app.transport, InMemoryTransport)
+    [message] = app.transport.receive("default", 10, 0)
+    handler = sqs_handler(app, safety_margin_seconds=10)
+
+    response = handler({"Records": [sqs_record(message)]}, FakeContext(clock, 60, "req-1"))
+
+    assert response == {"batchItemFailures": []}
+    stored = app.runs.get(run.id)
+    assert stored.progress is not None and stored.progress.done == 100
+    assert stored.state == {"pages": 100}
+    assert len(writes.reports) <= 1  # the first report at most; the rest on the outcome
+    assert len(writes.outcomes_carrying_a_report) == 1
