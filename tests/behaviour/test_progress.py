@@ -32,6 +32,7 @@ from runlane_sqs import (
 from runlane_sqs.adapters.memory.transport import InMemoryTransport
 from runlane_sqs.aio import AsyncWorker
 from runlane_sqs.api.waiting import wait_for
+from runlane_sqs.compat.celery import AsyncResult, Celery
 from runlane_sqs.core import machine
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import new_lease_token
@@ -468,3 +469,36 @@ def test_the_lambda_consumer_writes_the_last_report_with_the_outcome(clock: Manu
     assert stored.state == {"pages": 100}
     assert len(writes.reports) <= 1  # the first report at most; the rest on the outcome
     assert len(writes.outcomes_carrying_a_report) == 1
+
+
+def test_celery_s_update_state_is_progress_and_state_read_back_by_async_result(
+    clock: ManualClock,
+) -> None:
+    """The Celery idiom of a progress bar (``self.update_state(state="PROGRESS", meta=
+    {"current": i, "total": n})`` read through ``AsyncResult.state`` and ``.info``)
+    works on the compat layer, as progress and state."""
+    runlane, _ = counting_app(clock)
+    celery = Celery("shop", runlane=runlane)
+    seen: list[tuple[str, Any]] = []
+    worker = runlane.worker()
+
+    @celery.task(bind=True)
+    def export(self: Any, pages: int) -> int:
+        for page in range(1, pages + 1):
+            self.update_state(state="PROGRESS", meta={"current": page, "total": pages})
+            worker.leases.flush()  # the first is written at once, the rest wait 2 s
+        result = AsyncResult(self.request.id, celery)
+        seen.append((result.state, result.info))
+        with pytest.raises(ConfigurationError, match="calling run"):
+            self.update_state(task_id="0" * 32, state="PROGRESS")
+        return pages
+
+    async_result = export.delay(3)
+    export.update_state(state="IGNORED")  # called outside a run: nothing happens
+    worker.drain()
+
+    run = runlane.runs.get(async_result.id)
+    assert run.progress is not None and (run.progress.done, run.progress.total) == (3, 3)
+    assert run.state == {"celery_state": "PROGRESS", "meta": {"current": 3, "total": 3}}
+    assert seen == [("PROGRESS", {"current": 1, "total": 3})]  # as written while running
+    assert (async_result.state, async_result.info) == ("SUCCESS", 3)
