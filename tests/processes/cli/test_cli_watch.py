@@ -6,9 +6,22 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
 
 from tests.processes.cli.apps.names import COUNT
-from tests.processes.cli.conftest import CLI_TIMEOUT_SECONDS, Cli, wait_until
+from tests.processes.cli.conftest import (
+    CLI_TIMEOUT_SECONDS,
+    REPO_ROOT,
+    Cli,
+    command,
+    wait_until,
+)
 
 EXIT_RUN_UNSUCCESSFUL = 7
 EXIT_WAIT_TIMED_OUT = 8
@@ -69,3 +82,62 @@ def test_watch_times_out_as_wait_does(cli: Cli, provisioned: dict[str, str]) -> 
 
     assert done.code == EXIT_WAIT_TIMED_OUT, done.stderr
     assert json.loads(done.stdout)["status"] == "queued"
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux for a real terminal")
+def test_watch_in_a_real_terminal_draws_a_live_bar_and_exits_with_the_run_s_code(
+    cli: Cli, provisioned: dict[str, str], tmp_path: Path
+) -> None:
+    """``runs watch`` in a tmux pane (a terminal: rich draws its bar in place), read with
+    ``capture-pane`` while a worker reports; the shell records its exit code."""
+    run_id = _trigger(cli, {"steps": 30, "pause": 0.1})
+    failing = _trigger(cli, {"steps": 2, "pause": 0, "fail": True})
+    socket = f"runlane-watch-{uuid.uuid4().hex[:8]}"
+
+    def tmux(*args: str) -> str:
+        done = subprocess.run(
+            ["tmux", "-L", socket, *args],
+            env=cli.environment(),
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        return done.stdout
+
+    def watch_in_pane(name: str, watched: str) -> Path:
+        code = tmp_path / f"{name}.code"
+        shell = f"{shlex.join(command('runs', 'watch', watched))}; echo $? > {code}; sleep 30"
+        tmux("new-session", "-d", "-s", name, "-x", "150", "-y", "30", shell)
+        return code
+
+    try:
+        code = watch_in_pane("ok", run_id)
+        wait_until(
+            lambda: "no progress reported yet" in tmux("capture-pane", "-p", "-t", "ok"),
+            CLI_TIMEOUT_SECONDS,
+            "runs watch to draw the queued run",
+        )
+        worker = cli.start("worker", "--drain")
+        screens: list[str] = []
+
+        def finished() -> bool:
+            screens.append(tmux("capture-pane", "-p", "-t", "ok"))
+            return code.exists() and code.read_text().strip() != ""
+
+        wait_until(finished, CLI_TIMEOUT_SECONDS, "runs watch to exit")
+        worker.process.wait(timeout=CLI_TIMEOUT_SECONDS)
+        failed_code = watch_in_pane("failed", failing)
+        wait_until(
+            lambda: failed_code.exists() and failed_code.read_text().strip() != "",
+            CLI_TIMEOUT_SECONDS,
+            "runs watch of the failed run to exit",
+        )
+    finally:
+        tmux("kill-server")
+
+    assert code.read_text().strip() == "0"
+    assert failed_code.read_text().strip() == str(EXIT_RUN_UNSUCCESSFUL)
+    drawn = [s for s in screens if "━" in s and re.search(r"running  \d+ of 30", s)]
+    assert drawn, screens[-3:]  # the bar, drawn while the worker reported
+    assert any("30 of 30 (100%): step 30" in s for s in screens)
