@@ -502,3 +502,20 @@ def test_celery_s_update_state_is_progress_and_state_read_back_by_async_result(
     assert run.state == {"celery_state": "PROGRESS", "meta": {"current": 3, "total": 3}}
     assert seen == [("PROGRESS", {"current": 1, "total": 3})]  # as written while running
     assert (async_result.state, async_result.info) == ("SUCCESS", 3)
+
+
+def test_wait_async_calls_back_with_the_progress_it_finds(clock: ManualClock) -> None:
+    app, _ = counting_app(clock)
+
+    @app.task(name=TASK)
+    def reporting(ctx: TaskContext, payload: Any) -> None:
+        ctx.progress(7, 7, "all")
+
+    run = app.trigger(TASK, {})
+    app.worker().drain()
+    reads: list[Run] = []
+
+    finished = asyncio.run(app.runs.wait_async(run.id, on_progress=reads.append))
+
+    assert finished.status is RunStatus.SUCCEEDED
+    assert [r.progress.summary() for r in reads if r.progress] == ["7 of 7 (100%): all"]
