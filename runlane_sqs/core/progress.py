@@ -87,18 +87,32 @@ def progress_text(progress: Progress) -> str:
 
 
 def progress_from_text(text: str) -> Progress | None:
-    """The progress a stored text holds (``None`` if it is not one: never raises, a
-    reader of a run must not fail on what a report left)."""
+    """The progress a stored text holds (``None`` if it is not one, as ``ctx.progress``
+    would have checked it: never raises, a reader of a run must not fail on what was
+    written to its item, by a report or behind the library's back)."""
     try:
         data = json.loads(text)
+        total, message = data.get("total"), data.get("message")
+        if message is not None and not isinstance(message, str):
+            return None
         return Progress(
-            done=data["done"],
-            total=data.get("total"),
-            message=data.get("message"),
+            done=_number("done", data["done"]),
+            total=None if total is None else _number("total", total),
+            message=message,
             attempt=int(data.get("attempt", 0)),
             at=from_epoch_ms(int(data["at"])) if "at" in data else None,
         )
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError):
+        return None
+    except InvalidPayloadError:  # a number ctx.progress would have refused
+        return None
+
+
+def state_from_text(text: str) -> JSON:
+    """The state a stored text holds (``None`` if it is not JSON: never raises)."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
         return None
 
 

@@ -519,3 +519,38 @@ def test_wait_async_calls_back_with_the_progress_it_finds(clock: ManualClock) ->
 
     assert finished.status is RunStatus.SUCCEEDED
     assert [r.progress.summary() for r in reads if r.progress] == ["7 of 7 (100%): all"]
+
+
+@pytest.mark.parametrize(
+    ("progress", "state"),
+    [
+        ('{"done":"3","total":10,"attempt":1}', "not json"),
+        ('{"done":1e999,"attempt":1}', '{"a":'),
+        ('{"done":1,"total":10,"message":{"x":1},"at":99999999999999999999}', "\u241b[31m"),
+        ("[1,2]", '"\\u001b[31m"'),
+    ],
+)
+def test_progress_and_state_written_behind_the_library_s_back_never_break_a_reader(
+    clock: ManualClock, progress: str, state: str
+) -> None:
+    app, _ = counting_app(clock)
+    app.task(lambda ctx, payload: None, name=TASK)
+    run = app.trigger(TASK, {})
+    assert isinstance(app.store, InMemoryRunStore)
+    key = {"pk": {"S": f"RUN#{app.config.environment}#{run.id}"}, "sk": {"S": "RUN"}}
+    for name, text in (("progress", progress), ("state", state)):
+        app.store.dynamodb.update_item(
+            TableName=app.config.table,
+            Key=key,
+            UpdateExpression="SET #a = :v",
+            ExpressionAttributeNames={"#a": name},
+            ExpressionAttributeValues={":v": {"S": text}},
+            ConditionExpression="attribute_exists(pk)",  # the run's own item
+        )
+
+    stored = app.runs.get(run.id)
+    with client_for(app) as client:
+        page = client.get(f"/runs/{run.id}")
+
+    assert stored.progress is None  # not a progress ctx.progress would have written
+    assert page.status_code == 200 and "\x1b" not in page.text

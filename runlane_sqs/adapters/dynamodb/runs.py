@@ -75,7 +75,12 @@ from runlane_sqs.core.model import (
     WaitKind,
 )
 from runlane_sqs.core.ordering import turn_passed
-from runlane_sqs.core.progress import AttemptReport, progress_from_text, progress_text
+from runlane_sqs.core.progress import (
+    AttemptReport,
+    progress_from_text,
+    progress_text,
+    state_from_text,
+)
 from runlane_sqs.core.slots import slots_freed, slots_taken
 from runlane_sqs.core.values import Reference, Sealed, added_references, decode_json, stored_text
 
@@ -433,7 +438,7 @@ def _progress(text: str | None) -> Progress | None:
 
 
 def _state(text: str | None) -> Any:
-    return decode_json(text) if text is not None else None
+    return state_from_text(text) if text is not None else None
 
 
 def _slots(text: str | None) -> tuple[Slot, ...]:
