@@ -27,6 +27,8 @@ from simulation.workload import (
     DEBOUNCED,
     EPOCH_US,
     FAILING,
+    PLAIN,
+    PLAIN_STAGES,
     RATE,
     RATED,
     SCHEDULE_ID,
@@ -196,6 +198,23 @@ def fenced_writes(seen: Observed) -> list[str]:
                     f"run {run_id}: attempt {event.attempt} wrote {event.type.value} "
                     f"(event {event.seq}) after its lease was taken from it"
                 )
+    return lines
+
+
+def progress_kept(seen: Observed) -> list[str]:
+    """29: a succeeded run of a task that reports holds its last attempt's last report
+    (it rode on the outcome's write, whatever the reporter had written or was writing);
+    reports of stale attempts are refused (checked as each lands: ``fenced_writes``)."""
+    lines = []
+    for run_id, stored in seen.of_task(PLAIN):
+        run = stored.run
+        if run.status is not RunStatus.SUCCEEDED:
+            continue
+        progress = run.progress
+        want = (PLAIN_STAGES, PLAIN_STAGES, run.attempt)
+        got = (progress.done, progress.total, progress.attempt) if progress else None
+        if got != want:
+            lines.append(f"run {run_id} succeeded with progress {got}, not {want}")
     return lines
 
 
@@ -495,6 +514,7 @@ CHECKS: tuple[Callable[[Observed], list[str]], ...] = (
     no_lost_run,
     exactly_one_success,
     fenced_writes,
+    progress_kept,
     idempotent_triggers,
     steps_recorded_once,
     concurrency_held,

@@ -20,6 +20,7 @@ from runlane_sqs.adapters.dynamodb.errors import Refused
 from runlane_sqs.adapters.dynamodb.expressions import Expressions
 from runlane_sqs.adapters.dynamodb.groups import group_from_wire, require_running
 from runlane_sqs.adapters.dynamodb.items import GroupItem
+from runlane_sqs.adapters.dynamodb.requests import Request
 from runlane_sqs.core.groups import COUNTED
 from runlane_sqs.core.machine import Transition
 from runlane_sqs.core.model import RunStatus
@@ -53,6 +54,31 @@ class Mutant:
         finally:
             for owner, name, original in reversed(saved):
                 setattr(owner, name, original)
+
+
+def _report_unfenced(original: Callable[..., Request]) -> Callable[..., Request]:
+    """A report's write conditioned on nothing: the lease token and status are dropped."""
+
+    def request(table: str, run: Any, token: str, report: Any) -> Request:
+        sent = dict(original(table, run, token, report))
+        sent.pop("ConditionExpression", None)
+        names = dict(sent.get("ExpressionAttributeNames", {}))
+        values = dict(sent.get("ExpressionAttributeValues", {}))
+        used = str(sent.get("UpdateExpression", ""))
+        sent["ExpressionAttributeNames"] = {k: v for k, v in names.items() if k in used}
+        sent["ExpressionAttributeValues"] = {k: v for k, v in values.items() if k in used}
+        return sent
+
+    return request
+
+
+def _final_dropped(original: Callable[..., Any]) -> Callable[..., Any]:
+    """The outcome's write carries no report: the last one is lost."""
+
+    def reporting(decide: Any, final: Any) -> Any:
+        return decide
+
+    return reporting
 
 
 def _unfenced(original: Callable[[Transition], Any]) -> Callable[[Transition], Any]:
@@ -151,6 +177,19 @@ MUTANTS = {
                 ("runlane_sqs.core.parking", "require_lease", _no_lease_check),
                 ("runlane_sqs.engine.message", "still_leased", _always_leased),
             ),
+        ),
+        Mutant(
+            "progress-fence",
+            "a report's write is not conditioned on the attempt's lease token: a stale "
+            "attempt's progress lands",
+            "fenced_writes",
+            (("runlane_sqs.adapters.dynamodb.runs", "progress_report", _report_unfenced),),
+        ),
+        Mutant(
+            "progress-final",
+            "the report pending when an attempt ends does not ride on its outcome's write",
+            "progress_kept",
+            (("runlane_sqs.engine.message", "reporting", _final_dropped),),
         ),
         Mutant(
             "rate-reservation",

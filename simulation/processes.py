@@ -112,13 +112,14 @@ class Worker:
         )
         world = self.sim.world
         intake = Intake(config, monotonic=lambda: world.seconds, clock=app.clock)
-        leases = LeaseBook(app.clock, app.config.lease_duration)
+        leases = LeaseBook(app.clock, app.config.lease_duration, app.config.progress_interval)
         path = MessagePath.of(app.engine, worker_id)
         state = _Session(app, config, intake, leases, Signal(world, self.process))
         state.executor = Executor(app.engine, leases, path, hold=intake.hold)
         self._state = state
         world.spawn(self.process, self._loop)
         world.spawn(self.process, self._heartbeat, after_us=int(leases.interval_seconds * 1e6))
+        world.spawn(self.process, self._reporter)
 
     def _loop(self) -> None:
         state = self._state
@@ -186,6 +187,24 @@ class Worker:
         while True:
             for attempt, lease in state.leases.renewals():
                 self._renew(state, attempt, lease)
+            self.sim.world.wait(interval_us)
+
+    def _reporter(self) -> None:
+        """What the keeper's thread does for reports: write those due, one after the
+        other, then look again a progress interval later."""
+        state = self._state
+        assert state is not None
+        interval_us = int(state.app.config.progress_interval.total_seconds() * 1e6)
+        while True:
+            for attempt, report in state.leases.reports_due():
+                answer: Run | RunlaneError
+                try:
+                    answer = state.app.store.report_progress(
+                        attempt.run, attempt.token or "", report
+                    )
+                except RunlaneError as exc:
+                    answer = exc
+                state.leases.reported(attempt, report, answer)
             self.sim.world.wait(interval_us)
 
     def _renew(self, state: _Session, attempt: TrackedAttempt, lease: Lease) -> None:

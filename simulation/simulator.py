@@ -29,6 +29,7 @@ from runlane_sqs.core.errors import (
     TransactionCancelled,
 )
 from runlane_sqs.core.model import Run, RunStatus, WaitKind
+from runlane_sqs.core.progress import progress_from_text
 from runlane_sqs.core.rates import to_epoch_us
 from runlane_sqs.core.tokens import TokenAlreadyDecided
 from runlane_sqs.core.values import PIN_DURATION, RELEASE_GRACE
@@ -184,7 +185,7 @@ class Simulation:
         producer's clock): the run was stored by then."""
         self.rival_decisions: list[str] = []
         """Second completions of a token that were accepted."""
-        self.dynamodb.before_write = self._fenced
+        self.dynamodb.before_write = self._before_write
 
         def skew() -> int:
             return rng.randrange(-self.max_skew_us, self.max_skew_us + 1)
@@ -518,6 +519,36 @@ class Simulation:
             if item["sk"]["S"] == RUN_SK and status not in {s.value for s in TERMINAL}:
                 self.expired_unfinished.append(f"TTL deleted run item {item['pk']} in {status}")
         self.world.call(None, 10 * 60 * SECOND, self._sweep_ttl)
+
+    def _before_write(self, request: dict[str, Any]) -> Callable[[], None] | None:
+        """What to note of a write if it lands: an attempt's write (fencing), or a report
+        of progress (sent by a worker's reporter, not by the handler)."""
+        return self._fenced(request) or self._reported(request)
+
+    def _reported(self, request: dict[str, Any]) -> Callable[[], None] | None:
+        """For a write of an attempt's report alone (progress, no event): note, if it
+        lands, whether the run was still at that attempt under a lease (29: a stale
+        attempt's report is refused)."""
+        names = set(request.get("ExpressionAttributeNames", {}).values())
+        if "progress" not in names or "seq" in names or "Key" not in request:
+            return None
+        texts = [v.get("S", "") for v in request.get("ExpressionAttributeValues", {}).values()]
+        reported = [progress_from_text(t) for t in texts if t.startswith('{"done"')]
+        if not reported or reported[0] is None:
+            return None
+        attempt = reported[0].attempt
+        stored = self.dynamodb.inner.get_item(TableName=TABLE, Key=request["Key"]).get("Item", {})
+        at = int(stored.get("attempt", {}).get("N", "0"))
+        leased = "lease_token" in stored
+
+        def landed() -> None:
+            if at != attempt or not leased:
+                self.ledger.unfenced.append(
+                    f"run {request['Key']['pk']['S']}: a report of attempt {attempt} landed "
+                    f"while the run was at attempt {at}{'' if leased else ' with no lease'}"
+                )
+
+        return landed
 
     def _fenced(self, request: dict[str, Any]) -> Callable[[], None] | None:
         """For a write an attempt sends once its handler was entered: note, if it lands,

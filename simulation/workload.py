@@ -27,6 +27,8 @@ from runlane_sqs.engine.context import TaskContext
 from simulation.world import EPOCH, World
 
 PLAIN = "sim.plain"
+PLAIN_STAGES = 2
+"""``sim.plain`` reports ``0``, ``1`` and then ``PLAIN_STAGES`` of ``PLAIN_STAGES``."""
 FLAKY = "sim.flaky"
 FAILING = "sim.failing"
 STEPS = "sim.steps"
@@ -215,8 +217,15 @@ class Handlers:
             time.sleep(seconds)  # virtual time: other processes run meanwhile
 
     def plain(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
+        """Reports its progress before, halfway through and after its work (29: the last
+        report rides on the outcome; the ones between are coalesced and fenced)."""
         with self.attempt(ctx, PLAIN):
-            self.work(payload)
+            ctx.progress(0, PLAIN_STAGES, "starting")
+            half = {"work": float(payload.get("work", 0)) / 2}
+            self.work(half)
+            ctx.progress(1, PLAIN_STAGES, "halfway")
+            self.work(half)
+            ctx.progress(PLAIN_STAGES, PLAIN_STAGES, "done")
             return {"n": payload["n"], "double": 2 * payload["n"]}
 
     def flaky(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from datetime import timedelta
 
 from runlane_sqs.core.machine import HintedClaim, Transition
 from runlane_sqs.core.model import Lease, Run
+from runlane_sqs.core.progress import AttemptReport
 from runlane_sqs.core.wakeup import Wakeup
 from runlane_sqs.ports.store import RunStore
 from runlane_sqs.ports.transport import ReceivedWakeup, WakeupTransport
@@ -31,6 +32,9 @@ class ThreadedStore:
 
     async def renew_lease(self, run: Run, lease: Lease) -> Run:
         return await asyncio.to_thread(self._store.renew_lease, run, lease)
+
+    async def report_progress(self, run: Run, token: str, report: AttemptReport) -> Run:
+        return await asyncio.to_thread(self._store.report_progress, run, token, report)
 
 
 class ThreadedTransport:

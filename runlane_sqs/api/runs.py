@@ -11,8 +11,9 @@ import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 
-from runlane_sqs.api.waiting import wait_for, wait_for_async
+from runlane_sqs.api.waiting import ProgressCallback, wait_for, wait_for_async
 from runlane_sqs.core import bulk, machine, parking
 from runlane_sqs.core.attempts import Attempt, attempts_from
 from runlane_sqs.core.clock import Duration, to_timedelta
@@ -90,19 +91,36 @@ class RunsApi:
 
     # observe ------------------------------------------------------------------------
 
-    def wait(self, run_id: str, *, timeout: Duration | None = None) -> Run:
+    def wait(
+        self,
+        run_id: str,
+        *,
+        timeout: Duration | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> Run:
         """Block until the run is finished and return it (its status, result or failure);
         raise :class:`~runlane_sqs.errors.RunWaitTimedOut` (carrying its last state)
         after ``timeout``. Polls with one read per poll, backing off from 0.1 s to 5 s
-        (:mod:`runlane_sqs.api.waiting` gives the cost)."""
-        return self._engine.values.open_run(wait_for(lambda: self.get_stored(run_id), timeout))
+        (:mod:`runlane_sqs.api.waiting` gives the cost). With ``on_progress``, it is
+        called with the run (its ``progress`` and ``state``) at each poll that finds them
+        changed, and the polls back off to 1 s only (docs/progress.md)."""
+        read = partial(self.get_stored, run_id)
+        return self._engine.values.open_run(wait_for(read, timeout, on_progress=on_progress))
 
-    async def wait_async(self, run_id: str, *, timeout: Duration | None = None) -> Run:
+    async def wait_async(
+        self,
+        run_id: str,
+        *,
+        timeout: Duration | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> Run:
         """:meth:`wait` for asyncio code: each read runs on a thread, the waits on the
-        event loop."""
+        event loop (``on_progress`` is called on the event loop)."""
         import asyncio  # noqa: PLC0415 (loaded already: this runs on an event loop)
 
-        finished = await wait_for_async(lambda: asyncio.to_thread(self.get_stored, run_id), timeout)
+        finished = await wait_for_async(
+            lambda: asyncio.to_thread(self.get_stored, run_id), timeout, on_progress=on_progress
+        )
         return await asyncio.to_thread(self._engine.values.open_run, finished)
 
     def get(self, run_id: str) -> Run:

@@ -53,9 +53,10 @@ def wait_to_json(wait: Wait | None) -> dict[str, JSON] | None:
 
 
 def run_to_json(run: Run) -> dict[str, JSON]:
-    """One run as stored: identity, status, timing, lease, wait, outcome, audit link, the
-    schedule that made it, its concurrency key, the limit's scope it waits for, the
-    app version it started under and its tags."""
+    """One run as stored: identity, status, timing, lease, wait, outcome, what its
+    attempts reported (progress, state), audit link, the schedule that made it, its
+    concurrency key, the limit's scope it waits for, the app version it started under and
+    its tags."""
     return {
         "id": run.id,
         "environment": run.environment,
@@ -75,6 +76,8 @@ def run_to_json(run: Run) -> dict[str, JSON]:
         "payload": value_to_json(run.payload),
         "result": value_to_json(run.result),
         "failure": failure_to_json(run.failure),
+        "progress": run.progress.to_json() if run.progress is not None else None,
+        "state": value_to_json(run.state),
         "idempotency_key": run.idempotency_key,
         "singleton_key": run.singleton_key,
         "source_run_id": run.source_run_id,

@@ -26,6 +26,7 @@ from runlane_sqs.core.errors import (
     ScheduleNotFound,
     UnknownTaskError,
 )
+from runlane_sqs.core.model import RunStatus
 from runlane_sqs.core.tokens import TokenAlreadyDecided, TokenNotFound
 
 EXIT_OK = 0
@@ -54,6 +55,19 @@ EXIT_WAIT_TIMED_OUT = 8
 EXIT_UNHEALTHY = 9
 """``health``: no maintenance pass finished within three maintenance periods (the
 report is printed)."""
+
+
+def exit_as_finished(run_id: str, status: RunStatus) -> None:
+    """``runs wait`` and ``runs watch`` once the run finished: return (exit 0) if it
+    succeeded, else exit :data:`EXIT_RUN_UNSUCCESSFUL`."""
+    if status is not RunStatus.SUCCEEDED:
+        fail(f"run {run_id} finished {status.value}", EXIT_RUN_UNSUCCESSFUL)
+
+
+def exit_wait_timed_out(run_id: str, status: RunStatus, timeout: float | None) -> NoReturn:
+    """``runs wait`` and ``runs watch`` when ``--timeout`` passed first."""
+    fail(f"run {run_id} is still {status.value} after {timeout or 0:g} s", EXIT_WAIT_TIMED_OUT)
+
 
 PROVISION_HINT = (
     "create it with `runlane-sqs provision` (local backend) or with your CloudFormation stack (AWS)"

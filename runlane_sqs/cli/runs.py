@@ -1,5 +1,5 @@
 """Run commands: ``trigger`` and
-``runs list|get|events|attempts|versions|wait|cancel|unpark|retry|retry-failed|rerun|prune``;
+``runs list|get|events|attempts|versions|wait|watch|cancel|unpark|retry|retry-failed|rerun|prune``;
 ``runs bulk`` is :mod:`runlane_sqs.cli.bulk`.
 
 Every ``runs`` command works without an app (``app_or_env_for_command``): it reads and writes
@@ -28,8 +28,8 @@ from runlane_sqs.api.shapes import (
 )
 from runlane_sqs.cli import tables
 from runlane_sqs.cli.bulk import bulk
-from runlane_sqs.cli.escaping import echo
-from runlane_sqs.cli.exits import EXIT_RUN_UNSUCCESSFUL, EXIT_USAGE, EXIT_WAIT_TIMED_OUT, fail
+from runlane_sqs.cli.escaping import echo, printable
+from runlane_sqs.cli.exits import EXIT_USAGE, exit_as_finished, exit_wait_timed_out, fail
 from runlane_sqs.cli.options import (
     TAG_HELP,
     actor_options,
@@ -269,11 +269,85 @@ def wait(app_spec: str | None, run_id: str, timeout: float | None, as_json: bool
             run = app.runs.wait(run_id, timeout=timeout)
         except RunWaitTimedOut as exc:
             _emit_run(exc.run, as_json)
-            last = exc.run.status.value
-            fail(f"run {run_id} is still {last} after {timeout:g} s", EXIT_WAIT_TIMED_OUT)
+            exit_wait_timed_out(run_id, exc.run.status, timeout)
     _emit_run(run, as_json)
-    if run.status is not RunStatus.SUCCEEDED:
-        fail(f"run {run_id} finished {run.status.value}", EXIT_RUN_UNSUCCESSFUL)
+    exit_as_finished(run_id, run.status)
+
+
+@runs.command()
+@optional_app_option
+@click.argument("run_id")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    metavar="SECONDS",
+    help="Give up after this long (default: watch as long as it takes).",
+)
+@json_option
+def watch(app_spec: str | None, run_id: str, timeout: float | None, as_json: bool) -> None:
+    """Follow a run's progress until it finishes: a live progress bar when stdout is a
+    terminal, one line per change otherwise; then show the run. Exits as `runs wait`
+    does: 0 if it succeeded, 7 if it failed or was cancelled, 8 if --timeout passed
+    first."""
+    app = app_or_env_for_command(app_spec)
+    run = app.runs.get(run_id)
+    with _Watching(run, live=sys.stdout.isatty() and not as_json, quiet=as_json) as watching:
+        watching.show(run)
+        if not run.is_terminal:
+            try:
+                run = app.runs.wait(run_id, timeout=timeout, on_progress=watching.show)
+            except RunWaitTimedOut as exc:
+                watching.close()
+                _emit_run(exc.run, as_json)
+                exit_wait_timed_out(run_id, exc.run.status, timeout)
+        watching.show(run)
+    _emit_run(run, as_json)
+    exit_as_finished(run_id, run.status)
+
+
+class _Watching:
+    """What ``runs watch`` shows while it waits: a rich progress bar on a terminal, a
+    line per change of the run's progress otherwise (none with ``--json``)."""
+
+    def __init__(self, run: Run, *, live: bool, quiet: bool) -> None:
+        self._run_id = run.id
+        self._quiet = quiet
+        self._last: str | None = None
+        columns = (
+            SpinnerColumn(),
+            TextColumn("{task.description}", markup=False),
+            BarColumn(),
+            TextColumn("{task.fields[line]}", markup=False),  # stored text: never markup
+        )
+        self._bar = Progress(*columns, console=Console()) if live else None
+        self._task = self._bar.add_task(run.task, total=None, line="") if self._bar else None
+
+    def __enter__(self) -> _Watching:
+        if self._bar is not None:
+            self._bar.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+    def show(self, run: Run) -> None:
+        progress = run.progress
+        line = (
+            tables.progress_line(progress) if progress is not None else "no progress reported yet"
+        )
+        if self._bar is not None and self._task is not None:
+            done = progress.done if progress is not None else 0
+            total = progress.total if progress is not None else None
+            shown = printable(f"{run.status.value}  {line}")
+            self._bar.update(self._task, completed=done, total=total, line=shown)
+        elif not self._quiet and line != self._last:
+            echo(f"run {self._run_id}: {run.status.value}, {line}")
+            sys.stdout.flush()  # a line as soon as it changed, even into a pipe
+        self._last = line
 
 
 @runs.command()

@@ -25,7 +25,7 @@ from runlane_sqs.api.shapes import iso, run_to_json, token_to_json
 from runlane_sqs.cli.escaping import BLOCK_KEEPS, printable
 from runlane_sqs.core.attempts import Attempt
 from runlane_sqs.core.groups import Group
-from runlane_sqs.core.model import JSON, Failure, Run, RunEvent
+from runlane_sqs.core.model import JSON, Failure, Progress, Run, RunEvent
 from runlane_sqs.core.replay import Divergence
 from runlane_sqs.core.tokens import Token
 from runlane_sqs.core.versions import VersionReport
@@ -103,6 +103,13 @@ def failure_line(failure: Failure) -> str:
     return line if failure.retryable else f"{line} (not retryable)"
 
 
+def progress_line(progress: Progress) -> str:
+    """``3 of 10 (30%): message (attempt 1, at ...)``; the message as stored (a cell or
+    a line shows it escaped)."""
+    at = f", at {iso(progress.at)}" if progress.at is not None else ""
+    return f"{progress.summary()} (attempt {progress.attempt}{at})"
+
+
 def print_run(run: Run) -> None:
     """One run as a field/value table (empty fields left out), then the latest
     failure's traceback as plain lines."""
@@ -117,6 +124,8 @@ def print_run(run: Run) -> None:
             rows.append((name, status_text(str(value))))
         elif name == "failure" and run.failure is not None:
             rows.append((name, failure_line(run.failure)))
+        elif name == "progress" and run.progress is not None:
+            rows.append((name, progress_line(run.progress)))
         elif isinstance(value, str):
             rows.append((name, value))
         else:

@@ -268,6 +268,8 @@ class Pages:
             bars=bars,
             marks=marks,
             payload=self.shown(run, "payload", hide),
+            state=views.pretty(run.state, hide) if run.state is not None else None,
+            live=views.live_seconds(run, groups),
             result=self.shown(run, "result", hide) if run.status is RunStatus.SUCCEEDED else None,
             trace_id=views.trace_of(run),
             divergence=Divergence.of(events) if run.status is RunStatus.PARKED else None,

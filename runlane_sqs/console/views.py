@@ -12,6 +12,7 @@ from datetime import datetime
 
 from runlane_sqs.core.attempts import Attempt
 from runlane_sqs.core.errors import InvalidKeyError
+from runlane_sqs.core.groups import Group
 from runlane_sqs.core.model import JSON, EventType, Run, RunEvent, RunStatus
 from runlane_sqs.core.names import QUEUE_PATTERN, TASK_PATTERN
 from runlane_sqs.core.schedules import SCHEDULE_ID_PATTERN
@@ -201,6 +202,20 @@ def timeline(
     ]
     marks = [Mark(share(e.at), e.type.value, e.at) for e in events if e.type in MARKED_EVENTS]
     return bars, marks
+
+
+LIVE_SECONDS = 2
+"""How often a run page of an unfinished run (or of a parent whose group is unfinished)
+reads itself again to update its status, progress, state and children without a reload
+(``console.js``): one page read, as a reload, but the page stays where it is."""
+
+
+def live_seconds(run: Run, groups: Sequence[Group]) -> int | None:
+    """Seconds between the page's updates while ``run`` or one of its groups is
+    unfinished; ``None`` once nothing on it changes any more."""
+    if not run.is_terminal or any(group.joined_at is None for group in groups):
+        return LIVE_SECONDS
+    return None
 
 
 def trace_of(run: Run) -> str | None:

@@ -26,6 +26,7 @@ from runlane_sqs.core.limits import (
 from runlane_sqs.core.machine import RepublishPolicy
 from runlane_sqs.core.names import check_app_version, check_environment, check_queue
 from runlane_sqs.core.parking import DEFAULT_PARK_AFTER_RECEIVES
+from runlane_sqs.core.progress import DEFAULT_PROGRESS_INTERVAL_SECONDS, MIN_PROGRESS_INTERVAL
 from runlane_sqs.core.redaction import Redact
 
 ENV_TABLE = "RUNLANE_TABLE"
@@ -37,6 +38,7 @@ ENV_PAYLOAD_BUCKET = "RUNLANE_PAYLOAD_BUCKET"
 DEFAULT_QUEUE_PREFIX = "runlane-{environment}-"
 """The SQS queue prefix of an app given none: its environment's own queues."""
 ENV_LEASE_SECONDS = "RUNLANE_LEASE_SECONDS"
+ENV_PROGRESS_INTERVAL_SECONDS = "RUNLANE_PROGRESS_INTERVAL_SECONDS"
 ENV_REPUBLISH_AFTER_SECONDS = "RUNLANE_REPUBLISH_AFTER_SECONDS"
 ENV_REPUBLISH_MAX_SECONDS = "RUNLANE_REPUBLISH_MAX_SECONDS"
 ENV_PARK_AFTER_RECEIVES = "RUNLANE_PARK_AFTER_RECEIVES"
@@ -50,6 +52,7 @@ SECONDS_VARIABLES = {
     ENV_RETENTION_SECONDS: "retention",
     ENV_MAINTENANCE_PERIOD_SECONDS: "maintenance_period",
     ENV_LEASE_SECONDS: "lease_duration",
+    ENV_PROGRESS_INTERVAL_SECONDS: "progress_interval",
     ENV_REPUBLISH_AFTER_SECONDS: "republish_after",
     ENV_REPUBLISH_MAX_SECONDS: "republish_max",
 }
@@ -70,6 +73,7 @@ class RunlaneSettings(TypedDict, total=False):
     region: str | None
     endpoint_url: str | None
     lease_duration: Duration
+    progress_interval: Duration
     payload_limit: int | None
     payload_bucket: str | None
     inline_limit: int
@@ -100,6 +104,9 @@ class RunlaneConfig:
     endpoint_url: str | None = None
     """Overrides every service endpoint (boto3 also reads ``AWS_ENDPOINT_URL``)."""
     lease_duration: timedelta = timedelta(seconds=DEFAULT_LEASE_SECONDS)
+    progress_interval: timedelta = timedelta(seconds=DEFAULT_PROGRESS_INTERVAL_SECONDS)
+    """At most one write of what an attempt reports (``ctx.progress``, ``ctx.set_state``)
+    per run per this interval; the last report rides on the outcome (docs/progress.md)."""
     payload_limit: int | None = None
     """Largest payload, result, step result, signal payload or token value, in bytes of
     compact JSON (``None``: 64 KiB, or 100 MiB with a ``payload_bucket``);
@@ -184,8 +191,7 @@ class RunlaneConfig:
         for name in self.queue_urls:
             check_queue(name)
         self._check_value_limits()
-        if self.lease_duration < timedelta(seconds=3):
-            raise ConfigurationError("lease_duration must be at least 3 seconds")
+        self._check_attempt_durations()
         if not isinstance(self.park_after_receives, int) or self.park_after_receives < 1:
             raise ConfigurationError("park_after_receives must be a whole number of at least 1")
         if self.retention is not None and self.retention < SHORTEST_RETENTION:
@@ -200,6 +206,15 @@ class RunlaneConfig:
         if not timedelta(seconds=1) <= self.republish_after <= self.republish_max:
             raise ConfigurationError(
                 "republish_after must be at least 1 s and at most republish_max"
+            )
+
+    def _check_attempt_durations(self) -> None:
+        if self.lease_duration < timedelta(seconds=3):
+            raise ConfigurationError("lease_duration must be at least 3 seconds")
+        if not MIN_PROGRESS_INTERVAL <= self.progress_interval <= self.lease_duration:
+            raise ConfigurationError(
+                f"progress_interval must be at least {MIN_PROGRESS_INTERVAL.total_seconds()} s "
+                f"and at most lease_duration, not {self.progress_interval.total_seconds()} s"
             )
 
     def _check_value_limits(self) -> None:

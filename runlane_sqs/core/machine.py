@@ -110,6 +110,10 @@ class Transition:
     out: two passes can make the very same write, so a refused resend of it is never
     taken for this writer's own (``adapters/dynamodb/replays.py``), unlike a write fenced
     on the writer's own lease."""
+    rewrites: tuple[str, ...] = ()
+    """State attributes (by storage name) written even when ``before`` holds the same
+    value: an attempt's last report riding on its outcome, whose stored value the
+    writer may not have seen (:mod:`runlane_sqs.core.progress`)."""
 
     @property
     def run_id(self) -> str:

@@ -159,6 +159,50 @@ class Failure:
 
 
 @dataclass(frozen=True, slots=True)
+class Progress:
+    """How far a run's attempt said it got (``ctx.progress``; docs/progress.md)."""
+
+    done: int | float
+    total: int | float | None = None
+    """``None``: the attempt did not say how much there is."""
+    message: str | None = None
+    """Any text the handler gave: stored as is, shown escaped."""
+    attempt: int = 0
+    """The attempt that reported it."""
+    at: datetime | None = None
+    """When it was reported (by the worker's clock)."""
+
+    @property
+    def fraction(self) -> float | None:
+        """``done / total`` within 0 and 1 (``None`` without a total)."""
+        if not self.total:
+            return None
+        return max(0.0, min(1.0, self.done / self.total))
+
+    def summary(self) -> str:
+        """``3 of 10 (30%): message``; the message as stored (shown escaped)."""
+        line = _number_text(self.done)
+        if self.total is not None:
+            line += f" of {_number_text(self.total)}"
+            if self.fraction is not None:
+                line += f" ({self.fraction:.0%})"
+        return f"{line}: {self.message}" if self.message else line
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "done": self.done,
+            "total": self.total,
+            "message": self.message,
+            "attempt": self.attempt,
+            "at": self.at.isoformat() if self.at is not None else None,
+        }
+
+
+def _number_text(number: float) -> str:
+    return f"{number:g}" if isinstance(number, float) else str(number)
+
+
+@dataclass(frozen=True, slots=True)
 class Lease:
     """Temporary ownership of a run by one worker for one attempt."""
 
@@ -403,6 +447,10 @@ class Run:
     tags: dict[str, str] = field(default_factory=dict)
     """Key/value labels the run can be found by (:mod:`runlane_sqs.core.tags`), sorted
     by key, fixed when it is created."""
+    progress: Progress | None = None
+    """What its latest reporting attempt said of how far it got (``ctx.progress``)."""
+    state: JSON = None
+    """The small JSON value its latest attempt set (``ctx.set_state``)."""
     created: bool = False
     """True only on the ``Run`` returned by the trigger that created it."""
 

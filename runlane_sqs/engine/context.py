@@ -33,6 +33,7 @@ from runlane_sqs.core.errors import (
 from runlane_sqs.core.groups import Group, GroupFailed, GroupResults
 from runlane_sqs.core.model import JSON, Failure, Run, RunStatus, Wait, WaitKind
 from runlane_sqs.core.names import check_key
+from runlane_sqs.core.progress import AttemptReport, checked_progress, checked_state
 from runlane_sqs.core.replay import (
     PATCH_PREFIX,
     PATCH_SITE,
@@ -213,6 +214,11 @@ class AttemptServices(Protocol):
 
     def get_token(self, token_id: str) -> Token | None: ...
 
+    def report(self, report: AttemptReport) -> None:
+        """Take in what the attempt reports about itself; written later, coalesced (no
+        I/O here)."""
+        ...
+
     def open_value(self, value: JSON, place: ValuePlace) -> JSON:
         """A value the run holds (a step's result, a wait's), opened: read from the payload
         bucket if it is kept there."""
@@ -385,6 +391,28 @@ class TaskContext:
             self._replayed(wait_call(name))
         place = ValuePlace(Holder.RUN, run.id, ValueField.WAIT, name)
         return name, services.open_value(run.wait_results.get(name), place)
+
+    # progress and state ----------------------------------------------------------
+
+    def progress(
+        self, done: int | float, total: int | float | None = None, message: str | None = None
+    ) -> None:
+        """Say how far this attempt got: ``done`` of ``total`` (numbers, ``total`` if
+        known), with an optional ``message``. Readable from any process
+        (``app.runs.get(id).progress``, ``runlane-sqs runs watch``). Cheap to call often,
+        from ``def`` and ``async def`` handlers alike: nothing is written here; at most
+        one write per run per ``progress_interval`` carries the latest report, and the
+        last one rides on the attempt's outcome (docs/progress.md). A report the store
+        refuses (this attempt's lease is gone) is logged, never raised."""
+        services = self._services()
+        checked = checked_progress(done, total, message, attempt=self.attempt, now=services.now())
+        services.report(AttemptReport(progress=checked))
+
+    def set_state(self, value: JSON) -> None:
+        """Keep a small JSON value (at most 8 KiB as JSON) on the run, readable from any
+        process as ``run.state``; written like :meth:`progress` (coalesced, the last
+        value wins). ``None`` clears it."""
+        self._services().report(AttemptReport(state=checked_state(value)))
 
     # waits -----------------------------------------------------------------------
 

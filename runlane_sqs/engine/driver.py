@@ -121,8 +121,9 @@ class CallHandler:
 
 @dataclass(frozen=True, slots=True)
 class End:
-    """Stop renewing the attempt's lease. Result: ``(latest run, lease lost)``, or
-    ``None`` if the attempt was not tracked."""
+    """Stop renewing the attempt's lease. Result: ``(latest run, lease lost, last
+    report)`` (the report the outcome's write carries, ``None`` if there is none to
+    carry), or ``None`` if the attempt was not tracked."""
 
     run_id: str
     token: str | None = None

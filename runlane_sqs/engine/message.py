@@ -70,6 +70,7 @@ from runlane_sqs.core.model import (
     new_lease_token,
 )
 from runlane_sqs.core.parking import park_unknown_task
+from runlane_sqs.core.progress import AttemptReport, with_report
 from runlane_sqs.core.rates import ClaimLead, from_epoch_us, past_grace, to_epoch_us
 from runlane_sqs.core.redaction import Redact, apply_redaction, shortened
 from runlane_sqs.core.replay import HistoryDiverged
@@ -440,13 +441,15 @@ class MessagePath:
             decide = decide_raised(self.config, task, exc, token)
         else:
             decide = decide_returned(result, token)
-        tracked: tuple[Run, bool] | None = yield End(run.id, token)
-        latest, lost = tracked if tracked else (run, False)
+        tracked: tuple[Run, bool, AttemptReport | None] | None = yield End(run.id, token)
+        latest, lost, final = tracked if tracked else (run, False, None)
         if lost:
             ctx.log.warning(
                 "attempt %d finished after its lease was lost; outcome discarded", run.attempt
             )
             return None
+        if final is not None:  # the attempt's last report rides on its outcome's write
+            decide = reporting(decide, final)
         stored = yield from self._write_outcome(latest, token, decide, ctx)
         if stored is not None:
             yield from self._follow_up(stored, ctx)
@@ -510,6 +513,11 @@ class MessagePath:
                 run.attempt,
                 exc,
             )
+
+
+def reporting(decide: Decide, final: AttemptReport) -> Decide:
+    """``decide``, its transition carrying the attempt's last report."""
+    return lambda run, now: with_report(decide(run, now), final)
 
 
 DUE_SOON = timedelta(seconds=2)

@@ -170,7 +170,12 @@ class _Invocation:
         self.margin_seconds = margin_seconds
         self.worker_id = _worker_id(context)
         engine = app.engine
-        self.leases = LeaseKeeper(engine.store, engine.clock, engine.config.lease_duration)
+        self.leases = LeaseKeeper(
+            engine.store,
+            engine.clock,
+            engine.config.lease_duration,
+            engine.config.progress_interval,
+        )
         path = MessagePath.of(
             engine,
             self.worker_id,

@@ -13,6 +13,7 @@ from typing import Protocol
 
 from runlane_sqs.core.machine import HintedClaim, Transition
 from runlane_sqs.core.model import Lease, Run
+from runlane_sqs.core.progress import AttemptReport
 from runlane_sqs.core.wakeup import Wakeup
 from runlane_sqs.ports.transport import ReceivedWakeup
 
@@ -28,6 +29,8 @@ class AsyncRunStore(Protocol):
     async def claim_hinted(self, claim: HintedClaim) -> Run: ...
 
     async def renew_lease(self, run: Run, lease: Lease) -> Run: ...
+
+    async def report_progress(self, run: Run, token: str, report: AttemptReport) -> Run: ...
 
 
 class AsyncWakeupTransport(Protocol):

@@ -17,6 +17,7 @@ from runlane_sqs.core.indexes import AgendaKind
 from runlane_sqs.core.machine import HintedClaim, Transition
 from runlane_sqs.core.model import Lease, Run, RunEvent, RunStatus, WaitKind
 from runlane_sqs.core.ordering import Place
+from runlane_sqs.core.progress import AttemptReport
 from runlane_sqs.core.rate_deploys import Spacing
 from runlane_sqs.ports.bulk import OperationStore
 from runlane_sqs.ports.groups import GroupStore
@@ -219,6 +220,11 @@ class RunStore(Protocol):
     def renew_lease(self, run: Run, lease: Lease) -> Run:
         """Extend a lease; raises :class:`~runlane_sqs.core.errors.LeaseLost` if it is not
         current."""
+        ...
+
+    def report_progress(self, run: Run, token: str, report: AttemptReport) -> Run:
+        """Write what the attempt holding ``token`` reported (no event); raises
+        :class:`~runlane_sqs.core.errors.LeaseLost` if that lease is not current."""
         ...
 
     def agenda_partitions(self, kind: AgendaKind) -> list[str]:

@@ -19,9 +19,20 @@ from typing import Any, TypeVar
 
 from runlane_sqs.core import machine, waits
 from runlane_sqs.core.clock import Clock
-from runlane_sqs.core.errors import ConflictError, LeaseLost, RunlaneError, StorageUnavailable
+from runlane_sqs.core.errors import (
+    ConflictError,
+    LeaseLost,
+    RunlaneError,
+    StorageError,
+    StorageUnavailable,
+)
 from runlane_sqs.core.groups import Group, group_id_for, group_root
 from runlane_sqs.core.model import JSON, Lease, Run, RunStatus
+from runlane_sqs.core.progress import (
+    DEFAULT_PROGRESS_INTERVAL_SECONDS,
+    AttemptReport,
+    ReportBuffer,
+)
 from runlane_sqs.core.tokens import Token
 from runlane_sqs.core.values import Holder, ValueField, ValuePlace
 from runlane_sqs.engine import driver
@@ -57,11 +68,13 @@ def retried(
 
 @dataclass
 class TrackedAttempt:
-    """One in-flight attempt: the latest known run, its context, whether its lease is lost."""
+    """One in-flight attempt: the latest known run, its context, whether its lease is
+    lost, and what it reported that is not written yet (once it reported anything)."""
 
     run: Run
     ctx: TaskContext
     lost: bool = False
+    reports: ReportBuffer | None = None
 
     @property
     def token(self) -> str | None:
@@ -80,11 +93,26 @@ class LeaseBook:
     this worker claimed the run again) displaces it: the older one's lease is gone, so it
     is lost and told to stop at once, and its end leaves the newer one tracked. The sync
     :class:`LeaseKeeper` and the async worker's keeper differ only in how they send the
-    renewals this book decides."""
+    renewals this book decides.
 
-    def __init__(self, clock: Clock, duration: timedelta) -> None:
+    It also coalesces what the attempts report (``ctx.progress``, ``ctx.set_state``):
+    :meth:`report` only takes a report in; the keeper writes those due
+    (:meth:`reports_due`, at most one per attempt per ``report_interval``), and the last
+    one rides on the attempt's outcome (:meth:`untrack` hands it over). ``nudge``, set by
+    the keeper, is called when an attempt with nothing pending reports, so a keeper
+    asleep until its next heartbeat wakes for it; a worker whose attempts never report
+    never calls it."""
+
+    def __init__(
+        self,
+        clock: Clock,
+        duration: timedelta,
+        report_interval: timedelta = timedelta(seconds=DEFAULT_PROGRESS_INTERVAL_SECONDS),
+    ) -> None:
         self._clock = clock
         self._duration = duration
+        self._report_interval = report_interval
+        self.nudge: Callable[[], None] | None = None
         self._attempts: dict[str, TrackedAttempt] = {}
         self._displaced: dict[str, TrackedAttempt] = {}
         """Older attempts still in flight whose run a newer attempt holds, by lease token."""
@@ -113,13 +141,16 @@ class LeaseBook:
         if first and self.occupancy is not None:
             self.occupancy(True)
 
-    def untrack(self, run_id: str, token: str | None = None) -> tuple[Run, bool] | None:
+    def untrack(
+        self, run_id: str, token: str | None = None
+    ) -> tuple[Run, bool, AttemptReport | None] | None:
         """Stop renewing the attempt that holds ``token`` (default: the run's latest);
-        returns the latest known run and whether the lease was lost."""
+        returns the latest known run, whether the lease was lost, and what the attempt
+        reported that may not be written yet (for its outcome's write to carry)."""
         with self._lock:
             displaced = self._displaced.pop(token, None) if token is not None else None
             if displaced is not None:
-                return displaced.run, True
+                return displaced.run, True, None
             attempt = self._attempts.get(run_id)
             if attempt is not None and token is not None and attempt.token != token:
                 return None
@@ -127,7 +158,60 @@ class LeaseBook:
             last = attempt is not None and not self._attempts
         if last and self.occupancy is not None:
             self.occupancy(False)
-        return (attempt.run, attempt.lost) if attempt else None
+        if attempt is None:
+            return None
+        return attempt.run, attempt.lost, attempt.reports.final() if attempt.reports else None
+
+    def report(self, run_id: str, token: str, report: AttemptReport) -> None:
+        """Take in what the attempt holding ``token`` reported; nothing is written here.
+        A report of an attempt whose lease is lost is dropped (its write would be
+        refused)."""
+        with self._lock:
+            attempt = self._attempts.get(run_id)
+            if attempt is None or attempt.token != token or attempt.lost:
+                attempt = None
+            else:
+                if attempt.reports is None:
+                    attempt.reports = ReportBuffer(self._report_interval)
+                fresh = attempt.reports.add(report)
+        if attempt is None:
+            log.debug("report of run %s after its lease was lost or ended: dropped", run_id)
+        elif fresh and self.nudge is not None:
+            self.nudge()
+
+    def next_report_at(self) -> datetime | None:
+        """When the earliest pending report is due (``None``: none is pending)."""
+        with self._lock:
+            due = [a.reports.due_at() for a in self._attempts.values() if a.reports and not a.lost]
+        return min((d for d in due if d is not None), default=None)
+
+    def reports_due(self) -> list[tuple[TrackedAttempt, AttemptReport]]:
+        """The reports to write now, one per attempt at most: each is marked as being
+        sent until :meth:`reported` takes its answer."""
+        now = self._clock.now()
+        due: list[tuple[TrackedAttempt, AttemptReport]] = []
+        with self._lock:
+            for attempt in self._attempts.values():
+                report = attempt.reports.take(now) if attempt.reports and not attempt.lost else None
+                if report is not None:
+                    due.append((attempt, report))
+        return due
+
+    def reported(
+        self, attempt: TrackedAttempt, report: AttemptReport, answer: Run | RunlaneError
+    ) -> None:
+        """Take in the answer to a report's write: the stored run, or its error. A refusal
+        (another attempt holds the run, or it ended) is logged, never raised: a report
+        never fails its handler. A write that could not be sent is pending again."""
+        with self._lock:
+            assert attempt.reports is not None
+            attempt.reports.sent(report, written=not isinstance(answer, StorageError))
+        if isinstance(answer, LeaseLost) and self.tracks(attempt):
+            attempt.ctx.log.warning("progress report refused: this attempt's lease is gone")
+        if isinstance(answer, StorageError):
+            attempt.ctx.log.warning("progress report not written, will retry: %s", answer)
+            return
+        self.settle(attempt, answer)
 
     def current(self, run_id: str, token: str | None = None) -> Run | None:
         """The latest known state of a tracked attempt's run (of the attempt that holds
@@ -281,6 +365,9 @@ class AttemptRuntime:
             self._leases.update(stored)
             return
         raise LeaseLost(self._run.id)
+
+    def report(self, report: AttemptReport) -> None:
+        self._leases.report(self._run.id, self._token, report)
 
     def open_value(self, value: JSON, place: ValuePlace) -> JSON:
         """Opened again within its budget if the bucket's read fails a moment."""
@@ -445,7 +532,7 @@ class Executor:
             sealing = partial(values.seal, what="handler result", place=place)
             return retried(sealing, result).value  # kept again if the bucket's write failed
 
-    def end(self, call: driver.End) -> tuple[Run, bool] | None:
+    def end(self, call: driver.End) -> tuple[Run, bool, AttemptReport | None] | None:
         return self.leases.untrack(call.run_id, call.token)
 
     def pause(self, call: driver.Pause) -> None:
@@ -468,14 +555,36 @@ class Executor:
 
 
 class LeaseKeeper(LeaseBook):
-    """Renews every tracked lease on :meth:`beat`; a background thread beats every
-    third of the lease duration."""
+    """Renews every tracked lease on :meth:`beat`, and writes the reports due on
+    :meth:`flush`; a background thread beats every third of the lease duration, and
+    wakes earlier for a report due before then."""
 
-    def __init__(self, store: RunStore, clock: Clock, duration: timedelta) -> None:
-        super().__init__(clock, duration)
+    def __init__(
+        self,
+        store: RunStore,
+        clock: Clock,
+        duration: timedelta,
+        report_interval: timedelta = timedelta(seconds=DEFAULT_PROGRESS_INTERVAL_SECONDS),
+    ) -> None:
+        super().__init__(clock, duration, report_interval)
         self._store = store
         self._stop = threading.Event()
+        self._wake = threading.Event()
+        self.nudge = self._wake.set
         self._thread: threading.Thread | None = None
+
+    def flush(self) -> None:
+        """Write every report due now, one after the other."""
+        for attempt, report in self.reports_due():
+            answer: Run | RunlaneError
+            try:
+                answer = self._store.report_progress(attempt.run, attempt.token or "", report)
+            except RunlaneError as exc:
+                answer = exc
+            except Exception:  # the keeper's thread must not end with an unlogged error
+                log.exception("progress report failed")
+                answer = StorageError("progress report failed")
+            self.reported(attempt, report, answer)
 
     def beat(self) -> None:
         """Renew every tracked lease once. Several renewals go out at once, each on a
@@ -518,13 +627,30 @@ class LeaseKeeper(LeaseBook):
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval_seconds):
+        beat_at = monotonic() + self.interval_seconds
+        while not self._stop.is_set():
+            self._wake.wait(self._sleep(beat_at))
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             try:
-                self.beat()
+                if monotonic() >= beat_at:
+                    beat_at = monotonic() + self.interval_seconds
+                    self.beat()
+                self.flush()
             except Exception:  # the heartbeat thread must outlive any one failure
                 log.exception("heartbeat failed")
+
+    def _sleep(self, beat_at: float) -> float:
+        """Seconds until the next beat, or until the next report is due if sooner."""
+        sleep = beat_at - monotonic()
+        report_at = self.next_report_at()
+        if report_at is not None:
+            sleep = min(sleep, (report_at - self._clock.now()).total_seconds())
+        return max(sleep, 0.0)

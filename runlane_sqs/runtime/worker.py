@@ -541,7 +541,12 @@ class Worker(WorkerBase):
     ) -> None:
         super().__init__(app, queues, **options)
         engine = self.engine
-        self.leases = LeaseKeeper(engine.store, engine.clock, engine.config.lease_duration)
+        self.leases = LeaseKeeper(
+            engine.store,
+            engine.clock,
+            engine.config.lease_duration,
+            engine.config.progress_interval,
+        )
         protection = protection_from_env() if os.environ.get(ENV_AGENT) else None
         if protection is not None:  # on ECS: no scale-in while attempts are in flight
             self.leases.occupancy = protection.set

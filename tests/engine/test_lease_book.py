@@ -109,7 +109,7 @@ def test_a_refused_renewal_of_an_attempt_that_finished_after_the_snapshot_is_not
     clock.advance(timedelta(seconds=20))
     [(tracked, lease)] = leases.renewals()  # the heartbeat's snapshot
 
-    assert attempt.finish() == (tracked.run, False)  # it finished meanwhile
+    assert attempt.finish() == (tracked.run, False, None)  # it finished meanwhile
     renewal = renew(app, tracked.run, lease)
     assert isinstance(renewal, LeaseLost)  # the outcome write ended the lease
     leases.settle(tracked, renewal)
@@ -146,7 +146,7 @@ def test_a_refused_renewal_of_an_attempt_still_in_flight_is_lost(
 
     assert lost_lines(caplog) == [LOST]
     assert attempt.ctx.cancelled
-    assert leases.untrack(attempt.run_id) == (tracked.run, True)
+    assert leases.untrack(attempt.run_id) == (tracked.run, True, None)
 
 
 def test_a_renewal_answered_after_the_attempt_finished_changes_nothing(

@@ -485,9 +485,9 @@ def test_lease_lost_during_the_handler_writes_nothing(
     take_over(app, clock, run.id)  # the handler runs past its lease
 
     end = path.send({"late": True})
-    latest, _ = path.leases.untrack(end.run_id, end.token) or (run, False)
+    latest, _, _ = path.leases.untrack(end.run_id, end.token) or (run, False, None)
 
-    assert path.send((latest, True)) is None
+    assert path.send((latest, True, None)) is None
     assert (path.disposition, path.kinds()) == (Disposition.EXECUTED, TIMELINE[:-1])
     now = stored(app, run.id)
     assert now.status is RunStatus.RUNNING and now.lease is not None

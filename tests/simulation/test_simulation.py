@@ -235,6 +235,8 @@ what a once-check is for."""
     ("mutant", "scenario", "seeds"),
     [
         ("lease-fence", FREEZING, range(1, 6)),
+        ("progress-fence", FREEZING, range(1, 6)),
+        ("progress-final", SHORT, range(1, 2)),
         ("rate-reservation", Scenario(runs=100, spread_seconds=30), range(1, 3)),
         ("join-once", REPLAYING, range(1, 2)),
         ("publish-first", Scenario(runs=100), range(1, 3)),

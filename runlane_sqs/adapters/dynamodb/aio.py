@@ -19,6 +19,7 @@ from runlane_sqs.adapters.dynamodb.runs import Beside, applied, run_from_wire, r
 from runlane_sqs.core.errors import LeaseLost, StorageUnavailable
 from runlane_sqs.core.machine import HintedClaim, Transition
 from runlane_sqs.core.model import Lease, Run
+from runlane_sqs.core.progress import AttemptReport
 
 
 class AsyncSender:
@@ -91,6 +92,13 @@ class AsyncDynamoRunStore:
 
     async def renew_lease(self, run: Run, lease: Lease) -> Run:
         request = runs.lease_renewal(self.table, run, lease)
+        sent = await self._send.conditional("update_item", request)
+        if isinstance(sent, Refused):
+            raise LeaseLost(run.id)
+        return run_from_wire(sent["Attributes"])
+
+    async def report_progress(self, run: Run, token: str, report: AttemptReport) -> Run:
+        request = runs.progress_report(self.table, run, token, report)
         sent = await self._send.conditional("update_item", request)
         if isinstance(sent, Refused):
             raise LeaseLost(run.id)

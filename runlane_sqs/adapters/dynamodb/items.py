@@ -233,6 +233,11 @@ class RunItem(Model):
     batch's limit."""
     collapsed = NumberAttribute(null=True)
     """Triggers that went to the run after the first (a collapse, a batch's item)."""
+    progress = UnicodeAttribute(null=True)
+    """The latest ``ctx.progress`` an attempt reported, as compact JSON (written with no
+    event, fenced on the attempt's lease token: docs/progress.md)."""
+    state = UnicodeAttribute(null=True)
+    """The latest ``ctx.set_state`` value, as its stored text."""
     events = ListAttribute(of=EventMap, null=True)
     tags = MapAttribute[str, Any](null=True)  # type: ignore[no-untyped-call]
     """Tag key -> value (text); written once, when the run is created."""

@@ -29,8 +29,10 @@ The claim on a wakeup's hint is :func:`claim_hinted`; a wakeup without a hint (o
 hint no longer holds) is claimed after a read, with ``UpdateItem if seq = seen seq``.
 
 Heartbeats are ``UpdateItem if lease_token = own and status is leased`` and append
-no event. Triggers with idempotency or singleton keys write the key items and the
-run in one ``TransactWriteItems`` (:mod:`runlane_sqs.adapters.dynamodb.transactions`).
+no event; so are progress reports (:func:`progress_report`, at most one per run per
+interval; the last one rides on the outcome's write). Triggers with idempotency or
+singleton keys write the key items and the run in one ``TransactWriteItems``
+(:mod:`runlane_sqs.adapters.dynamodb.transactions`).
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ from runlane_sqs.core.model import (
     EventType,
     Failure,
     Lease,
+    Progress,
     Run,
     RunEvent,
     RunStatus,
@@ -75,6 +78,12 @@ from runlane_sqs.core.model import (
     WaitKind,
 )
 from runlane_sqs.core.ordering import turn_passed
+from runlane_sqs.core.progress import (
+    AttemptReport,
+    progress_from_text,
+    progress_text,
+    state_from_text,
+)
 from runlane_sqs.core.slots import slots_freed, slots_taken
 from runlane_sqs.core.values import Reference, Sealed, added_references, decode_json, stored_text
 
@@ -169,6 +178,8 @@ def run_state_attributes(run: Run) -> dict[str, Any]:
         "rate_start": to_ms_or_none(run.rate_start),
         "app_version": run.app_version,
         "collapsed": run.collapsed or None,
+        "progress": progress_text(run.progress) if run.progress is not None else None,
+        "state": stored_text(run.state) if run.state is not None else None,
         "expires_at": expiry_of(run),
         "turn_wait": 1 if run.turn_wait else None,
         "wait_pk": wait_partition(run),
@@ -384,6 +395,8 @@ def run_from_wire(wire: AttributeMap) -> Run:
         batch_key=item.text("batch_key"),
         retention=_seconds(item.number("retention")),
         collapsed=item.number("collapsed") or 0,
+        progress=_progress(item.text("progress")),
+        state=_state(item.text("state")),
         parked_from=RunStatus(parked_from) if parked_from else None,
         parked_reason=item.text("parked_reason"),
         created_at=item.required_time("created_at"),
@@ -431,6 +444,14 @@ def expiry_of(run: Run) -> int | None:
     if any(isinstance(v, Sealed) and v.reference is not None for v in values):
         return None
     return to_ms(run.updated_at + run.retention) // 1000
+
+
+def _progress(text: str | None) -> Progress | None:
+    return progress_from_text(text) if text is not None else None
+
+
+def _state(text: str | None) -> Any:
+    return state_from_text(text) if text is not None else None
 
 
 def _slots(text: str | None) -> tuple[Slot, ...]:
@@ -490,7 +511,7 @@ def transition_write(transition: Transition) -> Expressions:
     old, new = run_state_attributes(before), run_state_attributes(after)
     x = Expressions(RunItem)
     for name, value in new.items():
-        if value != old[name] or name in INDEX_ATTRIBUTES:
+        if value != old[name] or name in INDEX_ATTRIBUTES or name in transition.rewrites:
             x.set(name, value)
     for name, added in map_additions(before, after).items():
         for key, text in added.items():
@@ -678,6 +699,27 @@ def lease_renewal(table: str, run: Run, lease: Lease) -> Request:
     x.set("lease_expires_at", to_epoch_ms(lease.expires_at))
     x.require(
         x.compare("lease_token", "=", lease.token),
+        x.is_in("status", [s.value for s in LEASED_STATUSES]),
+    )
+    return x.request(
+        {
+            "TableName": table,
+            "Key": keys.run_key(run.environment, run.id),
+            "ReturnValues": "ALL_NEW",
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+    )
+
+
+def progress_report(table: str, run: Run, token: str, report: AttemptReport) -> Request:
+    """Write what an attempt reported about itself (no event, ``seq`` unchanged); refused
+    once the token is no longer current, as a heartbeat is."""
+    new = run_state_attributes(report.applied(run))
+    x = Expressions(RunItem)
+    for name in report.attributes():
+        x.set(name, new[name])
+    x.require(
+        x.compare("lease_token", "=", token),
         x.is_in("status", [s.value for s in LEASED_STATUSES]),
     )
     return x.request(

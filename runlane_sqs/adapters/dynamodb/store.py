@@ -79,6 +79,7 @@ from runlane_sqs.core.indexes import AgendaKind
 from runlane_sqs.core.machine import HintedClaim, Transition
 from runlane_sqs.core.model import KeyKind, Lease, Run, RunEvent, WaitKind
 from runlane_sqs.core.ordering import Place
+from runlane_sqs.core.progress import AttemptReport
 from runlane_sqs.core.rate_deploys import Spacing
 from runlane_sqs.core.tags import has_tags
 from runlane_sqs.core.tokens import Token, TokenAlreadyDecided, TokenDecision, TokenNotFound
@@ -303,6 +304,13 @@ class DynamoRunStore:
 
     def renew_lease(self, run: Run, lease: Lease) -> Run:
         request = runs.lease_renewal(self.table, run, lease)
+        sent = self._send.conditional("update_item", request)
+        if isinstance(sent, Refused):
+            raise LeaseLost(run.id)
+        return run_from_wire(sent["Attributes"])
+
+    def report_progress(self, run: Run, token: str, report: AttemptReport) -> Run:
+        request = runs.progress_report(self.table, run, token, report)
         sent = self._send.conditional("update_item", request)
         if isinstance(sent, Refused):
             raise LeaseLost(run.id)

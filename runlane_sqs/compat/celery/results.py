@@ -36,6 +36,22 @@ STATES: dict[RunStatus, str] = {
 """A run's status as Celery names it; a run failed by its ``expires`` is ``REVOKED``."""
 
 
+CELERY_STATE = "celery_state"
+CELERY_META = "meta"
+"""The keys of a run's state that ``update_state`` keeps: the custom state and its meta."""
+
+
+def custom_state(run: Run) -> tuple[str, Any] | None:
+    """The state and meta ``update_state`` kept on a running run, if any (a retry due, a
+    finished run: Celery's own state)."""
+    stored = run.state
+    if run.status is not RunStatus.RUNNING or not isinstance(stored, dict):
+        return None
+    if CELERY_STATE not in stored:
+        return None
+    return str(stored[CELERY_STATE]), stored.get(CELERY_META)
+
+
 class ResultApp(Protocol):
     """What a result reads through its app (:class:`~runlane_sqs.compat.celery.Celery`):
     the runs of its :class:`Runlane` app, and the exception a failed run is raised as."""
@@ -72,8 +88,11 @@ class AsyncResult:
     @property
     def state(self) -> str:
         """``PENDING``, ``STARTED``, ``RETRY``, ``SUCCESS``, ``FAILURE`` or ``REVOKED``
-        (:data:`STATES`)."""
-        return state_of(self._run())
+        (:data:`STATES`); while the run is unfinished, the state ``update_state`` set, if
+        any (``PROGRESS``)."""
+        run = self._run()
+        custom = custom_state(run)
+        return custom[0] if custom is not None else state_of(run)
 
     @property
     def status(self) -> str:
@@ -99,7 +118,11 @@ class AsyncResult:
             return self.app.exception_of(run)
         return None
 
-    info = result
+    @property
+    def info(self) -> Any:
+        """``result``; while the run is unfinished, the ``meta`` ``update_state`` set."""
+        custom = custom_state(self._run())
+        return custom[1] if custom is not None else self.result
 
     @property
     def traceback(self) -> str | None:

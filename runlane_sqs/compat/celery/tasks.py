@@ -29,7 +29,7 @@ from runlane_sqs.compat.celery.options import (
     rate_limits_of,
 )
 from runlane_sqs.compat.celery.pydantic_arguments import PydanticArguments
-from runlane_sqs.compat.celery.results import AsyncResult, ResultApp
+from runlane_sqs.compat.celery.results import CELERY_META, CELERY_STATE, AsyncResult, ResultApp
 from runlane_sqs.compat.celery.retries import DEFAULT_MAX_RETRIES, retry_policy_of
 from runlane_sqs.compat.celery.settings import Settings, shaped
 from runlane_sqs.compat.celery.task_context import (
@@ -143,6 +143,28 @@ class CeleryTask:
                 return self._call(args, kwargs)
             args, kwargs = self.models.validated(args, kwargs)
             return self.models.dumped(self._call(args, kwargs))
+
+    def update_state(
+        self, task_id: str | None = None, state: str | None = None, meta: JSON = None
+    ) -> None:
+        """Celery's custom states (``self.update_state(state="PROGRESS", meta={"current":
+        i, "total": n})``): kept as the run's state (``ctx.set_state``), and ``current``
+        and ``total`` in ``meta`` as its progress (``ctx.progress``), coalesced as those
+        are (docs/progress.md). ``AsyncResult.state`` and ``.info`` read them back while
+        the run is unfinished. Only the calling run's state can be updated; called
+        directly (no run), it does nothing."""
+        ctx = self.request.runlane_context
+        if ctx is None:
+            return
+        if task_id is not None and task_id != ctx.run_id:
+            raise ConfigurationError(
+                f"update_state updates the calling run {ctx.run_id} only, not {task_id!r}"
+            )
+        ctx.set_state({CELERY_STATE: state or "PROGRESS", CELERY_META: meta})
+        current = meta.get("current") if isinstance(meta, dict) else None
+        if isinstance(current, int | float) and not isinstance(current, bool):
+            total = meta.get("total") if isinstance(meta, dict) else None
+            ctx.progress(current, total if isinstance(total, int | float) else None)
 
     # calling ---------------------------------------------------------------------------
 

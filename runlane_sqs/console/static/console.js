@@ -8,6 +8,7 @@ document.addEventListener("DOMContentLoaded", () => {
       if (!window.confirm(form.dataset.confirm)) event.preventDefault();
     });
   }
+  follow(document.querySelector("[data-live-progress]"));
   const toggle = document.querySelector("input[data-refresh]");
   if (!toggle) return;
   const key = "runlane-console-refresh";
@@ -25,3 +26,31 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   arm();
 });
+
+// A run page while the run (or its group) is unfinished: read the page again every few
+// seconds and put its status, facts (progress), state and groups in place, without a
+// reload (the scroll position, a half-filled form stay). Stops once the page read says
+// nothing changes any more.
+const LIVE_PARTS = ["run-status", "facts", "state-live", "groups-live"];
+
+function follow(marker) {
+  if (!marker) return;
+  const seconds = Number(marker.dataset.liveProgress) || 2;
+  const update = async () => {
+    let page;
+    try {
+      const response = await fetch(window.location.href, { credentials: "same-origin" });
+      if (!response.ok) return window.setTimeout(update, seconds * 1000);
+      page = new DOMParser().parseFromString(await response.text(), "text/html");
+    } catch (error) {
+      return window.setTimeout(update, seconds * 1000);
+    }
+    for (const id of LIVE_PARTS) {
+      const fresh = page.getElementById(id);
+      const shown = document.getElementById(id);
+      if (fresh && shown) shown.replaceWith(document.importNode(fresh, true));
+    }
+    if (page.querySelector("[data-live-progress]")) window.setTimeout(update, seconds * 1000);
+  };
+  window.setTimeout(update, seconds * 1000);
+}

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from runlane_sqs.core.clock import ManualClock
 from runlane_sqs.core.errors import StorageUnavailable
 from runlane_sqs.core.model import JSON, Run
+from runlane_sqs.core.progress import AttemptReport
 from runlane_sqs.core.values import Holder, ValueField, ValuePlace
 from runlane_sqs.engine import driver
 from runlane_sqs.engine.context import TaskContext
@@ -177,7 +178,7 @@ class AsyncExecutor:
             return await self.threads.run(functools.partial(task.fn, ctx, payload))
         return await self.threads.run(functools.partial(run_handler, task, ctx, payload))
 
-    async def end(self, call: driver.End) -> tuple[Run, bool] | None:
+    async def end(self, call: driver.End) -> tuple[Run, bool, AttemptReport | None] | None:
         return self.leases.untrack(call.run_id, call.token)
 
     async def publish(self, call: driver.Publish) -> None:

@@ -167,7 +167,9 @@ class AsyncWorker(WorkerBase):
             store, transport = await open_ports(
                 engine.store, engine.transport, self._aws, stack, self._aws_session
             )
-            leases = AsyncLeaseKeeper(store, engine.clock, engine.config.lease_duration)
+            leases = AsyncLeaseKeeper(
+                store, engine.clock, engine.config.lease_duration, engine.config.progress_interval
+            )
             if self._protection is not None:
                 leases.occupancy = self._protection.set
             path = MessagePath.of(

@@ -30,6 +30,9 @@ deploy's code (``SHOP_CODE``): ``v1`` nothing, ``inserted`` an ``audit`` step,
 CODE_ENV = "SHOP_CODE"
 PINNED = "shop.pinned"
 """Waits for ``payload["token"]``; its runs finish on the app version they started under."""
+COUNT = "shop.count"
+"""Reports its progress ``payload["steps"]`` times, ``payload["pause"]`` seconds apart,
+then fails if ``payload["fail"]``."""
 SHIP = "shop.ship"
 """Typed: takes a ``Parcel`` (a pydantic model) and returns a ``Label`` (a dataclass)."""
 CRATE = "shop.crate"

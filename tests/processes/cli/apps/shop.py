@@ -22,6 +22,7 @@ from tests.processes.cli.apps.names import (
     CHARGE,
     CHARGE_ALL,
     CODE_ENV,
+    COUNT,
     CRATE,
     DIGEST,
     ECHO,
@@ -45,6 +46,17 @@ app = Runlane.from_env(lease_duration=LEASE_SECONDS)
 def echo(ctx: TaskContext, payload: Any) -> dict[str, Any]:
     ctx.log.info("echoing")
     return {"echo": payload}
+
+
+@app.task(name=COUNT)
+def count(ctx: TaskContext, payload: dict[str, Any]) -> int:
+    steps = int(payload["steps"])
+    for done in range(1, steps + 1):
+        time.sleep(float(payload.get("pause", 0.05)))
+        ctx.progress(done, steps, message=f"step {done}")
+    if payload.get("fail"):
+        raise RuntimeError("counted wrong")
+    return steps
 
 
 @app.task(name=BULK, batch=Batch(size=3, max_age=3600))
