@@ -19,9 +19,11 @@ demo: $(STAMP)
 	$(BIN)/python -m runlane_sqs.local.demo
 
 # Test files are shared between TEST_WORKERS processes (pytest-xdist), each with its own
-# moto server; one file's tests stay in one process. TEST_WORKERS=0 runs them in this one.
+# moto server; one file's tests stay in one process, and the files that start fleets of
+# processes (tests/processes/test_*.py) all in one (tests/conftest.py). TEST_WORKERS=0
+# runs them in this one.
 TEST_WORKERS ?= 2
-XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest tests --ignore=tests/browser $(XDIST)

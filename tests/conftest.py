@@ -36,6 +36,14 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ.pop(name, None)
 
 
+FLEETS = TESTS / "processes"
+"""Files here start fleets of worker, Lambda and maintenance processes, each with its own
+deadlines: with ``--dist loadgroup`` (``make test``) one test process runs them one after
+another, first, so two fleets never share the machine's cores and the longest group does
+not come last, while the other process takes the rest."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         parts = item.path.relative_to(TESTS).parts
@@ -43,3 +51,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(getattr(pytest.mark, parts[0]))
         if EMULATOR_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
+        # One group a file (one file's tests share its fixtures), and the fleets one.
+        fleet = item.path.parent == FLEETS
+        group = "fleets" if fleet else str(item.path.relative_to(TESTS))
+        item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: item.path.parent != FLEETS)  # stable: the fleets first
