@@ -19,7 +19,7 @@ from typing import Any
 from runlane_sqs.adapters.dynamodb.keys import RUN_SK
 from runlane_sqs.adapters.dynamodb.runs import events_from_item, item_from_wire, run_from_wire
 from runlane_sqs.core.model import EventType, Run, RunEvent, RunStatus
-from runlane_sqs.core.rates import Rate, to_epoch_us
+from runlane_sqs.core.rates import RateLimit, to_epoch_us
 from runlane_sqs.core.values import Sealed, run_references
 from simulation.workload import (
     BATCHED,
@@ -27,6 +27,9 @@ from simulation.workload import (
     DEBOUNCED,
     EPOCH_US,
     FAILING,
+    KEY_RATE,
+    KEY_RATED,
+    KEYED_TASK_RATE,
     RATE,
     RATED,
     SCHEDULE_ID,
@@ -35,6 +38,7 @@ from simulation.workload import (
     TOKENED,
     UNCHECKED,
     WAITER,
+    Entry,
     Ledger,
     Planned,
     expected_result,
@@ -247,20 +251,38 @@ def concurrency_held(seen: Observed) -> list[str]:
 def rate_held_at_entry(seen: Observed) -> list[str]:
     """26: no window of the limit's interval holds more handler entries than it allows,
     counted where the handler is entered, by the clock of the process that entered it."""
-    entries = sorted(e.at_us for e in seen.ledger.entries if e.task == RATED)
-    rate: Rate = RATE.rate_in(RATED)
-    per_us = RATE.per_us
-    allowed = RATE.rate + RATE.burst
-    lines = []
-    for i, start in enumerate(entries):
-        inside = [at for at in entries[i:] if at < start + per_us]
-        if len(inside) > allowed:
-            lines.append(
-                f"{len(inside)} handlers of {RATED} entered within {per_us / 1e6:g} s from "
-                f"{(start - EPOCH_US) / 1e6:.6f} (at most {allowed}; grace {rate.grace_us} µs)"
-            )
-            break
+    return crowded(RATED, [e for e in seen.ledger.entries if e.task == RATED], RATE)
+
+
+def key_rates_held_at_entry(seen: Observed) -> list[str]:
+    """26 (docs/rate-limits.md, "Several limits"): a task under a task-wide limit and a
+    per-key one keeps both at handler entry: no window holds more entries of one key than
+    the per-key limit allows, nor more of the task than its own limit allows."""
+    entries = [e for e in seen.ledger.entries if e.task == KEY_RATED]
+    lines = crowded(KEY_RATED, entries, KEYED_TASK_RATE)
+    by_key: dict[str, list[Entry]] = defaultdict(list)
+    for entry in entries:
+        by_key[str(entry.key)].append(entry)
+    for key, of_key in sorted(by_key.items()):
+        lines += crowded(key, of_key, KEY_RATE)
     return lines
+
+
+def crowded(scope: str, entries: list[Entry], limit: RateLimit) -> list[str]:
+    """The first window of ``limit``'s interval holding more of ``entries`` (handler
+    entries of one scope) than it allows, in words."""
+    starts = sorted(e.at_us for e in entries)
+    per_us = limit.per_us
+    allowed = limit.rate + limit.burst
+    for i, start in enumerate(starts):
+        inside = [at for at in starts[i : i + allowed + 1] if at < start + per_us]
+        if len(inside) > allowed:
+            return [
+                f"{len(inside)} handlers of {scope} entered within {per_us / 1e6:g} s from "
+                f"{(start - EPOCH_US) / 1e6:.6f} (at most {allowed}; grace "
+                f"{limit.rate_in(scope).grace_us} µs)"
+            ]
+    return []
 
 
 def groups_join_once(seen: Observed) -> list[str]:
@@ -499,6 +521,7 @@ CHECKS: tuple[Callable[[Observed], list[str]], ...] = (
     steps_recorded_once,
     concurrency_held,
     rate_held_at_entry,
+    key_rates_held_at_entry,
     groups_join_once,
     claim_checks_kept,
     transactions_all_or_nothing,

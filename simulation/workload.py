@@ -47,6 +47,7 @@ DEBOUNCED = "sim.debounced"
 BATCHED = "sim.batched"
 ORDERED = "sim.ordered"
 DEADLINED = "sim.deadlined"
+KEY_RATED = "sim.keyrated"
 ORDERS = "sim-orders"
 """The producer's own table, written in one transaction with the runs it triggers."""
 BUCKET = "sim-payloads"
@@ -55,6 +56,10 @@ INLINE_LIMIT = 1024
 LIMITED_QUEUE = "limited"
 CONCURRENCY_LIMIT = 2
 RATE = RateLimit(5, per=1)
+KEYED_TASK_RATE = RateLimit(4, per=1)
+"""Every run of ``sim.keyrated``, whatever its key: with the per-key limit, two limits."""
+KEY_RATE = RateLimit(2, per=1, per_key=True)
+"""Each key of ``sim.keyrated`` (its concurrency key)."""
 FLAKY_ATTEMPTS = 4
 FAILING_ATTEMPTS = 2
 KEY_LIMIT = 1
@@ -103,6 +108,7 @@ TASKS = (
     BATCHED,
     ORDERED,
     DEADLINED,
+    KEY_RATED,
 )
 QUEUES = ("default", LIMITED_QUEUE)
 
@@ -126,7 +132,8 @@ class Entry:
     token: str = ""
     """The attempt's lease token."""
     key: str | None = None
-    """The key the attempt's run holds (a concurrency, singleton or ordering key)."""
+    """The key the attempt's run holds, prefixed by its task (a concurrency key held one
+    at a time or rate-limited per key, a singleton or ordering key)."""
     finished: bool = False
     """The handler returned (or raised)."""
     outcome_written: bool = False
@@ -284,6 +291,12 @@ class Handlers:
 
     def rated(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
         with self.attempt(ctx, RATED):
+            return {"n": payload["n"]}
+
+    def key_rated(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
+        """Under a task-wide limit and a per-key one (its key its concurrency key)."""
+        with self.attempt(ctx, KEY_RATED) as entry:
+            entry.key = f"{KEY_RATED}:{payload['key']}"
             return {"n": payload["n"]}
 
     def released(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
@@ -444,6 +457,12 @@ def register(app: Runlane, handlers: Handlers, spread_seconds: int) -> None:
     app.task(handlers.steps, name=STEPS)
     app.task(handlers.limited, name=LIMITED, queue=limited)
     app.task(handlers.rated, name=RATED, rate_limits=[RATE])
+    app.task(
+        handlers.key_rated,
+        name=KEY_RATED,
+        concurrency_key=lambda p: p["key"],
+        rate_limits=[KEYED_TASK_RATE, KEY_RATE],
+    )
     app.task(handlers.released, name=RELEASED)
     app.task(handlers.fanout, name=FANOUT)
     app.task(handlers.child, name=CHILD)
@@ -521,6 +540,7 @@ EXPECTED: dict[str, Callable[[dict[str, Any]], Any]] = {
         "result": EXPECTED[PLAIN]({"n": p["target_n"]}) if p["target_ok"] else None,
     },
     KEYED: lambda p: {"n": p["n"]},
+    KEY_RATED: lambda p: {"n": p["n"]},
     ORDERED: lambda p: {"n": p["n"]},
     DEADLINED: lambda p: {"n": p["n"], "slow": p["slow"]},
 }
@@ -542,8 +562,11 @@ def expected_result(task: str, payload: dict[str, Any], attempt: int) -> Any:
     return EXPECTED[task](payload)
 
 
-BURSTS = frozenset({RATED, KEYED, SINGLE, DEBOUNCED, BATCHED, ORDERED})
+BURSTS = frozenset({RATED, KEY_RATED, KEYED, SINGLE, DEBOUNCED, BATCHED, ORDERED})
 """Tasks triggered in bursts: a limit, a key or a collapse is only tried by several at once."""
+AT_ONCE = frozenset({RATED, KEY_RATED})
+"""Tasks whose bursts come at one instant (a rate limit is tried by more runs at once than
+it allows); other bursts' triggers come a moment apart."""
 IDEMPOTENT = frozenset({PLAIN, FLAKY, FAILING, STEPS, LIMITED, RATED, RELEASED, FANOUT, LARGE})
 """Tasks some triggers of which carry an idempotency key."""
 
@@ -576,6 +599,7 @@ def plan(
         BATCHED: 1,
         ORDERED: 1,
         DEADLINED: 1,
+        KEY_RATED: 2,
     }
     names = [task for task in weights if mix is None or task in mix]
     planned: list[Planned] = []
@@ -586,6 +610,8 @@ def plan(
         burst = 1
         if task == RATED:
             burst = min(runs - n, rng.randrange(3, 3 * RATE.rate))
+        elif task == KEY_RATED:  # on the keys at random: two or more on one key, often
+            burst = min(runs - n, rng.randrange(3, 5 * KEY_RATE.rate))
         elif task in BURSTS:
             burst = min(runs - n, rng.randrange(2, 6))
         for _ in range(burst):
@@ -600,7 +626,7 @@ def plan(
             if key is not None and rng.random() < 0.5:  # the same trigger again, later
                 planned.append(Planned(rng.randrange(spread_us), task, payload, key))
             n += 1
-            if task in BURSTS and task != RATED:  # a burst of triggers a moment apart
+            if task in BURSTS and task not in AT_ONCE:  # a burst of triggers a moment apart
                 at += rng.randrange(100_000, 1_500_000)
     planned.sort(key=lambda p: p.at_us)
     return planned
@@ -610,7 +636,7 @@ def waiting_payload(world: World, task: str, n: int) -> dict[str, Any]:
     """What a run that waits, holds a key or has a deadline needs in its payload."""
     rng = world.rng
     payload: dict[str, Any] = {}
-    if task in (KEYED, SINGLE, DEBOUNCED, BATCHED, ORDERED):
+    if task in (KEYED, SINGLE, DEBOUNCED, BATCHED, ORDERED, KEY_RATED):
         payload["key"] = rng.choice(KEYS)
     if task in (KEYED, SINGLE, ORDERED):
         payload["work"] = rng.choice((0.01, 0.5, 2.0))

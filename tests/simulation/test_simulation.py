@@ -22,6 +22,7 @@ from simulation.invariants import (
     Stored,
     fenced_writes,
     idempotent_triggers,
+    key_rates_held_at_entry,
     keys_held_one_at_a_time,
     rate_held_at_entry,
 )
@@ -31,6 +32,8 @@ from simulation.simulator import RUN_ID, Outcome, Scenario, Simulation
 from simulation.workload import (
     EPOCH_US,
     FANOUT,
+    KEY_RATE,
+    KEY_RATED,
     PLAIN,
     RATE,
     RATED,
@@ -213,6 +216,18 @@ def test_more_entries_in_a_window_than_a_rate_allows_break_the_rate() -> None:
     assert len(broken) == 1 and "6 handlers of sim.rated entered within 1 s" in broken[0]
     ledger.entries[-1].at_us += 1  # exactly one interval later: a new window
     assert rate_held_at_entry(observed(ledger=ledger)) == []
+
+
+def test_more_entries_of_one_key_in_a_window_than_its_per_key_rate_allows_break_it() -> None:
+    ledger = Ledger()
+    spaced = KEY_RATE.per_us // KEY_RATE.rate
+    for i in range(KEY_RATE.rate + 1):  # one key: one more than allowed within 1 s
+        at = EPOCH_US + i * spaced - (1 if i == KEY_RATE.rate else 0)
+        ledger.entries.append(Entry(f"r{i}", KEY_RATED, 1, "w", at, 0, key=f"{KEY_RATED}:k0"))
+    broken = key_rates_held_at_entry(observed(ledger=ledger))
+    assert len(broken) == 1 and f"3 handlers of {KEY_RATED}:k0 entered within 1 s" in broken[0]
+    ledger.entries[-1].key = f"{KEY_RATED}:k1"  # another key: its own limit
+    assert key_rates_held_at_entry(observed(ledger=ledger)) == []
 
 
 # each mutant is caught --------------------------------------------------------------
