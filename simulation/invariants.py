@@ -18,6 +18,7 @@ from typing import Any
 
 from runlane_sqs.adapters.dynamodb.keys import RUN_SK
 from runlane_sqs.adapters.dynamodb.runs import events_from_item, item_from_wire, run_from_wire
+from runlane_sqs.core.groups import Group, GroupStatus, callback_run_id, redrive_run_id
 from runlane_sqs.core.model import EventType, Run, RunEvent, RunStatus
 from runlane_sqs.core.rates import RateLimit, to_epoch_us
 from runlane_sqs.core.values import Sealed, run_references
@@ -42,6 +43,7 @@ from simulation.workload import (
     Ledger,
     Planned,
     expected_result,
+    fanout_result,
     schedule,
 )
 from simulation.world import EPOCH
@@ -113,6 +115,13 @@ class Observed:
     returned: dict[str, int] = field(default_factory=dict)
     """When a trigger first returned each run (µs since the Unix epoch, by the producer's
     clock): the run was stored by then."""
+    chords: dict[str, Planned] = field(default_factory=dict)
+    """Each chord's group id the producer was given, with its trigger."""
+    groups: dict[str, Group] = field(default_factory=dict)
+    """Each chord's group record at the end."""
+    joins: dict[str, dict[int, Group]] = field(default_factory=dict)
+    """Each chord's group as the operator read it at each join before it reran its
+    failed children, by generation."""
     spread_seconds: int = 60
     max_skew_us: int = 0
 
@@ -299,6 +308,185 @@ def groups_join_once(seen: Observed) -> list[str]:
             for group, count in joins.items()
             if count > 1
         ]
+    return lines
+
+
+def current_children(group: Group) -> dict[int, str]:
+    """Each item the group counts, with the run id of its current child (its latest
+    rerun, if any): the children its counts stand for. An item whose rerun has not
+    started (the group failed again first) is counted nowhere: ``retry-failed`` took its
+    earlier child's count back."""
+    current: dict[int, str | None] = {}
+    for position in range(group.positions):  # reruns come after the items, in order
+        index, run_id = group.at(position)
+        if position < group.started:
+            current[index] = run_id
+        elif position >= group.total:
+            current[index] = None
+    return {index: run_id for index, run_id in current.items() if run_id is not None}
+
+
+@dataclass
+class Tally:
+    """A group's children as storage holds them: how many ended how, the sum of their
+    results, and when each ended."""
+
+    counts: dict[str, int] = field(
+        default_factory=lambda: {"succeeded": 0, "failed": 0, "cancelled": 0}
+    )
+    total: int = 0
+    ended: list[tuple[int | None, str]] = field(default_factory=list)
+    """When each child ended (µs since the Unix epoch), with its run id."""
+    problems: list[str] = field(default_factory=list)
+
+
+def tally(seen: Observed, group: Group) -> Tally:
+    """What ``group``'s counts should be, from its current children in storage."""
+    found = Tally()
+    for index, run_id in sorted(current_children(group).items()):
+        stored = seen.history(run_id)
+        if stored is None or stored.run.status not in TERMINAL:
+            status = "missing" if stored is None else stored.run.status.value
+            found.problems.append(f"child {run_id} (item {index}) of group {group.id} is {status}")
+            continue
+        found.counts[stored.run.status.value] += 1
+        result = opened(stored.run.result, seen.object_data)
+        if stored.run.status is RunStatus.SUCCEEDED and isinstance(result, int):
+            found.total += result
+        found.ended.append((first_at(stored, FINISHED), run_id))
+    return found
+
+
+def join_of(seen: Observed, group: Group, planned: Planned) -> list[str]:
+    """The callback of ``group``'s join at its generation: triggered once every child it
+    counts had ended, and saw the counts of the children storage holds."""
+    callback_id = callback_run_id(group.id, group.generation)
+    callback = seen.history(callback_id)
+    where = f"callback {callback_id} of group {group.id} (join {group.generation})"
+    if callback is None:
+        return [f"{where} was never triggered"]
+    found = tally(seen, group)
+    lines = list(found.problems)
+    counted = {"succeeded": group.succeeded, "failed": group.failed, "cancelled": group.cancelled}
+    if counted != found.counts:
+        lines.append(f"group {group.id} counted {counted}; its children ended {found.counts}")
+    triggered = to_epoch_us(callback.events[0].at) if callback.events else 0
+    lines += [
+        f"{where} was triggered before child {run_id} ended"
+        for ended, run_id in found.ended
+        if ended is None or ended > triggered + 2 * seen.max_skew_us
+    ]
+    if callback.run.status is not RunStatus.SUCCEEDED:
+        return [*lines, f"{where} is {callback.run.status.value}"]
+    want = {"n": planned.payload["n"], "status": group.status.value, **found.counts}
+    want["sum"] = found.total
+    got = opened(callback.run.result, seen.object_data)
+    if got != want:
+        lines.append(f"{where} saw {got}, not {want}")
+    return lines
+
+
+def callbacks_run_once(seen: Observed) -> list[str]:
+    """23 (docs/groups.md, "What holds"): a chord's callback is triggered once per join
+    (one join, and one more after each ``retry-failed``), after every child it counts
+    ended, and sees the counts of its children as storage holds them; a group whose
+    failed children are within its tolerance succeeds."""
+    lines = []
+    callbacks: dict[str, list[str]] = defaultdict(list)
+    for stored in seen.histories():
+        if stored.run.joined_group is not None:
+            callbacks[stored.run.joined_group].append(stored.run.id)
+    for group_id, planned in seen.chords.items():
+        final = seen.groups.get(group_id)
+        if final is None or final.joined_at is None:
+            state = "is not in storage" if final is None else "never joined"
+            lines.append(f"group {group_id} of chord {planned.payload['n']} {state}")
+            continue
+        read = seen.joins.get(group_id, {})
+        joins = [read[g] for g in range(final.generation) if g in read]
+        if len(joins) < final.generation:
+            lines.append(f"group {group_id} was rerun at a join nobody read")
+            continue
+        wanted = [callback_run_id(group_id, g) for g in range(final.generation + 1)]
+        if sorted(callbacks[group_id]) != sorted(wanted):
+            lines.append(
+                f"group {group_id} joined {final.generation + 1} time(s) and triggered "
+                f"callbacks {', '.join(sorted(callbacks[group_id]))}"
+            )
+        for group in [*joins, final]:
+            lines += join_of(seen, group, planned)
+        first = joins[0] if joins else final
+        lines += tolerated(first, planned)
+    return lines
+
+
+def tolerated(group: Group, planned: Planned) -> list[str]:
+    """A group's first join: succeeded with every failing child counted if no more
+    failed than it tolerates, else failed (docs/groups.md, "Failure is explicit")."""
+    want = fanout_result(planned.payload)
+    if want["group"] == "failed":
+        if group.status is GroupStatus.FAILED:
+            return []
+        return [f"group {group.id} is {group.status.value}; more children failed than tolerated"]
+    if group.status is GroupStatus.SUCCEEDED and group.failed == want["failed"]:
+        return []
+    return [
+        f"group {group.id} is {group.status.value} with {group.failed} failed; "
+        f"{want['failed']} failed within a tolerance of {planned.payload['tolerate']}"
+    ]
+
+
+def retried_children_rerun(seen: Observed) -> list[str]:
+    """23 (docs/groups.md, "Operating groups"): ``retry-failed`` of a joined group reruns
+    exactly its failed and cancelled children, each as a new run linked to the child it
+    replaces, and leaves those that succeeded; the reruns end before the group joins
+    again (checked by :func:`callbacks_run_once`), and a group that succeeds the second
+    time started every item."""
+    lines = []
+    for group_id, joins in seen.joins.items():
+        final = seen.groups.get(group_id)
+        if final is None:
+            continue
+        for generation, before in sorted(joins.items()):
+            after = joins.get(generation + 1, final)
+            if after.generation != generation + 1:
+                continue  # a refused rerun: checked where the group never joined again
+            lines += rerun_between(seen, before, after)
+    return lines
+
+
+def rerun_between(seen: Observed, before: Group, after: Group) -> list[str]:
+    """What one ``retry-failed`` did between two joins of a group."""
+    lines = []
+    current = current_children(before)
+    unsuccessful = set()
+    for index, run_id in current.items():
+        stored = seen.history(run_id)
+        if stored is not None and stored.run.status in (RunStatus.FAILED, RunStatus.CANCELLED):
+            unsuccessful.add(index)
+    reran = {index for index, generation in after.redriven if generation == after.generation}
+    if reran != unsuccessful:
+        lines.append(
+            f"retry-failed of group {before.id} reran items {sorted(reran)}, not its failed "
+            f"and cancelled ones {sorted(unsuccessful)}"
+        )
+    for k, (index, generation) in enumerate(after.redriven):
+        if generation != after.generation or after.total + k >= after.started:
+            continue  # an earlier rerun, or one the group did not start (it failed again)
+        stored = seen.history(redrive_run_id(before.id, index, generation))
+        if stored is None or stored.run.source_run_id != current.get(index):
+            lines.append(
+                f"the rerun of item {index} of group {before.id} is not a run linked to its "
+                f"child {current.get(index)}"
+            )
+    again = [
+        index
+        for index in current.keys() - unsuccessful
+        if seen.history(redrive_run_id(before.id, index, after.generation)) is not None
+    ]
+    lines += [f"item {i} of group {before.id} succeeded and ran again" for i in sorted(again)]
+    if after.status is GroupStatus.SUCCEEDED and after.started < after.positions:
+        lines.append(f"group {before.id} succeeded with items never started")
     return lines
 
 
@@ -523,6 +711,8 @@ CHECKS: tuple[Callable[[Observed], list[str]], ...] = (
     rate_held_at_entry,
     key_rates_held_at_entry,
     groups_join_once,
+    callbacks_run_once,
+    retried_children_rerun,
     claim_checks_kept,
     transactions_all_or_nothing,
     wakeups_after_writes,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -20,14 +21,16 @@ from typing import Any
 import greenlet
 
 from runlane_sqs import Runlane
+from runlane_sqs.adapters.dynamodb.groups import group_from_wire
 from runlane_sqs.adapters.dynamodb.items import table_definition
-from runlane_sqs.adapters.dynamodb.keys import RUN_SK, run_key
+from runlane_sqs.adapters.dynamodb.keys import GROUP_SK, RUN_SK, group_key, run_key
 from runlane_sqs.core.errors import (
     IllegalTransition,
     RunlaneError,
     StorageUnavailable,
     TransactionCancelled,
 )
+from runlane_sqs.core.groups import Group, callback_run_id
 from runlane_sqs.core.model import Run, RunStatus, WaitKind
 from runlane_sqs.core.rates import to_epoch_us
 from runlane_sqs.core.tokens import TokenAlreadyDecided
@@ -47,6 +50,10 @@ from simulation.processes import (
 from simulation.services import Faults, SimDynamoDB, SimS3, SimSqs
 from simulation.workload import (
     BATCHED,
+    CALLBACK,
+    CHILD,
+    CHORD,
+    CHORD_REDRIVES,
     DEBOUNCED,
     FAILING,
     ORDERS,
@@ -58,6 +65,7 @@ from simulation.workload import (
     WAITER,
     Ledger,
     Planned,
+    children,
     plan,
     signal_key,
     signal_value,
@@ -184,6 +192,16 @@ class Simulation:
         producer's clock): the run was stored by then."""
         self.rival_decisions: list[str] = []
         """Second completions of a token that were accepted."""
+        self.chords: dict[str, Planned] = {}
+        """Each chord's group id the producer was given, with its trigger."""
+        self.redrives: dict[str, int] = {}
+        """How many times the operator reruns each chord's failed children (at most)."""
+        self.joins: dict[str, dict[int, Group]] = defaultdict(dict)
+        """Each chord's group as the operator read it at each join it reran, by
+        generation: what that join's callback had to see."""
+        self.redriving = True
+        """Whether the operator may still rerun a chord's failed children (not once the
+        triggers are over: every run must then be able to finish)."""
         self.dynamodb.before_write = self._fenced
 
         def skew() -> int:
@@ -231,6 +249,9 @@ class Simulation:
             resent=self.resent,
             rival_decisions=self.rival_decisions,
             returned=self.returned,
+            chords=self.chords,
+            groups=self._groups(),
+            joins=dict(self.joins),
             spread_seconds=self.scenario.spread_seconds,
             max_skew_us=self.max_skew_us,
         )
@@ -269,6 +290,7 @@ class Simulation:
         self.operator.at(spread_us // 3, partial(self._pause_schedule, resume=False))
         self.operator.at(spread_us // 2, partial(self._pause_schedule, resume=True))
         world.call(None, 10 * 60 * SECOND, self._sweep_ttl)
+        world.call(None, max(0, spread_us - 10 * SECOND), self._stop_redrives)
         world.run_until(spread_us)
         self._quiet()
         deadline = world.now_us + scenario.quiet_seconds * SECOND
@@ -278,6 +300,9 @@ class Simulation:
         self._settle()
 
     def _trigger(self, app: Runlane, planned: Planned) -> None:
+        if planned.task == CHORD:
+            self._start_chord(app, planned)
+            return
         if not self._prepared(app, planned):
             return
         for tries in range(TRIGGER_TRIES):
@@ -383,6 +408,70 @@ class Simulation:
             return
         self.rival_decisions.append(f"token {token_id} was completed a second time")
 
+    def _start_chord(self, app: Runlane, planned: Planned) -> None:
+        """A group of children with a callback (``app.group(..., then=...)``), which an
+        operator follows: it reruns the failed children of some (``retry-failed``) once
+        the callback of their join has ended."""
+        payload = planned.payload
+        for _ in range(TRIGGER_TRIES):
+            try:
+                group = app.group(
+                    [(CHILD, item) for item in children(payload)],
+                    then=(CALLBACK, {"n": payload["n"]}),
+                    max_in_flight=payload["in_flight"],
+                    tolerate=payload["tolerate"],
+                )
+            except RunlaneError as exc:  # an answer lost: the group may exist, unknown
+                self.world.note(f"chord {payload['n']} failed to start: {exc}")
+                self.world.wait(SECOND)
+                continue
+            self.chords[group.id] = planned
+            self.redrives[group.id] = self.world.rng.choice((0, 1, 1, CHORD_REDRIVES))
+            self.world.note(f"chord {payload['n']} started as group {group.id}", group.id)
+            follow = partial(self._follow_chord, group_id=group.id, tries=0)
+            self.operator.at(self.world.now_us + 2 * SECOND, follow)
+            return
+
+    def _follow_chord(self, app: Runlane, group_id: str, tries: int) -> None:
+        """An operator looks at a chord every 2 s: once its join's callback has ended, it
+        reruns its failed children, up to the times planned for it."""
+        try:
+            group = app.runs.group(group_id)
+            if group.joined_at is not None:
+                callback = app.runs.get(callback_run_id(group.id, group.generation))
+                if callback.is_terminal and not self._redrive(app, group):
+                    return
+        except RunlaneError as exc:
+            self.world.note(f"following chord group {group_id} failed: {exc}", group_id)
+        if tries < FOLLOW_TRIES and self.redriving:
+            again = partial(self._follow_chord, group_id=group_id, tries=tries + 1)
+            self.operator.at(self.world.now_us + 2 * SECOND, again)
+
+    def _redrive(self, app: Runlane, group: Group) -> bool:
+        """Rerun a joined group's failed children if the plan says so: whether to look
+        again (a rerun asked for, or refused and to be read again)."""
+        nothing = group.failed + group.cancelled == 0 and group.started >= group.total
+        if nothing or group.generation >= self.redrives[group.id] or not self.redriving:
+            return False
+        self.joins[group.id][group.generation] = group
+        try:
+            app.runs.retry_failed(group.id, reason="simulated operator")
+        except IllegalTransition as exc:  # its answer lost, then asked again: read again
+            self.world.note(f"retry-failed of group {group.id} refused: {exc}", group.id)
+            return True
+        self.world.note(f"retry-failed of group {group.id} (generation {group.generation})")
+        return True
+
+    def _groups(self) -> dict[str, Group]:
+        """Each chord's group record at the end, read straight from the table."""
+        groups = {}
+        for group_id in self.chords:
+            key = group_key(ENVIRONMENT, group_id)
+            item = self.dynamodb.inner.get_item(TableName=TABLE, Key=key).get("Item")
+            if item is not None:
+                groups[group_id] = group_from_wire(item)
+        return groups
+
     def _pause_schedule(self, app: Runlane, resume: bool) -> None:
         """An operator pauses the schedule for a while, then resumes it (its catch-up
         ``all`` makes the occurrences missed meanwhile)."""
@@ -468,6 +557,10 @@ class Simulation:
         worker.crash()
         self.world.call(None, back_us, worker.restart)
 
+    def _stop_redrives(self) -> None:
+        """The operator reruns no more chords' children: those it reran must finish."""
+        self.redriving = False
+
     def _quiet(self) -> None:
         """The faults stop and every worker is up: what was triggered must now finish."""
         quiet = replace(Faults.none())
@@ -548,16 +641,21 @@ class Simulation:
         return landed
 
     def _all_finished(self) -> bool:
-        """Whether every run in storage is finished (a scan of the table as it is: no
-        request of any process, no fault)."""
+        """Whether every run in storage is finished and every group has joined (a scan of
+        the table as it is: no request of any process, no fault). A group whose last
+        child's finisher did not count it joins when maintenance repairs it."""
         terminal = [status.value for status in TERMINAL]
         unfinished = self.dynamodb.inner.scan(
             TableName=TABLE,
-            FilterExpression="sk = :run AND NOT (#status IN (:a, :b, :c))",
+            FilterExpression=(
+                "(sk = :run AND NOT (#status IN (:a, :b, :c))) "
+                "OR (sk = :group AND attribute_not_exists(joined_at))"
+            ),
             ProjectionExpression="pk",
             ExpressionAttributeNames={"#status": "status"},
             ExpressionAttributeValues={
                 ":run": {"S": RUN_SK},
+                ":group": {"S": GROUP_SK},
                 **{f":{k}": {"S": v} for k, v in zip("abc", terminal, strict=True)},
             },
         )

@@ -22,6 +22,7 @@ import greenlet
 
 from runlane_sqs import Batch, Debounce, RateLimit, RetryPolicy, Runlane, Schedule
 from runlane_sqs.core.groups import GroupFailed
+from runlane_sqs.core.model import LinkKind
 from runlane_sqs.core.rates import to_epoch_us
 from runlane_sqs.engine.context import TaskContext
 from simulation.world import EPOCH, World
@@ -48,6 +49,10 @@ BATCHED = "sim.batched"
 ORDERED = "sim.ordered"
 DEADLINED = "sim.deadlined"
 KEY_RATED = "sim.keyrated"
+CHORD = "sim.chord"
+"""Not a task: a group the producer starts with ``app.group(..., then=...)``, of
+``sim.child`` runs, whose callback is ``sim.callback``."""
+CALLBACK = "sim.callback"
 ORDERS = "sim-orders"
 """The producer's own table, written in one transaction with the runs it triggers."""
 BUCKET = "sim-payloads"
@@ -109,8 +114,11 @@ TASKS = (
     ORDERED,
     DEADLINED,
     KEY_RATED,
+    CALLBACK,
 )
 QUEUES = ("default", LIMITED_QUEUE)
+CHORD_REDRIVES = 2
+"""At most this many ``retry-failed`` of one chord by the operator."""
 
 
 EPOCH_US = to_epoch_us(EPOCH)
@@ -321,11 +329,31 @@ class Handlers:
             return {"n": payload["n"], "group": "ok", "sum": total, "failed": joined.failed}
 
     def child(self, ctx: TaskContext, payload: dict[str, Any]) -> int:
+        """Item ``i`` of a group: fails for good if its payload says so, unless it is a
+        chord's child rerun by ``retry-failed`` (linked to the child it replaces)."""
         with self.attempt(ctx, CHILD):
             self.work(payload)
-            if payload["fail"]:
+            run = ctx.services.run() if ctx.services is not None else None
+            rerun = run is not None and run.source_kind == LinkKind.RETRY.value
+            if payload["fail"] and not (rerun and payload.get("rerun_ok")):
                 raise ValueError(f"child {payload['i']} fails by design")
             return int(payload["i"]) ** 2
+
+    def callback(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
+        """A chord's callback: what its joined group says, and the sum of its children's
+        results (read from storage)."""
+        with self.attempt(ctx, CALLBACK):
+            group = ctx.joined_group()
+            if group is None:
+                return {"n": payload["n"], "status": None}
+            return {
+                "n": payload["n"],
+                "status": group.status.value,
+                "succeeded": group.succeeded,
+                "failed": group.failed,
+                "cancelled": group.cancelled,
+                "sum": sum(r for r in group.results() if isinstance(r, int)),
+            }
 
     def large(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
         """A payload and a result over the inline limit: both kept in the payload bucket."""
@@ -416,10 +444,17 @@ def signal_value(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def children(payload: dict[str, Any]) -> list[dict[str, Any]]:
-    """A fan-out's items: child ``i`` fails for good if ``fail_every`` divides it."""
+    """A fan-out's or a chord's items: child ``i`` fails for good if ``fail_every``
+    divides it (a chord's child rerun by ``retry-failed`` succeeds)."""
     every = payload["fail_every"]
+    rerun_ok = {"rerun_ok": True} if "chord" in payload else {}
     return [
-        {"i": i, "fail": bool(every) and i % every == 0, "work": payload.get("child_work", 0)}
+        {
+            "i": i,
+            "fail": bool(every) and i % every == 0,
+            "work": payload.get("child_work", 0),
+            **rerun_ok,
+        }
         for i in range(payload["items"])
     ]
 
@@ -466,6 +501,7 @@ def register(app: Runlane, handlers: Handlers, spread_seconds: int) -> None:
     app.task(handlers.released, name=RELEASED)
     app.task(handlers.fanout, name=FANOUT)
     app.task(handlers.child, name=CHILD)
+    app.task(handlers.callback, name=CALLBACK)
     app.task(handlers.large, name=LARGE)
     app.task(handlers.transacted, name=TRANSACTED)
     app.task(handlers.signalled, name=SIGNALLED)
@@ -600,6 +636,7 @@ def plan(
         ORDERED: 1,
         DEADLINED: 1,
         KEY_RATED: 2,
+        CHORD: 2,
     }
     names = [task for task in weights if mix is None or task in mix]
     planned: list[Planned] = []
@@ -658,7 +695,7 @@ def planned_payload(world: World, task: str, n: int) -> dict[str, Any]:
         payload["work"] = rng.choice((0.01, 0.2, 1.0, 5.0))
     if task == FLAKY:
         payload["fails"] = rng.randrange(FLAKY_ATTEMPTS)
-    if task == FANOUT:
+    if task in (FANOUT, CHORD):
         payload.update(
             items=rng.randrange(0, 12),
             fail_every=rng.choice((0, 0, 2, 3, 5)),
@@ -666,6 +703,8 @@ def planned_payload(world: World, task: str, n: int) -> dict[str, Any]:
             in_flight=rng.randrange(1, 5),
             child_work=rng.choice((0, 0.05, 1.0)),
         )
+    if task == CHORD:  # its children, rerun by retry-failed, succeed
+        payload["chord"] = True
     payload.update(waiting_payload(world, task, n))
     if task == LARGE:  # one of five payloads: runs share their payload's object
         payload["n"] = n % 5

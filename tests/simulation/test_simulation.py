@@ -13,23 +13,28 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
+from runlane_sqs.core.groups import Group, callback_run_id, child_run_id, redrive_run_id
 from runlane_sqs.core.model import EventType, Run, RunEvent, RunStatus
 from simulation.invariants import (
     Observed,
     Stored,
+    callbacks_run_once,
     fenced_writes,
     idempotent_triggers,
     key_rates_held_at_entry,
     keys_held_one_at_a_time,
     rate_held_at_entry,
+    retried_children_rerun,
 )
 from simulation.mutants import MUTANTS
 from simulation.services import Faults
 from simulation.simulator import RUN_ID, Outcome, Scenario, Simulation
 from simulation.workload import (
+    CHORD,
     EPOCH_US,
     FANOUT,
     KEY_RATE,
@@ -228,6 +233,82 @@ def test_more_entries_of_one_key_in_a_window_than_its_per_key_rate_allows_break_
     assert len(broken) == 1 and f"3 handlers of {KEY_RATED}:k0 entered within 1 s" in broken[0]
     ledger.entries[-1].key = f"{KEY_RATED}:k1"  # another key: its own limit
     assert key_rates_held_at_entry(observed(ledger=ledger)) == []
+
+
+def run_of(run_id: str, *events: RunEvent, **changes: Any) -> Stored:
+    """A run with ``changes`` (its status, result, links) and ``events``."""
+    found = stored(run_id, *events)
+    return Stored(replace(found.run, **changes), found.events)
+
+
+def chord(*, redriven: bool = False) -> Observed:
+    """A chord of two children whose first one failed, as planned (tolerated: one), as
+    storage holds it once its callback saw it; ``redriven``: the operator then reran the
+    failed child, which succeeded, and the group joined a second time."""
+    joined = Group(
+        "g", "sim", total=2, window=2, tolerate=1, created_at=EPOCH, started=2, succeeded=1
+    )
+    joined = replace(joined, failed=1, joined_at=EPOCH + timedelta(seconds=1))
+    first, second = child_run_id("g", 0), child_run_id("g", 1)
+    done = event(2, EventType.SUCCEEDED, 1, at_ms=500)
+    runs = {
+        first: run_of(first, event(1, EventType.TRIGGERED, 0), done, status=RunStatus.FAILED),
+        second: run_of(second, event(1, EventType.TRIGGERED, 0), done, result=1),
+    }
+    seen = observed(runs)
+    payload = {"n": 1, "items": 2, "fail_every": 2, "tolerate": 1, "chord": True}
+    seen.chords = {"g": Planned(0, CHORD, payload)}
+    seen.groups = {"g": joined}
+    saw = {"n": 1, "status": "succeeded", "succeeded": 1, "failed": 1, "cancelled": 0, "sum": 1}
+    joins = 1
+    if redriven:
+        rerun = redrive_run_id("g", 0, 1)
+        runs[rerun] = run_of(
+            rerun, event(1, EventType.TRIGGERED, 0, 2000), done, source_run_id=first, result=0
+        )
+        again = replace(joined, generation=1, redriven=((0, 1),), started=3, succeeded=2, failed=0)
+        seen.groups, seen.joins = {"g": again}, {"g": {0: joined}}
+        joins = 2
+    for generation in range(joins):
+        callback = callback_run_id("g", generation)
+        got = {**saw, "succeeded": 2, "failed": 0} if generation else saw
+        triggered = event(1, EventType.TRIGGERED, 0, at_ms=1000 + 2000 * generation)
+        runs[callback] = run_of(callback, triggered, joined_group="g", result=got)
+    return seen
+
+
+def test_a_callback_seeing_other_counts_or_triggered_twice_or_early_breaks_the_join() -> None:
+    seen = chord()
+    assert callbacks_run_once(seen) == []
+    callback = seen.runs[callback_run_id("g")]
+    seen.runs["extra"] = run_of("extra", joined_group="g", result=callback.run.result)
+    assert callbacks_run_once(seen) == [
+        f"group g joined 1 time(s) and triggered callbacks {callback.run.id}, extra"
+    ]
+    del seen.runs["extra"]
+    seen.runs[callback.run.id] = replace(callback, events=[event(1, EventType.TRIGGERED, 0)])
+    early = callbacks_run_once(seen)
+    assert len(early) == 2 and all("was triggered before child" in line for line in early)
+    seen.runs[callback.run.id] = replace(callback, run=replace(callback.run, result={"n": 1}))
+    assert "saw {'n': 1}, not" in callbacks_run_once(seen)[0]
+
+
+def test_a_group_within_its_tolerance_that_failed_breaks_the_join() -> None:
+    seen = chord()
+    seen.groups["g"] = replace(seen.groups["g"], tolerate=0)  # failed, by its own counts
+    assert callbacks_run_once(seen)[-1] == (
+        "group g is failed with 1 failed; 1 failed within a tolerance of 1"
+    )
+
+
+def test_a_retry_failed_rerunning_other_children_than_the_failed_ones_breaks_it() -> None:
+    seen = chord(redriven=True)
+    assert retried_children_rerun(seen) == []
+    assert callbacks_run_once(seen) == []
+    seen.groups["g"] = replace(seen.groups["g"], redriven=((0, 1), (1, 1)))
+    assert retried_children_rerun(seen)[0] == (
+        "retry-failed of group g reran items [0, 1], not its failed and cancelled ones [0]"
+    )
 
 
 # each mutant is caught --------------------------------------------------------------
