@@ -31,6 +31,7 @@ from simulation.workload import (
     KEY_RATE,
     KEY_RATED,
     KEYED_TASK_RATE,
+    QUEUES,
     RATE,
     RATED,
     SCHEDULE_ID,
@@ -39,6 +40,7 @@ from simulation.workload import (
     TOKENED,
     UNCHECKED,
     WAITER,
+    WEIGHTS,
     Entry,
     Ledger,
     Planned,
@@ -490,6 +492,31 @@ def rerun_between(seen: Observed, before: Group, after: Group) -> list[str]:
     return lines
 
 
+def queues_served_by_weight(seen: Observed) -> list[str]:
+    """docs/operations.md, "Queue weights": each worker's receives try its queues first by
+    their weights (in every ``sum(weights)`` receives, a queue of weight ``w`` first ``w``
+    times, so none starves however full the others are), and a run triggered on a queue
+    other than its task's is kept there (its finishing is :func:`no_lost_run`'s)."""
+    weights = {queue: WEIGHTS.get(queue, 1) for queue in QUEUES}
+    cycle = sum(weights.values())
+    lines = []
+    for worker, turns in sorted(seen.ledger.turns.items()):
+        for start in range(0, len(turns) - cycle + 1, cycle):
+            block = turns[start : start + cycle]
+            counts = {queue: block.count(queue) for queue in QUEUES}
+            if counts != weights:
+                lines.append(
+                    f"{worker}'s receives {start} to {start + cycle - 1} tried first {counts}, "
+                    f"not {weights}"
+                )
+                break
+    for run_id, planned in seen.triggered.items():
+        stored = seen.history(run_id)
+        if planned.queue is not None and stored is not None and stored.run.queue != planned.queue:
+            lines.append(f"run {run_id} triggered on {planned.queue} is on {stored.run.queue}")
+    return lines
+
+
 def claim_checks_kept(seen: Observed) -> list[str]:
     """25: every value a stored run references in the payload bucket is there, however
     many passes of maintenance reviewed its object record."""
@@ -713,6 +740,7 @@ CHECKS: tuple[Callable[[Observed], list[str]], ...] = (
     groups_join_once,
     callbacks_run_once,
     retried_children_rerun,
+    queues_served_by_weight,
     claim_checks_kept,
     transactions_all_or_nothing,
     wakeups_after_writes,

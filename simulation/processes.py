@@ -33,7 +33,7 @@ from runlane_sqs.engine.message import MessagePath
 from runlane_sqs.ports.transport import ReceivedWakeup
 from runlane_sqs.runtime.executor import Executor, LeaseBook, TrackedAttempt
 from runlane_sqs.runtime.worker import Intake, LoopAction, WorkerConfig
-from simulation.workload import BUCKET, INLINE_LIMIT, Handlers, register
+from simulation.workload import BUCKET, INLINE_LIMIT, QUEUES, WEIGHTS, Handlers, register
 from simulation.world import Process, Signal, SimClock
 
 if TYPE_CHECKING:
@@ -105,10 +105,11 @@ class Worker:
         app = build_app(self.sim, self.process)
         worker_id = f"{self.process.name}-{self.sessions}"
         config = WorkerConfig.build(
-            list(app.tasks.queues()),
+            list(QUEUES),  # the tasks' queues and the one some triggers give, by weight
             concurrency=self.concurrency,
             wait_seconds=WAIT_SECONDS,
             worker_id=worker_id,
+            weights=WEIGHTS,
         )
         world = self.sim.world
         intake = Intake(config, monotonic=lambda: world.seconds, clock=app.clock)
@@ -142,7 +143,9 @@ class Worker:
         intake = state.intake
         wait = state.config.receive_wait(drain=False, busy=intake.pending)
         transport = state.app.engine.transport
-        for name in intake.receive_order():
+        order = intake.receive_order()
+        self.sim.ledger.turns.setdefault(state.config.worker_id, []).append(order[0])
+        for name in order:
             try:
                 messages = transport.receive(name, state.config.prefetch, wait)
             except RunlaneError:

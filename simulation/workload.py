@@ -116,7 +116,11 @@ TASKS = (
     KEY_RATED,
     CALLBACK,
 )
-QUEUES = ("default", LIMITED_QUEUE)
+URGENT_QUEUE = "urgent"
+"""Where some plain runs are triggered (``queue=``): workers poll it three times as often."""
+QUEUES = ("default", LIMITED_QUEUE, URGENT_QUEUE)
+WEIGHTS = {URGENT_QUEUE: 3}
+"""Each worker's queue weights (a queue not named has weight 1)."""
 CHORD_REDRIVES = 2
 """At most this many ``retry-failed`` of one chord by the operator."""
 
@@ -165,6 +169,8 @@ class Ledger:
     time: a key limit of 1, singleton and ordering keys)."""
     past_deadline: list[str] = field(default_factory=list)
     """Attempts that worked far past their deadline without being told to stop."""
+    turns: dict[str, list[str]] = field(default_factory=dict)
+    """Each worker's receives (by worker id): the queue each one tried first."""
     by_greenlet: dict[greenlet.greenlet, Entry] = field(default_factory=dict)
     """The attempt whose handler each greenlet entered last (its writes are that
     attempt's from then on)."""
@@ -536,11 +542,15 @@ class Planned:
     order: str | None = None
     """With a transactional trigger: the order written with it (``attribute_not_exists``:
     an order written before rolls the transaction back)."""
+    queue: str | None = None
+    """The queue the trigger gives the run, instead of its task's."""
 
     @property
     def options(self) -> dict[str, str]:
-        """The trigger's keys: idempotency, singleton and ordering."""
+        """The trigger's queue and keys: idempotency, singleton and ordering."""
         options = {"idempotency_key": self.idempotency_key} if self.idempotency_key else {}
+        if self.queue is not None:
+            options["queue"] = self.queue
         if self.task == SINGLE:
             options["singleton_key"] = self.payload["key"]
         if self.task == ORDERED:
@@ -659,9 +669,10 @@ def plan(
             if task == TRANSACTED:  # one in five names an order written before
                 order = f"order-{rng.randrange(n)}" if n and rng.random() < 0.2 else f"order-{n}"
                 payload["order"] = order
-            planned.append(Planned(at, task, payload, key, order))
+            queue = URGENT_QUEUE if task == PLAIN and rng.random() < 0.25 else None
+            planned.append(Planned(at, task, payload, key, order, queue))
             if key is not None and rng.random() < 0.5:  # the same trigger again, later
-                planned.append(Planned(rng.randrange(spread_us), task, payload, key))
+                planned.append(Planned(rng.randrange(spread_us), task, payload, key, None, queue))
             n += 1
             if task in BURSTS and task not in AT_ONCE:  # a burst of triggers a moment apart
                 at += rng.randrange(100_000, 1_500_000)

@@ -27,6 +27,7 @@ from simulation.invariants import (
     idempotent_triggers,
     key_rates_held_at_entry,
     keys_held_one_at_a_time,
+    queues_served_by_weight,
     rate_held_at_entry,
     retried_children_rerun,
 )
@@ -39,10 +40,12 @@ from simulation.workload import (
     FANOUT,
     KEY_RATE,
     KEY_RATED,
+    LIMITED_QUEUE,
     PLAIN,
     RATE,
     RATED,
     SINGLE,
+    URGENT_QUEUE,
     Entry,
     Ledger,
     Planned,
@@ -309,6 +312,19 @@ def test_a_retry_failed_rerunning_other_children_than_the_failed_ones_breaks_it(
     assert retried_children_rerun(seen)[0] == (
         "retry-failed of group g reran items [0, 1], not its failed and cancelled ones [0]"
     )
+
+
+def test_receives_not_by_the_queues_weights_or_a_run_off_its_queue_break_the_weights() -> None:
+    seen = observed()
+    fair = [URGENT_QUEUE, "default", URGENT_QUEUE, LIMITED_QUEUE, URGENT_QUEUE]
+    seen.ledger.turns = {"w-1": fair * 2}
+    assert queues_served_by_weight(seen) == []
+    seen.ledger.turns = {"w-1": [*fair, URGENT_QUEUE, URGENT_QUEUE, *fair[2:]]}
+    assert len(queues_served_by_weight(seen)) == 1
+    seen.ledger.turns = {}
+    seen.triggered = {"r1": Planned(0, PLAIN, {"n": 1}, queue=URGENT_QUEUE)}
+    seen.runs = {"r1": stored("r1")}
+    assert queues_served_by_weight(seen) == ["run r1 triggered on urgent is on default"]
 
 
 # each mutant is caught --------------------------------------------------------------
