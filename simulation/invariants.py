@@ -34,6 +34,7 @@ from simulation.workload import (
     QUEUES,
     RATE,
     RATED,
+    RELEASED_SIGNALLED,
     SCHEDULE_ID,
     SIGNALLED,
     SINGLE,
@@ -561,7 +562,8 @@ def signals_received_once(seen: Observed) -> list[str]:
     result, checked by :func:`exactly_one_success`, holds it); a run that succeeded was
     woken (a signal sent before it waited was not kept for it)."""
     lines = []
-    for run_id, stored in seen.of_task(SIGNALLED):
+    signalled = itertools.chain(seen.of_task(SIGNALLED), seen.of_task(RELEASED_SIGNALLED))
+    for run_id, stored in signalled:
         woken = count(stored, EventType.SIGNAL_RECEIVED)
         if woken > 1 or (woken == 0 and stored.run.status is RunStatus.SUCCEEDED):
             lines.append(f"run {run_id} was woken by its signal {woken} times")

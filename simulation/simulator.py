@@ -59,6 +59,7 @@ from simulation.workload import (
     ORDERS,
     PLAIN,
     QUEUES,
+    RELEASED_SIGNALLED,
     SCHEDULE_ID,
     SIGNALLED,
     TOKENED,
@@ -362,7 +363,7 @@ class Simulation:
             self.collected[n] = (planned.task, run.id, run.item)
             if tries:
                 self.resent.add(n)
-        if planned.task == SIGNALLED:
+        if planned.task in (SIGNALLED, RELEASED_SIGNALLED):
             self.operator.at(
                 self.world.now_us + self.world.rng.randrange(0, 10 * SECOND),
                 partial(self._signal, run_id=run.id, planned=planned, tries=0),

@@ -53,6 +53,7 @@ CHORD = "sim.chord"
 """Not a task: a group the producer starts with ``app.group(..., then=...)``, of
 ``sim.child`` runs, whose callback is ``sim.callback``."""
 CALLBACK = "sim.callback"
+RELEASED_SIGNALLED = "sim.released-signalled"
 ORDERS = "sim-orders"
 """The producer's own table, written in one transaction with the runs it triggers."""
 BUCKET = "sim-payloads"
@@ -115,6 +116,7 @@ TASKS = (
     DEADLINED,
     KEY_RATED,
     CALLBACK,
+    RELEASED_SIGNALLED,
 )
 URGENT_QUEUE = "urgent"
 """Where some plain runs are triggered (``queue=``): workers poll it three times as often."""
@@ -378,6 +380,15 @@ class Handlers:
             signal = ctx.wait_for_signal(signal_key(payload), timeout=SIGNAL_TIMEOUT_SECONDS)
             return {"n": payload["n"], "value": signal.payload}
 
+    def released_signalled(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
+        """Releases its first attempt for a moment, then waits for its signal (sent once it
+        waits for it, as to a ``sim.signalled`` run)."""
+        with self.attempt(ctx, RELEASED_SIGNALLED):
+            if ctx.attempt == 1:
+                ctx.release(delay=float(payload["pause"]))
+            signal = ctx.wait_for_signal(signal_key(payload), timeout=SIGNAL_TIMEOUT_SECONDS)
+            return {"n": payload["n"], "value": signal.payload}
+
     def tokened(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
         """Waits for the token its producer created; an operator completes it."""
         with self.attempt(ctx, TOKENED):
@@ -511,6 +522,7 @@ def register(app: Runlane, handlers: Handlers, spread_seconds: int) -> None:
     app.task(handlers.large, name=LARGE)
     app.task(handlers.transacted, name=TRANSACTED)
     app.task(handlers.signalled, name=SIGNALLED)
+    app.task(handlers.released_signalled, name=RELEASED_SIGNALLED)
     app.task(handlers.tokened, name=TOKENED)
     app.task(handlers.waiter, name=WAITER)
     app.task(handlers.scheduled, name=SCHEDULED, schedules=[schedule(spread_seconds)])
@@ -587,6 +599,7 @@ EXPECTED: dict[str, Callable[[dict[str, Any]], Any]] = {
     },
     KEYED: lambda p: {"n": p["n"]},
     KEY_RATED: lambda p: {"n": p["n"]},
+    RELEASED_SIGNALLED: lambda p: {"n": p["n"], "value": signal_value(p)},
     ORDERED: lambda p: {"n": p["n"]},
     DEADLINED: lambda p: {"n": p["n"], "slow": p["slow"]},
 }
@@ -647,6 +660,7 @@ def plan(
         DEADLINED: 1,
         KEY_RATED: 2,
         CHORD: 2,
+        RELEASED_SIGNALLED: 1,
     }
     names = [task for task in weights if mix is None or task in mix]
     planned: list[Planned] = []
@@ -686,6 +700,8 @@ def waiting_payload(world: World, task: str, n: int) -> dict[str, Any]:
     payload: dict[str, Any] = {}
     if task in (KEYED, SINGLE, DEBOUNCED, BATCHED, ORDERED, KEY_RATED):
         payload["key"] = rng.choice(KEYS)
+    if task == RELEASED_SIGNALLED:
+        payload["pause"] = rng.choice((0.5, 2.0))
     if task in (KEYED, SINGLE, ORDERED):
         payload["work"] = rng.choice((0.01, 0.5, 2.0))
     if task == ORDERED:
