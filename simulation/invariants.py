@@ -31,6 +31,7 @@ from simulation.workload import (
     KEY_RATE,
     KEY_RATED,
     KEYED_TASK_RATE,
+    PINNED,
     QUEUES,
     RATE,
     RATED,
@@ -125,6 +126,8 @@ class Observed:
     joins: dict[str, dict[int, Group]] = field(default_factory=dict)
     """Each chord's group as the operator read it at each join before it reran its
     failed children, by generation."""
+    versions: dict[str, str] = field(default_factory=dict)
+    """Each worker process's app version, by its name."""
     spread_seconds: int = 60
     max_skew_us: int = 0
 
@@ -518,6 +521,39 @@ def queues_served_by_weight(seen: Observed) -> list[str]:
     return lines
 
 
+def versions_kept(seen: Observed) -> list[str]:
+    """docs/versions.md ("Which version ran what", "Pinning"): each attempt's ``started``
+    event names the app version of the worker that claimed it; a run of a pinned task
+    records the version of its first attempt, and every attempt of it, wherever its
+    wakeups went, is claimed and entered by a worker of that version."""
+    lines = []
+    for stored in seen.histories():
+        for event in stored.events:
+            if event.type is not EventType.STARTED:
+                continue
+            process = str(event.data.get("worker", "")).rsplit("-", 1)[0]
+            version = event.data.get("app_version")
+            if version != seen.versions.get(process):
+                lines.append(
+                    f"run {stored.run.id}: attempt {event.attempt} started on {process} "
+                    f"({seen.versions.get(process)}) records version {version}"
+                )
+            pinned = stored.run.task == PINNED and version != stored.run.app_version
+            if pinned:
+                lines.append(
+                    f"run {stored.run.id} of {stored.run.app_version}: attempt "
+                    f"{event.attempt} started on {process}, of {version}"
+                )
+    for entry in seen.ledger.entries:
+        run = seen.history(entry.run_id) if entry.task == PINNED else None
+        if run is not None and entry.version != run.run.app_version:
+            lines.append(
+                f"run {entry.run_id} of {run.run.app_version}: attempt {entry.attempt} "
+                f"entered on {entry.process}, of {entry.version}"
+            )
+    return lines
+
+
 def claim_checks_kept(seen: Observed) -> list[str]:
     """25: every value a stored run references in the payload bucket is there, however
     many passes of maintenance reviewed its object record."""
@@ -743,6 +779,7 @@ CHECKS: tuple[Callable[[Observed], list[str]], ...] = (
     callbacks_run_once,
     retried_children_rerun,
     queues_served_by_weight,
+    versions_kept,
     claim_checks_kept,
     transactions_all_or_nothing,
     wakeups_after_writes,

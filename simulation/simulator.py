@@ -39,6 +39,7 @@ from runlane_sqs.core.wakeup import MalformedWakeup, parse_wakeup
 from simulation.determinism import governed_by
 from simulation.invariants import TERMINAL, Observed, Stored, stored_runs, violations
 from simulation.processes import (
+    APP_VERSIONS,
     ENVIRONMENT,
     LEASE_SECONDS,
     TABLE,
@@ -209,7 +210,12 @@ class Simulation:
             return rng.randrange(-self.max_skew_us, self.max_skew_us + 1)
 
         self.workers = [
-            Worker(self, Process(f"worker-{i}", skew_us=skew()), self.scenario.concurrency)
+            Worker(
+                self,
+                Process(f"worker-{i}", skew_us=skew()),
+                self.scenario.concurrency,
+                APP_VERSIONS[i % len(APP_VERSIONS)],
+            )
             for i in range(self.scenario.workers)
         ]
         self.maintenance = [
@@ -253,6 +259,7 @@ class Simulation:
             chords=self.chords,
             groups=self._groups(),
             joins=dict(self.joins),
+            versions={w.process.name: w.version for w in self.workers},
             spread_seconds=self.scenario.spread_seconds,
             max_skew_us=self.max_skew_us,
         )

@@ -54,6 +54,7 @@ CHORD = "sim.chord"
 ``sim.child`` runs, whose callback is ``sim.callback``."""
 CALLBACK = "sim.callback"
 RELEASED_SIGNALLED = "sim.released-signalled"
+PINNED = "sim.pinned"
 ORDERS = "sim-orders"
 """The producer's own table, written in one transaction with the runs it triggers."""
 BUCKET = "sim-payloads"
@@ -117,6 +118,7 @@ TASKS = (
     KEY_RATED,
     CALLBACK,
     RELEASED_SIGNALLED,
+    PINNED,
 )
 URGENT_QUEUE = "urgent"
 """Where some plain runs are triggered (``queue=``): workers poll it three times as often."""
@@ -145,6 +147,8 @@ class Entry:
     """When the attempt's lease expires, as last renewed (by the claimer's clock)."""
     token: str = ""
     """The attempt's lease token."""
+    version: str = ""
+    """The app version of the process that entered it."""
     key: str | None = None
     """The key the attempt's run holds, prefixed by its task (a concurrency key held one
     at a time or rate-limited per key, a singleton or ordering key)."""
@@ -212,11 +216,13 @@ class Handlers:
     """The workload's handlers, each noting its entry in the ledger (by the clock of the
     process that runs it) and doing what its payload says."""
 
-    def __init__(self, world: World, ledger: Ledger, skew_margin_us: int) -> None:
+    def __init__(self, world: World, ledger: Ledger, skew_margin_us: int, version: str) -> None:
         self.world = world
         self.ledger = ledger
         self.skew_margin_us = skew_margin_us
         """Leases are compared across processes' clocks: give or take their skews."""
+        self.version = version
+        """The app version of the process whose app registers them."""
 
     @contextmanager
     def attempt(self, ctx: TaskContext, task: str) -> Iterator[Entry]:
@@ -226,6 +232,7 @@ class Handlers:
         expires = to_epoch_us(lease.expires_at) if lease is not None else 0
         token = lease.token if lease is not None else ""
         entry = self.ledger.entered(self.world, ctx, task, expires, token)
+        entry.version = self.version
         try:
             yield entry
         finally:
@@ -389,6 +396,14 @@ class Handlers:
             signal = ctx.wait_for_signal(signal_key(payload), timeout=SIGNAL_TIMEOUT_SECONDS)
             return {"n": payload["n"], "value": signal.payload}
 
+    def pinned(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
+        """Of a task pinned to the version it started under: releases its first attempt
+        for a moment, so the next one must find a worker of that version."""
+        with self.attempt(ctx, PINNED):
+            if ctx.attempt == 1:
+                ctx.release(delay=float(payload["pause"]))
+            return {"n": payload["n"]}
+
     def tokened(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
         """Waits for the token its producer created; an operator completes it."""
         with self.attempt(ctx, TOKENED):
@@ -523,6 +538,7 @@ def register(app: Runlane, handlers: Handlers, spread_seconds: int) -> None:
     app.task(handlers.transacted, name=TRANSACTED)
     app.task(handlers.signalled, name=SIGNALLED)
     app.task(handlers.released_signalled, name=RELEASED_SIGNALLED)
+    app.task(handlers.pinned, name=PINNED, pin_version=True)
     app.task(handlers.tokened, name=TOKENED)
     app.task(handlers.waiter, name=WAITER)
     app.task(handlers.scheduled, name=SCHEDULED, schedules=[schedule(spread_seconds)])
@@ -600,6 +616,7 @@ EXPECTED: dict[str, Callable[[dict[str, Any]], Any]] = {
     KEYED: lambda p: {"n": p["n"]},
     KEY_RATED: lambda p: {"n": p["n"]},
     RELEASED_SIGNALLED: lambda p: {"n": p["n"], "value": signal_value(p)},
+    PINNED: lambda p: {"n": p["n"]},
     ORDERED: lambda p: {"n": p["n"]},
     DEADLINED: lambda p: {"n": p["n"], "slow": p["slow"]},
 }
@@ -661,6 +678,7 @@ def plan(
         KEY_RATED: 2,
         CHORD: 2,
         RELEASED_SIGNALLED: 1,
+        PINNED: 2,
     }
     names = [task for task in weights if mix is None or task in mix]
     planned: list[Planned] = []
@@ -700,7 +718,7 @@ def waiting_payload(world: World, task: str, n: int) -> dict[str, Any]:
     payload: dict[str, Any] = {}
     if task in (KEYED, SINGLE, DEBOUNCED, BATCHED, ORDERED, KEY_RATED):
         payload["key"] = rng.choice(KEYS)
-    if task == RELEASED_SIGNALLED:
+    if task in (RELEASED_SIGNALLED, PINNED):
         payload["pause"] = rng.choice((0.5, 2.0))
     if task in (KEYED, SINGLE, ORDERED):
         payload["work"] = rng.choice((0.01, 0.5, 2.0))

@@ -30,6 +30,7 @@ from simulation.invariants import (
     queues_served_by_weight,
     rate_held_at_entry,
     retried_children_rerun,
+    versions_kept,
 )
 from simulation.mutants import MUTANTS
 from simulation.services import Faults
@@ -41,6 +42,7 @@ from simulation.workload import (
     KEY_RATE,
     KEY_RATED,
     LIMITED_QUEUE,
+    PINNED,
     PLAIN,
     RATE,
     RATED,
@@ -325,6 +327,31 @@ def test_receives_not_by_the_queues_weights_or_a_run_off_its_queue_break_the_wei
     seen.triggered = {"r1": Planned(0, PLAIN, {"n": 1}, queue=URGENT_QUEUE)}
     seen.runs = {"r1": stored("r1")}
     assert queues_served_by_weight(seen) == ["run r1 triggered on urgent is on default"]
+
+
+def test_a_pinned_run_entered_on_another_version_or_an_attempt_misrecorded_breaks_it() -> None:
+    def started(seq: int, attempt: int, worker: str, version: str) -> RunEvent:
+        data: dict[str, Any] = {"worker": worker, "app_version": version}
+        return RunEvent(seq, EventType.STARTED, EPOCH, attempt, data)
+
+    ledger = Ledger()
+    pinned = run_of(
+        "r1",
+        started(1, 1, "worker-0-1", "sim-1"),
+        started(2, 2, "worker-2-3", "sim-1"),
+        task=PINNED,
+        app_version="sim-1",
+    )
+    seen = observed({"r1": pinned}, ledger)
+    seen.versions = {"worker-0": "sim-1", "worker-1": "sim-2", "worker-2": "sim-1"}
+    ledger.entries.append(Entry("r1", PINNED, 2, "worker-2", 0, 0, version="sim-1"))
+    assert versions_kept(seen) == []
+    ledger.entries.append(Entry("r1", PINNED, 3, "worker-1", 0, 0, version="sim-2"))
+    assert versions_kept(seen) == ["run r1 of sim-1: attempt 3 entered on worker-1, of sim-2"]
+    seen.versions["worker-2"] = "sim-2"  # its started event names a version it did not run
+    assert versions_kept(seen)[0] == (
+        "run r1: attempt 2 started on worker-2 (sim-2) records version sim-1"
+    )
 
 
 # each mutant is caught --------------------------------------------------------------
