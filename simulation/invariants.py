@@ -14,10 +14,12 @@ import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from runlane_sqs.adapters.dynamodb.keys import RUN_SK
 from runlane_sqs.adapters.dynamodb.runs import events_from_item, item_from_wire, run_from_wire
+from runlane_sqs.core.bulk import BulkOperation, OperationStatus, new_run_id_for
 from runlane_sqs.core.groups import Group, GroupStatus, callback_run_id, redrive_run_id
 from runlane_sqs.core.model import EventType, Run, RunEvent, RunStatus
 from runlane_sqs.core.rates import RateLimit, to_epoch_us
@@ -128,6 +130,10 @@ class Observed:
     failed children, by generation."""
     versions: dict[str, str] = field(default_factory=dict)
     """Each worker process's app version, by its name."""
+    operations: dict[str, BulkOperation] = field(default_factory=dict)
+    """The bulk operations the bulk operator started, as stored at the end."""
+    bulk_cutoff: datetime = EPOCH
+    """The runs of the task that always fails triggered before this are retried in bulk."""
     spread_seconds: int = 60
     max_skew_us: int = 0
 
@@ -554,6 +560,64 @@ def versions_kept(seen: Observed) -> list[str]:
     return lines
 
 
+def bulk_operations_complete(seen: Observed) -> list[str]:
+    """17 (docs/operations.md, "Bulk recovery"): a bulk retry whose process was killed
+    during it is carried on by maintenance until it is done; it retries each run it
+    selects once (one new run, made by it, linked to the run it retries), every run that
+    had failed when it started unless its tally counts a failure, and its tally of runs
+    acted on is exact."""
+    lines = []
+    for operation in seen.operations.values():
+        if operation.status is not OperationStatus.DONE:
+            lines.append(f"bulk operation {operation.id} is {operation.status.value}")
+            continue
+        acted, missed = 0, []
+        for stored in seen.histories():
+            made = seen.history(new_run_id_for(operation.id, stored.run.id))
+            lines += retried_once(stored, made, operation.id)
+            if made is not None:
+                acted += 1
+                if not operation.filter.selects(stored.run):
+                    lines.append(f"bulk operation {operation.id} retried run {stored.run.id}")
+            elif failed_before(seen, stored, operation):
+                missed.append(stored.run.id)
+        if acted != operation.tally.acted:
+            lines.append(
+                f"bulk operation {operation.id} counts {operation.tally.acted} runs acted on; "
+                f"it made {acted}"
+            )
+        if len(missed) > operation.tally.failed:
+            lines.append(f"bulk operation {operation.id} left {', '.join(missed)} unretried")
+    return lines
+
+
+def retried_once(stored: Stored, made: Stored | None, operation_id: str) -> list[str]:
+    """A run retried once at most, by a run linked to it (``made``: by the operation)."""
+    links = [
+        str(e.data.get("run"))
+        for e in stored.events
+        if e.type is EventType.LINKED_RUN and e.data.get("kind") == "retry"
+    ]
+    lines = []
+    if len(links) > 1:
+        lines.append(f"run {stored.run.id} was retried {len(links)} times: {', '.join(links)}")
+    if made is not None and (made.run.source_run_id != stored.run.id or links != [made.run.id]):
+        lines.append(
+            f"run {made.run.id}, made by bulk operation {operation_id}, is not linked both "
+            f"ways to run {stored.run.id} (linked to {', '.join(links) or 'none'})"
+        )
+    return lines
+
+
+def failed_before(seen: Observed, stored: Stored, operation: BulkOperation) -> bool:
+    """Whether the operation was to retry the run: of its task, triggered before the
+    cutoff, failed before the operation started (give or take the clocks' skew)."""
+    if stored.run.task != operation.filter.task or stored.run.created_at >= seen.bulk_cutoff:
+        return False
+    failed = first_at(stored, frozenset({EventType.FAILED}))
+    return failed is not None and failed + 2 * seen.max_skew_us < to_epoch_us(operation.created_at)
+
+
 def claim_checks_kept(seen: Observed) -> list[str]:
     """25: every value a stored run references in the payload bucket is there, however
     many passes of maintenance reviewed its object record."""
@@ -780,6 +844,7 @@ CHECKS: tuple[Callable[[Observed], list[str]], ...] = (
     retried_children_rerun,
     queues_served_by_weight,
     versions_kept,
+    bulk_operations_complete,
     claim_checks_kept,
     transactions_all_or_nothing,
     wakeups_after_writes,

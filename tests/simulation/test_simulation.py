@@ -17,11 +17,20 @@ from typing import Any
 
 import pytest
 
+from runlane_sqs.core.bulk import (
+    BulkAction,
+    BulkFilter,
+    BulkOperation,
+    OperationStatus,
+    Tally,
+    new_run_id_for,
+)
 from runlane_sqs.core.groups import Group, callback_run_id, child_run_id, redrive_run_id
 from runlane_sqs.core.model import EventType, Run, RunEvent, RunStatus
 from simulation.invariants import (
     Observed,
     Stored,
+    bulk_operations_complete,
     callbacks_run_once,
     fenced_writes,
     idempotent_triggers,
@@ -38,6 +47,7 @@ from simulation.simulator import RUN_ID, Outcome, Scenario, Simulation
 from simulation.workload import (
     CHORD,
     EPOCH_US,
+    FAILING,
     FANOUT,
     KEY_RATE,
     KEY_RATED,
@@ -354,6 +364,43 @@ def test_a_pinned_run_entered_on_another_version_or_an_attempt_misrecorded_break
     )
 
 
+def test_a_bulk_retry_not_done_or_unlinked_or_miscounted_or_leaving_a_run_breaks_it() -> None:
+    cutoff = EPOCH + timedelta(seconds=30)
+    operation = BulkOperation(
+        id="op",
+        action=BulkAction.RETRY,
+        filter=BulkFilter(statuses=(RunStatus.FAILED,), task=FAILING, created_before=cutoff),
+        actor="operator",
+        reason="",
+        rate=2.0,
+        status=OperationStatus.DONE,
+        created_at=cutoff + timedelta(seconds=10),
+        updated_at=cutoff + timedelta(seconds=20),
+        tally=Tally(acted=1),
+    )
+    made = new_run_id_for("op", "s1")
+    linked = RunEvent(3, EventType.LINKED_RUN, cutoff, 1, {"run": made, "kind": "retry"})
+    failed = event(2, EventType.FAILED, 1, at_ms=1000)
+    source = run_of("s1", event(1, EventType.TRIGGERED, 0), failed, linked, task=FAILING)
+    source = replace(source, run=replace(source.run, status=RunStatus.FAILED))
+    retry = run_of(made, event(1, EventType.TRIGGERED, 0), task=FAILING, source_run_id="s1")
+    seen = observed({"s1": source, made: retry})
+    seen.operations, seen.bulk_cutoff = {"op": operation}, cutoff
+    assert bulk_operations_complete(seen) == []
+    seen.operations["op"] = replace(operation, status=OperationStatus.RUNNING)
+    assert bulk_operations_complete(seen) == ["bulk operation op is running"]
+    seen.operations["op"] = replace(operation, tally=Tally(acted=2))
+    assert bulk_operations_complete(seen) == ["bulk operation op counts 2 runs acted on; it made 1"]
+    seen.operations["op"] = operation
+    seen.runs["s1"] = replace(source, events=source.events[:2])  # its link never written
+    assert bulk_operations_complete(seen) == [
+        f"run {made}, made by bulk operation op, is not linked both ways to run s1 (linked to none)"
+    ]
+    seen.runs["s1"] = source
+    seen.runs["s2"] = replace(source, run=replace(source.run, id="s2"), events=[failed])
+    assert bulk_operations_complete(seen) == ["bulk operation op left s2 unretried"]
+
+
 # each mutant is caught --------------------------------------------------------------
 
 
@@ -391,12 +438,13 @@ def test_a_broken_guard_is_caught_within_its_seeds(
     assert caught, f"{mutant} went unnoticed in seeds {seeds.start}..{seeds.stop - 1}"
 
 
-@pytest.mark.parametrize("seed", [1, 3, 4])
+@pytest.mark.parametrize("seed", [1, 3, 4, 36])
 def test_the_seeds_that_found_defects_run_clean(seed: int) -> None:
     """The seeds docs/simulation.md names under "Defects it found", at the size that found
     them: seed 1 a finisher's ``KeyError`` in a window of children, seed 4 a map whose
-    requests met throttling, and every one of them (seed 3 first) six handlers of a
-    ``RateLimit(5, per=1)`` task entered within one second."""
+    requests met throttling, every one of them (seed 3 first) six handlers of a
+    ``RateLimit(5, per=1)`` task entered within one second, and seed 36 a bulk retry whose
+    link met throttling, which counted its run failed and left it unlinked."""
     outcome = history(seed, Scenario(runs=200))
     assert outcome.violations == []
 
