@@ -424,7 +424,7 @@ what a once-check is for."""
         ("rate-reservation", Scenario(runs=100, spread_seconds=30), range(1, 3)),
         ("join-once", REPLAYING, range(1, 2)),
         ("publish-first", Scenario(runs=100), range(1, 3)),
-        ("object-removal", Scenario(runs=200), range(1, 5)),
+        ("object-removal", Scenario(runs=200), range(1, 6)),
     ],
 )
 def test_a_broken_guard_is_caught_within_its_seeds(
@@ -464,7 +464,7 @@ def test_a_lost_wakeup_comes_back_at_its_first_republish_whatever_is_delayed() -
 def test_a_broken_invariant_comes_with_the_story_of_each_run_it_names() -> None:
     """A failing seed's report shows, for each run a broken invariant names, the last
     requests on its record and where its handler was entered, from every process."""
-    outcome = history(1, Scenario(runs=100, spread_seconds=30), "publish-first")
+    outcome = history(2, Scenario(runs=100, spread_seconds=30), "publish-first")
     named = {run_id for _, line in outcome.violations for run_id in RUN_ID.findall(line)}
     assert named and set(outcome.about) == named
     for run_id, lines in outcome.about.items():
