@@ -131,7 +131,8 @@ class Observed:
     versions: dict[str, str] = field(default_factory=dict)
     """Each worker process's app version, by its name."""
     operations: dict[str, BulkOperation] = field(default_factory=dict)
-    """The bulk operations the bulk operator started, as stored at the end."""
+    """Every bulk operation in the table at the end (one whose start's answer was lost
+    too, which its operator started again)."""
     bulk_cutoff: datetime = EPOCH
     """The runs of the task that always fails triggered before this are retried in bulk."""
     spread_seconds: int = 60
@@ -562,50 +563,61 @@ def versions_kept(seen: Observed) -> list[str]:
 
 def bulk_operations_complete(seen: Observed) -> list[str]:
     """17 (docs/operations.md, "Bulk recovery"): a bulk retry whose process was killed
-    during it is carried on by maintenance until it is done; it retries each run it
-    selects once (one new run, made by it, linked to the run it retries), every run that
-    had failed when it started unless its tally counts a failure, and its tally of runs
-    acted on is exact."""
-    lines = []
+    during it is carried on by maintenance until it is done (so is one whose start's
+    answer was lost, which its operator started again); each retries a run once at most
+    (one new run, made by it, linked both ways), its tally of runs acted on is exact, and
+    every run that had failed when they started was retried by one of them (a run one
+    retried, the other skips), unless a tally counts a failure."""
+    lines, failures = [], 0
     for operation in seen.operations.values():
         if operation.status is not OperationStatus.DONE:
             lines.append(f"bulk operation {operation.id} is {operation.status.value}")
             continue
-        acted, missed = 0, []
+        failures += operation.tally.failed
+        acted = 0
         for stored in seen.histories():
             made = seen.history(new_run_id_for(operation.id, stored.run.id))
-            lines += retried_once(stored, made, operation.id)
             if made is not None:
                 acted += 1
-                if not operation.filter.selects(stored.run):
-                    lines.append(f"bulk operation {operation.id} retried run {stored.run.id}")
-            elif failed_before(seen, stored, operation):
-                missed.append(stored.run.id)
+                lines += made_by(operation, stored, made)
         if acted != operation.tally.acted:
             lines.append(
                 f"bulk operation {operation.id} counts {operation.tally.acted} runs acted on; "
                 f"it made {acted}"
             )
-        if len(missed) > operation.tally.failed:
-            lines.append(f"bulk operation {operation.id} left {', '.join(missed)} unretried")
+    first = min(seen.operations.values(), key=lambda o: o.created_at, default=None)
+    missed = []
+    for stored in seen.histories():
+        links = retry_links(stored)
+        if len(links) > 1:
+            lines.append(f"run {stored.run.id} was retried {len(links)} times: {', '.join(links)}")
+        if not links and first is not None and failed_before(seen, stored, first):
+            missed.append(stored.run.id)
+    if len(missed) > failures:
+        lines.append(f"no bulk operation retried {', '.join(missed)}")
     return lines
 
 
-def retried_once(stored: Stored, made: Stored | None, operation_id: str) -> list[str]:
-    """A run retried once at most, by a run linked to it (``made``: by the operation)."""
-    links = [
+def retry_links(stored: Stored) -> list[str]:
+    """The runs a run's history says it was retried as."""
+    return [
         str(e.data.get("run"))
         for e in stored.events
         if e.type is EventType.LINKED_RUN and e.data.get("kind") == "retry"
     ]
+
+
+def made_by(operation: BulkOperation, stored: Stored, made: Stored) -> list[str]:
+    """What is wrong with ``made``, the run ``operation`` made to retry ``stored``."""
     lines = []
-    if len(links) > 1:
-        lines.append(f"run {stored.run.id} was retried {len(links)} times: {', '.join(links)}")
-    if made is not None and (made.run.source_run_id != stored.run.id or links != [made.run.id]):
+    links = retry_links(stored)
+    if made.run.source_run_id != stored.run.id or made.run.id not in links:
         lines.append(
-            f"run {made.run.id}, made by bulk operation {operation_id}, is not linked both "
+            f"run {made.run.id}, made by bulk operation {operation.id}, is not linked both "
             f"ways to run {stored.run.id} (linked to {', '.join(links) or 'none'})"
         )
+    if not operation.filter.selects(stored.run):
+        lines.append(f"bulk operation {operation.id} retried run {stored.run.id}")
     return lines
 
 

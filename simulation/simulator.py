@@ -216,8 +216,6 @@ class Simulation:
         self.rival_decisions: list[str] = []
         """Second completions of a token that were accepted."""
         self.chords = Chords()
-        self.operations: list[str] = []
-        """The bulk operations the bulk operator started (their ids)."""
         self.dynamodb.before_write = self._fenced
 
         def skew() -> int:
@@ -277,7 +275,7 @@ class Simulation:
             groups=self._groups(),
             joins=dict(self.chords.joins),
             versions={w.process.name: w.version for w in self.workers},
-            operations={i: o for i, o in self._operations().items() if i in self.operations},
+            operations=self._operations(),
             bulk_cutoff=self._cutoff(),
             spread_seconds=self.scenario.spread_seconds,
             max_skew_us=self.max_skew_us,
@@ -506,7 +504,6 @@ class Simulation:
                 self.world.note(f"bulk retry failed to start: {exc}")
                 self.world.wait(SECOND)
                 continue
-            self.operations.append(operation.id)
             self.world.note(f"bulk operation {operation.id} started")
             kill = self.world.rng.randrange(SECOND // 5, 6 * SECOND)
             self.world.call(None, kill, partial(self.world.crash, self.bulk.process))

@@ -394,11 +394,16 @@ def test_a_bulk_retry_not_done_or_unlinked_or_miscounted_or_leaving_a_run_breaks
     seen.operations["op"] = operation
     seen.runs["s1"] = replace(source, events=source.events[:2])  # its link never written
     assert bulk_operations_complete(seen) == [
-        f"run {made}, made by bulk operation op, is not linked both ways to run s1 (linked to none)"
+        f"run {made}, made by bulk operation op, is not linked both ways to run s1 (linked "
+        "to none)",
+        "no bulk operation retried s1",
     ]
     seen.runs["s1"] = source
     seen.runs["s2"] = replace(source, run=replace(source.run, id="s2"), events=[failed])
-    assert bulk_operations_complete(seen) == ["bulk operation op left s2 unretried"]
+    assert bulk_operations_complete(seen) == ["no bulk operation retried s2"]
+    retried = RunEvent(2, EventType.LINKED_RUN, cutoff, 1, {"run": "x", "kind": "retry"})
+    seen.runs["s2"] = replace(seen.runs["s2"], events=[failed, retried])  # by another one
+    assert bulk_operations_complete(seen) == []
 
 
 # each mutant is caught --------------------------------------------------------------
