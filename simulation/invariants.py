@@ -14,12 +14,15 @@ import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from runlane_sqs.adapters.dynamodb.keys import RUN_SK
 from runlane_sqs.adapters.dynamodb.runs import events_from_item, item_from_wire, run_from_wire
+from runlane_sqs.core.bulk import BulkOperation, OperationStatus, new_run_id_for
+from runlane_sqs.core.groups import Group, GroupStatus, callback_run_id, redrive_run_id
 from runlane_sqs.core.model import EventType, Run, RunEvent, RunStatus
-from runlane_sqs.core.rates import Rate, to_epoch_us
+from runlane_sqs.core.rates import RateLimit, to_epoch_us
 from runlane_sqs.core.values import Sealed, run_references
 from simulation.workload import (
     BATCHED,
@@ -27,19 +30,28 @@ from simulation.workload import (
     DEBOUNCED,
     EPOCH_US,
     FAILING,
+    KEY_RATE,
+    KEY_RATED,
+    KEYED_TASK_RATE,
+    PINNED,
     PLAIN,
     PLAIN_STAGES,
+    QUEUES,
     RATE,
     RATED,
+    RELEASED_SIGNALLED,
     SCHEDULE_ID,
     SIGNALLED,
     SINGLE,
     TOKENED,
     UNCHECKED,
     WAITER,
+    WEIGHTS,
+    Entry,
     Ledger,
     Planned,
     expected_result,
+    fanout_result,
     schedule,
 )
 from simulation.world import EPOCH
@@ -111,6 +123,20 @@ class Observed:
     returned: dict[str, int] = field(default_factory=dict)
     """When a trigger first returned each run (µs since the Unix epoch, by the producer's
     clock): the run was stored by then."""
+    chords: dict[str, Planned] = field(default_factory=dict)
+    """Each chord's group id the producer was given, with its trigger."""
+    groups: dict[str, Group] = field(default_factory=dict)
+    """Each chord's group record at the end."""
+    joins: dict[str, dict[int, Group]] = field(default_factory=dict)
+    """Each chord's group as the operator read it at each join before it reran its
+    failed children, by generation."""
+    versions: dict[str, str] = field(default_factory=dict)
+    """Each worker process's app version, by its name."""
+    operations: dict[str, BulkOperation] = field(default_factory=dict)
+    """Every bulk operation in the table at the end (one whose start's answer was lost
+    too, which its operator started again)."""
+    bulk_cutoff: datetime = EPOCH
+    """The runs of the task that always fails triggered before this are retried in bulk."""
     spread_seconds: int = 60
     max_skew_us: int = 0
 
@@ -266,20 +292,38 @@ def concurrency_held(seen: Observed) -> list[str]:
 def rate_held_at_entry(seen: Observed) -> list[str]:
     """26: no window of the limit's interval holds more handler entries than it allows,
     counted where the handler is entered, by the clock of the process that entered it."""
-    entries = sorted(e.at_us for e in seen.ledger.entries if e.task == RATED)
-    rate: Rate = RATE.rate_in(RATED)
-    per_us = RATE.per_us
-    allowed = RATE.rate + RATE.burst
-    lines = []
-    for i, start in enumerate(entries):
-        inside = [at for at in entries[i:] if at < start + per_us]
-        if len(inside) > allowed:
-            lines.append(
-                f"{len(inside)} handlers of {RATED} entered within {per_us / 1e6:g} s from "
-                f"{(start - EPOCH_US) / 1e6:.6f} (at most {allowed}; grace {rate.grace_us} µs)"
-            )
-            break
+    return crowded(RATED, [e for e in seen.ledger.entries if e.task == RATED], RATE)
+
+
+def key_rates_held_at_entry(seen: Observed) -> list[str]:
+    """26 (docs/rate-limits.md, "Several limits"): a task under a task-wide limit and a
+    per-key one keeps both at handler entry: no window holds more entries of one key than
+    the per-key limit allows, nor more of the task than its own limit allows."""
+    entries = [e for e in seen.ledger.entries if e.task == KEY_RATED]
+    lines = crowded(KEY_RATED, entries, KEYED_TASK_RATE)
+    by_key: dict[str, list[Entry]] = defaultdict(list)
+    for entry in entries:
+        by_key[str(entry.key)].append(entry)
+    for key, of_key in sorted(by_key.items()):
+        lines += crowded(key, of_key, KEY_RATE)
     return lines
+
+
+def crowded(scope: str, entries: list[Entry], limit: RateLimit) -> list[str]:
+    """The first window of ``limit``'s interval holding more of ``entries`` (handler
+    entries of one scope) than it allows, in words."""
+    starts = sorted(e.at_us for e in entries)
+    per_us = limit.per_us
+    allowed = limit.rate + limit.burst
+    for i, start in enumerate(starts):
+        inside = [at for at in starts[i : i + allowed + 1] if at < start + per_us]
+        if len(inside) > allowed:
+            return [
+                f"{len(inside)} handlers of {scope} entered within {per_us / 1e6:g} s from "
+                f"{(start - EPOCH_US) / 1e6:.6f} (at most {allowed}; grace "
+                f"{limit.rate_in(scope).grace_us} µs)"
+            ]
+    return []
 
 
 def groups_join_once(seen: Observed) -> list[str]:
@@ -297,6 +341,312 @@ def groups_join_once(seen: Observed) -> list[str]:
             if count > 1
         ]
     return lines
+
+
+def current_children(group: Group) -> dict[int, str]:
+    """Each item the group counts, with the run id of its current child (its latest
+    rerun, if any): the children its counts stand for. An item whose rerun has not
+    started (the group failed again first) is counted nowhere: ``retry-failed`` took its
+    earlier child's count back."""
+    current: dict[int, str | None] = {}
+    for position in range(group.positions):  # reruns come after the items, in order
+        index, run_id = group.at(position)
+        if position < group.started:
+            current[index] = run_id
+        elif position >= group.total:
+            current[index] = None
+    return {index: run_id for index, run_id in current.items() if run_id is not None}
+
+
+@dataclass
+class Tally:
+    """A group's children as storage holds them: how many ended how, the sum of their
+    results, and when each ended."""
+
+    counts: dict[str, int] = field(
+        default_factory=lambda: {"succeeded": 0, "failed": 0, "cancelled": 0}
+    )
+    total: int = 0
+    ended: list[tuple[int | None, str]] = field(default_factory=list)
+    """When each child ended (µs since the Unix epoch), with its run id."""
+    problems: list[str] = field(default_factory=list)
+
+
+def tally(seen: Observed, group: Group) -> Tally:
+    """What ``group``'s counts should be, from its current children in storage."""
+    found = Tally()
+    for index, run_id in sorted(current_children(group).items()):
+        stored = seen.history(run_id)
+        if stored is None or stored.run.status not in TERMINAL:
+            status = "missing" if stored is None else stored.run.status.value
+            found.problems.append(f"child {run_id} (item {index}) of group {group.id} is {status}")
+            continue
+        found.counts[stored.run.status.value] += 1
+        result = opened(stored.run.result, seen.object_data)
+        if stored.run.status is RunStatus.SUCCEEDED and isinstance(result, int):
+            found.total += result
+        found.ended.append((first_at(stored, FINISHED), run_id))
+    return found
+
+
+def join_of(seen: Observed, group: Group, planned: Planned) -> list[str]:
+    """The callback of ``group``'s join at its generation: triggered once every child it
+    counts had ended, and saw the counts of the children storage holds."""
+    callback_id = callback_run_id(group.id, group.generation)
+    callback = seen.history(callback_id)
+    where = f"callback {callback_id} of group {group.id} (join {group.generation})"
+    if callback is None:
+        return [f"{where} was never triggered"]
+    found = tally(seen, group)
+    lines = list(found.problems)
+    counted = {"succeeded": group.succeeded, "failed": group.failed, "cancelled": group.cancelled}
+    if counted != found.counts:
+        lines.append(f"group {group.id} counted {counted}; its children ended {found.counts}")
+    triggered = to_epoch_us(callback.events[0].at) if callback.events else 0
+    lines += [
+        f"{where} was triggered before child {run_id} ended"
+        for ended, run_id in found.ended
+        if ended is None or ended > triggered + 2 * seen.max_skew_us
+    ]
+    if callback.run.status is not RunStatus.SUCCEEDED:
+        return [*lines, f"{where} is {callback.run.status.value}"]
+    want = {"n": planned.payload["n"], "status": group.status.value, **found.counts}
+    want["sum"] = found.total
+    got = opened(callback.run.result, seen.object_data)
+    if got != want:
+        lines.append(f"{where} saw {got}, not {want}")
+    return lines
+
+
+def callbacks_run_once(seen: Observed) -> list[str]:
+    """23 (docs/groups.md, "What holds"): a chord's callback is triggered once per join
+    (one join, and one more after each ``retry-failed``), after every child it counts
+    ended, and sees the counts of its children as storage holds them; a group whose
+    failed children are within its tolerance succeeds."""
+    lines = []
+    callbacks: dict[str, list[str]] = defaultdict(list)
+    for stored in seen.histories():
+        if stored.run.joined_group is not None:
+            callbacks[stored.run.joined_group].append(stored.run.id)
+    for group_id, planned in seen.chords.items():
+        final = seen.groups.get(group_id)
+        if final is None or final.joined_at is None:
+            state = "is not in storage" if final is None else "never joined"
+            lines.append(f"group {group_id} of chord {planned.payload['n']} {state}")
+            continue
+        read = seen.joins.get(group_id, {})
+        joins = [read[g] for g in range(final.generation) if g in read]
+        if len(joins) < final.generation:
+            lines.append(f"group {group_id} was rerun at a join nobody read")
+            continue
+        wanted = [callback_run_id(group_id, g) for g in range(final.generation + 1)]
+        if sorted(callbacks[group_id]) != sorted(wanted):
+            lines.append(
+                f"group {group_id} joined {final.generation + 1} time(s) and triggered "
+                f"callbacks {', '.join(sorted(callbacks[group_id]))}"
+            )
+        for group in [*joins, final]:
+            lines += join_of(seen, group, planned)
+        first = joins[0] if joins else final
+        lines += tolerated(first, planned)
+    return lines
+
+
+def tolerated(group: Group, planned: Planned) -> list[str]:
+    """A group's first join: succeeded with every failing child counted if no more
+    failed than it tolerates, else failed (docs/groups.md, "Failure is explicit")."""
+    want = fanout_result(planned.payload)
+    if want["group"] == "failed":
+        if group.status is GroupStatus.FAILED:
+            return []
+        return [f"group {group.id} is {group.status.value}; more children failed than tolerated"]
+    if group.status is GroupStatus.SUCCEEDED and group.failed == want["failed"]:
+        return []
+    return [
+        f"group {group.id} is {group.status.value} with {group.failed} failed; "
+        f"{want['failed']} failed within a tolerance of {planned.payload['tolerate']}"
+    ]
+
+
+def retried_children_rerun(seen: Observed) -> list[str]:
+    """23 (docs/groups.md, "Operating groups"): ``retry-failed`` of a joined group reruns
+    exactly its failed and cancelled children, each as a new run linked to the child it
+    replaces, and leaves those that succeeded; the reruns end before the group joins
+    again (checked by :func:`callbacks_run_once`), and a group that succeeds the second
+    time started every item."""
+    lines = []
+    for group_id, joins in seen.joins.items():
+        final = seen.groups.get(group_id)
+        if final is None:
+            continue
+        for generation, before in sorted(joins.items()):
+            after = joins.get(generation + 1, final)
+            if after.generation != generation + 1:
+                continue  # a refused rerun: checked where the group never joined again
+            lines += rerun_between(seen, before, after)
+    return lines
+
+
+def rerun_between(seen: Observed, before: Group, after: Group) -> list[str]:
+    """What one ``retry-failed`` did between two joins of a group."""
+    lines = []
+    current = current_children(before)
+    unsuccessful = set()
+    for index, run_id in current.items():
+        stored = seen.history(run_id)
+        if stored is not None and stored.run.status in (RunStatus.FAILED, RunStatus.CANCELLED):
+            unsuccessful.add(index)
+    reran = {index for index, generation in after.redriven if generation == after.generation}
+    if reran != unsuccessful:
+        lines.append(
+            f"retry-failed of group {before.id} reran items {sorted(reran)}, not its failed "
+            f"and cancelled ones {sorted(unsuccessful)}"
+        )
+    for k, (index, generation) in enumerate(after.redriven):
+        if generation != after.generation or after.total + k >= after.started:
+            continue  # an earlier rerun, or one the group did not start (it failed again)
+        stored = seen.history(redrive_run_id(before.id, index, generation))
+        if stored is None or stored.run.source_run_id != current.get(index):
+            lines.append(
+                f"the rerun of item {index} of group {before.id} is not a run linked to its "
+                f"child {current.get(index)}"
+            )
+    again = [
+        index
+        for index in current.keys() - unsuccessful
+        if seen.history(redrive_run_id(before.id, index, after.generation)) is not None
+    ]
+    lines += [f"item {i} of group {before.id} succeeded and ran again" for i in sorted(again)]
+    if after.status is GroupStatus.SUCCEEDED and after.started < after.positions:
+        lines.append(f"group {before.id} succeeded with items never started")
+    return lines
+
+
+def queues_served_by_weight(seen: Observed) -> list[str]:
+    """docs/operations.md, "Queue weights": each worker's receives try its queues first by
+    their weights (in every ``sum(weights)`` receives, a queue of weight ``w`` first ``w``
+    times, so none starves however full the others are), and a run triggered on a queue
+    other than its task's is kept there (its finishing is :func:`no_lost_run`'s)."""
+    weights = {queue: WEIGHTS.get(queue, 1) for queue in QUEUES}
+    cycle = sum(weights.values())
+    lines = []
+    for worker, turns in sorted(seen.ledger.turns.items()):
+        for start in range(0, len(turns) - cycle + 1, cycle):
+            block = turns[start : start + cycle]
+            counts = {queue: block.count(queue) for queue in QUEUES}
+            if counts != weights:
+                lines.append(
+                    f"{worker}'s receives {start} to {start + cycle - 1} tried first {counts}, "
+                    f"not {weights}"
+                )
+                break
+    for run_id, planned in seen.triggered.items():
+        stored = seen.history(run_id)
+        if planned.queue is not None and stored is not None and stored.run.queue != planned.queue:
+            lines.append(f"run {run_id} triggered on {planned.queue} is on {stored.run.queue}")
+    return lines
+
+
+def versions_kept(seen: Observed) -> list[str]:
+    """docs/versions.md ("Which version ran what", "Pinning"): each attempt's ``started``
+    event names the app version of the worker that claimed it; a run of a pinned task
+    records the version of its first attempt, and every attempt of it, wherever its
+    wakeups went, is claimed and entered by a worker of that version."""
+    lines = []
+    for stored in seen.histories():
+        for event in stored.events:
+            if event.type is not EventType.STARTED:
+                continue
+            process = str(event.data.get("worker", "")).rsplit("-", 1)[0]
+            version = event.data.get("app_version")
+            if version != seen.versions.get(process):
+                lines.append(
+                    f"run {stored.run.id}: attempt {event.attempt} started on {process} "
+                    f"({seen.versions.get(process)}) records version {version}"
+                )
+            pinned = stored.run.task == PINNED and version != stored.run.app_version
+            if pinned:
+                lines.append(
+                    f"run {stored.run.id} of {stored.run.app_version}: attempt "
+                    f"{event.attempt} started on {process}, of {version}"
+                )
+    for entry in seen.ledger.entries:
+        run = seen.history(entry.run_id) if entry.task == PINNED else None
+        if run is not None and entry.version != run.run.app_version:
+            lines.append(
+                f"run {entry.run_id} of {run.run.app_version}: attempt {entry.attempt} "
+                f"entered on {entry.process}, of {entry.version}"
+            )
+    return lines
+
+
+def bulk_operations_complete(seen: Observed) -> list[str]:
+    """17 (docs/operations.md, "Bulk recovery"): a bulk retry whose process was killed
+    during it is carried on by maintenance until it is done (so is one whose start's
+    answer was lost, which its operator started again); each retries a run once at most
+    (one new run, made by it, linked both ways), its tally of runs acted on is exact, and
+    every run that had failed when they started was retried by one of them (a run one
+    retried, the other skips), unless a tally counts a failure."""
+    lines, failures = [], 0
+    for operation in seen.operations.values():
+        if operation.status is not OperationStatus.DONE:
+            lines.append(f"bulk operation {operation.id} is {operation.status.value}")
+            continue
+        failures += operation.tally.failed
+        acted = 0
+        for stored in seen.histories():
+            made = seen.history(new_run_id_for(operation.id, stored.run.id))
+            if made is not None:
+                acted += 1
+                lines += made_by(operation, stored, made)
+        if acted != operation.tally.acted:
+            lines.append(
+                f"bulk operation {operation.id} counts {operation.tally.acted} runs acted on; "
+                f"it made {acted}"
+            )
+    first = min(seen.operations.values(), key=lambda o: o.created_at, default=None)
+    missed = []
+    for stored in seen.histories():
+        links = retry_links(stored)
+        if len(links) > 1:
+            lines.append(f"run {stored.run.id} was retried {len(links)} times: {', '.join(links)}")
+        if not links and first is not None and failed_before(seen, stored, first):
+            missed.append(stored.run.id)
+    if len(missed) > failures:
+        lines.append(f"no bulk operation retried {', '.join(missed)}")
+    return lines
+
+
+def retry_links(stored: Stored) -> list[str]:
+    """The runs a run's history says it was retried as."""
+    return [
+        str(e.data.get("run"))
+        for e in stored.events
+        if e.type is EventType.LINKED_RUN and e.data.get("kind") == "retry"
+    ]
+
+
+def made_by(operation: BulkOperation, stored: Stored, made: Stored) -> list[str]:
+    """What is wrong with ``made``, the run ``operation`` made to retry ``stored``."""
+    lines = []
+    links = retry_links(stored)
+    if made.run.source_run_id != stored.run.id or made.run.id not in links:
+        lines.append(
+            f"run {made.run.id}, made by bulk operation {operation.id}, is not linked both "
+            f"ways to run {stored.run.id} (linked to {', '.join(links) or 'none'})"
+        )
+    if not operation.filter.selects(stored.run):
+        lines.append(f"bulk operation {operation.id} retried run {stored.run.id}")
+    return lines
+
+
+def failed_before(seen: Observed, stored: Stored, operation: BulkOperation) -> bool:
+    """Whether the operation was to retry the run: of its task, triggered before the
+    cutoff, failed before the operation started (give or take the clocks' skew)."""
+    if stored.run.task != operation.filter.task or stored.run.created_at >= seen.bulk_cutoff:
+        return False
+    failed = first_at(stored, frozenset({EventType.FAILED}))
+    return failed is not None and failed + 2 * seen.max_skew_us < to_epoch_us(operation.created_at)
 
 
 def claim_checks_kept(seen: Observed) -> list[str]:
@@ -343,7 +693,8 @@ def signals_received_once(seen: Observed) -> list[str]:
     result, checked by :func:`exactly_one_success`, holds it); a run that succeeded was
     woken (a signal sent before it waited was not kept for it)."""
     lines = []
-    for run_id, stored in seen.of_task(SIGNALLED):
+    signalled = itertools.chain(seen.of_task(SIGNALLED), seen.of_task(RELEASED_SIGNALLED))
+    for run_id, stored in signalled:
         woken = count(stored, EventType.SIGNAL_RECEIVED)
         if woken > 1 or (woken == 0 and stored.run.status is RunStatus.SUCCEEDED):
             lines.append(f"run {run_id} was woken by its signal {woken} times")
@@ -519,7 +870,13 @@ CHECKS: tuple[Callable[[Observed], list[str]], ...] = (
     steps_recorded_once,
     concurrency_held,
     rate_held_at_entry,
+    key_rates_held_at_entry,
     groups_join_once,
+    callbacks_run_once,
+    retried_children_rerun,
+    queues_served_by_weight,
+    versions_kept,
+    bulk_operations_complete,
     claim_checks_kept,
     transactions_all_or_nothing,
     wakeups_after_writes,

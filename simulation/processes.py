@@ -33,7 +33,7 @@ from runlane_sqs.engine.message import MessagePath
 from runlane_sqs.ports.transport import ReceivedWakeup
 from runlane_sqs.runtime.executor import Executor, LeaseBook, TrackedAttempt
 from runlane_sqs.runtime.worker import Intake, LoopAction, WorkerConfig
-from simulation.workload import BUCKET, INLINE_LIMIT, Handlers, register
+from simulation.workload import BUCKET, INLINE_LIMIT, QUEUES, WEIGHTS, Handlers, register
 from simulation.world import Process, Signal, SimClock
 
 if TYPE_CHECKING:
@@ -49,13 +49,15 @@ REPUBLISH_AFTER_SECONDS = 60
 wakeups come back sooner, so each history's tail is shorter and cheaper, and more
 republishes race the wakeups they duplicate."""
 WAIT_SECONDS = 5
-APP_VERSION = "sim-1"
-"""Every process's version (named, so no process looks its package's version up)."""
+APP_VERSIONS = ("sim-1", "sim-2")
+"""The versions of the fleet's code: workers alternate between them (maintenance, the
+producer and the operator run the first). Named, so no process looks its package's
+version up."""
 
 
-def build_app(sim: Simulation, process: Process) -> Runlane:
-    """The app as one process builds it: our real store and transport over the
-    simulated services, the process's clock, the workload's tasks."""
+def build_app(sim: Simulation, process: Process, version: str = APP_VERSIONS[0]) -> Runlane:
+    """The app as one process builds it, at ``version``: our real store and transport
+    over the simulated services, the process's clock, the workload's tasks."""
     clock = SimClock(sim.world, process)
     store = DynamoRunStore(sim.dynamodb, TABLE, ENVIRONMENT)
     store.sleep = sim_sleep
@@ -70,11 +72,11 @@ def build_app(sim: Simulation, process: Process) -> Runlane:
         lease_duration=LEASE_SECONDS,
         maintenance_period=MAINTENANCE_SECONDS,
         republish_after=REPUBLISH_AFTER_SECONDS,
-        app_version=APP_VERSION,
+        app_version=version,
         payload_bucket=BUCKET,
         inline_limit=INLINE_LIMIT,
     )
-    handlers = Handlers(sim.world, sim.ledger, skew_margin_us=2 * sim.max_skew_us)
+    handlers = Handlers(sim.world, sim.ledger, 2 * sim.max_skew_us, version)
     register(app, handlers, sim.scenario.spread_seconds)
     return app
 
@@ -96,19 +98,21 @@ class Worker:
     sim: Simulation
     process: Process
     concurrency: int
+    version: str = APP_VERSIONS[0]
     sessions: int = 0
     executed: int = 0
     _state: _Session | None = field(default=None, repr=False)
 
     def start(self) -> None:
         self.sessions += 1
-        app = build_app(self.sim, self.process)
+        app = build_app(self.sim, self.process, self.version)
         worker_id = f"{self.process.name}-{self.sessions}"
         config = WorkerConfig.build(
-            list(app.tasks.queues()),
+            list(QUEUES),  # the tasks' queues and the one some triggers give, by weight
             concurrency=self.concurrency,
             wait_seconds=WAIT_SECONDS,
             worker_id=worker_id,
+            weights=WEIGHTS,
         )
         world = self.sim.world
         intake = Intake(config, monotonic=lambda: world.seconds, clock=app.clock)
@@ -143,7 +147,9 @@ class Worker:
         intake = state.intake
         wait = state.config.receive_wait(drain=False, busy=intake.pending)
         transport = state.app.engine.transport
-        for name in intake.receive_order():
+        order = intake.receive_order()
+        self.sim.ledger.turns.setdefault(state.config.worker_id, []).append(order[0])
+        for name in order:
             try:
                 messages = transport.receive(name, state.config.prefetch, wait)
             except RunlaneError:

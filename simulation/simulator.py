@@ -9,25 +9,30 @@ trace).
 
 from __future__ import annotations
 
+import json
 import logging
 import re
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
 import greenlet
 
 from runlane_sqs import Runlane
+from runlane_sqs.adapters.dynamodb.groups import group_from_wire
 from runlane_sqs.adapters.dynamodb.items import table_definition
-from runlane_sqs.adapters.dynamodb.keys import RUN_SK, run_key
+from runlane_sqs.adapters.dynamodb.keys import GROUP_SK, RUN_SK, group_key, operation_pk, run_key
+from runlane_sqs.core.bulk import BulkAction, BulkFilter, BulkOperation
 from runlane_sqs.core.errors import (
     IllegalTransition,
     RunlaneError,
     StorageUnavailable,
     TransactionCancelled,
 )
+from runlane_sqs.core.groups import Group, callback_run_id
 from runlane_sqs.core.model import Run, RunStatus, WaitKind
 from runlane_sqs.core.progress import progress_from_text
 from runlane_sqs.core.rates import to_epoch_us
@@ -37,6 +42,7 @@ from runlane_sqs.core.wakeup import MalformedWakeup, parse_wakeup
 from simulation.determinism import governed_by
 from simulation.invariants import TERMINAL, Observed, Stored, stored_runs, violations
 from simulation.processes import (
+    APP_VERSIONS,
     ENVIRONMENT,
     LEASE_SECONDS,
     TABLE,
@@ -48,17 +54,23 @@ from simulation.processes import (
 from simulation.services import Faults, SimDynamoDB, SimS3, SimSqs
 from simulation.workload import (
     BATCHED,
+    CALLBACK,
+    CHILD,
+    CHORD,
+    CHORD_REDRIVES,
     DEBOUNCED,
     FAILING,
     ORDERS,
     PLAIN,
     QUEUES,
+    RELEASED_SIGNALLED,
     SCHEDULE_ID,
     SIGNALLED,
     TOKENED,
     WAITER,
     Ledger,
     Planned,
+    children,
     plan,
     signal_key,
     signal_value,
@@ -66,6 +78,8 @@ from simulation.workload import (
 from simulation.world import EPOCH, Process, World
 
 SECOND = 1_000_000
+BULK_RATE = 2.0
+"""Runs a second the bulk operation acts on: slow enough that its process dies during it."""
 SETTLE = max(PIN_DURATION, RELEASE_GRACE) + timedelta(minutes=2)
 """How long after the prune the last maintenance pass comes: past every writer's pin of an
 object and every released object's grace, so it reviews each object record a guard could
@@ -111,6 +125,23 @@ class Scenario:
     """The share of runs an operator cancels at some point after their trigger."""
     mix: frozenset[str] | None = None
     """The tasks the producer triggers (default: every task of the workload)."""
+
+
+@dataclass
+class Chords:
+    """The groups with a callback the producer started, and what the operator did to
+    them."""
+
+    planned: dict[str, Planned] = field(default_factory=dict)
+    """Each chord's group id the producer was given, with its trigger."""
+    redrives: dict[str, int] = field(default_factory=dict)
+    """How many times the operator reruns each chord's failed children (at most)."""
+    joins: dict[str, dict[int, Group]] = field(default_factory=lambda: defaultdict(dict))
+    """Each chord's group as the operator read it at each join it reran, by generation:
+    what that join's callback had to see."""
+    redriving: bool = True
+    """Whether the operator may still rerun a chord's failed children (not once the
+    triggers are over: every run must then be able to finish)."""
 
 
 @dataclass
@@ -185,13 +216,19 @@ class Simulation:
         producer's clock): the run was stored by then."""
         self.rival_decisions: list[str] = []
         """Second completions of a token that were accepted."""
+        self.chords = Chords()
         self.dynamodb.before_write = self._before_write
 
         def skew() -> int:
             return rng.randrange(-self.max_skew_us, self.max_skew_us + 1)
 
         self.workers = [
-            Worker(self, Process(f"worker-{i}", skew_us=skew()), self.scenario.concurrency)
+            Worker(
+                self,
+                Process(f"worker-{i}", skew_us=skew()),
+                self.scenario.concurrency,
+                APP_VERSIONS[i % len(APP_VERSIONS)],
+            )
             for i in range(self.scenario.workers)
         ]
         self.maintenance = [
@@ -200,6 +237,9 @@ class Simulation:
         ]
         self.producer = Client(self, Process("producer", skew_us=skew()))
         self.operator = Client(self, Process("operator", skew_us=skew()))
+        self.bulk = Client(self, Process("bulk", skew_us=skew()))
+        """An operator's process that carries out a bulk operation, and is killed during
+        it: maintenance carries it on."""
 
     # the history ----------------------------------------------------------------------------
 
@@ -232,6 +272,12 @@ class Simulation:
             resent=self.resent,
             rival_decisions=self.rival_decisions,
             returned=self.returned,
+            chords=self.chords.planned,
+            groups=self._groups(),
+            joins=dict(self.chords.joins),
+            versions={w.process.name: w.version for w in self.workers},
+            operations=self._operations(),
+            bulk_cutoff=self._cutoff(),
             spread_seconds=self.scenario.spread_seconds,
             max_skew_us=self.max_skew_us,
         )
@@ -263,13 +309,16 @@ class Simulation:
             job.start()
         self.producer.start()
         self.operator.start()
+        self.bulk.start()
         spread_us = scenario.spread_seconds * SECOND
         for planned in plan(world, scenario.runs, spread_us, scenario.mix):
             self.producer.at(planned.at_us, partial(self._trigger, planned=planned))
         self._plan_faults(spread_us)
         self.operator.at(spread_us // 3, partial(self._pause_schedule, resume=False))
+        self.bulk.at(2 * spread_us // 3, self._bulk_retry)
         self.operator.at(spread_us // 2, partial(self._pause_schedule, resume=True))
         world.call(None, 10 * 60 * SECOND, self._sweep_ttl)
+        world.call(None, max(0, spread_us - 10 * SECOND), self._stop_redrives)
         world.run_until(spread_us)
         self._quiet()
         deadline = world.now_us + scenario.quiet_seconds * SECOND
@@ -279,6 +328,9 @@ class Simulation:
         self._settle()
 
     def _trigger(self, app: Runlane, planned: Planned) -> None:
+        if planned.task == CHORD:
+            self._start_chord(app, planned)
+            return
         if not self._prepared(app, planned):
             return
         for tries in range(TRIGGER_TRIES):
@@ -338,7 +390,7 @@ class Simulation:
             self.collected[n] = (planned.task, run.id, run.item)
             if tries:
                 self.resent.add(n)
-        if planned.task == SIGNALLED:
+        if planned.task in (SIGNALLED, RELEASED_SIGNALLED):
             self.operator.at(
                 self.world.now_us + self.world.rng.randrange(0, 10 * SECOND),
                 partial(self._signal, run_id=run.id, planned=planned, tries=0),
@@ -383,6 +435,108 @@ class Simulation:
             self.world.note(f"second completion of token {token_id} failed: {exc}")
             return
         self.rival_decisions.append(f"token {token_id} was completed a second time")
+
+    def _start_chord(self, app: Runlane, planned: Planned) -> None:
+        """A group of children with a callback (``app.group(..., then=...)``), which an
+        operator follows: it reruns the failed children of some (``retry-failed``) once
+        the callback of their join has ended."""
+        payload = planned.payload
+        for _ in range(TRIGGER_TRIES):
+            try:
+                group = app.group(
+                    [(CHILD, item) for item in children(payload)],
+                    then=(CALLBACK, {"n": payload["n"]}),
+                    max_in_flight=payload["in_flight"],
+                    tolerate=payload["tolerate"],
+                )
+            except RunlaneError as exc:  # an answer lost: the group may exist, unknown
+                self.world.note(f"chord {payload['n']} failed to start: {exc}")
+                self.world.wait(SECOND)
+                continue
+            self.chords.planned[group.id] = planned
+            self.chords.redrives[group.id] = self.world.rng.choice((0, 1, 1, CHORD_REDRIVES))
+            self.world.note(f"chord {payload['n']} started as group {group.id}", group.id)
+            follow = partial(self._follow_chord, group_id=group.id, tries=0)
+            self.operator.at(self.world.now_us + 2 * SECOND, follow)
+            return
+
+    def _follow_chord(self, app: Runlane, group_id: str, tries: int) -> None:
+        """An operator looks at a chord every 2 s: once its join's callback has ended, it
+        reruns its failed children, up to the times planned for it."""
+        try:
+            group = app.runs.group(group_id)
+            if group.joined_at is not None:
+                callback = app.runs.get(callback_run_id(group.id, group.generation))
+                if callback.is_terminal and not self._redrive(app, group):
+                    return
+        except RunlaneError as exc:
+            self.world.note(f"following chord group {group_id} failed: {exc}", group_id)
+        if tries < FOLLOW_TRIES and self.chords.redriving:
+            again = partial(self._follow_chord, group_id=group_id, tries=tries + 1)
+            self.operator.at(self.world.now_us + 2 * SECOND, again)
+
+    def _redrive(self, app: Runlane, group: Group) -> bool:
+        """Rerun a joined group's failed children if the plan says so: whether to look
+        again (a rerun asked for, or refused and to be read again)."""
+        nothing = group.failed + group.cancelled == 0 and group.started >= group.total
+        planned = self.chords.redrives[group.id]
+        if nothing or group.generation >= planned or not self.chords.redriving:
+            return False
+        self.chords.joins[group.id][group.generation] = group
+        try:
+            app.runs.retry_failed(group.id, reason="simulated operator")
+        except IllegalTransition as exc:  # its answer lost, then asked again: read again
+            self.world.note(f"retry-failed of group {group.id} refused: {exc}", group.id)
+            return True
+        self.world.note(f"retry-failed of group {group.id} (generation {group.generation})")
+        return True
+
+    def _bulk_retry(self, app: Runlane) -> None:
+        """An operator retries, as one bulk operation, every run of the task that always
+        fails triggered in the first half of the spell (at two runs a second); its
+        process is killed a moment after it starts, and maintenance carries it on."""
+        selection = BulkFilter(
+            statuses=(RunStatus.FAILED,), task=FAILING, created_before=self._cutoff()
+        )
+        for _ in range(TRIGGER_TRIES):
+            try:
+                operation = app.bulk.start(BulkAction.RETRY, selection, rate=BULK_RATE)
+            except RunlaneError as exc:  # an answer lost: the operation may exist, unknown
+                self.world.note(f"bulk retry failed to start: {exc}")
+                self.world.wait(SECOND)
+                continue
+            self.world.note(f"bulk operation {operation.id} started")
+            kill = self.world.rng.randrange(SECOND // 5, 6 * SECOND)
+            self.world.call(None, kill, partial(self.world.crash, self.bulk.process))
+            try:
+                app.bulk.run(operation.id, owner="bulk-operator")
+            except RunlaneError as exc:
+                self.world.note(f"bulk operation {operation.id} stopped: {exc}")
+            return
+
+    def _cutoff(self) -> datetime:
+        """The runs triggered before this are retried in bulk, and pruned at the end."""
+        return EPOCH + timedelta(seconds=self.scenario.spread_seconds / 2)
+
+    def _operations(self) -> dict[str, BulkOperation]:
+        """The bulk operations in the table at the end, by id (read straight from it)."""
+        items = self.dynamodb.inner.query(
+            TableName=TABLE,
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": operation_pk(ENVIRONMENT)}},
+        )["Items"]
+        found = (BulkOperation.from_json(json.loads(item["record"]["S"])) for item in items)
+        return {operation.id: operation for operation in found}
+
+    def _groups(self) -> dict[str, Group]:
+        """Each chord's group record at the end, read straight from the table."""
+        groups = {}
+        for group_id in self.chords.planned:
+            key = group_key(ENVIRONMENT, group_id)
+            item = self.dynamodb.inner.get_item(TableName=TABLE, Key=key).get("Item")
+            if item is not None:
+                groups[group_id] = group_from_wire(item)
+        return groups
 
     def _pause_schedule(self, app: Runlane, resume: bool) -> None:
         """An operator pauses the schedule for a while, then resumes it (its catch-up
@@ -469,6 +623,10 @@ class Simulation:
         worker.crash()
         self.world.call(None, back_us, worker.restart)
 
+    def _stop_redrives(self) -> None:
+        """The operator reruns no more chords' children: those it reran must finish."""
+        self.chords.redriving = False
+
     def _quiet(self) -> None:
         """The faults stop and every worker is up: what was triggered must now finish."""
         quiet = replace(Faults.none())
@@ -501,7 +659,7 @@ class Simulation:
     def _prune(self, app: Runlane) -> None:
         """An operator prunes the runs triggered in the first half of the spell (objects
         their payloads share with later runs lose a holder, and are reviewed later)."""
-        cutoff = EPOCH + timedelta(seconds=self.scenario.spread_seconds / 2)
+        cutoff = self._cutoff()
         cursor = None
         for _ in range(1000):
             try:
@@ -579,16 +737,25 @@ class Simulation:
         return landed
 
     def _all_finished(self) -> bool:
-        """Whether every run in storage is finished (a scan of the table as it is: no
-        request of any process, no fault)."""
+        """Whether every run in storage is finished, every group has joined and every bulk
+        operation is done (a scan of the table as it is: no request of any process, no
+        fault). A group whose last child's finisher did not count it joins when
+        maintenance repairs it; maintenance carries on an operation whose process died
+        once its lease expired."""
         terminal = [status.value for status in TERMINAL]
         unfinished = self.dynamodb.inner.scan(
             TableName=TABLE,
-            FilterExpression="sk = :run AND NOT (#status IN (:a, :b, :c))",
+            FilterExpression=(
+                "(sk = :run AND NOT (#status IN (:a, :b, :c))) "
+                "OR (sk = :group AND attribute_not_exists(joined_at)) "
+                "OR (pk = :bulk AND attribute_exists(agenda_pk))"
+            ),
             ProjectionExpression="pk",
             ExpressionAttributeNames={"#status": "status"},
             ExpressionAttributeValues={
                 ":run": {"S": RUN_SK},
+                ":group": {"S": GROUP_SK},
+                ":bulk": {"S": operation_pk(ENVIRONMENT)},
                 **{f":{k}": {"S": v} for k, v in zip("abc", terminal, strict=True)},
             },
         )

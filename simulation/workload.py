@@ -22,6 +22,7 @@ import greenlet
 
 from runlane_sqs import Batch, Debounce, RateLimit, RetryPolicy, Runlane, Schedule
 from runlane_sqs.core.groups import GroupFailed
+from runlane_sqs.core.model import LinkKind
 from runlane_sqs.core.rates import to_epoch_us
 from runlane_sqs.engine.context import TaskContext
 from simulation.world import EPOCH, World
@@ -49,6 +50,13 @@ DEBOUNCED = "sim.debounced"
 BATCHED = "sim.batched"
 ORDERED = "sim.ordered"
 DEADLINED = "sim.deadlined"
+KEY_RATED = "sim.keyrated"
+CHORD = "sim.chord"
+"""Not a task: a group the producer starts with ``app.group(..., then=...)``, of
+``sim.child`` runs, whose callback is ``sim.callback``."""
+CALLBACK = "sim.callback"
+RELEASED_SIGNALLED = "sim.released-signalled"
+PINNED = "sim.pinned"
 ORDERS = "sim-orders"
 """The producer's own table, written in one transaction with the runs it triggers."""
 BUCKET = "sim-payloads"
@@ -57,6 +65,10 @@ INLINE_LIMIT = 1024
 LIMITED_QUEUE = "limited"
 CONCURRENCY_LIMIT = 2
 RATE = RateLimit(5, per=1)
+KEYED_TASK_RATE = RateLimit(4, per=1)
+"""Every run of ``sim.keyrated``, whatever its key: with the per-key limit, two limits."""
+KEY_RATE = RateLimit(2, per=1, per_key=True)
+"""Each key of ``sim.keyrated`` (its concurrency key)."""
 FLAKY_ATTEMPTS = 4
 FAILING_ATTEMPTS = 2
 KEY_LIMIT = 1
@@ -105,8 +117,18 @@ TASKS = (
     BATCHED,
     ORDERED,
     DEADLINED,
+    KEY_RATED,
+    CALLBACK,
+    RELEASED_SIGNALLED,
+    PINNED,
 )
-QUEUES = ("default", LIMITED_QUEUE)
+URGENT_QUEUE = "urgent"
+"""Where some plain runs are triggered (``queue=``): workers poll it three times as often."""
+QUEUES = ("default", LIMITED_QUEUE, URGENT_QUEUE)
+WEIGHTS = {URGENT_QUEUE: 3}
+"""Each worker's queue weights (a queue not named has weight 1)."""
+CHORD_REDRIVES = 2
+"""At most this many ``retry-failed`` of one chord by the operator."""
 
 
 EPOCH_US = to_epoch_us(EPOCH)
@@ -127,8 +149,11 @@ class Entry:
     """When the attempt's lease expires, as last renewed (by the claimer's clock)."""
     token: str = ""
     """The attempt's lease token."""
+    version: str = ""
+    """The app version of the process that entered it."""
     key: str | None = None
-    """The key the attempt's run holds (a concurrency, singleton or ordering key)."""
+    """The key the attempt's run holds, prefixed by its task (a concurrency key held one
+    at a time or rate-limited per key, a singleton or ordering key)."""
     finished: bool = False
     """The handler returned (or raised)."""
     outcome_written: bool = False
@@ -152,6 +177,8 @@ class Ledger:
     time: a key limit of 1, singleton and ordering keys)."""
     past_deadline: list[str] = field(default_factory=list)
     """Attempts that worked far past their deadline without being told to stop."""
+    turns: dict[str, list[str]] = field(default_factory=dict)
+    """Each worker's receives (by worker id): the queue each one tried first."""
     by_greenlet: dict[greenlet.greenlet, Entry] = field(default_factory=dict)
     """The attempt whose handler each greenlet entered last (its writes are that
     attempt's from then on)."""
@@ -191,11 +218,13 @@ class Handlers:
     """The workload's handlers, each noting its entry in the ledger (by the clock of the
     process that runs it) and doing what its payload says."""
 
-    def __init__(self, world: World, ledger: Ledger, skew_margin_us: int) -> None:
+    def __init__(self, world: World, ledger: Ledger, skew_margin_us: int, version: str) -> None:
         self.world = world
         self.ledger = ledger
         self.skew_margin_us = skew_margin_us
         """Leases are compared across processes' clocks: give or take their skews."""
+        self.version = version
+        """The app version of the process whose app registers them."""
 
     @contextmanager
     def attempt(self, ctx: TaskContext, task: str) -> Iterator[Entry]:
@@ -205,6 +234,7 @@ class Handlers:
         expires = to_epoch_us(lease.expires_at) if lease is not None else 0
         token = lease.token if lease is not None else ""
         entry = self.ledger.entered(self.world, ctx, task, expires, token)
+        entry.version = self.version
         try:
             yield entry
         finally:
@@ -295,6 +325,12 @@ class Handlers:
         with self.attempt(ctx, RATED):
             return {"n": payload["n"]}
 
+    def key_rated(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
+        """Under a task-wide limit and a per-key one (its key its concurrency key)."""
+        with self.attempt(ctx, KEY_RATED) as entry:
+            entry.key = f"{KEY_RATED}:{payload['key']}"
+            return {"n": payload["n"]}
+
     def released(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
         with self.attempt(ctx, RELEASED):
             if ctx.attempt == 1:
@@ -317,11 +353,31 @@ class Handlers:
             return {"n": payload["n"], "group": "ok", "sum": total, "failed": joined.failed}
 
     def child(self, ctx: TaskContext, payload: dict[str, Any]) -> int:
+        """Item ``i`` of a group: fails for good if its payload says so, unless it is a
+        chord's child rerun by ``retry-failed`` (linked to the child it replaces)."""
         with self.attempt(ctx, CHILD):
             self.work(payload)
-            if payload["fail"]:
+            run = ctx.services.run() if ctx.services is not None else None
+            rerun = run is not None and run.source_kind == LinkKind.RETRY.value
+            if payload["fail"] and not (rerun and payload.get("rerun_ok")):
                 raise ValueError(f"child {payload['i']} fails by design")
             return int(payload["i"]) ** 2
+
+    def callback(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
+        """A chord's callback: what its joined group says, and the sum of its children's
+        results (read from storage)."""
+        with self.attempt(ctx, CALLBACK):
+            group = ctx.joined_group()
+            if group is None:
+                return {"n": payload["n"], "status": None}
+            return {
+                "n": payload["n"],
+                "status": group.status.value,
+                "succeeded": group.succeeded,
+                "failed": group.failed,
+                "cancelled": group.cancelled,
+                "sum": sum(r for r in group.results() if isinstance(r, int)),
+            }
 
     def large(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
         """A payload and a result over the inline limit: both kept in the payload bucket."""
@@ -339,6 +395,23 @@ class Handlers:
         with self.attempt(ctx, SIGNALLED):
             signal = ctx.wait_for_signal(signal_key(payload), timeout=SIGNAL_TIMEOUT_SECONDS)
             return {"n": payload["n"], "value": signal.payload}
+
+    def released_signalled(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
+        """Releases its first attempt for a moment, then waits for its signal (sent once it
+        waits for it, as to a ``sim.signalled`` run)."""
+        with self.attempt(ctx, RELEASED_SIGNALLED):
+            if ctx.attempt == 1:
+                ctx.release(delay=float(payload["pause"]))
+            signal = ctx.wait_for_signal(signal_key(payload), timeout=SIGNAL_TIMEOUT_SECONDS)
+            return {"n": payload["n"], "value": signal.payload}
+
+    def pinned(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
+        """Of a task pinned to the version it started under: releases its first attempt
+        for a moment, so the next one must find a worker of that version."""
+        with self.attempt(ctx, PINNED):
+            if ctx.attempt == 1:
+                ctx.release(delay=float(payload["pause"]))
+            return {"n": payload["n"]}
 
     def tokened(self, ctx: TaskContext, payload: dict[str, Any]) -> dict[str, Any]:
         """Waits for the token its producer created; an operator completes it."""
@@ -412,10 +485,17 @@ def signal_value(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def children(payload: dict[str, Any]) -> list[dict[str, Any]]:
-    """A fan-out's items: child ``i`` fails for good if ``fail_every`` divides it."""
+    """A fan-out's or a chord's items: child ``i`` fails for good if ``fail_every``
+    divides it (a chord's child rerun by ``retry-failed`` succeeds)."""
     every = payload["fail_every"]
+    rerun_ok = {"rerun_ok": True} if "chord" in payload else {}
     return [
-        {"i": i, "fail": bool(every) and i % every == 0, "work": payload.get("child_work", 0)}
+        {
+            "i": i,
+            "fail": bool(every) and i % every == 0,
+            "work": payload.get("child_work", 0),
+            **rerun_ok,
+        }
         for i in range(payload["items"])
     ]
 
@@ -453,12 +533,21 @@ def register(app: Runlane, handlers: Handlers, spread_seconds: int) -> None:
     app.task(handlers.steps, name=STEPS)
     app.task(handlers.limited, name=LIMITED, queue=limited)
     app.task(handlers.rated, name=RATED, rate_limits=[RATE])
+    app.task(
+        handlers.key_rated,
+        name=KEY_RATED,
+        concurrency_key=lambda p: p["key"],
+        rate_limits=[KEYED_TASK_RATE, KEY_RATE],
+    )
     app.task(handlers.released, name=RELEASED)
     app.task(handlers.fanout, name=FANOUT)
     app.task(handlers.child, name=CHILD)
+    app.task(handlers.callback, name=CALLBACK)
     app.task(handlers.large, name=LARGE)
     app.task(handlers.transacted, name=TRANSACTED)
     app.task(handlers.signalled, name=SIGNALLED)
+    app.task(handlers.released_signalled, name=RELEASED_SIGNALLED)
+    app.task(handlers.pinned, name=PINNED, pin_version=True)
     app.task(handlers.tokened, name=TOKENED)
     app.task(handlers.waiter, name=WAITER)
     app.task(handlers.scheduled, name=SCHEDULED, schedules=[schedule(spread_seconds)])
@@ -490,11 +579,15 @@ class Planned:
     order: str | None = None
     """With a transactional trigger: the order written with it (``attribute_not_exists``:
     an order written before rolls the transaction back)."""
+    queue: str | None = None
+    """The queue the trigger gives the run, instead of its task's."""
 
     @property
     def options(self) -> dict[str, str]:
-        """The trigger's keys: idempotency, singleton and ordering."""
+        """The trigger's queue and keys: idempotency, singleton and ordering."""
         options = {"idempotency_key": self.idempotency_key} if self.idempotency_key else {}
+        if self.queue is not None:
+            options["queue"] = self.queue
         if self.task == SINGLE:
             options["singleton_key"] = self.payload["key"]
         if self.task == ORDERED:
@@ -530,6 +623,9 @@ EXPECTED: dict[str, Callable[[dict[str, Any]], Any]] = {
         "result": EXPECTED[PLAIN]({"n": p["target_n"]}) if p["target_ok"] else None,
     },
     KEYED: lambda p: {"n": p["n"]},
+    KEY_RATED: lambda p: {"n": p["n"]},
+    RELEASED_SIGNALLED: lambda p: {"n": p["n"], "value": signal_value(p)},
+    PINNED: lambda p: {"n": p["n"]},
     ORDERED: lambda p: {"n": p["n"]},
     DEADLINED: lambda p: {"n": p["n"], "slow": p["slow"]},
 }
@@ -551,8 +647,11 @@ def expected_result(task: str, payload: dict[str, Any], attempt: int) -> Any:
     return EXPECTED[task](payload)
 
 
-BURSTS = frozenset({RATED, KEYED, SINGLE, DEBOUNCED, BATCHED, ORDERED})
+BURSTS = frozenset({RATED, KEY_RATED, KEYED, SINGLE, DEBOUNCED, BATCHED, ORDERED})
 """Tasks triggered in bursts: a limit, a key or a collapse is only tried by several at once."""
+AT_ONCE = frozenset({RATED, KEY_RATED})
+"""Tasks whose bursts come at one instant (a rate limit is tried by more runs at once than
+it allows); other bursts' triggers come a moment apart."""
 IDEMPOTENT = frozenset({PLAIN, FLAKY, FAILING, STEPS, LIMITED, RATED, RELEASED, FANOUT, LARGE})
 """Tasks some triggers of which carry an idempotency key."""
 
@@ -585,6 +684,10 @@ def plan(
         BATCHED: 1,
         ORDERED: 1,
         DEADLINED: 1,
+        KEY_RATED: 2,
+        CHORD: 2,
+        RELEASED_SIGNALLED: 1,
+        PINNED: 2,
     }
     names = [task for task in weights if mix is None or task in mix]
     planned: list[Planned] = []
@@ -595,6 +698,8 @@ def plan(
         burst = 1
         if task == RATED:
             burst = min(runs - n, rng.randrange(3, 3 * RATE.rate))
+        elif task == KEY_RATED:  # on the keys at random: two or more on one key, often
+            burst = min(runs - n, rng.randrange(3, 5 * KEY_RATE.rate))
         elif task in BURSTS:
             burst = min(runs - n, rng.randrange(2, 6))
         for _ in range(burst):
@@ -605,11 +710,12 @@ def plan(
             if task == TRANSACTED:  # one in five names an order written before
                 order = f"order-{rng.randrange(n)}" if n and rng.random() < 0.2 else f"order-{n}"
                 payload["order"] = order
-            planned.append(Planned(at, task, payload, key, order))
+            queue = URGENT_QUEUE if task == PLAIN and rng.random() < 0.25 else None
+            planned.append(Planned(at, task, payload, key, order, queue))
             if key is not None and rng.random() < 0.5:  # the same trigger again, later
-                planned.append(Planned(rng.randrange(spread_us), task, payload, key))
+                planned.append(Planned(rng.randrange(spread_us), task, payload, key, None, queue))
             n += 1
-            if task in BURSTS and task != RATED:  # a burst of triggers a moment apart
+            if task in BURSTS and task not in AT_ONCE:  # a burst of triggers a moment apart
                 at += rng.randrange(100_000, 1_500_000)
     planned.sort(key=lambda p: p.at_us)
     return planned
@@ -619,8 +725,10 @@ def waiting_payload(world: World, task: str, n: int) -> dict[str, Any]:
     """What a run that waits, holds a key or has a deadline needs in its payload."""
     rng = world.rng
     payload: dict[str, Any] = {}
-    if task in (KEYED, SINGLE, DEBOUNCED, BATCHED, ORDERED):
+    if task in (KEYED, SINGLE, DEBOUNCED, BATCHED, ORDERED, KEY_RATED):
         payload["key"] = rng.choice(KEYS)
+    if task in (RELEASED_SIGNALLED, PINNED):
+        payload["pause"] = rng.choice((0.5, 2.0))
     if task in (KEYED, SINGLE, ORDERED):
         payload["work"] = rng.choice((0.01, 0.5, 2.0))
     if task == ORDERED:
@@ -641,7 +749,7 @@ def planned_payload(world: World, task: str, n: int) -> dict[str, Any]:
         payload["work"] = rng.choice((0.01, 0.2, 1.0, 5.0))
     if task == FLAKY:
         payload["fails"] = rng.randrange(FLAKY_ATTEMPTS)
-    if task == FANOUT:
+    if task in (FANOUT, CHORD):
         payload.update(
             items=rng.randrange(0, 12),
             fail_every=rng.choice((0, 0, 2, 3, 5)),
@@ -649,6 +757,8 @@ def planned_payload(world: World, task: str, n: int) -> dict[str, Any]:
             in_flight=rng.randrange(1, 5),
             child_work=rng.choice((0, 0.05, 1.0)),
         )
+    if task == CHORD:  # its children, rerun by retry-failed, succeed
+        payload["chord"] = True
     payload.update(waiting_payload(world, task, n))
     if task == LARGE:  # one of five payloads: runs share their payload's object
         payload["n"] = n % 5

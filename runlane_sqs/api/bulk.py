@@ -54,6 +54,7 @@ from runlane_sqs.core.errors import IllegalTransition, OperationNotFound, Runlan
 from runlane_sqs.core.model import LinkKind, Run, RunEvent, RunStatus
 from runlane_sqs.engine.engine import Engine
 from runlane_sqs.ports.bulk import OperationConflict
+from runlane_sqs.runtime.executor import retried
 
 log = logging.getLogger("runlane_sqs.bulk")
 History = tuple[Run, list[RunEvent]]
@@ -504,12 +505,14 @@ class _Actions:
         return self._guarded(source.id, link)
 
     def _guarded(self, run_id: str, step: Callable[[], R]) -> R | Examined:
-        """``step``, or what its refusal or error makes of the run: a refusal (the run
-        changed) reads its history again, where this operation's other process may have
-        acted on it."""
+        """``step``, sent again while storage is unavailable within the budget of any
+        request (each step may be done twice: a retry's new run has a fixed id, an
+        operation's link and cancel are written once), or what its refusal or error makes
+        of the run: a refusal (the run changed) reads its history again, where this
+        operation's other process may have acted on it."""
         operation = self._operation
         try:
-            return step()
+            return retried(lambda _: step(), None)
         except IllegalTransition as refused:
             again = self._engine.store.get_history(run_id)
             prior = done_before(operation, again[1]) if again is not None else None

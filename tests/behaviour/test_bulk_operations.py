@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from tenacity import wait_none
 
 from runlane_sqs import (
     BulkFilter,
@@ -30,9 +31,11 @@ from runlane_sqs import (
     Runlane,
     RunlaneError,
     RunStatus,
+    StorageUnavailable,
 )
 from runlane_sqs.core.bulk import LEASE, new_run_id_for
 from runlane_sqs.core.model import Run
+from runlane_sqs.runtime import budget
 from tests.backends import Backend
 from tests.behaviour.operator_support import FAIL, FLIP, OK, OTHER, Tasks, make_running, trigger
 from tests.behaviour.worker_support import drain
@@ -237,6 +240,48 @@ def test_an_operation_whose_process_died_resumes_acting_on_no_run_twice(
         ]
     retries = [r for r in all_runs(app) if r.id not in {s.id for s in sources}]
     assert len(retries) == 40
+
+
+def test_a_bulk_retry_whose_writes_meet_throttling_sends_them_again_and_links_each_run(
+    app: Runlane, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A retry's new run whose answer was lost, then a link on its source that met
+    throttling, are each sent again within their budget: every source is linked once to
+    its one new run, and the tally counts them acted on. Sent once, the throttled link
+    counted its run failed although its new run was made and published, and left the
+    source unlinked (a later retry of it made a second new run). Found by the simulation
+    (``make simulate SEED=36``: ``bulk_operations_complete``)."""
+    monkeypatch.setattr(budget, "BACKOFF", wait_none())
+    sources = failed_runs(app, clock, 3)
+    started = app.bulk.start("retry", FAILED)
+    relaunch, record_link = app.engine.triggers.relaunch, app.runs.record_link
+    failures: list[str] = []
+
+    def lost_once(*args: Any, **kwargs: Any) -> Run:
+        made = relaunch(*args, **kwargs)
+        if not failures:
+            failures.append("relaunch")
+            raise StorageUnavailable("the answer was lost")
+        return made
+
+    def throttled_once(*args: Any, **kwargs: Any) -> None:
+        if failures == ["relaunch"]:
+            failures.append("link")
+            raise StorageUnavailable("DynamoDB is unavailable: ThrottlingException")
+        record_link(*args, **kwargs)
+
+    monkeypatch.setattr(app.engine.triggers, "relaunch", lost_once)
+    monkeypatch.setattr(app.runs, "record_link", throttled_once)
+
+    done = app.bulk.run(started.id)
+
+    assert failures == ["relaunch", "link"]
+    assert (done.tally.acted, done.tally.failed, done.last_error) == (3, 0, None)
+    for source in sources:
+        assert [link["run"] for link in links(app, source.id)] == [
+            new_run_id_for(started.id, source.id)
+        ]
+    assert len(all_runs(app)) == 6  # each source and its one retry
 
 
 def test_an_operator_stops_an_operation_and_another_process_resumes_it_once_its_lease_ends(

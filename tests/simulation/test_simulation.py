@@ -13,28 +13,51 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
+from runlane_sqs.core.bulk import (
+    BulkAction,
+    BulkFilter,
+    BulkOperation,
+    OperationStatus,
+    Tally,
+    new_run_id_for,
+)
+from runlane_sqs.core.groups import Group, callback_run_id, child_run_id, redrive_run_id
 from runlane_sqs.core.model import EventType, Run, RunEvent, RunStatus
 from simulation.invariants import (
     Observed,
     Stored,
+    bulk_operations_complete,
+    callbacks_run_once,
     fenced_writes,
     idempotent_triggers,
+    key_rates_held_at_entry,
     keys_held_one_at_a_time,
+    queues_served_by_weight,
     rate_held_at_entry,
+    retried_children_rerun,
+    versions_kept,
 )
 from simulation.mutants import MUTANTS
 from simulation.services import Faults
 from simulation.simulator import RUN_ID, Outcome, Scenario, Simulation
 from simulation.workload import (
+    CHORD,
     EPOCH_US,
+    FAILING,
     FANOUT,
+    KEY_RATE,
+    KEY_RATED,
+    LIMITED_QUEUE,
+    PINNED,
     PLAIN,
     RATE,
     RATED,
     SINGLE,
+    URGENT_QUEUE,
     Entry,
     Ledger,
     Planned,
@@ -215,6 +238,174 @@ def test_more_entries_in_a_window_than_a_rate_allows_break_the_rate() -> None:
     assert rate_held_at_entry(observed(ledger=ledger)) == []
 
 
+def test_more_entries_of_one_key_in_a_window_than_its_per_key_rate_allows_break_it() -> None:
+    ledger = Ledger()
+    spaced = KEY_RATE.per_us // KEY_RATE.rate
+    for i in range(KEY_RATE.rate + 1):  # one key: one more than allowed within 1 s
+        at = EPOCH_US + i * spaced - (1 if i == KEY_RATE.rate else 0)
+        ledger.entries.append(Entry(f"r{i}", KEY_RATED, 1, "w", at, 0, key=f"{KEY_RATED}:k0"))
+    broken = key_rates_held_at_entry(observed(ledger=ledger))
+    assert len(broken) == 1 and f"3 handlers of {KEY_RATED}:k0 entered within 1 s" in broken[0]
+    ledger.entries[-1].key = f"{KEY_RATED}:k1"  # another key: its own limit
+    assert key_rates_held_at_entry(observed(ledger=ledger)) == []
+
+
+def run_of(run_id: str, *events: RunEvent, **changes: Any) -> Stored:
+    """A run with ``changes`` (its status, result, links) and ``events``."""
+    found = stored(run_id, *events)
+    return Stored(replace(found.run, **changes), found.events)
+
+
+def chord(*, redriven: bool = False) -> Observed:
+    """A chord of two children whose first one failed, as planned (tolerated: one), as
+    storage holds it once its callback saw it; ``redriven``: the operator then reran the
+    failed child, which succeeded, and the group joined a second time."""
+    joined = Group(
+        "g", "sim", total=2, window=2, tolerate=1, created_at=EPOCH, started=2, succeeded=1
+    )
+    joined = replace(joined, failed=1, joined_at=EPOCH + timedelta(seconds=1))
+    first, second = child_run_id("g", 0), child_run_id("g", 1)
+    done = event(2, EventType.SUCCEEDED, 1, at_ms=500)
+    runs = {
+        first: run_of(first, event(1, EventType.TRIGGERED, 0), done, status=RunStatus.FAILED),
+        second: run_of(second, event(1, EventType.TRIGGERED, 0), done, result=1),
+    }
+    seen = observed(runs)
+    payload = {"n": 1, "items": 2, "fail_every": 2, "tolerate": 1, "chord": True}
+    seen.chords = {"g": Planned(0, CHORD, payload)}
+    seen.groups = {"g": joined}
+    saw = {"n": 1, "status": "succeeded", "succeeded": 1, "failed": 1, "cancelled": 0, "sum": 1}
+    joins = 1
+    if redriven:
+        rerun = redrive_run_id("g", 0, 1)
+        runs[rerun] = run_of(
+            rerun, event(1, EventType.TRIGGERED, 0, 2000), done, source_run_id=first, result=0
+        )
+        again = replace(joined, generation=1, redriven=((0, 1),), started=3, succeeded=2, failed=0)
+        seen.groups, seen.joins = {"g": again}, {"g": {0: joined}}
+        joins = 2
+    for generation in range(joins):
+        callback = callback_run_id("g", generation)
+        got = {**saw, "succeeded": 2, "failed": 0} if generation else saw
+        triggered = event(1, EventType.TRIGGERED, 0, at_ms=1000 + 2000 * generation)
+        runs[callback] = run_of(callback, triggered, joined_group="g", result=got)
+    return seen
+
+
+def test_a_callback_seeing_other_counts_or_triggered_twice_or_early_breaks_the_join() -> None:
+    seen = chord()
+    assert callbacks_run_once(seen) == []
+    callback = seen.runs[callback_run_id("g")]
+    seen.runs["extra"] = run_of("extra", joined_group="g", result=callback.run.result)
+    assert callbacks_run_once(seen) == [
+        f"group g joined 1 time(s) and triggered callbacks {callback.run.id}, extra"
+    ]
+    del seen.runs["extra"]
+    seen.runs[callback.run.id] = replace(callback, events=[event(1, EventType.TRIGGERED, 0)])
+    early = callbacks_run_once(seen)
+    assert len(early) == 2 and all("was triggered before child" in line for line in early)
+    seen.runs[callback.run.id] = replace(callback, run=replace(callback.run, result={"n": 1}))
+    assert "saw {'n': 1}, not" in callbacks_run_once(seen)[0]
+
+
+def test_a_group_within_its_tolerance_that_failed_breaks_the_join() -> None:
+    seen = chord()
+    seen.groups["g"] = replace(seen.groups["g"], tolerate=0)  # failed, by its own counts
+    assert callbacks_run_once(seen)[-1] == (
+        "group g is failed with 1 failed; 1 failed within a tolerance of 1"
+    )
+
+
+def test_a_retry_failed_rerunning_other_children_than_the_failed_ones_breaks_it() -> None:
+    seen = chord(redriven=True)
+    assert retried_children_rerun(seen) == []
+    assert callbacks_run_once(seen) == []
+    seen.groups["g"] = replace(seen.groups["g"], redriven=((0, 1), (1, 1)))
+    assert retried_children_rerun(seen)[0] == (
+        "retry-failed of group g reran items [0, 1], not its failed and cancelled ones [0]"
+    )
+
+
+def test_receives_not_by_the_queues_weights_or_a_run_off_its_queue_break_the_weights() -> None:
+    seen = observed()
+    fair = [URGENT_QUEUE, "default", URGENT_QUEUE, LIMITED_QUEUE, URGENT_QUEUE]
+    seen.ledger.turns = {"w-1": fair * 2}
+    assert queues_served_by_weight(seen) == []
+    seen.ledger.turns = {"w-1": [*fair, URGENT_QUEUE, URGENT_QUEUE, *fair[2:]]}
+    assert len(queues_served_by_weight(seen)) == 1
+    seen.ledger.turns = {}
+    seen.triggered = {"r1": Planned(0, PLAIN, {"n": 1}, queue=URGENT_QUEUE)}
+    seen.runs = {"r1": stored("r1")}
+    assert queues_served_by_weight(seen) == ["run r1 triggered on urgent is on default"]
+
+
+def test_a_pinned_run_entered_on_another_version_or_an_attempt_misrecorded_breaks_it() -> None:
+    def started(seq: int, attempt: int, worker: str, version: str) -> RunEvent:
+        data: dict[str, Any] = {"worker": worker, "app_version": version}
+        return RunEvent(seq, EventType.STARTED, EPOCH, attempt, data)
+
+    ledger = Ledger()
+    pinned = run_of(
+        "r1",
+        started(1, 1, "worker-0-1", "sim-1"),
+        started(2, 2, "worker-2-3", "sim-1"),
+        task=PINNED,
+        app_version="sim-1",
+    )
+    seen = observed({"r1": pinned}, ledger)
+    seen.versions = {"worker-0": "sim-1", "worker-1": "sim-2", "worker-2": "sim-1"}
+    ledger.entries.append(Entry("r1", PINNED, 2, "worker-2", 0, 0, version="sim-1"))
+    assert versions_kept(seen) == []
+    ledger.entries.append(Entry("r1", PINNED, 3, "worker-1", 0, 0, version="sim-2"))
+    assert versions_kept(seen) == ["run r1 of sim-1: attempt 3 entered on worker-1, of sim-2"]
+    seen.versions["worker-2"] = "sim-2"  # its started event names a version it did not run
+    assert versions_kept(seen)[0] == (
+        "run r1: attempt 2 started on worker-2 (sim-2) records version sim-1"
+    )
+
+
+def test_a_bulk_retry_not_done_or_unlinked_or_miscounted_or_leaving_a_run_breaks_it() -> None:
+    cutoff = EPOCH + timedelta(seconds=30)
+    operation = BulkOperation(
+        id="op",
+        action=BulkAction.RETRY,
+        filter=BulkFilter(statuses=(RunStatus.FAILED,), task=FAILING, created_before=cutoff),
+        actor="operator",
+        reason="",
+        rate=2.0,
+        status=OperationStatus.DONE,
+        created_at=cutoff + timedelta(seconds=10),
+        updated_at=cutoff + timedelta(seconds=20),
+        tally=Tally(acted=1),
+    )
+    made = new_run_id_for("op", "s1")
+    linked = RunEvent(3, EventType.LINKED_RUN, cutoff, 1, {"run": made, "kind": "retry"})
+    failed = event(2, EventType.FAILED, 1, at_ms=1000)
+    source = run_of("s1", event(1, EventType.TRIGGERED, 0), failed, linked, task=FAILING)
+    source = replace(source, run=replace(source.run, status=RunStatus.FAILED))
+    retry = run_of(made, event(1, EventType.TRIGGERED, 0), task=FAILING, source_run_id="s1")
+    seen = observed({"s1": source, made: retry})
+    seen.operations, seen.bulk_cutoff = {"op": operation}, cutoff
+    assert bulk_operations_complete(seen) == []
+    seen.operations["op"] = replace(operation, status=OperationStatus.RUNNING)
+    assert bulk_operations_complete(seen) == ["bulk operation op is running"]
+    seen.operations["op"] = replace(operation, tally=Tally(acted=2))
+    assert bulk_operations_complete(seen) == ["bulk operation op counts 2 runs acted on; it made 1"]
+    seen.operations["op"] = operation
+    seen.runs["s1"] = replace(source, events=source.events[:2])  # its link never written
+    assert bulk_operations_complete(seen) == [
+        f"run {made}, made by bulk operation op, is not linked both ways to run s1 (linked "
+        "to none)",
+        "no bulk operation retried s1",
+    ]
+    seen.runs["s1"] = source
+    seen.runs["s2"] = replace(source, run=replace(source.run, id="s2"), events=[failed])
+    assert bulk_operations_complete(seen) == ["no bulk operation retried s2"]
+    retried = RunEvent(2, EventType.LINKED_RUN, cutoff, 1, {"run": "x", "kind": "retry"})
+    seen.runs["s2"] = replace(seen.runs["s2"], events=[failed, retried])  # by another one
+    assert bulk_operations_complete(seen) == []
+
+
 # each mutant is caught --------------------------------------------------------------
 
 
@@ -240,7 +431,7 @@ what a once-check is for."""
         ("rate-reservation", Scenario(runs=100, spread_seconds=30), range(1, 3)),
         ("join-once", REPLAYING, range(1, 2)),
         ("publish-first", Scenario(runs=100), range(1, 3)),
-        ("object-removal", Scenario(runs=200), range(1, 5)),
+        ("object-removal", Scenario(runs=200), range(1, 6)),
     ],
 )
 def test_a_broken_guard_is_caught_within_its_seeds(
@@ -254,12 +445,13 @@ def test_a_broken_guard_is_caught_within_its_seeds(
     assert caught, f"{mutant} went unnoticed in seeds {seeds.start}..{seeds.stop - 1}"
 
 
-@pytest.mark.parametrize("seed", [1, 3, 4])
+@pytest.mark.parametrize("seed", [1, 3, 4, 36])
 def test_the_seeds_that_found_defects_run_clean(seed: int) -> None:
     """The seeds docs/simulation.md names under "Defects it found", at the size that found
     them: seed 1 a finisher's ``KeyError`` in a window of children, seed 4 a map whose
-    requests met throttling, and every one of them (seed 3 first) six handlers of a
-    ``RateLimit(5, per=1)`` task entered within one second."""
+    requests met throttling, every one of them (seed 3 first) six handlers of a
+    ``RateLimit(5, per=1)`` task entered within one second, and seed 36 a bulk retry whose
+    link met throttling, which counted its run failed and left it unlinked."""
     outcome = history(seed, Scenario(runs=200))
     assert outcome.violations == []
 
@@ -279,7 +471,7 @@ def test_a_lost_wakeup_comes_back_at_its_first_republish_whatever_is_delayed() -
 def test_a_broken_invariant_comes_with_the_story_of_each_run_it_names() -> None:
     """A failing seed's report shows, for each run a broken invariant names, the last
     requests on its record and where its handler was entered, from every process."""
-    outcome = history(1, Scenario(runs=100, spread_seconds=30), "publish-first")
+    outcome = history(2, Scenario(runs=100, spread_seconds=30), "publish-first")
     named = {run_id for _, line in outcome.violations for run_id in RUN_ID.findall(line)}
     assert named and set(outcome.about) == named
     for run_id, lines in outcome.about.items():
