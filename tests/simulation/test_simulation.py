@@ -426,7 +426,7 @@ what a once-check is for."""
     ("mutant", "scenario", "seeds"),
     [
         ("lease-fence", FREEZING, range(1, 6)),
-        ("progress-fence", FREEZING, range(1, 6)),
+        ("progress-fence", FREEZING, range(1, 14)),
         ("progress-final", SHORT, range(1, 2)),
         ("rate-reservation", Scenario(runs=100, spread_seconds=30), range(1, 3)),
         ("join-once", REPLAYING, range(1, 2)),
