@@ -745,8 +745,24 @@ def query_status(
     """Runs of one status-index partition, newest first, optionally created at or after
     ``after_sk`` and strictly below ``below_sk``, filtered by task and queue (attributes
     the index carries)."""
+    x = _listing("status_pk", partition, after_sk, below_sk, task, queue)
+    return x.request(
+        {"TableName": table, "IndexName": STATUS_INDEX, "ScanIndexForward": False, "Limit": limit}
+    )
+
+
+def _listing(
+    key: str,
+    partition: str,
+    after_sk: str | None,
+    below_sk: str | None,
+    task: str | None,
+    queue: str | None,
+) -> Expressions:
+    """A listing index's query of one partition: its creation window on ``created_sk``,
+    and task and queue as filters (attributes every listing index carries)."""
     x = Expressions()
-    x.key(x.compare("status_pk", "=", partition))
+    x.key(x.compare(key, "=", partition))
     if after_sk is not None and below_sk is not None:
         # BETWEEN includes its upper bound: the caller drops a run at exactly below_sk
         x.key(x.between("created_sk", after_sk, below_sk))
@@ -757,9 +773,7 @@ def query_status(
     for name, value in (("task", task), ("queue", queue)):
         if value is not None:
             x.filter(x.compare(name, "=", value))
-    return x.request(
-        {"TableName": table, "IndexName": STATUS_INDEX, "ScanIndexForward": False, "Limit": limit}
-    )
+    return x
 
 
 def query_tagged(
@@ -777,18 +791,7 @@ def query_tagged(
     """Runs of one partition of the ``slot``-th tag index, newest first, in the creation
     window :func:`query_status` takes, filtered by task, queue and further ``tags`` (every
     one held: attributes the index carries)."""
-    x = Expressions()
-    x.key(x.compare(TAG_KEY_ATTRIBUTES[slot], "=", partition))
-    if after_sk is not None and below_sk is not None:
-        # BETWEEN includes its upper bound: the caller drops a run at exactly below_sk
-        x.key(x.between("created_sk", after_sk, below_sk))
-    elif after_sk is not None:
-        x.key(x.compare("created_sk", ">=", after_sk))
-    elif below_sk is not None:
-        x.key(x.compare("created_sk", "<", below_sk))
-    for name, value in (("task", task), ("queue", queue)):
-        if value is not None:
-            x.filter(x.compare(name, "=", value))
+    x = _listing(TAG_KEY_ATTRIBUTES[slot], partition, after_sk, below_sk, task, queue)
     for key, value in tags:
         x.filter(x.compare(("tags", key), "=", value))
     return x.request(
