@@ -82,9 +82,11 @@ def test_a_worker_process_reports_1000_times_in_10_s_with_at_most_6_writes(
                     lags.setdefault(int(progress.done), lag)
             done.wait(0.2)
 
-    with fault_proxy(backend_env["AWS_ENDPOINT_URL"], counting) as proxy:
+    # DynamoDB's own endpoint where the backend names one (DynamoDB Local beside LocalStack)
+    upstream = backend_env.get("AWS_ENDPOINT_URL_DYNAMODB") or backend_env["AWS_ENDPOINT_URL"]
+    with fault_proxy(upstream, counting) as proxy:
         worker = start_worker(
-            "--app", APP, "--drain", *flags, extra_env={"AWS_ENDPOINT_URL": proxy}
+            "--app", APP, "--drain", *flags, extra_env={"AWS_ENDPOINT_URL_DYNAMODB": proxy}
         )
         reader = threading.Thread(target=read_meanwhile, daemon=True)
         reader.start()
