@@ -1,8 +1,9 @@
 """Everything our code reads that is not its input, taken from the world while a
 simulation runs: time (``time.sleep``, ``time.monotonic``) and entropy (``uuid.uuid4``,
-``secrets.token_hex``, ``random.random``); and the one thread pool a process uses (a
+``secrets.token_hex``, ``random.random``); the one thread pool a process uses (a
 listing's queries of every shard at once), whose calls are made one after another on the
-process's greenlet instead, each waiting in virtual time.
+process's greenlet instead, each waiting in virtual time; and the host name and pid a
+process names itself by.
 
 A sleep on a process's greenlet waits in virtual time; every id, lease token and jitter
 comes from the world's PRNG. String hashing must not vary either (set order): the
@@ -32,6 +33,9 @@ PATCHED = (
     ("runlane_sqs.runtime.budget", "monotonic"),
     ("runlane_sqs.runtime.executor", "monotonic"),
     ("runlane_sqs.adapters.dynamodb.store", "ThreadPoolExecutor"),
+    # where a process names itself: the owner of a bulk operation maintenance takes over
+    ("runlane_sqs.engine.maintenance", "socket"),
+    ("runlane_sqs.engine.maintenance", "os"),
 )
 
 
@@ -51,7 +55,25 @@ class InLine:
         return iter([fn(*args) for args in zip(*iterables, strict=True)])
 
 
-def replacements(world: World) -> dict[tuple[str, str], Callable[..., Any]]:
+class Host:
+    """A stand-in for ``socket`` and ``os`` where our code names the process it runs in:
+    each simulated process is a host of its own (two maintenance processes are two
+    owners of a bulk operation, as two tasks of a deployment are), with the same pid in
+    every interpreter."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+
+    def gethostname(self) -> str:
+        process = self.world.current
+        return process.name if process is not None else "world"
+
+    @staticmethod
+    def getpid() -> int:
+        return 1
+
+
+def replacements(world: World) -> dict[tuple[str, str], Any]:
     real_sleep = time.sleep
 
     def sleep(seconds: float) -> None:
@@ -78,6 +100,8 @@ def replacements(world: World) -> dict[tuple[str, str], Callable[..., Any]]:
         ("runlane_sqs.runtime.budget", "monotonic"): monotonic,
         ("runlane_sqs.runtime.executor", "monotonic"): monotonic,
         ("runlane_sqs.adapters.dynamodb.store", "ThreadPoolExecutor"): InLine,
+        ("runlane_sqs.engine.maintenance", "socket"): Host(world),
+        ("runlane_sqs.engine.maintenance", "os"): Host(world),
     }
 
 

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 from heapq import heappop, heappush
+from itertools import count
 from types import FrameType
 from typing import NoReturn, TypedDict, Unpack
 
@@ -249,7 +250,9 @@ class Intake:
         self.config = config
         self.buffer: deque[ReceivedWakeup] = deque()
         self._timed: list[tuple[datetime, int, ReceivedWakeup]] = []
-        """Wakeups received before their run's reserved start (a heap)."""
+        """Wakeups received before their run's reserved start (a heap): those due at one
+        moment in the order they were held."""
+        self._holds = count()
         self._clock = clock or SystemClock()
         self.busy = 0
         self.executed = 0
@@ -287,7 +290,7 @@ class Intake:
         will hand it out, so the caller hands it back to its queue at once."""
         if self.closed:
             return False
-        heappush(self._timed, (until - HOLD_LEAD, id(message), message))
+        heappush(self._timed, (until - HOLD_LEAD, next(self._holds), message))
         return True
 
     @property
