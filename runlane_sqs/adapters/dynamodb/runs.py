@@ -697,18 +697,7 @@ def lease_renewal(table: str, run: Run, lease: Lease) -> Request:
     nothing to the agenda index)."""
     x = Expressions(RunItem)
     x.set("lease_expires_at", to_epoch_ms(lease.expires_at))
-    x.require(
-        x.compare("lease_token", "=", lease.token),
-        x.is_in("status", [s.value for s in LEASED_STATUSES]),
-    )
-    return x.request(
-        {
-            "TableName": table,
-            "Key": keys.run_key(run.environment, run.id),
-            "ReturnValues": "ALL_NEW",
-            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-        }
-    )
+    return _under_lease(x, table, run, lease.token)
 
 
 def progress_report(table: str, run: Run, token: str, report: AttemptReport) -> Request:
@@ -718,6 +707,12 @@ def progress_report(table: str, run: Run, token: str, report: AttemptReport) -> 
     x = Expressions(RunItem)
     for name in report.attributes():
         x.set(name, new[name])
+    return _under_lease(x, table, run, token)
+
+
+def _under_lease(x: Expressions, table: str, run: Run, token: str) -> Request:
+    """The update ``x`` of a run's item, applied only while ``token`` holds its lease (a
+    leased status): the fence of every write an attempt makes beside its transitions."""
     x.require(
         x.compare("lease_token", "=", token),
         x.is_in("status", [s.value for s in LEASED_STATUSES]),
